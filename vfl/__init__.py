@@ -1,0 +1,1 @@
+"""Vertical split learning core: config, data, models, wire and the centralized reference."""
