@@ -1,0 +1,52 @@
+"""Shared fixtures: paths to the real Criteo sample, small synthetic data sets and prepared shards."""
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+REAL_1K = SHARED_DATA / "criteo_raw_1k.tsv"
+
+
+@pytest.fixture(scope="session")
+def real_1k() -> pathlib.Path:
+    if not REAL_1K.exists():
+        pytest.skip(f"real Criteo sample absent: {REAL_1K}")
+    return REAL_1K
+
+
+@pytest.fixture(scope="session")
+def synth_small(tmp_path_factory) -> pathlib.Path:
+    """12k synthetic rows (seed 7) with truth file."""
+    from vfl.data.synth import write_synthetic
+
+    out = tmp_path_factory.mktemp("synth") / "small.tsv"
+    write_synthetic(str(out), 12_000, seed=7, max_vocab=2_000)
+    return out
+
+
+@pytest.fixture(scope="session")
+def shards_small(synth_small, tmp_path_factory) -> pathlib.Path:
+    """Default two-party shards of synth_small, 2000 hash buckets per field."""
+    from vfl.data.parties import load_parties
+    from vfl.data.prepare import PrepareOptions, prepare
+
+    out = tmp_path_factory.mktemp("shards") / "criteo"
+    prepare(str(synth_small), str(out), load_parties(None), PrepareOptions(hash_buckets=2_000, seed=0))
+    return out
+
+
+def write_lines(path: os.PathLike, lines: list[str]) -> str:
+    with open(path, "w") as f:
+        f.write("".join(line + "\n" for line in lines))
+    return str(path)
+
+
+def raw_line(label="0", ints=None, cats=None) -> str:
+    """A raw Criteo line: label, 13 ints, 26 categoricals ('' = missing)."""
+    ints = ints if ints is not None else ["1"] * 13
+    cats = cats if cats is not None else ["68fd1e64"] * 26
+    return "\t".join([label, *ints, *cats])
