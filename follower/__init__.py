@@ -1,0 +1,1 @@
+"""A feature party: bottom model over its own columns, driven by the leader's messages."""

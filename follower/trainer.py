@@ -1,0 +1,120 @@
+"""The follower's loop: answer FORWARD with an embedding, apply the GRADIENT, answer EVAL, save on SAVE/DONE."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+
+from vfl.handshake import hello_meta
+from vfl.checkpoint import save_checkpoint
+from vfl.config import PartyConfig
+from vfl.data.shards import batch_digest, batch_order
+from vfl.metrics import RunLog
+from vfl.party import BottomParty
+from vfl.wire import FollowerChannel, WireError
+
+
+class GradientRecorder:
+    """debug.record_gradients: keep every received gradient with its sample ids, written as .npz at the end."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.ids: list[np.ndarray] = []
+        self.epochs: list[np.ndarray] = []
+        self.grads: list[np.ndarray] = []
+
+    def add(self, epoch: int, ids: np.ndarray, grad: np.ndarray) -> None:
+        self.ids.append(np.asarray(ids, np.int64).copy())
+        self.epochs.append(np.full(len(ids), epoch, np.int32))
+        self.grads.append(np.asarray(grad, np.float32).copy())
+
+    def save(self) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)) or ".", exist_ok=True)
+        tmp = f"{self.path}.tmp-{os.getpid()}.npz"
+        np.savez(tmp, ids=np.concatenate(self.ids), epoch=np.concatenate(self.epochs), grad=np.concatenate(self.grads))
+        os.replace(tmp, self.path)
+
+
+class FollowerTrainer:
+    """Reacts to the leader; never decides anything about the schedule itself."""
+
+    def __init__(self, cfg: PartyConfig, channel: FollowerChannel, party: BottomParty, log: RunLog, out_dir: str):
+        self.cfg = cfg
+        self.ch = channel
+        self.party = party
+        self.log = log
+        self.out_dir = out_dir
+        self._orders: dict[int, list[np.ndarray]] = {}
+        self.recorder = GradientRecorder(cfg.debug.record_gradients) if cfg.debug.record_gradients else None
+        self.steps = 0
+
+    def handshake(self) -> dict:
+        self.ch.send("HELLO", hello_meta(self.cfg, self.party.shard))
+        welcome = self.ch.recv(("WELCOME",), f"WELCOME from the leader at {self.ch.endpoint} (is the leader running?)")
+        run = welcome.meta.get("run")
+        if not isinstance(run, str) or not run:
+            raise WireError(f"WELCOME from the leader has no run id: {welcome.meta!r}")
+        self.ch.run = run
+        return welcome.meta
+
+    def _rows(self, epoch: int, step: int) -> np.ndarray:
+        if epoch not in self._orders:
+            self._orders = {epoch: batch_order(len(self.party.train_split), self.cfg.train.batch_size, self.cfg.train.seed, epoch)}
+        order = self._orders[epoch]
+        if not 0 <= step < len(order):
+            raise WireError(f"FORWARD for step {step} of epoch {epoch}, but an epoch has {len(order)} steps")
+        return order[step]
+
+    def run(self) -> None:
+        while True:
+            msg = self.ch.recv(("FORWARD", "EVAL", "SAVE", "DONE"))
+            if msg.type == "FORWARD":
+                self._train_step(msg.meta)
+            elif msg.type == "EVAL":
+                self._eval_step(msg.meta)
+            elif msg.type == "SAVE":
+                self._save(str(msg.meta.get("tag", "ckpt")), int(msg.meta.get("epoch", 0)), int(msg.meta.get("step", 0)))
+            else:
+                self._save("final", -1, self.steps)
+                if self.recorder:
+                    self.recorder.save()
+                self.ch.send("BYE", {"steps": self.steps})
+                return
+
+    def _train_step(self, meta: dict) -> None:
+        epoch, step = meta.get("epoch"), meta.get("step")
+        if not isinstance(epoch, int) or not isinstance(step, int):
+            raise WireError(f"FORWARD from the leader has no integer epoch/step: {meta!r}")
+        rows = self._rows(epoch, step)
+        ids = self.party.train_split.ids[rows]
+        if batch_digest(ids) != meta.get("digest"):
+            raise WireError(f"FORWARD epoch {epoch} step {step}: batch digest differs from the leader's; "
+                            f"the shards or the seed disagree")
+        out = self.party.forward_train(rows)
+        self.ch.send("EMBEDDING", {"epoch": epoch, "step": step}, [out.detach().cpu().numpy()])
+        g = self.ch.recv(("GRADIENT",), f"GRADIENT for step {step} from the leader")
+        if g.meta.get("step") != step or len(g.tensors) != 1:
+            raise WireError(f"GRADIENT: expected step {step} with 1 tensor, got step {g.meta.get('step')!r} with {len(g.tensors)}")
+        grad = g.tensors[0]
+        if grad.dtype != np.float32 or tuple(grad.shape) != tuple(out.shape):
+            raise WireError(f"GRADIENT for step {step}: expected float32 {tuple(out.shape)}, got {grad.dtype} {tuple(grad.shape)}")
+        if self.recorder:
+            self.recorder.add(epoch, ids, grad)
+        self.party.apply_gradient(torch.from_numpy(grad.copy()))
+        self.steps += 1
+        steps = len(self._orders[epoch])
+        if (step + 1) % self.cfg.train.log_every == 0 or step + 1 == steps:
+            self.log(f"epoch {epoch} step {step + 1}/{steps} gradient applied")
+
+    def _eval_step(self, meta: dict) -> None:
+        start, stop = meta.get("start"), meta.get("stop")
+        n = len(self.party.test_split)
+        if not isinstance(start, int) or not isinstance(stop, int) or not 0 <= start < stop <= n:
+            raise WireError(f"EVAL range {start!r}..{stop!r} outside the test split of {n} rows")
+        out = self.party.forward_eval(slice(start, stop))
+        self.ch.send("EMBEDDING", {"eval": [start, stop]}, [out.cpu().numpy()])
+
+    def _save(self, tag: str, epoch: int, step: int) -> None:
+        path = os.path.join(self.out_dir, "checkpoints", f"{self.cfg.party}_{tag}.pt")
+        save_checkpoint(path, self.cfg.party, {"bottom": self.party.state()}, epoch, step)

@@ -1,0 +1,72 @@
+"""`python -m leader --config leader.yaml`: run the label party."""
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+
+from vfl.cli import config_or_exit, fail, one_line, party_arguments
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = party_arguments("python -m leader", "--bind").parse_args(argv)
+    cfg = config_or_exit(args, "bind")
+    if isinstance(cfg, int):
+        return cfg
+    if cfg.role != "leader":
+        return fail(f"{args.config} has role {cfg.role!r}; python -m leader needs role: leader", 2)
+
+    from leader.trainer import LeaderTrainer, write_json
+    from privacy.label_dp_run import loss_factory
+    from vfl.config import ConfigError, read_secret
+    from vfl.data.reader import DataError
+    from vfl.data.shards import PartyShard
+    from vfl.metrics import RunLog
+    from vfl.party import BottomParty, resolve_device, set_threads
+    from vfl.wire import LeaderChannel, WireError
+
+    log = RunLog(os.path.join(cfg.output.dir, f"{cfg.party}.log"))
+    channel = None
+    try:
+        key = read_secret(cfg.network)
+        set_threads(cfg.train.threads, 1 + len(cfg.network.followers))
+        shard = PartyShard(cfg.data.path)
+        if not shard.has_labels:
+            raise DataError(f"data.path {cfg.data.path} is the shard of {shard.name!r}, which holds no labels; the leader needs the labelled shard")
+        party = BottomParty(cfg, shard, resolve_device(cfg.train.device))
+        channel = LeaderChannel(cfg.network.bind, cfg.network.followers, key, cfg.network.timeout_s, cfg.party, secrets.token_hex(8))
+        trainer = LeaderTrainer(cfg, channel, party, log, cfg.output.dir, loss_factory(cfg.privacy.label_dp))
+        log(f"leader {cfg.party}: run {channel.run}, listening on {cfg.network.bind}, waiting for {list(cfg.network.followers)}")
+        if trainer.labels.report is not None:
+            r = trainer.labels.report
+            log(f"label DP: {r['mechanism']} eps={r['eps']} once per sample for the whole run; "
+                f"flipped {r['flipped_fraction']:.4f} of training labels; debias={r.get('debias', False)}")
+        trainer.handshake()
+        info = trainer.train()
+        trainer.finish(cfg.train.epochs - 1, info["steps"])
+        metrics = trainer.metrics(info)
+        write_json(os.path.join(cfg.output.dir, "metrics.json"), metrics)
+        bayes = metrics.get("bayes_test_auc")
+        log(f"final test_auc: {metrics['test_auc']:.6f} test_logloss: {metrics['test_logloss']:.6f}"
+            + (f" (Bayes-optimal test AUC {bayes:.6f})" if bayes is not None else "")
+            + f" samples/s: {metrics['samples_per_second']:.0f}")
+        return 0
+    except (ConfigError, DataError, WireError, FloatingPointError, RuntimeError, ValueError, OSError) as e:
+        reason = one_line(e)
+        if channel is not None:
+            channel.abort_all(f"leader: {reason}")
+        log.error(f"error: {reason}")
+        return 2 if isinstance(e, ConfigError) else 1
+    except KeyboardInterrupt:
+        if channel is not None:
+            channel.abort_all("leader interrupted")
+        log.error("error: interrupted")
+        return 130
+    finally:
+        if channel is not None:
+            channel.close()
+        log.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Differential-privacy and secure-aggregation mechanisms (numpy/torch only; no sockets, no vfl)."""

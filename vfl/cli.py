@@ -1,0 +1,50 @@
+"""What both party entry points share: arguments, config overrides, and the one-line fatal exit."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from vfl.config import ConfigError, PartyConfig, load_config
+
+
+def party_arguments(prog: str, endpoint_flag: str) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog)
+    ap.add_argument("--config", required=True, help="party YAML")
+    ap.add_argument("--out", default=None, help="output directory (overrides output.dir)")
+    ap.add_argument(endpoint_flag, dest="endpoint", default=None, help="ZeroMQ endpoint tcp://HOST:PORT (overrides the YAML)")
+    ap.add_argument("--data", default=None, help="this party's shard directory (overrides data.path)")
+    ap.add_argument("--secret-file", default=None, help="shared HMAC secret file (overrides network.secret_file)")
+    ap.add_argument("--epochs", type=int, default=None, help="overrides train.epochs")
+    ap.add_argument("--timeout", type=float, default=None, help="overrides network.timeout_s")
+    return ap
+
+
+def load_party_config(args, endpoint_key: str) -> PartyConfig:
+    overrides = {}
+    for key, value in ((f"network.{endpoint_key}", args.endpoint), ("output.dir", args.out), ("data.path", args.data),
+                       ("network.secret_file", args.secret_file), ("train.epochs", args.epochs),
+                       ("network.timeout_s", args.timeout)):
+        if value is not None:
+            overrides[key] = value
+    return load_config(args.config, overrides)
+
+
+def one_line(e: BaseException) -> str:
+    text = str(e) or e.__class__.__name__
+    return " ".join(text.split())
+
+
+def fail(reason: str, code: int = 1) -> int:
+    print(f"error: {reason}", file=sys.stderr, flush=True)
+    return code
+
+
+def config_or_exit(args, endpoint_key: str) -> PartyConfig | int:
+    try:
+        cfg = load_party_config(args, endpoint_key)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return 2
+    os.makedirs(cfg.output.dir, exist_ok=True)
+    return cfg

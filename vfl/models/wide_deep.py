@@ -1,0 +1,82 @@
+"""Wide&Deep split as in MindSpore Federated's splitnn_criteo: per-party bottoms, a top on the leader.
+
+Bottom (one per party, over that party's columns only):
+  wide  = sum_f w[id_f] + a . [dense, dense_missing] + b                     -> 1 value
+  deep  = MLP(concat(E[id_f] for f, dense, dense_missing))                 -> cut_dim - 1 values
+  output = [wide, deep]                                                     -> cut_dim values
+Top (leader): Linear over the concatenated cuts of all parties (cut_dim x parties inputs), or an
+MLP when the cut is wider. The loss is BCE-with-logits on the top's single output.
+Each field has its own id range in one shared table (offsets), so one lookup serves all fields.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def mlp(sizes: list[int], dropout: float = 0.0) -> nn.Sequential:
+    """Linear layers with ReLU between them (none after the last)."""
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers.append(nn.Linear(a, b))
+        if i < len(sizes) - 2:
+            layers.append(nn.ReLU())
+            if dropout > 0:
+                layers.append(nn.Dropout(dropout))
+    return nn.Sequential(*layers)
+
+
+class WideDeepBottom(nn.Module):
+    """One party's bottom model; forward(dense, dense_missing, cat) -> (batch, cut_dim)."""
+
+    def __init__(self, field_sizes: list[int], n_dense: int, embedding_dim: int = 80,
+                 hidden: tuple[int, ...] = (1024, 512, 256, 128), cut_dim: int = 2, dropout: float = 0.0):
+        super().__init__()
+        if cut_dim < 2:
+            raise ValueError(f"cut_dim must be >= 2 (one wide value and at least one deep value), got {cut_dim}")
+        self.n_fields = len(field_sizes)
+        self.n_dense = n_dense
+        self.cut_dim = cut_dim
+        offsets = torch.tensor([0] + list(field_sizes[:-1]), dtype=torch.int64).cumsum(0) if field_sizes else torch.zeros(0, dtype=torch.int64)
+        self.register_buffer("offsets", offsets, persistent=False)
+        total = int(sum(field_sizes))
+        # sparse=True: each step touches only the rows of the batch (lazy Adam), as CTR systems do
+        self.wide_embedding = nn.Embedding(max(total, 1), 1, sparse=True)
+        self.deep_embedding = nn.Embedding(max(total, 1), embedding_dim, sparse=True)
+        nn.init.zeros_(self.wide_embedding.weight)
+        nn.init.normal_(self.deep_embedding.weight, std=0.01)
+        self.wide_dense = nn.Linear(2 * n_dense, 1)
+        self.deep = mlp([self.n_fields * embedding_dim + 2 * n_dense, *hidden, cut_dim - 1], dropout)
+
+    def forward(self, dense: torch.Tensor, dense_missing: torch.Tensor, cat: torch.Tensor) -> torch.Tensor:
+        x_dense = torch.cat([dense, dense_missing], dim=1)
+        wide = self.wide_dense(x_dense)
+        if self.n_fields:
+            ids = cat + self.offsets
+            wide = wide + self.wide_embedding(ids).sum(dim=1)
+            deep_in = torch.cat([self.deep_embedding(ids).flatten(1), x_dense], dim=1)
+        else:
+            deep_in = x_dense
+        return torch.cat([wide, self.deep(deep_in)], dim=1)
+
+
+class LinearTop(nn.Module):
+    """The leader's top: one Linear layer from the concatenated cuts to the click logit."""
+
+    def __init__(self, in_dim: int):
+        super().__init__()
+        self.linear = nn.Linear(in_dim, 1)
+
+    def forward(self, cuts: torch.Tensor) -> torch.Tensor:
+        return self.linear(cuts).squeeze(1)
+
+
+class MLPTop(nn.Module):
+    """An MLP top for wide cuts (cut_dim > 2): it can model interactions across parties."""
+
+    def __init__(self, in_dim: int, hidden: tuple[int, ...]):
+        super().__init__()
+        self.net = mlp([in_dim, *hidden, 1])
+
+    def forward(self, cuts: torch.Tensor) -> torch.Tensor:
+        return self.net(cuts).squeeze(1)

@@ -1,0 +1,74 @@
+"""One party's trainable bottom: its shard, model and optimizer, used by leader, follower and centralized."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from vfl.config import PartyConfig
+from vfl.data.shards import PartyShard
+from vfl.models import build_bottom
+from vfl.optim import build_optimizer
+
+
+def resolve_device(name: str) -> torch.device:
+    """cpu, cuda, or auto (cuda when available)."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("train.device is cuda but torch sees no CUDA device (use cpu or auto)")
+    return torch.device(name)
+
+
+class BottomParty:
+    """Forward a training batch of this party's rows; apply the gradient that comes back."""
+
+    def __init__(self, cfg: PartyConfig, shard: PartyShard, device: torch.device):
+        shard.check_columns(cfg.data.dense, cfg.data.categorical)
+        self.name = cfg.party
+        self.shard = shard
+        self.device = device
+        self.train_split = shard.split("train")
+        self.test_split = shard.split("test")
+        self.model = build_bottom(cfg.model.bottom, shard.field_sizes, shard.n_dense, cfg.train.seed, cfg.party).to(device)
+        self.optimizer = build_optimizer(self.model, cfg.train)
+        self.cut_dim = cfg.model.bottom.cut_dim
+        self._pending: torch.Tensor | None = None
+
+    def forward_train(self, rows: np.ndarray) -> torch.Tensor:
+        """The cut-layer activation of these training rows, kept for backward."""
+        self.model.train()
+        out = self.model(*self.train_split.features(rows, self.device))
+        self._pending = out
+        return out
+
+    def apply_gradient(self, grad: torch.Tensor) -> None:
+        """Backpropagate d loss / d cut through the bottom and take an optimizer step."""
+        if self._pending is None:
+            raise RuntimeError(f"{self.name}: gradient received with no forward pass pending")
+        if tuple(grad.shape) != tuple(self._pending.shape):
+            raise ValueError(f"{self.name}: gradient shape {tuple(grad.shape)} != cut shape {tuple(self._pending.shape)}")
+        self._pending.backward(grad.to(self.device))
+        self._pending = None
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+
+    @torch.no_grad()
+    def forward_eval(self, rows: slice) -> torch.Tensor:
+        self.model.eval()
+        return self.model(*self.test_split.features(rows, self.device))
+
+    def state(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+def set_threads(threads: int, parties_on_host: int) -> int:
+    """torch intra-op threads: the configured number, or the cores shared among co-located parties."""
+    import os
+
+    n = threads or max(1, (os.cpu_count() or 1) // max(parties_on_host, 1))
+    torch.set_num_threads(n)
+    return n

@@ -1,0 +1,48 @@
+"""The leader's top model step, shared verbatim by split training and the centralized reference."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from vfl.config import TopConfig, TrainConfig
+from vfl.models import build_top
+from vfl.optim import build_optimizer
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def bce_with_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The plain CTR loss."""
+    return F.binary_cross_entropy_with_logits(logits, labels)
+
+
+class TopTrainer:
+    """Concatenate the parties' cuts (leader first, then followers in config order), score, and learn."""
+
+    def __init__(self, train: TrainConfig, top: TopConfig, in_dim: int, device: torch.device, loss_fn: LossFn = bce_with_logits):
+        self.model = build_top(top, in_dim, train.seed).to(device)
+        self.optimizer = build_optimizer(self.model, train)
+        self.loss_fn = loss_fn
+        self.in_dim = in_dim
+        self.device = device
+
+    def loss(self, cuts: list[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+        self.model.train()
+        logits = self.model(torch.cat(cuts, dim=1))
+        return self.loss_fn(logits, labels.to(self.device))
+
+    def step(self) -> None:
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+
+    @torch.no_grad()
+    def predict(self, cuts: list[torch.Tensor]) -> np.ndarray:
+        """Click probabilities sigmoid(logit) for evaluation."""
+        self.model.eval()
+        return torch.sigmoid(self.model(torch.cat(cuts, dim=1))).double().cpu().numpy()
+
+    def state(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
