@@ -16,12 +16,12 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.role != "leader":
         return fail(f"{args.config} has role {cfg.role!r}; python -m leader needs role: leader", 2)
 
-    from leader.trainer import LeaderTrainer, write_json
+    from leader.trainer import LeaderTrainer
     from privacy.label_dp_run import loss_factory
     from vfl.config import ConfigError, read_secret
     from vfl.data.reader import DataError
     from vfl.data.shards import PartyShard
-    from vfl.metrics import RunLog
+    from vfl.metrics import RunLog, write_json
     from vfl.party import BottomParty, resolve_device, set_threads
     from vfl.wire import LeaderChannel, WireError
 
@@ -42,9 +42,9 @@ def main(argv: list[str] | None = None) -> int:
             log(f"label DP: {r['mechanism']} eps={r['eps']} once per sample for the whole run; "
                 f"flipped {r['flipped_fraction']:.4f} of training labels; debias={r.get('debias', False)}")
         trainer.handshake()
-        info = trainer.train()
-        trainer.finish(cfg.train.epochs - 1, info["steps"])
-        metrics = trainer.metrics(info)
+        trainer.train()
+        trainer.finish(cfg.train.epochs - 1, trainer.loop.global_step)
+        metrics = trainer.metrics()
         write_json(os.path.join(cfg.output.dir, "metrics.json"), metrics)
         bayes = metrics.get("bayes_test_auc")
         log(f"final test_auc: {metrics['test_auc']:.6f} test_logloss: {metrics['test_logloss']:.6f}"

@@ -1,9 +1,7 @@
 """The leader's synchronous training loop: ask for embeddings, run the top, return gradients, evaluate."""
 from __future__ import annotations
 
-import json
 import os
-import time
 
 import numpy as np
 import torch
@@ -13,7 +11,8 @@ from vfl.checkpoint import save_checkpoint
 from vfl.config import PartyConfig
 from vfl.data.shards import batch_digest, batch_order, eval_batches
 from vfl.labels import training_labels
-from vfl.metrics import RunLog, auc, logloss, loss_line
+from vfl.loop import TrainingLoop
+from vfl.metrics import RunLog
 from vfl.party import BottomParty
 from vfl.top import TopTrainer
 from vfl.wire import LeaderChannel, WireError
@@ -38,10 +37,8 @@ class LeaderTrainer:
         self._loss_factory = loss_factory
         train = party.train_split
         self.labels = training_labels(train.labels, train.ids, cfg.privacy.label_dp, cfg.train.seed)
-        self.test_labels = np.asarray(party.test_split.labels, dtype=np.float64)
         self.top: TopTrainer | None = None
-        self.step_losses: list[float] = []
-        self.history: list[dict] = []
+        self.loop = TrainingLoop(cfg.train, len(party.train_split), party.test_split.labels, log)
 
     # -- handshake ---------------------------------------------------------------------------
     def handshake(self) -> None:
@@ -62,53 +59,25 @@ class LeaderTrainer:
         self.top = TopTrainer(self.cfg.train, self.cfg.model.top, in_dim, self.party.device, **kwargs)
 
     # -- training ----------------------------------------------------------------------------
-    def train(self) -> dict:
-        tr = self.cfg.train
-        train_split = self.party.train_split
+    def train(self) -> None:
         labels = torch.from_numpy(self.labels.labels)
-        global_step = 0
-        train_seconds = 0.0
-        for epoch in range(tr.epochs):
-            order = batch_order(len(train_split), tr.batch_size, tr.seed, epoch)
-            t0 = time.perf_counter()
-            epoch_loss = 0.0
-            for step, rows in enumerate(order):
-                digest = batch_digest(train_split.ids[rows])
-                for f in self.followers:
-                    self.ch.send(f, "FORWARD", {"epoch": epoch, "step": step, "rows": int(rows.size), "digest": digest})
-                cuts = [self.party.forward_train(rows)]
-                remote = []
-                for f in self.followers:
-                    msg = self.ch.recv(f, "EMBEDDING")
-                    t = self._cut_tensor(f, msg, step, rows.size)
-                    remote.append(t)
-                    cuts.append(t)
-                loss = self.top.loss(cuts, labels[rows])
-                loss.backward()
-                for f, t in zip(self.followers, remote):
-                    self.ch.send(f, "GRADIENT", {"epoch": epoch, "step": step}, [t.grad.detach().cpu().numpy()])
-                self.party.optimizer.step()
-                self.party.optimizer.zero_grad()
-                self.party._pending = None
-                self.top.step()
-                value = float(loss.detach())
-                if not np.isfinite(value):
-                    raise FloatingPointError(f"training loss became {value} at epoch {epoch} step {step + 1}; lower train.lr")
-                self.step_losses.append(value)
-                epoch_loss += value
-                global_step += 1
-                if (step + 1) % tr.log_every == 0 or step + 1 == len(order):
-                    self.log(loss_line(epoch, step + 1, len(order), value))
-                if tr.checkpoint_every and global_step % tr.checkpoint_every == 0:
-                    self.checkpoint(epoch, global_step, f"step{global_step}")
-            seconds = time.perf_counter() - t0
-            train_seconds += seconds
-            test_auc, test_ll = self.evaluate()
-            self.history.append({"epoch": epoch, "train_loss": epoch_loss / len(order), "test_auc": test_auc,
-                                 "test_logloss": test_ll, "train_seconds": round(seconds, 3),
-                                 "samples_per_second": len(train_split) / seconds})
-            self.log(f"epoch {epoch} test_auc: {test_auc:.6f} test_logloss: {test_ll:.6f}")
-        return {"train_seconds": train_seconds, "steps": global_step}
+        train_ids = self.party.train_split.ids
+
+        def step(epoch: int, i: int, rows: np.ndarray) -> float:
+            digest = batch_digest(train_ids[rows])
+            for f in self.followers:
+                self.ch.send(f, "FORWARD", {"epoch": epoch, "step": i, "rows": int(rows.size), "digest": digest})
+            cuts = [self.party.forward_train(rows)]
+            remote = [self._cut_tensor(f, self.ch.recv(f, "EMBEDDING"), i, rows.size) for f in self.followers]
+            loss = self.top.loss(cuts + remote, labels[rows])
+            loss.backward()
+            for f, t in zip(self.followers, remote):
+                self.ch.send(f, "GRADIENT", {"epoch": epoch, "step": i}, [t.grad.detach().cpu().numpy()])
+            self.party.step_optimizer()
+            self.top.step()
+            return float(loss.detach())
+
+        self.loop.run(step, self.evaluate, lambda epoch, gs: self.checkpoint(epoch, gs, f"step{gs}"))
 
     def _cut_tensor(self, peer: str, msg, step: int, rows: int) -> torch.Tensor:
         if msg.meta.get("step") != step or len(msg.tensors) != 1:
@@ -120,8 +89,8 @@ class LeaderTrainer:
         return torch.from_numpy(arr.copy()).to(self.party.device).requires_grad_(True)
 
     @torch.no_grad()
-    def evaluate(self) -> tuple[float, float]:
-        """AUC and logloss on the test split, against the leader's true labels."""
+    def evaluate(self) -> np.ndarray:
+        """Predicted click probabilities on the test split (scored against the leader's true labels)."""
         n = len(self.party.test_split)
         probs = np.empty(n)
         for sl in eval_batches(n, self.cfg.train.eval_batch_size):
@@ -137,7 +106,7 @@ class LeaderTrainer:
                     raise WireError(f"EMBEDDING from {f}: eval shape {tuple(arr.shape)} != {(sl.stop - sl.start, self.cut_dims[f])}")
                 cuts.append(torch.from_numpy(arr.copy()).to(self.party.device))
             probs[sl] = self.top.predict(cuts)
-        return auc(self.test_labels, probs), logloss(self.test_labels, probs)
+        return probs
 
     # -- end of run ----------------------------------------------------------------------------
     def checkpoint(self, epoch: int, step: int, tag: str) -> str:
@@ -156,36 +125,20 @@ class LeaderTrainer:
         for f in self.followers:
             self.ch.recv(f, "BYE")
 
-    def metrics(self, run_info: dict) -> dict:
-        last = self.history[-1]
-        n_train = len(self.party.train_split)
+    def metrics(self) -> dict:
+        n_train, n_test, epochs = len(self.party.train_split), len(self.party.test_split), len(self.loop.history)
         sent, received = self.ch.bytes_sent, self.ch.bytes_received
-        samples_moved = n_train * len(self.history) + len(self.party.test_split) * len(self.history)
+        samples_moved = (n_train + n_test) * epochs
         return {
-            "test_auc": last["test_auc"],
-            "test_logloss": last["test_logloss"],
-            "history": self.history,
-            "samples_per_second": n_train * len(self.history) / max(run_info["train_seconds"], 1e-9),
+            **self.loop.summary(),
             "label_dp": self.labels.report,
             "bayes_test_auc": self.party.shard.manifest.get("bayes_test_auc"),
-            "steps": run_info["steps"],
-            "step_losses": self.step_losses,
             "parties": [self.cfg.party, *self.followers],
             "cut_dims": {self.cfg.party: self.party.cut_dim, **self.cut_dims},
-            "rows": {"train": n_train, "test": len(self.party.test_split)},
+            "rows": {"train": n_train, "test": n_test},
             "wire": {"bytes_from_leader": sent, "bytes_to_leader": received,
                      "bytes_from_leader_per_sample": sent / max(samples_moved, 1),
                      "bytes_to_leader_per_sample": received / max(samples_moved, 1)},
             "run_id": self.ch.run,
             "mode": "split",
         }
-
-
-def write_json(path: str, doc: dict) -> None:
-    """Write JSON atomically (temporary file, then rename)."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=2, allow_nan=True)
-        f.write("\n")
-    os.replace(tmp, path)

@@ -1,7 +1,9 @@
 """Evaluation metrics (scikit-learn) and the run log that writes the seed's loss lines."""
 from __future__ import annotations
 
+import json
 import math
+import os
 import sys
 import time
 
@@ -48,3 +50,13 @@ class RunLog:
 def loss_line(epoch: int, step: int, steps: int, loss: float) -> str:
     """The seed's format: `epoch 0 step 100/2582 loss: 0.588637` (step counts from 1)."""
     return f"epoch {epoch} step {step}/{steps} loss: {loss:.6f}"
+
+
+def write_json(path: str, doc: dict) -> None:
+    """Write JSON atomically (temporary file, then rename)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=2, allow_nan=True)
+        f.write("\n")
+    os.replace(tmp, path)

@@ -52,6 +52,12 @@ class BottomParty:
         self.optimizer.step()
         self.optimizer.zero_grad()
 
+    def step_optimizer(self) -> None:
+        """Optimizer step after the gradient reached this bottom through autograd (leader, centralized)."""
+        self._pending = None
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+
     @torch.no_grad()
     def forward_eval(self, rows: slice) -> torch.Tensor:
         self.model.eval()

@@ -1,0 +1,111 @@
+"""The same split model trained in one process without ZeroMQ: the correctness and speed reference.
+
+`python -m vfl.centralized --config leader.yaml --follower-config follower.yaml [...] [--out DIR]`
+builds every party's bottom exactly as the split run does (same per-party seeds, same batch
+order, same optimizers, same label function) so that its per-step losses are the anchor that
+split training must reproduce.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+import torch
+
+from vfl.config import ConfigError, PartyConfig, load_config
+from vfl.data.reader import DataError
+from vfl.data.shards import PartyShard, eval_batches
+from vfl.handshake import hello_meta, hello_problems
+from vfl.labels import training_labels
+from vfl.loop import TrainingLoop
+from vfl.metrics import RunLog, write_json
+from vfl.party import BottomParty, resolve_device, set_threads
+from vfl.top import TopTrainer
+
+
+def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig], out_dir: str, log: RunLog,
+                      loss_factory=None) -> dict:
+    """Train all bottoms and the top in-process; write and return metrics.json."""
+    set_threads(leader_cfg.train.threads, 1)
+    device = resolve_device(leader_cfg.train.device)
+    names = [f.party for f in follower_cfgs]
+    if list(leader_cfg.network.followers) != names:
+        raise ConfigError(f"follower configs {names} must match the leader's network.followers {list(leader_cfg.network.followers)} in order")
+    leader_shard = PartyShard(leader_cfg.data.path)
+    if not leader_shard.has_labels:
+        raise DataError(f"{leader_cfg.data.path} holds no labels; the leader config must point at the labelled shard")
+    parties = [BottomParty(leader_cfg, leader_shard, device)]
+    ours = hello_meta(leader_cfg, leader_shard)
+    problems = []
+    for fc in follower_cfgs:
+        shard = PartyShard(fc.data.path)
+        problems += hello_problems(fc.party, hello_meta(fc, shard), ours)
+        parties.append(BottomParty(fc, shard, device))
+    if problems:
+        raise DataError("; ".join(problems))
+    train = parties[0].train_split
+    labels_info = training_labels(train.labels, train.ids, leader_cfg.privacy.label_dp, leader_cfg.train.seed)
+    labels = torch.from_numpy(labels_info.labels)
+    loss_fn = loss_factory(labels_info) if loss_factory else None
+    top = TopTrainer(leader_cfg.train, leader_cfg.model.top, sum(p.cut_dim for p in parties), device,
+                     **({"loss_fn": loss_fn} if loss_fn is not None else {}))
+    loop = TrainingLoop(leader_cfg.train, len(train), parties[0].test_split.labels, log)
+
+    def step(epoch: int, i: int, rows: np.ndarray) -> float:
+        loss = top.loss([p.forward_train(rows) for p in parties], labels[rows])
+        loss.backward()
+        for p in parties:
+            p.step_optimizer()
+        top.step()
+        return float(loss.detach())
+
+    @torch.no_grad()
+    def evaluate() -> np.ndarray:
+        n = len(parties[0].test_split)
+        probs = np.empty(n)
+        for sl in eval_batches(n, leader_cfg.train.eval_batch_size):
+            probs[sl] = top.predict([p.forward_eval(sl) for p in parties])
+        return probs
+
+    loop.run(step, evaluate)
+    metrics = {**loop.summary(), "label_dp": labels_info.report, "bayes_test_auc": leader_shard.manifest.get("bayes_test_auc"),
+               "parties": [p.name for p in parties], "cut_dims": {p.name: p.cut_dim for p in parties},
+               "rows": {"train": len(train), "test": len(parties[0].test_split)}, "mode": "centralized"}
+    write_json(os.path.join(out_dir, "metrics.json"), metrics)
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m vfl.centralized", description=__doc__.splitlines()[0])
+    ap.add_argument("--config", required=True, help="the leader's YAML")
+    ap.add_argument("--follower-config", action="append", required=True, help="each follower's YAML, in network.followers order")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--epochs", type=int, default=None)
+    args = ap.parse_args(argv)
+    overrides = {"train.epochs": args.epochs} if args.epochs is not None else {}
+    try:
+        leader_cfg = load_config(args.config, {**overrides, **({"output.dir": args.out} if args.out else {})})
+        follower_cfgs = [load_config(p, overrides) for p in args.follower_config]
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out_dir = leader_cfg.output.dir
+    os.makedirs(out_dir, exist_ok=True)
+    log = RunLog(os.path.join(out_dir, "centralized.log"))
+    from privacy.label_dp_run import loss_factory
+
+    try:
+        m = train_centralized(leader_cfg, follower_cfgs, out_dir, log, loss_factory(leader_cfg.privacy.label_dp))
+    except (ConfigError, DataError, FloatingPointError, RuntimeError, ValueError, OSError) as e:
+        log.error(f"error: {' '.join(str(e).split())}")
+        return 1
+    bayes = m.get("bayes_test_auc")
+    log(f"final test_auc: {m['test_auc']:.6f} test_logloss: {m['test_logloss']:.6f}"
+        + (f" (Bayes-optimal test AUC {bayes:.6f})" if bayes is not None else "") + f" samples/s: {m['samples_per_second']:.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
