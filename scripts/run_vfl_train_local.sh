@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Train Wide&Deep split between a leader and a follower process over ZeroMQ on this machine.
+# Usage: bash scripts/run_vfl_train_local.sh [--data RAW_TSV] [--out DIR] [--epochs N] [--centralized]
+#        [--rows N] (synthetic rows when no --data) [--hash-buckets N]
+# Env: LEADER_CONFIG, FOLLOWER_CONFIG (default examples/wide_deep_criteo/{leader,follower}.yaml).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+DATA="" OUT="runs/local" EPOCHS="" CENTRALIZED=0 ROWS=1000000 BUCKETS=20000
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --data) DATA=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --epochs) EPOCHS=$2; shift 2 ;;
+    --centralized) CENTRALIZED=1; shift ;;
+    --rows) ROWS=$2; shift 2 ;;
+    --hash-buckets) BUCKETS=$2; shift 2 ;;
+    -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
+    *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+LEADER_CONFIG=${LEADER_CONFIG:-examples/wide_deep_criteo/leader.yaml}
+FOLLOWER_CONFIG=${FOLLOWER_CONFIG:-examples/wide_deep_criteo/follower.yaml}
+bash scripts/setup.sh
+PY="$ROOT/.venv/bin/python"
+. scripts/lib.sh
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+if [ -z "$DATA" ]; then
+  DATA="data/synthetic/criteo_synth_${ROWS}.tsv"
+  if [ ! -f "$DATA" ] || [ ! -f "$DATA.truth.npy" ]; then
+    echo "== generating $ROWS synthetic Criteo-format rows -> $DATA"
+    "$PY" -m vfl.data synth --rows "$ROWS" --out "$DATA" --seed 0
+  fi
+fi
+[ -f "$DATA" ] || { echo "error: --data $DATA: file not found" >&2; exit 2; }
+SHARDS="$OUT/shards"
+echo "== preparing party shards from $DATA -> $SHARDS"
+"$PY" -m vfl.data prepare --input "$DATA" --out "$SHARDS" --hash-buckets "$BUCKETS" --force
+EP_ARGS=()
+[ -n "$EPOCHS" ] && EP_ARGS=(--epochs "$EPOCHS")
+if [ "$CENTRALIZED" = 1 ]; then
+  echo "== centralized reference (one process, no ZeroMQ)"
+  # the shard paths of the configs are replaced by this run's shards
+  tmpcfg=$(mktemp -d)
+  "$PY" - "$LEADER_CONFIG" "$FOLLOWER_CONFIG" "$SHARDS" "$tmpcfg" <<'PYEOF'
+import sys, yaml
+leader, follower, shards, out = sys.argv[1:]
+for src, name in ((leader, "leader.yaml"), (follower, "follower.yaml")):
+    doc = yaml.safe_load(open(src))
+    doc["data"]["path"] = f"{shards}/{doc['party']}"
+    yaml.safe_dump(doc, open(f"{out}/{name}", "w"))
+PYEOF
+  "$PY" -m vfl.centralized --config "$tmpcfg/leader.yaml" --follower-config "$tmpcfg/follower.yaml" --out "$OUT" "${EP_ARGS[@]}"
+  rm -rf "$tmpcfg"
+  echo "== metrics: $OUT/metrics.json"
+  exit 0
+fi
+PORT=$(free_port)
+SECRET="$OUT/secret"
+new_secret "$SECRET"
+ENDPOINT="tcp://127.0.0.1:$PORT"
+FOLLOWER=$("$PY" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["party"])' "$FOLLOWER_CONFIG")
+echo "== leader and $FOLLOWER over ZeroMQ at $ENDPOINT (logs in $OUT)"
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap 'cleanup; exit 130' INT TERM
+"$PY" -m leader --config "$LEADER_CONFIG" --bind "$ENDPOINT" --data "$SHARDS/leader" --out "$OUT" --secret-file "$SECRET" "${EP_ARGS[@]}" &
+LEADER_PID=$!; PIDS+=("$LEADER_PID")
+"$PY" -m follower --config "$FOLLOWER_CONFIG" --connect "$ENDPOINT" --data "$SHARDS/$FOLLOWER" --out "$OUT" --secret-file "$SECRET" "${EP_ARGS[@]}" > "$OUT/$FOLLOWER.stdout" 2>&1 &
+FOLLOWER_PID=$!; PIDS+=("$FOLLOWER_PID")
+status=0
+# wait for whichever party ends first; if it failed, stop the other one by PID
+while :; do
+  for pid in "${PIDS[@]}"; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      wait "$pid" || status=$?
+      if [ "$status" != 0 ]; then
+        name=leader; [ "$pid" = "$FOLLOWER_PID" ] && name=$FOLLOWER
+        echo "error: $name exited with status $status; stopping the other parties" >&2
+        [ "$pid" = "$FOLLOWER_PID" ] && tail -n 3 "$OUT/$FOLLOWER.stdout" >&2
+        cleanup; wait 2>/dev/null || true
+        exit "$status"
+      fi
+      PIDS=("${PIDS[@]/$pid}")
+    fi
+  done
+  alive=0; for pid in "${PIDS[@]}"; do [ -n "$pid" ] && alive=1; done
+  [ "$alive" = 0 ] && break
+  sleep 0.2
+done
+echo "== metrics: $OUT/metrics.json"
+"$PY" - "$OUT/metrics.json" <<'PYEOF'
+import json, sys
+m = json.load(open(sys.argv[1]))
+bayes = m.get("bayes_test_auc")
+print(f"test AUC {m['test_auc']:.4f}" + (f"  (Bayes-optimal AUC of this data: {bayes:.4f})" if bayes else "")
+      + f"  test logloss {m['test_logloss']:.4f}  {m['samples_per_second']:.0f} samples/s"
+      + (f"  label DP eps={m['label_dp']['eps']}" if m.get("label_dp") else ""))
+PYEOF
