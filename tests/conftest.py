@@ -50,3 +50,27 @@ def raw_line(label="0", ints=None, cats=None) -> str:
     ints = ints if ints is not None else ["1"] * 13
     cats = cats if cats is not None else ["68fd1e64"] * 26
     return "\t".join([label, *ints, *cats])
+
+
+@pytest.fixture
+def procs():
+    """Real party processes, killed by PID when the test ends."""
+    from tests.procs import Procs
+
+    p = Procs()
+    yield p
+    p.cleanup()
+
+
+@pytest.fixture(scope="session")
+def shards_three(synth_small, tmp_path_factory) -> pathlib.Path:
+    """synth_small split across a leader and two followers."""
+    from vfl.data.parties import parse_parties
+    from vfl.data.prepare import PrepareOptions, prepare
+
+    doc = {"leader": {"dense": ["I1", "I2", "I3", "I4"], "categorical": [f"C{i}" for i in range(1, 10)], "label": True},
+           "follower0": {"dense": ["I5", "I6", "I7", "I8"], "categorical": [f"C{i}" for i in range(10, 19)]},
+           "follower1": {"dense": ["I9", "I10", "I11", "I12", "I13"], "categorical": [f"C{i}" for i in range(19, 27)]}}
+    out = tmp_path_factory.mktemp("shards3") / "criteo"
+    prepare(str(synth_small), str(out), parse_parties(doc), PrepareOptions(hash_buckets=2_000))
+    return out
