@@ -1,0 +1,169 @@
+"""Every bad input to a split run ends in a clear one-line error, a non-zero exit and no hang."""
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import yaml
+
+from tests.procs import free_port, party_configs
+
+
+def _edit(path: str, fn) -> None:
+    doc = yaml.safe_load(open(path))
+    fn(doc)
+    yaml.safe_dump(doc, open(path, "w"))
+
+
+def test_unknown_yaml_key_suggests_the_nearest(tmp_path, shards_small, procs):
+    # Prepare
+    cfgs = party_configs(str(tmp_path), str(shards_small))
+    _edit(cfgs["leader"], lambda d: d["train"].update({"batch_szie": 4}))
+    # Execute
+    procs.start("leader", "leader", cfgs["leader"])
+    code, _, err = procs.wait("leader", 60)
+    # Assert
+    assert code == 2
+    assert "unknown key 'train.batch_szie'" in err and "did you mean 'train.batch_size'" in err
+
+
+def test_value_outside_its_domain_quotes_the_domain(tmp_path, shards_small, procs):
+    # Prepare
+    cfgs = party_configs(str(tmp_path), str(shards_small))
+    _edit(cfgs["follower0"], lambda d: d["network"].update({"timeout_s": -3}))
+    # Execute
+    procs.start("follower0", "follower", cfgs["follower0"])
+    code, _, err = procs.wait("follower0", 60)
+    # Assert
+    assert code == 2
+    assert "network.timeout_s must be in (0, 86400], got timeout_s=-3" in err
+
+
+def test_missing_data_path_is_named(tmp_path, shards_small, procs):
+    # Prepare
+    cfgs = party_configs(str(tmp_path), str(shards_small))
+    _edit(cfgs["leader"], lambda d: d["data"].update({"path": str(tmp_path / "nowhere")}))
+    # Execute
+    procs.start("leader", "leader", cfgs["leader"])
+    code, _, err = procs.wait("leader", 60)
+    # Assert
+    assert code == 1
+    assert "nowhere" in err and "does not exist" in err
+    assert err.count("\n") == 1  # one line
+
+
+def test_follower_with_different_rows_is_refused_at_the_handshake(tmp_path, shards_small, synth_small, procs):
+    # Prepare: the follower's shard comes from a preparation that dropped rows
+    from vfl.data.parties import load_parties, parse_parties
+    from vfl.data.prepare import PrepareOptions, prepare
+
+    other = tmp_path / "other"
+    doc = {p.name: {"dense": list(p.dense), "categorical": list(p.categorical), "label": p.label,
+                    "drop_fraction": 0.1 if p.name == "follower0" else 0.0} for p in load_parties(None)}
+    prepare(str(synth_small), str(other), parse_parties(doc), PrepareOptions(hash_buckets=2_000))
+    cfgs = party_configs(str(tmp_path), str(shards_small))
+    _edit(cfgs["follower0"], lambda d: d["data"].update({"path": str(other / "follower0")}))
+    # Execute
+    procs.start("leader", "leader", cfgs["leader"])
+    procs.start("follower0", "follower", cfgs["follower0"])
+    lcode, _, lerr = procs.wait("leader", 60)
+    fcode, _, ferr = procs.wait("follower0", 60)
+    # Assert
+    assert lcode == 1 and "not aligned" in lerr and "follower0's train sample ids differ" in lerr
+    assert fcode == 1 and "leader aborted" in ferr
+
+
+def test_wrong_shared_secret_fails_authentication_on_both_sides(tmp_path, shards_small, procs):
+    # Prepare
+    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=10)
+    wrong = tmp_path / "wrong_secret"
+    wrong.write_text("a-different-secret-of-enough-length")
+    _edit(cfgs["follower0"], lambda d: d["network"].update({"secret_file": str(wrong)}))
+    # Execute
+    procs.start("leader", "leader", cfgs["leader"])
+    procs.start("follower0", "follower", cfgs["follower0"])
+    lcode, _, lerr = procs.wait("leader", 60)
+    fcode, _, ferr = procs.wait("follower0", 60)
+    # Assert
+    assert lcode == 1 and "failed authentication" in lerr
+    assert fcode == 1 and "failed authentication" in ferr
+
+
+def test_secret_from_environment_variable_works_and_short_one_is_refused(tmp_path, shards_small, procs):
+    # Prepare
+    cfgs = party_configs(str(tmp_path), str(shards_small))
+    _edit(cfgs["leader"], lambda d: d["network"].pop("secret_file"))
+    # Execute
+    procs.start("leader", "leader", cfgs["leader"], env={"VFL_SHARED_SECRET": "short"})
+    code, _, err = procs.wait("leader", 60)
+    # Assert
+    assert code == 2 and "at least 16" in err and "VFL_SHARED_SECRET" in err
+
+
+def test_port_already_in_use(tmp_path, shards_small, procs):
+    # Prepare
+    port = free_port()
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", port))
+    blocker.listen(1)
+    cfgs = party_configs(str(tmp_path), str(shards_small), port=port)
+    try:
+        # Execute
+        procs.start("leader", "leader", cfgs["leader"])
+        code, _, err = procs.wait("leader", 60)
+    finally:
+        blocker.close()
+    # Assert
+    assert code == 1 and "address already in use" in err and str(port) in err
+
+
+def test_follower_that_never_connects_times_out(tmp_path, shards_small, procs):
+    # Prepare
+    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=2)
+    # Execute
+    t0 = time.monotonic()
+    procs.start("leader", "leader", cfgs["leader"])
+    code, _, err = procs.wait("leader", 60)
+    # Assert
+    assert code == 1
+    assert "timed out after 2 s awaiting HELLO from follower follower0" in err
+    assert time.monotonic() - t0 < 30
+
+
+def test_leader_that_never_answers_times_out_the_follower(tmp_path, shards_small, procs):
+    # Prepare
+    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=2)
+    # Execute
+    procs.start("follower0", "follower", cfgs["follower0"])
+    code, _, err = procs.wait("follower0", 60)
+    # Assert
+    assert code == 1 and "timed out after 2 s awaiting WELCOME" in err
+
+
+def test_follower_killed_mid_training_stops_the_leader_quickly(tmp_path, shards_small, procs):
+    # Prepare: many epochs so the kill lands mid-run; a long timeout shows disconnect detection works
+    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=60, train={"epochs": 200, "log_every": 1})
+    procs.start("leader", "leader", cfgs["leader"])
+    procs.start("follower0", "follower", cfgs["follower0"])
+    procs.wait_for_line("leader", os.path.join(tmp_path, "out", "leader.log"), "epoch 0 step 3/")
+    # Execute
+    t0 = time.monotonic()
+    procs.kill("follower0")
+    code, _, err = procs.wait("leader", 60)
+    # Assert
+    assert code == 1 and "connection lost" in err
+    assert time.monotonic() - t0 < 20
+
+
+def test_leader_killed_mid_training_stops_the_follower(tmp_path, shards_small, procs):
+    # Prepare
+    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=60, train={"epochs": 200, "log_every": 1})
+    procs.start("leader", "leader", cfgs["leader"])
+    procs.start("follower0", "follower", cfgs["follower0"])
+    procs.wait_for_line("leader", os.path.join(tmp_path, "out", "leader.log"), "epoch 0 step 3/")
+    # Execute
+    procs.kill("leader")
+    code, _, err = procs.wait("follower0", 60)
+    # Assert
+    assert code == 1 and "connection lost" in err
