@@ -1,0 +1,93 @@
+"""Config validation reports every problem at once, with the allowed domain and a suggestion."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from vfl.config import ConfigError, NetworkConfig, parse_config, read_secret
+
+
+def _leader(**over):
+    doc = {"role": "leader", "party": "leader",
+           "network": {"bind": "tcp://127.0.0.1:5560", "followers": ["follower0"]},
+           "data": {"path": "data/criteo/leader"}, "model": {"top": {"name": "linear"}}, "train": {}}
+    for k, v in over.items():
+        doc[k] = v
+    return doc
+
+
+def test_valid_leader_config_gets_defaults():
+    # Execute
+    cfg = parse_config(_leader())
+    # Assert
+    assert cfg.is_leader and cfg.network.followers == ("follower0",)
+    assert cfg.model.bottom.embedding_dim == 80 and cfg.model.bottom.hidden == (1024, 512, 256, 128)
+    assert cfg.train.batch_size == 16000 and cfg.privacy.label_dp is None
+
+
+def test_all_errors_are_reported_together_with_domains():
+    # Prepare
+    doc = _leader(train={"epochs": 0, "lr": "fast", "optimizer": "adamw"}, network={"bind": "127.0.0.1:5560", "followers": []})
+    # Execute
+    with pytest.raises(ConfigError) as e:
+        parse_config(doc)
+    text = str(e.value)
+    # Assert
+    assert "5 problem(s)" in text
+    assert "train.epochs must be in [1, 10000], got epochs=0" in text
+    assert "train.lr must be a number, got 'fast'" in text
+    assert "train.optimizer must be one of ['adam', 'sgd', 'adagrad'], got 'adamw' (did you mean 'adam'?)" in text
+    assert "tcp://HOST:PORT" in text and "network.followers must be a non-empty list" in text
+
+
+def test_unknown_keys_suggest_nearest_and_inline_secrets_are_refused():
+    # Prepare
+    doc = _leader(privacy={"label_dp": {"epsilon": 1}}, network={"bind": "tcp://127.0.0.1:1", "followers": ["f"], "secret": "x"})
+    # Execute
+    with pytest.raises(ConfigError) as e:
+        parse_config(doc)
+    # Assert
+    text = str(e.value)
+    assert "unknown key 'privacy.label_dp.epsilon'" in text and "privacy.label_dp.eps is required" in text
+    assert "unknown key 'network.secret'" in text and "secrets never go in YAML" in text
+
+
+def test_label_dp_eps_domain_and_infinity():
+    # Execute
+    cfg = parse_config(_leader(privacy={"label_dp": {"eps": math.inf}}))
+    # Assert
+    assert cfg.privacy.label_dp.eps == math.inf
+    with pytest.raises(ConfigError, match=r"privacy.label_dp.eps must be in \[0.0, inf\), got eps=-1"):
+        parse_config(_leader(privacy={"label_dp": {"eps": -1}}))
+    with pytest.raises(ConfigError, match="must be a number, got True"):
+        parse_config(_leader(privacy={"label_dp": {"eps": True}}))
+
+
+def test_follower_may_not_carry_leader_only_settings():
+    # Prepare
+    doc = {"role": "follower", "party": "follower0", "network": {"connect": "tcp://h:1", "followers": ["x"]},
+           "data": {"path": "p"}, "model": {"top": {"name": "linear"}}, "privacy": {"label_dp": {"eps": 1}}}
+    # Execute
+    with pytest.raises(ConfigError) as e:
+        parse_config(doc)
+    # Assert
+    text = str(e.value)
+    assert "network.followers is only used by the leader" in text
+    assert "model.top is only used by the leader" in text
+    assert "privacy.label_dp is set on the leader only" in text
+
+
+def test_secret_comes_from_file_or_environment(tmp_path, monkeypatch):
+    # Prepare
+    f = tmp_path / "s"
+    f.write_text("0123456789abcdef0123\n")
+    monkeypatch.setenv("MY_SECRET", "fedcba9876543210fedcba")
+    # Execute / Assert
+    assert read_secret(NetworkConfig(secret_file=str(f))) == b"0123456789abcdef0123"
+    assert read_secret(NetworkConfig(secret_env="MY_SECRET")) == b"fedcba9876543210fedcba"
+    monkeypatch.delenv("VFL_SHARED_SECRET", raising=False)
+    with pytest.raises(ConfigError, match="no shared secret"):
+        read_secret(NetworkConfig())
+    with pytest.raises(ConfigError, match="cannot be read"):
+        read_secret(NetworkConfig(secret_file=str(tmp_path / "missing")))
