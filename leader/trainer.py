@@ -11,6 +11,7 @@ from vfl.checkpoint import save_checkpoint
 from vfl.config import PartyConfig
 from vfl.data.shards import batch_digest, batch_order, eval_batches
 from vfl.labels import training_labels
+from vfl.prior_model import prior_fn_for
 from vfl.loop import TrainingLoop
 from vfl.metrics import RunLog
 from vfl.party import BottomParty
@@ -36,7 +37,8 @@ class LeaderTrainer:
         self.cut_dims: dict[str, int] = {}
         self._loss_factory = loss_factory
         train = party.train_split
-        self.labels = training_labels(train.labels, train.ids, cfg.privacy.label_dp, cfg.train.seed)
+        self.labels = training_labels(train.labels, train.ids, cfg.privacy.label_dp, cfg.train.seed,
+                                      prior_fn_for(cfg, party))
         self.top: TopTrainer | None = None
         self.loop = TrainingLoop(cfg.train, len(party.train_split), party.test_split.labels, log)
 

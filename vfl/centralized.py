@@ -22,6 +22,7 @@ from vfl.labels import training_labels
 from vfl.loop import TrainingLoop
 from vfl.metrics import RunLog, write_json
 from vfl.party import BottomParty, resolve_device, set_threads
+from vfl.prior_model import prior_fn_for
 from vfl.top import TopTrainer
 
 
@@ -46,7 +47,8 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     if problems:
         raise DataError("; ".join(problems))
     train = parties[0].train_split
-    labels_info = training_labels(train.labels, train.ids, leader_cfg.privacy.label_dp, leader_cfg.train.seed)
+    labels_info = training_labels(train.labels, train.ids, leader_cfg.privacy.label_dp, leader_cfg.train.seed,
+                                  prior_fn_for(leader_cfg, parties[0]))
     labels = torch.from_numpy(labels_info.labels)
     loss_fn = loss_factory(labels_info) if loss_factory else None
     top = TopTrainer(leader_cfg.train, leader_cfg.model.top, sum(p.cut_dim for p in parties), device,
