@@ -59,7 +59,7 @@ def label_kind(labels: np.ndarray) -> str:
         flat = values.reshape(-1)
         bad = np.flatnonzero((flat != 0) & (flat != 1))
         if bad.size:
-            raise ValueError(f"binary labels must be 0 or 1; row {bad[0]} is {flat[bad[0]]!r}")
+            raise ValueError(f"binary labels must be 0 or 1; row {bad[0]} is {labels.reshape(-1)[bad[0]].item()!r}")
         return "binary"
     k = labels.shape[1]
     if k < 2:

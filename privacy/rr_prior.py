@@ -44,6 +44,8 @@ def rr_with_prior(labels: np.ndarray, prior: np.ndarray, eps: float, rng: np.ran
     if (prior < 0).any() or not np.allclose(prior.sum(axis=1), 1.0, atol=1e-6):
         raise ValueError("prior rows must be probability vectors (non-negative, summing to 1)")
     eps = check_eps(eps)
+    if np.isinf(eps):  # noise-free: every label is kept
+        return labels.copy(), np.full(n, k_total, dtype=np.int64)
     if u_keep is None or u_pick is None:
         if rng is None:
             raise ValueError("rr_with_prior needs a numpy Generator (rng) or pre-drawn uniforms (u_keep, u_pick)")

@@ -1,0 +1,158 @@
+"""LabelDP flips and keeps at the stated rates, satisfies eps-DP on neighbouring labels, is exact
+at eps = inf, and rejects bad input naming the value. Statistical checks use 5.5-sigma binomial
+bounds (false failure < 4e-8 each) or Hoeffding bounds at beta = 1e-8 per bin; the whole module
+fails by chance with probability < 1e-6."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from privacy import LabelDP, flip_probability, keep_probability
+from privacy.label_dp_run import randomize_binary_once
+from tests.dp_stats import binomial_tolerance, dp_histogram_violations
+
+N = 200_000
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.5, 1.0, 2.0, 4.0])
+def test_binary_flip_rate_matches_one_over_one_plus_e_eps(eps):
+    # Prepare
+    labels = np.random.default_rng(1).integers(0, 2, N)
+    # Execute
+    noisy = LabelDP(eps)(labels, generator=np.random.default_rng(2))
+    # Assert
+    rho = 1 / (1 + math.exp(eps))
+    assert abs(np.mean(noisy != labels) - rho) < binomial_tolerance(N, rho)
+
+
+@pytest.mark.parametrize("eps, k", [(0.0, 4), (1.0, 4), (2.0, 10), (1.0, 2)])
+def test_one_hot_keep_and_move_rates(eps, k):
+    # Prepare
+    cls = np.random.default_rng(3).integers(0, k, N)
+    onehot = np.eye(k, dtype=np.float32)[cls]
+    # Execute
+    out = LabelDP(eps)(onehot, generator=np.random.default_rng(4))
+    new = out.argmax(axis=1)
+    # Assert: keep rate p1, and each other class gets p2 = 1/(k-1+e^eps)
+    p1 = math.exp(eps) / (k - 1 + math.exp(eps))
+    assert abs(np.mean(new == cls) - p1) < binomial_tolerance(N, p1)
+    moved_by = (new - cls) % k
+    p2 = 1 / (k - 1 + math.exp(eps))
+    for shift in range(1, k):
+        assert abs(np.mean(moved_by == shift) - p2) < binomial_tolerance(N, p2)
+    assert out.dtype == np.float32 and (out.sum(axis=1) == 1).all()
+
+
+def test_torch_input_keeps_type_shape_dtype_and_device():
+    # Prepare
+    y = torch.tensor([[0.0], [1.0], [1.0]], dtype=torch.float64)
+    oh = torch.tensor([[0, 1, 0], [1, 0, 0]], dtype=torch.int32)
+    # Execute
+    a = LabelDP(1.0)(y, generator=torch.Generator().manual_seed(0))
+    b = LabelDP(1.0)(oh, generator=5)
+    # Assert
+    assert isinstance(a, torch.Tensor) and a.shape == (3, 1) and a.dtype == torch.float64 and a.device == y.device
+    assert isinstance(b, torch.Tensor) and b.shape == (2, 3) and b.dtype == torch.int32 and (b.sum(1) == 1).all()
+
+
+def test_eps_infinity_is_exact_and_eps_zero_is_uniform():
+    # Prepare
+    labels = np.random.default_rng(6).integers(0, 2, N).astype(np.int8)
+    onehot = torch.eye(3)[torch.from_numpy(np.random.default_rng(7).integers(0, 3, 1000))]
+    # Execute
+    exact = LabelDP(math.inf)(labels)
+    exact_t = LabelDP(float("inf"))(onehot)
+    uniform = LabelDP(0.0)(np.zeros(N, np.int64), generator=8)
+    # Assert
+    np.testing.assert_array_equal(exact, labels)
+    assert exact.dtype == np.int8 and torch.equal(exact_t, onehot)
+    assert abs(uniform.mean() - 0.5) < binomial_tolerance(N, 0.5)
+    assert flip_probability(math.inf) == 0.0 and keep_probability(math.inf, 5) == 1.0
+    assert not math.isnan(keep_probability(1e6, 3))  # no overflow, no silent cap at 100
+
+
+def test_same_generator_seed_reproduces_the_output():
+    labels = np.random.default_rng(9).integers(0, 2, 1000)
+    a = LabelDP(1.0)(labels, generator=np.random.default_rng(42))
+    b = LabelDP(1.0)(labels, generator=np.random.default_rng(42))
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("eps", [0.5, 1.0, 2.0])
+def test_dp_histogram_on_neighbouring_binary_labels(eps):
+    # Prepare: the same mechanism on label 0 and on label 1 (neighbouring datasets of one record)
+    rng = np.random.default_rng(10)
+    # Execute
+    out0 = LabelDP(eps)(np.zeros(N, np.int64), generator=rng)
+    out1 = LabelDP(eps)(np.ones(N, np.int64), generator=rng)
+    # Assert
+    assert dp_histogram_violations(out0, out1, eps, bins=2) == []
+
+
+def test_dp_histogram_on_neighbouring_one_hot_labels():
+    rng = np.random.default_rng(11)
+    a = LabelDP(1.0)(np.tile(np.eye(4)[0], (N, 1)), generator=rng).argmax(1)
+    b = LabelDP(1.0)(np.tile(np.eye(4)[1], (N, 1)), generator=rng).argmax(1)
+    assert dp_histogram_violations(a, b, 1.0, bins=4) == []
+
+
+def test_dp_histogram_test_has_power_against_a_miscalibrated_mechanism():
+    # Prepare: a mechanism that claims eps but flips with 1/(1+e^(2 eps)) is only 2eps-DP
+    eps = 1.0
+    rng = np.random.default_rng(12)
+    rho_wrong = 1 / (1 + math.exp(2 * eps))
+    # Execute
+    out0 = (rng.random(N) < rho_wrong).astype(np.int64)
+    out1 = 1 - (rng.random(N) < rho_wrong).astype(np.int64)
+    # Assert
+    assert dp_histogram_violations(out0, out1, eps, bins=2) != []
+
+
+def test_whole_run_noise_is_a_function_of_seed_and_sample_id():
+    # Prepare
+    ids = np.arange(10_000) * 7 + 3
+    labels = np.random.default_rng(13).integers(0, 2, ids.size)
+    perm = np.random.default_rng(14).permutation(ids.size)
+    # Execute
+    full = randomize_binary_once(labels, ids, 1.0, seed=5)
+    shuffled = randomize_binary_once(labels[perm], ids[perm], 1.0, seed=5)
+    resumed = randomize_binary_once(labels[5000:], ids[5000:], 1.0, seed=5)
+    other_seed = randomize_binary_once(labels, ids, 1.0, seed=6)
+    # Assert: same noisy label for the same (seed, id), whatever order or subset
+    np.testing.assert_array_equal(full[perm], shuffled)
+    np.testing.assert_array_equal(full[5000:], resumed)
+    assert np.mean(full != other_seed) > 0.2
+
+
+@pytest.mark.parametrize("eps, exc, needle", [
+    (True, TypeError, "real number, got bool"),
+    ("1.0", TypeError, "real number, got str"),
+    (-1.0, ValueError, "eps must be >= 0 (or inf for no noise), got eps=-1.0"),
+    (float("nan"), ValueError, "got eps=nan"),
+])
+def test_bad_eps_raises_quoting_the_value(eps, exc, needle):
+    with pytest.raises(exc) as e:
+        LabelDP(eps)
+    assert needle in str(e.value)
+
+
+@pytest.mark.parametrize("labels, needle", [
+    (np.array([0, 1, 2, 1]), "row 2 is 2"),
+    (np.array([[1, 0, 0], [1, 1, 0], [0, 0, 0]]), "row 1 is [1, 1, 0]"),
+    (np.array([[1, 0, 0], [0, 0, 0]]), "row 1 is [0, 0, 0]"),
+    (np.array([[0.5, 0.5], [1, 0]]), "row 0"),
+    (np.zeros((2, 2, 2)), "ndim=3"),
+    (np.zeros((3, 0)), "K >= 2"),
+])
+def test_bad_labels_raise_naming_the_first_bad_row(labels, needle):
+    with pytest.raises(ValueError) as e:
+        LabelDP(1.0)(labels)
+    assert needle in str(e.value)
+
+
+def test_non_array_labels_raise_type_error():
+    with pytest.raises(TypeError, match="numpy array or a torch tensor"):
+        LabelDP(1.0)([0, 1])
