@@ -22,17 +22,20 @@ class GradientRecorder:
         self.path = path
         self.ids: list[np.ndarray] = []
         self.epochs: list[np.ndarray] = []
+        self.steps: list[np.ndarray] = []
         self.grads: list[np.ndarray] = []
 
-    def add(self, epoch: int, ids: np.ndarray, grad: np.ndarray) -> None:
+    def add(self, epoch: int, step: int, ids: np.ndarray, grad: np.ndarray) -> None:
         self.ids.append(np.asarray(ids, np.int64).copy())
         self.epochs.append(np.full(len(ids), epoch, np.int32))
+        self.steps.append(np.full(len(ids), step, np.int32))
         self.grads.append(np.asarray(grad, np.float32).copy())
 
     def save(self) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(self.path)) or ".", exist_ok=True)
         tmp = f"{self.path}.tmp-{os.getpid()}.npz"
-        np.savez(tmp, ids=np.concatenate(self.ids), epoch=np.concatenate(self.epochs), grad=np.concatenate(self.grads))
+        np.savez(tmp, ids=np.concatenate(self.ids), epoch=np.concatenate(self.epochs), step=np.concatenate(self.steps),
+                 grad=np.concatenate(self.grads))
         os.replace(tmp, self.path)
 
 
@@ -100,7 +103,7 @@ class FollowerTrainer:
         if grad.dtype != np.float32 or tuple(grad.shape) != tuple(out.shape):
             raise WireError(f"GRADIENT for step {step}: expected float32 {tuple(out.shape)}, got {grad.dtype} {tuple(grad.shape)}")
         if self.recorder:
-            self.recorder.add(epoch, ids, grad)
+            self.recorder.add(epoch, step, ids, grad)
         self.party.apply_gradient(torch.from_numpy(grad.copy()))
         self.steps += 1
         steps = len(self._orders[epoch])

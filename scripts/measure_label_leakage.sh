@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Train on the default synthetic data with the follower recording every gradient it receives,
+# then run the label-leakage attacks (python -m privacy.attacks) and write DIR/leakage.json.
+# Usage: bash scripts/measure_label_leakage.sh [--eps E] [--out DIR] [--rows N] [--epochs N]
+#   no --eps: no label DP (the sign attack should reach AUC ~1.0 on the scalar cut)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EPS="" OUT="" ROWS=200000 EPOCHS=2
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --eps) EPS=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --rows) ROWS=$2; shift 2 ;;
+    --epochs) EPOCHS=$2; shift 2 ;;
+    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+    *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+OUT=${OUT:-runs/leakage_${EPS:-nodp}}
+bash scripts/setup.sh
+PY=.venv/bin/python
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+"$PY" - "$EPS" "$OUT" <<'PYEOF'
+import sys, yaml
+eps, out = sys.argv[1], sys.argv[2]
+leader = yaml.safe_load(open("examples/wide_deep_criteo/leader.yaml"))
+if eps:
+    leader["privacy"] = {"label_dp": {"eps": float(eps), "mechanism": "rr"}}
+follower = yaml.safe_load(open("examples/wide_deep_criteo/follower.yaml"))
+follower["debug"] = {"record_gradients": f"{out}/gradients.npz"}
+yaml.safe_dump(leader, open(f"{out}/leader.yaml", "w"))
+yaml.safe_dump(follower, open(f"{out}/follower.yaml", "w"))
+PYEOF
+LEADER_CONFIG="$OUT/leader.yaml" FOLLOWER_CONFIG="$OUT/follower.yaml" \
+  bash scripts/run_vfl_train_local.sh --out "$OUT" --rows "$ROWS" --epochs "$EPOCHS" > "$OUT/train.stdout"
+extra=$("$PY" -c 'import json,sys; m=json.load(open(sys.argv[1])); print(json.dumps({"model_test_auc": m["test_auc"], "note": "model_test_auc is the feature-only baseline: what a model trained on (noisy) labels predicts from features alone"}))' "$OUT/metrics.json")
+EPS_ARGS=()
+[ -n "$EPS" ] && EPS_ARGS=(--eps "$EPS")
+"$PY" -m privacy.attacks --gradients "$OUT/gradients.npz" --labels "$OUT/shards/leader/train" "${EPS_ARGS[@]}" --out "$OUT/leakage.json" --extra "$extra"
