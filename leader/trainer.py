@@ -69,13 +69,14 @@ class LeaderTrainer:
             digest = batch_digest(train_ids[rows])
             for f in self.followers:
                 self.ch.send(f, "FORWARD", {"epoch": epoch, "step": i, "rows": int(rows.size), "digest": digest})
-            cuts = [self.party.forward_train(rows)]
+            own = self.party.forward_train(rows)
+            own_leaf = own.detach().requires_grad_(True)
             remote = [self._cut_tensor(f, self.ch.recv(f, "EMBEDDING"), i, rows.size) for f in self.followers]
-            loss = self.top.loss(cuts + remote, labels[rows])
-            loss.backward()
+            loss = self.top.loss([own_leaf, *remote], labels[rows])
+            loss.backward()  # top only: the followers' gradients are ready before the leader's bottom runs
             for f, t in zip(self.followers, remote):
                 self.ch.send(f, "GRADIENT", {"epoch": epoch, "step": i}, [t.grad.detach().cpu().numpy()])
-            self.party.step_optimizer()
+            self.party.apply_gradient(own_leaf.grad)  # overlaps with the followers' backward passes
             self.top.step()
             return float(loss.detach())
 
