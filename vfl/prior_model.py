@@ -4,7 +4,8 @@ noisy labels, whose predictions are the priors for RRWithPrior on the remaining 
 Ghazi et al. 2021 (Algorithm 3) train stage one on all features; in a vertical setting that would
 need the followers, so this prior uses the leader's columns only. The privacy argument is
 unchanged: the prior depends on features and on other samples' noisy labels, never on the
-label it is applied to.
+label it is applied to. Stage one trains with forward loss correction, so the prior estimates the
+clean click probability rather than the flattened noisy one.
 """
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from privacy.label_dp_run import forward_corrected_bce
+from privacy.randomized_response import flip_probability
 from vfl.config import PartyConfig
 from vfl.data.shards import PartyShard, batch_order, eval_batches
 from vfl.models import build_bottom
@@ -35,6 +37,7 @@ def leader_prior_fn(cfg: PartyConfig, shard: PartyShard, device: torch.device):
     """fit_predict(stage_one_mask, noisy_labels) -> P(y=1) for every training row."""
     train = shard.split("train")
     epochs = cfg.privacy.label_dp.prior_epochs
+    rho = flip_probability(cfg.privacy.label_dp.eps)  # stage-one labels are plain RR: correct for it
 
     def fit_predict(stage_one: np.ndarray, noisy: np.ndarray) -> np.ndarray:
         with torch.random.fork_rng(devices=[]):
@@ -47,7 +50,7 @@ def leader_prior_fn(cfg: PartyConfig, shard: PartyShard, device: torch.device):
         for epoch in range(epochs):
             for batch in batch_order(rows.size, cfg.train.batch_size, cfg.train.seed ^ 0x5EED, epoch):
                 r = rows[batch]
-                loss = F.binary_cross_entropy_with_logits(net(*train.features(r, device)), y[r].to(device))
+                loss = forward_corrected_bce(net(*train.features(r, device)), y[r].to(device), rho)
                 loss.backward()
                 opt.step()
                 opt.zero_grad()
