@@ -1,0 +1,81 @@
+"""NbAFL: noising before model aggregation (Wei et al. 2020, "Federated Learning With Differential
+Privacy: Algorithms and Performance Analysis", IEEE TIFS; Theorems 1 and 2), with the noise scales
+of FederatedScope's wrap_nbafl_trainer / wrap_nbafl_server:
+
+  clients clip their weights to norm w_clip and add N(0, scale_u^2) before uploading, with
+      scale_u = w_clip * T * 2 * constant / (n_train * eps)       (T rounds, n_train local samples)
+  the server adds N(0, scale_d^2) to the aggregate only when T > sqrt(N) * L:
+      scale_d = 2 * constant * w_clip * sqrt(T^2 - L^2 N) / (min_n_train * N * eps)
+  (N clients, L clients sampled per round; constant = c = sqrt(2 ln(1.25/delta)) in the paper,
+  a tunable constant in FederatedScope). Local training clips gradient norms to grad_clip.
+The (eps, delta) calibrated here is the guarantee of the whole T-round run (the paper's Theorem 1
+composes over T exposures inside scale_u).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class NbAFLParams:
+    epsilon: float = 10.0
+    delta: float = 0.01
+    w_clip: float = 1.0
+    grad_clip: float = 5.0
+    constant: float | None = None  # None: sqrt(2 ln(1.25 / delta))
+
+    def __post_init__(self):
+        errors = []
+        for name, lo_open in (("epsilon", True), ("w_clip", True), ("grad_clip", True)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                errors.append(f"nbafl.{name} must be > 0, got {v!r}")
+        if isinstance(self.delta, bool) or not isinstance(self.delta, (int, float)) or not 0 < self.delta < 1:
+            errors.append(f"nbafl.delta must be in (0, 1), got {self.delta!r}")
+        if self.constant is not None and (isinstance(self.constant, bool) or not isinstance(self.constant, (int, float)) or self.constant <= 0):
+            errors.append(f"nbafl.constant must be > 0, got {self.constant!r}")
+        if errors:
+            raise ValueError("; ".join(errors))
+
+    @property
+    def c(self) -> float:
+        return self.constant if self.constant is not None else math.sqrt(2.0 * math.log(1.25 / self.delta))
+
+
+def uplink_scale(p: NbAFLParams, rounds: int, n_train: int) -> float:
+    """scale_u = w_clip * T * 2 * c / (n_train * eps)."""
+    return p.w_clip * rounds * 2.0 * p.c / (n_train * p.epsilon)
+
+
+def downlink_scale(p: NbAFLParams, rounds: int, num_clients: int, sampled: int, min_n_train: int) -> float:
+    """scale_d, or 0 when T <= sqrt(N) * L (no downlink noise needed)."""
+    if rounds <= math.sqrt(num_clients) * sampled:
+        return 0.0
+    return 2.0 * p.c * p.w_clip * math.sqrt(rounds**2 - sampled**2 * num_clients) / (min_n_train * num_clients * p.epsilon)
+
+
+def clip_weights(weights: np.ndarray, w_clip: float) -> np.ndarray:
+    """w / max(1, ||w|| / w_clip)."""
+    norm = float(np.linalg.norm(weights))
+    return weights / max(1.0, norm / w_clip)
+
+
+def nbafl_client(weights: np.ndarray, p: NbAFLParams, rounds: int, n_train: int, rng: np.random.Generator) -> np.ndarray:
+    """Clip the local weights and add the uplink noise."""
+    clipped = clip_weights(np.asarray(weights, dtype=np.float64), p.w_clip)
+    return clipped + rng.normal(0.0, uplink_scale(p, rounds, n_train), size=clipped.shape)
+
+
+def nbafl_server(aggregate: np.ndarray, p: NbAFLParams, rounds: int, num_clients: int, sampled: int, min_n_train: int,
+                 rng: np.random.Generator) -> np.ndarray:
+    """Add the downlink noise to the aggregate when the theorem requires it."""
+    s = downlink_scale(p, rounds, num_clients, sampled, min_n_train)
+    return aggregate + rng.normal(0.0, s, size=aggregate.shape) if s > 0 else aggregate.copy()
+
+
+def nbafl_cost(p: NbAFLParams) -> dict:
+    """The run-level (eps, delta) NbAFL is calibrated for."""
+    return {"eps": float(p.epsilon), "delta": float(p.delta)}
