@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import log_ndtr
 
 
 def _phi(x: float) -> float:
@@ -19,11 +20,16 @@ def _phi(x: float) -> float:
     return 0.5 * math.erfc(-x / math.sqrt(2.0))
 
 
+def _exp_phi(eps: float, x: float) -> float:
+    """e^eps * Phi(x) without overflow for large eps (log-space)."""
+    return math.exp(eps + float(log_ndtr(x)))
+
+
 def gaussian_delta(eps: float, delta_sensitivity: float, sigma: float) -> float:
     """delta of the Gaussian mechanism at eps (Balle & Wang 2018, Theorem 8)."""
     a = delta_sensitivity / (2.0 * sigma)
     b = eps * sigma / delta_sensitivity
-    return _phi(a - b) - math.exp(eps) * _phi(-a - b)
+    return _phi(a - b) - _exp_phi(eps, -a - b)
 
 
 def analytic_gaussian_sigma(eps: float, delta: float, sensitivity: float = 1.0, tol: float = 1e-12) -> float:
@@ -36,10 +42,10 @@ def analytic_gaussian_sigma(eps: float, delta: float, sensitivity: float = 1.0, 
         raise ValueError(f"sensitivity must be > 0, got {sensitivity!r}")
 
     def case_a(s: float) -> float:
-        return _phi(math.sqrt(eps * s)) - math.exp(eps) * _phi(-math.sqrt(eps * (s + 2.0)))
+        return _phi(math.sqrt(eps * s)) - _exp_phi(eps, -math.sqrt(eps * (s + 2.0)))
 
     def case_b(s: float) -> float:
-        return _phi(-math.sqrt(eps * s)) - math.exp(eps) * _phi(-math.sqrt(eps * (s + 2.0)))
+        return _phi(-math.sqrt(eps * s)) - _exp_phi(eps, -math.sqrt(eps * (s + 2.0)))
 
     delta0 = case_a(0.0)
     if delta == delta0:

@@ -13,6 +13,7 @@ import os
 import time
 
 import numpy as np
+from scipy.special import expit
 
 from privacy.accounting import PrivacyLedger
 from privacy.gaussian import gaussian_client, gaussian_cost
@@ -41,7 +42,7 @@ class LogisticModel:
         return w[0] + dense @ w[1 : 1 + 2 * self.n_dense] + w[cat + self.offsets].sum(axis=1)
 
     def gradient(self, w: np.ndarray, dense: np.ndarray, cat: np.ndarray, y: np.ndarray) -> np.ndarray:
-        g = 1.0 / (1.0 + np.exp(-self.logits(w, dense, cat))) - y
+        g = expit(self.logits(w, dense, cat)) - y
         n = y.size
         grad = np.zeros_like(w)
         grad[0] = g.sum() / n
@@ -139,7 +140,7 @@ def run_fedavg(cfg: FedConfig, out_dir: str, log=print) -> dict:
             if cfg.magrr:
                 magrr.update([magrr_client_bit(u.topk_mean_abs, magrr.r_est, magrr.phase, magrr.eps_rr, rng) for u in ups])
                 ledger.spend("magrr", magrr.cost())
-        probs = 1.0 / (1.0 + np.exp(-model.logits(w, te_dense, te_cat)))
+        probs = expit(model.logits(w, te_dense, te_cat))
         entry = {"round": r, "test_auc": auc(te_y, probs), "test_logloss": logloss(te_y, probs), "upload_numbers_per_client": upload}
         if kind == "SIGNDS" and cfg.magrr:
             entry["magrr_r_est"] = magrr.r_est
@@ -153,6 +154,7 @@ def run_fedavg(cfg: FedConfig, out_dir: str, log=print) -> dict:
         metrics["laplace_eval"] = laplace_evaluation(probs, te_y, cfg.laplace_eval_eps, rng)
         ledger.spend("laplace_eval", laplace_cost(cfg.laplace_eval_eps), scope="per released output")
     metrics["privacy"] = ledger.totals()
+    np.save(os.path.join(out_dir, "model.npy"), w)
     with open(os.path.join(out_dir, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2)
     return metrics
