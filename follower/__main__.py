@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import sys
 
-from vfl.cli import config_or_exit, fail, one_line, party_arguments
+from vfl.cli import config_or_exit, fail, party_arguments, run_party
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -16,47 +16,40 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"{args.config} has role {cfg.role!r}; python -m follower needs role: follower", 2)
 
     from follower.trainer import FollowerTrainer
-    from vfl.config import ConfigError, read_secret
+    from vfl.config import read_secret
     from vfl.data.reader import DataError
     from vfl.data.shards import PartyShard
     from vfl.metrics import RunLog
     from vfl.party import BottomParty, resolve_device, set_threads
-    from vfl.wire import FollowerChannel, PeerAbort, WireError
+    from vfl.wire import FollowerChannel
 
     log = RunLog(os.path.join(cfg.output.dir, f"{cfg.party}.log"))
-    channel = None
-    try:
+    state: dict = {}
+
+    def body() -> None:
         key = read_secret(cfg.network)
         set_threads(cfg.train.threads, 2)
         shard = PartyShard(cfg.data.path)
         if shard.has_labels:
             raise DataError(f"data.path {cfg.data.path} holds labels (it is the leader's shard {shard.name!r}); a follower must never read labels")
         party = BottomParty(cfg, shard, resolve_device(cfg.train.device))
-        channel = FollowerChannel(cfg.network.connect, cfg.party, key, cfg.network.timeout_s)
+        channel = state["channel"] = FollowerChannel(cfg.network.connect, cfg.party, key, cfg.network.timeout_s)
         trainer = FollowerTrainer(cfg, channel, party, log, cfg.output.dir)
         log(f"follower {cfg.party}: connecting to {cfg.network.connect}")
         welcome = trainer.handshake()
         log(f"follower {cfg.party}: joined run {channel.run} ({welcome.get('epochs')} epochs x {welcome.get('steps_per_epoch')} steps)")
         trainer.run()
         log(f"follower {cfg.party}: done after {trainer.steps} steps")
-        return 0
-    except PeerAbort as e:
-        log.error(f"error: {one_line(e)}")
-        return 1
-    except (ConfigError, DataError, WireError, RuntimeError, ValueError, OSError) as e:
-        reason = one_line(e)
-        if channel is not None:
-            channel.abort(f"{cfg.party}: {reason}")
-        log.error(f"error: {reason}")
-        return 2 if isinstance(e, ConfigError) else 1
-    except KeyboardInterrupt:
-        if channel is not None:
-            channel.abort(f"{cfg.party} interrupted")
-        log.error("error: interrupted")
-        return 130
+
+    def abort(reason: str) -> None:
+        if "channel" in state:
+            state["channel"].abort(reason)
+
+    try:
+        return run_party(cfg, log, body, abort)
     finally:
-        if channel is not None:
-            channel.close()
+        if "channel" in state:
+            state["channel"].close()
         log.close()
 
 

@@ -5,7 +5,7 @@ import os
 import secrets
 import sys
 
-from vfl.cli import config_or_exit, fail, one_line, party_arguments
+from vfl.cli import config_or_exit, fail, party_arguments, run_party
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,23 +18,25 @@ def main(argv: list[str] | None = None) -> int:
 
     from leader.trainer import LeaderTrainer
     from privacy.label_dp_run import loss_factory
-    from vfl.config import ConfigError, read_secret
+    from vfl.config import read_secret
     from vfl.data.reader import DataError
     from vfl.data.shards import PartyShard
     from vfl.metrics import RunLog, write_json
     from vfl.party import BottomParty, resolve_device, set_threads
-    from vfl.wire import LeaderChannel, WireError
+    from vfl.wire import LeaderChannel
 
     log = RunLog(os.path.join(cfg.output.dir, f"{cfg.party}.log"))
-    channel = None
-    try:
+    state: dict = {}
+
+    def body() -> None:
         key = read_secret(cfg.network)
         set_threads(cfg.train.threads, 1 + len(cfg.network.followers))
         shard = PartyShard(cfg.data.path)
         if not shard.has_labels:
             raise DataError(f"data.path {cfg.data.path} is the shard of {shard.name!r}, which holds no labels; the leader needs the labelled shard")
         party = BottomParty(cfg, shard, resolve_device(cfg.train.device))
-        channel = LeaderChannel(cfg.network.bind, cfg.network.followers, key, cfg.network.timeout_s, cfg.party, secrets.token_hex(8))
+        channel = state["channel"] = LeaderChannel(cfg.network.bind, cfg.network.followers, key, cfg.network.timeout_s,
+                                                   cfg.party, secrets.token_hex(8))
         trainer = LeaderTrainer(cfg, channel, party, log, cfg.output.dir, loss_factory(cfg.privacy.label_dp))
         log(f"leader {cfg.party}: run {channel.run}, listening on {cfg.network.bind}, waiting for {list(cfg.network.followers)}")
         if trainer.labels.report is not None:
@@ -50,21 +52,16 @@ def main(argv: list[str] | None = None) -> int:
         log(f"final test_auc: {metrics['test_auc']:.6f} test_logloss: {metrics['test_logloss']:.6f}"
             + (f" (Bayes-optimal test AUC {bayes:.6f})" if bayes is not None else "")
             + f" samples/s: {metrics['samples_per_second']:.0f}")
-        return 0
-    except (ConfigError, DataError, WireError, FloatingPointError, RuntimeError, ValueError, OSError) as e:
-        reason = one_line(e)
-        if channel is not None:
-            channel.abort_all(f"leader: {reason}")
-        log.error(f"error: {reason}")
-        return 2 if isinstance(e, ConfigError) else 1
-    except KeyboardInterrupt:
-        if channel is not None:
-            channel.abort_all("leader interrupted")
-        log.error("error: interrupted")
-        return 130
+
+    def abort(reason: str) -> None:
+        if "channel" in state:
+            state["channel"].abort_all(reason)
+
+    try:
+        return run_party(cfg, log, body, abort)
     finally:
-        if channel is not None:
-            channel.close()
+        if "channel" in state:
+            state["channel"].close()
         log.close()
 
 

@@ -48,3 +48,29 @@ def config_or_exit(args, endpoint_key: str) -> PartyConfig | int:
         return 2
     os.makedirs(cfg.output.dir, exist_ok=True)
     return cfg
+
+
+def run_party(cfg: PartyConfig, log, body, abort) -> int:
+    """Run body(); on a fatal error call abort(reason) (tell the peers), log one line, return the exit code.
+
+    Shared by both party entry points so that every failure looks the same: `error: <reason>` on
+    stderr and in the party's log, exit 2 for configuration errors, 1 otherwise, 130 on Ctrl-C.
+    """
+    from vfl.data.reader import DataError
+    from vfl.wire import PeerAbort, WireError
+
+    try:
+        body()
+        return 0
+    except PeerAbort as e:  # the peer already knows; just report its reason
+        log.error(f"error: {one_line(e)}")
+        return 1
+    except (ConfigError, DataError, WireError, FloatingPointError, RuntimeError, ValueError, OSError) as e:
+        reason = one_line(e)
+        abort(f"{cfg.party}: {reason}")
+        log.error(f"error: {reason}")
+        return 2 if isinstance(e, ConfigError) else 1
+    except KeyboardInterrupt:
+        abort(f"{cfg.party} interrupted")
+        log.error("error: interrupted")
+        return 130

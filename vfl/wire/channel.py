@@ -93,11 +93,13 @@ class _Endpoint:
         if remaining <= 0:
             raise PeerTimeout(f"timed out after {self.timeout_s:g} s awaiting {awaiting} (network.timeout_s)")
         events = dict(self._poller.poll(max(1, int(remaining * 1000))))
+        if self._sock in events:  # messages that arrived before a disconnect are read first (an ABORT, say)
+            return True
         if self._monitor in events:
             evt = recv_monitor_message(self._monitor)
             if evt["event"] == zmq.EVENT_DISCONNECTED and self.watch_disconnect:
                 raise PeerLost(f"connection lost while awaiting {awaiting}")
-        return self._sock in events
+        return False
 
     def close(self) -> None:
         try:
