@@ -10,7 +10,7 @@ from vfl.handshake import hello_meta
 from vfl.checkpoint import save_checkpoint
 from vfl.config import PartyConfig
 from vfl.data.shards import batch_digest, batch_order
-from vfl.metrics import RunLog
+from vfl.metrics import RunLog, loss_line
 from vfl.party import BottomParty
 from vfl.wire import FollowerChannel, WireError
 
@@ -107,8 +107,12 @@ class FollowerTrainer:
         self.party.apply_gradient(torch.from_numpy(grad.copy()))
         self.steps += 1
         steps = len(self._orders[epoch])
+        loss = g.meta.get("loss")
         if (step + 1) % self.cfg.train.log_every == 0 or step + 1 == steps:
-            self.log(f"epoch {epoch} step {step + 1}/{steps} gradient applied")
+            if isinstance(loss, (int, float)) and not isinstance(loss, bool) and np.isfinite(loss):
+                self.log(loss_line(epoch, step + 1, steps, float(loss)))
+            else:
+                self.log(f"epoch {epoch} step {step + 1}/{steps} gradient applied")
 
     def _eval_step(self, meta: dict) -> None:
         start, stop = meta.get("start"), meta.get("stop")

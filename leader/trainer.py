@@ -74,11 +74,13 @@ class LeaderTrainer:
             remote = [self._cut_tensor(f, self.ch.recv(f, "EMBEDDING"), i, rows.size) for f in self.followers]
             loss = self.top.loss([own_leaf, *remote], labels[rows])
             loss.backward()  # top only: the followers' gradients are ready before the leader's bottom runs
+            value = float(loss.detach())
             for f, t in zip(self.followers, remote):
-                self.ch.send(f, "GRADIENT", {"epoch": epoch, "step": i}, [t.grad.detach().cpu().numpy()])
+                # the batch loss (on the training labels, noisy under label DP) lets followers log the same line
+                self.ch.send(f, "GRADIENT", {"epoch": epoch, "step": i, "loss": value}, [t.grad.detach().cpu().numpy()])
             self.party.apply_gradient(own_leaf.grad)  # overlaps with the followers' backward passes
             self.top.step()
-            return float(loss.detach())
+            return value
 
         self.loop.run(step, self.evaluate, lambda epoch, gs: self.checkpoint(epoch, gs, f"step{gs}"))
 
