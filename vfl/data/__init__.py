@@ -1,0 +1,1 @@
+"""Criteo data: raw TSV reader, synthetic generator, party shards and batching."""

@@ -1,0 +1,105 @@
+"""Streaming reader of raw Criteo TSV files (plain or .gz) in bounded-memory blocks."""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from vfl.data.schema import N_RAW_FIELDS
+from vfl.data.tokenizer import BadLine, ParsedBlock, parse_block
+
+BLOCK_BYTES = 1 << 20  # numpy temporaries stay in cache; measured fastest on 2 cores
+MAX_BAD_LINES_NAMED = 5
+
+
+class DataError(ValueError):
+    """Input data that cannot be used; the message names the file and what is wrong."""
+
+
+@dataclass
+class ReadStats:
+    """What a pass over the file saw."""
+
+    lines: int = 0
+    good_rows: int = 0
+    bad_rows: int = 0
+    first_bad: list[BadLine] = field(default_factory=list)
+    sha256: str = ""
+    bytes_read: int = 0
+    has_id_column: bool = False
+
+
+def _open(path: str):
+    if not os.path.exists(path):
+        raise DataError(f"input file not found: {path}")
+    if os.path.isdir(path):
+        raise DataError(f"input must be a file, got a directory: {path}")
+    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
+def detect_id_column(path: str) -> bool:
+    """True when the first line has 41 fields (a leading sample-id column), False for 40."""
+    with _open(path) as f:
+        first = f.readline()
+    if not first.strip():
+        raise DataError(f"input file is empty: {path}")
+    n = first.rstrip(b"\r\n").count(b"\t") + 1
+    if n == N_RAW_FIELDS:
+        return False
+    if n == N_RAW_FIELDS + 1:
+        return True
+    raise DataError(
+        f"{path}: line 1 has {n} tab-separated fields; raw Criteo has {N_RAW_FIELDS} "
+        f"(label, I1..I13, C1..C26), or {N_RAW_FIELDS + 1} with a leading id column"
+    )
+
+
+def read_blocks(path: str, strict: bool, stats: ReadStats, block_bytes: int = BLOCK_BYTES) -> Iterator[ParsedBlock]:
+    """Yield parsed blocks of good rows; bad lines are counted (or raise with strict)."""
+    has_id = detect_id_column(path)
+    stats.has_id_column = has_id
+    digest = hashlib.sha256()
+    line_index = 0
+    carry = b""
+    with _open(path) as f:
+        while True:
+            chunk = f.read(block_bytes)
+            if chunk:
+                digest.update(chunk)
+                stats.bytes_read += len(chunk)
+                data = carry + chunk
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:
+                    carry = data
+                    continue
+                carry, data = data[cut:], data[:cut]
+            elif carry:
+                data, carry = carry + b"\n", b""
+            else:
+                break
+            block, bad = parse_block(data, line_index, has_id)
+            line_index += data.count(b"\n")
+            if bad:
+                if strict:
+                    b = bad[0]
+                    raise DataError(f"{path}: line {b.line_index + 1}: {b.reason} (run without --strict to skip malformed lines)")
+                stats.bad_rows += len(bad)
+                room = MAX_BAD_LINES_NAMED - len(stats.first_bad)
+                stats.first_bad.extend(bad[:max(room, 0)])
+            stats.good_rows += block.label.size
+            if block.label.size:
+                yield block
+    stats.lines = line_index
+    stats.sha256 = digest.hexdigest()
+    if stats.good_rows == 0:
+        raise DataError(f"{path}: no usable rows ({stats.bad_rows} malformed lines)")
+
+
+def warn_bad_lines(path: str, stats: ReadStats) -> None:
+    """One warning naming the first malformed lines, on stderr."""
+    if stats.bad_rows:
+        named = ", ".join(f"line {b.line_index + 1} ({b.reason})" for b in stats.first_bad)
+        print(f"warning: {path}: skipped {stats.bad_rows} malformed line(s); first: {named}", file=sys.stderr)

@@ -1,0 +1,33 @@
+"""Column names of the raw Criteo format and the default assignment of columns to parties."""
+from __future__ import annotations
+
+LABEL = "label"
+DENSE_COLUMNS: tuple[str, ...] = tuple(f"I{i}" for i in range(1, 14))
+CATEGORICAL_COLUMNS: tuple[str, ...] = tuple(f"C{i}" for i in range(1, 27))
+ALL_FEATURES: tuple[str, ...] = DENSE_COLUMNS + CATEGORICAL_COLUMNS
+N_RAW_FIELDS = 1 + len(DENSE_COLUMNS) + len(CATEGORICAL_COLUMNS)  # 40
+
+# MindSpore Federated splitnn_criteo: the leader holds I1-I7, C1-C13 and the label,
+# follower0 holds I8-I13, C14-C26.
+DEFAULT_PARTIES: dict[str, dict] = {
+    "leader": {
+        "dense": list(DENSE_COLUMNS[:7]),
+        "categorical": list(CATEGORICAL_COLUMNS[:13]),
+        "label": True,
+    },
+    "follower0": {
+        "dense": list(DENSE_COLUMNS[7:]),
+        "categorical": list(CATEGORICAL_COLUMNS[13:]),
+        "label": False,
+    },
+}
+
+
+def dense_index(name: str) -> int:
+    """Position of a dense column (I1 -> 0)."""
+    return DENSE_COLUMNS.index(name)
+
+
+def categorical_index(name: str) -> int:
+    """Position of a categorical column (C1 -> 0)."""
+    return CATEGORICAL_COLUMNS.index(name)

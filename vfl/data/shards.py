@@ -1,0 +1,104 @@
+"""Reading a party's prepared shard for training: memory-mapped splits, batch order, batch digests."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from vfl.data.reader import DataError
+
+
+@dataclass
+class ShardSplit:
+    """One split (train or test) of a party's shard, arrays memory-mapped from disk."""
+
+    ids: np.ndarray
+    dense: np.ndarray
+    dense_missing: np.ndarray
+    cat: np.ndarray
+    labels: np.ndarray | None
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+    def features(self, rows: np.ndarray | slice, device: torch.device | str = "cpu") -> tuple[torch.Tensor, ...]:
+        """(dense float32, dense_missing float32, cat int64) tensors of the given rows."""
+        dense = torch.from_numpy(np.ascontiguousarray(self.dense[rows], dtype=np.float32))
+        missing = torch.from_numpy(np.ascontiguousarray(self.dense_missing[rows], dtype=np.float32))
+        cat = torch.from_numpy(np.ascontiguousarray(self.cat[rows], dtype=np.int64))
+        return dense.to(device), missing.to(device), cat.to(device)
+
+
+class PartyShard:
+    """OUT/<party> of `python -m vfl.data prepare`: manifest plus train/test splits."""
+
+    def __init__(self, path: str, in_memory: bool = True):
+        self.path = path
+        manifest_path = os.path.join(path, "manifest.json")
+        if not os.path.isdir(path):
+            raise DataError(f"data.path {path!r} does not exist or is not a directory (run `python -m vfl.data prepare` first)")
+        if not os.path.exists(manifest_path):
+            raise DataError(f"data.path {path!r} has no manifest.json: it is not a party shard written by `python -m vfl.data prepare`")
+        with open(manifest_path) as f:
+            self.manifest = json.load(f)
+        party = self.manifest["party"]
+        self.name: str = party["name"]
+        self.dense_columns: list[str] = party["dense"]
+        self.categorical_columns: list[str] = party["categorical"]
+        self.field_sizes: list[int] = [int(party["field_sizes"][c]) for c in self.categorical_columns]
+        self.has_labels: bool = bool(party["has_labels"])
+        self.id_digest: dict[str, str] = self.manifest["id_digest"]
+        self._in_memory = in_memory
+        self._splits: dict[str, ShardSplit] = {}
+
+    @property
+    def n_dense(self) -> int:
+        return len(self.dense_columns)
+
+    def split(self, name: str) -> ShardSplit:
+        if name not in self._splits:
+            root = os.path.join(self.path, name)
+            mode = None if self._in_memory else "r"
+
+            def load(fname: str, required: bool = True):
+                p = os.path.join(root, fname)
+                if not os.path.exists(p):
+                    if required:
+                        raise DataError(f"shard {self.path}: missing {name}/{fname}")
+                    return None
+                return np.load(p, mmap_mode=mode, allow_pickle=False)
+
+            s = ShardSplit(load("ids.npy"), load("dense.npy"), load("dense_missing.npy"), load("cat.npy"),
+                           load("labels.npy", required=self.has_labels))
+            n = len(s)
+            for arr, what in ((s.dense, "dense"), (s.dense_missing, "dense_missing"), (s.cat, "cat")):
+                if arr.shape[0] != n:
+                    raise DataError(f"shard {self.path}/{name}: {what}.npy has {arr.shape[0]} rows, ids.npy has {n}")
+            self._splits[name] = s
+        return self._splits[name]
+
+    def check_columns(self, dense: tuple[str, ...] | None, categorical: tuple[str, ...] | None) -> None:
+        """The config's optional column lists must match the shard's."""
+        for want, have, key in ((dense, self.dense_columns, "dense"), (categorical, self.categorical_columns, "categorical")):
+            if want is not None and list(want) != list(have):
+                raise DataError(f"data.{key} {list(want)} does not match the shard's columns {have} in {self.path}")
+
+
+def batch_order(n_rows: int, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
+    """The row indices of each training batch of an epoch; every party derives the same order."""
+    perm = np.random.default_rng([seed, epoch, 0xBA7C4]).permutation(n_rows)
+    return [perm[i : i + batch_size] for i in range(0, n_rows, batch_size)]
+
+
+def eval_batches(n_rows: int, batch_size: int) -> list[slice]:
+    """Consecutive evaluation batches over a split, in id order."""
+    return [slice(i, min(i + batch_size, n_rows)) for i in range(0, n_rows, batch_size)]
+
+
+def batch_digest(ids: np.ndarray) -> str:
+    """Short sha256 of a batch's sample ids: followers check they are about to use the same rows."""
+    return hashlib.sha256(np.ascontiguousarray(ids, dtype="<i8").tobytes()).hexdigest()[:32]
