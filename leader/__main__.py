@@ -5,64 +5,51 @@ import os
 import secrets
 import sys
 
-from vfl.cli import config_or_exit, fail, party_arguments, run_party
+from vfl.cli import party_main
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = party_arguments("python -m leader", "--bind").parse_args(argv)
-    cfg = config_or_exit(args, "bind")
-    if isinstance(cfg, int):
-        return cfg
-    if cfg.role != "leader":
-        return fail(f"{args.config} has role {cfg.role!r}; python -m leader needs role: leader", 2)
-
+def body(cfg, log, state: dict) -> None:
     from leader.trainer import LeaderTrainer
     from privacy.label_dp_run import loss_factory
     from vfl.config import read_secret
     from vfl.data.reader import DataError
     from vfl.data.shards import PartyShard
-    from vfl.metrics import RunLog, write_json
+    from vfl.metrics import write_json
     from vfl.party import BottomParty, resolve_device, set_threads
     from vfl.wire import LeaderChannel
 
-    log = RunLog(os.path.join(cfg.output.dir, f"{cfg.party}.log"))
-    state: dict = {}
+    key = read_secret(cfg.network)
+    set_threads(cfg.train.threads, 1 + len(cfg.network.followers))
+    shard = PartyShard(cfg.data.path)
+    if not shard.has_labels:
+        raise DataError(f"data.path {cfg.data.path} is the shard of {shard.name!r}, which holds no labels; the leader needs the labelled shard")
+    party = BottomParty(cfg, shard, resolve_device(cfg.train.device))
+    channel = state["channel"] = LeaderChannel(cfg.network.bind, cfg.network.followers, key, cfg.network.timeout_s,
+                                               cfg.party, secrets.token_hex(8))
+    trainer = LeaderTrainer(cfg, channel, party, log, cfg.output.dir, loss_factory(cfg.privacy.label_dp))
+    log(f"leader {cfg.party}: run {channel.run}, listening on {cfg.network.bind}, waiting for {list(cfg.network.followers)}")
+    if trainer.labels.report is not None:
+        r = trainer.labels.report
+        log(f"label DP: {r['mechanism']} eps={r['eps']} once per sample for the whole run; "
+            f"flipped {r['flipped_fraction']:.4f} of training labels; debias={r.get('debias', False)}")
+    trainer.handshake()
+    trainer.train()
+    trainer.finish(cfg.train.epochs - 1, trainer.loop.global_step)
+    metrics = trainer.metrics()
+    write_json(os.path.join(cfg.output.dir, "metrics.json"), metrics)
+    bayes = metrics.get("bayes_test_auc")
+    log(f"final test_auc: {metrics['test_auc']:.6f} test_logloss: {metrics['test_logloss']:.6f}"
+        + (f" (Bayes-optimal test AUC {bayes:.6f})" if bayes is not None else "")
+        + f" samples/s: {metrics['samples_per_second']:.0f}")
 
-    def body() -> None:
-        key = read_secret(cfg.network)
-        set_threads(cfg.train.threads, 1 + len(cfg.network.followers))
-        shard = PartyShard(cfg.data.path)
-        if not shard.has_labels:
-            raise DataError(f"data.path {cfg.data.path} is the shard of {shard.name!r}, which holds no labels; the leader needs the labelled shard")
-        party = BottomParty(cfg, shard, resolve_device(cfg.train.device))
-        channel = state["channel"] = LeaderChannel(cfg.network.bind, cfg.network.followers, key, cfg.network.timeout_s,
-                                                   cfg.party, secrets.token_hex(8))
-        trainer = LeaderTrainer(cfg, channel, party, log, cfg.output.dir, loss_factory(cfg.privacy.label_dp))
-        log(f"leader {cfg.party}: run {channel.run}, listening on {cfg.network.bind}, waiting for {list(cfg.network.followers)}")
-        if trainer.labels.report is not None:
-            r = trainer.labels.report
-            log(f"label DP: {r['mechanism']} eps={r['eps']} once per sample for the whole run; "
-                f"flipped {r['flipped_fraction']:.4f} of training labels; debias={r.get('debias', False)}")
-        trainer.handshake()
-        trainer.train()
-        trainer.finish(cfg.train.epochs - 1, trainer.loop.global_step)
-        metrics = trainer.metrics()
-        write_json(os.path.join(cfg.output.dir, "metrics.json"), metrics)
-        bayes = metrics.get("bayes_test_auc")
-        log(f"final test_auc: {metrics['test_auc']:.6f} test_logloss: {metrics['test_logloss']:.6f}"
-            + (f" (Bayes-optimal test AUC {bayes:.6f})" if bayes is not None else "")
-            + f" samples/s: {metrics['samples_per_second']:.0f}")
 
-    def abort(reason: str) -> None:
-        if "channel" in state:
-            state["channel"].abort_all(reason)
+def abort(state: dict, reason: str) -> None:
+    if "channel" in state:
+        state["channel"].abort_all(reason)
 
-    try:
-        return run_party(cfg, log, body, abort)
-    finally:
-        if "channel" in state:
-            state["channel"].close()
-        log.close()
+
+def main(argv: list[str] | None = None) -> int:
+    return party_main(argv, "leader", "--bind", body, abort)
 
 
 if __name__ == "__main__":

@@ -74,3 +74,28 @@ def run_party(cfg: PartyConfig, log, body, abort) -> int:
         abort(f"{cfg.party} interrupted")
         log.error("error: interrupted")
         return 130
+
+
+def party_main(argv: list[str] | None, role: str, endpoint_flag: str, body, abort) -> int:
+    """Entry point of `python -m leader|follower`: parse, validate, run body(cfg, log, state) guarded.
+
+    body may put its channel in state["channel"]; abort(state, reason) tells the peers; the channel
+    and the log are closed whatever happens.
+    """
+    endpoint_key = endpoint_flag.lstrip("-")
+    args = party_arguments(f"python -m {role}", endpoint_flag).parse_args(argv)
+    cfg = config_or_exit(args, endpoint_key)
+    if isinstance(cfg, int):
+        return cfg
+    if cfg.role != role:
+        return fail(f"{args.config} has role {cfg.role!r}; python -m {role} needs role: {role}", 2)
+    from vfl.metrics import RunLog
+
+    log = RunLog(os.path.join(cfg.output.dir, f"{cfg.party}.log"))
+    state: dict = {}
+    try:
+        return run_party(cfg, log, lambda: body(cfg, log, state), lambda reason: abort(state, reason))
+    finally:
+        if "channel" in state:
+            state["channel"].close()
+        log.close()
