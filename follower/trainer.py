@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from vfl.handshake import hello_meta
-from vfl.checkpoint import save_checkpoint
+from vfl.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.config import PartyConfig
 from vfl.data.shards import batch_digest, batch_order
 from vfl.metrics import RunLog, loss_line
@@ -51,9 +51,14 @@ class FollowerTrainer:
         self._orders: dict[int, list[np.ndarray]] = {}
         self.recorder = GradientRecorder(cfg.debug.record_gradients) if cfg.debug.record_gradients else None
         self.steps = 0
+        self.start_step = 0
+        if cfg.train.resume_from:
+            ckpt = load_resume_checkpoint(cfg.train.resume_from, cfg.party, ("bottom",))
+            party.load_state(ckpt["state"]["bottom"])
+            self.start_step = ckpt["step"]
 
     def handshake(self) -> dict:
-        self.ch.send("HELLO", hello_meta(self.cfg, self.party.shard))
+        self.ch.send("HELLO", hello_meta(self.cfg, self.party.shard, self.start_step))
         welcome = self.ch.recv(("WELCOME",), f"WELCOME from the leader at {self.ch.endpoint} (is the leader running?)")
         run = welcome.meta.get("run")
         if not isinstance(run, str) or not run:
@@ -79,7 +84,7 @@ class FollowerTrainer:
             elif msg.type == "SAVE":
                 self._save(str(msg.meta.get("tag", "ckpt")), int(msg.meta.get("epoch", 0)), int(msg.meta.get("step", 0)))
             else:
-                self._save("final", -1, self.steps)
+                self._save("final", int(msg.meta.get("epoch", -1)), int(msg.meta.get("step", self.start_step + self.steps)))
                 if self.recorder:
                     self.recorder.save()
                 self.ch.send("BYE", {"steps": self.steps})

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from vfl.handshake import hello_meta, hello_problems
-from vfl.checkpoint import save_checkpoint
+from vfl.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.config import PartyConfig
 from vfl.data.shards import batch_digest, batch_order, eval_batches
 from vfl.labels import training_labels
@@ -41,10 +41,15 @@ class LeaderTrainer:
                                       prior_fn_for(cfg, party))
         self.top: TopTrainer | None = None
         self.loop = TrainingLoop(cfg.train, len(party.train_split), party.test_split.labels, log)
+        self.resume = None
+        if cfg.train.resume_from:
+            self.resume = load_resume_checkpoint(cfg.train.resume_from, cfg.party, ("bottom", "top"))
+            party.load_state(self.resume["state"]["bottom"])
+        self.start_step = self.resume["step"] if self.resume else 0
 
     # -- handshake ---------------------------------------------------------------------------
     def handshake(self) -> None:
-        ours = hello_meta(self.cfg, self.party.shard)
+        ours = hello_meta(self.cfg, self.party.shard, self.start_step)
         problems = []
         for f in self.followers:
             hello = self.ch.recv(f, "HELLO", f"HELLO from follower {f} (is it running and pointed at {self.cfg.network.bind}?)")
@@ -59,6 +64,9 @@ class LeaderTrainer:
         loss_fn = self._loss_factory(self.labels) if self._loss_factory else None
         kwargs = {"loss_fn": loss_fn} if loss_fn is not None else {}
         self.top = TopTrainer(self.cfg.train, self.cfg.model.top, in_dim, self.party.device, **kwargs)
+        if self.resume:
+            self.top.load_state(self.resume["state"]["top"])
+            self.log(f"resumed from {self.cfg.train.resume_from} at global step {self.start_step}")
 
     # -- training ----------------------------------------------------------------------------
     def train(self) -> None:
@@ -82,7 +90,7 @@ class LeaderTrainer:
             self.top.step()
             return value
 
-        self.loop.run(step, self.evaluate, lambda epoch, gs: self.checkpoint(epoch, gs, f"step{gs}"))
+        self.loop.run(step, self.evaluate, lambda epoch, gs: self.checkpoint(epoch, gs, f"step{gs}"), self.start_step)
 
     def _cut_tensor(self, peer: str, msg, step: int, rows: int) -> torch.Tensor:
         if msg.meta.get("step") != step or len(msg.tensors) != 1:
@@ -125,7 +133,7 @@ class LeaderTrainer:
     def finish(self, epoch: int, step: int) -> None:
         self.checkpoint(epoch, step, "final")
         for f in self.followers:
-            self.ch.send(f, "DONE", {})
+            self.ch.send(f, "DONE", {"epoch": epoch, "step": step})
         self.ch.watch_disconnect = False  # followers leave once they said BYE
         for f in self.followers:
             self.ch.recv(f, "BYE")

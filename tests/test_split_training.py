@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from tests.conftest import REPO
 from tests.procs import party_configs
@@ -89,3 +90,45 @@ def test_outputs_metrics_logs_and_weights_only_checkpoints(tmp_path, shards_smal
     assert set(final["state"]) == {"bottom", "top"} and final["party"] == "leader"
     f10 = load_checkpoint(str(out / "checkpoints" / "follower0_step10.pt"))
     assert "model" in f10["state"]["bottom"] and "optimizer" in f10["state"]["bottom"]
+
+
+def test_resumed_run_continues_exactly_with_label_dp(tmp_path, shards_small, procs):
+    # Prepare: one uninterrupted 2-epoch run, and a 1-epoch run resumed for the second epoch
+    dp = {"label_dp": {"eps": 1.0}}
+    for d in ("full", "first", "second"):
+        (tmp_path / d).mkdir()
+    full = party_configs(str(tmp_path / "full"), str(shards_small), train={"epochs": 2}, privacy=dp)
+    first = party_configs(str(tmp_path / "first"), str(shards_small), train={"epochs": 1}, privacy=dp)
+    straight = _run_split(procs, full)
+    procs.cleanup()
+    _run_split(procs, first)
+    procs.cleanup()
+    ckpts = tmp_path / "first/out/checkpoints"
+    second = party_configs(str(tmp_path / "second"), str(shards_small), train={"epochs": 2}, privacy=dp)
+    # Execute
+    procs.start("leader", "leader", second["leader"], "--resume", str(ckpts / "leader_final.pt"))
+    procs.start("follower0", "follower", second["follower0"], "--resume", str(ckpts / "follower0_final.pt"))
+    for name in ("leader", "follower0"):
+        code, _, err = procs.wait(name, 300)
+        assert code == 0, err
+    resumed = json.loads((tmp_path / "second/out/metrics.json").read_text())
+    # Assert: same noisy labels, same optimizer state, same second-epoch losses and AUC
+    n = len(resumed["step_losses"])
+    assert n == straight["steps"] // 2 and resumed["steps"] == straight["steps"]
+    np.testing.assert_allclose(resumed["step_losses"], straight["step_losses"][-n:], rtol=1e-5)
+    assert resumed["test_auc"] == pytest.approx(straight["test_auc"], abs=1e-6)
+    assert "resumed from" in (tmp_path / "second/out/leader.log").read_text()
+
+
+def test_parties_resuming_from_different_steps_are_refused(tmp_path, shards_small, procs):
+    # Prepare
+    cfgs = party_configs(str(tmp_path), str(shards_small), train={"epochs": 1, "checkpoint_every": 5})
+    _run_split(procs, cfgs)
+    procs.cleanup()
+    ck = tmp_path / "out/checkpoints"
+    # Execute
+    procs.start("leader", "leader", cfgs["leader"], "--resume", str(ck / "leader_step5.pt"), "--epochs", "2")
+    procs.start("follower0", "follower", cfgs["follower0"], "--resume", str(ck / "follower0_step10.pt"), "--epochs", "2")
+    code, _, err = procs.wait("leader", 120)
+    # Assert
+    assert code == 1 and "follower0 resumes at global step 10 but the leader at 5" in err

@@ -29,6 +29,8 @@ from vfl.top import TopTrainer
 def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig], out_dir: str, log: RunLog,
                       loss_factory=None) -> dict:
     """Train all bottoms and the top in-process; write and return metrics.json."""
+    if any(c.train.resume_from for c in (leader_cfg, *follower_cfgs)):
+        raise ConfigError("train.resume_from is for split runs; the centralized reference always starts from step 0")
     set_threads(leader_cfg.train.threads, 1)
     device = resolve_device(leader_cfg.train.device)
     names = [f.party for f in follower_cfgs]

@@ -17,6 +17,7 @@ def party_arguments(prog: str, endpoint_flag: str) -> argparse.ArgumentParser:
     ap.add_argument("--secret-file", default=None, help="shared HMAC secret file (overrides network.secret_file)")
     ap.add_argument("--epochs", type=int, default=None, help="overrides train.epochs")
     ap.add_argument("--timeout", type=float, default=None, help="overrides network.timeout_s")
+    ap.add_argument("--resume", default=None, help="this party's checkpoint to continue from (overrides train.resume_from)")
     return ap
 
 
@@ -24,7 +25,7 @@ def load_party_config(args, endpoint_key: str) -> PartyConfig:
     overrides = {}
     for key, value in ((f"network.{endpoint_key}", args.endpoint), ("output.dir", args.out), ("data.path", args.data),
                        ("network.secret_file", args.secret_file), ("train.epochs", args.epochs),
-                       ("network.timeout_s", args.timeout)):
+                       ("network.timeout_s", args.timeout), ("train.resume_from", args.resume)):
         if value is not None:
             overrides[key] = value
     return load_config(args.config, overrides)

@@ -71,6 +71,7 @@ class TrainConfig:
     checkpoint_every: int = 0  # steps; 0 = only at the end
     device: str = "cpu"  # cpu | cuda | auto
     threads: int = 0  # torch intra-op threads; 0 = cores / parties on this host
+    resume_from: str | None = None  # this party's checkpoint (.pt) to continue from
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,7 @@ _SECTION_KEYS = {
     "model.bottom": ("name", "embedding_dim", "hidden", "cut_dim", "dropout"),
     "model.top": ("name", "hidden"),
     "train": ("epochs", "batch_size", "eval_batch_size", "seed", "log_every", "lr", "optimizer", "weight_decay",
-              "checkpoint_every", "device", "threads"),
+              "checkpoint_every", "device", "threads", "resume_from"),
     "privacy": ("label_dp",),
     "privacy.label_dp": ("eps", "mechanism", "debias", "prior_fraction", "prior_epochs"),
     "output": ("dir",),
@@ -298,6 +299,7 @@ def parse_config(doc: Any, source: str = "config") -> PartyConfig:
         checkpoint_every=c.number(tr, "train", "checkpoint_every", 0, integer=True, lo=0),
         device=c.choice(tr, "train", "device", "cpu", ["cpu", "cuda", "auto"]),
         threads=c.number(tr, "train", "threads", 0, integer=True, lo=0, hi=1024),
+        resume_from=c.string(tr, "train", "resume_from"),
     )
 
     p = c.section(top.get("privacy"), "privacy")

@@ -6,7 +6,7 @@ from vfl.data.shards import PartyShard
 from vfl.wire import PROTOCOL_VERSION
 
 
-def hello_meta(cfg: PartyConfig, shard: PartyShard) -> dict:
+def hello_meta(cfg: PartyConfig, shard: PartyShard, resume_step: int = 0) -> dict:
     """What a party announces about itself (followers send it; the leader compares with its own)."""
     return {
         "party": cfg.party,
@@ -16,6 +16,7 @@ def hello_meta(cfg: PartyConfig, shard: PartyShard) -> dict:
         "batch_size": cfg.train.batch_size,
         "seed": cfg.train.seed,
         "cut_dim": cfg.model.bottom.cut_dim,
+        "resume_step": resume_step,
     }
 
 
@@ -33,6 +34,9 @@ def hello_problems(peer: str, theirs: dict, ours: dict) -> list[str]:
                 f"{peer}'s {split} sample ids differ from the leader's (digest {str(b)[:12]} vs {str(a)[:12]}, "
                 f"rows {(theirs.get('rows') or {}).get(split)} vs {ours['rows'][split]}): the shards are not aligned; "
                 f"prepare every party from the same `python -m vfl.data prepare` run")
+    if theirs.get("resume_step") != ours.get("resume_step"):
+        problems.append(f"{peer} resumes at global step {theirs.get('resume_step')!r} but the leader at "
+                        f"{ours.get('resume_step')!r}; resume every party from checkpoints of the same step")
     for key in ("batch_size", "seed"):
         if theirs.get(key) != ours.get(key):
             problems.append(f"{peer} has train.{key}={theirs.get(key)!r} but the leader has train.{key}={ours.get(key)!r}")

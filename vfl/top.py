@@ -46,3 +46,7 @@ class TopTrainer:
 
     def state(self) -> dict:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
