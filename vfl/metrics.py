@@ -21,8 +21,11 @@ def auc(labels: np.ndarray, scores: np.ndarray) -> float:
 
 def logloss(labels: np.ndarray, probs: np.ndarray) -> float:
     """Binary cross-entropy of probabilities (clipped by scikit-learn's rule)."""
+    labels = np.asarray(labels)
+    if labels.size == 0:
+        return math.nan
     probs = np.clip(np.asarray(probs, dtype=np.float64), 1e-7, 1 - 1e-7)
-    return float(log_loss(np.asarray(labels), probs, labels=[0, 1]))
+    return float(log_loss(labels, probs, labels=[0, 1]))
 
 
 class RunLog:

@@ -11,6 +11,14 @@ import torch
 
 from vfl.data.reader import DataError
 
+IN_MEMORY_LIMIT = 2 << 30
+
+
+def _owned(arr: np.ndarray, dtype) -> np.ndarray:
+    """A writable, contiguous array of dtype (slices of a memory map are read-only views)."""
+    out = np.ascontiguousarray(arr, dtype=dtype)
+    return out if out.flags.writeable and not isinstance(out, np.memmap) else np.array(out, dtype=dtype)
+
 
 @dataclass
 class ShardSplit:
@@ -27,16 +35,18 @@ class ShardSplit:
 
     def features(self, rows: np.ndarray | slice, device: torch.device | str = "cpu") -> tuple[torch.Tensor, ...]:
         """(dense float32, dense_missing float32, cat int64) tensors of the given rows."""
-        dense = torch.from_numpy(np.ascontiguousarray(self.dense[rows], dtype=np.float32))
-        missing = torch.from_numpy(np.ascontiguousarray(self.dense_missing[rows], dtype=np.float32))
-        cat = torch.from_numpy(np.ascontiguousarray(self.cat[rows], dtype=np.int64))
+        dense = torch.from_numpy(_owned(self.dense[rows], np.float32))
+        missing = torch.from_numpy(_owned(self.dense_missing[rows], np.float32))
+        cat = torch.from_numpy(_owned(self.cat[rows], np.int64))
         return dense.to(device), missing.to(device), cat.to(device)
 
 
 class PartyShard:
     """OUT/<party> of `python -m vfl.data prepare`: manifest plus train/test splits."""
 
-    def __init__(self, path: str, in_memory: bool = True):
+    def __init__(self, path: str, in_memory: bool | None = None):
+        """in_memory None: load the arrays into RAM when the shard is under IN_MEMORY_LIMIT bytes, else
+        memory-map them (the full Kaggle set is ~4 GiB per party; random batch gathers then hit the page cache)."""
         self.path = path
         manifest_path = os.path.join(path, "manifest.json")
         if not os.path.isdir(path):
@@ -52,6 +62,9 @@ class PartyShard:
         self.field_sizes: list[int] = [int(party["field_sizes"][c]) for c in self.categorical_columns]
         self.has_labels: bool = bool(party["has_labels"])
         self.id_digest: dict[str, str] = self.manifest["id_digest"]
+        if in_memory is None:
+            size = sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(path) for f in files)
+            in_memory = size < IN_MEMORY_LIMIT
         self._in_memory = in_memory
         self._splits: dict[str, ShardSplit] = {}
 
