@@ -167,3 +167,17 @@ def test_ids_from_an_id_column_must_increase(tmp_path):
     with pytest.raises(DataError, match="strictly increasing"):
         prepare(src, str(tmp_path / "o"), load_parties(None))
     assert not (tmp_path / "o").exists()
+
+
+def test_memory_mapped_and_in_memory_shards_give_the_same_batches(shards_small):
+    # Prepare
+    from vfl.data.shards import PartyShard
+
+    mapped = PartyShard(str(shards_small / "follower0"), in_memory=False).split("test")
+    loaded = PartyShard(str(shards_small / "follower0"), in_memory=True).split("test")
+    rows = np.array([5, 0, 17, 3])
+    # Execute / Assert: fancy-indexed (training) and sliced (evaluation) batches agree and are writable
+    for sel in (rows, slice(2, 9)):
+        for a, b in zip(mapped.features(sel), loaded.features(sel)):
+            assert a.dtype == b.dtype and bool((a == b).all())
+            a.add_(0)  # writable: would fail on a read-only memory-map view
