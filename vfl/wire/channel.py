@@ -17,6 +17,7 @@ from vfl.wire.frames import Message, WireError, decode, encode
 
 ZERO_COPY_MIN_BYTES = 1 << 16  # below this zmq copies anyway (pyzmq serialization docs)
 LINGER_MS = 2000
+MAX_FRAME_BYTES = 1 << 30  # largest single frame accepted (an eval batch of 65536 x 4096 float32 fits)
 
 
 class PeerAbort(WireError):
@@ -59,6 +60,7 @@ class _Endpoint:
     def _make_socket(self, kind: int) -> zmq.Socket:
         sock = self._ctx.socket(kind)
         sock.setsockopt(zmq.LINGER, LINGER_MS)
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)  # a peer cannot make us allocate without bound
         self._monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         self._poller = zmq.Poller()
         self._poller.register(sock, zmq.POLLIN)
