@@ -57,9 +57,17 @@ def test_without_dp_the_sign_of_the_gradient_is_the_label(tmp_path, shards_small
     # Execute
     _split(procs, cfgs)
     report = _leakage(tmp_path, shards_small, None)
+    cli = subprocess.run([sys.executable, "-m", "privacy.attacks", "--gradients", str(tmp_path / "grads.npz"),
+                          "--labels", str(shards_small / "leader/train"), "--out", str(tmp_path / "leakage.json")],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
     # Assert
     assert report["attacks"]["sign"]["max_auc"] > 0.999
     assert report["attacks"]["oracle"]["max_auc"] > 0.999
+    assert cli.returncode == 0, cli.stderr
+    written = json.loads((tmp_path / "leakage.json").read_text())
+    assert written["eps"] is None and written["bound"] == 1.0
+    assert set(written["attacks"]) == {"sign", "norm", "cosine", "oracle"}
+    assert set(written["attacks"]["sign"]) == {"mean_auc", "max_auc", "per_epoch"}
 
 
 def test_with_dp_direction_attacks_stay_below_the_randomized_response_bound(tmp_path, shards_small, procs):
