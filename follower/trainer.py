@@ -76,7 +76,9 @@ class FollowerTrainer:
 
     def run(self) -> None:
         while True:
-            msg = self.ch.recv(("FORWARD", "EVAL", "SAVE", "DONE"))
+            msg = self.ch.recv(("FORWARD", "EVAL", "SAVE", "WAIT", "DONE"))
+            if msg.type == "WAIT":  # the leader is still preparing; a fresh deadline starts
+                continue
             if msg.type == "FORWARD":
                 self._train_step(msg.meta)
             elif msg.type == "EVAL":

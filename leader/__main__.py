@@ -28,11 +28,8 @@ def body(cfg, log, state: dict) -> None:
                                                cfg.party, secrets.token_hex(8))
     trainer = LeaderTrainer(cfg, channel, party, log, cfg.output.dir, loss_factory(cfg.privacy.label_dp))
     log(f"leader {cfg.party}: run {channel.run}, listening on {cfg.network.bind}, waiting for {list(cfg.network.followers)}")
-    if trainer.labels.report is not None:
-        r = trainer.labels.report
-        log(f"label DP: {r['mechanism']} eps={r['eps']} once per sample for the whole run; "
-            f"flipped {r['flipped_fraction']:.4f} of training labels; debias={r.get('debias', False)}")
     trainer.handshake()
+    trainer.prepare()
     trainer.train()
     trainer.finish(cfg.train.epochs - 1, trainer.loop.global_step)
     metrics = trainer.metrics()

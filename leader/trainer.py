@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import torch
@@ -24,7 +25,7 @@ class HandshakeError(WireError):
 
 
 class LeaderTrainer:
-    """Drives every step; followers only react to FORWARD / EVAL / SAVE / DONE."""
+    """Drives every step; followers only react to FORWARD / EVAL / SAVE / WAIT / DONE."""
 
     def __init__(self, cfg: PartyConfig, channel: LeaderChannel, party: BottomParty, log: RunLog, out_dir: str,
                  loss_factory=None):
@@ -36,10 +37,10 @@ class LeaderTrainer:
         self.followers = list(cfg.network.followers)
         self.cut_dims: dict[str, int] = {}
         self._loss_factory = loss_factory
-        train = party.train_split
-        self.labels = training_labels(train.labels, train.ids, cfg.privacy.label_dp, cfg.train.seed,
-                                      prior_fn_for(cfg, party))
+        self.labels = None
         self.top: TopTrainer | None = None
+        self._keepalive_every = cfg.network.timeout_s / 4
+        self._last_sent = time.monotonic()
         self.loop = TrainingLoop(cfg.train, len(party.train_split), party.test_split.labels, log)
         self.resume = None
         if cfg.train.resume_from:
@@ -55,11 +56,33 @@ class LeaderTrainer:
             hello = self.ch.recv(f, "HELLO", f"HELLO from follower {f} (is it running and pointed at {self.cfg.network.bind}?)")
             problems += hello_problems(f, hello.meta, ours)
             self.cut_dims[f] = hello.meta.get("cut_dim", 0)
+            timeout = hello.meta.get("timeout_s")
+            if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0:
+                self._keepalive_every = min(self._keepalive_every, timeout / 4)
         if problems:
             raise HandshakeError("handshake failed: " + "; ".join(problems))
         steps = len(batch_order(len(self.party.train_split), self.cfg.train.batch_size, self.cfg.train.seed, 0))
         for f in self.followers:
             self.ch.send(f, "WELCOME", {"run": self.ch.run, "epochs": self.cfg.train.epochs, "steps_per_epoch": steps})
+        self._last_sent = time.monotonic()
+
+    def _keepalive(self) -> None:
+        """During long preparation, tell followers the leader is alive before their deadlines pass."""
+        now = time.monotonic()
+        if now - self._last_sent >= self._keepalive_every:
+            for f in self.followers:
+                self.ch.send(f, "WAIT", {})
+            self._last_sent = now
+
+    def prepare(self) -> None:
+        """Randomize the training labels (label DP; LP-2ST trains its prior here) and build the top."""
+        train = self.party.train_split
+        self.labels = training_labels(train.labels, train.ids, self.cfg.privacy.label_dp, self.cfg.train.seed,
+                                      prior_fn_for(self.cfg, self.party, self._keepalive))
+        if self.labels.report is not None:
+            r = self.labels.report
+            self.log(f"label DP: {r['mechanism']} eps={r['eps']} once per sample for the whole run; "
+                     f"flipped {r['flipped_fraction']:.4f} of training labels; debias={r.get('debias', False)}")
         in_dim = self.party.cut_dim + sum(self.cut_dims[f] for f in self.followers)
         loss_fn = self._loss_factory(self.labels) if self._loss_factory else None
         kwargs = {"loss_fn": loss_fn} if loss_fn is not None else {}

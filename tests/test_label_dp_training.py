@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import numpy as np
+import yaml
 
 from privacy.attacks import leakage_report
 from tests.conftest import REPO
@@ -85,3 +86,26 @@ def test_with_dp_direction_attacks_stay_below_the_randomized_response_bound(tmp_
     for name in ("sign", "cosine", "oracle"):
         assert report["attacks"][name]["max_auc"] <= bound + 0.035, name
     assert report["attacks"]["sign"]["max_auc"] > bound - 0.035  # the sign still recovers the noisy label
+
+
+def test_rr_prior_run_keeps_followers_alive_while_the_prior_trains(tmp_path, shards_small, procs):
+    # Prepare: stage one takes several seconds, longer than the follower's 1 s deadline
+    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=60,
+                         privacy={"label_dp": {"eps": 2.0, "mechanism": "rr_prior", "prior_epochs": 120}})
+    doc = yaml.safe_load(open(cfgs["follower0"]))
+    doc["network"]["timeout_s"] = 1.0
+    yaml.safe_dump(doc, open(cfgs["follower0"], "w"))
+    # Execute: the follower starts once the leader listens, so its short deadline only meets the preparation
+    procs.start("leader", "leader", cfgs["leader"])
+    procs.wait_for_line("leader", str(tmp_path / "out/leader.log"), "listening on")
+    procs.start("follower0", "follower", cfgs["follower0"])
+    for name in ("leader", "follower0"):
+        code, _, err = procs.wait(name, 300)
+        assert code == 0, err
+    m = json.loads((tmp_path / "out/metrics.json").read_text())
+    # Assert
+    ld = m["label_dp"]
+    assert ld["mechanism"] == "rr_prior" and 0.4 < ld["stage_one_fraction"] < 0.6
+    assert 0.0 <= ld["collapse_fraction"] <= 1.0 and isinstance(ld["collapsed"], bool)
+    log = (tmp_path / "out/leader.log").read_text()
+    assert "label DP: rr_prior eps=2.0" in log

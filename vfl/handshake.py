@@ -17,6 +17,7 @@ def hello_meta(cfg: PartyConfig, shard: PartyShard, resume_step: int = 0) -> dic
         "seed": cfg.train.seed,
         "cut_dim": cfg.model.bottom.cut_dim,
         "resume_step": resume_step,
+        "timeout_s": cfg.network.timeout_s,  # the leader keeps long preparation shorter than this
     }
 
 

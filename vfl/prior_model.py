@@ -33,8 +33,8 @@ class _PriorNet(nn.Module):
         return self.head(self.bottom(*features)).squeeze(1)
 
 
-def leader_prior_fn(cfg: PartyConfig, shard: PartyShard, device: torch.device):
-    """fit_predict(stage_one_mask, noisy_labels) -> P(y=1) for every training row."""
+def leader_prior_fn(cfg: PartyConfig, shard: PartyShard, device: torch.device, tick: Callable[[], None] | None = None):
+    """fit_predict(stage_one_mask, noisy_labels) -> P(y=1) for every training row; tick() after every batch."""
     train = shard.split("train")
     epochs = cfg.privacy.label_dp.prior_epochs
     rho = flip_probability(cfg.privacy.label_dp.eps)  # stage-one labels are plain RR: correct for it
@@ -54,6 +54,8 @@ def leader_prior_fn(cfg: PartyConfig, shard: PartyShard, device: torch.device):
                 loss.backward()
                 opt.step()
                 opt.zero_grad()
+                if tick is not None:
+                    tick()
         net.eval()
         out = np.empty(len(train))
         with torch.no_grad():
@@ -64,9 +66,9 @@ def leader_prior_fn(cfg: PartyConfig, shard: PartyShard, device: torch.device):
     return fit_predict
 
 
-def prior_fn_for(cfg: PartyConfig, party) -> Callable | None:
+def prior_fn_for(cfg: PartyConfig, party, tick: Callable[[], None] | None = None) -> Callable | None:
     """The stage-one prior of the leader's BottomParty when its config selects rr_prior, else None."""
     ld = cfg.privacy.label_dp
     if ld is None or ld.mechanism != "rr_prior":
         return None
-    return leader_prior_fn(cfg, party.shard, party.device)
+    return leader_prior_fn(cfg, party.shard, party.device, tick)

@@ -20,7 +20,7 @@ MAGIC_PREFIX = b"VFLW"
 MAGIC = MAGIC_PREFIX + bytes([PROTOCOL_VERSION])
 MAX_HEADER_BYTES = 1 << 16
 ALLOWED_DTYPES = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8"), "int64": np.dtype("<i8")}
-MESSAGE_TYPES = ("HELLO", "WELCOME", "FORWARD", "EMBEDDING", "GRADIENT", "EVAL", "SAVE", "DONE", "BYE", "ABORT")
+MESSAGE_TYPES = ("HELLO", "WELCOME", "FORWARD", "EMBEDDING", "GRADIENT", "EVAL", "SAVE", "WAIT", "DONE", "BYE", "ABORT")
 
 
 class WireError(RuntimeError):
