@@ -66,3 +66,15 @@ def test_signal_needs_both_parties_and_has_interactions():
     # Assert
     assert auc_full > auc_leader + 0.05 and auc_full > auc_follower + 0.05
     assert auc_full > auc_no_pairs + 0.01
+
+
+def test_synth_command_rejects_bad_sizes(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    r = subprocess.run([sys.executable, "-m", "vfl.data", "synth", "--rows", "0", "--out", str(tmp_path / "x.tsv")],
+                       cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--rows must be >= 1, got 0" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "x.tsv").exists()

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from vfl.data.npy_stream import NpyAppender
+from vfl.data.reader import DataError
 from vfl.data.schema import CATEGORICAL_COLUMNS, DENSE_COLUMNS
 from privacy.keyed_random import splitmix64
 
@@ -125,7 +126,9 @@ class SyntheticCriteo:
 def write_synthetic(out_path: str, rows: int, seed: int = 0, max_vocab: int = 20_000) -> dict:
     """Write OUT.tsv, OUT.truth.npy and OUT.meta.json atomically; return the meta document."""
     if rows < 1:
-        raise ValueError(f"rows must be >= 1, got {rows}")
+        raise DataError(f"--rows must be >= 1, got {rows}")
+    if max_vocab < 2:
+        raise DataError(f"--max-vocab must be >= 2, got {max_vocab}")
     t0 = time.perf_counter()
     world = SyntheticCriteo(seed, max_vocab)
     rng = np.random.default_rng([seed, 0xDA7A])
