@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="runs/horizontal")
     ap.add_argument("--rounds", type=int, default=None)
     args = ap.parse_args(argv)
-    overrides = {"encrypt_train_type": args.encrypt}
+    overrides = {"encrypt_train_type": args.encrypt, "rounds": args.rounds}
     if args.laplace_eval_eps is not None:
         overrides.update(privacy_eval_type="LAPLACE", laplace_eval_eps=args.laplace_eval_eps)
     try:
@@ -23,10 +23,6 @@ def main(argv: list[str] | None = None) -> int:
     except FedConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if args.rounds is not None:
-        from dataclasses import replace
-
-        cfg = replace(cfg, rounds=args.rounds)
     from vfl.horizontal.fedavg import run_fedavg
 
     m = run_fedavg(cfg, args.out)

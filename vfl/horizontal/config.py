@@ -83,7 +83,9 @@ def _params(cls, doc, prefix, errors):
 
 def parse_fed_config(doc, source: str = "config", overrides: dict | None = None) -> FedConfig:
     errors: list[str] = []
-    top = _section(doc or {}, "", errors)
+    top = dict(_section(doc or {}, "", errors))
+    if (overrides or {}).get("rounds") is not None:
+        top["rounds"] = overrides["rounds"]
     data = _section(top.get("data"), "data", errors)
     enc = _section(top.get("encrypt"), "encrypt", errors)
     s = dict(_section(enc.get("signds"), "encrypt.signds", errors))
