@@ -111,3 +111,13 @@ def test_leading_id_column_is_parsed_as_sample_id():
     assert bad == []
     assert block.sample_id.tolist() == [17, 23]
     assert block.label.tolist() == [0, 1]
+
+
+def test_integer_too_large_for_int64_is_a_malformed_line_not_a_crash():
+    # Prepare
+    ints = ["99999999999999999999"] + ["1"] * 12
+    # Execute
+    block, bad = _parse([raw_line(ints=ints), raw_line()])
+    # Assert
+    assert [b.line_index for b in bad] == [0] and "I1" in bad[0].reason
+    assert block.line_index.tolist() == [1]

@@ -17,7 +17,6 @@ import numpy as np
 from vfl.data.schema import CATEGORICAL_COLUMNS, DENSE_COLUMNS
 
 _TAB, _NL, _MINUS = 9, 10, 45
-_MAX_INT_CHARS = 18  # |value| < 10**17 always fits int64
 
 _HEX_NIBBLE = np.full(256, 255, dtype=np.uint8)
 for _c in b"0123456789":
@@ -100,10 +99,11 @@ def _parse_ints(arr, words, starts, lens):
         for idx in zip(*np.nonzero(slow)):
             s, n = int(starts[idx]), int(lens[idx])
             text = raw[s : s + n]
-            if n <= 19 and re.fullmatch(rb"-?[0-9]+", text):
-                values[idx] = int(text)
+            value = int(text) if re.fullmatch(rb"-?[0-9]+", text) else None
+            if value is not None and -(2**63) < value < 2**63:
+                values[idx] = value
                 bad[idx] = False
-            else:
+            else:  # not an integer, or does not fit int64
                 bad[idx] = True
     values = np.where(neg, -values, values)
     values[bad | missing] = 0
@@ -111,7 +111,7 @@ def _parse_ints(arr, words, starts, lens):
 
 
 def _hash_bytes(b: bytes) -> np.uint64:
-    return _NON_HEX_KEY_BASE + np.uint64(zlib.crc32(b) | (len(b) << 32) & 0xFFFFFFFF)
+    return _NON_HEX_KEY_BASE + np.uint64(zlib.crc32(b))
 
 
 def _parse_categoricals(arr, words, starts, lens):
