@@ -121,3 +121,50 @@ def test_integer_too_large_for_int64_is_a_malformed_line_not_a_crash():
     # Assert
     assert [b.line_index for b in bad] == [0] and "I1" in bad[0].reason
     assert block.line_index.tolist() == [1]
+
+
+def _reference(line: str):
+    """A slow, obvious parser: None for a malformed line, else (label, ints, int_missing, cat_text)."""
+    import re
+
+    f = line.split("\t")
+    if len(f) != 40 or f[0] not in ("0", "1"):
+        return None
+    ints = []
+    for x in f[1:14]:
+        if x and (not re.fullmatch(r"-?[0-9]+", x) or not -(2**63) < int(x) < 2**63):
+            return None
+        ints.append(int(x) if x else 0)
+    return int(f[0]), ints, [x == "" for x in f[1:14]], f[14:]
+
+
+def test_tokenizer_agrees_with_a_reference_parser_on_random_lines():
+    # Prepare: seeded random lines mixing valid fields with every kind of damage
+    rng = np.random.default_rng(123)
+    good_ints = ["", "0", "7", "-1", "12345678", "123456789", "-987654321012", "9223372036854775807"]
+    bad_ints = ["-", "1.5", "x", "99999999999999999999", "1e3"]
+    cats = ["", "68fd1e64", "ABCDEF01", "abc", "zzzzzzzz", "0000000g", "1234567890"]
+    lines = []
+    for _ in range(3000):
+        ints = [str(rng.choice(bad_ints if rng.random() < 0.005 else good_ints)) for _ in range(13)]
+        fields = [str(rng.choice(["0", "1", "1", "1", "0", "2"]))] + ints + [str(rng.choice(cats)) for _ in range(26)]
+        cut = rng.random()
+        if cut < 0.05:
+            fields = fields[:-1]
+        elif cut < 0.1:
+            fields = fields + ["extra"]
+        lines.append("\t".join(fields))
+    # Execute
+    block, bad = _parse(lines)
+    # Assert: the same lines are accepted, with the same values
+    expected = [(i, r) for i, r in enumerate(map(_reference, lines)) if r is not None]
+    assert block.line_index.tolist() == [i for i, _ in expected]
+    assert len(bad) == len(lines) - len(expected)
+    assert 0.4 * len(lines) < len(expected) < 0.9 * len(lines)  # both paths are exercised
+    for row, (_, (label, ints, missing, cats)) in enumerate(expected):
+        assert block.label[row] == label
+        assert block.dense[row].tolist() == ints and block.dense_missing[row].tolist() == missing
+        assert block.cat_missing[row].tolist() == [c == "" for c in cats]
+        for c, key in zip(cats, block.cat_key[row].tolist()):
+            if len(c) == 8 and all(ch in "0123456789abcdefABCDEF" for ch in c):
+                assert key == int(c, 16)

@@ -92,6 +92,7 @@ def _parse_ints(arr, words, starts, lens):
     shifted = filled << (_U64(8) * (_U64(8) - n_fast.astype(np.uint64)))
     shifted = np.where(n_fast == 0, _ASCII0, shifted | (_ASCII0 & ~(_LOW_MASK[8] << (_U64(8) * (_U64(8) - n_fast.astype(np.uint64))))))
     values = _swar_eight_digits(shifted).astype(np.int64)
+    values = np.where(neg, -values, values)
     bad = ~all_digits | (neg & (n_digits == 0))
     slow = ~fast & ~missing
     if slow.any():  # more than 8 digits: rare, parsed one by one
@@ -105,7 +106,6 @@ def _parse_ints(arr, words, starts, lens):
                 bad[idx] = False
             else:  # not an integer, or does not fit int64
                 bad[idx] = True
-    values = np.where(neg, -values, values)
     values[bad | missing] = 0
     return values, missing, bad & ~missing
 
