@@ -91,3 +91,16 @@ def test_secret_comes_from_file_or_environment(tmp_path, monkeypatch):
         read_secret(NetworkConfig())
     with pytest.raises(ConfigError, match="cannot be read"):
         read_secret(NetworkConfig(secret_file=str(tmp_path / "missing")))
+
+
+def test_a_yaml_file_that_is_not_a_mapping_is_a_clear_error(tmp_path):
+    from vfl.config import load_config
+
+    for text in ("", "- a\n- b\n", "just text\n"):
+        p = tmp_path / "c.yaml"
+        p.write_text(text)
+        with pytest.raises(ConfigError, match="expected a YAML mapping"):
+            load_config(str(p), {"output.dir": "x"})
+    p.write_text("role: leader\nparty: l\nnetwork: 5\n")
+    with pytest.raises(ConfigError, match="network: expected a mapping"):
+        load_config(str(p), {"network.bind": "tcp://127.0.0.1:1"})

@@ -343,12 +343,20 @@ def load_config(path: str, overrides: dict[str, Any] | None = None) -> PartyConf
             doc = yaml.safe_load(f)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: expected a YAML mapping of sections (role, party, network, ...), got {type(doc).__name__}")
     for dotted, value in (overrides or {}).items():
         node = doc
         *parents, leaf = dotted.split(".")
         for key in parents:
-            node = node.setdefault(key, {})
-        node[leaf] = value
+            child = node.get(key)
+            if not isinstance(child, dict):
+                child = node[key] = {} if child is None else child
+            if not isinstance(child, dict):
+                break  # the section itself is malformed; validation reports it
+            node = child
+        else:
+            node[leaf] = value
     return parse_config(doc, path)
 
 
