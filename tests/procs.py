@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,9 +15,9 @@ SMALL_MODEL = {"bottom": {"embedding_dim": 8, "hidden": [32, 16], "cut_dim": 2}}
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from vfl.ports import free_port as pick
+
+    return pick()
 
 
 def party_configs(tmp, shards, followers=("follower0",), port=None, timeout_s=20, train=None, model=None,

@@ -215,3 +215,18 @@ def test_unknown_identity_is_refused(pair):
             leader.recv("f0", "HELLO")
     finally:
         rogue.close()
+
+
+def test_free_ports_lie_below_the_ephemeral_range_and_are_bindable():
+    # A follower connecting early can be given an ephemeral port as its own source port and
+    # connect to itself; ports below the range cannot collide that way.
+    import socket
+
+    from vfl.ports import ephemeral_range, free_port as pick
+
+    lo, _ = ephemeral_range()
+    for _ in range(20):
+        port = pick()
+        assert port < lo
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
