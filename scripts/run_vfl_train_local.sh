@@ -62,31 +62,35 @@ new_secret "$SECRET"
 ENDPOINT="tcp://127.0.0.1:$PORT"
 FOLLOWER=$("$PY" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["party"])' "$FOLLOWER_CONFIG")
 echo "== leader and $FOLLOWER over ZeroMQ at $ENDPOINT (logs in $OUT)"
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
+NAMES=() PIDS=() DONE=()
+cleanup() {
+  for i in "${!PIDS[@]}"; do
+    [ "${DONE[$i]}" = 1 ] || kill "${PIDS[$i]}" 2>/dev/null || true
+  done
+}
 trap 'cleanup; exit 130' INT TERM
 "$PY" -m leader --config "$LEADER_CONFIG" --bind "$ENDPOINT" --data "$SHARDS/leader" --out "$OUT" --secret-file "$SECRET" "${EP_ARGS[@]}" &
-LEADER_PID=$!; PIDS+=("$LEADER_PID")
+NAMES+=(leader); PIDS+=($!); DONE+=(0)
 "$PY" -m follower --config "$FOLLOWER_CONFIG" --connect "$ENDPOINT" --data "$SHARDS/$FOLLOWER" --out "$OUT" --secret-file "$SECRET" "${EP_ARGS[@]}" > "$OUT/$FOLLOWER.stdout" 2>&1 &
-FOLLOWER_PID=$!; PIDS+=("$FOLLOWER_PID")
-status=0
-# wait for whichever party ends first; if it failed, stop the other one by PID
-while :; do
-  for pid in "${PIDS[@]}"; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      wait "$pid" || status=$?
-      if [ "$status" != 0 ]; then
-        name=leader; [ "$pid" = "$FOLLOWER_PID" ] && name=$FOLLOWER
-        echo "error: $name exited with status $status; stopping the other parties" >&2
-        [ "$pid" = "$FOLLOWER_PID" ] && tail -n 3 "$OUT/$FOLLOWER.stdout" >&2
-        cleanup; wait 2>/dev/null || true
-        exit "$status"
-      fi
-      PIDS=("${PIDS[@]/$pid}")
+NAMES+=("$FOLLOWER"); PIDS+=($!); DONE+=(0)
+# wait for the parties one by one as they end; if one fails, stop the others by PID
+remaining=${#PIDS[@]}
+while [ "$remaining" -gt 0 ]; do
+  for i in "${!PIDS[@]}"; do
+    [ "${DONE[$i]}" = 1 ] && continue
+    kill -0 "${PIDS[$i]}" 2>/dev/null && continue
+    status=0
+    wait "${PIDS[$i]}" || status=$?
+    DONE[$i]=1
+    remaining=$((remaining - 1))
+    if [ "$status" != 0 ]; then
+      echo "error: ${NAMES[$i]} exited with status $status; stopping the other parties" >&2
+      [ "${NAMES[$i]}" != leader ] && tail -n 3 "$OUT/${NAMES[$i]}.stdout" >&2
+      cleanup
+      wait 2>/dev/null || true
+      exit "$status"
     fi
   done
-  alive=0; for pid in "${PIDS[@]}"; do [ -n "$pid" ] && alive=1; done
-  [ "$alive" = 0 ] && break
   sleep 0.2
 done
 echo "== metrics: $OUT/metrics.json"

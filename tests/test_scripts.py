@@ -22,10 +22,10 @@ def test_run_vfl_train_local_trains_both_ways_and_prints_bayes_auc(tmp_path, syn
     split = _script("scripts/run_vfl_train_local.sh", "--data", str(synth_small), "--out", str(tmp_path / "split"))
     central = _script("scripts/run_vfl_train_local.sh", "--data", str(synth_small), "--out", str(tmp_path / "central"), "--centralized")
     # Assert
-    assert split.returncode == 0, split.stderr
+    assert split.returncode == 0, f"stdout:\n{split.stdout[-3000:]}\nstderr:\n{split.stderr[-3000:]}"
     assert re.search(r"^epoch 0 step (\d+)/\1 loss: \d+\.\d{6}$", split.stdout, re.M), split.stdout
     assert "Bayes-optimal AUC of this data" in split.stdout
-    assert central.returncode == 0, central.stderr
+    assert central.returncode == 0, f"stdout:\n{central.stdout[-3000:]}\nstderr:\n{central.stderr[-3000:]}"
     a = json.loads((tmp_path / "split/metrics.json").read_text())
     b = json.loads((tmp_path / "central/metrics.json").read_text())
     assert a["mode"] == "split" and b["mode"] == "centralized" and len(a["step_losses"]) == len(b["step_losses"])
@@ -34,9 +34,9 @@ def test_run_vfl_train_local_trains_both_ways_and_prints_bayes_auc(tmp_path, syn
 
 def test_label_dp_script_sets_eps(tmp_path, synth_small):
     r = _script("scripts/run_vfl_train_local_label_dp.sh", "--data", str(synth_small), "--out", str(tmp_path / "dp"))
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, f"stdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-3000:]}"
     m = json.loads((tmp_path / "dp/metrics.json").read_text())
-    assert m["label_dp"]["eps"] == 1.0 and "label DP eps=1.0" in r.stdout
+    assert m["label_dp"]["eps"] == 1.0 and "label DP eps=1.0" in r.stdout, r.stdout[-3000:]
 
 
 def test_a_party_that_dies_stops_the_others_and_fails_the_script(tmp_path, synth_small):
