@@ -1,6 +1,8 @@
 """One party's trainable bottom: its shard, model and optimizer, used by leader, follower and centralized."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import torch
 
@@ -73,8 +75,6 @@ class BottomParty:
 
 def set_threads(threads: int, parties_on_host: int) -> int:
     """torch intra-op threads: the configured number, or the cores shared among co-located parties."""
-    import os
-
     n = threads or max(1, (os.cpu_count() or 1) // max(parties_on_host, 1))
     torch.set_num_threads(n)
     return n
