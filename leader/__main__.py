@@ -10,7 +10,6 @@ from vfl.cli import party_main
 
 def body(cfg, log, state: dict) -> None:
     from leader.trainer import LeaderTrainer
-    from privacy.label_dp_run import loss_factory
     from vfl.config import read_secret
     from vfl.data.reader import DataError
     from vfl.data.shards import PartyShard
@@ -26,7 +25,7 @@ def body(cfg, log, state: dict) -> None:
     party = BottomParty(cfg, shard, resolve_device(cfg.train.device))
     channel = state["channel"] = LeaderChannel(cfg.network.bind, cfg.network.followers, key, cfg.network.timeout_s,
                                                cfg.party, secrets.token_hex(8))
-    trainer = LeaderTrainer(cfg, channel, party, log, cfg.output.dir, loss_factory(cfg.privacy.label_dp))
+    trainer = LeaderTrainer(cfg, channel, party, log, cfg.output.dir)
     log(f"leader {cfg.party}: run {channel.run}, listening on {cfg.network.bind}, waiting for {list(cfg.network.followers)}")
     trainer.handshake()
     trainer.prepare()

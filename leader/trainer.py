@@ -8,9 +8,10 @@ import numpy as np
 import torch
 
 from vfl.handshake import hello_meta, hello_problems
+from privacy.label_dp_run import training_loss
 from vfl.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.config import PartyConfig
-from vfl.data.shards import batch_digest, batch_order, eval_batches
+from vfl.data.shards import batch_digest, eval_batches
 from vfl.labels import training_labels
 from vfl.prior_model import prior_fn_for
 from vfl.loop import TrainingLoop
@@ -27,8 +28,7 @@ class HandshakeError(WireError):
 class LeaderTrainer:
     """Drives every step; followers only react to FORWARD / EVAL / SAVE / WAIT / DONE."""
 
-    def __init__(self, cfg: PartyConfig, channel: LeaderChannel, party: BottomParty, log: RunLog, out_dir: str,
-                 loss_factory=None):
+    def __init__(self, cfg: PartyConfig, channel: LeaderChannel, party: BottomParty, log: RunLog, out_dir: str):
         self.cfg = cfg
         self.ch = channel
         self.party = party
@@ -36,7 +36,6 @@ class LeaderTrainer:
         self.out_dir = out_dir
         self.followers = list(cfg.network.followers)
         self.cut_dims: dict[str, int] = {}
-        self._loss_factory = loss_factory
         self.labels = None
         self.top: TopTrainer | None = None
         self._keepalive_every = cfg.network.timeout_s / 4
@@ -61,7 +60,7 @@ class LeaderTrainer:
                 self._keepalive_every = min(self._keepalive_every, timeout / 4)
         if problems:
             raise HandshakeError("handshake failed: " + "; ".join(problems))
-        steps = len(batch_order(len(self.party.train_split), self.cfg.train.batch_size, self.cfg.train.seed, 0))
+        steps = self.loop.steps_per_epoch()
         for f in self.followers:
             self.ch.send(f, "WELCOME", {"run": self.ch.run, "epochs": self.cfg.train.epochs, "steps_per_epoch": steps})
         self._last_sent = time.monotonic()
@@ -84,9 +83,8 @@ class LeaderTrainer:
             self.log(f"label DP: {r['mechanism']} eps={r['eps']} once per sample for the whole run; "
                      f"flipped {r['flipped_fraction']:.4f} of training labels; debias={r.get('debias', False)}")
         in_dim = self.party.cut_dim + sum(self.cut_dims[f] for f in self.followers)
-        loss_fn = self._loss_factory(self.labels) if self._loss_factory else None
-        kwargs = {"loss_fn": loss_fn} if loss_fn is not None else {}
-        self.top = TopTrainer(self.cfg.train, self.cfg.model.top, in_dim, self.party.device, **kwargs)
+        self.top = TopTrainer(self.cfg.train, self.cfg.model.top, in_dim, self.party.device,
+                              training_loss(self.cfg.privacy.label_dp))
         if self.resume:
             self.top.load_state(self.resume["state"]["top"])
             self.log(f"resumed from {self.cfg.train.resume_from} at global step {self.start_step}")
@@ -102,7 +100,7 @@ class LeaderTrainer:
                 self.ch.send(f, "FORWARD", {"epoch": epoch, "step": i, "rows": int(rows.size), "digest": digest})
             own = self.party.forward_train(rows)
             own_leaf = own.detach().requires_grad_(True)
-            remote = [self._cut_tensor(f, self.ch.recv(f, "EMBEDDING"), i, rows.size) for f in self.followers]
+            remote = [self._remote_cut(f, "step", i, rows.size).requires_grad_(True) for f in self.followers]
             loss = self.top.loss([own_leaf, *remote], labels[rows])
             loss.backward()  # top only: the followers' gradients are ready before the leader's bottom runs
             value = float(loss.detach())
@@ -115,14 +113,17 @@ class LeaderTrainer:
 
         self.loop.run(step, self.evaluate, lambda epoch, gs: self.checkpoint(epoch, gs, f"step{gs}"), self.start_step)
 
-    def _cut_tensor(self, peer: str, msg, step: int, rows: int) -> torch.Tensor:
-        if msg.meta.get("step") != step or len(msg.tensors) != 1:
-            raise WireError(f"EMBEDDING from {peer}: expected step {step} with 1 tensor, got step {msg.meta.get('step')!r} with {len(msg.tensors)}")
+    def _remote_cut(self, peer: str, key: str, value, rows: int) -> torch.Tensor:
+        """The next EMBEDDING from peer, checked to answer meta[key] == value with a float32 (rows, cut) tensor."""
+        msg = self.ch.recv(peer, "EMBEDDING")
+        if msg.meta.get(key) != value or len(msg.tensors) != 1:
+            raise WireError(f"EMBEDDING from {peer}: expected {key} {value!r} with 1 tensor, "
+                            f"got {key} {msg.meta.get(key)!r} with {len(msg.tensors)}")
         arr = msg.tensors[0]
         want = (rows, self.cut_dims[peer])
         if tuple(arr.shape) != want or arr.dtype != np.float32:
             raise WireError(f"EMBEDDING from {peer}: expected float32 {want}, got {arr.dtype} {tuple(arr.shape)}")
-        return torch.from_numpy(arr.copy()).to(self.party.device).requires_grad_(True)
+        return torch.from_numpy(arr.copy()).to(self.party.device)
 
     @torch.no_grad()
     def evaluate(self) -> np.ndarray:
@@ -133,14 +134,7 @@ class LeaderTrainer:
             for f in self.followers:
                 self.ch.send(f, "EVAL", {"start": sl.start, "stop": sl.stop})
             cuts = [self.party.forward_eval(sl)]
-            for f in self.followers:
-                msg = self.ch.recv(f, "EMBEDDING")
-                if msg.meta.get("eval") != [sl.start, sl.stop] or len(msg.tensors) != 1:
-                    raise WireError(f"EMBEDDING from {f}: expected eval batch {[sl.start, sl.stop]}, got {msg.meta.get('eval')!r}")
-                arr = msg.tensors[0]
-                if tuple(arr.shape) != (sl.stop - sl.start, self.cut_dims[f]):
-                    raise WireError(f"EMBEDDING from {f}: eval shape {tuple(arr.shape)} != {(sl.stop - sl.start, self.cut_dims[f])}")
-                cuts.append(torch.from_numpy(arr.copy()).to(self.party.device))
+            cuts += [self._remote_cut(f, "eval", [sl.start, sl.stop], sl.stop - sl.start) for f in self.followers]
             probs[sl] = self.top.predict(cuts)
         return probs
 

@@ -67,13 +67,9 @@ def forward_corrected_bce(logits, noisy_labels, rho: float):
     return -(y * torch.log(q) + (1.0 - y) * torch.log1p(-q)).mean()
 
 
-def loss_factory(label_dp_cfg):
-    """None for plain BCE; with `debias: true`, a factory that builds the forward-corrected loss."""
+def training_loss(label_dp_cfg):
+    """The forward-corrected loss when `debias: true`, else None (the caller's plain BCE)."""
     if label_dp_cfg is None or not label_dp_cfg.debias:
         return None
     rho = flip_probability(label_dp_cfg.eps)
-
-    def make(_training_labels):
-        return lambda logits, labels: forward_corrected_bce(logits, labels, rho)
-
-    return make
+    return lambda logits, labels: forward_corrected_bce(logits, labels, rho)

@@ -15,7 +15,6 @@ from vfl.centralized import train_centralized
 from vfl.config import parse_config
 from vfl.metrics import RunLog
 
-from privacy.label_dp_run import loss_factory
 
 
 def configs(shards: str, out: str, privacy: dict | None):
@@ -44,7 +43,7 @@ def main() -> int:
         for name, extra in variants.items():
             t0 = time.perf_counter()
             lc, fc = configs(shards, f"{out}/{name}_{eps}", {"eps": eps, **extra})
-            m = train_centralized(lc, [fc], lc.output.dir, quiet, loss_factory(lc.privacy.label_dp))
+            m = train_centralized(lc, [fc], lc.output.dir, quiet)
             ld = m["label_dp"]
             rows.append({"eps": "inf" if math.isinf(eps) else eps, "variant": name, "test_auc": m["test_auc"],
                          "test_logloss": m["test_logloss"], "gap_to_bayes": m["bayes_test_auc"] - m["test_auc"],

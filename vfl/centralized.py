@@ -14,6 +14,7 @@ import sys
 import numpy as np
 import torch
 
+from privacy.label_dp_run import training_loss
 from vfl.config import ConfigError, PartyConfig, load_config
 from vfl.data.reader import DataError
 from vfl.data.shards import PartyShard, eval_batches
@@ -26,8 +27,7 @@ from vfl.prior_model import prior_fn_for
 from vfl.top import TopTrainer
 
 
-def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig], out_dir: str, log: RunLog,
-                      loss_factory=None) -> dict:
+def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig], out_dir: str, log: RunLog) -> dict:
     """Train all bottoms and the top in-process; write and return metrics.json."""
     if any(c.train.resume_from for c in (leader_cfg, *follower_cfgs)):
         raise ConfigError("train.resume_from is for split runs; the centralized reference always starts from step 0")
@@ -52,9 +52,8 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     labels_info = training_labels(train.labels, train.ids, leader_cfg.privacy.label_dp, leader_cfg.train.seed,
                                   prior_fn_for(leader_cfg, parties[0]))
     labels = torch.from_numpy(labels_info.labels)
-    loss_fn = loss_factory(labels_info) if loss_factory else None
     top = TopTrainer(leader_cfg.train, leader_cfg.model.top, sum(p.cut_dim for p in parties), device,
-                     **({"loss_fn": loss_fn} if loss_fn is not None else {}))
+                     training_loss(leader_cfg.privacy.label_dp))
     loop = TrainingLoop(leader_cfg.train, len(train), parties[0].test_split.labels, log)
 
     def step(epoch: int, i: int, rows: np.ndarray) -> float:
@@ -98,10 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = leader_cfg.output.dir
     os.makedirs(out_dir, exist_ok=True)
     log = RunLog(os.path.join(out_dir, "centralized.log"))
-    from privacy.label_dp_run import loss_factory
-
     try:
-        m = train_centralized(leader_cfg, follower_cfgs, out_dir, log, loss_factory(leader_cfg.privacy.label_dp))
+        m = train_centralized(leader_cfg, follower_cfgs, out_dir, log)
     except (ConfigError, DataError, FloatingPointError, RuntimeError, ValueError, OSError) as e:
         log.error(f"error: {' '.join(str(e).split())}")
         return 1

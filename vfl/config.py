@@ -334,15 +334,20 @@ def parse_config(doc: Any, source: str = "config") -> PartyConfig:
                        privacy=privacy, output=output, debug=debug)
 
 
-def load_config(path: str, overrides: dict[str, Any] | None = None) -> PartyConfig:
-    """Read and validate a party YAML; `overrides` maps dotted keys to values (from the CLI)."""
-    if not os.path.exists(path):
-        raise ConfigError(f"config file not found: {path}")
+def read_yaml(path: str, error: type[Exception], what: str = "file"):
+    """The parsed YAML at path; `error` with a clear message when it is missing or not YAML."""
     try:
         with open(path) as f:
-            doc = yaml.safe_load(f)
+            return yaml.safe_load(f)
+    except (FileNotFoundError, IsADirectoryError):
+        raise error(f"{what} not found: {path}") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        raise error(f"{path}: not valid YAML: {e}") from None
+
+
+def load_config(path: str, overrides: dict[str, Any] | None = None) -> PartyConfig:
+    """Read and validate a party YAML; `overrides` maps dotted keys to values (from the CLI)."""
+    doc = read_yaml(path, ConfigError, "config file")
     if not isinstance(doc, dict):
         raise ConfigError(f"{path}: expected a YAML mapping of sections (role, party, network, ...), got {type(doc).__name__}")
     for dotted, value in (overrides or {}).items():

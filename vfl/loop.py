@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 
 from vfl.config import TrainConfig
-from vfl.data.shards import batch_order
+from vfl.data.shards import batch_order, steps_per_epoch
 from vfl.metrics import RunLog, auc, logloss, loss_line
 
 
@@ -26,7 +26,7 @@ class TrainingLoop:
         self.samples = 0
 
     def steps_per_epoch(self) -> int:
-        return len(batch_order(self.n_train, self.train.batch_size, self.train.seed, 0))
+        return steps_per_epoch(self.n_train, self.train.batch_size)
 
     def run(self, step: Callable[[int, int, np.ndarray], float], evaluate: Callable[[], np.ndarray],
             checkpoint: Callable[[int, int], None] | None = None, start_step: int = 0) -> None:

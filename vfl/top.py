@@ -22,10 +22,10 @@ def bce_with_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 class TopTrainer:
     """Concatenate the parties' cuts (leader first, then followers in config order), score, and learn."""
 
-    def __init__(self, train: TrainConfig, top: TopConfig, in_dim: int, device: torch.device, loss_fn: LossFn = bce_with_logits):
+    def __init__(self, train: TrainConfig, top: TopConfig, in_dim: int, device: torch.device, loss_fn: LossFn | None = None):
         self.model = build_top(top, in_dim, train.seed).to(device)
         self.optimizer = build_optimizer(self.model, train)
-        self.loss_fn = loss_fn
+        self.loss_fn = loss_fn or bce_with_logits
         self.in_dim = in_dim
         self.device = device
 

@@ -5,8 +5,7 @@ import difflib
 import re
 from dataclasses import dataclass
 
-import yaml
-
+from vfl.config import read_yaml
 from vfl.data.reader import DataError
 from vfl.data.schema import ALL_FEATURES, CATEGORICAL_COLUMNS, DEFAULT_PARTIES, DENSE_COLUMNS
 
@@ -88,14 +87,7 @@ def load_parties(path: str | None) -> list[PartyColumns]:
     """Parties from a YAML file, or MindSpore splitnn_criteo's default split when path is None."""
     if path is None:
         return parse_parties(DEFAULT_PARTIES, "default parties")
-    try:
-        with open(path) as f:
-            doc = yaml.safe_load(f)
-    except FileNotFoundError:
-        raise DataError(f"parties file not found: {path}") from None
-    except yaml.YAMLError as e:
-        raise DataError(f"{path}: not valid YAML: {e}") from None
-    return parse_parties(doc, path)
+    return parse_parties(read_yaml(path, DataError, "parties file"), path)
 
 
 def unassigned_columns(parties: list[PartyColumns]) -> list[str]:

@@ -107,6 +107,11 @@ def batch_order(n_rows: int, batch_size: int, seed: int, epoch: int) -> list[np.
     return [perm[i : i + batch_size] for i in range(0, n_rows, batch_size)]
 
 
+def steps_per_epoch(n_rows: int, batch_size: int) -> int:
+    """Number of batches in an epoch (the last one may be partial)."""
+    return -(-n_rows // batch_size)
+
+
 def eval_batches(n_rows: int, batch_size: int) -> list[slice]:
     """Consecutive evaluation batches over a split, in id order."""
     return [slice(i, min(i + batch_size, n_rows)) for i in range(0, n_rows, batch_size)]

@@ -4,9 +4,8 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
 
-import yaml
-
 from privacy.gaussian import GaussianParams
+from vfl.config import read_yaml
 from privacy.nbafl import NbAFLParams
 from privacy.signds import SignDSParams
 
@@ -128,11 +127,4 @@ def parse_fed_config(doc, source: str = "config", overrides: dict | None = None)
 def load_fed_config(path: str | None, overrides: dict | None = None) -> FedConfig:
     if path is None:
         return parse_fed_config({}, "defaults", overrides)
-    try:
-        with open(path) as f:
-            doc = yaml.safe_load(f)
-    except FileNotFoundError:
-        raise FedConfigError(f"config file not found: {path}") from None
-    except yaml.YAMLError as e:
-        raise FedConfigError(f"{path}: not valid YAML: {e}") from None
-    return parse_fed_config(doc, path, overrides)
+    return parse_fed_config(read_yaml(path, FedConfigError, "config file"), path, overrides)
