@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import log_ndtr
 
+from privacy.domains import check_fields
+
 
 def _phi(x: float) -> float:
     """Standard normal CDF, accurate in the far tails (erfc)."""
@@ -91,15 +93,8 @@ class GaussianParams:
     dp_norm_clip: float = 1.0
 
     def __post_init__(self):
-        errors = []
-        if isinstance(self.dp_eps, bool) or not isinstance(self.dp_eps, (int, float)) or not self.dp_eps > 0:
-            errors.append(f"dp_eps must be > 0, got {self.dp_eps!r}")
-        if isinstance(self.dp_delta, bool) or not isinstance(self.dp_delta, (int, float)) or not 0 < self.dp_delta < 1:
-            errors.append(f"dp_delta must be in (0, 1), got {self.dp_delta!r}")
-        if isinstance(self.dp_norm_clip, bool) or not isinstance(self.dp_norm_clip, (int, float)) or not self.dp_norm_clip > 0:
-            errors.append(f"dp_norm_clip must be > 0, got {self.dp_norm_clip!r}")
-        if errors:
-            raise ValueError("; ".join(errors))
+        check_fields(self, dp_eps={"lo": 0, "lo_open": True}, dp_delta={"lo": 0, "hi": 1, "lo_open": True, "hi_open": True},
+                     dp_norm_clip={"lo": 0, "lo_open": True})
 
     @property
     def sigma(self) -> float:

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from privacy.domains import check_fields
+
 
 @dataclass(frozen=True)
 class NbAFLParams:
@@ -28,17 +30,10 @@ class NbAFLParams:
     constant: float | None = None  # None: sqrt(2 ln(1.25 / delta))
 
     def __post_init__(self):
-        errors = []
-        for name, lo_open in (("epsilon", True), ("w_clip", True), ("grad_clip", True)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                errors.append(f"nbafl.{name} must be > 0, got {v!r}")
-        if isinstance(self.delta, bool) or not isinstance(self.delta, (int, float)) or not 0 < self.delta < 1:
-            errors.append(f"nbafl.delta must be in (0, 1), got {self.delta!r}")
-        if self.constant is not None and (isinstance(self.constant, bool) or not isinstance(self.constant, (int, float)) or self.constant <= 0):
-            errors.append(f"nbafl.constant must be > 0, got {self.constant!r}")
-        if errors:
-            raise ValueError("; ".join(errors))
+        positive = {"lo": 0, "lo_open": True}
+        domains = {"epsilon": positive, "w_clip": positive, "grad_clip": positive,
+                   "delta": {"lo": 0, "hi": 1, "lo_open": True, "hi_open": True}}
+        check_fields(self, **domains, **({"constant": positive} if self.constant is not None else {}))
 
     @property
     def c(self) -> float:

@@ -27,6 +27,7 @@ from functools import lru_cache
 import numpy as np
 from scipy.special import gammaln
 
+from privacy.domains import check_fields
 from privacy.randomized_response import check_eps
 
 MAX_DIM_OUT = 50
@@ -44,19 +45,9 @@ class SignDSParams:
     sign_dim_out: int = 0
 
     def __post_init__(self):
-        errors = []
-        if isinstance(self.sign_k, bool) or not isinstance(self.sign_k, (int, float)) or not 0 < self.sign_k <= 0.25:
-            errors.append(f"sign_k must be in (0, 0.25], got {self.sign_k!r}")
-        if isinstance(self.sign_eps, bool) or not isinstance(self.sign_eps, (int, float)) or not 0 < self.sign_eps <= 100:
-            errors.append(f"sign_eps must be in (0, 100], got {self.sign_eps!r}")
-        if isinstance(self.sign_thr_ratio, bool) or not isinstance(self.sign_thr_ratio, (int, float)) or not 0.5 <= self.sign_thr_ratio <= 1:
-            errors.append(f"sign_thr_ratio must be in [0.5, 1], got {self.sign_thr_ratio!r}")
-        if isinstance(self.sign_global_lr, bool) or not isinstance(self.sign_global_lr, (int, float)) or not self.sign_global_lr > 0:
-            errors.append(f"sign_global_lr must be > 0, got {self.sign_global_lr!r}")
-        if isinstance(self.sign_dim_out, bool) or not isinstance(self.sign_dim_out, int) or not 0 <= self.sign_dim_out <= MAX_DIM_OUT:
-            errors.append(f"sign_dim_out must be an integer in [0, {MAX_DIM_OUT}], got {self.sign_dim_out!r}")
-        if errors:
-            raise ValueError("; ".join(errors))
+        check_fields(self, sign_k={"lo": 0, "hi": 0.25, "lo_open": True}, sign_eps={"lo": 0, "hi": 100, "lo_open": True},
+                     sign_thr_ratio={"lo": 0.5, "hi": 1}, sign_global_lr={"lo": 0, "lo_open": True},
+                     sign_dim_out={"lo": 0, "hi": MAX_DIM_OUT, "integer": True})
 
 
 def _log_comb(n: int, r: np.ndarray) -> np.ndarray:

@@ -221,7 +221,7 @@ def test_nbafl_scales_follow_the_formulas():
     assert NbAFLParams(delta=0.01).c == pytest.approx(math.sqrt(2 * math.log(125)))
     w = np.full(100, 1.0)
     assert np.linalg.norm(clip_weights(w, 2.0)) == pytest.approx(2.0)
-    with pytest.raises(ValueError, match="nbafl.epsilon must be > 0"):
+    with pytest.raises(ValueError, match="epsilon must be > 0"):
         NbAFLParams(epsilon=0)
 
 

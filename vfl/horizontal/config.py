@@ -4,6 +4,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
 
+from privacy.domains import domain_error
 from privacy.gaussian import GaussianParams
 from vfl.config import read_yaml
 from privacy.nbafl import NbAFLParams
@@ -62,12 +63,17 @@ def _section(doc, path, errors) -> dict:
     return doc
 
 
-def _int(doc, key, default, lo, hi, errors, path=""):
+def _checked(doc, key, default, errors, path="", **domain):
     v = doc.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-        errors.append(f"{(path + '.' if path else '') + key} must be an integer in [{lo}, {hi}], got {v!r}")
+    err = domain_error((path + "." if path else "") + key, v, **domain)
+    if err:
+        errors.append(err)
         return default
     return v
+
+
+def _int(doc, key, default, lo, hi, errors, path=""):
+    return _checked(doc, key, default, errors, path, lo=lo, hi=hi, integer=True)
 
 
 def _params(cls, doc, prefix, errors):
@@ -101,15 +107,11 @@ def parse_fed_config(doc, source: str = "config", overrides: dict | None = None)
     ptype = over.get("privacy_eval_type") or top.get("privacy_eval_type", "NOT_ENCRYPT")
     if ptype not in EVAL_TYPES:
         errors.append(f"privacy_eval_type must be one of {list(EVAL_TYPES)}, got {ptype!r}")
-    lap_eps = over.get("laplace_eval_eps") or lap.get("laplace_eval_eps", 230260.0)
-    if isinstance(lap_eps, bool) or not isinstance(lap_eps, (int, float)) or not lap_eps > 0:
-        errors.append(f"laplace_eval.laplace_eval_eps must be > 0, got {lap_eps!r}")
-    lr = top.get("local_lr", 0.1)
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr <= 10:
-        errors.append(f"local_lr must be in (0, 10], got {lr!r}")
-    tf = data.get("test_fraction", 0.1)
-    if isinstance(tf, bool) or not isinstance(tf, (int, float)) or not 0 < tf < 1:
-        errors.append(f"data.test_fraction must be in (0, 1), got {tf!r}")
+    if over.get("laplace_eval_eps") is not None:
+        lap = {**lap, "laplace_eval_eps": over["laplace_eval_eps"]}
+    lap_eps = _checked(lap, "laplace_eval_eps", 230260.0, errors, "laplace_eval", lo=0, lo_open=True)
+    lr = _checked(top, "local_lr", 0.1, errors, lo=0, hi=10, lo_open=True)
+    tf = _checked(data, "test_fraction", 0.1, errors, "data", lo=0, hi=1, lo_open=True, hi_open=True)
     cfg = FedConfig(
         clients=_int(top, "clients", 100, 2, 100_000, errors), rounds=_int(top, "rounds", 20, 1, 100_000, errors),
         local_epochs=_int(top, "local_epochs", 1, 1, 1000, errors),
