@@ -12,7 +12,7 @@ from privacy.label_dp_run import training_loss
 from vfl.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.config import PartyConfig
 from vfl.data.shards import batch_digest, eval_batches
-from vfl.labels import training_labels
+from vfl.labels import leader_training_labels
 from vfl.prior_model import prior_fn_for
 from vfl.loop import TrainingLoop
 from vfl.metrics import RunLog
@@ -75,19 +75,34 @@ class LeaderTrainer:
 
     def prepare(self) -> None:
         """Randomize the training labels (label DP; LP-2ST trains its prior here) and build the top."""
-        train = self.party.train_split
-        self.labels = training_labels(train.labels, train.ids, self.cfg.privacy.label_dp, self.cfg.train.seed,
-                                      prior_fn_for(self.cfg, self.party, self._keepalive))
+        self.labels = leader_training_labels(self.cfg.privacy.label_dp, self.party.shard,
+                                             prior_fn_for(self.cfg, self.party, self._keepalive))
+        for w in self.labels.warnings:
+            self.log(w)
         if self.labels.report is not None:
             r = self.labels.report
-            self.log(f"label DP: {r['mechanism']} eps={r['eps']} once per sample for the whole run; "
-                     f"flipped {r['flipped_fraction']:.4f} of training labels; debias={r.get('debias', False)}")
+            self.log(f"label DP: {r['mechanism']} eps={r['eps']} once per sample for this release "
+                     f"({'new' if r['new_release'] else 'reused'} release {r['release_id'][:12]}, key {r['key_fingerprint']}); "
+                     f"flipped {r['flipped_fraction']:.4f} of training labels; debias={r.get('debias', False)}; "
+                     f"dataset total eps {r['dataset_total_eps']} over {r['dataset_releases']} release(s)")
+        self._check_resume_release()
         in_dim = self.party.cut_dim + sum(self.cut_dims[f] for f in self.followers)
         self.top = TopTrainer(self.cfg.train, self.cfg.model.top, in_dim, self.party.device,
                               training_loss(self.cfg.privacy.label_dp))
         if self.resume:
             self.top.load_state(self.resume["state"]["top"])
             self.log(f"resumed from {self.cfg.train.resume_from} at global step {self.start_step}")
+
+    def _check_resume_release(self) -> None:
+        """A resumed run must train on the very release its checkpoint was trained on."""
+        if not self.resume:
+            return
+        saved = (self.resume.get("extra") or {}).get("label_dp_release")
+        now = self.labels.release
+        if saved != now:
+            raise ValueError(f"train.resume_from {self.cfg.train.resume_from!r} was trained on label-DP release {saved!r}, "
+                             f"but this run's labels are release {now!r} (another key, eps, mechanism or prior); "
+                             "resuming would mix two releases of the same labels: start a fresh run instead")
 
     # -- training ----------------------------------------------------------------------------
     def train(self) -> None:
@@ -144,7 +159,9 @@ class LeaderTrainer:
             self.ch.send(f, "SAVE", {"tag": tag, "epoch": epoch, "step": step})
         path = os.path.join(self.out_dir, "checkpoints", f"{self.cfg.party}_{tag}.pt")
         state = {"bottom": self.party.state(), "top": self.top.state()}
-        save_checkpoint(path, self.cfg.party, state, epoch, step)
+        extra = {"label_dp_release": self.labels.release,
+                 "label_dp_key": self.labels.report["key_fingerprint"] if self.labels.report else None}
+        save_checkpoint(path, self.cfg.party, state, epoch, step, extra)
         return path
 
     def finish(self, epoch: int, step: int) -> None:

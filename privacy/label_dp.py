@@ -1,9 +1,17 @@
-"""LabelDP: randomized response on binary or one-hot labels (MindSpore Federated's API, minus its flaws).
+"""LabelDP: randomized response on binary, one-hot or class-id labels (MindSpore Federated's API, minus its flaws).
 
-`LabelDP(eps=1.0)(labels)` takes a numpy array or a torch tensor and returns the same type, shape,
-dtype and device. Binary labels ((N,) or (N, 1), values in {0, 1}) flip with rho = 1/(1+e^eps);
-one-hot labels ((N, K), K >= 2, exactly one 1 per row) keep their class with
-p1 = e^eps/(K-1+e^eps) and otherwise move uniformly to one of the other K-1 classes.
+Two forms:
+* once per sample (use this): `LabelDP(eps, key_file=PATH)(labels, ids=sample_ids)` draws every
+  sample's noise from a keyed PRF of (secret key, release, sample id), so a sample gets the same noisy
+  label on every call, epoch and run. The release is (eps, label kind, K, key): another eps is another
+  release with independent draws. Cost: `privacy_cost()` = rr_cost(eps), (eps, 0) per sample for the
+  release, however many times it is called. A missing key_file is created (256 bits, mode 0600).
+* fresh noise per call (MindSpore's `LabelDP(eps=...)(labels)`, kept for compatibility): every call
+  is a new eps-DP release of the same labels; calling it once per epoch spends epochs x eps.
+Both take a numpy array or a torch tensor and return the same type, shape, dtype and device. Binary labels ((N,) or (N, 1), values in {0, 1}) flip with rho = 1/(1+e^eps);
+one-hot labels ((N, K), K >= 2, exactly one 1 per row) and class ids ((N,) integers in [0, K) with
+num_classes=K) keep their class with p1 = e^eps/(K-1+e^eps) and otherwise move uniformly to one of
+the other K-1 classes.
 Unlike MindSpore: eps is not capped at 100 (eps = inf returns the labels exactly), every row is
 validated (not just the total count of ones), and a generator makes results reproducible.
 """
@@ -11,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from privacy.keyed_random import KEY_BYTES
+from privacy.label_dp_run import randomize_binary_once, randomize_classes_once
 from privacy.randomized_response import binary_rr, check_eps, flip_probability, kary_rr, keep_probability, rr_cost
 
 
@@ -50,8 +60,15 @@ def _numpy_generator(generator) -> np.random.Generator:
     raise TypeError(f"generator must be a numpy Generator, a torch Generator or an int seed, got {type(generator).__name__}")
 
 
-def label_kind(labels: np.ndarray) -> str:
-    """'binary' or 'onehot'; ValueError naming the first bad row otherwise."""
+def label_kind(labels: np.ndarray, num_classes: int | None = None) -> str:
+    """'binary', 'onehot' or 'classes' (num_classes given, 1-D); ValueError naming the first bad row otherwise."""
+    if num_classes is not None and labels.ndim == 1:
+        if not np.issubdtype(labels.dtype, np.integer):
+            raise ValueError(f"class ids must be integers in [0, {num_classes}), got dtype {labels.dtype}")
+        bad = np.flatnonzero((labels < 0) | (labels >= num_classes))
+        if bad.size:
+            raise ValueError(f"class ids must be in [0, {num_classes}); row {bad[0]} is {labels[bad[0]].item()!r}")
+        return "classes"
     if labels.ndim == 0 or labels.ndim > 2:
         raise ValueError(f"labels must have shape (N,), (N, 1) or (N, K); got ndim={labels.ndim} shape {labels.shape}")
     values = labels.astype(np.float64, copy=False)
@@ -59,7 +76,8 @@ def label_kind(labels: np.ndarray) -> str:
         flat = values.reshape(-1)
         bad = np.flatnonzero((flat != 0) & (flat != 1))
         if bad.size:
-            raise ValueError(f"binary labels must be 0 or 1; row {bad[0]} is {labels.reshape(-1)[bad[0]].item()!r}")
+            raise ValueError(f"binary labels must be 0 or 1; row {bad[0]} is {labels.reshape(-1)[bad[0]].item()!r} "
+                             "(for class ids pass num_classes=K)")
         return "binary"
     k = labels.shape[1]
     if k < 2:
@@ -72,26 +90,75 @@ def label_kind(labels: np.ndarray) -> str:
     return "onehot"
 
 
+def _check_ids(ids, n: int) -> np.ndarray:
+    arr, _ = _to_numpy(ids)
+    if arr.ndim != 1 or arr.shape[0] != n or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"ids must be {n} integer sample ids, one per label row; got dtype {arr.dtype} shape {arr.shape}")
+    if np.unique(arr).size != n:
+        raise ValueError("ids must be unique: two rows with one id would share one draw")
+    return arr.astype(np.int64)
+
+
 class LabelDP:
-    """eps-label-DP randomized response, applied once per label."""
+    """eps-label-DP randomized response; once per sample when given ids and a key."""
 
-    def __init__(self, eps: float):
+    def __init__(self, eps: float, key: bytes | None = None, key_file: str | None = None, num_classes: int | None = None):
         self.eps = check_eps(eps)
+        if key is not None and key_file is not None:
+            raise ValueError("pass key or key_file, not both")
+        if key is not None and (not isinstance(key, (bytes, bytearray)) or len(key) != KEY_BYTES):
+            raise ValueError(f"key must be {KEY_BYTES} secret random bytes (secrets.token_bytes({KEY_BYTES}))")
+        if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2):
+            raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
+        self._key = bytes(key) if key is not None else None
+        self.key_file = key_file
+        self.num_classes = num_classes
 
-    def __call__(self, labels, generator=None):
+    def _secret(self) -> bytes:
+        if self._key is None:
+            if self.key_file is None:
+                raise ValueError("once-per-sample randomization (ids=...) needs LabelDP(eps, key=...) or key_file=...")
+            import os
+
+            from privacy.label_dp_store import create_key, read_key
+
+            self._key = read_key(self.key_file) if os.path.exists(self.key_file) else create_key(self.key_file)
+        return self._key
+
+    def release_id(self, kind: str, k: int) -> str:
+        """The release this object draws for labels of this kind and K (public; names no key bits)."""
+        from privacy.label_dp_store import key_fingerprint, release_id
+
+        return release_id("standalone", key_fingerprint(self._secret()), f"labeldp/{kind}", {"eps": self.eps, "k": k})
+
+    def __call__(self, labels, generator=None, ids=None):
         arr, kind = _to_numpy(labels)
-        label_type = label_kind(arr)
+        label_type = label_kind(arr, self.num_classes)
+        if ids is not None:
+            ids = _check_ids(ids, arr.shape[0])
+            if generator is not None:
+                raise ValueError("pass ids (keyed, once per sample) or generator (fresh noise), not both")
         if arr.shape[0] == 0 or np.isinf(self.eps):
             return _from_numpy(arr.copy(), kind)
-        rng = _numpy_generator(generator)
         if label_type == "binary":
-            out = binary_rr(arr.astype(np.int64), self.eps, rng).astype(arr.dtype)
+            bits = arr.reshape(-1).astype(np.int64)
+            if ids is not None:
+                flat = randomize_binary_once(bits, ids, self.eps, self._secret(), self.release_id("binary", 2))
+            else:
+                flat = binary_rr(bits, self.eps, _numpy_generator(generator))
+            out = flat.reshape(arr.shape).astype(arr.dtype)
         else:
-            k = arr.shape[1]
-            cls = np.argmax(arr, axis=1)
-            noisy = kary_rr(cls, k, self.eps, rng)
-            out = np.zeros_like(arr)
-            out[np.arange(arr.shape[0]), noisy] = 1
+            k = self.num_classes if label_type == "classes" else arr.shape[1]
+            cls = arr.astype(np.int64) if label_type == "classes" else np.argmax(arr, axis=1)
+            if ids is not None:
+                noisy = randomize_classes_once(cls, ids, k, self.eps, self._secret(), self.release_id("classes", k))
+            else:
+                noisy = kary_rr(cls, k, self.eps, _numpy_generator(generator))
+            if label_type == "classes":
+                out = noisy.astype(arr.dtype)
+            else:
+                out = np.zeros_like(arr)
+                out[np.arange(arr.shape[0]), noisy] = 1
         return _from_numpy(out, kind)
 
     def flip_probability(self) -> float:
@@ -101,7 +168,8 @@ class LabelDP:
         return keep_probability(self.eps, k)
 
     def privacy_cost(self) -> dict:
-        """Each label is randomized once: (eps, 0)-label-DP for every record it touches."""
+        """rr_cost(eps): (eps, 0)-label-DP per record for one release. With ids and a key every call
+        repeats that release (no further cost); without them every call is a new release."""
         return rr_cost(self.eps)
 
     def __repr__(self) -> str:

@@ -1,42 +1,55 @@
-"""Label DP for a whole training run: each label randomized once, keyed by (seed, sample id), and
-the forward-corrected loss that trains on noisy labels.
+"""Label DP for a labelled dataset: each label randomized once per release with the leader's secret
+PRF, and the forward-corrected loss that trains on noisy labels.
 
 MindSpore Federated and SecretFlow re-randomize labels every batch of every epoch, so a run of E
-epochs spends E x eps (sequential composition) without saying so. Here the noisy label of sample i
-is a pure function of (seed, i, true label): every epoch reuses it, a resumed run gets it again,
-and the run as a whole is eps-label-DP (each label is touched by exactly one eps-DP mechanism;
-anything computed from the noisy labels afterwards is post-processing).
+epochs spends E x eps (sequential composition) without saying so, and SecretFlow's flips can be
+replayed from the split seed that every party shares. Here the noisy label of sample i is a pure
+function of (leader key, release id, i, true label): every epoch, run and resume of the same
+release reuses it, nobody without the key can predict the draws, and a different release (other
+eps, mechanism, prior or key) draws independently, so two releases never nest. Each release is
+eps-label-DP (one eps-DP mechanism per label; anything computed from the noisy labels afterwards is
+post-processing); the per-dataset ledger (privacy/label_dp_store.py) adds up the releases.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from privacy.keyed_random import uniform_from_ids
-from privacy.randomized_response import binary_rr, flip_probability
+from privacy.keyed_random import keyed_uniforms
+from privacy.randomized_response import binary_rr, flip_probability, kary_rr
 from privacy.rr_prior import rr_with_prior
 
-SALT_FLIP = 0x1AB1
-SALT_PART = 0x1AB2
-SALT_KEEP = 0x1AB3
-SALT_PICK = 0x1AB4
+# PRF purposes: one independent uniform stream per decision
+PURPOSE_FLIP = "binary-rr/flip"
+PURPOSE_STAGE = "lp2st/stage-one"
+PURPOSE_KEEP = "rr-prior/keep"
+PURPOSE_PICK = "rr-prior/pick"
+PURPOSE_KARY_KEEP = "kary-rr/keep"
+PURPOSE_KARY_OTHER = "kary-rr/other"
 
 
-def randomize_binary_once(labels: np.ndarray, ids: np.ndarray, eps: float, seed: int) -> np.ndarray:
-    """Binary RR with the uniform of each sample derived from (seed, sample id)."""
-    return binary_rr(np.asarray(labels).astype(np.int64), eps, u=uniform_from_ids(ids, seed, SALT_FLIP))
+def randomize_binary_once(labels: np.ndarray, ids: np.ndarray, eps: float, key: bytes, release: str) -> np.ndarray:
+    """Binary RR with the uniform of each sample drawn by the leader's PRF at (key, release, sample id)."""
+    return binary_rr(np.asarray(labels).astype(np.int64), eps, u=keyed_uniforms(key, release, PURPOSE_FLIP, ids))
 
 
-def stage_one_mask(ids: np.ndarray, seed: int, fraction: float) -> np.ndarray:
-    """LP-2ST (Ghazi et al. 2021, Algorithm 3): which samples form the first stage, decided per id."""
-    return uniform_from_ids(ids, seed, SALT_PART) < fraction
+def randomize_classes_once(classes: np.ndarray, ids: np.ndarray, k: int, eps: float, key: bytes, release: str) -> np.ndarray:
+    """k-ary RR on class ids in [0, k) with keyed uniforms per sample (Ghazi et al. 2021, Alg. 1)."""
+    return kary_rr(np.asarray(classes).astype(np.int64), k, eps, u_keep=keyed_uniforms(key, release, PURPOSE_KARY_KEEP, ids),
+                   u_other=keyed_uniforms(key, release, PURPOSE_KARY_OTHER, ids))
 
 
-def rr_prior_once(labels: np.ndarray, ids: np.ndarray, prior_positive: np.ndarray, eps: float, seed: int):
-    """RRWithPrior on binary labels with prior P(y=1) per sample; uniforms keyed by sample id."""
+def stage_one_mask(ids: np.ndarray, key: bytes, release: str, fraction: float) -> np.ndarray:
+    """LP-2ST (Ghazi et al. 2021, Algorithm 3): which samples form the first stage, decided per id by the PRF."""
+    return keyed_uniforms(key, release, PURPOSE_STAGE, ids) < fraction
+
+
+def rr_prior_once(labels: np.ndarray, ids: np.ndarray, prior_positive: np.ndarray, eps: float, key: bytes, release: str):
+    """RRWithPrior on binary labels with prior P(y=1) per sample; keyed uniforms per sample id."""
     p = np.clip(np.asarray(prior_positive, dtype=np.float64), 0.0, 1.0)
     prior = np.stack([1.0 - p, p], axis=1)
     return rr_with_prior(np.asarray(labels).astype(np.int64), prior, eps,
-                         u_keep=uniform_from_ids(ids, seed, SALT_KEEP), u_pick=uniform_from_ids(ids, seed, SALT_PICK))
+                         u_keep=keyed_uniforms(key, release, PURPOSE_KEEP, ids),
+                         u_pick=keyed_uniforms(key, release, PURPOSE_PICK, ids))
 
 
 def run_report(true: np.ndarray, noisy: np.ndarray, eps: float, mechanism: str, **extra) -> dict:
@@ -49,8 +62,9 @@ def run_report(true: np.ndarray, noisy: np.ndarray, eps: float, mechanism: str, 
         "flipped_fraction": float(np.mean(true != noisy)) if true.size else 0.0,
         "flip_probability": flip_probability(eps),
         "noisy_positive_rate": float(noisy.mean()) if noisy.size else 0.0,
-        "accounting": "each training label randomized once for the whole run, keyed by (seed, sample id): "
-                      f"the whole run is {eps}-label-DP whatever the number of epochs",
+        "accounting": "each label randomized once per release by the leader's secret PRF at (key, release, sample id): "
+                      f"this release is {eps}-label-DP whatever the number of epochs, runs and resumes; "
+                      "the dataset's ledger adds the eps of every distinct release",
         **extra,
     }
 

@@ -11,6 +11,15 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 REAL_1K = SHARED_DATA / "criteo_raw_1k.tsv"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def label_dp_store(tmp_path_factory) -> pathlib.Path:
+    """Every test (and every process it starts) keeps label-DP keys and ledgers in a private temporary
+    store, never in the user's home."""
+    store = tmp_path_factory.mktemp("label_dp_store")
+    os.environ["VFL_LABEL_DP_STORE"] = str(store)
+    return store
+
+
 @pytest.fixture(scope="session")
 def real_1k() -> pathlib.Path:
     if not REAL_1K.exists():
@@ -20,7 +29,7 @@ def real_1k() -> pathlib.Path:
 
 @pytest.fixture(scope="session")
 def synth_small(tmp_path_factory) -> pathlib.Path:
-    """12k synthetic rows (seed 7) with truth file."""
+    """12k synthetic rows (public feature seed 7, secret label seed) with truth file."""
     from vfl.data.synth import write_synthetic
 
     out = tmp_path_factory.mktemp("synth") / "small.tsv"

@@ -44,7 +44,7 @@ def test_truth_file_matches_labels(synth_small):
 
 def test_signal_needs_both_parties_and_has_interactions():
     # Prepare
-    world = SyntheticCriteo(seed=1, max_vocab=2_000)
+    world = SyntheticCriteo(seed=1, max_vocab=2_000, label_seed=11)
     z = world._latents(np.random.default_rng(5), 50_000)
     full = world._logit(z)
     y = np.random.default_rng(6).random(full.size) < 1 / (1 + np.exp(-full))

@@ -19,7 +19,7 @@ from vfl.config import ConfigError, PartyConfig, load_config
 from vfl.data.reader import DataError
 from vfl.data.shards import PartyShard, eval_batches
 from vfl.handshake import hello_meta, hello_problems
-from vfl.labels import training_labels
+from vfl.labels import leader_training_labels
 from vfl.loop import TrainingLoop
 from vfl.metrics import RunLog, write_json
 from vfl.party import BottomParty, resolve_device, set_threads
@@ -49,8 +49,9 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     if problems:
         raise DataError("; ".join(problems))
     train = parties[0].train_split
-    labels_info = training_labels(train.labels, train.ids, leader_cfg.privacy.label_dp, leader_cfg.train.seed,
-                                  prior_fn_for(leader_cfg, parties[0]))
+    labels_info = leader_training_labels(leader_cfg.privacy.label_dp, leader_shard, prior_fn_for(leader_cfg, parties[0]))
+    for w in labels_info.warnings:
+        log(w)
     labels = torch.from_numpy(labels_info.labels)
     top = TopTrainer(leader_cfg.train, leader_cfg.model.top, sum(p.cut_dim for p in parties), device,
                      training_loss(leader_cfg.privacy.label_dp))

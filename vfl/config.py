@@ -81,6 +81,8 @@ class LabelDPConfig:
     debias: bool = False
     prior_fraction: float = 0.5  # rr_prior: share of training ids that train the stage-1 prior model
     prior_epochs: int = 1
+    store_dir: str | None = None  # per-dataset key + ledger; None: $VFL_LABEL_DP_STORE or ~/.local/share/vfl/label_dp
+    key_file: str | None = None  # the leader's secret PRF key; None: <store_dir>/<dataset>/key
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,7 @@ _SECTION_KEYS = {
     "train": ("epochs", "batch_size", "eval_batch_size", "seed", "log_every", "lr", "optimizer", "weight_decay",
               "checkpoint_every", "device", "threads", "resume_from"),
     "privacy": ("label_dp",),
-    "privacy.label_dp": ("eps", "mechanism", "debias", "prior_fraction", "prior_epochs"),
+    "privacy.label_dp": ("eps", "mechanism", "debias", "prior_fraction", "prior_epochs", "store_dir", "key_file"),
     "output": ("dir",),
     "debug": ("record_gradients",),
 }
@@ -316,6 +318,8 @@ def parse_config(doc: Any, source: str = "config") -> PartyConfig:
             debias=c.boolean(ld, "privacy.label_dp", "debias", False),
             prior_fraction=c.number(ld, "privacy.label_dp", "prior_fraction", 0.5, lo=0.0, hi=1.0, lo_open=True, hi_open=True),
             prior_epochs=c.number(ld, "privacy.label_dp", "prior_epochs", 1, integer=True, lo=1, hi=1000),
+            store_dir=c.string(ld, "privacy.label_dp", "store_dir"),
+            key_file=c.string(ld, "privacy.label_dp", "key_file"),
         )
         if label_dp.debias and label_dp.mechanism != "rr":
             c.errors.append("privacy.label_dp.debias applies to mechanism rr only")

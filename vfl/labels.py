@@ -1,12 +1,20 @@
-"""The one place the leader's training labels pass through before training (label DP plugs in here)."""
+"""The one place the leader's labels pass through before training: label DP releases plug in here.
+
+Under label DP the leader opens the labelled dataset's store (privacy/label_dp_store.py: secret key
+and ledger, outside any shard directory), derives the release id from the mechanism's parameters,
+draws the noisy labels with the leader's PRF, and records the release in the ledger. Nothing here
+uses `train.seed` or any other value a follower knows.
+"""
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from privacy.label_dp_run import randomize_binary_once, rr_prior_once, run_report, stage_one_mask
+from privacy.label_dp_store import LabelDPStore, Release, dataset_id, default_store_dir, key_fingerprint, release_id
 from vfl.config import LabelDPConfig
 
 PriorFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -18,32 +26,86 @@ class TrainingLabels:
 
     labels: np.ndarray  # float32 (n,)
     report: dict | None = None
+    release: str | None = None  # the release id under label DP
+    warnings: tuple[str, ...] = ()
 
 
-def training_labels(labels: np.ndarray, sample_ids: np.ndarray, label_dp: LabelDPConfig | None, seed: int,
-                    prior_fn: PriorFn | None = None) -> TrainingLabels:
-    """True labels when label DP is off; otherwise one randomized label per sample for the whole run."""
+@dataclass
+class LabelKey:
+    """The leader's secret for one labelled dataset, and where its ledger lives."""
+
+    key: bytes
+    store: LabelDPStore
+
+    @property
+    def fingerprint(self) -> str:
+        return key_fingerprint(self.key)
+
+    @property
+    def dataset(self) -> str:
+        return self.store.dataset
+
+
+def open_label_key(label_dp: LabelDPConfig, manifest: dict) -> LabelKey:
+    """The key (created on first use) and ledger of the dataset the leader's shard was prepared from."""
+    source = manifest.get("source") or {}
+    store = LabelDPStore(label_dp.store_dir or default_store_dir(), dataset_id(source.get("sha256")), label_dp.key_file)
+    return LabelKey(store.key(), store)
+
+
+def release_of(label_key: LabelKey, mechanism: str, params: dict) -> str:
+    return release_id(label_key.dataset, label_key.fingerprint, mechanism, params)
+
+
+def _prior_digest(prior: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(prior, dtype="<f8").tobytes()).hexdigest()[:32]
+
+
+def training_labels(labels: np.ndarray, sample_ids: np.ndarray, label_dp: LabelDPConfig | None,
+                    label_key: LabelKey | None = None, prior_fn: PriorFn | None = None) -> TrainingLabels:
+    """True labels when label DP is off; otherwise the noisy labels of this parameter set's release."""
     labels = np.asarray(labels).astype(np.int64)
     if label_dp is None:
         return TrainingLabels(labels.astype(np.float32))
-    eps = label_dp.eps
+    if label_key is None:
+        raise ValueError("label DP needs the leader's key (open_label_key)")
+    eps, k = label_dp.eps, label_key.key
     if label_dp.mechanism == "rr":
-        noisy = randomize_binary_once(labels, sample_ids, eps, seed)
-        report = run_report(labels, noisy, eps, "binary_rr", debias=label_dp.debias)
-        return TrainingLabels(noisy.astype(np.float32), report)
-    # rr_prior: LP-2ST. Stage one gets plain RR; its model's predictions are the priors of stage two.
-    if prior_fn is None:
-        raise ValueError("privacy.label_dp.mechanism rr_prior needs a stage-one prior model")
-    first = stage_one_mask(sample_ids, seed, label_dp.prior_fraction)
-    noisy = randomize_binary_once(labels, sample_ids, eps, seed)
-    prior = prior_fn(first, np.where(first, noisy, 0))
-    second = ~first
-    noisy2, k_star = rr_prior_once(labels[second], sample_ids[second], prior[second], eps, seed)
-    noisy[second] = noisy2
-    collapse = float(np.mean(k_star == 1)) if k_star.size else 0.0
-    report = run_report(labels, noisy, eps, "rr_prior", debias=False, stage_one_fraction=float(first.mean()),
-                        collapse_fraction=collapse,
-                        flipped_fraction_stage_two=float(np.mean(noisy2 != labels[second])) if second.any() else 0.0,
-                        prior="leader-only columns (LP-2ST stage one, Ghazi et al. 2021 Alg. 3)",
-                        collapsed=collapse > 0.5)
-    return TrainingLabels(noisy.astype(np.float32), report)
+        params = {"eps": eps, "labels": "binary"}
+        rel = release_of(label_key, "binary_rr", params)
+        noisy = randomize_binary_once(labels, sample_ids, eps, k, rel)
+        extra = {"debias": label_dp.debias}
+        mechanism = "binary_rr"
+    else:
+        # rr_prior: LP-2ST. Stage one gets plain RR (its own release); its model's predictions are the
+        # priors of stage two, whose release id includes a digest of the prior.
+        if prior_fn is None:
+            raise ValueError("privacy.label_dp.mechanism rr_prior needs a stage-one prior model")
+        stage_params = {"eps": eps, "prior_fraction": label_dp.prior_fraction, "labels": "binary"}
+        stage_rel = release_of(label_key, "lp2st_stage_one", stage_params)
+        first = stage_one_mask(sample_ids, k, stage_rel, label_dp.prior_fraction)
+        noisy = randomize_binary_once(labels, sample_ids, eps, k, stage_rel)
+        prior = prior_fn(first, np.where(first, noisy, 0))
+        second = ~first
+        params = {**stage_params, "stage_one_release": stage_rel, "prior_sha256": _prior_digest(prior[second])}
+        rel = release_of(label_key, "rr_prior", params)
+        noisy2, k_star = rr_prior_once(labels[second], sample_ids[second], prior[second], eps, k, rel)
+        noisy[second] = noisy2
+        collapse = float(np.mean(k_star == 1)) if k_star.size else 0.0
+        extra = {"debias": False, "stage_one_fraction": float(first.mean()), "collapse_fraction": collapse,
+                 "flipped_fraction_stage_two": float(np.mean(noisy2 != labels[second])) if second.any() else 0.0,
+                 "prior": "leader-only columns (LP-2ST stage one, Ghazi et al. 2021 Alg. 3)", "collapsed": collapse > 0.5}
+        mechanism = "rr_prior"
+    is_new, ledger = label_key.store.record(Release(rel, mechanism, eps, params, label_key.fingerprint, int(labels.size)))
+    report = run_report(labels, noisy, eps, mechanism, **extra, release_id=rel, new_release=is_new,
+                        key_fingerprint=label_key.fingerprint, dataset_id=label_key.dataset,
+                        ledger=label_key.store.ledger_path, dataset_releases=len(ledger["releases"]),
+                        dataset_total_eps=ledger["total_eps"])
+    return TrainingLabels(noisy.astype(np.float32), report, rel, tuple(label_key.store.warnings))
+
+
+def leader_training_labels(label_dp: LabelDPConfig | None, shard, prior_fn: PriorFn | None = None) -> TrainingLabels:
+    """The training labels of the leader's labelled shard (a PartyShard), opening its key under label DP."""
+    train = shard.split("train")
+    label_key = open_label_key(label_dp, shard.manifest) if label_dp is not None else None
+    return training_labels(train.labels, train.ids, label_dp, label_key, prior_fn)

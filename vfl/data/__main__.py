@@ -15,6 +15,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--out", required=True, help="FILE.tsv (FILE.tsv.truth.npy and FILE.tsv.meta.json are written beside it)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--max-vocab", type=int, default=20_000, help="cap on each categorical's cardinality")
+    s.add_argument("--label-seed", type=int, default=None,
+                   help="seed of the label model and label draws; default: secret, from the OS, not recorded "
+                        "(a follower that re-runs synth must not regenerate the labels)")
     p = sub.add_parser("prepare", help="raw Criteo TSV -> per-party shards")
     p.add_argument("--input", required=True)
     p.add_argument("--out", required=True)
@@ -33,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "synth":
             from vfl.data.synth import write_synthetic
 
-            meta = write_synthetic(args.out, args.rows, args.seed, args.max_vocab)
+            meta = write_synthetic(args.out, args.rows, args.seed, args.max_vocab, args.label_seed)
             print(f"wrote {args.out}: {meta['rows']} rows, positive rate {meta['positive_rate']:.4f}, "
                   f"{meta['rows'] / meta['seconds']:.0f} rows/s")
             return 0

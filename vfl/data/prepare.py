@@ -216,8 +216,7 @@ def prepare(input_path: str, out_dir: str, parties: list[PartyColumns], opts: Pr
         elapsed = time.perf_counter() - t0
         manifest["prepare_seconds"] = round(elapsed, 3)
         for p in parties:
-            party_manifest = {k: v for k, v in manifest.items() if k != "parties"}
-            party_manifest["party"] = manifest["parties"][p.name]
+            party_manifest = party_manifest_of(manifest, p)
             _write_json(os.path.join(tmp, p.name, "manifest.json"), party_manifest)
         if vocabs is not None:
             for p in parties:
@@ -234,6 +233,23 @@ def prepare(input_path: str, out_dir: str, parties: list[PartyColumns], opts: Pr
     manifest["seconds_total"] = elapsed
     manifest["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return manifest
+
+
+# What a feature party's manifest may hold: its own columns and sizes, row counts, id digests, the
+# public split rule and transforms. Never label counts, the Bayes AUC of the true test labels, the
+# labelled source's digest or path, or the truth file: each is computed from the leader's labels.
+FOLLOWER_MANIFEST_KEYS = ("format_version", "split", "transforms", "sample_ids", "id_digest", "rows")
+
+
+def party_manifest_of(manifest: dict, party: PartyColumns) -> dict:
+    """One party's manifest.json: everything for the labelled party, an allow-list for the others."""
+    if party.label:
+        doc = {k: v for k, v in manifest.items() if k != "parties"}
+    else:
+        doc = {k: manifest[k] for k in FOLLOWER_MANIFEST_KEYS}
+        doc["split"] = {k: manifest["split"][k] for k in ("test_fraction", "seed", "rule")}
+    doc["party"] = manifest["parties"][party.name]
+    return doc
 
 
 def hash_name(name: str) -> int:

@@ -1,6 +1,10 @@
 """Synthetic Criteo-format data: raw TSV that looks like Criteo, plus every row's true click probability.
 
-Generative model (all drawn from one seeded numpy Generator):
+Generative model. The features come from generators seeded by the public `seed`; the label model
+(effect tables, bias) and the label draws come from a separate `label_seed`, which by default is
+128 bits from the OS and is never written anywhere. A follower that re-runs `synth --seed 0` then
+regenerates the leader's feature columns, but neither the true labels nor the truth file: on
+synthetic data, too, the labels are the leader's secret, as they would be on real data.
   * categoricals: value rank k ~ Zipf(1.1) over a per-field vocabulary (Criteo's cardinalities,
     capped), written as an 8-hex-digit hash of (field, k); Criteo-like missing rates
     (C22 ~82%, C19/C20/C25/C26 ~44%);
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import time
 
 import numpy as np
@@ -47,8 +52,9 @@ _LEADER_DENSE, _LEADER_CAT = 7, 13
 class SyntheticCriteo:
     """The fixed parameters of one synthetic world (effect tables, calibrated bias)."""
 
-    def __init__(self, seed: int = 0, max_vocab: int = 20_000):
-        rng = np.random.default_rng([seed, 0xC1])
+    def __init__(self, seed: int = 0, max_vocab: int = 20_000, label_seed: int | None = None):
+        self.label_seed = secrets.randbits(128) if label_seed is None else int(label_seed)
+        rng = np.random.default_rng([self.label_seed, 0xC1])
         self.vocab = [min(c, max_vocab) for c in CRITEO_CARDINALITY]
         ranks = [np.arange(1, v + 1, dtype=np.float64) for v in self.vocab]
         self.cdf = [np.cumsum(r ** -ZIPF_EXPONENT) / np.sum(r ** -ZIPF_EXPONENT) for r in ranks]
@@ -106,11 +112,12 @@ class SyntheticCriteo:
             logit += g * np.tanh(uo[:, a] * uo[:, b])
         return logit
 
-    def sample(self, rng: np.random.Generator, n: int) -> tuple[pd.DataFrame, np.ndarray]:
-        """n raw rows as a DataFrame in Criteo column order, and their true click probabilities."""
+    def sample(self, rng: np.random.Generator, n: int, label_rng: np.random.Generator) -> tuple[pd.DataFrame, np.ndarray]:
+        """n raw rows as a DataFrame in Criteo column order, and their true click probabilities;
+        features from `rng`, labels from `label_rng`."""
         z = self._latents(rng, n)
         p = 1.0 / (1.0 + np.exp(-self._logit(z)))
-        label = (rng.random(n) < p).astype(np.int8)
+        label = (label_rng.random(n) < p).astype(np.int8)
         cols = {"label": label}
         for i, name in enumerate(DENSE_COLUMNS):
             x = np.floor(np.exp(DENSE_MU[i] + DENSE_SIGMA[i] * z["u"][:, i])).astype(np.int64) - DENSE_SHIFT[i] + 1
@@ -123,15 +130,17 @@ class SyntheticCriteo:
         return pd.DataFrame(cols), p.astype(np.float32)
 
 
-def write_synthetic(out_path: str, rows: int, seed: int = 0, max_vocab: int = 20_000) -> dict:
-    """Write OUT.tsv, OUT.truth.npy and OUT.meta.json atomically; return the meta document."""
+def write_synthetic(out_path: str, rows: int, seed: int = 0, max_vocab: int = 20_000, label_seed: int | None = None) -> dict:
+    """Write OUT.tsv, OUT.truth.npy and OUT.meta.json atomically; return the meta document.
+    label_seed None (the default) draws a secret one that is not recorded."""
     if rows < 1:
         raise DataError(f"--rows must be >= 1, got {rows}")
     if max_vocab < 2:
         raise DataError(f"--max-vocab must be >= 2, got {max_vocab}")
     t0 = time.perf_counter()
-    world = SyntheticCriteo(seed, max_vocab)
+    world = SyntheticCriteo(seed, max_vocab, label_seed)
     rng = np.random.default_rng([seed, 0xDA7A])
+    label_rng = np.random.default_rng([world.label_seed, 0x1ABE1])
     tmp_tsv, tmp_truth = f"{out_path}.tmp-{os.getpid()}", f"{out_path}.truth.tmp-{os.getpid()}.npy"
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     positives, psum = 0, 0.0
@@ -141,7 +150,7 @@ def write_synthetic(out_path: str, rows: int, seed: int = 0, max_vocab: int = 20
             done = 0
             while done < rows:
                 n = min(BLOCK_ROWS, rows - done)
-                df, p = world.sample(rng, n)
+                df, p = world.sample(rng, n, label_rng)
                 df.to_csv(f, sep="\t", header=False, index=False, lineterminator="\n")
                 truth.append(p)
                 positives += int(df["label"].sum())
@@ -157,7 +166,8 @@ def write_synthetic(out_path: str, rows: int, seed: int = 0, max_vocab: int = 20
                 os.remove(t)
         raise
     meta = {
-        "rows": rows, "seed": seed, "max_vocab": max_vocab, "positive_rate": positives / rows,
+        "rows": rows, "seed": seed, "max_vocab": max_vocab,
+        "label_seed": "secret: drawn from the OS, not recorded" if label_seed is None else label_seed, "positive_rate": positives / rows,
         "mean_true_probability": psum / rows, "bias": world.bias, "truth": out_path + ".truth.npy",
         "seconds": round(time.perf_counter() - t0, 3),
     }

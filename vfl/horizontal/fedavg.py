@@ -59,7 +59,8 @@ def load_data(cfg: FedConfig, work: str):
 
         src = os.path.join(work, "synthetic.tsv")
         if not os.path.exists(src):
-            write_synthetic(src, cfg.rows, seed=cfg.seed)
+            # horizontal clients hold their own labels: a reproducible label model is fine here
+            write_synthetic(src, cfg.rows, seed=cfg.seed, label_seed=cfg.seed)
     shards = os.path.join(work, "shards")
     parties = parse_parties({"all": {"dense": list(DENSE_COLUMNS), "categorical": list(CATEGORICAL_COLUMNS), "label": True}})
     prepare(src, shards, parties, PrepareOptions(test_fraction=cfg.test_fraction, seed=cfg.seed,
