@@ -11,8 +11,12 @@ AUC = 1 - rho = e^eps / (1 + e^eps) against the true label, which bounds sign, c
 Norm scoring uses the model's confidence, which reflects what the features say about the label;
 it can exceed the bound, and so can the model's own test AUC (the feature-only baseline).
 
-`python -m privacy.attacks --gradients G.npz --labels DIR [--eps E] [--out leakage.json]`
-(DIR holds ids.npy and labels.npy of the leader's train split).
+`python -m privacy.attacks --gradients G.npz --labels DIR [--eps E] [--out leakage.json]
+    [--follower-seed S] [--compare-gradients G2.npz --compare-eps E2]`
+(DIR holds ids.npy and labels.npy of the leader's train split). --follower-seed adds the full-view
+attack of privacy/follower_view.py (replay of every public seed and salt, vote over epochs), scored
+as true-label accuracy; --compare-gradients adds the two-release attack against a second recorded
+release of the same data.
 """
 from __future__ import annotations
 
@@ -78,6 +82,46 @@ def leakage_report(record: dict, ids: np.ndarray, labels: np.ndarray, eps: float
     }
 
 
+def _true_labels(ids: np.ndarray, labels: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    order = np.argsort(ids)
+    return labels[order][np.searchsorted(ids[order], wanted)].astype(np.int64)
+
+
+def follower_view_report(record: dict, ids: np.ndarray, labels: np.ndarray, eps: float, follower_seed: int,
+                         second: dict | None = None, second_eps: float | None = None) -> dict:
+    """The full-view attacks scored against the true labels, beside the bound 1 - rho."""
+    from privacy.follower_view import (best_accuracy, follower_view_attack, independent_disagreement_accuracy,
+                                       per_epoch_guesses)
+
+    guesses = follower_view_attack(record, ids, eps, follower_seed)
+    seen, _ = per_epoch_guesses(record)
+    truth = _true_labels(ids, labels, seen)
+    name, acc = best_accuracy(guesses, truth)
+    single = float(np.mean(guesses["gradient sign (epoch 0)"] == truth))
+    out = {"follower_view": {"bound": math.exp(eps) / (1 + math.exp(eps)) if math.isfinite(eps) else 1.0,
+                             "gradient_sign_accuracy": max(single, 1 - single),
+                             "vote_accuracy": max(a := float(np.mean(guesses["majority vote over epochs"] == truth)), 1 - a),
+                             "best_accuracy": acc, "best_attack": name, "candidates": len(guesses)}}
+    if second is not None and second_eps is not None:
+        seen2, g2 = per_epoch_guesses(second)
+        common, i1, i2 = np.intersect1d(seen, seen2, return_indices=True)
+        lo, hi = guesses["gradient sign (epoch 0)"][i1], g2[0][i2]
+        if second_eps < eps:
+            lo, hi = hi, lo
+        d = lo != hi
+        acc_hi = float(np.mean(hi[d] == truth[i1][d])) if d.any() else math.nan
+        out["two_releases"] = {"eps": sorted([eps, second_eps]), "disagree_fraction": float(d.mean()),
+                               "high_eps_accuracy_where_they_disagree": max(acc_hi, 1 - acc_hi),
+                               "independent_draws_allow": independent_disagreement_accuracy(min(eps, second_eps), max(eps, second_eps)),
+                               "nested_draws_give": 1.0}
+    return out
+
+
+def _load_record(path: str) -> dict:
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in ("ids", "epoch", "step", "grad")}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m privacy.attacks", description=__doc__.splitlines()[0])
     ap.add_argument("--gradients", required=True, help=".npz written by a follower with debug.record_gradients")
@@ -85,16 +129,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eps", type=float, default=None)
     ap.add_argument("--out", default=None)
     ap.add_argument("--extra", default=None, help="JSON object merged into the report (e.g. the model's test AUC)")
+    ap.add_argument("--follower-seed", type=int, default=None, help="the follower's train.seed: run the full-view attack")
+    ap.add_argument("--compare-gradients", default=None, help="a second recorded release of the same data")
+    ap.add_argument("--compare-eps", type=float, default=None)
     args = ap.parse_args(argv)
+    if args.follower_seed is not None and args.eps is None:
+        ap.error("--follower-seed needs --eps (the bound is 1 - rho(eps))")
+    if (args.compare_gradients is None) != (args.compare_eps is None):
+        ap.error("--compare-gradients and --compare-eps go together")
     try:
-        with np.load(args.gradients, allow_pickle=False) as z:
-            record = {k: z[k] for k in ("ids", "epoch", "step", "grad")}
+        record = _load_record(args.gradients)
+        second = _load_record(args.compare_gradients) if args.compare_gradients else None
         ids = np.load(os.path.join(args.labels, "ids.npy"), allow_pickle=False)
         labels = np.load(os.path.join(args.labels, "labels.npy"), allow_pickle=False)
     except (OSError, KeyError, ValueError) as e:
         print(f"error: cannot read inputs: {e}", file=sys.stderr)
         return 2
     report = leakage_report(record, ids, labels, args.eps)
+    if args.follower_seed is not None:
+        report.update(follower_view_report(record, ids, labels, args.eps, args.follower_seed, second, args.compare_eps))
     if args.extra:
         report.update(json.loads(args.extra))
     text = json.dumps(report, indent=2)

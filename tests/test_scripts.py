@@ -32,11 +32,22 @@ def test_run_vfl_train_local_trains_both_ways_and_prints_bayes_auc(tmp_path, syn
     assert (tmp_path / "split/leader.log").exists() and (tmp_path / "split/follower0.log").exists()
 
 
-def test_label_dp_script_sets_eps(tmp_path, synth_small):
-    r = _script("scripts/run_vfl_train_local_label_dp.sh", "--data", str(synth_small), "--out", str(tmp_path / "dp"))
-    assert r.returncode == 0, f"stdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-3000:]}"
+def test_label_dp_script_sets_eps_and_two_runs_share_one_key_and_one_release(tmp_path, synth_small):
+    # Prepare: a store of its own, so the ledger starts empty
+    env = {"VFL_LABEL_DP_STORE": str(tmp_path / "store")}
+    # Execute: the script re-prepares the shards with --force on every run
+    runs = [_script("scripts/run_vfl_train_local_label_dp.sh", "--data", str(synth_small), "--out", str(tmp_path / "dp"), env=env)
+            for _ in range(2)]
+    # Assert
+    for r in runs:
+        assert r.returncode == 0, f"stdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-3000:]}"
+        assert "label DP eps=1.0" in r.stdout, r.stdout[-3000:]
     m = json.loads((tmp_path / "dp/metrics.json").read_text())
-    assert m["label_dp"]["eps"] == 1.0 and "label DP eps=1.0" in r.stdout, r.stdout[-3000:]
+    ld = m["label_dp"]
+    assert ld["eps"] == 1.0 and ld["new_release"] is False and ld["dataset_releases"] == 1 and ld["dataset_total_eps"] == 1.0
+    ledger = json.loads(open(ld["ledger"]).read())
+    assert len(ledger["releases"]) == 1 and ledger["releases"][0]["uses"] == 2
+    assert len(list((tmp_path / "store").glob("*/key"))) == 1
 
 
 def test_a_party_that_dies_stops_the_others_and_fails_the_script(tmp_path, synth_small):

@@ -132,3 +132,23 @@ def test_parties_resuming_from_different_steps_are_refused(tmp_path, shards_smal
     code, _, err = procs.wait("leader", 120)
     # Assert
     assert code == 1 and "follower0 resumes at global step 10 but the leader at 5" in err
+
+
+def test_resuming_on_another_label_dp_release_is_refused(tmp_path, shards_small, procs):
+    # Prepare: a checkpoint trained on the eps = 1 release
+    for d in ("first", "second"):
+        (tmp_path / d).mkdir()
+    first = party_configs(str(tmp_path / "first"), str(shards_small), privacy={"label_dp": {"eps": 1.0}})
+    _run_split(procs, first)
+    procs.cleanup()
+    ckpts = tmp_path / "first/out/checkpoints"
+    second = party_configs(str(tmp_path / "second"), str(shards_small), train={"epochs": 2},
+                           privacy={"label_dp": {"eps": 2.0}})
+    # Execute: resume it on the eps = 2 release, which would mix two releases of the same labels
+    procs.start("leader", "leader", second["leader"], "--resume", str(ckpts / "leader_final.pt"))
+    procs.start("follower0", "follower", second["follower0"], "--resume", str(ckpts / "follower0_final.pt"))
+    code, _, err = procs.wait("leader", 120)
+    fcode, _, ferr = procs.wait("follower0", 120)
+    # Assert
+    assert code == 1 and "was trained on label-DP release" in err and "start a fresh run" in err, err
+    assert fcode != 0

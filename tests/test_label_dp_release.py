@@ -1,0 +1,205 @@
+"""The leader's label-DP secret: one key and one ledger per labelled dataset, outside the shards;
+one release per parameter set, reproduced exactly; a new release for any change, drawn independently
+and added to the ledger; loose or damaged key files refused; followers' files free of label aggregates.
+Statistical checks use 5.5-sigma binomial bounds (false failure < 4e-8 each)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+
+import numpy as np
+import pytest
+
+from privacy.label_dp_store import LabelDPStore, LabelDPStoreError, dataset_id, read_key
+from privacy.randomized_response import flip_probability
+from tests.dp_stats import binomial_tolerance
+from vfl.config import LabelDPConfig
+from vfl.data.shards import PartyShard
+from vfl.labels import leader_training_labels
+
+
+def _labels(shards, store, eps=1.0, **kw):
+    cfg = LabelDPConfig(eps=eps, store_dir=str(store), **kw)
+    return leader_training_labels(cfg, PartyShard(str(shards / "leader")))
+
+
+def _ledger(result) -> dict:
+    return json.loads(open(result.report["ledger"]).read())
+
+
+def test_key_is_created_once_with_mode_0600_outside_the_shards(tmp_path, shards_small):
+    # Execute
+    first = _labels(shards_small, tmp_path / "store")
+    key_path = os.path.join(os.path.dirname(first.report["ledger"]), "key")
+    # Assert
+    assert stat.S_IMODE(os.stat(key_path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(os.path.dirname(key_path)).st_mode) == 0o700
+    assert not os.path.commonpath([key_path, str(shards_small)]) == str(shards_small)
+    assert len(read_key(key_path)) == 32
+
+
+def test_rerun_reuses_the_release_and_the_ledger_counts_its_eps_once(tmp_path, shards_small):
+    # Execute
+    a = _labels(shards_small, tmp_path / "store")
+    b = _labels(shards_small, tmp_path / "store")
+    # Assert
+    np.testing.assert_array_equal(a.labels, b.labels)
+    assert a.release == b.release and a.report["new_release"] is True and b.report["new_release"] is False
+    ledger = _ledger(b)
+    assert len(ledger["releases"]) == 1 and ledger["total_eps"] == 1.0 and ledger["releases"][0]["uses"] == 2
+    assert b.report["dataset_total_eps"] == 1.0
+
+
+def test_re_preparing_the_data_with_force_keeps_the_key_and_the_release(tmp_path, synth_small):
+    # Prepare: the local script re-prepares with --force on every run
+    from vfl.data.parties import load_parties
+    from vfl.data.prepare import PrepareOptions, prepare
+
+    out = tmp_path / "shards"
+    prepare(str(synth_small), str(out), load_parties(None), PrepareOptions(hash_buckets=500))
+    a = _labels(out, tmp_path / "store")
+    # Execute
+    prepare(str(synth_small), str(out), load_parties(None), PrepareOptions(hash_buckets=500, force=True))
+    b = _labels(out, tmp_path / "store")
+    # Assert
+    np.testing.assert_array_equal(a.labels, b.labels)
+    assert len(_ledger(b)["releases"]) == 1
+
+
+def test_two_keys_for_one_dataset_disagree_at_2_rho_1_minus_rho(tmp_path, shards_small):
+    # Prepare: two leader stores (two keys); everything a follower knows is equal
+    rho = flip_probability(1.0)
+    # Execute
+    a = _labels(shards_small, tmp_path / "store_a")
+    b = _labels(shards_small, tmp_path / "store_b")
+    # Assert
+    n = a.labels.size
+    want = 2 * rho * (1 - rho)
+    assert abs(np.mean(a.labels != b.labels) - want) < binomial_tolerance(n, want)
+
+
+def test_a_new_eps_is_a_new_independent_release_that_the_ledger_adds(tmp_path, shards_small):
+    # Execute
+    low = _labels(shards_small, tmp_path / "store", eps=1.0)
+    high = _labels(shards_small, tmp_path / "store", eps=2.0)
+    truth = PartyShard(str(shards_small / "leader")).split("train").labels.astype(np.float32)
+    # Assert: independent draws disagree at r1 (1 - r2) + r2 (1 - r1); nested ones at r1 - r2
+    r1, r2 = flip_probability(1.0), flip_probability(2.0)
+    n = truth.size
+    want = r1 * (1 - r2) + r2 * (1 - r1)
+    assert abs(np.mean(low.labels != high.labels) - want) < binomial_tolerance(n, want)
+    assert low.release != high.release
+    ledger = _ledger(high)
+    assert [r["eps"] for r in ledger["releases"]] == [1.0, 2.0] and ledger["total_eps"] == 3.0
+    assert high.report["dataset_total_eps"] == 3.0 and high.report["dataset_releases"] == 2
+    assert abs(np.mean(low.labels != truth) - r1) < binomial_tolerance(n, r1)
+
+
+def test_a_deleted_key_means_a_new_release_a_warning_and_a_larger_total(tmp_path, shards_small):
+    # Prepare
+    a = _labels(shards_small, tmp_path / "store")
+    os.remove(os.path.join(os.path.dirname(a.report["ledger"]), "key"))
+    # Execute
+    b = _labels(shards_small, tmp_path / "store")
+    # Assert
+    assert b.report["new_release"] is True and b.report["key_fingerprint"] != a.report["key_fingerprint"]
+    assert b.report["dataset_total_eps"] == 2.0
+    assert any("new key" in w and "already has releases" in w for w in b.warnings)
+
+
+def test_a_key_file_others_can_read_is_refused_naming_path_and_mode(tmp_path, shards_small):
+    # Prepare
+    key = tmp_path / "leader.key"
+    key.write_text("ab" * 32 + "\n")
+    os.chmod(key, 0o644)
+    # Execute
+    with pytest.raises(LabelDPStoreError) as e:
+        _labels(shards_small, tmp_path / "store", key_file=str(key))
+    # Assert
+    assert str(key) in str(e.value) and "mode 0644" in str(e.value) and "chmod 600" in str(e.value)
+
+
+@pytest.mark.parametrize("content, needle", [("zz" * 32, "64 hex digits"), ("ab" * 8, "64 hex digits"), ("", "64 hex digits")])
+def test_a_damaged_key_file_is_refused(tmp_path, shards_small, content, needle):
+    # Prepare
+    key = tmp_path / "leader.key"
+    key.write_text(content)
+    os.chmod(key, 0o600)
+    # Execute / Assert
+    with pytest.raises(LabelDPStoreError, match=needle):
+        _labels(shards_small, tmp_path / "store", key_file=str(key))
+
+
+def test_an_unreadable_key_file_is_refused(tmp_path, shards_small):
+    # Prepare
+    if os.getuid() == 0:
+        pytest.skip("root reads every file")
+    key = tmp_path / "leader.key"
+    key.write_text("ab" * 32)
+    os.chmod(key, 0o000)
+    # Execute / Assert
+    with pytest.raises(LabelDPStoreError, match="cannot be read"):
+        _labels(shards_small, tmp_path / "store", key_file=str(key))
+
+
+def test_a_configured_key_file_is_used_and_created_private(tmp_path, shards_small):
+    # Execute
+    key = tmp_path / "keys" / "leader.key"
+    a = _labels(shards_small, tmp_path / "store", key_file=str(key))
+    b = _labels(shards_small, tmp_path / "store2", key_file=str(key))
+    # Assert: one key, so the same noisy labels even with another ledger directory
+    assert stat.S_IMODE(os.stat(key).st_mode) == 0o600
+    np.testing.assert_array_equal(a.labels, b.labels)
+
+
+def test_a_store_directory_others_can_enter_is_refused(tmp_path):
+    # Prepare
+    root = tmp_path / "store"
+    d = root / "abc"
+    d.mkdir(parents=True)
+    os.chmod(d, 0o755)
+    # Execute / Assert
+    with pytest.raises(LabelDPStoreError, match="mode 0755"):
+        LabelDPStore(str(root), "abc")
+
+
+def test_dataset_identity_needs_the_source_digest():
+    with pytest.raises(LabelDPStoreError, match="sha256"):
+        dataset_id(None)
+
+
+def test_the_follower_manifest_holds_only_allow_listed_keys(shards_small):
+    # Prepare
+    from vfl.data.prepare import FOLLOWER_MANIFEST_KEYS
+
+    follower = json.loads((shards_small / "follower0/manifest.json").read_text())
+    leader = json.loads((shards_small / "leader/manifest.json").read_text())
+    # Assert: nothing computed from labels (positives, Bayes AUC, the labelled source's digest, truth file)
+    assert set(follower) == set(FOLLOWER_MANIFEST_KEYS) | {"party"}
+    text = json.dumps(follower)
+    for leak in ("positives", "bayes_test_auc", "sha256", "truth", "source", "options"):
+        assert leak not in text, leak
+    assert "positives" in leader and "bayes_test_auc" in leader  # the labelled party keeps its own facts
+    assert follower["id_digest"] == leader["id_digest"] and follower["party"]["has_labels"] is False
+
+
+def test_a_follower_rerunning_synth_with_the_public_seed_does_not_regenerate_the_labels(tmp_path):
+    # Prepare
+    from vfl.data.synth import write_synthetic
+
+    n = 20_000
+    write_synthetic(str(tmp_path / "leader.tsv"), n, seed=0, max_vocab=500)
+    # Execute: the follower knows the seed, the code and the row count
+    write_synthetic(str(tmp_path / "follower.tsv"), n, seed=0, max_vocab=500)
+    a = (tmp_path / "leader.tsv").read_text().splitlines()
+    b = (tmp_path / "follower.tsv").read_text().splitlines()
+    # Assert: the feature columns are the same, the labels and the truth are not
+    assert [x.split("\t", 1)[1] for x in a] == [x.split("\t", 1)[1] for x in b]
+    la = np.array([int(x.split("\t", 1)[0]) for x in a])
+    lb = np.array([int(x.split("\t", 1)[0]) for x in b])
+    assert np.mean(la == lb) < 0.9  # 1.0 before; independent label worlds agree on ~0.6-0.7
+    ta, tb = np.load(str(tmp_path / "leader.tsv.truth.npy")), np.load(str(tmp_path / "follower.tsv.truth.npy"))
+    assert np.corrcoef(ta, tb)[0, 1] < 0.5
+    assert "secret" in json.loads((tmp_path / "leader.tsv.meta.json").read_text())["label_seed"]
