@@ -32,13 +32,13 @@ def test_pairwise_masked_aggregate_equals_the_plain_one(tmp_path):
 
 def test_signds_uploads_h_plus_one_numbers_and_learns(tmp_path):
     # Execute
-    m = _run(tmp_path, "signds", "SIGNDS", rounds=6)
+    m = _run(tmp_path, "signds", "SIGNDS", rounds=10)  # 6 rounds gave AUC 0.52-0.56 over label draws: too close to 0.55
     # Assert
     uploads = {r["upload_numbers_per_client"] for r in m["rounds"]}
     assert max(uploads) < m["model_dimension"] / 20
     assert m["final_test_auc"] > 0.55
     per_client = m["privacy"]["per client"]
-    assert per_client["by_mechanism"]["signds"]["eps"] == 100.0 * 6 and per_client["by_mechanism"]["magrr"]["uses"] == 6
+    assert per_client["by_mechanism"]["signds"]["eps"] == 100.0 * 10 and per_client["by_mechanism"]["magrr"]["uses"] == 10
 
 
 def test_gaussian_dp_distortion_shrinks_as_eps_grows_and_is_accounted(tmp_path):
