@@ -12,7 +12,7 @@ from privacy.label_dp_run import training_loss
 from vfl.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.config import PartyConfig
 from vfl.data.shards import batch_digest, eval_batches
-from vfl.labels import leader_training_labels
+from vfl.labels import leader_training_labels, open_label_key
 from vfl.prior_model import prior_fn_for
 from vfl.loop import TrainingLoop
 from vfl.metrics import RunLog
@@ -46,6 +46,9 @@ class LeaderTrainer:
             self.resume = load_resume_checkpoint(cfg.train.resume_from, cfg.party, ("bottom", "top"))
             party.load_state(self.resume["state"]["bottom"])
         self.start_step = self.resume["step"] if self.resume else 0
+        # the key store is opened before any follower connects: its problems never reach a follower
+        ld = cfg.privacy.label_dp
+        self.label_key = open_label_key(ld, party.shard.manifest) if ld is not None else None
 
     # -- handshake ---------------------------------------------------------------------------
     def handshake(self) -> None:
@@ -76,7 +79,7 @@ class LeaderTrainer:
     def prepare(self) -> None:
         """Randomize the training labels (label DP; LP-2ST trains its prior here) and build the top."""
         self.labels = leader_training_labels(self.cfg.privacy.label_dp, self.party.shard,
-                                             prior_fn_for(self.cfg, self.party, self._keepalive))
+                                             prior_fn_for(self.cfg, self.party, self._keepalive), self.label_key)
         for w in self.labels.warnings:
             self.log(w)
         if self.labels.report is not None:

@@ -90,17 +90,17 @@ def _true_labels(ids: np.ndarray, labels: np.ndarray, wanted: np.ndarray) -> np.
 def follower_view_report(record: dict, ids: np.ndarray, labels: np.ndarray, eps: float, follower_seed: int,
                          second: dict | None = None, second_eps: float | None = None) -> dict:
     """The full-view attacks scored against the true labels, beside the bound 1 - rho."""
-    from privacy.follower_view import (best_accuracy, follower_view_attack, independent_disagreement_accuracy,
-                                       per_epoch_guesses)
+    from privacy.follower_view import (balanced_accuracy, best_accuracy, follower_view_attack,
+                                       independent_disagreement_accuracy, per_epoch_guesses)
 
     guesses = follower_view_attack(record, ids, eps, follower_seed)
     seen, _ = per_epoch_guesses(record)
     truth = _true_labels(ids, labels, seen)
     name, acc = best_accuracy(guesses, truth)
-    single = float(np.mean(guesses["gradient sign (epoch 0)"] == truth))
-    out = {"follower_view": {"bound": math.exp(eps) / (1 + math.exp(eps)) if math.isfinite(eps) else 1.0,
-                             "gradient_sign_accuracy": max(single, 1 - single),
-                             "vote_accuracy": max(a := float(np.mean(guesses["majority vote over epochs"] == truth)), 1 - a),
+    out = {"follower_view": {"metric": "balanced accuracy (TPR + TNR) / 2 against the true labels, better polarity",
+                             "bound": math.exp(eps) / (1 + math.exp(eps)) if math.isfinite(eps) else 1.0,
+                             "gradient_sign_accuracy": balanced_accuracy(guesses["gradient sign (epoch 0)"], truth),
+                             "vote_accuracy": balanced_accuracy(guesses["majority vote over epochs"], truth),
                              "best_accuracy": acc, "best_attack": name, "candidates": len(guesses)}}
     if second is not None and second_eps is not None:
         seen2, g2 = per_epoch_guesses(second)

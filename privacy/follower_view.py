@@ -11,7 +11,8 @@ The attack (the strongest the code allows a follower, as the threat model demand
    release is not (every epoch repeats the same noisy label).
 4. Two releases: where two releases of one dataset disagree, take the higher-eps label.
 The scorer (tests, `python -m privacy.attacks --follower-seed`) grants the attacker the best of all
-candidates against the true labels; under a correct eps-label-DP release the best stays near 1 - rho.
+candidates by balanced accuracy against the true labels; under a correct eps-label-DP release none
+can exceed 1 - rho beyond sampling error (see `balanced_accuracy`).
 """
 from __future__ import annotations
 
@@ -88,12 +89,23 @@ def follower_view_attack(record: dict, train_ids: np.ndarray, eps: float, follow
     return out
 
 
+def balanced_accuracy(guess: np.ndarray, truth: np.ndarray) -> float:
+    """(TPR + TNR) / 2 with the better polarity. Unlike plain accuracy it ignores the base rate (always
+    guessing 0 scores 0.5, not the share of negatives), and for any guess computed from one
+    eps-label-DP release alone it is at most 1 - rho = e^eps / (1 + e^eps): eps-DP bounds every test by
+    FNR + e^eps FPR >= 1 and FPR + e^eps FNR >= 1 (Kairouz, Oh, Viswanath 2015, Theorem 2.1)."""
+    pos, neg = truth == 1, truth == 0
+    if not pos.any() or not neg.any():
+        return math.nan
+    b = 0.5 * (float(np.mean(guess[pos] == 1)) + float(np.mean(guess[neg] == 0)))
+    return max(b, 1.0 - b)
+
+
 def best_accuracy(guesses: dict[str, np.ndarray], truth: np.ndarray) -> tuple[str, float]:
-    """The scorer's view: the best guess's accuracy against the true labels (either polarity)."""
+    """The scorer's view: the best guess by balanced accuracy against the true labels (either polarity)."""
     best = ("", -1.0)
     for name, g in guesses.items():
-        acc = float(np.mean(g == truth))
-        acc = max(acc, 1.0 - acc)
+        acc = balanced_accuracy(g, truth)
         if acc > best[1]:
             best = (name, acc)
     return best

@@ -1,11 +1,13 @@
 """LabelDP: randomized response on binary, one-hot or class-id labels (MindSpore Federated's API, minus its flaws).
 
 Two forms:
-* once per sample (use this): `LabelDP(eps, key_file=PATH)(labels, ids=sample_ids)` draws every
-  sample's noise from a keyed PRF of (secret key, release, sample id), so a sample gets the same noisy
-  label on every call, epoch and run. The release is (eps, label kind, K, key): another eps is another
-  release with independent draws. Cost: `privacy_cost()` = rr_cost(eps), (eps, 0) per sample for the
-  release, however many times it is called. A missing key_file is created (256 bits, mode 0600).
+* once per sample (use this): `LabelDP(eps, dataset="clicks-2026-11")(labels, ids=sample_ids)` draws
+  every sample's noise from a keyed PRF of (secret key, release, sample id), so a sample gets the same
+  noisy label on every call, epoch and run. The release is (dataset name, eps, K, key): another eps or
+  another label set is another release with independent draws. The key and a ledger of releases live
+  in the leader's store (privacy/label_dp_store.py; `store_dir`, `key_file`), created on first use;
+  `key=` bytes instead skips the ledger. Cost: `privacy_cost()` = rr_cost(eps), (eps, 0) per sample
+  for the release however many times it is called; the ledger adds up distinct releases.
 * fresh noise per call (MindSpore's `LabelDP(eps=...)(labels)`, kept for compatibility): every call
   is a new eps-DP release of the same labels; calling it once per epoch spends epochs x eps.
 Both take a numpy array or a torch tensor and return the same type, shape, dtype and device. Binary labels ((N,) or (N, 1), values in {0, 1}) flip with rho = 1/(1+e^eps);
@@ -100,36 +102,55 @@ def _check_ids(ids, n: int) -> np.ndarray:
 
 
 class LabelDP:
-    """eps-label-DP randomized response; once per sample when given ids and a key."""
+    """eps-label-DP randomized response; once per sample when given sample ids (keyed mode)."""
 
-    def __init__(self, eps: float, key: bytes | None = None, key_file: str | None = None, num_classes: int | None = None):
+    def __init__(self, eps: float, dataset: str | None = None, store_dir: str | None = None, key_file: str | None = None,
+                 key: bytes | None = None, num_classes: int | None = None):
         self.eps = check_eps(eps)
-        if key is not None and key_file is not None:
-            raise ValueError("pass key or key_file, not both")
+        if key is not None and (store_dir is not None or key_file is not None):
+            raise ValueError("pass key (no ledger) or store_dir/key_file (key and ledger on disk), not both")
         if key is not None and (not isinstance(key, (bytes, bytearray)) or len(key) != KEY_BYTES):
             raise ValueError(f"key must be {KEY_BYTES} secret random bytes (secrets.token_bytes({KEY_BYTES}))")
         if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2):
             raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
+        self.dataset = dataset
+        self.store_dir, self.key_file = store_dir, key_file
         self._key = bytes(key) if key is not None else None
-        self.key_file = key_file
+        self._store = None
         self.num_classes = num_classes
+        self.last_release: dict | None = None  # keyed mode: the release and the ledger's totals of the last call
 
     def _secret(self) -> bytes:
         if self._key is None:
-            if self.key_file is None:
-                raise ValueError("once-per-sample randomization (ids=...) needs LabelDP(eps, key=...) or key_file=...")
-            import os
+            from privacy.label_dp_store import LabelDPStore, default_store_dir
 
-            from privacy.label_dp_store import create_key, read_key
-
-            self._key = read_key(self.key_file) if os.path.exists(self.key_file) else create_key(self.key_file)
+            self._store = LabelDPStore(self.store_dir or default_store_dir(), self.key_file)
+            self._key = self._store.key()
         return self._key
 
     def release_id(self, kind: str, k: int) -> str:
-        """The release this object draws for labels of this kind and K (public; names no key bits)."""
-        from privacy.label_dp_store import key_fingerprint, release_id
+        """The release this object draws for this dataset, label kind and K (public; names no key bits)."""
+        from privacy.label_dp_store import key_fingerprint, named_dataset_id, release_id
 
-        return release_id("standalone", key_fingerprint(self._secret()), f"labeldp/{kind}", {"eps": self.eps, "k": k})
+        return release_id(named_dataset_id(self.dataset), key_fingerprint(self._secret()), f"labeldp/{kind}",
+                          {"eps": self.eps, "k": k})
+
+    def _keyed(self, kind: str, k: int, ids: np.ndarray, draw) -> np.ndarray:
+        from privacy.label_dp_store import Release, named_dataset_id
+
+        if self.dataset is None:
+            raise ValueError("once-per-sample randomization (ids=...) needs LabelDP(eps, dataset=NAME): the name of "
+                             "the label set, so that two label sets on the same ids never share coins")
+        rel = self.release_id(kind, k)
+        out = draw(self._secret(), rel)
+        self.last_release = {"release_id": rel, "eps": self.eps, "mechanism": f"labeldp/{kind}"}
+        if self._store is not None:
+            is_new, summary = self._store.record(Release(rel, named_dataset_id(self.dataset), f"labeldp/{kind}", self.eps,
+                                                         {"eps": self.eps, "k": k}, int(ids.size)),
+                                                 self._key, ids, {"name": self.dataset})
+            self.last_release.update(new_release=is_new, dataset_total_eps=summary["total_eps"],
+                                     ledger=self._store.ledger_path)
+        return out
 
     def __call__(self, labels, generator=None, ids=None):
         arr, kind = _to_numpy(labels)
@@ -141,24 +162,26 @@ class LabelDP:
         if arr.shape[0] == 0 or np.isinf(self.eps):
             return _from_numpy(arr.copy(), kind)
         if label_type == "binary":
-            bits = arr.reshape(-1).astype(np.int64)
-            if ids is not None:
-                flat = randomize_binary_once(bits, ids, self.eps, self._secret(), self.release_id("binary", 2))
-            else:
-                flat = binary_rr(bits, self.eps, _numpy_generator(generator))
-            out = flat.reshape(arr.shape).astype(arr.dtype)
+            cls, k = arr.reshape(-1).astype(np.int64), 2
+        elif label_type == "classes":
+            cls, k = arr.astype(np.int64), self.num_classes
         else:
-            k = self.num_classes if label_type == "classes" else arr.shape[1]
-            cls = arr.astype(np.int64) if label_type == "classes" else np.argmax(arr, axis=1)
+            cls, k = np.argmax(arr, axis=1), arr.shape[1]
+        # two classes are binary whatever their encoding: one mechanism (keep e^eps/(1+e^eps)), one release
+        if k == 2:
             if ids is not None:
-                noisy = randomize_classes_once(cls, ids, k, self.eps, self._secret(), self.release_id("classes", k))
+                noisy = self._keyed("binary", 2, ids, lambda key, rel: randomize_binary_once(cls, ids, self.eps, key, rel))
             else:
-                noisy = kary_rr(cls, k, self.eps, _numpy_generator(generator))
-            if label_type == "classes":
-                out = noisy.astype(arr.dtype)
-            else:
-                out = np.zeros_like(arr)
-                out[np.arange(arr.shape[0]), noisy] = 1
+                noisy = binary_rr(cls, self.eps, _numpy_generator(generator))
+        elif ids is not None:
+            noisy = self._keyed("classes", k, ids, lambda key, rel: randomize_classes_once(cls, ids, k, self.eps, key, rel))
+        else:
+            noisy = kary_rr(cls, k, self.eps, _numpy_generator(generator))
+        if label_type == "onehot":
+            out = np.zeros_like(arr)
+            out[np.arange(arr.shape[0]), noisy] = 1
+        else:
+            out = noisy.reshape(arr.shape).astype(arr.dtype)
         return _from_numpy(out, kind)
 
     def flip_probability(self) -> float:

@@ -32,8 +32,9 @@ def _ledger(result) -> dict:
 def test_key_is_created_once_with_mode_0600_outside_the_shards(tmp_path, shards_small):
     # Execute
     first = _labels(shards_small, tmp_path / "store")
-    key_path = os.path.join(os.path.dirname(first.report["ledger"]), "key")
+    key_path = str(tmp_path / "store" / "key")
     # Assert
+    assert first.report["ledger"] == str(tmp_path / "store" / "ledger.json")
     assert stat.S_IMODE(os.stat(key_path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(os.path.dirname(key_path)).st_mode) == 0o700
     assert not os.path.commonpath([key_path, str(shards_small)]) == str(shards_small)
@@ -48,8 +49,8 @@ def test_rerun_reuses_the_release_and_the_ledger_counts_its_eps_once(tmp_path, s
     np.testing.assert_array_equal(a.labels, b.labels)
     assert a.release == b.release and a.report["new_release"] is True and b.report["new_release"] is False
     ledger = _ledger(b)
-    assert len(ledger["releases"]) == 1 and ledger["total_eps"] == 1.0 and ledger["releases"][0]["uses"] == 2
-    assert b.report["dataset_total_eps"] == 1.0
+    assert len(ledger["releases"]) == 1 and ledger["releases"][0]["uses"] == 2
+    assert b.report["dataset_total_eps"] == 1.0 and b.report["dataset_releases"] == 1
 
 
 def test_re_preparing_the_data_with_force_keeps_the_key_and_the_release(tmp_path, synth_small):
@@ -92,7 +93,7 @@ def test_a_new_eps_is_a_new_independent_release_that_the_ledger_adds(tmp_path, s
     assert abs(np.mean(low.labels != high.labels) - want) < binomial_tolerance(n, want)
     assert low.release != high.release
     ledger = _ledger(high)
-    assert [r["eps"] for r in ledger["releases"]] == [1.0, 2.0] and ledger["total_eps"] == 3.0
+    assert [r["eps"] for r in ledger["releases"]] == [1.0, 2.0]
     assert high.report["dataset_total_eps"] == 3.0 and high.report["dataset_releases"] == 2
     assert abs(np.mean(low.labels != truth) - r1) < binomial_tolerance(n, r1)
 
@@ -100,13 +101,49 @@ def test_a_new_eps_is_a_new_independent_release_that_the_ledger_adds(tmp_path, s
 def test_a_deleted_key_means_a_new_release_a_warning_and_a_larger_total(tmp_path, shards_small):
     # Prepare
     a = _labels(shards_small, tmp_path / "store")
-    os.remove(os.path.join(os.path.dirname(a.report["ledger"]), "key"))
+    os.remove(tmp_path / "store" / "key")
     # Execute
     b = _labels(shards_small, tmp_path / "store")
     # Assert
     assert b.report["new_release"] is True and b.report["key_fingerprint"] != a.report["key_fingerprint"]
     assert b.report["dataset_total_eps"] == 2.0
     assert any("new key" in w and "already has releases" in w for w in b.warnings)
+
+
+def test_a_re_exported_source_is_charged_with_the_releases_of_the_overlapping_one(tmp_path, synth_small):
+    # Prepare: the same rows plus one appended line: another file digest, the same sample ids
+    from vfl.data.parties import load_parties
+    from vfl.data.prepare import PrepareOptions, prepare
+
+    copy = tmp_path / "reexport.tsv"
+    text = synth_small.read_text()
+    copy.write_text(text + text.splitlines()[0] + "\n")
+    prepare(str(synth_small), str(tmp_path / "a"), load_parties(None), PrepareOptions(hash_buckets=500))
+    prepare(str(copy), str(tmp_path / "b"), load_parties(None), PrepareOptions(hash_buckets=500))
+    first = _labels(tmp_path / "a", tmp_path / "store")
+    # Execute
+    second = _labels(tmp_path / "b", tmp_path / "store")
+    # Assert: a new dataset (new release), but the ledger charges the overlapping dataset's release to it
+    assert second.report["dataset_id"] != first.report["dataset_id"] and second.report["new_release"] is True
+    assert second.report["dataset_total_eps"] == 2.0 and second.report["overlapping_datasets"] == [first.report["dataset_id"]]
+    assert any("shares sample ids" in w for w in second.warnings)
+
+
+def test_disjoint_datasets_are_not_charged_to_each_other(tmp_path, synth_small):
+    # Prepare: two halves of one file (ids are line numbers, so re-number the second half's file)
+    from vfl.data.parties import load_parties
+    from vfl.data.prepare import PrepareOptions, prepare
+
+    lines = synth_small.read_text().splitlines(keepends=True)
+    (tmp_path / "second.tsv").write_text("".join(f"{6000 + i}\t{x}" for i, x in enumerate(lines[6000:])))
+    (tmp_path / "first_ids.tsv").write_text("".join(f"{i}\t{x}" for i, x in enumerate(lines[:6000])))
+    prepare(str(tmp_path / "first_ids.tsv"), str(tmp_path / "a"), load_parties(None), PrepareOptions(hash_buckets=500))
+    prepare(str(tmp_path / "second.tsv"), str(tmp_path / "b"), load_parties(None), PrepareOptions(hash_buckets=500))
+    _labels(tmp_path / "a", tmp_path / "store")
+    # Execute
+    second = _labels(tmp_path / "b", tmp_path / "store")
+    # Assert
+    assert second.report["dataset_total_eps"] == 1.0 and second.report["overlapping_datasets"] == []
 
 
 def test_a_key_file_others_can_read_is_refused_naming_path_and_mode(tmp_path, shards_small):
@@ -157,12 +194,39 @@ def test_a_configured_key_file_is_used_and_created_private(tmp_path, shards_smal
 def test_a_store_directory_others_can_enter_is_refused(tmp_path):
     # Prepare
     root = tmp_path / "store"
-    d = root / "abc"
-    d.mkdir(parents=True)
-    os.chmod(d, 0o755)
+    root.mkdir()
+    os.chmod(root, 0o755)
     # Execute / Assert
     with pytest.raises(LabelDPStoreError, match="mode 0755"):
-        LabelDPStore(str(root), "abc")
+        LabelDPStore(str(root))
+
+
+def test_a_store_inside_a_directory_others_can_write_is_refused(tmp_path):
+    # Prepare: another user could rename the store away and the leader would start a fresh ledger
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    # Execute / Assert
+    with pytest.raises(LabelDPStoreError, match="can be modified by other users"):
+        LabelDPStore(str(shared / "store"))
+
+
+def test_a_store_problem_reaches_followers_only_as_a_generic_reason(tmp_path):
+    # Prepare
+    from vfl.cli import run_party
+    from vfl.metrics import RunLog
+
+    sent = []
+
+    def body():
+        raise LabelDPStoreError("label-DP key file /home/leader/secret/key has mode 0644")
+
+    cfg = type("Cfg", (), {"party": "leader"})()
+    # Execute
+    code = run_party(cfg, RunLog(str(tmp_path / "leader.log")), body, sent.append)
+    # Assert
+    assert code == 1 and len(sent) == 1 and "/home/leader" not in sent[0] and "0644" not in sent[0]
+    assert "/home/leader/secret/key" in (tmp_path / "leader.log").read_text()
 
 
 def test_dataset_identity_needs_the_source_digest():

@@ -160,3 +160,76 @@ def test_bad_labels_raise_naming_the_first_bad_row(labels, needle):
 def test_non_array_labels_raise_type_error():
     with pytest.raises(TypeError, match="numpy array or a torch tensor"):
         LabelDP(1.0)([0, 1])
+
+
+def test_keyed_labeldp_gives_each_sample_the_same_noisy_label_on_every_call(tmp_path):
+    # Prepare
+    ids = np.arange(50_000) * 3 + 1
+    labels = np.random.default_rng(20).integers(0, 2, ids.size)
+    perm = np.random.default_rng(21).permutation(ids.size)
+    dp = LabelDP(1.0, dataset="clicks", store_dir=str(tmp_path))
+    # Execute
+    first = dp(labels, ids=ids)
+    again = LabelDP(1.0, dataset="clicks", store_dir=str(tmp_path))(labels[perm], ids=ids[perm])
+    # Assert: one release, reproduced exactly, flipping at rho; the ledger counts its eps once
+    rho = 1 / (1 + math.e)
+    np.testing.assert_array_equal(first[perm], again)
+    assert abs(np.mean(first != labels) - rho) < binomial_tolerance(ids.size, rho)
+    assert dp.last_release["dataset_total_eps"] == 1.0 and dp.privacy_cost() == {"eps": 1.0, "delta": 0.0}
+
+
+def test_keyed_labeldp_draws_independently_for_another_label_set_or_eps(tmp_path):
+    # Prepare
+    ids = np.arange(50_000)
+    labels = np.random.default_rng(22).integers(0, 2, ids.size)
+    # Execute
+    clicks = LabelDP(1.0, dataset="clicks", store_dir=str(tmp_path))(labels, ids=ids)
+    buys = LabelDP(1.0, dataset="purchases", store_dir=str(tmp_path))(labels, ids=ids)
+    dp2 = LabelDP(2.0, dataset="clicks", store_dir=str(tmp_path))
+    clicks2 = dp2(labels, ids=ids)
+    # Assert: independent draws disagree at r1 (1 - r2) + r2 (1 - r1)
+    r1, r2 = 1 / (1 + math.e), 1 / (1 + math.e ** 2)
+    for other, ra in ((buys, r1), (clicks2, r2)):
+        want = r1 * (1 - ra) + ra * (1 - r1)
+        assert abs(np.mean(clicks != other) - want) < binomial_tolerance(ids.size, want)
+    assert dp2.last_release["dataset_total_eps"] == 4.0  # clicks 1 + 2, purchases 1: same ids, charged together
+
+
+def test_two_classes_are_one_release_whatever_their_encoding():
+    # Prepare
+    ids = np.arange(5_000)
+    cls = np.random.default_rng(23).integers(0, 2, ids.size)
+    key = bytes(range(32))
+    # Execute
+    binary = LabelDP(1.0, dataset="d", key=key)(cls, ids=ids)
+    onehot = LabelDP(1.0, dataset="d", key=key)(np.eye(2)[cls], ids=ids).argmax(axis=1)
+    classes = LabelDP(1.0, dataset="d", key=key, num_classes=2)(cls, ids=ids)
+    # Assert
+    np.testing.assert_array_equal(binary, onehot)
+    np.testing.assert_array_equal(binary, classes)
+
+
+def test_keyed_class_ids_keep_their_class_with_p1():
+    # Prepare
+    k, eps = 5, 1.0
+    ids = np.arange(N)
+    cls = np.random.default_rng(24).integers(0, k, N)
+    # Execute
+    out = LabelDP(eps, dataset="d", key=bytes(32), num_classes=k)(cls, ids=ids)
+    # Assert
+    p1 = math.exp(eps) / (k - 1 + math.exp(eps))
+    assert out.dtype == cls.dtype and out.min() >= 0 and out.max() < k
+    assert abs(np.mean(out == cls) - p1) < binomial_tolerance(N, p1)
+
+
+@pytest.mark.parametrize("kwargs, call, needle", [
+    ({}, {"ids": np.arange(4)}, "dataset=NAME"),
+    ({"dataset": "d", "key": bytes(32)}, {"ids": np.arange(3)}, "ids must be 4 integer sample ids"),
+    ({"dataset": "d", "key": bytes(32)}, {"ids": np.array([0, 1, 1, 2])}, "ids must be unique"),
+    ({"dataset": "d", "key": b"short"}, None, "32 secret random bytes"),
+    ({"num_classes": 1}, None, "num_classes must be an integer >= 2"),
+])
+def test_keyed_labeldp_rejects_bad_arguments_naming_them(kwargs, call, needle):
+    with pytest.raises(ValueError) as e:
+        LabelDP(1.0, **kwargs)(np.array([0, 1, 1, 0]), **(call or {}))
+    assert needle in str(e.value)

@@ -32,25 +32,25 @@ class TrainingLabels:
 
 @dataclass
 class LabelKey:
-    """The leader's secret for one labelled dataset, and where its ledger lives."""
+    """The leader's secret, the store holding its ledger, and the labelled dataset being randomized."""
 
     key: bytes
     store: LabelDPStore
+    dataset: str
+    source: dict
 
     @property
     def fingerprint(self) -> str:
         return key_fingerprint(self.key)
 
-    @property
-    def dataset(self) -> str:
-        return self.store.dataset
-
 
 def open_label_key(label_dp: LabelDPConfig, manifest: dict) -> LabelKey:
-    """The key (created on first use) and ledger of the dataset the leader's shard was prepared from."""
+    """The leader's key (created on first use) and ledger, for the dataset its shard was prepared from.
+    Called before any follower connects, so that a store problem never reaches a follower."""
     source = manifest.get("source") or {}
-    store = LabelDPStore(label_dp.store_dir or default_store_dir(), dataset_id(source.get("sha256")), label_dp.key_file)
-    return LabelKey(store.key(), store)
+    dataset = dataset_id(source.get("sha256"))
+    store = LabelDPStore(label_dp.store_dir or default_store_dir(), label_dp.key_file)
+    return LabelKey(store.key(), store, dataset, {"sha256": source.get("sha256"), "lines": source.get("lines")})
 
 
 def release_of(label_key: LabelKey, mechanism: str, params: dict) -> str:
@@ -96,16 +96,19 @@ def training_labels(labels: np.ndarray, sample_ids: np.ndarray, label_dp: LabelD
                  "flipped_fraction_stage_two": float(np.mean(noisy2 != labels[second])) if second.any() else 0.0,
                  "prior": "leader-only columns (LP-2ST stage one, Ghazi et al. 2021 Alg. 3)", "collapsed": collapse > 0.5}
         mechanism = "rr_prior"
-    is_new, ledger = label_key.store.record(Release(rel, mechanism, eps, params, label_key.fingerprint, int(labels.size)))
+    is_new, summary = label_key.store.record(Release(rel, label_key.dataset, mechanism, eps, params, int(labels.size)),
+                                             k, sample_ids, label_key.source)
     report = run_report(labels, noisy, eps, mechanism, **extra, release_id=rel, new_release=is_new,
                         key_fingerprint=label_key.fingerprint, dataset_id=label_key.dataset,
-                        ledger=label_key.store.ledger_path, dataset_releases=len(ledger["releases"]),
-                        dataset_total_eps=ledger["total_eps"])
+                        ledger=label_key.store.ledger_path, dataset_releases=summary["releases"],
+                        dataset_total_eps=summary["total_eps"], overlapping_datasets=summary["overlapping_datasets"])
     return TrainingLabels(noisy.astype(np.float32), report, rel, tuple(label_key.store.warnings))
 
 
-def leader_training_labels(label_dp: LabelDPConfig | None, shard, prior_fn: PriorFn | None = None) -> TrainingLabels:
-    """The training labels of the leader's labelled shard (a PartyShard), opening its key under label DP."""
+def leader_training_labels(label_dp: LabelDPConfig | None, shard, prior_fn: PriorFn | None = None,
+                           label_key: LabelKey | None = None) -> TrainingLabels:
+    """The training labels of the leader's labelled shard (a PartyShard); opens the key unless given."""
     train = shard.split("train")
-    label_key = open_label_key(label_dp, shard.manifest) if label_dp is not None else None
+    if label_dp is not None and label_key is None:
+        label_key = open_label_key(label_dp, shard.manifest)
     return training_labels(train.labels, train.ids, label_dp, label_key, prior_fn)
