@@ -76,20 +76,30 @@ class FollowerTrainer:
 
     def run(self) -> None:
         while True:
-            msg = self.ch.recv(("FORWARD", "EVAL", "SAVE", "WAIT", "DONE"))
+            msg = self.ch.recv(("FORWARD", "EVAL", "SAVE", "SNAPSHOT", "RESTORE", "WAIT", "DONE"))
             if msg.type == "WAIT":  # the leader is still preparing; a fresh deadline starts
                 continue
             if msg.type == "FORWARD":
                 self._train_step(msg.meta)
             elif msg.type == "EVAL":
                 self._eval_step(msg.meta)
+            elif msg.type in ("SNAPSHOT", "RESTORE"):
+                step = msg.meta.get("step")
+                if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+                    raise WireError(f"{msg.type} from the leader needs a non-negative integer step, got {step!r}")
+                if msg.type == "SNAPSHOT":
+                    self.party.snapshot(step)
+                else:
+                    self.party.restore(step)
+                    self.log(f"restored the snapshot of global step {step} (the leader's choice on validation)")
             elif msg.type == "SAVE":
                 self._save(str(msg.meta.get("tag", "ckpt")), int(msg.meta.get("epoch", 0)), int(msg.meta.get("step", 0)))
             else:
                 self._save("final", int(msg.meta.get("epoch", -1)), int(msg.meta.get("step", self.start_step + self.steps)))
                 if self.recorder:
                     self.recorder.save()
-                self.ch.send("BYE", {"steps": self.steps})
+                self.ch.send("BYE", {"steps": self.steps,
+                                     "snapshot_bytes": self.party.best.nbytes if self.party.best is not None else 0})
                 return
 
     def _train_step(self, meta: dict) -> None:
@@ -122,12 +132,15 @@ class FollowerTrainer:
                 self.log(f"epoch {epoch} step {step + 1}/{steps} gradient applied")
 
     def _eval_step(self, meta: dict) -> None:
-        start, stop = meta.get("start"), meta.get("stop")
-        n = len(self.party.test_split)
-        if not isinstance(start, int) or not isinstance(stop, int) or not 0 <= start < stop <= n:
-            raise WireError(f"EVAL range {start!r}..{stop!r} outside the test split of {n} rows")
-        out = self.party.forward_eval(slice(start, stop))
-        self.ch.send("EMBEDDING", {"eval": [start, stop]}, [out.cpu().numpy()])
+        split, start, stop = meta.get("split"), meta.get("start"), meta.get("stop")
+        if split not in ("valid", "test"):
+            raise WireError(f"EVAL split must be 'valid' or 'test', got {split!r}")
+        n = len(self.party.valid_split if split == "valid" else self.party.test_split)
+        if isinstance(start, bool) or isinstance(stop, bool) or not isinstance(start, int) or not isinstance(stop, int) \
+                or not 0 <= start < stop <= n:
+            raise WireError(f"EVAL range {start!r}..{stop!r} outside the {split} split of {n} rows")
+        out = self.party.forward_eval(slice(start, stop), split)
+        self.ch.send("EMBEDDING", {"eval": [split, start, stop]}, [out.cpu().numpy()])
 
     def _save(self, tag: str, epoch: int, step: int) -> None:
         path = os.path.join(self.out_dir, "checkpoints", f"{self.cfg.party}_{tag}.pt")

@@ -30,7 +30,7 @@ def body(cfg, log, state: dict) -> None:
     trainer.handshake()
     trainer.prepare()
     trainer.train()
-    trainer.finish(cfg.train.epochs - 1, trainer.loop.global_step)
+    trainer.finish(trainer.loop.history[-1]["epoch"], trainer.loop.global_step)
     metrics = trainer.metrics()
     write_json(os.path.join(cfg.output.dir, "metrics.json"), metrics)
     bayes = metrics.get("bayes_test_auc")

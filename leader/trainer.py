@@ -11,7 +11,7 @@ from vfl.handshake import hello_meta, hello_problems
 from privacy.label_dp_run import training_loss
 from vfl.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.config import PartyConfig
-from vfl.data.shards import batch_digest, eval_batches
+from vfl.data.shards import batch_digest, eval_batches, steps_per_epoch
 from vfl.labels import leader_training_labels, open_label_key
 from vfl.prior_model import prior_fn_for
 from vfl.loop import TrainingLoop
@@ -40,7 +40,8 @@ class LeaderTrainer:
         self.top: TopTrainer | None = None
         self._keepalive_every = cfg.network.timeout_s / 4
         self._last_sent = time.monotonic()
-        self.loop = TrainingLoop(cfg.train, len(party.train_split), party.test_split.labels, log)
+        self.loop: TrainingLoop | None = None  # built in prepare(), once the validation labels are randomized
+        self.follower_snapshot_bytes: dict[str, int] = {}
         self.resume = None
         if cfg.train.resume_from:
             self.resume = load_resume_checkpoint(cfg.train.resume_from, cfg.party, ("bottom", "top"))
@@ -63,7 +64,7 @@ class LeaderTrainer:
                 self._keepalive_every = min(self._keepalive_every, timeout / 4)
         if problems:
             raise HandshakeError("handshake failed: " + "; ".join(problems))
-        steps = self.loop.steps_per_epoch()
+        steps = steps_per_epoch(len(self.party.train_split), self.cfg.train.batch_size)
         for f in self.followers:
             self.ch.send(f, "WELCOME", {"run": self.ch.run, "epochs": self.cfg.train.epochs, "steps_per_epoch": steps})
         self._last_sent = time.monotonic()
@@ -90,10 +91,15 @@ class LeaderTrainer:
                      f"dataset total eps {r['dataset_total_eps']} over {r['dataset_releases']} release(s)")
         self._check_resume_release()
         in_dim = self.party.cut_dim + sum(self.cut_dims[f] for f in self.followers)
-        self.top = TopTrainer(self.cfg.train, self.cfg.model.top, in_dim, self.party.device,
-                              training_loss(self.cfg.privacy.label_dp))
+        tr = self.cfg.train
+        self.top = TopTrainer(tr, self.cfg.model.top, in_dim, self.party.device, training_loss(self.cfg.privacy.label_dp),
+                              tr.epochs * steps_per_epoch(len(self.party.train_split), tr.batch_size))
+        ld = self.cfg.privacy.label_dp
+        self.loop = TrainingLoop(tr, len(self.party.train_split), self.party.test_split.labels, self.log,
+                                 self.labels.valid, ld.eps if ld is not None else None)
         if self.resume:
             self.top.load_state(self.resume["state"]["top"])
+            self.loop.load_state((self.resume.get("extra") or {}).get("loop") or {})
             self.log(f"resumed from {self.cfg.train.resume_from} at global step {self.start_step}")
 
     def _check_resume_release(self) -> None:
@@ -129,7 +135,21 @@ class LeaderTrainer:
             self.top.step()
             return value
 
-        self.loop.run(step, self.evaluate, lambda epoch, gs: self.checkpoint(epoch, gs, f"step{gs}"), self.start_step)
+        self.loop.run(step, self.evaluate, lambda epoch, gs: self.checkpoint(epoch, gs, f"step{gs}"), self.start_step,
+                      self.snapshot, self.restore)
+
+    def snapshot(self, step: int) -> int:
+        """Every party keeps a copy of its weights and optimizer state at this (best so far) step."""
+        for f in self.followers:
+            self.ch.send(f, "SNAPSHOT", {"step": step})
+        return self.party.snapshot(step) + self.top.snapshot(step)
+
+    def restore(self, step: int) -> None:
+        """Every party goes back to its snapshot of the best step (chosen on randomized validation labels)."""
+        for f in self.followers:
+            self.ch.send(f, "RESTORE", {"step": step})
+        self.party.restore(step)
+        self.top.restore(step)
 
     def _remote_cut(self, peer: str, key: str, value, rows: int) -> torch.Tensor:
         """The next EMBEDDING from peer, checked to answer meta[key] == value with a float32 (rows, cut) tensor."""
@@ -144,15 +164,15 @@ class LeaderTrainer:
         return torch.from_numpy(arr.copy()).to(self.party.device)
 
     @torch.no_grad()
-    def evaluate(self) -> np.ndarray:
-        """Predicted click probabilities on the test split (scored against the leader's true labels)."""
-        n = len(self.party.test_split)
+    def evaluate(self, split: str) -> np.ndarray:
+        """Predicted click probabilities on the valid or test split (scored on the leader only)."""
+        n = len(self.party.valid_split if split == "valid" else self.party.test_split)
         probs = np.empty(n)
         for sl in eval_batches(n, self.cfg.train.eval_batch_size):
             for f in self.followers:
-                self.ch.send(f, "EVAL", {"start": sl.start, "stop": sl.stop})
-            cuts = [self.party.forward_eval(sl)]
-            cuts += [self._remote_cut(f, "eval", [sl.start, sl.stop], sl.stop - sl.start) for f in self.followers]
+                self.ch.send(f, "EVAL", {"split": split, "start": sl.start, "stop": sl.stop})
+            cuts = [self.party.forward_eval(sl, split)]
+            cuts += [self._remote_cut(f, "eval", [split, sl.start, sl.stop], sl.stop - sl.start) for f in self.followers]
             probs[sl] = self.top.predict(cuts)
         return probs
 
@@ -163,7 +183,8 @@ class LeaderTrainer:
         path = os.path.join(self.out_dir, "checkpoints", f"{self.cfg.party}_{tag}.pt")
         state = {"bottom": self.party.state(), "top": self.top.state()}
         extra = {"label_dp_release": self.labels.release,
-                 "label_dp_key": self.labels.report["key_fingerprint"] if self.labels.report else None}
+                 "label_dp_key": self.labels.report["key_fingerprint"] if self.labels.report else None,
+                 "loop": self.loop.state()}
         save_checkpoint(path, self.cfg.party, state, epoch, step, extra)
         return path
 
@@ -173,19 +194,24 @@ class LeaderTrainer:
             self.ch.send(f, "DONE", {"epoch": epoch, "step": step})
         self.ch.watch_disconnect = False  # followers leave once they said BYE
         for f in self.followers:
-            self.ch.recv(f, "BYE")
+            bye = self.ch.recv(f, "BYE")
+            nbytes = bye.meta.get("snapshot_bytes")
+            if isinstance(nbytes, int) and not isinstance(nbytes, bool) and nbytes >= 0:
+                self.follower_snapshot_bytes[f] = nbytes
 
     def metrics(self) -> dict:
-        n_train, n_test, epochs = len(self.party.train_split), len(self.party.test_split), len(self.loop.history)
+        n_train, n_test, evals = len(self.party.train_split), len(self.party.test_split), len(self.loop.history)
+        n_valid = len(self.party.valid_split)
         sent, received = self.ch.bytes_sent, self.ch.bytes_received
-        samples_moved = (n_train + n_test) * epochs
+        samples_moved = self.loop.samples + (n_valid + n_test) * evals
         return {
             **self.loop.summary(),
             "label_dp": self.labels.report,
             "bayes_test_auc": self.party.shard.manifest.get("bayes_test_auc"),
             "parties": [self.cfg.party, *self.followers],
             "cut_dims": {self.cfg.party: self.party.cut_dim, **self.cut_dims},
-            "rows": {"train": n_train, "test": n_test},
+            "rows": {"train": n_train, "valid": n_valid, "test": n_test},
+            "snapshot_bytes": {self.cfg.party: self.loop.snapshot_bytes, **self.follower_snapshot_bytes},
             "wire": {"bytes_from_leader": sent, "bytes_to_leader": received,
                      "bytes_from_leader_per_sample": sent / max(samples_moved, 1),
                      "bytes_to_leader_per_sample": received / max(samples_moved, 1)},

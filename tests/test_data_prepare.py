@@ -37,13 +37,13 @@ def test_parties_are_aligned_sorted_and_split_near_the_test_fraction(shards_smal
     # Prepare
     m = json.loads((shards_small / "manifest.json").read_text())
     # Execute
-    ids = {p: {s: np.load(shards_small / p / s / "ids.npy") for s in ("train", "test")} for p in ("leader", "follower0")}
+    ids = {p: {s: np.load(shards_small / p / s / "ids.npy") for s in ("train", "valid", "test")} for p in ("leader", "follower0")}
     # Assert
-    for s in ("train", "test"):
+    for s in ("train", "valid", "test"):
         np.testing.assert_array_equal(ids["leader"][s], ids["follower0"][s])
         assert np.all(np.diff(ids["leader"][s]) > 0)
     assert not set(ids["leader"]["train"]) & set(ids["leader"]["test"])
-    n_test, n = m["rows"]["test"], m["rows"]["train"] + m["rows"]["test"]
+    n_test, n = m["rows"]["test"], m["rows"]["train"] + m["rows"]["valid"] + m["rows"]["test"]
     # binomial(12000, 0.1): sd = 33 rows; 6 sd bound gives false failure < 1e-8
     assert abs(n_test - 0.1 * n) < 6 * np.sqrt(n * 0.1 * 0.9)
     assert 0.5 < m["bayes_test_auc"] <= 1.0
@@ -62,7 +62,7 @@ def test_split_is_decided_per_sample_id_whatever_the_other_rows(tmp_path, synth_
     # Assert: b's test ids are a's minus the dropped rows; the intersection is what both hold
     assert test_b <= test_a
     assert b["parties"]["follower0"]["rows_before_alignment"] < b["parties"]["leader"]["rows_before_alignment"]
-    total_b = b["rows"]["train"] + b["rows"]["test"]
+    total_b = b["rows"]["train"] + b["rows"]["valid"] + b["rows"]["test"]
     assert total_b == b["parties"]["follower0"]["rows_before_alignment"]
     assert b["id_digest"]["train"] != a["id_digest"]["train"]
 
@@ -77,7 +77,7 @@ def test_malformed_lines_are_skipped_with_a_warning_naming_them(tmp_path):
     assert "skipped 2 malformed" in r.stderr and "line 2" in r.stderr and "line 4" in r.stderr
     m = json.loads((tmp_path / "out/manifest.json").read_text())
     assert m["source"]["malformed_rows_skipped"] == 2
-    assert m["rows"]["train"] + m["rows"]["test"] == 2
+    assert m["rows"]["train"] + m["rows"]["valid"] + m["rows"]["test"] == 2
 
 
 def test_strict_mode_names_the_line_and_leaves_nothing_behind(tmp_path):
@@ -141,7 +141,7 @@ def test_three_parties_get_their_own_columns(tmp_path, real_1k):
 def test_vocabulary_mode_maps_rare_values_to_oov(tmp_path, real_1k):
     # Prepare / Execute
     m = prepare(str(real_1k), str(tmp_path / "o"), load_parties(None), PrepareOptions(vocab_min_count=10))
-    cat = np.concatenate([np.load(tmp_path / f"o/leader/{s}/cat.npy") for s in ("train", "test")])
+    cat = np.concatenate([np.load(tmp_path / f"o/leader/{s}/cat.npy") for s in ("train", "valid", "test")])
     # Assert: C9 (3 distinct values in Criteo) keeps all; C3 (millions) is mostly OOV
     sizes = m["parties"]["leader"]["field_sizes"]
     assert sizes["C9"] <= 5 and (cat[:, 8] >= 2).all()

@@ -63,7 +63,7 @@ def test_two_followers_train_and_match_centralized(tmp_path, shards_three, procs
 def test_wide_cut_with_mlp_top_trains(tmp_path, shards_small, procs):
     # Prepare
     cfgs = party_configs(str(tmp_path), str(shards_small), model={"bottom": {"embedding_dim": 8, "hidden": [32], "cut_dim": 6}},
-                         top={"name": "mlp", "hidden": [16]})
+                         top={"name": "mlp", "hidden": [16]}, train={"epochs": 3})
     # Execute
     split = _run_split(procs, cfgs)
     # Assert

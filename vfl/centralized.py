@@ -17,7 +17,7 @@ import torch
 from privacy.label_dp_run import training_loss
 from vfl.config import ConfigError, PartyConfig, load_config
 from vfl.data.reader import DataError
-from vfl.data.shards import PartyShard, eval_batches
+from vfl.data.shards import PartyShard, eval_batches, steps_per_epoch
 from vfl.handshake import hello_meta, hello_problems
 from vfl.labels import leader_training_labels
 from vfl.loop import TrainingLoop
@@ -53,9 +53,12 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     for w in labels_info.warnings:
         log(w)
     labels = torch.from_numpy(labels_info.labels)
-    top = TopTrainer(leader_cfg.train, leader_cfg.model.top, sum(p.cut_dim for p in parties), device,
-                     training_loss(leader_cfg.privacy.label_dp))
-    loop = TrainingLoop(leader_cfg.train, len(train), parties[0].test_split.labels, log)
+    tr = leader_cfg.train
+    top = TopTrainer(tr, leader_cfg.model.top, sum(p.cut_dim for p in parties), device,
+                     training_loss(leader_cfg.privacy.label_dp), tr.epochs * steps_per_epoch(len(train), tr.batch_size))
+    ld = leader_cfg.privacy.label_dp
+    loop = TrainingLoop(tr, len(train), parties[0].test_split.labels, log, labels_info.valid,
+                        ld.eps if ld is not None else None)
 
     def step(epoch: int, i: int, rows: np.ndarray) -> float:
         loss = top.loss([p.forward_train(rows) for p in parties], labels[rows])
@@ -66,17 +69,26 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
         return float(loss.detach())
 
     @torch.no_grad()
-    def evaluate() -> np.ndarray:
-        n = len(parties[0].test_split)
+    def evaluate(split: str) -> np.ndarray:
+        n = len(parties[0].valid_split if split == "valid" else parties[0].test_split)
         probs = np.empty(n)
         for sl in eval_batches(n, leader_cfg.train.eval_batch_size):
-            probs[sl] = top.predict([p.forward_eval(sl) for p in parties])
+            probs[sl] = top.predict([p.forward_eval(sl, split) for p in parties])
         return probs
 
-    loop.run(step, evaluate)
+    def snapshot(step: int) -> int:
+        return sum(p.snapshot(step) for p in parties) + top.snapshot(step)
+
+    def restore(step: int) -> None:
+        for p in parties:
+            p.restore(step)
+        top.restore(step)
+
+    loop.run(step, evaluate, None, 0, snapshot, restore)
     metrics = {**loop.summary(), "label_dp": labels_info.report, "bayes_test_auc": leader_shard.manifest.get("bayes_test_auc"),
                "parties": [p.name for p in parties], "cut_dims": {p.name: p.cut_dim for p in parties},
-               "rows": {"train": len(train), "test": len(parties[0].test_split)}, "mode": "centralized"}
+               "rows": {"train": len(train), "valid": len(parties[0].valid_split), "test": len(parties[0].test_split)},
+               "mode": "centralized"}
     write_json(os.path.join(out_dir, "metrics.json"), metrics)
     return metrics
 

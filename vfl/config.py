@@ -10,7 +10,7 @@ import difflib
 import math
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
@@ -59,6 +59,19 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class EarlyStoppingConfig:
+    metric: str = "auc"  # auc | logloss, on the validation split (randomized labels under label DP, debiased)
+    patience: int = 3  # evaluations without a gain of more than min_delta before training stops
+    min_delta: float = 0.0
+
+
+@dataclass(frozen=True)
+class LRScheduleConfig:
+    name: str = "constant"  # constant | cosine | linear (decay to 0 at the last step)
+    warmup_steps: int = 0
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     epochs: int = 1
     batch_size: int = 16000
@@ -72,6 +85,9 @@ class TrainConfig:
     device: str = "cpu"  # cpu | cuda | auto
     threads: int = 0  # torch intra-op threads; 0 = cores / parties on this host
     resume_from: str | None = None  # this party's checkpoint (.pt) to continue from
+    eval_every_steps: int = 0  # evaluate valid (and test) every N global steps; 0 = at the end of every epoch
+    early_stopping: EarlyStoppingConfig | None = None  # leader: select the best step on valid, restore it
+    lr_schedule: LRScheduleConfig = field(default_factory=LRScheduleConfig)
 
 
 @dataclass(frozen=True)
@@ -127,7 +143,10 @@ _SECTION_KEYS = {
     "model.bottom": ("name", "embedding_dim", "hidden", "cut_dim", "dropout"),
     "model.top": ("name", "hidden"),
     "train": ("epochs", "batch_size", "eval_batch_size", "seed", "log_every", "lr", "optimizer", "weight_decay",
-              "checkpoint_every", "device", "threads", "resume_from"),
+              "checkpoint_every", "device", "threads", "resume_from", "eval_every_steps", "early_stopping",
+              "lr_schedule"),
+    "train.early_stopping": ("metric", "patience", "min_delta"),
+    "train.lr_schedule": ("name", "warmup_steps"),
     "privacy": ("label_dp",),
     "privacy.label_dp": ("eps", "mechanism", "debias", "prior_fraction", "prior_epochs", "store_dir", "key_file"),
     "output": ("dir",),
@@ -302,7 +321,23 @@ def parse_config(doc: Any, source: str = "config") -> PartyConfig:
         device=c.choice(tr, "train", "device", "cpu", ["cpu", "cuda", "auto"]),
         threads=c.number(tr, "train", "threads", 0, integer=True, lo=0, hi=1024),
         resume_from=c.string(tr, "train", "resume_from"),
+        eval_every_steps=c.number(tr, "train", "eval_every_steps", 0, integer=True, lo=0),
+        early_stopping=None,
+        lr_schedule=LRScheduleConfig(),
     )
+    if "early_stopping" in tr:
+        if not is_leader:
+            c.errors.append("train.early_stopping is set on the leader only (it holds the validation labels)")
+        es = c.section(tr.get("early_stopping"), "train.early_stopping")
+        train = replace(train, early_stopping=EarlyStoppingConfig(
+            metric=c.choice(es, "train.early_stopping", "metric", "auc", ["auc", "logloss"]),
+            patience=c.number(es, "train.early_stopping", "patience", 3, integer=True, lo=1, hi=10_000),
+            min_delta=float(c.number(es, "train.early_stopping", "min_delta", 0.0, lo=0.0, hi=1.0))))
+    if "lr_schedule" in tr:
+        ls = c.section(tr.get("lr_schedule"), "train.lr_schedule")
+        train = replace(train, lr_schedule=LRScheduleConfig(
+            name=c.choice(ls, "train.lr_schedule", "name", "constant", ["constant", "cosine", "linear"]),
+            warmup_steps=c.number(ls, "train.lr_schedule", "warmup_steps", 0, integer=True, lo=0)))
 
     p = c.section(top.get("privacy"), "privacy")
     label_dp = None

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from vfl.config import PartyConfig
-from vfl.data.shards import PartyShard
+from vfl.data.shards import SPLITS, PartyShard
 from vfl.wire import PROTOCOL_VERSION
 
 
@@ -12,7 +12,7 @@ def hello_meta(cfg: PartyConfig, shard: PartyShard, resume_step: int = 0) -> dic
         "party": cfg.party,
         "protocol": PROTOCOL_VERSION,
         "id_digest": shard.id_digest,
-        "rows": {s: len(shard.split(s)) for s in ("train", "test")},
+        "rows": {s: len(shard.split(s)) for s in SPLITS},
         "batch_size": cfg.train.batch_size,
         "seed": cfg.train.seed,
         "cut_dim": cfg.model.bottom.cut_dim,
@@ -28,7 +28,7 @@ def hello_problems(peer: str, theirs: dict, ours: dict) -> list[str]:
         problems.append(f"{peer} speaks protocol {theirs.get('protocol')!r}, the leader speaks {PROTOCOL_VERSION}")
     if theirs.get("party") != peer:
         problems.append(f"{peer} introduced itself as {theirs.get('party')!r}")
-    for split in ("train", "test"):
+    for split in SPLITS:
         a, b = (ours.get("id_digest") or {}).get(split), (theirs.get("id_digest") or {}).get(split)
         if a != b:
             problems.append(

@@ -28,6 +28,7 @@ class TrainingLabels:
     report: dict | None = None
     release: str | None = None  # the release id under label DP
     warnings: tuple[str, ...] = ()
+    valid: np.ndarray | None = None  # int64 validation labels for model selection: randomized under label DP
 
 
 @dataclass
@@ -62,11 +63,16 @@ def _prior_digest(prior: np.ndarray) -> str:
 
 
 def training_labels(labels: np.ndarray, sample_ids: np.ndarray, label_dp: LabelDPConfig | None,
-                    label_key: LabelKey | None = None, prior_fn: PriorFn | None = None) -> TrainingLabels:
-    """True labels when label DP is off; otherwise the noisy labels of this parameter set's release."""
+                    label_key: LabelKey | None = None, prior_fn: PriorFn | None = None,
+                    valid_labels: np.ndarray | None = None, valid_ids: np.ndarray | None = None) -> TrainingLabels:
+    """True labels when label DP is off; otherwise the noisy labels of this parameter set's release.
+    Validation labels (when given) are randomized in the same release, once per sample, so that model
+    selection on them is post-processing; the ledger counts them with the training labels."""
     labels = np.asarray(labels).astype(np.int64)
+    valid_labels = np.zeros(0, np.int64) if valid_labels is None else np.asarray(valid_labels).astype(np.int64)
+    valid_ids = np.zeros(0, np.int64) if valid_ids is None else np.asarray(valid_ids).astype(np.int64)
     if label_dp is None:
-        return TrainingLabels(labels.astype(np.float32))
+        return TrainingLabels(labels.astype(np.float32), valid=valid_labels)
     if label_key is None:
         raise ValueError("label DP needs the leader's key (open_label_key)")
     eps, k = label_dp.eps, label_key.key
@@ -74,6 +80,7 @@ def training_labels(labels: np.ndarray, sample_ids: np.ndarray, label_dp: LabelD
         params = {"eps": eps, "labels": "binary"}
         rel = release_of(label_key, "binary_rr", params)
         noisy = randomize_binary_once(labels, sample_ids, eps, k, rel)
+        valid_noisy = randomize_binary_once(valid_labels, valid_ids, eps, k, rel)
         extra = {"debias": label_dp.debias}
         mechanism = "binary_rr"
     else:
@@ -85,6 +92,7 @@ def training_labels(labels: np.ndarray, sample_ids: np.ndarray, label_dp: LabelD
         stage_rel = release_of(label_key, "lp2st_stage_one", stage_params)
         first = stage_one_mask(sample_ids, k, stage_rel, label_dp.prior_fraction)
         noisy = randomize_binary_once(labels, sample_ids, eps, k, stage_rel)
+        valid_noisy = randomize_binary_once(valid_labels, valid_ids, eps, k, stage_rel)  # plain RR, like stage one
         prior = prior_fn(first, np.where(first, noisy, 0))
         second = ~first
         params = {**stage_params, "stage_one_release": stage_rel, "prior_sha256": _prior_digest(prior[second])}
@@ -96,19 +104,22 @@ def training_labels(labels: np.ndarray, sample_ids: np.ndarray, label_dp: LabelD
                  "flipped_fraction_stage_two": float(np.mean(noisy2 != labels[second])) if second.any() else 0.0,
                  "prior": "leader-only columns (LP-2ST stage one, Ghazi et al. 2021 Alg. 3)", "collapsed": collapse > 0.5}
         mechanism = "rr_prior"
-    is_new, summary = label_key.store.record(Release(rel, label_key.dataset, mechanism, eps, params, int(labels.size)),
-                                             k, sample_ids, label_key.source)
+    released_ids = np.concatenate([np.asarray(sample_ids, np.int64), valid_ids])
+    is_new, summary = label_key.store.record(Release(rel, label_key.dataset, mechanism, eps, params, int(released_ids.size)),
+                                             k, released_ids, label_key.source)
     report = run_report(labels, noisy, eps, mechanism, **extra, release_id=rel, new_release=is_new,
                         key_fingerprint=label_key.fingerprint, dataset_id=label_key.dataset,
                         ledger=label_key.store.ledger_path, dataset_releases=summary["releases"],
-                        dataset_total_eps=summary["total_eps"], overlapping_datasets=summary["overlapping_datasets"])
-    return TrainingLabels(noisy.astype(np.float32), report, rel, tuple(label_key.store.warnings))
+                        dataset_total_eps=summary["total_eps"], overlapping_datasets=summary["overlapping_datasets"],
+                        valid_rows=int(valid_ids.size), valid_flipped_fraction=float(np.mean(valid_noisy != valid_labels))
+                        if valid_ids.size else 0.0)
+    return TrainingLabels(noisy.astype(np.float32), report, rel, tuple(label_key.store.warnings), valid_noisy)
 
 
 def leader_training_labels(label_dp: LabelDPConfig | None, shard, prior_fn: PriorFn | None = None,
                            label_key: LabelKey | None = None) -> TrainingLabels:
     """The training labels of the leader's labelled shard (a PartyShard); opens the key unless given."""
-    train = shard.split("train")
+    train, valid = shard.split("train"), shard.split("valid")
     if label_dp is not None and label_key is None:
         label_key = open_label_key(label_dp, shard.manifest)
-    return training_labels(train.labels, train.ids, label_dp, label_key, prior_fn)
+    return training_labels(train.labels, train.ids, label_dp, label_key, prior_fn, valid.labels, valid.ids)

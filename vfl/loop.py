@@ -1,4 +1,9 @@
-"""The epoch/step schedule shared by split training and the centralized reference: order, logs, history."""
+"""The epoch/step schedule shared by split training and the centralized reference: order, logs,
+evaluation cadence, early stopping on the validation split, best-step restore, history.
+
+Selection reads only the validation labels the loop is given (randomized under label DP) through
+`privacy.noisy_metrics`; the test split is evaluated for the record and never chooses anything.
+"""
 from __future__ import annotations
 
 import time
@@ -6,76 +11,165 @@ from collections.abc import Callable
 
 import numpy as np
 
+from privacy.noisy_metrics import noisy_validation_metrics
 from vfl.config import TrainConfig
 from vfl.data.shards import batch_order, steps_per_epoch
 from vfl.metrics import RunLog, auc, logloss, loss_line
+from vfl.training.selection import EarlyStopping
+
+Evaluate = Callable[[str], np.ndarray]  # split name ("valid" | "test") -> predicted click probabilities
 
 
 class TrainingLoop:
-    """Calls step(epoch, step, rows) for every batch and evaluate() after every epoch."""
+    """Calls step(epoch, step, rows) for every batch and evaluates at the configured cadence."""
 
-    def __init__(self, train: TrainConfig, n_train: int, test_labels: np.ndarray, log: RunLog):
+    def __init__(self, train: TrainConfig, n_train: int, test_labels: np.ndarray, log: RunLog,
+                 valid_labels: np.ndarray | None = None, valid_eps: float | None = None):
+        """valid_labels: what selection may read (the randomized ones under label DP, whose eps is valid_eps)."""
         self.train = train
         self.n_train = n_train
         self.test_labels = np.asarray(test_labels, dtype=np.float64)
+        self.valid_labels = None if valid_labels is None else np.asarray(valid_labels, dtype=np.int64)
+        self.valid_eps = valid_eps
         self.log = log
         self.step_losses: list[float] = []
         self.history: list[dict] = []
         self.train_seconds = 0.0
         self.global_step = 0
         self.samples = 0
+        es = train.early_stopping
+        self.selection = EarlyStopping(es.metric, es.patience, es.min_delta) if es is not None else None
+        self.snapshot_bytes = 0
+        self.stopped_early = False
+        self.final: dict = {}
+        if self.selection is not None and (self.valid_labels is None or self.valid_labels.size == 0):
+            raise ValueError("train.early_stopping needs a validation split with rows (prepare with --valid-fraction > 0)")
 
     def steps_per_epoch(self) -> int:
         return steps_per_epoch(self.n_train, self.train.batch_size)
 
-    def run(self, step: Callable[[int, int, np.ndarray], float], evaluate: Callable[[], np.ndarray],
-            checkpoint: Callable[[int, int], None] | None = None, start_step: int = 0) -> None:
-        """Train from global step `start_step` (0, or the step of the checkpoint being resumed)."""
+    def _eval_due(self, i: int, spe: int, last: bool) -> bool:
+        every = self.train.eval_every_steps
+        if last:
+            return True
+        if every:
+            return self.global_step % every == 0
+        return i + 1 == spe
+
+    def run(self, step: Callable[[int, int, np.ndarray], float], evaluate: Evaluate,
+            checkpoint: Callable[[int, int], None] | None = None, start_step: int = 0,
+            snapshot: Callable[[int], int] | None = None, restore: Callable[[int], None] | None = None) -> None:
+        """Train from global step `start_step`; snapshot(step) keeps the best model, restore(step) brings it back."""
         tr = self.train
         spe = self.steps_per_epoch()
-        if not 0 <= start_step < tr.epochs * spe:
+        total = tr.epochs * spe
+        if not 0 <= start_step < total:
             raise ValueError(f"resuming at global step {start_step}, but the run has {tr.epochs} epochs x {spe} steps; "
                              f"raise train.epochs to train further")
         first_epoch, first_i = divmod(start_step, spe)
         self.global_step = start_step
+        window_loss, window_steps, window_samples, window_seconds = 0.0, 0, 0, 0.0
+        epoch = first_epoch
         for epoch in range(first_epoch, tr.epochs):
             order = batch_order(self.n_train, tr.batch_size, tr.seed, epoch)
-            t0 = time.perf_counter()
-            total, steps, samples = 0.0, 0, 0
             for i, rows in enumerate(order):
                 if epoch == first_epoch and i < first_i:
                     continue
+                t0 = time.perf_counter()
                 value = step(epoch, i, rows)
+                seconds = time.perf_counter() - t0
                 if not np.isfinite(value):
                     raise FloatingPointError(f"training loss became {value} at epoch {epoch} step {i + 1}; lower train.lr")
                 self.step_losses.append(value)
-                total += value
-                steps += 1
-                samples += rows.size
+                window_loss += value
+                window_steps += 1
+                window_samples += rows.size
+                window_seconds += seconds
                 self.global_step += 1
                 if (i + 1) % tr.log_every == 0 or i + 1 == len(order):
                     self.log(loss_line(epoch, i + 1, len(order), value))
                 if checkpoint and tr.checkpoint_every and self.global_step % tr.checkpoint_every == 0:
                     checkpoint(epoch, self.global_step)
-            seconds = time.perf_counter() - t0
-            self.train_seconds += seconds
-            self.samples += samples
-            probs = evaluate()
+                if self._eval_due(i, spe, self.global_step == total):
+                    self.train_seconds += window_seconds
+                    self.samples += window_samples
+                    self._evaluate(epoch, evaluate, snapshot, window_loss / max(window_steps, 1),
+                                   window_seconds, window_samples)
+                    window_loss, window_steps, window_samples, window_seconds = 0.0, 0, 0, 0.0
+                    if self.selection is not None and self.selection.should_stop:
+                        self.stopped_early = self.global_step < total
+                        self.log(f"early stopping at global step {self.global_step}: no gain in validation "
+                                 f"{self.selection.metric} for {self.selection.patience} evaluations; best step "
+                                 f"{self.selection.best_step}")
+                        break
+            if self.stopped_early:
+                break
+        self._finish(evaluate, restore)
+
+    def _evaluate(self, epoch: int, evaluate: Evaluate, snapshot, train_loss: float, seconds: float, samples: int) -> None:
+        entry = {"epoch": epoch, "step": self.global_step, "train_loss": train_loss, "train_seconds": round(seconds, 3),
+                 "samples_per_second": samples / max(seconds, 1e-9)}
+        if self.valid_labels is not None and self.valid_labels.size:
+            v = noisy_validation_metrics(self.valid_labels, evaluate("valid"), self.valid_eps)
+            entry["valid"] = v
+            if self.selection is not None and self.selection.update(v[self.selection.metric], self.global_step, epoch):
+                if snapshot is not None:
+                    self.snapshot_bytes = snapshot(self.global_step)
+        probs = evaluate("test")
+        entry["test_auc"], entry["test_logloss"] = auc(self.test_labels, probs), logloss(self.test_labels, probs)
+        self.history.append(entry)
+        valid = entry.get("valid")
+        self.log(f"epoch {epoch} evaluation at global_step={self.global_step}: "
+                 + (f"valid_auc: {valid['auc']:.6f} (noisy {valid['auc_noisy']:.6f}) valid_logloss: {valid['logloss']:.6f} "
+                    if valid else "")
+                 + f"test_auc: {entry['test_auc']:.6f} test_logloss: {entry['test_logloss']:.6f}")
+
+    def _finish(self, evaluate: Evaluate, restore) -> None:
+        """Restore the best step (when selection is on and it is not the last one) and score the final model."""
+        sel = self.selection
+        restored = sel is not None and sel.best_step is not None and sel.best_step != self.global_step
+        if restored:
+            if restore is None:
+                raise RuntimeError("early stopping chose an earlier step but this loop cannot restore models")
+            restore(sel.best_step)
+            probs = evaluate("test")
             test_auc, test_ll = auc(self.test_labels, probs), logloss(self.test_labels, probs)
-            self.history.append({"epoch": epoch, "train_loss": total / steps, "test_auc": test_auc,
-                                 "test_logloss": test_ll, "train_seconds": round(seconds, 3),
-                                 "samples_per_second": samples / seconds})
-            self.log(f"epoch {epoch} test_auc: {test_auc:.6f} test_logloss: {test_ll:.6f}")
+            self.log(f"restored the best step {sel.best_step} (validation {sel.metric} {sel.best_value:.6f}): "
+                     f"test_auc: {test_auc:.6f} test_logloss: {test_ll:.6f}")
+        else:
+            test_auc, test_ll = self.history[-1]["test_auc"], self.history[-1]["test_logloss"]
+        self.final = {"test_auc": test_auc, "test_logloss": test_ll, "restored": restored,
+                      "model_step": sel.best_step if restored else self.global_step}
 
     def summary(self) -> dict:
-        """The metrics.json fields every mode shares."""
-        last = self.history[-1]
+        """The metrics.json fields every mode shares (test metrics are the final, possibly restored, model's)."""
+        sel = self.selection
+        best = next((h for h in self.history if sel is not None and h["step"] == sel.best_step), None)
         return {
-            "test_auc": last["test_auc"],
-            "test_logloss": last["test_logloss"],
+            "test_auc": self.final["test_auc"],
+            "test_logloss": self.final["test_logloss"],
+            "model_step": self.final["model_step"],
             "history": self.history,
+            "selection": None if sel is None else {
+                "metric": sel.metric, "patience": sel.patience, "min_delta": sel.min_delta,
+                "best_step": sel.best_step, "best_epoch": sel.best_epoch, "best_value": sel.best_value,
+                "valid_at_best": best.get("valid") if best else None, "stopped_early": self.stopped_early,
+                "restored": self.final["restored"], "snapshot_bytes_this_process": self.snapshot_bytes,
+                "labels": "randomized validation labels (label DP), debiased with a class prior estimated from them"
+                          if self.valid_eps is not None else "validation labels"},
             "samples_per_second": self.samples / max(self.train_seconds, 1e-9),
             "train_seconds": self.train_seconds,
             "steps": self.global_step,
             "step_losses": self.step_losses,
         }
+
+    def state(self) -> dict:
+        """What a checkpoint needs to continue selection exactly after a resume."""
+        return {"selection": None if self.selection is None else self.selection.state(), "history": self.history,
+                "snapshot_bytes": self.snapshot_bytes}
+
+    def load_state(self, state: dict) -> None:
+        if self.selection is not None and state.get("selection"):
+            self.selection.load_state(state["selection"])
+        self.history = list(state.get("history", []))
+        self.snapshot_bytes = int(state.get("snapshot_bytes", 0))

@@ -12,6 +12,13 @@ class OptimizerSet:
 
     def __init__(self, optimizers: list[torch.optim.Optimizer]):
         self.optimizers = optimizers
+        self._base_lrs = [[g["lr"] for g in o.param_groups] for o in optimizers]
+
+    def set_lr_factor(self, factor: float) -> None:
+        """Scale every group's learning rate to factor x its configured value (lr schedules)."""
+        for o, bases in zip(self.optimizers, self._base_lrs):
+            for g, base in zip(o.param_groups, bases):
+                g["lr"] = base * factor
 
     def zero_grad(self) -> None:
         for o in self.optimizers:
@@ -27,6 +34,34 @@ class OptimizerSet:
     def load_state_dict(self, state: dict) -> None:
         for i, o in enumerate(self.optimizers):
             o.load_state_dict(state[str(i)])
+
+
+class ScheduledOptimizer:
+    """An OptimizerSet whose learning rate follows train.lr_schedule by the global step of each update."""
+
+    def __init__(self, optimizer: OptimizerSet, cfg: TrainConfig, total_steps: int, start_step: int = 0):
+        self.optimizer = optimizer
+        self.schedule = cfg.lr_schedule
+        self.total_steps = total_steps
+        self.updates = start_step
+
+    def step(self) -> None:
+        from vfl.training.schedule import lr_factor
+
+        self.optimizer.set_lr_factor(lr_factor(self.updates, self.total_steps, self.schedule.name, self.schedule.warmup_steps))
+        self.optimizer.step()
+        self.updates += 1
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad()
+
+    def state_dict(self) -> dict:
+        return {**self.optimizer.state_dict(), "updates": self.updates}
+
+    def load_state_dict(self, state: dict) -> None:
+        state = dict(state)
+        self.updates = int(state.pop("updates", self.updates))
+        self.optimizer.load_state_dict(state)
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> OptimizerSet:

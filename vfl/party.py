@@ -9,7 +9,9 @@ import torch
 from vfl.config import PartyConfig
 from vfl.data.shards import PartyShard
 from vfl.models import build_bottom
-from vfl.optim import build_optimizer
+from vfl.data.shards import steps_per_epoch
+from vfl.optim import ScheduledOptimizer, build_optimizer
+from vfl.training.snapshot import Snapshot
 
 
 def resolve_device(name: str) -> torch.device:
@@ -30,11 +32,14 @@ class BottomParty:
         self.shard = shard
         self.device = device
         self.train_split = shard.split("train")
+        self.valid_split = shard.split("valid")
         self.test_split = shard.split("test")
         self.model = build_bottom(cfg.model.bottom, shard.field_sizes, shard.n_dense, cfg.train.seed, cfg.party).to(device)
-        self.optimizer = build_optimizer(self.model, cfg.train)
+        total = cfg.train.epochs * steps_per_epoch(len(self.train_split), cfg.train.batch_size)
+        self.optimizer = ScheduledOptimizer(build_optimizer(self.model, cfg.train), cfg.train, total)
         self.cut_dim = cfg.model.bottom.cut_dim
         self._pending: torch.Tensor | None = None
+        self.best: Snapshot | None = None
 
     def forward_train(self, rows: np.ndarray) -> torch.Tensor:
         """The cut-layer activation of these training rows, kept for backward."""
@@ -61,16 +66,36 @@ class BottomParty:
         self.optimizer.zero_grad()
 
     @torch.no_grad()
-    def forward_eval(self, rows: slice) -> torch.Tensor:
+    def forward_eval(self, rows: slice, split: str = "test") -> torch.Tensor:
+        """The cut of rows of the valid or test split, in eval mode."""
         self.model.eval()
-        return self.model(*self.test_split.features(rows, self.device))
+        data = self.valid_split if split == "valid" else self.test_split
+        return self.model(*data.features(rows, self.device))
 
     def state(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        """Model and optimizer state, plus the best-step snapshot when one is held (for resume)."""
+        out = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        if self.best is not None:
+            out["best"] = {"step": self.best.step, "state": self.best.state}
+        return out
 
     def load_state(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        best = state.get("best")
+        self.best = Snapshot(int(best["step"]), best["state"]) if best else None
+
+    def snapshot(self, step: int) -> int:
+        """Keep a copy of the weights and optimizer state of this step (one copy at most); its bytes."""
+        self.best = Snapshot.of(step, self.model, self.optimizer)
+        return self.best.nbytes
+
+    def restore(self, step: int) -> None:
+        """Go back to the snapshot of `step`; ValueError if this party holds another one."""
+        if self.best is None or self.best.step != step:
+            held = None if self.best is None else self.best.step
+            raise ValueError(f"{self.name}: asked to restore step {step}, but the snapshot held is of step {held}")
+        self.best.load_into(self.model, self.optimizer)
 
 
 def set_threads(threads: int, parties_on_host: int) -> int:

@@ -22,7 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--input", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--parties", default=None, help="YAML {party: {dense: [...], categorical: [...], label: bool, drop_fraction: f}}")
-    p.add_argument("--test-fraction", type=float, default=0.1)
+    p.add_argument("--test-fraction", type=float, default=0.1, help="share of ids in the test split (reporting only)")
+    p.add_argument("--valid-fraction", type=float, default=0.1, help="share of ids in the validation split (model selection)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--strict", action="store_true", help="a malformed line is an error instead of being skipped")
     p.add_argument("--hash-buckets", type=int, default=100_000, help="ids per categorical field in hash mode")
@@ -58,13 +59,13 @@ def main(argv: list[str] | None = None) -> int:
             if not 0.0 <= value < 1.0:
                 raise DataError(f"--drop {spec}: fraction must be in [0, 1), got {value}")
             parties = [replace(p, drop_fraction=value) if p.name == name else p for p in parties]
-        opts = PrepareOptions(test_fraction=args.test_fraction, seed=args.seed, strict=args.strict,
+        opts = PrepareOptions(test_fraction=args.test_fraction, valid_fraction=args.valid_fraction, seed=args.seed, strict=args.strict,
                               hash_buckets=args.hash_buckets, vocab_min_count=args.vocab_min_count,
                               truth_path=args.truth, force=args.force)
         m = prepare(args.input, args.out, parties, opts)
         rows = m["rows"]
         bayes = m.get("bayes_test_auc")
-        print(f"prepared {args.out}: train {rows['train']} rows, test {rows['test']} rows, "
+        print(f"prepared {args.out}: train {rows['train']} rows, valid {rows['valid']} rows, test {rows['test']} rows, "
               f"{m['source']['malformed_rows_skipped']} malformed skipped"
               + (f", Bayes-optimal test AUC {bayes:.4f}" if bayes is not None else ""))
         print(f"throughput: {m['rows_per_second']:.0f} rows/s (read, transform, write), "

@@ -9,7 +9,7 @@ Layout written under OUT (atomically: built in a temporary sibling, then renamed
     OUT/<party>/<split>/dense_missing.npy  uint8 (n, d)  1 where the raw value was missing
     OUT/<party>/<split>/cat.npy            int32 (n, c)  per-field ids (0 missing, 1 OOV)
     OUT/<party>/<split>/labels.npy         int8 (n,)     labelled party only
-with split in {train, test}.
+with split in {train, valid, test}: valid is for model selection (early stopping), test only reports.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ from vfl.data.transforms import (
     vocabulary_ids,
 )
 
-SPLITS = ("train", "test")
+SPLITS = ("train", "valid", "test")
 FORMAT_VERSION = 1
 _SPLIT_SALT = 0x5B1175
 _DROP_SALT = 0xD0D0
@@ -49,6 +49,7 @@ class PrepareOptions:
     """Knobs of `python -m vfl.data prepare`."""
 
     test_fraction: float = 0.1
+    valid_fraction: float = 0.1
     seed: int = 0
     strict: bool = False
     hash_buckets: int = 100_000
@@ -61,6 +62,9 @@ def _validate(opts: PrepareOptions) -> None:
     errors = []
     if not 0.0 <= opts.test_fraction < 1.0:
         errors.append(f"test_fraction must be in [0, 1), got {opts.test_fraction}")
+    if not 0.0 <= opts.valid_fraction < 1.0 or opts.test_fraction + opts.valid_fraction >= 1.0:
+        errors.append(f"valid_fraction must be in [0, 1) with test_fraction + valid_fraction < 1, "
+                      f"got valid_fraction={opts.valid_fraction} (test_fraction={opts.test_fraction})")
     if opts.hash_buckets < 3 or opts.hash_buckets > 2**31 - 1:
         errors.append(f"hash_buckets must be in [3, 2**31-1], got {opts.hash_buckets}")
     if opts.vocab_min_count is not None and opts.vocab_min_count < 1:
@@ -186,8 +190,11 @@ def prepare(input_path: str, out_dir: str, parties: list[PartyColumns], opts: Pr
                 held = uniform_from_ids(ids, opts.seed, _DROP_SALT + hash_name(p.name)) >= p.drop_fraction
                 before_alignment[p.name] += int(held.sum())
                 keep_all &= held
-            is_test = uniform_from_ids(ids, opts.seed, _SPLIT_SALT) < opts.test_fraction
-            for split, mask in (("train", keep_all & ~is_test), ("test", keep_all & is_test)):
+            u = uniform_from_ids(ids, opts.seed, _SPLIT_SALT)
+            is_test = u < opts.test_fraction
+            is_valid = ~is_test & (u < opts.test_fraction + opts.valid_fraction)
+            for split, mask in (("train", keep_all & ~is_test & ~is_valid), ("valid", keep_all & is_valid),
+                                ("test", keep_all & is_test)):
                 rows = np.flatnonzero(mask)
                 if rows.size == 0:
                     continue
@@ -247,7 +254,7 @@ def party_manifest_of(manifest: dict, party: PartyColumns) -> dict:
         doc = {k: v for k, v in manifest.items() if k != "parties"}
     else:
         doc = {k: manifest[k] for k in FOLLOWER_MANIFEST_KEYS}
-        doc["split"] = {k: manifest["split"][k] for k in ("test_fraction", "seed", "rule")}
+        doc["split"] = {k: manifest["split"][k] for k in ("test_fraction", "valid_fraction", "seed", "rule")}
     doc["party"] = manifest["parties"][party.name]
     return doc
 
@@ -277,8 +284,9 @@ def _manifest(input_path, parties, encoders, writers, opts, stats, before_alignm
         "format_version": FORMAT_VERSION,
         "source": {"path": os.path.abspath(input_path), "sha256": stats.sha256, "bytes": stats.bytes_read,
                    "lines": stats.lines, "good_rows": stats.good_rows, "malformed_rows_skipped": stats.bad_rows},
-        "split": {"test_fraction": opts.test_fraction, "seed": opts.seed,
-                  "rule": "test iff splitmix64(sample_id ^ key(seed)) / 2**64 < test_fraction"},
+        "split": {"test_fraction": opts.test_fraction, "valid_fraction": opts.valid_fraction, "seed": opts.seed,
+                  "rule": "u = splitmix64(sample_id ^ key(seed)) / 2**64; test iff u < test_fraction; "
+                          "valid iff test_fraction <= u < test_fraction + valid_fraction; else train"},
         "transforms": {
             "dense": DENSE_TRANSFORM_DOC,
             "categorical": (

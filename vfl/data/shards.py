@@ -12,6 +12,7 @@ import torch
 from vfl.data.reader import DataError
 
 IN_MEMORY_LIMIT = 2 << 30
+SPLITS = ("train", "valid", "test")  # valid selects models (early stopping), test only reports
 
 
 def _owned(arr: np.ndarray, dtype) -> np.ndarray:
@@ -62,6 +63,10 @@ class PartyShard:
         self.field_sizes: list[int] = [int(party["field_sizes"][c]) for c in self.categorical_columns]
         self.has_labels: bool = bool(party["has_labels"])
         self.id_digest: dict[str, str] = self.manifest["id_digest"]
+        missing = [s for s in SPLITS if s not in self.id_digest]
+        if missing:
+            raise DataError(f"shard {path} has no {'/'.join(missing)} split (it was prepared by an older version): "
+                            "re-run `python -m vfl.data prepare`")
         if in_memory is None:
             size = sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(path) for f in files)
             in_memory = size < IN_MEMORY_LIMIT

@@ -63,7 +63,7 @@ def load_data(cfg: FedConfig, work: str):
             write_synthetic(src, cfg.rows, seed=cfg.seed, label_seed=cfg.seed)
     shards = os.path.join(work, "shards")
     parties = parse_parties({"all": {"dense": list(DENSE_COLUMNS), "categorical": list(CATEGORICAL_COLUMNS), "label": True}})
-    prepare(src, shards, parties, PrepareOptions(test_fraction=cfg.test_fraction, seed=cfg.seed,
+    prepare(src, shards, parties, PrepareOptions(test_fraction=cfg.test_fraction, valid_fraction=0.0, seed=cfg.seed,
                                                  hash_buckets=cfg.hash_buckets, force=True))
     shard = PartyShard(os.path.join(shards, "all"))
 

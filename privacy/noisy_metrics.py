@@ -1,0 +1,87 @@
+"""Validation metrics from randomized labels: what model selection may look at under label DP.
+
+Early stopping that reads true validation labels would let the stopping step (which followers see)
+depend on them. These estimators read only the randomized labels y~ (binary RR with flip rate rho)
+and public eps, so everything chosen from them is post-processing of the release.
+
+* Class prior: E[y~] = rho + (1 - 2 rho) pi, so pi^ = (mean(y~) - rho) / (1 - 2 rho).
+* AUC: with a = P(y=1 | y~=1) and b = P(y=1 | y~=0) (Bayes' rule with pi^), the noisy AUC mixes the
+  true AUC over the four label pairs: AUC~ - 1/2 = (a - b)(AUC - 1/2), so
+  AUC^ = 1/2 + (AUC~ - 1/2) / (a - b). Its standard error is Hanley & McNeil's (1982, Eq. 2) on the
+  noisy labels, divided by (a - b).
+* Logloss: the unbiased surrogate of Natarajan et al. 2013 ("Learning with Noisy Labels", Lemma 1)
+  with symmetric noise, l^(p, y~) = ((1 - rho) l(p, y~) - rho l(p, 1 - y~)) / (1 - 2 rho), whose
+  expectation over the flip is the true logloss.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from privacy.randomized_response import flip_probability
+
+_CLIP = 1e-7
+
+
+def class_prior_from_noisy(noisy: np.ndarray, eps: float) -> float:
+    """pi^ = (mean(y~) - rho) / (1 - 2 rho), clipped to [1e-6, 1 - 1e-6]; ValueError at eps = 0."""
+    rho = flip_probability(eps)
+    if rho == 0.5:
+        raise ValueError("eps = 0: randomized labels carry no information about the class prior")
+    noisy = np.asarray(noisy, dtype=np.float64)
+    if noisy.size == 0:
+        raise ValueError("no labels to estimate the class prior from")
+    pi = (noisy.mean() - rho) / (1.0 - 2.0 * rho)
+    return float(min(max(pi, 1e-6), 1.0 - 1e-6))
+
+
+def posterior_rates(pi: float, eps: float) -> tuple[float, float]:
+    """(a, b) = (P(y=1 | y~=1), P(y=1 | y~=0)) for class prior pi and flip rate rho(eps)."""
+    rho = flip_probability(eps)
+    a = pi * (1 - rho) / (pi * (1 - rho) + (1 - pi) * rho)
+    b = pi * rho / (pi * rho + (1 - pi) * (1 - rho))
+    return a, b
+
+
+def auc_standard_error(auc: float, n_pos: int, n_neg: int) -> float:
+    """Hanley & McNeil (1982), Eq. 2: the standard error of an empirical AUC."""
+    if n_pos == 0 or n_neg == 0:
+        return math.nan
+    q1, q2 = auc / (2 - auc), 2 * auc * auc / (1 + auc)
+    var = (auc * (1 - auc) + (n_pos - 1) * (q1 - auc * auc) + (n_neg - 1) * (q2 - auc * auc)) / (n_pos * n_neg)
+    return math.sqrt(max(var, 0.0))
+
+
+def debiased_logloss(noisy: np.ndarray, probs: np.ndarray, eps: float) -> float:
+    """Natarajan et al. 2013, Lemma 1: an unbiased estimate of the true-label logloss from y~."""
+    rho = flip_probability(eps)
+    p = np.clip(np.asarray(probs, dtype=np.float64), _CLIP, 1 - _CLIP)
+    y = np.asarray(noisy, dtype=np.float64)
+    loss_y = -(y * np.log(p) + (1 - y) * np.log1p(-p))
+    loss_flip = -((1 - y) * np.log(p) + y * np.log1p(-p))
+    return float(np.mean(((1 - rho) * loss_y - rho * loss_flip) / (1 - 2 * rho)))
+
+
+def noisy_validation_metrics(noisy: np.ndarray, probs: np.ndarray, eps: float | None) -> dict:
+    """Noisy AUC/logloss and their debiased estimates (with a 95% interval for the AUC).
+    eps None (no label DP): the labels are the true ones and the estimates equal the plain metrics."""
+    from sklearn.metrics import roc_auc_score
+
+    y = np.asarray(noisy, dtype=np.int64)
+    p = np.clip(np.asarray(probs, dtype=np.float64), _CLIP, 1 - _CLIP)
+    n_pos, n_neg = int(y.sum()), int(y.size - y.sum())
+    auc_noisy = float(roc_auc_score(y, p)) if n_pos and n_neg else math.nan
+    ll_noisy = float(np.mean(-(y * np.log(p) + (1 - y) * np.log1p(-p)))) if y.size else math.nan
+    se = auc_standard_error(auc_noisy, n_pos, n_neg) if not math.isnan(auc_noisy) else math.nan
+    if eps is None or math.isinf(eps):
+        auc, ll, scale, pi = auc_noisy, ll_noisy, 1.0, (y.mean() if y.size else math.nan)
+    else:
+        pi = class_prior_from_noisy(y, eps)
+        a, b = posterior_rates(pi, eps)
+        scale = a - b
+        auc = 0.5 + (auc_noisy - 0.5) / scale
+        ll = debiased_logloss(y, p, eps)
+    half = 1.96 * se / scale if not math.isnan(se) else math.nan
+    return {"auc_noisy": auc_noisy, "auc": auc, "auc_ci95": [auc - half, auc + half], "logloss_noisy": ll_noisy,
+            "logloss": ll, "class_prior": float(pi), "rows": int(y.size)}

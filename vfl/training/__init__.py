@@ -1,0 +1,1 @@
+"""Training-time policies shared by split training and the centralized reference: selection, schedules."""
