@@ -274,7 +274,8 @@ class LabelDPStore:
                 self.warnings.append(
                     f"label DP: dataset {release.dataset} shares sample ids with {len(summary['overlapping_datasets'])} "
                     f"dataset(s) released before (re-exported or overlapping data); their releases are charged to it: "
-                    f"total eps {summary['total_eps']} (see {self.ledger_path})")
+                    f"total eps {summary['total_eps']} (see {self.ledger_path}). Where sample ids are line numbers (no id "
+                    f"column), every file shares them: give the data an id column for exact accounting")
             doc["composition"] = "basic sequential composition over releases; overlapping datasets charged to each other"
             self._write(doc)
             return found is None, summary

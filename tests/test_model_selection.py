@@ -1,0 +1,171 @@
+"""Model selection under label DP: validation metrics from randomized labels (debiased), early stopping,
+best-step restore over the protocol, LR schedules; and what followers receive depends on the true
+labels only through the randomized training and validation labels.
+Statistical checks: n = 400k, bounds of 5.5 standard errors (false failure < 4e-8 each)."""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import numpy as np
+import pytest
+from sklearn.metrics import log_loss, roc_auc_score
+
+from privacy.noisy_metrics import class_prior_from_noisy, noisy_validation_metrics
+from privacy.randomized_response import binary_rr, flip_probability
+from tests.procs import party_configs
+from vfl.training.schedule import lr_factor
+from vfl.training.selection import EarlyStopping
+
+
+def _scores(n=400_000, seed=0):
+    rng = np.random.default_rng(seed)
+    s = rng.normal(size=n)
+    p = 1 / (1 + np.exp(-(1.5 * s - 1)))
+    y = (rng.random(n) < p).astype(np.int64)
+    return rng, p, y
+
+
+def test_without_label_dp_validation_metrics_are_the_plain_ones_exactly():
+    # Prepare
+    _, p, y = _scores(20_000)
+    # Execute
+    m = noisy_validation_metrics(y, p, None)
+    # Assert
+    assert m["auc"] == m["auc_noisy"] == roc_auc_score(y, p)
+    assert m["logloss"] == pytest.approx(log_loss(y, p), rel=1e-12)
+
+
+@pytest.mark.parametrize("eps", [0.5, 1.0, 2.0])
+def test_debiased_validation_metrics_estimate_the_true_ones_from_noisy_labels(eps):
+    # Prepare
+    rng, p, y = _scores()
+    noisy = binary_rr(y, eps, rng)
+    # Execute
+    m = noisy_validation_metrics(noisy, p, eps)
+    # Assert: the class prior, AUC and logloss estimates land within 5.5 of their standard errors
+    rho = flip_probability(eps)
+    n = y.size
+    se_pi = math.sqrt(0.25 / n) / (1 - 2 * rho)
+    assert abs(class_prior_from_noisy(noisy, eps) - y.mean()) < 5.5 * se_pi
+    half = (m["auc_ci95"][1] - m["auc_ci95"][0]) / 2
+    assert abs(m["auc"] - roc_auc_score(y, p)) < 5.5 / 1.96 * half + 0.003  # + the plug-in prior's error
+    assert m["auc_noisy"] < roc_auc_score(y, p) - 0.05  # the raw noisy AUC is badly biased
+    assert abs(m["logloss"] - log_loss(y, p)) < 0.03
+
+
+def test_early_stopping_counts_patience_and_min_delta():
+    # Prepare
+    es = EarlyStopping("auc", patience=2, min_delta=0.01)
+    # Execute
+    gains = [es.update(v, step, 0) for step, v in enumerate([0.60, 0.70, 0.705, 0.709])]
+    # Assert: 0.705 and 0.709 are not gains of more than 0.01 over 0.70; two of them stop the run
+    assert gains == [True, True, False, False] and es.should_stop and es.best_step == 1
+
+
+def test_early_stopping_on_logloss_prefers_lower_values():
+    es = EarlyStopping("logloss", patience=1)
+    assert es.update(0.5, 1, 0) and es.update(0.4, 2, 0) and not es.update(0.45, 3, 0)
+    assert es.best_value == 0.4 and es.should_stop
+
+
+def test_lr_schedules_warm_up_then_decay_to_zero():
+    assert [lr_factor(s, 10, "constant") for s in (0, 9)] == [1.0, 1.0]
+    assert [lr_factor(s, 10, "linear", 2) for s in (0, 1, 2, 10)] == [0.5, 1.0, 1.0, 0.0]
+    assert lr_factor(2, 10, "cosine", 2) == 1.0 and lr_factor(6, 10, "cosine", 2) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="one of"):
+        lr_factor(0, 10, "step")
+
+
+def _leader_only_selection(cfgs):
+    """Followers take no early_stopping section (the leader decides)."""
+    import yaml
+
+    doc = yaml.safe_load(open(cfgs["follower0"]))
+    doc["train"].pop("early_stopping", None)
+    yaml.safe_dump(doc, open(cfgs["follower0"], "w"))
+    return cfgs
+
+
+def _run(procs, cfgs, env=None):
+    _leader_only_selection(cfgs)
+    procs.start("leader", "leader", cfgs["leader"], env=env)
+    procs.start("follower0", "follower", cfgs["follower0"], env=env)
+    for name in ("leader", "follower0"):
+        code, _, err = procs.wait(name, 300)
+        assert code == 0, err
+    return json.loads(open(cfgs["leader"].replace("leader.yaml", "out/metrics.json")).read())
+
+
+ES = {"epochs": 6, "lr": 0.05, "early_stopping": {"metric": "auc", "patience": 2}, "eval_every_steps": 10,
+      "lr_schedule": {"name": "cosine", "warmup_steps": 5}}
+
+
+def test_split_early_stopping_restores_the_best_step_like_the_centralized_reference(tmp_path, shards_small, procs):
+    # Prepare: a high learning rate overfits the small set, so validation AUC peaks and falls
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    cfgs = _leader_only_selection(party_configs(str(tmp_path), str(shards_small), train=ES, privacy={"label_dp": {"eps": 2.0}}))
+    # Execute
+    split = _run(procs, cfgs)
+    r = subprocess.run([sys.executable, "-m", "vfl.centralized", "--config", cfgs["leader"], "--follower-config",
+                        cfgs["follower0"], "--out", str(tmp_path / "c")], cwd=REPO, capture_output=True, text=True, timeout=300)
+    central = json.loads((tmp_path / "c/metrics.json").read_text())
+    # Assert
+    assert r.returncode == 0, r.stderr
+    sel = split["selection"]
+    assert sel["stopped_early"] and sel["restored"] and split["model_step"] == sel["best_step"] < split["steps"]
+    best = next(h for h in split["history"] if h["step"] == sel["best_step"])
+    assert split["test_auc"] == pytest.approx(best["test_auc"], abs=1e-9)  # the restored model is the best step's
+    assert max(h["valid"]["auc"] for h in split["history"]) == sel["best_value"]
+    np.testing.assert_allclose(split["step_losses"], central["step_losses"], rtol=1e-5)
+    assert central["selection"]["best_step"] == sel["best_step"] and central["test_auc"] == pytest.approx(split["test_auc"], abs=1e-6)
+    # one extra copy of weights and optimizer state per party, reported
+    assert 0 < split["snapshot_bytes"]["leader"] and 0 < split["snapshot_bytes"]["follower0"]
+    assert "restored the snapshot of global step" in (tmp_path / "out/follower0.log").read_text()
+
+
+def test_what_followers_receive_depends_on_true_labels_only_through_the_randomized_ones(tmp_path, shards_small, procs):
+    # Prepare: dataset B has other true labels (train, valid and test) but, under its own leader key,
+    # the same randomized labels as dataset A under A's key: y_B = y~_A xor flips_B
+    from vfl.config import LabelDPConfig
+    from vfl.data.shards import PartyShard
+    from vfl.labels import leader_training_labels, open_label_key, release_of
+    from privacy.label_dp_run import PURPOSE_FLIP
+    from privacy.keyed_random import keyed_uniforms
+
+    eps = 1.0
+    shard_b = tmp_path / "shards_b"
+    shutil.copytree(shards_small, shard_b)
+    a = PartyShard(str(shards_small / "leader"))
+    noisy_a = leader_training_labels(LabelDPConfig(eps=eps, store_dir=str(tmp_path / "store_a")), a)
+    key_b = open_label_key(LabelDPConfig(eps=eps, store_dir=str(tmp_path / "store_b")), a.manifest)
+    rel_b = release_of(key_b, "binary_rr", {"eps": eps, "labels": "binary"})
+    rho = flip_probability(eps)
+    for split, noisy in (("train", noisy_a.labels.astype(np.int64)), ("valid", noisy_a.valid)):
+        ids = a.split(split).ids
+        flips_b = (keyed_uniforms(key_b.key, rel_b, PURPOSE_FLIP, ids) < rho).astype(np.int64)
+        np.save(shard_b / "leader" / split / "labels.npy", (noisy ^ flips_b).astype(np.int8))
+    test_y = np.load(shard_b / "leader/test/labels.npy")
+    np.save(shard_b / "leader/test/labels.npy", (1 - test_y).astype(np.int8))
+    changed = np.mean(np.load(shard_b / "leader/train/labels.npy") != a.split("train").labels)
+    runs = {}
+    for name, shards in (("a", shards_small), ("b", shard_b)):
+        (tmp_path / name).mkdir()
+        cfgs = party_configs(str(tmp_path / name), str(shards), train=ES, privacy={"label_dp": {"eps": eps}},
+                             follower_debug={"record_gradients": str(tmp_path / name / "grads.npz")})
+        # Execute
+        runs[name] = _run(procs, cfgs, env={"VFL_LABEL_DP_STORE": str(tmp_path / f"store_{name}")})
+        procs.cleanup()
+    ga, gb = np.load(tmp_path / "a/grads.npz"), np.load(tmp_path / "b/grads.npz")
+    # Assert: ~39% of true labels differ, yet every gradient, the stop step and the restored step are equal
+    assert changed > 0.3
+    assert runs["a"]["selection"]["best_step"] == runs["b"]["selection"]["best_step"]
+    assert runs["a"]["steps"] == runs["b"]["steps"]
+    np.testing.assert_array_equal(ga["ids"], gb["ids"])
+    np.testing.assert_allclose(ga["grad"], gb["grad"], rtol=1e-6, atol=1e-9)
+    assert runs["a"]["test_auc"] != runs["b"]["test_auc"]  # the test labels did change (reported, never chosen on)
