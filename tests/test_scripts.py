@@ -47,7 +47,7 @@ def test_label_dp_script_sets_eps_and_two_runs_share_one_key_and_one_release(tmp
     assert ld["eps"] == 1.0 and ld["new_release"] is False and ld["dataset_releases"] == 1 and ld["dataset_total_eps"] == 1.0
     ledger = json.loads(open(ld["ledger"]).read())
     assert len(ledger["releases"]) == 1 and ledger["releases"][0]["uses"] == 2
-    assert len(list((tmp_path / "store").glob("*/key"))) == 1
+    assert (tmp_path / "store" / "key").exists() and len(list((tmp_path / "store").rglob("key"))) == 1
 
 
 def test_a_party_that_dies_stops_the_others_and_fails_the_script(tmp_path, synth_small):

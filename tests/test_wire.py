@@ -7,7 +7,7 @@ import zmq
 
 from tests.procs import free_port
 from vfl.wire import FollowerChannel, LeaderChannel, PeerAbort, PeerTimeout, WireError
-from vfl.wire.frames import MAGIC_PREFIX, decode, encode
+from vfl.wire.frames import MAGIC_PREFIX, PROTOCOL_VERSION, decode, encode
 
 KEY = b"k" * 32
 
@@ -51,7 +51,7 @@ def test_protocol_version_mismatch_is_named():
     frames = _frames()
     frames[0] = MAGIC_PREFIX + bytes([9])
     # Execute / Assert
-    with pytest.raises(WireError, match="peer speaks v9, we speak v1"):
+    with pytest.raises(WireError, match=f"peer speaks v9, we speak v{PROTOCOL_VERSION}"):
         decode(KEY, frames, "follower0")
 
 
