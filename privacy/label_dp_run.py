@@ -81,9 +81,30 @@ def forward_corrected_bce(logits, noisy_labels, rho: float):
     return -(y * torch.log(q) + (1.0 - y) * torch.log1p(-q)).mean()
 
 
+def posterior_soft_bce(logits, noisy_labels, rho: float):
+    """BCE against the posterior P(y=1 | y~, x) of the true label, with the model's own (detached)
+    prediction p as the prior: t = p(1-rho) / (p(1-rho) + (1-p) rho) if y~ = 1, else
+    p rho / (p rho + (1-p)(1-rho)). This is the Bayesian denoising of ALIBI (Malek et al. 2021,
+    "Antipodes of Label Differential Privacy: PATE and ALIBI", Sec. 3.2) for binary randomized
+    response instead of Laplace noise; it reads only the noisy labels, so it is post-processing."""
+    import torch
+    import torch.nn.functional as F
+
+    p = torch.sigmoid(logits).detach()
+    y = noisy_labels.to(p.dtype)
+    up, down = p * (1.0 - rho), (1.0 - p) * rho
+    t1 = up / (up + down)
+    t0 = p * rho / (p * rho + (1.0 - p) * (1.0 - rho))
+    target = (y * t1 + (1.0 - y) * t0).clamp(0.0, 1.0)
+    return F.binary_cross_entropy_with_logits(logits, target)
+
+
 def training_loss(label_dp_cfg):
-    """The forward-corrected loss when `debias: true`, else None (the caller's plain BCE)."""
+    """With `debias: true`, the forward-corrected loss (`correction: forward`, default) or the posterior
+    soft-label loss (`correction: posterior`); else None (the caller's plain BCE)."""
     if label_dp_cfg is None or not label_dp_cfg.debias:
         return None
     rho = flip_probability(label_dp_cfg.eps)
+    if getattr(label_dp_cfg, "correction", "forward") == "posterior":
+        return lambda logits, labels: posterior_soft_bce(logits, labels, rho)
     return lambda logits, labels: forward_corrected_bce(logits, labels, rho)

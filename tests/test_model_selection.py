@@ -169,3 +169,29 @@ def test_what_followers_receive_depends_on_true_labels_only_through_the_randomiz
     np.testing.assert_array_equal(ga["ids"], gb["ids"])
     np.testing.assert_allclose(ga["grad"], gb["grad"], rtol=1e-6, atol=1e-9)
     assert runs["a"]["test_auc"] != runs["b"]["test_auc"]  # the test labels did change (reported, never chosen on)
+
+
+def test_posterior_soft_labels_are_the_plain_loss_without_noise_and_flat_at_eps_0():
+    # Prepare
+    import torch
+    import torch.nn.functional as F
+
+    from privacy.label_dp_run import posterior_soft_bce
+
+    logits = torch.tensor([-2.0, -0.5, 0.3, 1.7], requires_grad=True)
+    y = torch.tensor([0.0, 1.0, 1.0, 0.0])
+    # Execute
+    exact = posterior_soft_bce(logits, y, 0.0)
+    flat = posterior_soft_bce(logits, y, 0.5)
+    flat.backward()
+    # Assert: rho = 0 targets are the labels; rho = 1/2 targets are the model's own predictions (no signal)
+    assert torch.equal(exact, F.binary_cross_entropy_with_logits(logits, y))
+    assert torch.allclose(logits.grad, torch.zeros(4), atol=1e-7)
+
+
+def test_the_correction_is_chosen_in_the_config():
+    from privacy.label_dp_run import training_loss
+    from vfl.config import LabelDPConfig
+
+    assert training_loss(LabelDPConfig(eps=1.0)) is None
+    assert training_loss(LabelDPConfig(eps=1.0, debias=True, correction="posterior")) is not None

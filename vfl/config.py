@@ -95,6 +95,7 @@ class LabelDPConfig:
     eps: float = 1.0
     mechanism: str = "rr"  # rr | rr_prior
     debias: bool = False
+    correction: str = "forward"  # with debias: forward (Patrini et al. 2017) | posterior (ALIBI-style soft labels)
     prior_fraction: float = 0.5  # rr_prior: share of training ids that train the stage-1 prior model
     prior_epochs: int = 1
     store_dir: str | None = None  # per-dataset key + ledger; None: $VFL_LABEL_DP_STORE or ~/.local/share/vfl/label_dp
@@ -148,7 +149,8 @@ _SECTION_KEYS = {
     "train.early_stopping": ("metric", "patience", "min_delta"),
     "train.lr_schedule": ("name", "warmup_steps"),
     "privacy": ("label_dp",),
-    "privacy.label_dp": ("eps", "mechanism", "debias", "prior_fraction", "prior_epochs", "store_dir", "key_file"),
+    "privacy.label_dp": ("eps", "mechanism", "debias", "correction", "prior_fraction", "prior_epochs", "store_dir",
+                         "key_file"),
     "output": ("dir",),
     "debug": ("record_gradients",),
 }
@@ -351,6 +353,7 @@ def parse_config(doc: Any, source: str = "config") -> PartyConfig:
             eps=float(c.number(ld, "privacy.label_dp", "eps", 1.0, lo=0.0)),
             mechanism=c.choice(ld, "privacy.label_dp", "mechanism", "rr", ["rr", "rr_prior"]),
             debias=c.boolean(ld, "privacy.label_dp", "debias", False),
+            correction=c.choice(ld, "privacy.label_dp", "correction", "forward", ["forward", "posterior"]),
             prior_fraction=c.number(ld, "privacy.label_dp", "prior_fraction", 0.5, lo=0.0, hi=1.0, lo_open=True, hi_open=True),
             prior_epochs=c.number(ld, "privacy.label_dp", "prior_epochs", 1, integer=True, lo=1, hi=1000),
             store_dir=c.string(ld, "privacy.label_dp", "store_dir"),

@@ -81,7 +81,7 @@ def training_labels(labels: np.ndarray, sample_ids: np.ndarray, label_dp: LabelD
         rel = release_of(label_key, "binary_rr", params)
         noisy = randomize_binary_once(labels, sample_ids, eps, k, rel)
         valid_noisy = randomize_binary_once(valid_labels, valid_ids, eps, k, rel)
-        extra = {"debias": label_dp.debias}
+        extra = {"debias": label_dp.debias, "correction": label_dp.correction if label_dp.debias else None}
         mechanism = "binary_rr"
     else:
         # rr_prior: LP-2ST. Stage one gets plain RR (its own release); its model's predictions are the

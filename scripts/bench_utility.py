@@ -1,0 +1,167 @@
+"""Utility under label DP, one command: test AUC / logloss of the selected model for eps in
+{0.5, 1, 2, 4, 8, none} x {plain RR, forward correction, posterior soft labels, RRWithPrior}, mean and
+spread over training seeds, on synthetic data (with its Bayes ceiling) and on the real 1k sample.
+
+Every run is the centralized reference (split training computes the same steps; see the tests) with
+the validation split, early stopping on randomized validation labels and best-step restore, so each
+cell reports the method and the selected step. A logistic regression on the same split and the same
+(randomized) training labels is the floor every cell should beat.
+
+Usage: python scripts/bench_utility.py --out DIR [--rows N] [--seeds K] [--eps 0.5,1,2,4,8,inf] [--epochs E]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+REAL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data", "criteo_raw_1k.tsv")
+METHODS = {"plain": {"mechanism": "rr"}, "forward": {"mechanism": "rr", "debias": True},
+           "posterior": {"mechanism": "rr", "debias": True, "correction": "posterior"}, "rr_prior": {"mechanism": "rr_prior"}}
+
+
+def configs(shards: str, out: str, privacy: dict | None, seed: int, epochs: int, eval_every: int, batch: int):
+    from vfl.config import parse_config
+
+    model = {"bottom": {"embedding_dim": 16, "hidden": [128, 64], "cut_dim": 2}}
+    train = {"epochs": epochs, "batch_size": batch, "seed": seed, "log_every": 10**6, "lr": 0.001,
+             "eval_every_steps": eval_every}
+    net = {"timeout_s": 60}
+    leader = {"role": "leader", "party": "leader", "network": {**net, "bind": "tcp://127.0.0.1:1", "followers": ["follower0"]},
+              "data": {"path": f"{shards}/leader"}, "model": {**model, "top": {"name": "linear"}},
+              "train": {**train, "early_stopping": {"metric": "auc", "patience": 3}}, "output": {"dir": out}}
+    if privacy:
+        leader["privacy"] = {"label_dp": privacy}
+    follower = {"role": "follower", "party": "follower0", "network": {**net, "connect": "tcp://127.0.0.1:1"},
+                "data": {"path": f"{shards}/follower0"}, "model": model, "train": train, "output": {"dir": out}}
+    return parse_config(leader), parse_config(follower)
+
+
+def logistic_baseline(shards: str, train_labels, seed: int) -> float:
+    """Logistic regression on one-hot categoricals + dense values of all parties, trained on train_labels."""
+    import numpy as np
+    from scipy import sparse
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+
+    from vfl.data.shards import PartyShard
+
+    def design(split):
+        blocks = []
+        for party in ("leader", "follower0"):
+            s = PartyShard(f"{shards}/{party}").split(split)
+            cat = np.asarray(s.cat, np.int64)
+            offs = np.cumsum([0] + [int(cat[:, j].max(initial=0)) + 1 for j in range(cat.shape[1])])[:-1]
+            blocks.append((np.asarray(s.dense), np.asarray(s.dense_missing), cat, offs))
+        return blocks
+
+    tr, te = design("train"), design("test")
+    mats_tr, mats_te = [], []
+    for (d, m, c, _), (d2, m2, c2, _) in zip(tr, te):
+        width = max(int(c.max(initial=0)), int(c2.max(initial=0))) + 1
+        cols_tr = (c + np.arange(c.shape[1]) * width).ravel()
+        cols_te = (c2 + np.arange(c2.shape[1]) * width).ravel()
+        shape = c.shape[1] * width
+        oh_tr = sparse.csr_matrix((np.ones(cols_tr.size), (np.repeat(np.arange(c.shape[0]), c.shape[1]), cols_tr)), (c.shape[0], shape))
+        oh_te = sparse.csr_matrix((np.ones(cols_te.size), (np.repeat(np.arange(c2.shape[0]), c2.shape[1]), cols_te)), (c2.shape[0], shape))
+        mats_tr += [sparse.csr_matrix(np.hstack([d, m])), oh_tr]
+        mats_te += [sparse.csr_matrix(np.hstack([d2, m2])), oh_te]
+    x_tr, x_te = sparse.hstack(mats_tr).tocsr(), sparse.hstack(mats_te).tocsr()
+    y_te = PartyShard(f"{shards}/leader").split("test").labels
+    lr = LogisticRegression(C=0.1, max_iter=300, random_state=seed).fit(x_tr, np.asarray(train_labels))
+    return float(roc_auc_score(y_te, lr.predict_proba(x_te)[:, 1]))
+
+
+def run_dataset(name: str, shards: str, out: str, eps_list, seeds: int, epochs: int, eval_every: int, batch: int,
+                progress) -> list[dict]:
+    from vfl.centralized import train_centralized
+    from vfl.config import LabelDPConfig
+    from vfl.data.shards import PartyShard
+    from vfl.labels import leader_training_labels
+
+    quiet = lambda line: None  # noqa: E731
+    quiet.error = print
+    cells = []
+    grid = [(eps, meth) for eps in eps_list for meth in (METHODS if not math.isinf(eps) else {"none": None})]
+    for eps, meth in grid:
+        runs = []
+        for seed in range(seeds):
+            privacy = None if math.isinf(eps) else {"eps": eps, **METHODS[meth]}
+            lc, fc = configs(shards, f"{out}/{name}/{meth}_{eps}_{seed}", privacy, seed, epochs, eval_every, batch)
+            m = train_centralized(lc, [fc], lc.output.dir, quiet)
+            runs.append(m)
+            progress(f"{name} eps={eps} {meth} seed {seed}: test AUC {m['test_auc']:.4f} at step {m['model_step']}")
+        ld = None if math.isinf(eps) else LabelDPConfig(eps=eps)
+        labels = leader_training_labels(ld, PartyShard(f"{shards}/leader")).labels
+        aucs = [r["test_auc"] for r in runs]
+        lls = [r["test_logloss"] for r in runs]
+        cells.append({"dataset": name, "eps": "none" if math.isinf(eps) else eps, "method": meth,
+                      "test_auc_mean": statistics.mean(aucs), "test_auc_sd": statistics.pstdev(aucs),
+                      "test_logloss_mean": statistics.mean(lls), "test_logloss_sd": statistics.pstdev(lls),
+                      "selected_steps": [r["model_step"] for r in runs], "steps_trained": [r["steps"] for r in runs],
+                      "logistic_regression_auc": logistic_baseline(shards, labels, 0),
+                      "bayes_test_auc": runs[0].get("bayes_test_auc")})
+    return cells
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="runs/bench_utility")
+    ap.add_argument("--rows", type=int, default=100_000)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--eps", default="0.5,1,2,4,8,inf")
+    ap.add_argument("--epochs", type=int, default=10)
+    args = ap.parse_args(argv)
+    eps_list = [float(e) for e in args.eps.split(",")]
+    if args.rows < 1000 or args.seeds < 1 or args.epochs < 1 or any(e <= 0 for e in eps_list):
+        print(f"error: need --rows >= 1000, --seeds >= 1, --epochs >= 1, every eps > 0; got {vars(args)}", file=sys.stderr)
+        return 2
+    os.makedirs(args.out, exist_ok=True)
+    os.environ.setdefault("VFL_LABEL_DP_STORE", tempfile.mkdtemp(prefix="bench-label-dp-store-"))  # a throwaway ledger
+
+    from vfl.data.parties import load_parties
+    from vfl.data.prepare import PrepareOptions, prepare
+    from vfl.data.synth import write_synthetic
+
+    datasets = []
+    synth = os.path.join(args.out, f"synth_{args.rows}.tsv")
+    if not os.path.exists(synth):
+        write_synthetic(synth, args.rows, seed=0)
+    prepare(synth, os.path.join(args.out, "shards_synth"), load_parties(None), PrepareOptions(hash_buckets=20_000, force=True))
+    datasets.append(("synthetic", os.path.join(args.out, "shards_synth"), max(args.rows // 10_000, 1) * 10, 1024))
+    if os.path.exists(REAL):
+        prepare(REAL, os.path.join(args.out, "shards_real"), load_parties(None), PrepareOptions(hash_buckets=1_000, force=True))
+        datasets.append(("real 1k sample", os.path.join(args.out, "shards_real"), 0, 64))
+    else:
+        print(f"real sample absent ({REAL}): synthetic only")
+    total = sum(args.seeds * (sum(4 for e in eps_list if not math.isinf(e)) + sum(1 for e in eps_list if math.isinf(e)))
+                for _ in datasets)
+    done, t0 = [0], time.perf_counter()
+
+    def progress(line: str) -> None:
+        done[0] += 1
+        rate = done[0] / (time.perf_counter() - t0)
+        print(f"[{done[0]}/{total}] {line}  ({rate * 60:.1f} runs/min, ETA {(total - done[0]) / rate:.0f} s)", flush=True)
+
+    cells = []
+    for name, shards, eval_every, batch in datasets:
+        cells += run_dataset(name, shards, args.out, eps_list, args.seeds, args.epochs, eval_every, batch, progress)
+    json.dump(cells, open(os.path.join(args.out, "utility.json"), "w"), indent=2)
+    print("\n| data | eps | method | test AUC (mean ± sd) | test logloss | selected steps | LR baseline AUC | Bayes AUC |")
+    print("|---|---|---|---|---|---|---|---|")
+    for c in cells:
+        bayes = f"{c['bayes_test_auc']:.4f}" if c["bayes_test_auc"] else "-"
+        print(f"| {c['dataset']} | {c['eps']} | {c['method']} | {c['test_auc_mean']:.4f} ± {c['test_auc_sd']:.4f} | "
+              f"{c['test_logloss_mean']:.4f} ± {c['test_logloss_sd']:.4f} | {c['selected_steps']} of {c['steps_trained']} | "
+              f"{c['logistic_regression_auc']:.4f} | {bayes} |")
+    print(f"\nwrote {os.path.join(args.out, 'utility.json')} ({time.perf_counter() - t0:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
