@@ -6,7 +6,7 @@ import os
 import numpy as np
 import torch
 
-from vfl.handshake import hello_meta
+from vfl.handshake import hello_meta, new_nonce
 from vfl.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.config import PartyConfig
 from vfl.data.shards import batch_digest, batch_order
@@ -58,12 +58,12 @@ class FollowerTrainer:
             self.start_step = ckpt["step"]
 
     def handshake(self) -> dict:
-        self.ch.send("HELLO", hello_meta(self.cfg, self.party.shard, self.start_step))
+        nonce = new_nonce()
+        self.ch.send("HELLO", hello_meta(self.cfg, self.party.shard, self.start_step, nonce))
         welcome = self.ch.recv(("WELCOME",), f"WELCOME from the leader at {self.ch.endpoint} (is the leader running?)")
-        run = welcome.meta.get("run")
-        if not isinstance(run, str) or not run:
-            raise WireError(f"WELCOME from the leader has no run id: {welcome.meta!r}")
-        self.ch.run = run
+        if welcome.meta.get("nonce") != nonce:
+            raise WireError("WELCOME from the leader does not echo this follower's HELLO nonce: a replayed or foreign session")
+        self.ch.run = welcome.str_field("run", 64)
         return welcome.meta
 
     def _rows(self, epoch: int, step: int) -> np.ndarray:

@@ -7,7 +7,7 @@ import time
 import numpy as np
 import torch
 
-from vfl.handshake import hello_meta, hello_problems
+from vfl.handshake import hello_meta, hello_problems, new_nonce, run_id
 from privacy.label_dp_run import training_loss
 from vfl.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.config import PartyConfig
@@ -51,9 +51,14 @@ class LeaderTrainer:
     def handshake(self) -> None:
         ours = hello_meta(self.cfg, self.party.shard, self.start_step)
         problems = []
+        nonces = {}
         for f in self.followers:
             hello = self.ch.recv(f, "HELLO", f"HELLO from follower {f} (is it running and pointed at {self.cfg.network.bind}?)")
+            if hello.meta.get("party") != f:  # the key decides who it is, never the name it gives
+                raise HandshakeError(f"handshake refused: the party holding {f}'s key introduced itself as "
+                                     f"{str(hello.meta.get('party'))[:64]!r}")
             problems += hello_problems(f, hello.meta, ours)
+            nonces[f] = hello.meta.get("nonce")
             self.cut_dims[f] = hello.meta.get("cut_dim", 0)
             timeout = hello.meta.get("timeout_s")
             if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0:
@@ -61,8 +66,10 @@ class LeaderTrainer:
         if problems:
             raise HandshakeError("handshake failed: " + "; ".join(problems))
         steps = self.loop.steps_per_epoch()
+        self.ch.run = run_id(new_nonce(), nonces)
         for f in self.followers:
-            self.ch.send(f, "WELCOME", {"run": self.ch.run, "epochs": self.cfg.train.epochs, "steps_per_epoch": steps})
+            self.ch.send(f, "WELCOME", {"run": self.ch.run, "nonce": nonces[f], "epochs": self.cfg.train.epochs,
+                                        "steps_per_epoch": steps})
         self._last_sent = time.monotonic()
 
     def _keepalive(self) -> None:

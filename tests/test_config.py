@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from vfl.config import ConfigError, NetworkConfig, parse_config, read_secret
+from vfl.config import ConfigError, parse_config
 
 
 def _leader(**over):
@@ -78,19 +78,22 @@ def test_follower_may_not_carry_leader_only_settings():
     assert "privacy.label_dp is set on the leader only" in text
 
 
-def test_secret_comes_from_file_or_environment(tmp_path, monkeypatch):
+def test_key_files_are_checked_by_role_and_follower_name():
     # Prepare
-    f = tmp_path / "s"
-    f.write_text("0123456789abcdef0123\n")
-    monkeypatch.setenv("MY_SECRET", "fedcba9876543210fedcba")
-    # Execute / Assert
-    assert read_secret(NetworkConfig(secret_file=str(f))) == b"0123456789abcdef0123"
-    assert read_secret(NetworkConfig(secret_env="MY_SECRET")) == b"fedcba9876543210fedcba"
-    monkeypatch.delenv("VFL_SHARED_SECRET", raising=False)
-    with pytest.raises(ConfigError, match="no shared secret"):
-        read_secret(NetworkConfig())
-    with pytest.raises(ConfigError, match="cannot be read"):
-        read_secret(NetworkConfig(secret_file=str(tmp_path / "missing")))
+    doc = _leader(network={"bind": "tcp://127.0.0.1:1", "followers": ["f"], "leader_key_file": "k",
+                           "follower_keys": {"f": "f.key", "g": "g.key"}})
+    # Execute
+    with pytest.raises(ConfigError) as e:
+        parse_config(doc)
+    # Assert
+    text = str(e.value)
+    assert "network.leader_key_file is only used by a follower" in text
+    assert "network.follower_keys names ['g'], which are not in network.followers ['f']" in text
+
+
+def test_old_shared_secret_key_points_to_the_key_files():
+    with pytest.raises(ConfigError, match="did you mean 'network.secret_key_file'.*secrets never go in YAML"):
+        parse_config(_leader(network={"bind": "tcp://127.0.0.1:1", "followers": ["f"], "secret_file": "s"}))
 
 
 def test_a_yaml_file_that_is_not_a_mapping_is_a_clear_error(tmp_path):
