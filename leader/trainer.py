@@ -7,7 +7,7 @@ import time
 import numpy as np
 import torch
 
-from vfl.handshake import hello_meta, hello_problems, new_nonce, run_id
+from vfl.handshake import hello_meta, hello_problems, new_nonce, nonce_problems, run_id
 from privacy.label_dp_run import training_loss
 from vfl.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.config import PartyConfig
@@ -57,7 +57,7 @@ class LeaderTrainer:
             if hello.meta.get("party") != f:  # the key decides who it is, never the name it gives
                 raise HandshakeError(f"handshake refused: the party holding {f}'s key introduced itself as "
                                      f"{str(hello.meta.get('party'))[:64]!r}")
-            problems += hello_problems(f, hello.meta, ours)
+            problems += nonce_problems(f, hello.meta) + hello_problems(f, hello.meta, ours)
             nonces[f] = hello.meta.get("nonce")
             self.cut_dims[f] = hello.meta.get("cut_dim", 0)
             timeout = hello.meta.get("timeout_s")

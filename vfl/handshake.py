@@ -30,6 +30,13 @@ def run_id(leader_nonce: str, follower_nonces: dict[str, str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
+def nonce_problems(peer: str, theirs: dict) -> list[str]:
+    """A HELLO that travelled the wire must carry a fresh nonce."""
+    if isinstance(theirs.get("nonce"), str) and _NONCE.match(theirs["nonce"]):
+        return []
+    return [f"{peer}'s HELLO carries no valid nonce (32 hex digits)"]
+
+
 def hello_meta(cfg: PartyConfig, shard: PartyShard, resume_step: int = 0, nonce: str = "") -> dict:
     """What a party announces about itself (followers send it; the leader compares with its own)."""
     return {
@@ -49,8 +56,6 @@ def hello_meta(cfg: PartyConfig, shard: PartyShard, resume_step: int = 0, nonce:
 def hello_problems(peer: str, theirs: dict, ours: dict) -> list[str]:
     """Every disagreement between a follower's HELLO and the leader's own view, as sentences."""
     problems = []
-    if not isinstance(theirs.get("nonce"), str) or not _NONCE.match(theirs["nonce"]):
-        problems.append(f"{peer}'s HELLO carries no valid nonce (32 hex digits)")
     if theirs.get("protocol") != PROTOCOL_VERSION:
         problems.append(f"{peer} speaks protocol {theirs.get('protocol')!r}, the leader speaks {PROTOCOL_VERSION}")
     if theirs.get("party") != peer:
