@@ -65,10 +65,12 @@ def test_loopback_capture_of_a_whole_run_holds_no_plaintext(recorded_run):
     # Execute
     up, down = proxy.stream("up"), proxy.stream("down")
     # Assert: the run went through the proxy and finished, yet no header or magic is readable
+    # (HELLO / WELCOME also name CurveZMQ's own handshake commands, so the header fields stand in for them)
     for name, (code, _, err) in recorded_run["codes"].items():
         assert code == 0, f"{name}: {err}"
     assert len(up) > 50_000 and len(down) > 50_000
-    for needle in (b'"type"', b"FORWARD", b"EMBEDDING", b"GRADIENT", b"HELLO", b"VFLW", b"follower0", b'"run"'):
+    for needle in (b'"type"', b"FORWARD", b"EMBEDDING", b"GRADIENT", b"VFLW", b"follower0", b'"run"',
+                   b'"nonce"', b"id_digest", b'"tensors"'):
         assert needle not in up and needle not in down, needle
 
 
@@ -91,16 +93,15 @@ def test_recorded_follower_session_replayed_to_a_fresh_leader_delivers_nothing(r
     # Prepare: a fresh leader with the same keys; the recorder replays what the real follower sent
     proxy, cfgs = recorded_run["proxy"], recorded_run["cfgs"]
     _edit(cfgs["leader"], lambda d: d["network"].update({"timeout_s": 4}))
-    procs.start("leader", "leader", cfgs["leader"])
-    procs.wait_for_line("leader", os.path.join(recorded_run["tmp"], "out", "leader.log"), "listening on")
-    log_size = os.path.getsize(os.path.join(recorded_run["tmp"], "out", "leader.log"))
+    out = recorded_run["tmp"] / "fresh_leader"
+    procs.start("leader", "leader", cfgs["leader"], "--out", str(out))
+    procs.wait_for_line("leader", str(out / "leader.log"), "listening on")
     # Execute
     closed_after = replay_to(_leader_port(cfgs["leader"]), proxy.stream("up", _session(proxy)))
     code, _, err = procs.wait("leader", 60)
     # Assert: the leader dropped the replay at once and never received the replayed HELLO
     assert closed_after is not None and closed_after < 3
     assert code == 1 and "timed out after 4 s awaiting HELLO from follower follower0" in err
-    assert os.path.getsize(os.path.join(recorded_run["tmp"], "out", "leader.log")) > log_size
 
 
 def _storm(port: int, stop: threading.Event, counts: dict) -> None:
@@ -189,14 +190,18 @@ def test_oversized_frames_from_a_stranger_leave_leader_memory_flat(tmp_path, sha
     ctx = zmq.Context()
     big = ctx.socket(zmq.DEALER)
     big.setsockopt(zmq.LINGER, 0)
+    big.setsockopt(zmq.SNDTIMEO, 3000)
     big.connect(f"tcp://127.0.0.1:{port}")
-    big.send(b"\x01" * (128 << 20))
+    try:
+        big.send(b"\x01" * (128 << 20))
+    except zmq.Again:
+        pass  # the leader refused the connection before a byte of it was accepted
     time.sleep(2.0)
     big.close()
     ctx.term()
     after = rss_bytes(p.pid)
     # Assert
-    assert p.poll() is None, "the leader died"
+    assert sent > 0 and p.poll() is None, "the leader died"
     assert after - before < 32 << 20, f"leader RSS grew by {(after - before) >> 20} MiB"
 
 
@@ -240,19 +245,22 @@ def test_forged_leader_delivers_no_message_to_a_follower(tmp_path, shards_small,
 
 
 def test_second_process_with_a_partys_key_is_refused_and_the_run_finishes(tmp_path, shards_small, procs):
-    # Prepare
-    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=30, train={"epochs": 3, "log_every": 1})
-    procs.start("leader", "leader", cfgs["leader"])
-    procs.start("follower0", "follower", cfgs["follower0"])
-    procs.wait_for_line("leader", str(tmp_path / "out" / "leader.log"), "epoch 0 step 2/")
+    # Prepare: two processes of follower0 (same key) both wait for the leader; whichever joins first is the party
+    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=30, train={"epochs": 2})
+    for name in ("first", "second"):
+        procs.start(name, "follower", cfgs["follower0"], "--out", str(tmp_path / name))
+    for name in ("first", "second"):
+        procs.wait_for_line(name, str(tmp_path / name / "follower0.log"), "connecting to")
     # Execute
-    procs.start("duplicate", "follower", cfgs["follower0"], "--out", str(tmp_path / "dup"))
-    dcode, _, derr = procs.wait("duplicate", 60)
-    results = {name: procs.wait(name, 180) for name in ("leader", "follower0")}
-    # Assert
-    assert dcode == 1 and "party follower0 is already connected to this run" in derr and derr.count("\n") == 1
-    for name, (code, _, err) in results.items():
-        assert code == 0, f"{name}: {err}"
+    procs.start("leader", "leader", cfgs["leader"])
+    results = {name: procs.wait(name, 180) for name in ("leader", "first", "second")}
+    # Assert: the leader finished with one of them; the other was told why, in one line
+    assert results["leader"][0] == 0, results["leader"][2]
+    codes = sorted((results[n][0], n) for n in ("first", "second"))
+    (ok_code, _), (dup_code, dup) = codes
+    derr = results[dup][2]
+    assert ok_code == 0 and dup_code == 1
+    assert "party follower0 is already connected to this run" in derr and derr.count("\n") == 1
 
 
 def test_follower_started_first_behind_a_forwarder_waits_for_the_leader(tmp_path, shards_small, procs):
