@@ -20,6 +20,9 @@ def body(cfg, log, state: dict) -> None:
     shard = PartyShard(cfg.data.path)
     if shard.has_labels:
         raise DataError(f"data.path {cfg.data.path} holds labels (it is the leader's shard {shard.name!r}); a follower must never read labels")
+    if shard.name != cfg.party:  # the shard records the party it was prepared for
+        raise DataError(f"data.path {cfg.data.path} is the shard of party {shard.name!r}, not of {cfg.party!r}; "
+                        f"give each party its own directory OUT/<party> of `python -m vfl.data prepare`")
     party = BottomParty(cfg, shard, resolve_device(cfg.train.device))
     # the largest frame the leader may send: the gradient of one training batch at this party's cut
     max_frame = max(cfg.train.batch_size * cfg.model.bottom.cut_dim * 4, MAX_HEADER_BYTES) + 1024

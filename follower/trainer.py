@@ -1,13 +1,14 @@
 """The follower's loop: answer FORWARD with an embedding, apply the GRADIENT, answer EVAL, save on SAVE/DONE."""
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
 import torch
 
 from vfl.handshake import hello_meta, new_nonce
-from vfl.checkpoint import load_resume_checkpoint, save_checkpoint
+from vfl.checkpoint import checkpoint_tag, load_resume_checkpoint, save_checkpoint
 from vfl.config import PartyConfig
 from vfl.data.shards import batch_digest, batch_order
 from vfl.metrics import RunLog, loss_line
@@ -84,9 +85,9 @@ class FollowerTrainer:
             elif msg.type == "EVAL":
                 self._eval_step(msg.meta)
             elif msg.type == "SAVE":
-                self._save(str(msg.meta.get("tag", "ckpt")), int(msg.meta.get("epoch", 0)), int(msg.meta.get("step", 0)))
+                self._save(checkpoint_tag(msg.str_field("tag", 64)), msg.int_field("epoch"), msg.int_field("step"))
             else:
-                self._save("final", int(msg.meta.get("epoch", -1)), int(msg.meta.get("step", self.start_step + self.steps)))
+                self._save("final", msg.int_field("epoch", -1), msg.int_field("step"))
                 if self.recorder:
                     self.recorder.save()
                 self.ch.send("BYE", {"steps": self.steps})
@@ -94,8 +95,8 @@ class FollowerTrainer:
 
     def _train_step(self, meta: dict) -> None:
         epoch, step = meta.get("epoch"), meta.get("step")
-        if not isinstance(epoch, int) or not isinstance(step, int):
-            raise WireError(f"FORWARD from the leader has no integer epoch/step: {meta!r}")
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in (epoch, step)):
+            raise WireError(f"FORWARD from the leader has no non-negative integer epoch/step: {str(meta)[:200]}")
         rows = self._rows(epoch, step)
         ids = self.party.train_split.ids[rows]
         if batch_digest(ids) != meta.get("digest"):
@@ -116,7 +117,7 @@ class FollowerTrainer:
         steps = len(self._orders[epoch])
         loss = g.meta.get("loss")
         if (step + 1) % self.cfg.train.log_every == 0 or step + 1 == steps:
-            if isinstance(loss, (int, float)) and not isinstance(loss, bool) and np.isfinite(loss):
+            if isinstance(loss, (int, float)) and not isinstance(loss, bool) and math.isfinite(loss):
                 self.log(loss_line(epoch, step + 1, steps, float(loss)))
             else:
                 self.log(f"epoch {epoch} step {step + 1}/{steps} gradient applied")
@@ -124,8 +125,8 @@ class FollowerTrainer:
     def _eval_step(self, meta: dict) -> None:
         start, stop = meta.get("start"), meta.get("stop")
         n = len(self.party.test_split)
-        if not isinstance(start, int) or not isinstance(stop, int) or not 0 <= start < stop <= n:
-            raise WireError(f"EVAL range {start!r}..{stop!r} outside the test split of {n} rows")
+        if any(isinstance(v, bool) or not isinstance(v, int) for v in (start, stop)) or not 0 <= start < stop <= n:
+            raise WireError(f"EVAL range {str(start)[:20]}..{str(stop)[:20]} outside the test split of {n} rows")
         out = self.party.forward_eval(slice(start, stop))
         self.ch.send("EMBEDDING", {"eval": [start, stop]}, [out.cpu().numpy()])
 

@@ -23,6 +23,9 @@ def body(cfg, log, state: dict) -> None:
     shard = PartyShard(cfg.data.path)
     if not shard.has_labels:
         raise DataError(f"data.path {cfg.data.path} is the shard of {shard.name!r}, which holds no labels; the leader needs the labelled shard")
+    if shard.name != cfg.party:  # the shard records the party it was prepared for
+        raise DataError(f"data.path {cfg.data.path} is the shard of party {shard.name!r}, not of {cfg.party!r}; "
+                        f"give each party its own directory OUT/<party> of `python -m vfl.data prepare`")
     party = BottomParty(cfg, shard, resolve_device(cfg.train.device))
     # the largest frame a follower may send: an embedding of the largest batch at the widest cut
     max_frame = max(cfg.train.batch_size, cfg.train.eval_batch_size) * MAX_CUT_DIM * 4 + MAX_HEADER_BYTES

@@ -1,6 +1,7 @@
 """The leader's synchronous training loop: ask for embeddings, run the top, return gradients, evaluate."""
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -109,8 +110,10 @@ class LeaderTrainer:
             own_leaf = own.detach().requires_grad_(True)
             remote = [self._remote_cut(f, "step", i, rows.size).requires_grad_(True) for f in self.followers]
             loss = self.top.loss([own_leaf, *remote], labels[rows])
-            loss.backward()  # top only: the followers' gradients are ready before the leader's bottom runs
             value = float(loss.detach())
+            if not math.isfinite(value):  # before anything is sent: the followers get a clean ABORT
+                raise FloatingPointError(f"training loss became {value} at epoch {epoch} step {i + 1}; lower train.lr")
+            loss.backward()  # top only: the followers' gradients are ready before the leader's bottom runs
             for f, t in zip(self.followers, remote):
                 # the batch loss (on the training labels, noisy under label DP) lets followers log the same line
                 self.ch.send(f, "GRADIENT", {"epoch": epoch, "step": i, "loss": value}, [t.grad.detach().cpu().numpy()])

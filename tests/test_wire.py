@@ -212,3 +212,30 @@ def test_free_ports_lie_below_the_ephemeral_range_and_are_bindable():
         assert port < lo
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))
+
+
+def test_unsendable_meta_uses_up_no_sequence_number_so_the_abort_still_arrives(pair):
+    # Prepare: a NaN loss in a GRADIENT's meta (strict JSON refuses it)
+    leader, follower = pair
+    follower.send("HELLO", {})
+    leader.recv("f0", "HELLO")
+    # Execute
+    with pytest.raises(ValueError, match="GRADIENT meta cannot be sent"):
+        leader.send("f0", "GRADIENT", {"loss": float("nan")})
+    leader.abort_all("training loss became nan")
+    # Assert: the follower accepts the ABORT (sequence 0) instead of rejecting it as out of order
+    with pytest.raises(PeerAbort, match="aborted: training loss became nan"):
+        follower.recv(("GRADIENT",))
+
+
+@pytest.mark.parametrize("meta, needle", [
+    ({"tag": ["x"], "epoch": 0, "step": 0}, "field 'tag' must be a string"),
+    ({"tag": "final", "epoch": "0", "step": 0}, "field 'epoch' must be an integer"),
+    ({"tag": "final", "epoch": 0, "step": True}, "field 'step' must be an integer"),
+])
+def test_message_fields_of_the_wrong_type_are_one_line_wire_errors(meta, needle):
+    # Prepare
+    msg = decode([bytes(memoryview(f)) for f in encode("SAVE", "leader", "r", 0, meta)], "leader")
+    # Execute / Assert
+    with pytest.raises(WireError, match=needle):
+        msg.str_field("tag"), msg.int_field("epoch"), msg.int_field("step")

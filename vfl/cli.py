@@ -98,6 +98,14 @@ def run_party(cfg: PartyConfig, log, body, abort) -> int:
         abort(f"{cfg.party} interrupted")
         log.error("error: interrupted")
         return 130
+    except Exception as e:  # a bug, or input no check foresaw: still one line and an ABORT, never a bare traceback
+        import traceback
+
+        reason = f"unexpected {type(e).__name__}: {one_line(e)}"
+        abort(f"{cfg.party}: {reason}")
+        log.file_only(traceback.format_exc())
+        log.error(f"error: {reason} (traceback in {cfg.party}.log)")
+        return 1
 
 
 def party_main(argv: list[str] | None, role: str, endpoint_flag: str, body, abort) -> int:
