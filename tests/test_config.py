@@ -107,3 +107,43 @@ def test_a_yaml_file_that_is_not_a_mapping_is_a_clear_error(tmp_path):
     p.write_text("role: leader\nparty: l\nnetwork: 5\n")
     with pytest.raises(ConfigError, match="network: expected a mapping"):
         load_config(str(p), {"network.bind": "tcp://127.0.0.1:1"})
+
+
+@pytest.mark.parametrize("content, needle", [
+    (bytes(range(256)) * 4, "not valid YAML"),
+    (b"a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+     b"c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n", "aliases"),
+    (b"[" * 100000 + b"]" * 100000, "not valid YAML"),
+])
+def test_garbage_config_files_are_one_line_errors(tmp_path, content, needle):
+    # Prepare
+    from vfl.config import load_config
+
+    p = tmp_path / "c.yaml"
+    p.write_bytes(content)
+    # Execute
+    with pytest.raises(ConfigError) as e:
+        load_config(str(p))
+    # Assert
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_output_dir_that_is_a_file_is_a_one_line_error(tmp_path, shards_small):
+    # Prepare
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.conftest import REPO
+    from tests.procs import party_configs
+
+    cfgs = party_configs(str(tmp_path), str(shards_small))
+    (tmp_path / "afile").write_text("x")
+    # Execute
+    r = subprocess.run([sys.executable, "-m", "follower", "--config", cfgs["follower0"], "--out", str(tmp_path / "afile")],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    # Assert
+    assert r.returncode == 2 and "output.dir" in r.stderr and "cannot be used for writing" in r.stderr
+    assert r.stderr.count("\n") == 1, r.stderr
+    assert yaml.safe_load(open(cfgs["follower0"]))["party"] == "follower0"

@@ -180,3 +180,14 @@ def test_leader_killed_mid_training_stops_the_follower(tmp_path, shards_small, p
     code, _, err = procs.wait("follower0", 60)
     # Assert
     assert code == 1 and "connection lost" in err
+
+
+def test_follower_given_another_followers_shard_is_refused(tmp_path, shards_three, procs):
+    # Prepare: follower0's config points at follower1's shard directory
+    cfgs = party_configs(str(tmp_path), str(shards_three), followers=("follower0", "follower1"))
+    _edit(cfgs["follower0"], lambda d: d["data"].update({"path": os.path.join(str(shards_three), "follower1")}))
+    # Execute
+    procs.start("follower0", "follower", cfgs["follower0"])
+    code, _, err = procs.wait("follower0", 60)
+    # Assert
+    assert code == 1 and "is the shard of party 'follower1', not of 'follower0'" in err and err.count("\n") == 1

@@ -70,7 +70,14 @@ def config_or_exit(args, endpoint_key: str) -> PartyConfig | int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return 2
-    os.makedirs(cfg.output.dir, exist_ok=True)
+    try:
+        os.makedirs(cfg.output.dir, exist_ok=True)
+        probe = os.path.join(cfg.output.dir, f".write-test-{os.getpid()}")
+        with open(probe, "w"):
+            pass
+        os.unlink(probe)
+    except OSError as e:
+        return fail(f"output.dir {cfg.output.dir!r} cannot be used for writing: {e.strerror or e}", 2)
     return cfg
 
 
