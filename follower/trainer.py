@@ -1,6 +1,7 @@
 """The follower's loop: answer FORWARD with an embedding, apply the GRADIENT, answer EVAL, save on SAVE/DONE."""
 from __future__ import annotations
 
+import errno
 import math
 import os
 
@@ -35,9 +36,16 @@ class GradientRecorder:
     def save(self) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(self.path)) or ".", exist_ok=True)
         tmp = f"{self.path}.tmp-{os.getpid()}.npz"
-        np.savez(tmp, ids=np.concatenate(self.ids), epoch=np.concatenate(self.epochs), step=np.concatenate(self.steps),
-                 grad=np.concatenate(self.grads))
-        os.replace(tmp, self.path)
+        try:
+            np.savez(tmp, ids=np.concatenate(self.ids), epoch=np.concatenate(self.epochs), step=np.concatenate(self.steps),
+                     grad=np.concatenate(self.grads))
+            os.replace(tmp, self.path)
+        except OSError as e:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            where = os.path.dirname(os.path.abspath(self.path))
+            raise OSError(f"no space left on {where}: {self.path} not written" if e.errno == errno.ENOSPC
+                          else f"cannot write {self.path}: {e.strerror or e}") from None
 
 
 class FollowerTrainer:
