@@ -1,7 +1,8 @@
 """Live attacks on a split run over real processes on 127.0.0.1: each is refused, and strangers never affect a run.
 
 Attackers: a stranger (can reach the port, holds at most the leader's public key), a follower
-using its own key under another party's name, a forged leader, a recorder replaying a session.
+using its own key under another party's name, a forged leader, a recorder replaying a session, and an
+admitted follower sending garbage (it ends the run with one line, never a traceback).
 """
 from __future__ import annotations
 
@@ -280,3 +281,46 @@ def test_follower_started_first_behind_a_forwarder_waits_for_the_leader(tmp_path
     # Assert
     for name, (code, _, err) in results.items():
         assert code == 0, f"{name}: {err}"
+
+
+@pytest.mark.parametrize("garbage, needle", [
+    ({"dtype": ["float32"], "shape": [512, 2], "nbytes": 4096}, "dtype ['float32'] not allowed"),
+    ({"dtype": "float32", "shape": [0] + [2**31] * 7, "nbytes": 0}, "spans more than"),
+    ("deep", "nests JSON too deeply"),
+])
+def test_insider_garbage_ends_the_run_with_one_line_and_an_abort(garbage, needle, tmp_path, shards_small, procs):
+    # Prepare: the test itself is follower0 (its real key, a valid HELLO), then answers FORWARD with garbage
+    import json
+
+    from vfl.config import load_config
+    from vfl.data.shards import PartyShard
+    from vfl.handshake import hello_meta, new_nonce
+    from vfl.wire import FollowerChannel, PeerAbort
+    from vfl.wire.frames import MAGIC
+    from vfl.wire.keys import load_follower_keys
+
+    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=20)
+    cfg = load_config(cfgs["follower0"])
+    procs.start("leader", "leader", cfgs["leader"])
+    ch = FollowerChannel(cfg.network.connect, "follower0",
+                         load_follower_keys(cfg.network.secret_key_file, cfg.network.leader_key_file), 30)
+    try:
+        nonce = new_nonce()
+        ch.send("HELLO", hello_meta(cfg, PartyShard(cfg.data.path), 0, nonce))
+        ch.run = ch.recv(("WELCOME",)).meta["run"]
+        ch.recv(("FORWARD",))
+        if garbage == "deep":
+            header = b'{"type":"EMBEDDING","meta":' + b"[" * 30000 + b"]" * 30000 + b"}"
+            frames = [MAGIC, header]
+        else:
+            header = {"type": "EMBEDDING", "from": "follower0", "run": ch.run, "seq": 1, "meta": {"step": 0}, "tensors": [garbage]}
+            frames = [MAGIC, json.dumps(header).encode(), b""]
+        # Execute
+        ch._sock.send_multipart(frames)
+        code, _, err = procs.wait("leader", 60)
+        # Assert: one line naming the field, no traceback, and the insider is told to stop
+        assert code == 1 and needle in err and err.count("\n") == 1 and "Traceback" not in err, err
+        with pytest.raises(PeerAbort, match=needle.split()[0]):
+            ch.recv(("GRADIENT",))
+    finally:
+        ch.close()
