@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import gzip
-import resource
 import subprocess
 import sys
 
@@ -12,10 +11,12 @@ from tests.conftest import REPO, raw_line
 
 
 def _prepare(path, out) -> subprocess.CompletedProcess:
-    code = ("import resource, runpy, sys\n"
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the forking (large) test process
+    code = ("import runpy, sys\n"
             "sys.argv = ['vfl.data', 'prepare', '--input', sys.argv[1], '--out', sys.argv[2]]\n"
             "try:\n    runpy.run_module('vfl.data', run_name='__main__')\n"
-            "finally:\n    print('maxrss_kib', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n")
+            "finally:\n    hwm = [ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('VmHWM:')][0]\n"
+            "    print('maxrss_kib', hwm, file=sys.stderr)\n")
     return subprocess.run([sys.executable, "-c", code, str(path), str(out)], cwd=REPO, capture_output=True, text=True, timeout=120)
 
 

@@ -147,18 +147,20 @@ def test_strangers_during_a_run_never_affect_it(attack, tmp_path, shards_small, 
     # Prepare
     from vfl.wire.keys import load_public_key
 
-    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=30, train={"epochs": 3, "log_every": 1})
+    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=30, train={"epochs": 2, "log_every": 1})
     port = _leader_port(cfgs["leader"])
     leader_public = load_public_key(str(tmp_path / "keys" / "leader.key"))
     procs.start("leader", "leader", cfgs["leader"])
-    procs.start("follower0", "follower", cfgs["follower0"])
-    procs.wait_for_line("leader", str(tmp_path / "out" / "leader.log"), "epoch 0 step 2/")
+    procs.wait_for_line("leader", str(tmp_path / "out" / "leader.log"), "listening on")
     stop, counts = threading.Event(), {"n": 0, "errors": 0}
     args = (port, stop, counts) if attack == "connect_close_storm" else (port, stop, counts, leader_public)
     t = threading.Thread(target=_storm if attack == "connect_close_storm" else _stray_frames, args=args, daemon=True)
-    # Execute
+    # Execute: the stranger is at work from before the follower joins until the run ends
     t.start()
     try:
+        procs.start("follower0", "follower", cfgs["follower0"])
+        procs.wait_for_line("leader", str(tmp_path / "out" / "leader.log"), "epoch 1 step 2/")
+        during = counts["n"]
         results = {name: procs.wait(name, 180) for name in ("leader", "follower0")}
     finally:
         stop.set()
@@ -166,7 +168,7 @@ def test_strangers_during_a_run_never_affect_it(attack, tmp_path, shards_small, 
     # Assert
     for name, (code, _, err) in results.items():
         assert code == 0, f"{name}: {err}"
-    assert counts["n"] >= 20, counts
+    assert during >= 20 and counts["n"] > during, counts
 
 
 def test_oversized_frames_from_a_stranger_leave_leader_memory_flat(tmp_path, shards_small, procs):
