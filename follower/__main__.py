@@ -8,19 +8,26 @@ from vfl.cli import party_main
 
 def body(cfg, log, state: dict) -> None:
     from follower.trainer import FollowerTrainer
-    from vfl.config import read_secret
+    from vfl.cli import party_keys
     from vfl.data.reader import DataError
     from vfl.data.shards import PartyShard
     from vfl.party import BottomParty, resolve_device, set_threads
     from vfl.wire import FollowerChannel
+    from vfl.wire.frames import MAX_HEADER_BYTES
 
-    key = read_secret(cfg.network)
+    keys = party_keys(cfg)
     set_threads(cfg.train.threads, 2)
     shard = PartyShard(cfg.data.path)
     if shard.has_labels:
         raise DataError(f"data.path {cfg.data.path} holds labels (it is the leader's shard {shard.name!r}); a follower must never read labels")
+    if shard.name != cfg.party:  # the shard records the party it was prepared for
+        raise DataError(f"data.path {cfg.data.path} is the shard of party {shard.name!r}, not of {cfg.party!r}; "
+                        f"give each party its own directory OUT/<party> of `python -m vfl.data prepare`")
     party = BottomParty(cfg, shard, resolve_device(cfg.train.device))
-    channel = state["channel"] = FollowerChannel(cfg.network.connect, cfg.party, key, cfg.network.timeout_s)
+    # the largest frame the leader may send: the gradient of one training batch at this party's cut
+    max_frame = max(cfg.train.batch_size * cfg.model.bottom.cut_dim * 4, MAX_HEADER_BYTES) + 1024
+    channel = state["channel"] = FollowerChannel(cfg.network.connect, cfg.party, keys, cfg.network.timeout_s,
+                                                 max_frame_bytes=max_frame)
     trainer = FollowerTrainer(cfg, channel, party, log, cfg.output.dir)
     log(f"follower {cfg.party}: connecting to {cfg.network.connect}")
     welcome = trainer.handshake()

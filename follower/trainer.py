@@ -1,13 +1,15 @@
 """The follower's loop: answer FORWARD with an embedding, apply the GRADIENT, answer EVAL, save on SAVE/DONE."""
 from __future__ import annotations
 
+import errno
+import math
 import os
 
 import numpy as np
 import torch
 
-from vfl.handshake import hello_meta
-from vfl.checkpoint import load_resume_checkpoint, save_checkpoint
+from vfl.handshake import hello_meta, new_nonce
+from vfl.checkpoint import checkpoint_tag, load_resume_checkpoint, save_checkpoint
 from vfl.config import PartyConfig
 from vfl.data.shards import batch_digest, batch_order
 from vfl.metrics import RunLog, loss_line
@@ -34,9 +36,16 @@ class GradientRecorder:
     def save(self) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(self.path)) or ".", exist_ok=True)
         tmp = f"{self.path}.tmp-{os.getpid()}.npz"
-        np.savez(tmp, ids=np.concatenate(self.ids), epoch=np.concatenate(self.epochs), step=np.concatenate(self.steps),
-                 grad=np.concatenate(self.grads))
-        os.replace(tmp, self.path)
+        try:
+            np.savez(tmp, ids=np.concatenate(self.ids), epoch=np.concatenate(self.epochs), step=np.concatenate(self.steps),
+                     grad=np.concatenate(self.grads))
+            os.replace(tmp, self.path)
+        except OSError as e:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            where = os.path.dirname(os.path.abspath(self.path))
+            raise OSError(f"no space left on {where}: {self.path} not written" if e.errno == errno.ENOSPC
+                          else f"cannot write {self.path}: {e.strerror or e}") from None
 
 
 class FollowerTrainer:
@@ -58,12 +67,12 @@ class FollowerTrainer:
             self.start_step = ckpt["step"]
 
     def handshake(self) -> dict:
-        self.ch.send("HELLO", hello_meta(self.cfg, self.party.shard, self.start_step))
+        nonce = new_nonce()
+        self.ch.send("HELLO", hello_meta(self.cfg, self.party.shard, self.start_step, nonce))
         welcome = self.ch.recv(("WELCOME",), f"WELCOME from the leader at {self.ch.endpoint} (is the leader running?)")
-        run = welcome.meta.get("run")
-        if not isinstance(run, str) or not run:
-            raise WireError(f"WELCOME from the leader has no run id: {welcome.meta!r}")
-        self.ch.run = run
+        if welcome.meta.get("nonce") != nonce:
+            raise WireError("WELCOME from the leader does not echo this follower's HELLO nonce: a replayed or foreign session")
+        self.ch.run = welcome.str_field("run", 64)
         return welcome.meta
 
     def _rows(self, epoch: int, step: int) -> np.ndarray:
@@ -84,18 +93,16 @@ class FollowerTrainer:
             elif msg.type == "EVAL":
                 self._eval_step(msg.meta)
             elif msg.type in ("SNAPSHOT", "RESTORE"):
-                step = msg.meta.get("step")
-                if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-                    raise WireError(f"{msg.type} from the leader needs a non-negative integer step, got {step!r}")
+                step = msg.int_field("step")
                 if msg.type == "SNAPSHOT":
                     self.party.snapshot(step)
                 else:
                     self.party.restore(step)
                     self.log(f"restored the snapshot of global step {step} (the leader's choice on validation)")
             elif msg.type == "SAVE":
-                self._save(str(msg.meta.get("tag", "ckpt")), int(msg.meta.get("epoch", 0)), int(msg.meta.get("step", 0)))
+                self._save(checkpoint_tag(msg.str_field("tag", 64)), msg.int_field("epoch"), msg.int_field("step"))
             else:
-                self._save("final", int(msg.meta.get("epoch", -1)), int(msg.meta.get("step", self.start_step + self.steps)))
+                self._save("final", msg.int_field("epoch", -1), msg.int_field("step"))
                 if self.recorder:
                     self.recorder.save()
                 self.ch.send("BYE", {"steps": self.steps,
@@ -104,8 +111,8 @@ class FollowerTrainer:
 
     def _train_step(self, meta: dict) -> None:
         epoch, step = meta.get("epoch"), meta.get("step")
-        if not isinstance(epoch, int) or not isinstance(step, int):
-            raise WireError(f"FORWARD from the leader has no integer epoch/step: {meta!r}")
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in (epoch, step)):
+            raise WireError(f"FORWARD from the leader has no non-negative integer epoch/step: {str(meta)[:200]}")
         rows = self._rows(epoch, step)
         ids = self.party.train_split.ids[rows]
         if batch_digest(ids) != meta.get("digest"):
@@ -126,7 +133,7 @@ class FollowerTrainer:
         steps = len(self._orders[epoch])
         loss = g.meta.get("loss")
         if (step + 1) % self.cfg.train.log_every == 0 or step + 1 == steps:
-            if isinstance(loss, (int, float)) and not isinstance(loss, bool) and np.isfinite(loss):
+            if isinstance(loss, (int, float)) and not isinstance(loss, bool) and math.isfinite(loss):
                 self.log(loss_line(epoch, step + 1, steps, float(loss)))
             else:
                 self.log(f"epoch {epoch} step {step + 1}/{steps} gradient applied")
@@ -134,11 +141,10 @@ class FollowerTrainer:
     def _eval_step(self, meta: dict) -> None:
         split, start, stop = meta.get("split"), meta.get("start"), meta.get("stop")
         if split not in ("valid", "test"):
-            raise WireError(f"EVAL split must be 'valid' or 'test', got {split!r}")
+            raise WireError(f"EVAL split must be 'valid' or 'test', got {str(split)[:20]!r}")
         n = len(self.party.valid_split if split == "valid" else self.party.test_split)
-        if isinstance(start, bool) or isinstance(stop, bool) or not isinstance(start, int) or not isinstance(stop, int) \
-                or not 0 <= start < stop <= n:
-            raise WireError(f"EVAL range {start!r}..{stop!r} outside the {split} split of {n} rows")
+        if any(isinstance(v, bool) or not isinstance(v, int) for v in (start, stop)) or not 0 <= start < stop <= n:
+            raise WireError(f"EVAL range {str(start)[:20]}..{str(stop)[:20]} outside the {split} split of {n} rows")
         out = self.party.forward_eval(slice(start, stop), split)
         self.ch.send("EMBEDDING", {"eval": [split, start, stop]}, [out.cpu().numpy()])
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import secrets
 import sys
 
 from vfl.cli import party_main
@@ -10,24 +9,32 @@ from vfl.cli import party_main
 
 def body(cfg, log, state: dict) -> None:
     from leader.trainer import LeaderTrainer
-    from vfl.config import read_secret
+    from vfl.cli import party_keys
     from vfl.data.reader import DataError
     from vfl.data.shards import PartyShard
     from vfl.metrics import write_json
     from vfl.party import BottomParty, resolve_device, set_threads
     from vfl.wire import LeaderChannel
+    from vfl.handshake import MAX_CUT_DIM
+    from vfl.wire.frames import MAX_HEADER_BYTES
 
-    key = read_secret(cfg.network)
+    keys = party_keys(cfg)
     set_threads(cfg.train.threads, 1 + len(cfg.network.followers))
     shard = PartyShard(cfg.data.path)
     if not shard.has_labels:
         raise DataError(f"data.path {cfg.data.path} is the shard of {shard.name!r}, which holds no labels; the leader needs the labelled shard")
+    if shard.name != cfg.party:  # the shard records the party it was prepared for
+        raise DataError(f"data.path {cfg.data.path} is the shard of party {shard.name!r}, not of {cfg.party!r}; "
+                        f"give each party its own directory OUT/<party> of `python -m vfl.data prepare`")
     party = BottomParty(cfg, shard, resolve_device(cfg.train.device))
-    channel = state["channel"] = LeaderChannel(cfg.network.bind, cfg.network.followers, key, cfg.network.timeout_s,
-                                               cfg.party, secrets.token_hex(8))
+    # the largest frame a follower may send: an embedding of the largest batch at the widest cut
+    max_frame = max(cfg.train.batch_size, cfg.train.eval_batch_size) * MAX_CUT_DIM * 4 + MAX_HEADER_BYTES
+    channel = state["channel"] = LeaderChannel(cfg.network.bind, cfg.network.followers, keys, cfg.network.timeout_s,
+                                               cfg.party, max_frame_bytes=max_frame)
     trainer = LeaderTrainer(cfg, channel, party, log, cfg.output.dir)
-    log(f"leader {cfg.party}: run {channel.run}, listening on {cfg.network.bind}, waiting for {list(cfg.network.followers)}")
+    log(f"leader {cfg.party}: listening on {cfg.network.bind} (CurveZMQ), waiting for {list(cfg.network.followers)}")
     trainer.handshake()
+    log(f"leader {cfg.party}: run {channel.run} with {list(cfg.network.followers)}")
     trainer.prepare()
     trainer.train()
     trainer.finish(trainer.loop.history[-1]["epoch"], trainer.loop.global_step)

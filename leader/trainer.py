@@ -1,13 +1,14 @@
 """The leader's synchronous training loop: ask for embeddings, run the top, return gradients, evaluate."""
 from __future__ import annotations
 
+import math
 import os
 import time
 
 import numpy as np
 import torch
 
-from vfl.handshake import hello_meta, hello_problems
+from vfl.handshake import hello_meta, hello_problems, new_nonce, nonce_problems, run_id
 from privacy.label_dp_run import training_loss
 from vfl.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.config import PartyConfig
@@ -55,9 +56,14 @@ class LeaderTrainer:
     def handshake(self) -> None:
         ours = hello_meta(self.cfg, self.party.shard, self.start_step)
         problems = []
+        nonces = {}
         for f in self.followers:
             hello = self.ch.recv(f, "HELLO", f"HELLO from follower {f} (is it running and pointed at {self.cfg.network.bind}?)")
-            problems += hello_problems(f, hello.meta, ours)
+            if hello.meta.get("party") != f:  # the key decides who it is, never the name it gives
+                raise HandshakeError(f"handshake refused: the party holding {f}'s key introduced itself as "
+                                     f"{str(hello.meta.get('party'))[:64]!r}")
+            problems += nonce_problems(f, hello.meta) + hello_problems(f, hello.meta, ours)
+            nonces[f] = hello.meta.get("nonce")
             self.cut_dims[f] = hello.meta.get("cut_dim", 0)
             timeout = hello.meta.get("timeout_s")
             if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0:
@@ -65,8 +71,10 @@ class LeaderTrainer:
         if problems:
             raise HandshakeError("handshake failed: " + "; ".join(problems))
         steps = steps_per_epoch(len(self.party.train_split), self.cfg.train.batch_size)
+        self.ch.run = run_id(new_nonce(), nonces)
         for f in self.followers:
-            self.ch.send(f, "WELCOME", {"run": self.ch.run, "epochs": self.cfg.train.epochs, "steps_per_epoch": steps})
+            self.ch.send(f, "WELCOME", {"run": self.ch.run, "nonce": nonces[f], "epochs": self.cfg.train.epochs,
+                                        "steps_per_epoch": steps})
         self._last_sent = time.monotonic()
 
     def _keepalive(self) -> None:
@@ -126,8 +134,10 @@ class LeaderTrainer:
             own_leaf = own.detach().requires_grad_(True)
             remote = [self._remote_cut(f, "step", i, rows.size).requires_grad_(True) for f in self.followers]
             loss = self.top.loss([own_leaf, *remote], labels[rows])
-            loss.backward()  # top only: the followers' gradients are ready before the leader's bottom runs
             value = float(loss.detach())
+            if not math.isfinite(value):  # before anything is sent: the followers get a clean ABORT
+                raise FloatingPointError(f"training loss became {value} at epoch {epoch} step {i + 1}; lower train.lr")
+            loss.backward()  # top only: the followers' gradients are ready before the leader's bottom runs
             for f, t in zip(self.followers, remote):
                 # the batch loss (on the training labels, noisy under label DP) lets followers log the same line
                 self.ch.send(f, "GRADIENT", {"epoch": epoch, "step": i, "loss": value}, [t.grad.detach().cpu().numpy()])

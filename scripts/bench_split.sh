@@ -27,17 +27,19 @@ import sys, yaml
 work, port, batch, emb, hidden, epochs = sys.argv[1:]
 model = {"bottom": {"embedding_dim": int(emb), "hidden": [int(h) for h in hidden.split(",")], "cut_dim": 2}}
 train = {"epochs": int(epochs), "batch_size": int(batch), "seed": 0, "log_every": 10**6, "lr": 0.001}
-net = {"timeout_s": 300, "secret_file": f"{work}/secret"}
+net = {"timeout_s": 300}
 for threads, tag in ((0, "split"), (0, "central")):
-    leader = {"role": "leader", "party": "leader", "network": {**net, "bind": f"tcp://127.0.0.1:{port}", "followers": ["follower0"]},
+    leader = {"role": "leader", "party": "leader", "network": {**net, "bind": f"tcp://127.0.0.1:{port}", "followers": ["follower0"],
+              "secret_key_file": f"{work}/keys/leader.key_secret", "follower_keys": {"follower0": f"{work}/keys/follower0.key"}},
               "data": {"path": f"{work}/shards/leader"}, "model": {**model, "top": {"name": "linear"}}, "train": train,
               "output": {"dir": f"{work}/{tag}"}}
-    follower = {"role": "follower", "party": "follower0", "network": {**net, "connect": f"tcp://127.0.0.1:{port}"},
+    follower = {"role": "follower", "party": "follower0", "network": {**net, "connect": f"tcp://127.0.0.1:{port}",
+                "secret_key_file": f"{work}/keys/follower0.key_secret", "leader_key_file": f"{work}/keys/leader.key"},
                 "data": {"path": f"{work}/shards/follower0"}, "model": model, "train": train, "output": {"dir": f"{work}/{tag}"}}
     yaml.safe_dump(leader, open(f"{work}/leader_{tag}.yaml", "w"))
     yaml.safe_dump(follower, open(f"{work}/follower_{tag}.yaml", "w"))
 PYEOF
-new_secret "$WORK/secret"
+new_keys "$WORK/keys" leader follower0
 rss() { "$PY" -c 'import resource,subprocess,sys; r=subprocess.run(sys.argv[2:]); print(f"{resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss/1024:.0f}", file=open(sys.argv[1],"w")); sys.exit(r.returncode)' "$@"; }
 echo "== split: leader + follower0 processes over tcp://127.0.0.1:$PORT"
 rss "$WORK/rss_leader" "$PY" -m leader --config "$WORK/leader_split.yaml" > "$WORK/leader.out" 2>&1 &

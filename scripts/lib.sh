@@ -2,6 +2,8 @@
 free_port() {  # below the ephemeral range (see vfl/ports.py)
   "$PY" -m vfl.ports
 }
-new_secret() {  # a fresh 32-byte shared secret in a file only the user can read
-  (umask 077; head -c 32 /dev/urandom | base64 > "$1")
+new_keys() {  # new_keys DIR PARTY...: a throwaway CurveZMQ key pair per party (secret keys 0600 in a 0700 DIR)
+  local dir=$1; shift
+  rm -rf "$dir"
+  for party in "$@"; do "$PY" -m vfl.keys new "$party" --dir "$dir" >/dev/null; done
 }

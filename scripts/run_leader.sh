@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the leader alone (for a two-host deployment).
-# Usage: bash scripts/run_leader.sh CONFIG BIND_ENDPOINT [--data DIR] [--out DIR] [--secret-file F] [--epochs N]
-#   e.g. bash scripts/run_leader.sh examples/wide_deep_criteo/leader.yaml tcp://0.0.0.0:5560 --secret-file /secure/vfl.key
+# Usage: bash scripts/run_leader.sh CONFIG BIND_ENDPOINT [--data DIR] [--out DIR] [--keys DIR] [--epochs N]
+#   e.g. bash scripts/run_leader.sh examples/wide_deep_criteo/leader.yaml tcp://0.0.0.0:5560 --keys /secure/vfl-keys
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 2 ] || { sed -n '3,4p' "$0"; exit 2; }

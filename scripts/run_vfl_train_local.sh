@@ -57,10 +57,10 @@ PYEOF
   exit 0
 fi
 PORT=$(free_port)
-SECRET="$OUT/secret"
-new_secret "$SECRET"
 ENDPOINT="tcp://127.0.0.1:$PORT"
 FOLLOWER=$("$PY" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["party"])' "$FOLLOWER_CONFIG")
+KEYS="$OUT/keys"  # throwaway CurveZMQ key pairs of this local run (two hosts: see README, Security)
+new_keys "$KEYS" leader "$FOLLOWER"
 echo "== leader and $FOLLOWER over ZeroMQ at $ENDPOINT (logs in $OUT)"
 NAMES=() PIDS=() DONE=()
 cleanup() {
@@ -69,9 +69,9 @@ cleanup() {
   done
 }
 trap 'cleanup; exit 130' INT TERM
-"$PY" -m leader --config "$LEADER_CONFIG" --bind "$ENDPOINT" --data "$SHARDS/leader" --out "$OUT" --secret-file "$SECRET" "${EP_ARGS[@]}" &
+"$PY" -m leader --config "$LEADER_CONFIG" --bind "$ENDPOINT" --data "$SHARDS/leader" --out "$OUT" --keys "$KEYS" "${EP_ARGS[@]}" &
 NAMES+=(leader); PIDS+=($!); DONE+=(0)
-"$PY" -m follower --config "$FOLLOWER_CONFIG" --connect "$ENDPOINT" --data "$SHARDS/$FOLLOWER" --out "$OUT" --secret-file "$SECRET" "${EP_ARGS[@]}" > "$OUT/$FOLLOWER.stdout" 2>&1 &
+"$PY" -m follower --config "$FOLLOWER_CONFIG" --connect "$ENDPOINT" --data "$SHARDS/$FOLLOWER" --out "$OUT" --keys "$KEYS" "${EP_ARGS[@]}" > "$OUT/$FOLLOWER.stdout" 2>&1 &
 NAMES+=("$FOLLOWER"); PIDS+=($!); DONE+=(0)
 # wait for the parties one by one as they end; if one fails, stop the others by PID
 remaining=${#PIDS[@]}

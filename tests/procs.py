@@ -20,6 +20,19 @@ def free_port() -> int:
     return pick()
 
 
+def party_keys(tmp, parties) -> dict[str, tuple[str, str]]:
+    """{party: (public key file, secret key file)} under tmp/keys, created once per directory."""
+    from vfl.wire.keys import create_key_pair, key_paths
+
+    directory = os.path.join(tmp, "keys")
+    out = {}
+    for p in parties:
+        out[p] = key_paths(directory, p)
+        if not os.path.exists(out[p][1]):
+            create_key_pair(p, directory)
+    return out
+
+
 def party_configs(tmp, shards, followers=("follower0",), port=None, timeout_s=20, train=None, model=None,
                   top=None, privacy=None, follower_debug=None) -> dict[str, str]:
     """Write leader/follower YAMLs under tmp; return {party: path}."""
@@ -27,13 +40,11 @@ def party_configs(tmp, shards, followers=("follower0",), port=None, timeout_s=20
     endpoint = f"tcp://127.0.0.1:{port}"
     train = {"epochs": 1, "batch_size": 512, "seed": 0, "log_every": 5, "lr": 0.01, "threads": 1, **(train or {})}
     model = {**SMALL_MODEL, **(model or {})}
-    secret = os.path.join(tmp, "secret")
-    if not os.path.exists(secret):
-        with open(secret, "w") as f:
-            f.write("test-secret-0123456789abcdef")
+    keys = party_keys(tmp, ("leader", *followers))
     paths = {}
     leader = {"role": "leader", "party": "leader",
-              "network": {"bind": endpoint, "followers": list(followers), "timeout_s": timeout_s, "secret_file": secret},
+              "network": {"bind": endpoint, "followers": list(followers), "timeout_s": timeout_s,
+                          "secret_key_file": keys["leader"][1], "follower_keys": {f: keys[f][0] for f in followers}},
               "data": {"path": os.path.join(shards, "leader")},
               "model": {**model, "top": top or {"name": "linear"}}, "train": train,
               "output": {"dir": os.path.join(tmp, "out")}}
@@ -41,7 +52,8 @@ def party_configs(tmp, shards, followers=("follower0",), port=None, timeout_s=20
         leader["privacy"] = privacy
     for name, doc in [("leader", leader)] + [
         (f, {"role": "follower", "party": f,
-             "network": {"connect": endpoint, "timeout_s": timeout_s, "secret_file": secret},
+             "network": {"connect": endpoint, "timeout_s": timeout_s, "secret_key_file": keys[f][1],
+                         "leader_key_file": keys["leader"][0]},
              "data": {"path": os.path.join(shards, f)}, "model": model, "train": train,
              "output": {"dir": os.path.join(tmp, "out")},
              **({"debug": follower_debug} if follower_debug else {})}) for f in followers]:

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from vfl.config import ConfigError, NetworkConfig, parse_config, read_secret
+from vfl.config import ConfigError, parse_config
 
 
 def _leader(**over):
@@ -78,19 +78,22 @@ def test_follower_may_not_carry_leader_only_settings():
     assert "privacy.label_dp is set on the leader only" in text
 
 
-def test_secret_comes_from_file_or_environment(tmp_path, monkeypatch):
+def test_key_files_are_checked_by_role_and_follower_name():
     # Prepare
-    f = tmp_path / "s"
-    f.write_text("0123456789abcdef0123\n")
-    monkeypatch.setenv("MY_SECRET", "fedcba9876543210fedcba")
-    # Execute / Assert
-    assert read_secret(NetworkConfig(secret_file=str(f))) == b"0123456789abcdef0123"
-    assert read_secret(NetworkConfig(secret_env="MY_SECRET")) == b"fedcba9876543210fedcba"
-    monkeypatch.delenv("VFL_SHARED_SECRET", raising=False)
-    with pytest.raises(ConfigError, match="no shared secret"):
-        read_secret(NetworkConfig())
-    with pytest.raises(ConfigError, match="cannot be read"):
-        read_secret(NetworkConfig(secret_file=str(tmp_path / "missing")))
+    doc = _leader(network={"bind": "tcp://127.0.0.1:1", "followers": ["f"], "leader_key_file": "k",
+                           "follower_keys": {"f": "f.key", "g": "g.key"}})
+    # Execute
+    with pytest.raises(ConfigError) as e:
+        parse_config(doc)
+    # Assert
+    text = str(e.value)
+    assert "network.leader_key_file is only used by a follower" in text
+    assert "network.follower_keys names ['g'], which are not in network.followers ['f']" in text
+
+
+def test_old_shared_secret_key_points_to_the_key_files():
+    with pytest.raises(ConfigError, match="did you mean 'network.secret_key_file'.*secrets never go in YAML"):
+        parse_config(_leader(network={"bind": "tcp://127.0.0.1:1", "followers": ["f"], "secret_file": "s"}))
 
 
 def test_a_yaml_file_that_is_not_a_mapping_is_a_clear_error(tmp_path):
@@ -104,3 +107,43 @@ def test_a_yaml_file_that_is_not_a_mapping_is_a_clear_error(tmp_path):
     p.write_text("role: leader\nparty: l\nnetwork: 5\n")
     with pytest.raises(ConfigError, match="network: expected a mapping"):
         load_config(str(p), {"network.bind": "tcp://127.0.0.1:1"})
+
+
+@pytest.mark.parametrize("content, needle", [
+    (bytes(range(256)) * 4, "not valid YAML"),
+    (b"a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+     b"c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n", "aliases"),
+    (b"[" * 100000 + b"]" * 100000, "not valid YAML"),
+])
+def test_garbage_config_files_are_one_line_errors(tmp_path, content, needle):
+    # Prepare
+    from vfl.config import load_config
+
+    p = tmp_path / "c.yaml"
+    p.write_bytes(content)
+    # Execute
+    with pytest.raises(ConfigError) as e:
+        load_config(str(p))
+    # Assert
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_output_dir_that_is_a_file_is_a_one_line_error(tmp_path, shards_small):
+    # Prepare
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.conftest import REPO
+    from tests.procs import party_configs
+
+    cfgs = party_configs(str(tmp_path), str(shards_small))
+    (tmp_path / "afile").write_text("x")
+    # Execute
+    r = subprocess.run([sys.executable, "-m", "follower", "--config", cfgs["follower0"], "--out", str(tmp_path / "afile")],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    # Assert
+    assert r.returncode == 2 and "output.dir" in r.stderr and "cannot be used for writing" in r.stderr
+    assert r.stderr.count("\n") == 1, r.stderr
+    assert yaml.safe_load(open(cfgs["follower0"]))["party"] == "follower0"

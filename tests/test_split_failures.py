@@ -74,31 +74,44 @@ def test_follower_with_different_rows_is_refused_at_the_handshake(tmp_path, shar
     assert fcode == 1 and "leader aborted" in ferr
 
 
-def test_wrong_shared_secret_fails_authentication_on_both_sides(tmp_path, shards_small, procs):
-    # Prepare
-    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=10)
-    wrong = tmp_path / "wrong_secret"
-    wrong.write_text("a-different-secret-of-enough-length")
-    _edit(cfgs["follower0"], lambda d: d["network"].update({"secret_file": str(wrong)}))
+def test_follower_key_unknown_to_the_leader_is_refused_on_both_sides(tmp_path, shards_small, procs):
+    # Prepare: follower0 runs with a fresh key pair the leader was never given
+    from tests.procs import party_keys
+
+    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=4)
+    stranger = party_keys(str(tmp_path / "stranger"), ("follower0",))["follower0"]
+    _edit(cfgs["follower0"], lambda d: d["network"].update({"secret_key_file": stranger[1]}))
     # Execute
     procs.start("leader", "leader", cfgs["leader"])
     procs.start("follower0", "follower", cfgs["follower0"])
-    lcode, _, lerr = procs.wait("leader", 60)
     fcode, _, ferr = procs.wait("follower0", 60)
-    # Assert
-    assert lcode == 1 and "failed authentication" in lerr
-    assert fcode == 1 and "failed authentication" in ferr
+    lcode, _, lerr = procs.wait("leader", 60)
+    # Assert: the follower learns at the CURVE handshake; the leader never got a message from it
+    assert fcode == 1 and "refused this party's key" in ferr and ferr.count("\n") == 1
+    assert lcode == 1 and "timed out after 4 s awaiting HELLO from follower follower0" in lerr
 
 
-def test_secret_from_environment_variable_works_and_short_one_is_refused(tmp_path, shards_small, procs):
+def test_missing_keys_name_the_settings_and_the_key_tool(tmp_path, shards_small, procs):
     # Prepare
     cfgs = party_configs(str(tmp_path), str(shards_small))
-    _edit(cfgs["leader"], lambda d: d["network"].pop("secret_file"))
+    _edit(cfgs["leader"], lambda d: d["network"].pop("secret_key_file"))
     # Execute
-    procs.start("leader", "leader", cfgs["leader"], env={"VFL_SHARED_SECRET": "short"})
+    procs.start("leader", "leader", cfgs["leader"])
     code, _, err = procs.wait("leader", 60)
     # Assert
-    assert code == 2 and "at least 16" in err and "VFL_SHARED_SECRET" in err
+    assert code == 2 and "network.secret_key_file" in err and "python -m vfl.keys new" in err
+
+
+def test_secret_key_readable_by_others_is_refused_naming_path_and_mode(tmp_path, shards_small, procs):
+    # Prepare
+    cfgs = party_configs(str(tmp_path), str(shards_small))
+    secret = yaml.safe_load(open(cfgs["follower0"]))["network"]["secret_key_file"]
+    os.chmod(secret, 0o644)
+    # Execute
+    procs.start("follower0", "follower", cfgs["follower0"])
+    code, _, err = procs.wait("follower0", 60)
+    # Assert
+    assert code == 2 and f"secret key file {secret} has mode 0644" in err and "chmod 600" in err
 
 
 def test_port_already_in_use(tmp_path, shards_small, procs):
@@ -167,3 +180,14 @@ def test_leader_killed_mid_training_stops_the_follower(tmp_path, shards_small, p
     code, _, err = procs.wait("follower0", 60)
     # Assert
     assert code == 1 and "connection lost" in err
+
+
+def test_follower_given_another_followers_shard_is_refused(tmp_path, shards_three, procs):
+    # Prepare: follower0's config points at follower1's shard directory
+    cfgs = party_configs(str(tmp_path), str(shards_three), followers=("follower0", "follower1"))
+    _edit(cfgs["follower0"], lambda d: d["data"].update({"path": os.path.join(str(shards_three), "follower1")}))
+    # Execute
+    procs.start("follower0", "follower", cfgs["follower0"])
+    code, _, err = procs.wait("follower0", 60)
+    # Assert
+    assert code == 1 and "is the shard of party 'follower1', not of 'follower0'" in err and err.count("\n") == 1

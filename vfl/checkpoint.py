@@ -1,4 +1,7 @@
-"""Checkpoints of one party's model and optimizer: written atomically, read with weights_only=True.
+"""Checkpoints of one party's model and optimizer: checksummed, written atomically, read with weights_only=True.
+
+File layout: b"VFLCKPT1" + SHA-256 of the rest + a torch.save archive; a file whose digest does not
+match (a flipped byte, a truncated copy) is refused before torch reads it.
 
 A checkpoint records the global step it was taken after, so every party of a run can resume from
 the same point (the handshake compares the steps); the torch RNG state travels with it so that
@@ -6,23 +9,60 @@ dropout continues as if the run had never stopped.
 """
 from __future__ import annotations
 
+import errno
+import hashlib
+import io
 import os
+import re
 
 import torch
+
+CKPT_MAGIC = b"VFLCKPT1"
+
+_TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+
+
+def checkpoint_tag(tag: str) -> str:
+    """A checkpoint tag as sent by the leader: a plain name (letters, digits, '_', '-'), never a path."""
+    if not isinstance(tag, str) or not _TAG.match(tag):
+        raise ValueError(f"checkpoint tag {str(tag)[:80]!r} is not a plain name (allowed: {_TAG.pattern}); refused")
+    return tag
 
 
 def save_checkpoint(path: str, party: str, state: dict, epoch: int, step: int, extra: dict | None = None) -> None:
     """Write {party, epoch, step, state, torch_rng, extra} to path via a temporary file and a rename."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
+    directory = os.path.dirname(os.path.abspath(path))
+    buf = io.BytesIO()
     torch.save({"party": party, "epoch": epoch, "step": step, "state": state, "torch_rng": torch.get_rng_state(),
-                "extra": extra or {}}, tmp)
-    os.replace(tmp, path)
+                "extra": extra or {}}, buf)
+    payload = buf.getbuffer()
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(CKPT_MAGIC + hashlib.sha256(payload).digest())
+            f.write(payload)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if e.errno == errno.ENOSPC:
+            raise OSError(f"no space left on {directory}: checkpoint {path} not written") from None
+        raise OSError(f"cannot write checkpoint {path}: {e.strerror or e}") from None
 
 
 def load_checkpoint(path: str) -> dict:
-    """Read a checkpoint; weights_only=True never unpickles arbitrary objects."""
-    return torch.load(path, map_location="cpu", weights_only=True)
+    """Read a checkpoint after checking its checksum; weights_only=True never unpickles arbitrary objects."""
+    with open(path, "rb") as f:
+        data = f.read()
+    head, digest, payload = data[:len(CKPT_MAGIC)], data[len(CKPT_MAGIC):len(CKPT_MAGIC) + 32], memoryview(data)[len(CKPT_MAGIC) + 32:]
+    if head != CKPT_MAGIC:
+        raise ValueError("not a checkpoint of this project (no VFLCKPT1 header)")
+    if hashlib.sha256(payload).digest() != digest:
+        raise ValueError("checksum mismatch: the file is corrupted or truncated")
+    return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
 
 
 def load_resume_checkpoint(path: str, party: str, required: tuple[str, ...]) -> dict:

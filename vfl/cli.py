@@ -14,7 +14,9 @@ def party_arguments(prog: str, endpoint_flag: str) -> argparse.ArgumentParser:
     ap.add_argument("--out", default=None, help="output directory (overrides output.dir)")
     ap.add_argument(endpoint_flag, dest="endpoint", default=None, help="ZeroMQ endpoint tcp://HOST:PORT (overrides the YAML)")
     ap.add_argument("--data", default=None, help="this party's shard directory (overrides data.path)")
-    ap.add_argument("--secret-file", default=None, help="shared HMAC secret file (overrides network.secret_file)")
+    ap.add_argument("--keys", default=None, metavar="DIR",
+                    help="CurveZMQ key directory from `python -m vfl.keys new`: DIR/<party>.key_secret and the peers' "
+                         "DIR/<name>.key (overrides network.secret_key_file, follower_keys, leader_key_file)")
     ap.add_argument("--epochs", type=int, default=None, help="overrides train.epochs")
     ap.add_argument("--timeout", type=float, default=None, help="overrides network.timeout_s")
     ap.add_argument("--resume", default=None, help="this party's checkpoint to continue from (overrides train.resume_from)")
@@ -24,11 +26,32 @@ def party_arguments(prog: str, endpoint_flag: str) -> argparse.ArgumentParser:
 def load_party_config(args, endpoint_key: str) -> PartyConfig:
     overrides = {}
     for key, value in ((f"network.{endpoint_key}", args.endpoint), ("output.dir", args.out), ("data.path", args.data),
-                       ("network.secret_file", args.secret_file), ("train.epochs", args.epochs),
+                       ("train.epochs", args.epochs),
                        ("network.timeout_s", args.timeout), ("train.resume_from", args.resume)):
         if value is not None:
             overrides[key] = value
-    return load_config(args.config, overrides)
+    return load_config(args.config, overrides, keys_dir=args.keys)
+
+
+def party_keys(cfg: PartyConfig):
+    """This party's CurveZMQ keys (LeaderKeys or FollowerKeys); ConfigError naming what is missing or wrong."""
+    from vfl.wire.keys import KeyFileError, load_follower_keys, load_leader_keys
+
+    net = cfg.network
+    missing = [] if net.secret_key_file else [f"network.secret_key_file (this party's {cfg.party}.key_secret)"]
+    if cfg.is_leader:
+        missing += [f"network.follower_keys.{f}" for f in net.followers if f not in net.follower_keys]
+    elif not net.leader_key_file:
+        missing.append("network.leader_key_file (the leader's public key)")
+    if missing:
+        raise ConfigError(f"{cfg.party} has no CurveZMQ keys configured: set {', '.join(missing)}, or pass --keys DIR "
+                          f"(create key pairs with `python -m vfl.keys new PARTY --dir DIR`; see README, Security)")
+    try:
+        if cfg.is_leader:
+            return load_leader_keys(net.secret_key_file, {f: net.follower_keys[f] for f in net.followers})
+        return load_follower_keys(net.secret_key_file, net.leader_key_file)
+    except KeyFileError as e:
+        raise ConfigError(str(e)) from None
 
 
 def one_line(e: BaseException) -> str:
@@ -47,7 +70,14 @@ def config_or_exit(args, endpoint_key: str) -> PartyConfig | int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return 2
-    os.makedirs(cfg.output.dir, exist_ok=True)
+    try:
+        os.makedirs(cfg.output.dir, exist_ok=True)
+        probe = os.path.join(cfg.output.dir, f".write-test-{os.getpid()}")
+        with open(probe, "w"):
+            pass
+        os.unlink(probe)
+    except OSError as e:
+        return fail(f"output.dir {cfg.output.dir!r} cannot be used for writing: {e.strerror or e}", 2)
     return cfg
 
 
@@ -80,6 +110,14 @@ def run_party(cfg: PartyConfig, log, body, abort) -> int:
         abort(f"{cfg.party} interrupted")
         log.error("error: interrupted")
         return 130
+    except Exception as e:  # a bug, or input no check foresaw: still one line and an ABORT, never a bare traceback
+        import traceback
+
+        reason = f"unexpected {type(e).__name__}: {one_line(e)}"
+        abort(f"{cfg.party}: {reason}")
+        log.file_only(traceback.format_exc())
+        log.error(f"error: {reason} (traceback in {cfg.party}.log)")
+        return 1
 
 
 def party_main(argv: list[str] | None, role: str, endpoint_flag: str, body, abort) -> int:

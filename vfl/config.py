@@ -1,8 +1,8 @@
 """Party configuration: YAML -> frozen dataclasses, with every error reported at once.
 
 Each error quotes the key, the bad value and the allowed domain; an unknown key suggests the
-nearest valid one. Secrets never live in YAML: `network.secret_file` names a file, or the
-environment variable named by `network.secret_env` (default VFL_SHARED_SECRET) holds it.
+nearest valid one. Keys never live in YAML: `network.secret_key_file`, `network.follower_keys`
+(leader) and `network.leader_key_file` (follower) name CurveZMQ certificate files (vfl/wire/keys.py).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import yaml
+from vfl.yamlfile import read_yaml
 
 
 class ConfigError(ValueError):
@@ -26,8 +26,9 @@ class NetworkConfig:
     connect: str | None = None  # follower: the leader's endpoint
     followers: tuple[str, ...] = ()  # leader: expected follower party names
     timeout_s: float = 60.0
-    secret_file: str | None = None
-    secret_env: str = "VFL_SHARED_SECRET"
+    secret_key_file: str | None = None  # this party's <party>.key_secret (python -m vfl.keys new)
+    follower_keys: dict[str, str] = field(default_factory=dict)  # leader: follower name -> its public <name>.key
+    leader_key_file: str | None = None  # follower: the leader's public key, pinned
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,7 @@ _ENDPOINT = re.compile(r"^tcp://[^:/\s]+:\d{1,5}$")
 _PARTY = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 _SECTION_KEYS = {
     "": ("role", "party", "network", "data", "model", "train", "privacy", "output", "debug"),
-    "network": ("bind", "connect", "followers", "timeout_s", "secret_file", "secret_env"),
+    "network": ("bind", "connect", "followers", "timeout_s", "secret_key_file", "follower_keys", "leader_key_file"),
     "data": ("path", "dense", "categorical"),
     "model": ("bottom", "top"),
     "model.bottom": ("name", "embedding_dim", "hidden", "cut_dim", "dropout"),
@@ -175,7 +176,8 @@ class _Checker:
                 full = f"{path}.{key}" if path else str(key)
                 near = difflib.get_close_matches(str(key), allowed, n=1)
                 hint = f"; did you mean {(path + '.' if path else '') + near[0]!r}?" if near else ""
-                extra = " (secrets never go in YAML: use network.secret_file or the env var network.secret_env)" if "secret" in str(key) else ""
+                extra = (" (secrets never go in YAML: name CurveZMQ key files with network.secret_key_file and "
+                         "network.follower_keys / network.leader_key_file, or pass --keys DIR)") if "secret" in str(key) else ""
                 self.errors.append(f"unknown key {full!r}{hint}{extra}; allowed in {path or 'top level'}: {', '.join(allowed)}")
         return doc
 
@@ -241,6 +243,20 @@ class _Checker:
         return tuple(value)
 
 
+def _follower_keys(c: _Checker, n: dict, followers: tuple[str, ...]) -> dict[str, str]:
+    """network.follower_keys: {follower name: public key file}, naming only configured followers."""
+    value = n.get("follower_keys")
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or any(not isinstance(k, str) or not isinstance(v, str) or not v for k, v in value.items()):
+        c.errors.append(f"network.follower_keys must map follower names to public key files, got {value!r}")
+        return {}
+    stray = [k for k in value if followers and k not in followers]
+    if stray:
+        c.errors.append(f"network.follower_keys names {stray}, which are not in network.followers {list(followers)}")
+    return dict(value)
+
+
 def parse_config(doc: Any, source: str = "config") -> PartyConfig:
     """Validate a parsed YAML document; raise ConfigError listing every problem."""
     c = _Checker(source)
@@ -281,9 +297,13 @@ def parse_config(doc: Any, source: str = "config") -> PartyConfig:
         connect=None if is_leader else endpoint,
         followers=followers,
         timeout_s=c.number(n, "network", "timeout_s", 60.0, lo=0, lo_open=True, hi=86400),
-        secret_file=c.string(n, "network", "secret_file"),
-        secret_env=c.string(n, "network", "secret_env", "VFL_SHARED_SECRET"),
+        secret_key_file=c.string(n, "network", "secret_key_file"),
+        follower_keys=_follower_keys(c, n, followers) if is_leader else {},
+        leader_key_file=c.string(n, "network", "leader_key_file"),
     )
+    if role is not None and ("leader_key_file" if is_leader else "follower_keys") in n:
+        c.errors.append("network.leader_key_file is only used by a follower" if is_leader
+                        else "network.follower_keys is only used by the leader")
 
     d = c.section(top.get("data"), "data")
     data = DataConfig(path=c.string(d, "data", "path", "", required=True) or "",
@@ -376,22 +396,17 @@ def parse_config(doc: Any, source: str = "config") -> PartyConfig:
                        privacy=privacy, output=output, debug=debug)
 
 
-def read_yaml(path: str, error: type[Exception], what: str = "file"):
-    """The parsed YAML at path; `error` with a clear message when it is missing or not YAML."""
-    try:
-        with open(path) as f:
-            return yaml.safe_load(f)
-    except (FileNotFoundError, IsADirectoryError):
-        raise error(f"{what} not found: {path}") from None
-    except yaml.YAMLError as e:
-        raise error(f"{path}: not valid YAML: {e}") from None
+def load_config(path: str, overrides: dict[str, Any] | None = None, keys_dir: str | None = None) -> PartyConfig:
+    """Read and validate a party YAML; `overrides` maps dotted keys to values (from the CLI).
 
-
-def load_config(path: str, overrides: dict[str, Any] | None = None) -> PartyConfig:
-    """Read and validate a party YAML; `overrides` maps dotted keys to values (from the CLI)."""
+    keys_dir (--keys DIR) names every key file after the layout of `python -m vfl.keys new`:
+    DIR/<party>.key_secret, and DIR/<follower>.key (leader) or DIR/leader.key (follower).
+    """
     doc = read_yaml(path, ConfigError, "config file")
     if not isinstance(doc, dict):
         raise ConfigError(f"{path}: expected a YAML mapping of sections (role, party, network, ...), got {type(doc).__name__}")
+    if keys_dir:
+        overrides = {**_keys_overrides(doc, keys_dir), **(overrides or {})}
     for dotted, value in (overrides or {}).items():
         node = doc
         *parents, leaf = dotted.split(".")
@@ -407,20 +422,13 @@ def load_config(path: str, overrides: dict[str, Any] | None = None) -> PartyConf
     return parse_config(doc, path)
 
 
-def read_secret(net: NetworkConfig) -> bytes:
-    """The shared HMAC key from network.secret_file, else from the environment variable."""
-    if net.secret_file:
-        try:
-            with open(net.secret_file, "rb") as f:
-                secret = f.read().strip()
-        except OSError as e:
-            raise ConfigError(f"network.secret_file {net.secret_file!r} cannot be read: {e.strerror}") from None
-        where = f"secret file {net.secret_file}"
+def _keys_overrides(doc: dict, keys_dir: str) -> dict[str, Any]:
+    party, net = doc.get("party"), doc.get("network")
+    followers = net.get("followers") if isinstance(net, dict) else None
+    out: dict[str, Any] = {"network.secret_key_file": os.path.join(keys_dir, f"{party}.key_secret")}
+    if doc.get("role") == "leader":
+        names = followers if isinstance(followers, list) else []
+        out["network.follower_keys"] = {f: os.path.join(keys_dir, f"{f}.key") for f in names if isinstance(f, str)}
     else:
-        value = os.environ.get(net.secret_env)
-        if not value:
-            raise ConfigError(f"no shared secret: set network.secret_file, or the environment variable {net.secret_env}")
-        secret, where = value.encode(), f"environment variable {net.secret_env}"
-    if len(secret) < 16:
-        raise ConfigError(f"shared secret from {where} is {len(secret)} bytes; at least 16 are required")
-    return secret
+        out["network.leader_key_file"] = os.path.join(keys_dir, "leader.key")
+    return out

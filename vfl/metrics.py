@@ -45,6 +45,11 @@ class RunLog:
         if self._f:
             self._f.write(line + "\n")
 
+    def file_only(self, text: str) -> None:
+        """Details for the log file only (a traceback), never the one-line console error."""
+        if self._f:
+            self._f.write(text.rstrip("\n") + "\n")
+
     def close(self) -> None:
         if self._f:
             self._f.close()

@@ -5,6 +5,7 @@ import gzip
 import hashlib
 import os
 import sys
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -40,10 +41,29 @@ def _open(path: str):
     return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
 
 
+MAX_LINE_BYTES = 1 << 20  # a raw Criteo line is a few hundred bytes
+
+
+def _read(f, path: str, n: int = -1, line: bool = False) -> bytes:
+    """f.read(n) / f.readline(n), with a broken .gz (truncated, fake) as a one-line DataError."""
+    try:
+        return f.readline(n) if line else f.read(n)
+    except (OSError, EOFError, zlib.error) as e:
+        kind = "gzip file" if path.endswith(".gz") else "file"
+        raise DataError(f"{path}: not a readable {kind} ({' '.join(str(e).split())})") from None
+
+
+def _too_long(path: str, line_number: int) -> DataError:
+    return DataError(f"{path}: line {line_number} is longer than {MAX_LINE_BYTES} bytes with no newline; "
+                     f"a raw Criteo line is a few hundred bytes (is this the right file?)")
+
+
 def detect_id_column(path: str) -> bool:
     """True when the first line has 41 fields (a leading sample-id column), False for 40."""
     with _open(path) as f:
-        first = f.readline()
+        first = _read(f, path, MAX_LINE_BYTES + 1, line=True)
+    if len(first) > MAX_LINE_BYTES:
+        raise _too_long(path, 1)
     if not first.strip():
         raise DataError(f"input file is empty: {path}")
     n = first.rstrip(b"\r\n").count(b"\t") + 1
@@ -66,13 +86,15 @@ def read_blocks(path: str, strict: bool, stats: ReadStats, block_bytes: int = BL
     carry = b""
     with _open(path) as f:
         while True:
-            chunk = f.read(block_bytes)
+            chunk = _read(f, path, block_bytes)
             if chunk:
                 digest.update(chunk)
                 stats.bytes_read += len(chunk)
                 data = carry + chunk
                 cut = data.rfind(b"\n") + 1
                 if cut == 0:
+                    if len(data) > MAX_LINE_BYTES:  # memory stays bounded by one line's limit
+                        raise _too_long(path, line_index + 1)
                     carry = data
                     continue
                 carry, data = data[cut:], data[:cut]

@@ -1,8 +1,13 @@
-"""ZeroMQ channels with deadlines: the leader's ROUTER and a follower's DEALER.
+"""ZeroMQ channels over CurveZMQ with deadlines: the leader's ROUTER and a follower's DEALER.
 
-A channel moves authenticated messages (see frames.py) and enforces per-peer sequence numbers,
-the run id, deadlines on every receive, and notices a dropped TCP connection through a socket
-monitor, so that no wait outlives its peer. It knows nothing about training.
+Every connection is a CURVE session (Curve25519 + XSalsa20-Poly1305, libzmq's implementation):
+the leader admits only the follower keys it was configured with (admission.py) and a message's
+sender is the party of the key that authenticated its connection (the `User-Id` property), never
+a name the message claims. A follower pins the leader's public key. A channel enforces per-peer
+sequence numbers, the run id and a deadline on every receive; it treats only the loss of an
+authenticated party's own connection as that party's loss (strangers' connects, closes and failed
+handshakes are ignored), and it buffers at most one message ahead per peer. It knows nothing
+about training.
 """
 from __future__ import annotations
 
@@ -13,11 +18,17 @@ import numpy as np
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from vfl.wire.frames import Message, WireError, decode, encode
+from vfl.wire.admission import Admission, guard, pin
+from vfl.wire.frames import MAGIC, Message, WireError, decode, encode
+from vfl.wire.keys import FollowerKeys, LeaderKeys, fingerprint
 
 ZERO_COPY_MIN_BYTES = 1 << 16  # below this zmq copies anyway (pyzmq serialization docs)
 LINGER_MS = 2000
-MAX_FRAME_BYTES = 1 << 30  # largest single frame accepted (an eval batch of 65536 x 4096 float32 fits)
+MAX_FRAME_BYTES = 1 << 30  # hard ceiling of one frame; parties pass tighter limits derived from their shapes
+HEARTBEAT_IVL_MS = 2000  # ZMTP PING every 2 s; a peer silent for 20 s is disconnected (and so lost)
+HEARTBEAT_TIMEOUT_MS = 20000
+ABORT_SEND_MS = 1000  # a best-effort ABORT waits at most this long for a peer
+RCVHWM = 4  # messages queued per connection before libzmq stops reading that peer's socket
 
 
 class PeerAbort(WireError):
@@ -29,7 +40,7 @@ class PeerTimeout(WireError):
 
 
 class PeerLost(WireError):
-    """The TCP connection to a peer dropped."""
+    """The connection of an authenticated peer dropped."""
 
 
 def _send(sock: zmq.Socket, frames: list, prefix: list | None = None) -> None:
@@ -38,6 +49,8 @@ def _send(sock: zmq.Socket, frames: list, prefix: list | None = None) -> None:
     try:
         for i, (part, copy) in enumerate(zip(parts, copy_flags)):
             sock.send(part, zmq.SNDMORE if i < len(parts) - 1 else 0, copy=copy)
+    except zmq.Again:
+        raise PeerTimeout(f"send timed out after {sock.getsockopt(zmq.SNDTIMEO) / 1000:g} s (peer not connected or not reading)") from None
     except zmq.ZMQError as e:
         if e.errno == zmq.EHOSTUNREACH:
             raise PeerLost("peer is not connected") from None
@@ -45,23 +58,30 @@ def _send(sock: zmq.Socket, frames: list, prefix: list | None = None) -> None:
 
 
 class _Endpoint:
-    def __init__(self, me: str, key: bytes, timeout_s: float):
+    def __init__(self, me: str, timeout_s: float, max_frame_bytes: int):
         self.me = me
-        self.key = key
         self.timeout_s = float(timeout_s)
+        self.max_frame_bytes = int(min(max_frame_bytes, MAX_FRAME_BYTES))
         self.run = ""
-        self._ctx = zmq.Context()
+        self._ctx = zmq.Context()  # this channel's own context: its ZAP handler must live on it
         self._send_seq: dict[str, int] = {}
         self._recv_seq: dict[str, int] = {}
+        self._fds: dict[str, int] = {}  # authenticated party -> file descriptor of its connection
         self.watch_disconnect = True
+        self.check_claims = True
         self.bytes_sent = 0
         self.bytes_received = 0
 
-    def _make_socket(self, kind: int) -> zmq.Socket:
+    def _make_socket(self, kind: int, events: int) -> zmq.Socket:
         sock = self._ctx.socket(kind)
         sock.setsockopt(zmq.LINGER, LINGER_MS)
-        sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)  # a peer cannot make us allocate without bound
-        self._monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)  # a peer cannot make us allocate without bound
+        sock.setsockopt(zmq.RCVHWM, RCVHWM)
+        sock.setsockopt(zmq.SNDTIMEO, max(1, int(self.timeout_s * 1000)))  # a send waits no longer than a receive
+        sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+        sock.setsockopt(zmq.HEARTBEAT_TTL, HEARTBEAT_TIMEOUT_MS)
+        self._monitor = sock.get_monitor_socket(events)
         self._poller = zmq.Poller()
         self._poller.register(sock, zmq.POLLIN)
         self._poller.register(self._monitor, zmq.POLLIN)
@@ -69,16 +89,16 @@ class _Endpoint:
 
     def _frames(self, peer: str, type_: str, meta: dict | None, tensors) -> list:
         seq = self._send_seq.get(peer, 0)
-        self._send_seq[peer] = seq + 1
-        frames = encode(self.key, type_, self.me, self.run, seq, meta, [np.asarray(t) for t in tensors])
+        frames = encode(type_, self.me, self.run, seq, meta, [np.asarray(t) for t in tensors])
+        self._send_seq[peer] = seq + 1  # only once the message exists: a failed encode uses up no number
         self.bytes_sent += sum(memoryview(f).nbytes for f in frames)
         return frames
 
-    def _accept(self, peer: str, frames: list, check_sender: bool = True) -> Message:
+    def _accept(self, peer: str, frames: list) -> Message:
         self.bytes_received += sum(memoryview(f).nbytes for f in frames)
-        msg = decode(self.key, frames, peer)
-        if check_sender and msg.sender != peer:
-            raise WireError(f"message on {peer}'s connection claims to be from {msg.sender!r}")
+        msg = decode(frames, peer)
+        if self.check_claims and msg.claimed != peer:
+            raise WireError(f"a message authenticated as {peer} claims to be from {msg.claimed!r}; refused")
         want = self._recv_seq.get(peer, 0)
         if msg.seq != want:
             raise WireError(f"{msg.type} from {peer} has sequence number {msg.seq}, expected {want} (replayed or lost message)")
@@ -86,22 +106,42 @@ class _Endpoint:
             raise WireError(f"{msg.type} from {peer} belongs to run {msg.run!r}, this run is {self.run!r}")
         self._recv_seq[peer] = want + 1
         if msg.type == "ABORT":
-            raise PeerAbort(f"{peer} aborted: {msg.meta.get('reason', 'no reason given')}")
+            reason = msg.meta.get("reason")
+            raise PeerAbort(f"{peer} aborted: {reason[:2000] if isinstance(reason, str) else 'no reason given'}")
         return msg
+
+    def _track(self, peer: str, frame: zmq.Frame) -> None:
+        """Remember which connection an authenticated peer's messages arrive on (once)."""
+        if peer not in self._fds:
+            self._drain_events("the first message")  # stale events of a closed fd that this connection reuses
+            self._fds[peer] = frame.get(zmq.SRCFD)
+
+    def _drain_events(self, awaiting: str) -> None:
+        while self._monitor.poll(0):
+            self._on_event(recv_monitor_message(self._monitor), awaiting)
+
+    def _on_event(self, evt: dict, awaiting: str) -> None:
+        if evt["event"] == zmq.EVENT_DISCONNECTED:
+            lost = [p for p, fd in self._fds.items() if fd == evt["value"]]
+            for p in lost:
+                del self._fds[p]
+            if lost and self.watch_disconnect:
+                raise PeerLost(f"connection lost: {lost[0]} disconnected while awaiting {awaiting}")
 
     def _poll(self, deadline: float, awaiting: str) -> bool:
         """Wait for socket input until the deadline; True when the data socket is readable."""
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise PeerTimeout(f"timed out after {self.timeout_s:g} s awaiting {awaiting} (network.timeout_s)")
+            raise PeerTimeout(f"timed out after {self.timeout_s:g} s awaiting {awaiting} (network.timeout_s){self._why_silent()}")
         events = dict(self._poller.poll(max(1, int(remaining * 1000))))
         if self._sock in events:  # messages that arrived before a disconnect are read first (an ABORT, say)
             return True
         if self._monitor in events:
-            evt = recv_monitor_message(self._monitor)
-            if evt["event"] == zmq.EVENT_DISCONNECTED and self.watch_disconnect:
-                raise PeerLost(f"connection lost while awaiting {awaiting}")
+            self._on_event(recv_monitor_message(self._monitor), awaiting)
         return False
+
+    def _why_silent(self) -> str:
+        return ""
 
     def close(self) -> None:
         try:
@@ -110,18 +150,29 @@ class _Endpoint:
             pass
         self._monitor.close(0)
         self._sock.close()
+        self._stop_auth()
         self._ctx.term()
+
+    def _stop_auth(self) -> None:
+        pass
 
 
 class LeaderChannel(_Endpoint):
-    """The leader's ROUTER socket: followers connect to it with their party name as identity."""
+    """The leader's ROUTER socket: a CURVE server admitting exactly the configured follower keys."""
 
-    def __init__(self, bind: str, followers: tuple[str, ...], key: bytes, timeout_s: float, me: str, run: str):
-        super().__init__(me, key, timeout_s)
+    def __init__(self, bind: str, followers: tuple[str, ...], keys: LeaderKeys, timeout_s: float, me: str,
+                 run: str = "", max_frame_bytes: int = MAX_FRAME_BYTES):
+        super().__init__(me, timeout_s, max_frame_bytes)
         self.followers = tuple(followers)
+        missing = [f for f in self.followers if f not in keys.followers.values()]
+        if missing or len(keys.followers) != len(self.followers):
+            raise WireError(f"follower keys {sorted(keys.followers.values())} do not match the followers {list(self.followers)}")
         self.run = run
-        self._sock = self._make_socket(zmq.ROUTER)
+        self._auth = Admission(self._ctx, keys.followers)
+        self._auth.start()
+        self._sock = self._make_socket(zmq.ROUTER, zmq.EVENT_DISCONNECTED)
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        guard(self._sock, keys.public, keys.secret)
         try:
             self._sock.bind(bind)
         except zmq.ZMQError as e:
@@ -130,55 +181,92 @@ class LeaderChannel(_Endpoint):
                 raise WireError(f"cannot bind {bind}: address already in use (another leader? pick a free port in network.bind)") from None
             raise WireError(f"cannot bind {bind}: {e}") from None
         self._inbox: dict[str, deque[Message]] = {f: deque() for f in self.followers}
-        self.connected: set[str] = set()
+        self._route: dict[str, bytes] = {}  # party -> routing id of its (first) authenticated connection
+        self.duplicates_refused = 0
+
+    @property
+    def connected(self) -> set[str]:
+        return set(self._route)
 
     def send(self, peer: str, type_: str, meta: dict | None = None, tensors=()) -> None:
+        if peer not in self._route:
+            raise PeerLost(f"{peer} is not connected (sending {type_})")
+        frames = self._frames(peer, type_, meta, tensors)
         try:
-            _send(self._sock, self._frames(peer, type_, meta, tensors), [peer.encode()])
+            _send(self._sock, frames, [self._route[peer]])
         except PeerLost:
             raise PeerLost(f"{peer} is not connected (sending {type_})") from None
 
     def recv(self, peer: str, type_: str, what: str | None = None) -> Message:
-        """The next message from `peer`, which must be of `type_`; other peers' messages are queued."""
+        """The next message from `peer`, which must be of `type_`; other peers' messages are queued (one each)."""
         awaiting = what or f"{type_} from {peer}"
         deadline = time.monotonic() + self.timeout_s
         while not self._inbox[peer]:
-            try:
-                if self._poll(deadline, awaiting):
-                    self._read_one()
-            except PeerLost as e:
-                raise PeerLost(f"{e} (a follower disconnected; awaited peer: {peer})") from None
+            if self._poll(deadline, awaiting):
+                self._read_one(awaiting)
         msg = self._inbox[peer].popleft()
         if msg.type != type_:
             raise WireError(f"expected {type_} from {peer}, got {msg.type}")
         return msg
 
-    def _read_one(self) -> None:
+    def _read_one(self, awaiting: str) -> None:
         frames = self._sock.recv_multipart(copy=False)
-        ident = frames[0].bytes.decode("utf-8", "replace")
-        if ident not in self._inbox:
-            raise WireError(f"message from unexpected party {ident!r}; expected one of {list(self.followers)}")
-        self.connected.add(ident)
-        self._inbox[ident].append(self._accept(ident, frames[1:]))
+        rid, body = frames[0].bytes, frames[1:]
+        party = body[0].get("User-Id") if body else ""
+        if party not in self._inbox:  # cannot happen while ZAP is enforced; never trust a routing id instead
+            raise WireError(f"message from an unauthenticated connection (User-Id {party!r}); refused")
+        known = self._route.get(party)
+        if known is None:
+            self._track(party, body[0])
+            self._route[party] = rid
+        elif known != rid:
+            self._refuse_duplicate(party, rid)
+            return
+        if self._inbox[party]:
+            raise WireError(f"{party} sent a message while its previous {self._inbox[party][0].type} was unread "
+                            f"(a party may be at most one message ahead)")
+        self._inbox[party].append(self._accept(party, body))
+
+    def _refuse_duplicate(self, party: str, rid: bytes) -> None:
+        """A second connection with an admitted party's key: tell it why and carry on with the first."""
+        self.duplicates_refused += 1
+        reason = (f"party {party} is already connected to this run; a second connection with {party}'s key was "
+                  f"refused (is another process of {party} running?)")
+        try:
+            _send(self._sock, encode("ABORT", self.me, "", 0, {"reason": reason}), [rid])
+        except (WireError, zmq.ZMQError):
+            pass
 
     def abort_all(self, reason: str) -> None:
         """Best effort: tell every follower that ever connected why the run stops."""
-        for peer in self.connected:
+        self._sock.setsockopt(zmq.SNDTIMEO, ABORT_SEND_MS)
+        for peer in list(self._route):
             try:
                 self.send(peer, "ABORT", {"reason": reason[:2000]})
-            except (WireError, zmq.ZMQError):
+            except (WireError, ValueError, zmq.ZMQError):
                 pass
+
+    def _stop_auth(self) -> None:
+        self._auth.stop()
+
+
+_FOLLOWER_EVENTS = (zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+                    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
 
 
 class FollowerChannel(_Endpoint):
-    """A follower's DEALER socket to the leader."""
+    """A follower's DEALER socket: a CURVE client that talks only to the holder of the pinned leader key."""
 
-    def __init__(self, connect: str, me: str, key: bytes, timeout_s: float, leader_name: str = "leader"):
-        super().__init__(me, key, timeout_s)
+    def __init__(self, connect: str, me: str, keys: FollowerKeys, timeout_s: float, leader_name: str = "leader",
+                 max_frame_bytes: int = MAX_FRAME_BYTES):
+        super().__init__(me, timeout_s, max_frame_bytes)
         self.endpoint = connect
         self.leader = leader_name
-        self._sock = self._make_socket(zmq.DEALER)
-        self._sock.setsockopt(zmq.IDENTITY, me.encode())
+        self.check_claims = False  # the leader's party name is not configured here; its key is
+        self._public = keys.public
+        self._broken_handshakes = 0
+        self._sock = self._make_socket(zmq.DEALER, _FOLLOWER_EVENTS)
+        pin(self._sock, keys.public, keys.secret, keys.leader)
         self._sock.connect(connect)
 
     def send(self, type_: str, meta: dict | None = None, tensors=()) -> None:
@@ -190,13 +278,37 @@ class FollowerChannel(_Endpoint):
         while True:
             if self._poll(deadline, awaiting):
                 frames = self._sock.recv_multipart(copy=False)
-                msg = self._accept(self.leader, frames, check_sender=False)
+                self._track(self.leader, frames[0])
+                msg = self._accept(self.leader, frames)
                 if msg.type not in types:
                     raise WireError(f"expected {'/'.join(types)} from the leader, got {msg.type}")
                 return msg
 
+    def _on_event(self, evt: dict, awaiting: str) -> None:
+        kind = evt["event"]
+        if kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            raise WireError(f"the leader at {self.endpoint} refused this party's key (fingerprint {fingerprint(self._public)}): "
+                            f"is this follower's public key listed as {self.me} in the leader's network.follower_keys?")
+        if kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+            raise WireError(f"the server at {self.endpoint} failed the CURVE handshake: it does not hold the leader key "
+                            f"pinned in network.leader_key_file, or it replays a recorded session")
+        if kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+            self._broken_handshakes += 1
+            return
+        super()._on_event(evt, awaiting)
+
+    def _why_silent(self) -> str:
+        if not self._broken_handshakes:
+            return ""
+        return (f"; {self._broken_handshakes} connection(s) to {self.endpoint} closed during the CURVE handshake "
+                f"(no leader there yet, or a server without the pinned leader key)")
+
     def abort(self, reason: str) -> None:
         try:
+            self._sock.setsockopt(zmq.SNDTIMEO, ABORT_SEND_MS)
             self.send("ABORT", {"reason": reason[:2000]})
-        except (WireError, zmq.ZMQError):
+        except (WireError, ValueError, zmq.ZMQError):
             pass
+
+
+__all__ = ["FollowerChannel", "LeaderChannel", "MAGIC", "PeerAbort", "PeerLost", "PeerTimeout"]

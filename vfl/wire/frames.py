@@ -1,13 +1,13 @@
-"""Message framing: [magic+version, JSON header, *raw tensor buffers, HMAC-SHA256] and its strict decoder.
+"""Message framing: [magic+version, JSON header, *raw tensor buffers] and its strict decoder.
 
-Nothing from a peer is ever unpickled: the header is JSON, tensors are raw little-endian buffers
-rebuilt with numpy.frombuffer after the MAC over every frame (buffers included) has been checked
-in constant time, and after dtype, shape, byte count and finiteness have been validated.
+Who sent a message and that it was not altered is proven by the transport (CurveZMQ: every frame
+is encrypted and authenticated under the sender's own key, see channel.py), so the frames carry no
+MAC of their own. Nothing from a peer is ever unpickled: the header is JSON, tensors are raw
+little-endian buffers rebuilt with numpy.frombuffer after dtype, shape, byte count and finiteness
+have been validated. Whatever bytes arrive, decode() either returns a Message or raises WireError.
 """
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import math
 from dataclasses import dataclass, field
@@ -15,10 +15,13 @@ from typing import Any
 
 import numpy as np
 
-PROTOCOL_VERSION = 2  # 2: valid split (EVAL names its split), SNAPSHOT and RESTORE
+PROTOCOL_VERSION = 2  # v2: CurveZMQ transport, no frame HMAC, nonce-bound run ids; valid split (EVAL names
+# its split), SNAPSHOT and RESTORE
 MAGIC_PREFIX = b"VFLW"
 MAGIC = MAGIC_PREFIX + bytes([PROTOCOL_VERSION])
 MAX_HEADER_BYTES = 1 << 16
+MAX_TENSORS = 16
+MAX_DIM = 1 << 31
 ALLOWED_DTYPES = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8"), "int64": np.dtype("<i8")}
 MESSAGE_TYPES = ("HELLO", "WELCOME", "FORWARD", "EMBEDDING", "GRADIENT", "EVAL", "SAVE", "SNAPSHOT", "RESTORE", "WAIT", "DONE",
                  "BYE", "ABORT")
@@ -30,7 +33,7 @@ class WireError(RuntimeError):
 
 @dataclass
 class Message:
-    """A decoded, validated message."""
+    """A decoded, validated message; `sender` is the party the transport authenticated."""
 
     type: str
     sender: str
@@ -38,20 +41,35 @@ class Message:
     seq: int
     meta: dict[str, Any] = field(default_factory=dict)
     tensors: list[np.ndarray] = field(default_factory=list)
+    claimed: str = ""  # the header's "from" (a claim, checked against `sender` by the channel)
+
+    def int_field(self, key: str, lo: int = 0, hi: int = 2**62) -> int:
+        """meta[key] as an integer in [lo, hi], or WireError naming the sender, type and field."""
+        value = self.meta.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            raise WireError(f"{self.type} from {self.sender}: field {key!r} must be an integer in [{lo}, {hi}], got {_short(value)}")
+        return value
+
+    def str_field(self, key: str, max_len: int = 256) -> str:
+        """meta[key] as a non-empty string of at most max_len characters."""
+        value = self.meta.get(key)
+        if not isinstance(value, str) or not 0 < len(value) <= max_len:
+            raise WireError(f"{self.type} from {self.sender}: field {key!r} must be a string of 1..{max_len} characters, got {_short(value)}")
+        return value
 
 
-def _mac(key: bytes, frames: list) -> bytes:
-    mac = hmac.new(key, digestmod=hashlib.sha256)
-    for fr in frames:
-        view = memoryview(fr)
-        mac.update(view.nbytes.to_bytes(8, "little"))
-        mac.update(view.cast("B") if view.ndim != 1 or view.format != "B" else view)
-    return mac.digest()
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "...'"
 
 
-def encode(key: bytes, type_: str, sender: str, run: str, seq: int, meta: dict | None = None,
+def encode(type_: str, sender: str, run: str, seq: int, meta: dict | None = None,
            tensors: list[np.ndarray] | tuple = ()) -> list:
-    """Frames of one message; large tensor buffers are passed through without copying."""
+    """Frames of one message; large tensor buffers are passed through without copying.
+
+    Raises ValueError (before anything is sent) for an unknown type, a dtype that cannot travel,
+    or meta that is not strict JSON (NaN or inf included).
+    """
     if type_ not in MESSAGE_TYPES:
         raise ValueError(f"unknown message type {type_!r}")
     arrays = []
@@ -65,60 +83,68 @@ def encode(key: bytes, type_: str, sender: str, run: str, seq: int, meta: dict |
             a = a.astype(ALLOWED_DTYPES[name])
         arrays.append(a)
         descr.append({"dtype": name, "shape": list(a.shape), "nbytes": int(a.nbytes)})
-    header = json.dumps({"type": type_, "from": sender, "run": run, "seq": seq, "meta": meta or {}, "tensors": descr},
-                        separators=(",", ":"), allow_nan=False).encode()
-    frames = [MAGIC, header, *(memoryview(a).cast("B") if a.size else b"" for a in arrays)]
-    return frames + [_mac(key, frames)]
+    try:
+        header = json.dumps({"type": type_, "from": sender, "run": run, "seq": seq, "meta": meta or {}, "tensors": descr},
+                            separators=(",", ":"), allow_nan=False).encode()
+    except ValueError as e:  # NaN / inf in meta
+        raise ValueError(f"{type_} meta cannot be sent ({e}): {_short(meta, 200)}") from None
+    return [MAGIC, header, *(memoryview(a).cast("B") if a.size else b"" for a in arrays)]
 
 
-def decode(key: bytes, frames: list, peer: str) -> Message:
-    """Authenticate then validate a received message; raise WireError naming `peer` and the field."""
-    if len(frames) < 3:
-        raise WireError(f"malformed message from {peer}: {len(frames)} frames, need at least 3")
+def _no_constants(name: str):
+    raise ValueError(f"{name} is not allowed")
+
+
+def decode(frames: list, peer: str) -> Message:
+    """Validate a received message from the authenticated `peer`; raise WireError naming peer and field."""
+    if not 2 <= len(frames) <= 2 + MAX_TENSORS:
+        raise WireError(f"malformed message from {peer}: {len(frames)} frames, need 2..{2 + MAX_TENSORS}")
     magic = bytes(frames[0])
     if magic != MAGIC:
         if magic.startswith(MAGIC_PREFIX) and len(magic) == len(MAGIC):
             raise WireError(f"protocol version mismatch with {peer}: peer speaks v{magic[-1]}, we speak v{PROTOCOL_VERSION}")
         raise WireError(f"malformed message from {peer}: not a VFL frame (bad magic {magic[:8]!r})")
-    body, mac = frames[:-1], bytes(frames[-1])
-    if not hmac.compare_digest(_mac(key, body), mac):
-        raise WireError(f"message from {peer} failed authentication (wrong shared secret or a tampered frame)")
     raw_header = bytes(frames[1])
     if len(raw_header) > MAX_HEADER_BYTES:
         raise WireError(f"header from {peer} is {len(raw_header)} bytes (limit {MAX_HEADER_BYTES})")
     try:
-        h = json.loads(raw_header, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+        h = json.loads(raw_header, parse_constant=_no_constants)
     except (ValueError, UnicodeDecodeError) as e:
-        raise WireError(f"header from {peer} is not valid JSON: {e}") from None
+        raise WireError(f"header from {peer} is not valid JSON: {' '.join(str(e).split())[:200]}") from None
+    except RecursionError:
+        raise WireError(f"header from {peer} nests JSON too deeply") from None
     if not isinstance(h, dict):
         raise WireError(f"header from {peer} must be a JSON object")
     for k, typ in (("type", str), ("from", str), ("run", str), ("seq", int), ("meta", dict), ("tensors", list)):
         if not isinstance(h.get(k), typ) or isinstance(h.get(k), bool):
-            raise WireError(f"header field {k!r} from {peer} must be {typ.__name__}, got {h.get(k)!r}")
+            raise WireError(f"header field {k!r} from {peer} must be {typ.__name__}, got {_short(h.get(k))}")
     if h["type"] not in MESSAGE_TYPES:
-        raise WireError(f"unknown message type {h['type']!r} from {peer}")
-    buffers = frames[2:-1]
+        raise WireError(f"unknown message type {_short(h['type'])} from {peer}; allowed: {', '.join(MESSAGE_TYPES)}")
+    buffers = frames[2:]
     if len(h["tensors"]) != len(buffers):
         raise WireError(f"{h['type']} from {peer} declares {len(h['tensors'])} tensors but carries {len(buffers)} buffers")
-    tensors = []
-    for i, (d, buf) in enumerate(zip(h["tensors"], buffers)):
-        tensors.append(_tensor(d, buf, f"tensor {i} of {h['type']} from {peer}"))
-    return Message(h["type"], h["from"], h["run"], h["seq"], h["meta"], tensors)
+    tensors = [_tensor(d, buf, f"tensor {i} of {h['type']} from {peer}") for i, (d, buf) in enumerate(zip(h["tensors"], buffers))]
+    return Message(h["type"], peer, h["run"], h["seq"], h["meta"], tensors, claimed=h["from"])
 
 
 def _tensor(d: Any, buf, where: str) -> np.ndarray:
     if not isinstance(d, dict):
-        raise WireError(f"{where}: descriptor must be an object")
-    dtype = ALLOWED_DTYPES.get(d.get("dtype"))
+        raise WireError(f"{where}: descriptor must be an object, got {_short(d)}")
+    name = d.get("dtype")
+    dtype = ALLOWED_DTYPES.get(name) if isinstance(name, str) else None
     if dtype is None:
-        raise WireError(f"{where}: dtype {d.get('dtype')!r} not allowed; allowed: {list(ALLOWED_DTYPES)}")
+        raise WireError(f"{where}: dtype {_short(name)} not allowed; allowed: {list(ALLOWED_DTYPES)}")
     shape = d.get("shape")
-    if not isinstance(shape, list) or len(shape) > 8 or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in shape):
-        raise WireError(f"{where}: shape must be a list of at most 8 non-negative integers, got {shape!r}")
+    if not isinstance(shape, list) or len(shape) > 8 or any(
+            isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= MAX_DIM for s in shape):
+        raise WireError(f"{where}: shape must be a list of at most 8 integers in [0, {MAX_DIM}], got {_short(shape)}")
+    if math.prod(s for s in shape if s) > MAX_DIM:
+        raise WireError(f"{where}: shape {shape} spans more than {MAX_DIM} elements")
     nbytes = memoryview(buf).nbytes
     expected = math.prod(shape) * dtype.itemsize
-    if d.get("nbytes") != expected or nbytes != expected:
-        raise WireError(f"{where}: declared nbytes {d.get('nbytes')!r}, shape {shape} x {dtype.itemsize} B = {expected}, buffer {nbytes}")
+    declared = d.get("nbytes")
+    if isinstance(declared, bool) or declared != expected or nbytes != expected:
+        raise WireError(f"{where}: declared nbytes {_short(declared)}, shape {shape} x {dtype.itemsize} B = {expected}, buffer {nbytes}")
     arr = np.frombuffer(buf, dtype=dtype).reshape(shape) if expected else np.zeros(shape, dtype)
     if arr.dtype.kind == "f" and not np.isfinite(arr).all():
         raise WireError(f"{where}: contains non-finite values (NaN or inf)")

@@ -1,0 +1,328 @@
+"""Live attacks on a split run over real processes on 127.0.0.1: each is refused, and strangers never affect a run.
+
+Attackers: a stranger (can reach the port, holds at most the leader's public key), a follower
+using its own key under another party's name, a forged leader, a recorder replaying a session, and an
+admitted follower sending garbage (it ends the run with one line, never a traceback).
+"""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+import pytest
+import yaml
+import zmq
+
+from tests.procs import free_port, party_configs, party_keys
+from tests.tcp_tools import Forwarder, null_greeting, replay_server, replay_to, rss_bytes
+from vfl.wire.frames import encode
+
+
+def _edit(path: str, fn) -> None:
+    doc = yaml.safe_load(open(path))
+    fn(doc)
+    yaml.safe_dump(doc, open(path, "w"))
+
+
+def _connect_to(port: int):
+    return lambda d: d["network"].update({"connect": f"tcp://127.0.0.1:{port}"})
+
+
+def _leader_port(cfg: str) -> int:
+    return int(yaml.safe_load(open(cfg))["network"]["bind"].rsplit(":", 1)[1])
+
+
+@pytest.fixture(scope="module")
+def recorded_run(tmp_path_factory, shards_small):
+    """A whole run whose follower talks to the leader through a recording TCP forwarder."""
+    from tests.procs import Procs
+
+    tmp = tmp_path_factory.mktemp("recorded")
+    cfgs = party_configs(str(tmp), str(shards_small), timeout_s=30)
+    proxy = Forwarder(free_port(), _leader_port(cfgs["leader"]))
+    _edit(cfgs["follower0"], _connect_to(proxy._server.getsockname()[1]))
+    procs = Procs()
+    try:
+        procs.start("leader", "leader", cfgs["leader"])
+        procs.start("follower0", "follower", cfgs["follower0"])
+        codes = {name: procs.wait(name, 180) for name in ("leader", "follower0")}
+    finally:
+        procs.cleanup()
+        proxy.close()
+    yield {"tmp": tmp, "cfgs": cfgs, "proxy": proxy, "codes": codes}
+
+
+def _session(proxy: Forwarder) -> int:
+    """The connection of the recorded run that carried the training (the longest one)."""
+    sizes = {n: len(proxy.stream("down", n)) for n in range(proxy.connections)}
+    return max(sizes, key=sizes.get)
+
+
+def test_loopback_capture_of_a_whole_run_holds_no_plaintext(recorded_run):
+    # Prepare
+    proxy = recorded_run["proxy"]
+    # Execute
+    up, down = proxy.stream("up"), proxy.stream("down")
+    # Assert: the run went through the proxy and finished, yet no header or magic is readable
+    # (HELLO / WELCOME also name CurveZMQ's own handshake commands, so the header fields stand in for them)
+    for name, (code, _, err) in recorded_run["codes"].items():
+        assert code == 0, f"{name}: {err}"
+    assert len(up) > 50_000 and len(down) > 50_000
+    for needle in (b'"type"', b"FORWARD", b"EMBEDDING", b"GRADIENT", b"VFLW", b"follower0", b'"run"',
+                   b'"nonce"', b"id_digest", b'"tensors"'):
+        assert needle not in up and needle not in down, needle
+
+
+def test_recorded_leader_session_replayed_to_a_fresh_follower_fails_at_once(recorded_run, procs):
+    # Prepare: a server that plays back what the real leader sent
+    proxy, cfgs = recorded_run["proxy"], recorded_run["cfgs"]
+    port = free_port()
+    replay_server(port, proxy.stream("down", _session(proxy)))
+    _edit(cfgs["follower0"], _connect_to(port))
+    # Execute
+    t0 = time.monotonic()
+    procs.start("follower0", "follower", cfgs["follower0"])
+    code, _, err = procs.wait("follower0", 60)
+    # Assert: refused in the CURVE handshake, well before the 30 s deadline
+    assert code == 1 and "failed the CURVE handshake" in err
+    assert time.monotonic() - t0 < 20
+
+
+def test_recorded_follower_session_replayed_to_a_fresh_leader_delivers_nothing(recorded_run, procs):
+    # Prepare: a fresh leader with the same keys; the recorder replays what the real follower sent
+    proxy, cfgs = recorded_run["proxy"], recorded_run["cfgs"]
+    _edit(cfgs["leader"], lambda d: d["network"].update({"timeout_s": 4}))
+    out = recorded_run["tmp"] / "fresh_leader"
+    procs.start("leader", "leader", cfgs["leader"], "--out", str(out))
+    procs.wait_for_line("leader", str(out / "leader.log"), "listening on")
+    # Execute
+    closed_after = replay_to(_leader_port(cfgs["leader"]), proxy.stream("up", _session(proxy)))
+    code, _, err = procs.wait("leader", 60)
+    # Assert: the leader dropped the replay at once and never received the replayed HELLO
+    assert closed_after is not None and closed_after < 3
+    assert code == 1 and "timed out after 4 s awaiting HELLO from follower follower0" in err
+
+
+def _storm(port: int, stop: threading.Event, counts: dict) -> None:
+    """A stranger's connects and closes, with and without garbage bytes."""
+    while not stop.is_set():
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                if counts["n"] % 3 == 1:
+                    s.sendall(b"\x00garbage\xff" * 50)
+                elif counts["n"] % 3 == 2:
+                    s.sendall(null_greeting())
+            counts["n"] += 1
+        except OSError:
+            counts["errors"] += 1
+        time.sleep(0.005)
+
+
+def _stray_frames(port: int, stop: threading.Event, counts: dict, leader_public: bytes) -> None:
+    """A stranger's ZeroMQ frames: unauthenticated (NULL) and under a fresh CURVE key that knows the leader's."""
+    ctx = zmq.Context()
+    frames = [bytes(memoryview(f)) for f in encode("ABORT", "follower0", "", 0, {"reason": "stray"})]
+    try:
+        while not stop.is_set():
+            for curve in (False, True):
+                s = ctx.socket(zmq.DEALER)
+                s.setsockopt(zmq.LINGER, 0)
+                if curve:
+                    pub, sec = zmq.curve_keypair()
+                    s.curve_serverkey, s.curve_publickey, s.curve_secretkey = leader_public, pub, sec
+                s.connect(f"tcp://127.0.0.1:{port}")
+                s.send_multipart(frames)
+                s.send_multipart([b"not", b"a", b"vfl", b"frame"])
+                time.sleep(0.05)
+                s.close()
+                counts["n"] += 1
+    finally:
+        ctx.term()
+
+
+@pytest.mark.parametrize("attack", ["connect_close_storm", "stray_frames"])
+def test_strangers_during_a_run_never_affect_it(attack, tmp_path, shards_small, procs):
+    # Prepare
+    from vfl.wire.keys import load_public_key
+
+    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=30, train={"epochs": 2, "log_every": 1})
+    port = _leader_port(cfgs["leader"])
+    leader_public = load_public_key(str(tmp_path / "keys" / "leader.key"))
+    procs.start("leader", "leader", cfgs["leader"])
+    procs.wait_for_line("leader", str(tmp_path / "out" / "leader.log"), "listening on")
+    stop, counts = threading.Event(), {"n": 0, "errors": 0}
+    args = (port, stop, counts) if attack == "connect_close_storm" else (port, stop, counts, leader_public)
+    t = threading.Thread(target=_storm if attack == "connect_close_storm" else _stray_frames, args=args, daemon=True)
+    # Execute: the stranger is at work from before the follower joins until the run ends
+    t.start()
+    try:
+        procs.start("follower0", "follower", cfgs["follower0"])
+        procs.wait_for_line("leader", str(tmp_path / "out" / "leader.log"), "epoch 1 step 2/")
+        during = counts["n"]
+        results = {name: procs.wait(name, 180) for name in ("leader", "follower0")}
+    finally:
+        stop.set()
+        t.join(10)
+    # Assert
+    for name, (code, _, err) in results.items():
+        assert code == 0, f"{name}: {err}"
+    assert during >= 20 and counts["n"] > during, counts
+
+
+def test_oversized_frames_from_a_stranger_leave_leader_memory_flat(tmp_path, shards_small, procs):
+    # Prepare: a leader waiting for its follower
+    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=60)
+    port = _leader_port(cfgs["leader"])
+    p = procs.start("leader", "leader", cfgs["leader"])
+    procs.wait_for_line("leader", str(tmp_path / "out" / "leader.log"), "listening on")
+    time.sleep(1.0)
+    before = rss_bytes(p.pid)
+    chunk = b"\x00" * (1 << 20)
+    sent = 0
+    # Execute: raw ZMTP claiming a 4 GiB frame, then 256 MiB of it; and a 128 MiB frame over ZeroMQ
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        try:
+            s.sendall(null_greeting() + b"\x02" + (4 << 30).to_bytes(8, "big"))
+            for _ in range(256):
+                s.sendall(chunk)
+                sent += len(chunk)
+        except OSError:
+            pass  # the leader hung up: exactly what should happen
+    ctx = zmq.Context()
+    big = ctx.socket(zmq.DEALER)
+    big.setsockopt(zmq.LINGER, 0)
+    big.setsockopt(zmq.SNDTIMEO, 3000)
+    big.connect(f"tcp://127.0.0.1:{port}")
+    try:
+        big.send(b"\x01" * (128 << 20))
+    except zmq.Again:
+        pass  # the leader refused the connection before a byte of it was accepted
+    time.sleep(2.0)
+    big.close()
+    ctx.term()
+    after = rss_bytes(p.pid)
+    # Assert
+    assert sent > 0 and p.poll() is None, "the leader died"
+    assert after - before < 32 << 20, f"leader RSS grew by {(after - before) >> 20} MiB"
+
+
+def test_follower_key_under_another_partys_name_is_refused(tmp_path, shards_three, procs):
+    # Prepare: follower0's operator starts a process named follower1, but it can only use follower0's key
+    cfgs = party_configs(str(tmp_path), str(shards_three), followers=("follower0", "follower1"), timeout_s=10)
+    f0_secret = yaml.safe_load(open(cfgs["follower0"]))["network"]["secret_key_file"]
+    _edit(cfgs["follower1"], lambda d: d["network"].update({"secret_key_file": f0_secret}))
+    # Execute
+    procs.start("leader", "leader", cfgs["leader"])
+    procs.start("impostor", "follower", cfgs["follower1"])
+    lcode, _, lerr = procs.wait("leader", 60)
+    icode, _, ierr = procs.wait("impostor", 60)
+    # Assert: the leader names the key's real owner and the claimed name; the impostor is told
+    assert lcode == 1 and "authenticated as follower0 claims to be from 'follower1'" in lerr
+    assert icode == 1 and "leader aborted" in ierr
+
+
+def test_forged_leader_delivers_no_message_to_a_follower(tmp_path, shards_small, procs):
+    # Prepare: a server with its own fresh key pair, ready to send a path-traversal SAVE to anyone
+    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=4)
+    port = _leader_port(cfgs["leader"])
+    ctx = zmq.Context()
+    fake = ctx.socket(zmq.ROUTER)
+    fake.setsockopt(zmq.LINGER, 0)
+    pub, sec = zmq.curve_keypair()
+    fake.curve_server, fake.curve_publickey, fake.curve_secretkey = True, pub, sec
+    fake.bind(f"tcp://127.0.0.1:{port}")
+    try:
+        # Execute
+        procs.start("follower0", "follower", cfgs["follower0"])
+        got_message = fake.poll(3000)
+        code, _, err = procs.wait("follower0", 60)
+    finally:
+        fake.close()
+        ctx.term()
+    # Assert: no CURVE session formed, so nothing could be sent either way
+    assert not got_message
+    assert code == 1 and "timed out after 4 s awaiting WELCOME" in err and "closed during the CURVE handshake" in err
+    assert not list(tmp_path.glob("**/*.pt"))
+
+
+def test_second_process_with_a_partys_key_is_refused_and_the_run_finishes(tmp_path, shards_small, procs):
+    # Prepare: two processes of follower0 (same key) both wait for the leader; whichever joins first is the party
+    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=30, train={"epochs": 2})
+    for name in ("first", "second"):
+        procs.start(name, "follower", cfgs["follower0"], "--out", str(tmp_path / name))
+    for name in ("first", "second"):
+        procs.wait_for_line(name, str(tmp_path / name / "follower0.log"), "connecting to")
+    # Execute
+    procs.start("leader", "leader", cfgs["leader"])
+    results = {name: procs.wait(name, 180) for name in ("leader", "first", "second")}
+    # Assert: the leader finished with one of them; the other was told why, in one line
+    assert results["leader"][0] == 0, results["leader"][2]
+    codes = sorted((results[n][0], n) for n in ("first", "second"))
+    (ok_code, _), (dup_code, dup) = codes
+    derr = results[dup][2]
+    assert ok_code == 0 and dup_code == 1
+    assert "party follower0 is already connected to this run" in derr and derr.count("\n") == 1
+
+
+def test_follower_started_first_behind_a_forwarder_waits_for_the_leader(tmp_path, shards_small, procs):
+    # Prepare: a forwarder that drops every connection while the leader is not up yet
+    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=30)
+    proxy = Forwarder(free_port(), _leader_port(cfgs["leader"]))
+    _edit(cfgs["follower0"], _connect_to(proxy._server.getsockname()[1]))
+    try:
+        # Execute
+        procs.start("follower0", "follower", cfgs["follower0"])
+        time.sleep(3.0)
+        assert procs.procs["follower0"].poll() is None, procs.wait("follower0", 5)
+        procs.start("leader", "leader", cfgs["leader"])
+        results = {name: procs.wait(name, 180) for name in ("leader", "follower0")}
+    finally:
+        proxy.close()
+    # Assert
+    for name, (code, _, err) in results.items():
+        assert code == 0, f"{name}: {err}"
+
+
+@pytest.mark.parametrize("garbage, needle", [
+    ({"dtype": ["float32"], "shape": [512, 2], "nbytes": 4096}, "dtype ['float32'] not allowed"),
+    ({"dtype": "float32", "shape": [0] + [2**31] * 7, "nbytes": 0}, "spans more than"),
+    ("deep", "nests JSON too deeply"),
+])
+def test_insider_garbage_ends_the_run_with_one_line_and_an_abort(garbage, needle, tmp_path, shards_small, procs):
+    # Prepare: the test itself is follower0 (its real key, a valid HELLO), then answers FORWARD with garbage
+    import json
+
+    from vfl.config import load_config
+    from vfl.data.shards import PartyShard
+    from vfl.handshake import hello_meta, new_nonce
+    from vfl.wire import FollowerChannel, PeerAbort
+    from vfl.wire.frames import MAGIC
+    from vfl.wire.keys import load_follower_keys
+
+    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=20)
+    cfg = load_config(cfgs["follower0"])
+    procs.start("leader", "leader", cfgs["leader"])
+    ch = FollowerChannel(cfg.network.connect, "follower0",
+                         load_follower_keys(cfg.network.secret_key_file, cfg.network.leader_key_file), 30)
+    try:
+        nonce = new_nonce()
+        ch.send("HELLO", hello_meta(cfg, PartyShard(cfg.data.path), 0, nonce))
+        ch.run = ch.recv(("WELCOME",)).meta["run"]
+        ch.recv(("FORWARD",))
+        if garbage == "deep":
+            header = b'{"type":"EMBEDDING","meta":' + b"[" * 30000 + b"]" * 30000 + b"}"
+            frames = [MAGIC, header]
+        else:
+            header = {"type": "EMBEDDING", "from": "follower0", "run": ch.run, "seq": 1, "meta": {"step": 0}, "tensors": [garbage]}
+            frames = [MAGIC, json.dumps(header).encode(), b""]
+        # Execute
+        ch._sock.send_multipart(frames)
+        code, _, err = procs.wait("leader", 60)
+        # Assert: one line naming the field, no traceback, and the insider is told to stop
+        assert code == 1 and needle in err and err.count("\n") == 1 and "Traceback" not in err, err
+        with pytest.raises(PeerAbort, match=needle.split()[0]):
+            ch.recv(("GRADIENT",))
+    finally:
+        ch.close()
