@@ -11,7 +11,7 @@ from vfl.data.shards import PartyShard
 from vfl.models import build_bottom
 from vfl.data.shards import steps_per_epoch
 from vfl.optim import ScheduledOptimizer, build_optimizer
-from vfl.training.snapshot import Snapshot
+from vfl.training.snapshot import Snapshot, SnapshotTrainable
 
 
 def resolve_device(name: str) -> torch.device:
@@ -23,7 +23,7 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-class BottomParty:
+class BottomParty(SnapshotTrainable):
     """Forward a training batch of this party's rows; apply the gradient that comes back."""
 
     def __init__(self, cfg: PartyConfig, shard: PartyShard, device: torch.device):
@@ -71,31 +71,6 @@ class BottomParty:
         self.model.eval()
         data = self.valid_split if split == "valid" else self.test_split
         return self.model(*data.features(rows, self.device))
-
-    def state(self) -> dict:
-        """Model and optimizer state, plus the best-step snapshot when one is held (for resume)."""
-        out = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
-        if self.best is not None:
-            out["best"] = {"step": self.best.step, "state": self.best.state}
-        return out
-
-    def load_state(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        best = state.get("best")
-        self.best = Snapshot(int(best["step"]), best["state"]) if best else None
-
-    def snapshot(self, step: int) -> int:
-        """Keep a copy of the weights and optimizer state of this step (one copy at most); its bytes."""
-        self.best = Snapshot.of(step, self.model, self.optimizer)
-        return self.best.nbytes
-
-    def restore(self, step: int) -> None:
-        """Go back to the snapshot of `step`; ValueError if this party holds another one."""
-        if self.best is None or self.best.step != step:
-            held = None if self.best is None else self.best.step
-            raise ValueError(f"{self.name}: asked to restore step {step}, but the snapshot held is of step {held}")
-        self.best.load_into(self.model, self.optimizer)
 
 
 def set_threads(threads: int, parties_on_host: int) -> int:

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from vfl.config import TopConfig, TrainConfig
 from vfl.models import build_top
 from vfl.optim import ScheduledOptimizer, build_optimizer
-from vfl.training.snapshot import Snapshot
+from vfl.training.snapshot import Snapshot, SnapshotTrainable
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -20,7 +20,7 @@ def bce_with_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.binary_cross_entropy_with_logits(logits, labels)
 
 
-class TopTrainer:
+class TopTrainer(SnapshotTrainable):
     """Concatenate the parties' cuts (leader first, then followers in config order), score, and learn."""
 
     def __init__(self, train: TrainConfig, top: TopConfig, in_dim: int, device: torch.device, loss_fn: LossFn | None = None,
@@ -28,6 +28,7 @@ class TopTrainer:
         self.model = build_top(top, in_dim, train.seed).to(device)
         self.optimizer = ScheduledOptimizer(build_optimizer(self.model, train), train, total_steps)
         self.best: Snapshot | None = None
+        self.name = "top model"
         self.loss_fn = loss_fn or bce_with_logits
         self.in_dim = in_dim
         self.device = device
@@ -46,24 +47,3 @@ class TopTrainer:
         """Click probabilities sigmoid(logit) for evaluation."""
         self.model.eval()
         return torch.sigmoid(self.model(torch.cat(cuts, dim=1))).double().cpu().numpy()
-
-    def state(self) -> dict:
-        out = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
-        if self.best is not None:
-            out["best"] = {"step": self.best.step, "state": self.best.state}
-        return out
-
-    def load_state(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        best = state.get("best")
-        self.best = Snapshot(int(best["step"]), best["state"]) if best else None
-
-    def snapshot(self, step: int) -> int:
-        self.best = Snapshot.of(step, self.model, self.optimizer)
-        return self.best.nbytes
-
-    def restore(self, step: int) -> None:
-        if self.best is None or self.best.step != step:
-            raise ValueError(f"top model: asked to restore step {step}, but holds {None if self.best is None else self.best.step}")
-        self.best.load_into(self.model, self.optimizer)

@@ -38,3 +38,38 @@ class Snapshot:
 
         walk(self.state)
         return total
+
+
+class SnapshotTrainable:
+    """Mixin for a holder of `model`, `optimizer`, `name` and `best`: checkpoint state that carries the
+    best-step snapshot, and snapshot/restore of that step (one extra copy at most)."""
+
+    model: torch.nn.Module
+    optimizer: object
+    name: str
+    best: Snapshot | None = None
+
+    def state(self) -> dict:
+        """Model and optimizer state, plus the best-step snapshot when one is held (for resume)."""
+        out = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        if self.best is not None:
+            out["best"] = {"step": self.best.step, "state": self.best.state}
+        return out
+
+    def load_state(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        best = state.get("best")
+        self.best = Snapshot(int(best["step"]), best["state"]) if best else None
+
+    def snapshot(self, step: int) -> int:
+        """Keep a copy of the weights and optimizer state of this step (replacing the last); its bytes."""
+        self.best = Snapshot.of(step, self.model, self.optimizer)
+        return self.best.nbytes
+
+    def restore(self, step: int) -> None:
+        """Go back to the snapshot of `step`; ValueError if another step's snapshot is held."""
+        if self.best is None or self.best.step != step:
+            held = None if self.best is None else self.best.step
+            raise ValueError(f"{self.name}: asked to restore step {step}, but the snapshot held is of step {held}")
+        self.best.load_into(self.model, self.optimizer)
