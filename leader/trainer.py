@@ -67,7 +67,8 @@ class LeaderTrainer:
             self.cut_dims[f] = hello.meta.get("cut_dim", 0)
             timeout = hello.meta.get("timeout_s")
             if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0:
-                self._keepalive_every = min(self._keepalive_every, timeout / 4)
+                # a follower chooses its deadline; at least 1 s, so it cannot make the leader send WAIT non-stop
+                self._keepalive_every = min(self._keepalive_every, max(float(timeout), 1.0) / 4)
         if problems:
             raise HandshakeError("handshake failed: " + "; ".join(problems))
         steps = steps_per_epoch(len(self.party.train_split), self.cfg.train.batch_size)

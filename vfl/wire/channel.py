@@ -29,6 +29,8 @@ HEARTBEAT_IVL_MS = 2000  # ZMTP PING every 2 s; a peer silent for 20 s is discon
 HEARTBEAT_TIMEOUT_MS = 20000
 ABORT_SEND_MS = 1000  # a best-effort ABORT waits at most this long for a peer
 RCVHWM = 4  # messages queued per connection before libzmq stops reading that peer's socket
+LATE_READS = 64  # messages read after a deadline passed, before the timeout is declared anyway
+HANDSHAKE_MS = 5000  # a connection that has not completed its CURVE handshake by then is dropped
 
 
 class PeerAbort(WireError):
@@ -59,6 +61,7 @@ def _send(sock: zmq.Socket, frames: list, prefix: list | None = None) -> None:
 
 class _Endpoint:
     def __init__(self, me: str, timeout_s: float, max_frame_bytes: int):
+        self._late_reads = 0
         self.me = me
         self.timeout_s = float(timeout_s)
         self.max_frame_bytes = int(min(max_frame_bytes, MAX_FRAME_BYTES))
@@ -131,6 +134,9 @@ class _Endpoint:
     def _poll(self, deadline: float, awaiting: str) -> bool:
         """Wait for socket input until the deadline; True when the data socket is readable."""
         remaining = deadline - time.monotonic()
+        if remaining <= 0 and self._late_reads < LATE_READS and self._sock.poll(0, zmq.POLLIN):
+            self._late_reads += 1  # input that already arrived is read before a timeout is declared (bounded)
+            return True
         if remaining <= 0:
             raise PeerTimeout(f"timed out after {self.timeout_s:g} s awaiting {awaiting} (network.timeout_s){self._why_silent()}")
         events = dict(self._poller.poll(max(1, int(remaining * 1000))))
@@ -172,6 +178,7 @@ class LeaderChannel(_Endpoint):
         self._auth.start()
         self._sock = self._make_socket(zmq.ROUTER, zmq.EVENT_DISCONNECTED)
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)  # strangers cannot hold descriptors for long
         guard(self._sock, keys.public, keys.secret)
         try:
             self._sock.bind(bind)
@@ -182,6 +189,7 @@ class LeaderChannel(_Endpoint):
             raise WireError(f"cannot bind {bind}: {e}") from None
         self._inbox: dict[str, deque[Message]] = {f: deque() for f in self.followers}
         self._route: dict[str, bytes] = {}  # party -> routing id of its (first) authenticated connection
+        self._refused: set[bytes] = set()  # routing ids of duplicate connections: told once, then ignored
         self.duplicates_refused = 0
 
     @property
@@ -196,11 +204,14 @@ class LeaderChannel(_Endpoint):
             _send(self._sock, frames, [self._route[peer]])
         except PeerLost:
             raise PeerLost(f"{peer} is not connected (sending {type_})") from None
+        except PeerTimeout as e:
+            raise PeerTimeout(f"sending {type_} to {peer}: {e}") from None
 
     def recv(self, peer: str, type_: str, what: str | None = None) -> Message:
         """The next message from `peer`, which must be of `type_`; other peers' messages are queued (one each)."""
         awaiting = what or f"{type_} from {peer}"
         deadline = time.monotonic() + self.timeout_s
+        self._late_reads = 0
         while not self._inbox[peer]:
             if self._poll(deadline, awaiting):
                 self._read_one(awaiting)
@@ -220,7 +231,8 @@ class LeaderChannel(_Endpoint):
             self._track(party, body[0])
             self._route[party] = rid
         elif known != rid:
-            self._refuse_duplicate(party, rid)
+            if rid not in self._refused:
+                self._refuse_duplicate(party, rid)
             return
         if self._inbox[party]:
             raise WireError(f"{party} sent a message while its previous {self._inbox[party][0].type} was unread "
@@ -230,10 +242,11 @@ class LeaderChannel(_Endpoint):
     def _refuse_duplicate(self, party: str, rid: bytes) -> None:
         """A second connection with an admitted party's key: tell it why and carry on with the first."""
         self.duplicates_refused += 1
+        self._refused.add(rid)
         reason = (f"party {party} is already connected to this run; a second connection with {party}'s key was "
                   f"refused (is another process of {party} running?)")
-        try:
-            _send(self._sock, encode("ABORT", self.me, "", 0, {"reason": reason}), [rid])
+        try:  # never blocks: a duplicate that does not read cannot stall the run
+            self._sock.send_multipart([rid, *encode("ABORT", self.me, "", 0, {"reason": reason})], flags=zmq.DONTWAIT)
         except (WireError, zmq.ZMQError):
             pass
 
@@ -275,6 +288,7 @@ class FollowerChannel(_Endpoint):
     def recv(self, types: tuple[str, ...], what: str | None = None) -> Message:
         awaiting = what or f"{'/'.join(types)} from the leader at {self.endpoint}"
         deadline = time.monotonic() + self.timeout_s
+        self._late_reads = 0
         while True:
             if self._poll(deadline, awaiting):
                 frames = self._sock.recv_multipart(copy=False)

@@ -107,6 +107,10 @@ def _read_certificate(path: str, what: str) -> tuple[bytes, bytes | None]:
                            f"`python -m vfl.keys new PARTY --dir DIR`") from None
     except OSError as e:
         raise KeyFileError(f"{what} {path} cannot be read: {e.strerror}") from None
+    return _parse_certificate(data, path, what)
+
+
+def _parse_certificate(data: bytes, path: str, what: str) -> tuple[bytes, bytes | None]:
     if len(data) > _MAX_CERT_BYTES:
         raise KeyFileError(f"{what} {path} is larger than {_MAX_CERT_BYTES} bytes: not a key certificate")
     found: dict[bytes, bytes] = {}
@@ -127,18 +131,23 @@ def _read_certificate(path: str, what: str) -> tuple[bytes, bytes | None]:
 
 def load_secret_key(path: str) -> tuple[bytes, bytes]:
     """This party's (public, secret) key pair; refused when the file is readable by anyone but its owner."""
-    try:
-        st = os.stat(path)
+    try:  # the checks and the read are on one open file: no window between them, no symlink followed
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
         raise KeyFileError(f"secret key file {path} does not exist; create it with "
                            f"`python -m vfl.keys new PARTY --dir DIR`") from None
     except OSError as e:
-        raise KeyFileError(f"secret key file {path} cannot be read: {e.strerror}") from None
-    mode = stat.S_IMODE(st.st_mode)
-    if mode & 0o077:
-        raise KeyFileError(f"secret key file {path} has mode {mode:04o}; it must be readable by its owner only "
-                           f"(chmod 600 {path})")
-    public, secret = _read_certificate(path, "secret key file")
+        raise KeyFileError(f"secret key file {path} cannot be read: {e.strerror} (a symbolic link is refused)") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        mode = stat.S_IMODE(st.st_mode)
+        if st.st_uid != os.geteuid():
+            raise KeyFileError(f"secret key file {path} is owned by uid {st.st_uid}, not by this user ({os.geteuid()})")
+        if mode & 0o077:
+            raise KeyFileError(f"secret key file {path} has mode {mode:04o}; it must be readable by its owner only "
+                               f"(chmod 600 {path})")
+        data = f.read(_MAX_CERT_BYTES + 1)
+    public, secret = _parse_certificate(data, path, "secret key file")
     if secret is None:
         raise KeyFileError(f"secret key file {path} holds only a public key (give the {SECRET_SUFFIX} file, not {PUBLIC_SUFFIX})")
     if zmq.curve_public(secret) != public:
