@@ -326,3 +326,47 @@ def test_insider_garbage_ends_the_run_with_one_line_and_an_abort(garbage, needle
             ch.recv(("GRADIENT",))
     finally:
         ch.close()
+
+
+def test_a_flooding_duplicate_connection_cannot_make_the_leader_blame_an_honest_follower(tmp_path):
+    # Prepare: a leader channel; follower0 connects twice (its second connection floods and never reads)
+    from vfl.wire import LeaderChannel
+    from vfl.wire.keys import load_leader_keys, load_public_key, load_secret_key
+
+    keys = party_keys(str(tmp_path), ("leader", "follower0", "follower1"))
+    port = free_port()
+    leader = LeaderChannel(f"tcp://127.0.0.1:{port}", ("follower0", "follower1"),
+                           load_leader_keys(keys["leader"][1], {f: keys[f][0] for f in ("follower0", "follower1")}),
+                           4.0, "leader", max_frame_bytes=1 << 20)
+    ctx = zmq.Context()
+
+    def dealer(party, rcvhwm=1000):
+        pub, sec = load_secret_key(keys[party][1])
+        s = ctx.socket(zmq.DEALER)
+        s.curve_serverkey, s.curve_publickey, s.curve_secretkey = load_public_key(keys["leader"][0]), pub, sec
+        s.setsockopt(zmq.RCVHWM, rcvhwm)
+        s.setsockopt(zmq.SNDHWM, 0)
+        s.setsockopt(zmq.LINGER, 0)
+        s.connect(f"tcp://127.0.0.1:{port}")
+        return s
+
+    honest0 = dealer("follower0")
+    honest0.send_multipart(encode("HELLO", "follower0", "", 0, {}))
+    first = leader.recv("follower0", "HELLO")
+    duplicate = dealer("follower0", rcvhwm=1)
+    for _ in range(20_000):
+        duplicate.send_multipart(encode("HELLO", "follower0", "", 0, {}))
+    honest1 = dealer("follower1")
+    time.sleep(0.5)
+    honest1.send_multipart(encode("HELLO", "follower1", "", 0, {}))
+    # Execute
+    try:
+        got = leader.recv("follower1", "HELLO")
+    finally:
+        for s in (honest0, duplicate, honest1):
+            s.close(0)
+        ctx.term()
+        leader.close()
+    # Assert: the duplicate was refused once and ignored; follower1's HELLO arrived in time
+    assert first.sender == "follower0" and got.sender == "follower1"
+    assert leader.duplicates_refused == 1
