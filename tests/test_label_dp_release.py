@@ -5,7 +5,6 @@ Statistical checks use 5.5-sigma binomial bounds (false failure < 4e-8 each)."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import stat
 

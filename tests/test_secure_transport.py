@@ -6,7 +6,6 @@ admitted follower sending garbage (it ends the run with one line, never a traceb
 """
 from __future__ import annotations
 
-import os
 import socket
 import threading
 import time
