@@ -64,6 +64,33 @@ def party_configs(tmp, shards, followers=("follower0",), port=None, timeout_s=20
     return paths
 
 
+def run_split(procs, cfgs: dict[str, str], env: dict | None = None) -> dict:
+    """Start the leader and every follower of cfgs, require exit 0 from each, return the leader's metrics.json."""
+    import json
+
+    procs.start("leader", "leader", cfgs["leader"], env=env)
+    for name, path in cfgs.items():
+        if name != "leader":
+            procs.start(name, "follower", path, env=env)
+    for name in cfgs:
+        code, _, err = procs.wait(name, timeout=300)
+        assert code == 0, f"{name} failed: {err}"
+    return json.loads(open(os.path.join(os.path.dirname(cfgs["leader"]), "out", "metrics.json")).read())
+
+
+def run_centralized(cfgs: dict[str, str], out: str) -> dict:
+    """The centralized reference on the same configs (followers in cfgs order); its metrics.json."""
+    import json
+
+    args = [sys.executable, "-m", "vfl.centralized", "--config", cfgs["leader"], "--out", out]
+    for name, path in cfgs.items():
+        if name != "leader":
+            args += ["--follower-config", path]
+    r = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return json.loads(open(os.path.join(out, "metrics.json")).read())
+
+
 class Procs:
     """Starts party processes and guarantees they are gone at the end (kill by PID)."""
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 
@@ -13,16 +12,7 @@ import yaml
 
 from privacy.attacks import leakage_report
 from tests.conftest import REPO
-from tests.procs import party_configs
-
-
-def _split(procs, cfgs):
-    procs.start("leader", "leader", cfgs["leader"])
-    procs.start("follower0", "follower", cfgs["follower0"])
-    for name in ("leader", "follower0"):
-        code, out, err = procs.wait(name, 300)
-        assert code == 0, err
-    return json.loads(open(os.path.join(os.path.dirname(cfgs["leader"]), "out", "metrics.json")).read())
+from tests.procs import party_configs, run_centralized, run_split
 
 
 def _leakage(tmp_path, shards, eps):
@@ -37,12 +27,9 @@ def test_label_dp_run_is_reported_and_equals_centralized(tmp_path, shards_small,
     # Prepare
     cfgs = party_configs(str(tmp_path), str(shards_small), train={"epochs": 2}, privacy={"label_dp": {"eps": 1.0, "debias": True}})
     # Execute
-    split = _split(procs, cfgs)
-    r = subprocess.run([sys.executable, "-m", "vfl.centralized", "--config", cfgs["leader"], "--follower-config",
-                        cfgs["follower0"], "--out", str(tmp_path / "c")], cwd=REPO, capture_output=True, text=True, timeout=300)
-    central = json.loads((tmp_path / "c/metrics.json").read_text())
+    split = run_split(procs, cfgs)
+    central = run_centralized(cfgs, str(tmp_path / "c"))
     # Assert
-    assert r.returncode == 0, r.stderr
     ld = split["label_dp"]
     rho = 1 / (1 + math.e)
     n = split["rows"]["train"]
@@ -56,7 +43,7 @@ def test_without_dp_the_sign_of_the_gradient_is_the_label(tmp_path, shards_small
     # Prepare
     cfgs = party_configs(str(tmp_path), str(shards_small), follower_debug={"record_gradients": str(tmp_path / "grads.npz")})
     # Execute
-    _split(procs, cfgs)
+    run_split(procs, cfgs)
     report = _leakage(tmp_path, shards_small, None)
     cli = subprocess.run([sys.executable, "-m", "privacy.attacks", "--gradients", str(tmp_path / "grads.npz"),
                           "--labels", str(shards_small / "leader/train"), "--out", str(tmp_path / "leakage.json")],
@@ -77,7 +64,7 @@ def test_with_dp_direction_attacks_stay_below_the_randomized_response_bound(tmp_
     cfgs = party_configs(str(tmp_path), str(shards_small), train={"epochs": 2}, privacy={"label_dp": {"eps": eps}},
                          follower_debug={"record_gradients": str(tmp_path / "grads.npz")})
     # Execute
-    _split(procs, cfgs)
+    run_split(procs, cfgs)
     report = _leakage(tmp_path, shards_small, eps)
     # Assert: ~10.8k labelled samples; the AUC of the noisy label vs the true one has sd < 0.006,
     # so a tolerance of 0.035 (> 5.5 sd) bounds false failures below 4e-8 per attack

@@ -4,7 +4,6 @@ labels only through the randomized training and validation labels.
 Statistical checks: n = 400k, bounds of 5.5 standard errors (false failure < 4e-8 each)."""
 from __future__ import annotations
 
-import json
 import math
 import shutil
 
@@ -14,7 +13,7 @@ from sklearn.metrics import log_loss, roc_auc_score
 
 from privacy.noisy_metrics import class_prior_from_noisy, noisy_validation_metrics
 from privacy.randomized_response import binary_rr, flip_probability
-from tests.procs import party_configs
+from tests.procs import party_configs, run_centralized, run_split
 from vfl.training.schedule import lr_factor
 from vfl.training.selection import EarlyStopping
 
@@ -89,13 +88,7 @@ def _leader_only_selection(cfgs):
 
 
 def _run(procs, cfgs, env=None):
-    _leader_only_selection(cfgs)
-    procs.start("leader", "leader", cfgs["leader"], env=env)
-    procs.start("follower0", "follower", cfgs["follower0"], env=env)
-    for name in ("leader", "follower0"):
-        code, _, err = procs.wait(name, 300)
-        assert code == 0, err
-    return json.loads(open(cfgs["leader"].replace("leader.yaml", "out/metrics.json")).read())
+    return run_split(procs, _leader_only_selection(cfgs), env)
 
 
 ES = {"epochs": 6, "lr": 0.05, "early_stopping": {"metric": "auc", "patience": 2}, "eval_every_steps": 10,
@@ -104,19 +97,11 @@ ES = {"epochs": 6, "lr": 0.05, "early_stopping": {"metric": "auc", "patience": 2
 
 def test_split_early_stopping_restores_the_best_step_like_the_centralized_reference(tmp_path, shards_small, procs):
     # Prepare: a high learning rate overfits the small set, so validation AUC peaks and falls
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO
-
     cfgs = _leader_only_selection(party_configs(str(tmp_path), str(shards_small), train=ES, privacy={"label_dp": {"eps": 2.0}}))
     # Execute
     split = _run(procs, cfgs)
-    r = subprocess.run([sys.executable, "-m", "vfl.centralized", "--config", cfgs["leader"], "--follower-config",
-                        cfgs["follower0"], "--out", str(tmp_path / "c")], cwd=REPO, capture_output=True, text=True, timeout=300)
-    central = json.loads((tmp_path / "c/metrics.json").read_text())
+    central = run_centralized(cfgs, str(tmp_path / "c"))
     # Assert
-    assert r.returncode == 0, r.stderr
     sel = split["selection"]
     assert sel["stopped_early"] and sel["restored"] and split["model_step"] == sel["best_step"] < split["steps"]
     best = next(h for h in split["history"] if h["step"] == sel["best_step"])

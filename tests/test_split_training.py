@@ -2,45 +2,20 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from tests.conftest import REPO
-from tests.procs import party_configs
+from tests.procs import party_configs, run_centralized, run_split
 from vfl.checkpoint import load_checkpoint
-
-
-def _centralized(cfgs: dict[str, str], out: str) -> dict:
-    followers = [p for n, p in cfgs.items() if n != "leader"]
-    args = [sys.executable, "-m", "vfl.centralized", "--config", cfgs["leader"], "--out", out]
-    for f in followers:
-        args += ["--follower-config", f]
-    r = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    return json.loads(open(os.path.join(out, "metrics.json")).read())
-
-
-def _run_split(procs, cfgs: dict[str, str]) -> dict:
-    procs.start("leader", "leader", cfgs["leader"])
-    for name, path in cfgs.items():
-        if name != "leader":
-            procs.start(name, "follower", path)
-    for name in cfgs:
-        code, out, err = procs.wait(name, timeout=300)
-        assert code == 0, f"{name} failed: {err}"
-    return json.loads(open(os.path.join(os.path.dirname(cfgs["leader"]), "out", "metrics.json")).read())
 
 
 def test_split_losses_equal_centralized_per_step(tmp_path, shards_small, procs):
     # Prepare
     cfgs = party_configs(str(tmp_path), str(shards_small), train={"epochs": 2})
     # Execute
-    split = _run_split(procs, cfgs)
-    central = _centralized(cfgs, str(tmp_path / "central"))
+    split = run_split(procs, cfgs)
+    central = run_centralized(cfgs, str(tmp_path / "central"))
     # Assert
     a, b = np.array(split["step_losses"]), np.array(central["step_losses"])
     assert a.size == b.size == split["steps"] > 20
@@ -49,12 +24,12 @@ def test_split_losses_equal_centralized_per_step(tmp_path, shards_small, procs):
     assert split["test_auc"] > 0.65
 
 
-def test_two_followers_train_and_match_centralized(tmp_path, shards_three, procs):
+def test_two_followers_train_and_matchrun_centralized(tmp_path, shards_three, procs):
     # Prepare
     cfgs = party_configs(str(tmp_path), str(shards_three), followers=("follower0", "follower1"))
     # Execute
-    split = _run_split(procs, cfgs)
-    central = _centralized(cfgs, str(tmp_path / "central"))
+    split = run_split(procs, cfgs)
+    central = run_centralized(cfgs, str(tmp_path / "central"))
     # Assert
     assert split["parties"] == ["leader", "follower0", "follower1"]
     np.testing.assert_allclose(split["step_losses"], central["step_losses"], rtol=1e-5)
@@ -65,7 +40,7 @@ def test_wide_cut_with_mlp_top_trains(tmp_path, shards_small, procs):
     cfgs = party_configs(str(tmp_path), str(shards_small), model={"bottom": {"embedding_dim": 8, "hidden": [32], "cut_dim": 6}},
                          top={"name": "mlp", "hidden": [16]}, train={"epochs": 3})
     # Execute
-    split = _run_split(procs, cfgs)
+    split = run_split(procs, cfgs)
     # Assert
     assert split["cut_dims"] == {"leader": 6, "follower0": 6}
     assert split["test_auc"] > 0.6
@@ -76,7 +51,7 @@ def test_outputs_metrics_logs_and_weights_only_checkpoints(tmp_path, shards_smal
     # Prepare
     cfgs = party_configs(str(tmp_path), str(shards_small), train={"checkpoint_every": 10})
     # Execute
-    m = _run_split(procs, cfgs)
+    m = run_split(procs, cfgs)
     out = tmp_path / "out"
     # Assert
     for key in ("test_auc", "test_logloss", "history", "samples_per_second", "label_dp"):
@@ -99,9 +74,9 @@ def test_resumed_run_continues_exactly_with_label_dp(tmp_path, shards_small, pro
         (tmp_path / d).mkdir()
     full = party_configs(str(tmp_path / "full"), str(shards_small), train={"epochs": 2}, privacy=dp)
     first = party_configs(str(tmp_path / "first"), str(shards_small), train={"epochs": 1}, privacy=dp)
-    straight = _run_split(procs, full)
+    straight = run_split(procs, full)
     procs.cleanup()
-    _run_split(procs, first)
+    run_split(procs, first)
     procs.cleanup()
     ckpts = tmp_path / "first/out/checkpoints"
     second = party_configs(str(tmp_path / "second"), str(shards_small), train={"epochs": 2}, privacy=dp)
@@ -123,7 +98,7 @@ def test_resumed_run_continues_exactly_with_label_dp(tmp_path, shards_small, pro
 def test_parties_resuming_from_different_steps_are_refused(tmp_path, shards_small, procs):
     # Prepare
     cfgs = party_configs(str(tmp_path), str(shards_small), train={"epochs": 1, "checkpoint_every": 5})
-    _run_split(procs, cfgs)
+    run_split(procs, cfgs)
     procs.cleanup()
     ck = tmp_path / "out/checkpoints"
     # Execute
@@ -139,7 +114,7 @@ def test_resuming_on_another_label_dp_release_is_refused(tmp_path, shards_small,
     for d in ("first", "second"):
         (tmp_path / d).mkdir()
     first = party_configs(str(tmp_path / "first"), str(shards_small), privacy={"label_dp": {"eps": 1.0}})
-    _run_split(procs, first)
+    run_split(procs, first)
     procs.cleanup()
     ckpts = tmp_path / "first/out/checkpoints"
     second = party_configs(str(tmp_path / "second"), str(shards_small), train={"epochs": 2},
