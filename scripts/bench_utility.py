@@ -172,8 +172,8 @@ def main(argv=None) -> int:
     print("|---|---|---|---|---|---|---|---|---|---|")
     for c in cells:
         bayes = f"{c['bayes_test_auc']:.4f}" if c["bayes_test_auc"] else "-"
-        print(f"| {c['dataset']} | {c['eps']} | {c['method']} | {c['test_auc_mean']:.4f} ± {c['test_auc_sd']:.4f} | "
-              f"{c['test_logloss_mean']:.4f} ± {c['test_logloss_sd']:.4f} | {c['selected_steps']} of {c['steps_trained']} | "
+        print(f"| {c['dataset']} | {c['eps']} | {c['method']} | {c['test_auc_mean']:.4f} ± {c['test_auc_sd']:.4f} | {c['oracle_test_auc_mean']:.4f} | "
+              f"{c['max_gap_to_oracle']:.4f} | {c['test_logloss_mean']:.4f} ± {c['test_logloss_sd']:.4f} | {c['selected_steps']} of {c['steps_trained']} | "
               f"{c['logistic_regression_auc']:.4f} | {bayes} |")
     print(f"\nwrote {os.path.join(args.out, 'utility.json')} ({time.perf_counter() - t0:.0f} s)")
     return 0
