@@ -8,6 +8,7 @@ import pytest
 
 from tests.procs import party_configs, run_centralized, run_split
 from vfl.checkpoint import load_checkpoint
+from vfl.logs import message_of
 
 
 def test_split_losses_equal_centralized_per_step(tmp_path, shards_small, procs):
@@ -60,7 +61,8 @@ def test_outputs_metrics_logs_and_weights_only_checkpoints(tmp_path, shards_smal
     log = (out / "leader.log").read_text()
     assert "epoch 0 step 5/" in log and "loss: " in log
     follower_log = (out / "follower0.log").read_text()
-    assert [x for x in log.splitlines() if " step " in x] == [x for x in follower_log.splitlines() if " step " in x]
+    assert [message_of(x) for x in log.splitlines() if " step " in x] == \
+        [message_of(x) for x in follower_log.splitlines() if " step " in x]
     final = load_checkpoint(str(out / "checkpoints" / "leader_final.pt"))
     assert set(final["state"]) == {"bottom", "top"} and final["party"] == "leader"
     f10 = load_checkpoint(str(out / "checkpoints" / "follower0_step10.pt"))

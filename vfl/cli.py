@@ -5,12 +5,18 @@ import argparse
 import os
 import sys
 
-from vfl.config import ConfigError, PartyConfig, load_config
+from vfl.config import ConfigError, PartyConfig, dotted_overrides, load_config
 
 
 def party_arguments(prog: str, endpoint_flag: str) -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=prog)
+    ap = argparse.ArgumentParser(prog=prog, epilog="Any config key can be set after the flags as key.path=value, "
+                                 "e.g. train.lr=1e-4 privacy.label_dp.eps=0.5 (`python -m vfl.config schema` lists them).")
     ap.add_argument("--config", required=True, help="party YAML")
+    ap.add_argument("overrides", nargs="*", metavar="key.path=value", help="set any config key (after the YAML and flags)")
+    ap.add_argument("--set", dest="set_pairs", action="append", default=[], metavar="key.path=value",
+                    help="the same as a positional key.path=value (repeatable)")
+    ap.add_argument("-q", "--quiet", action="store_true", help="console: warnings and errors only (the log file keeps all)")
+    ap.add_argument("-v", "--verbose", action="store_true", help="console: debug lines too, with timestamps")
     ap.add_argument("--out", default=None, help="output directory (overrides output.dir)")
     ap.add_argument(endpoint_flag, dest="endpoint", default=None, help="ZeroMQ endpoint tcp://HOST:PORT (overrides the YAML)")
     ap.add_argument("--data", default=None, help="this party's shard directory (overrides data.path)")
@@ -30,6 +36,7 @@ def load_party_config(args, endpoint_key: str) -> PartyConfig:
                        ("network.timeout_s", args.timeout), ("train.resume_from", args.resume)):
         if value is not None:
             overrides[key] = value
+    overrides.update(dotted_overrides([*getattr(args, "overrides", []), *getattr(args, "set_pairs", [])]))
     return load_config(args.config, overrides, keys_dir=args.keys)
 
 
@@ -126,19 +133,28 @@ def party_main(argv: list[str] | None, role: str, endpoint_flag: str, body, abor
     body may put its channel in state["channel"]; abort(state, reason) tells the peers; the channel
     and the log are closed whatever happens.
     """
+    from vfl.logs import RunLog, set_verbosity
+
     endpoint_key = endpoint_flag.lstrip("-")
-    args = party_arguments(f"python -m {role}", endpoint_flag).parse_args(argv)
+    args = party_arguments(f"python -m {role}", endpoint_flag).parse_intermixed_args(argv)
+    set_verbosity(args.quiet, args.verbose)
     cfg = config_or_exit(args, endpoint_key)
     if isinstance(cfg, int):
         return cfg
     if cfg.role != role:
         return fail(f"{args.config} has role {cfg.role!r}; python -m {role} needs role: {role}", 2)
-    from vfl.metrics import RunLog
-
-    log = RunLog(os.path.join(cfg.output.dir, f"{cfg.party}.log"))
+    log = RunLog(os.path.join(cfg.output.dir, f"{cfg.party}.log"), cfg.party)
     state: dict = {}
+
+    def checked_body() -> None:
+        from vfl.preflight import preflight
+
+        ready = preflight(cfg, log)  # data path, resume step, checkpoint size: before torch and before any peer
+        party_keys(ready)
+        body(ready, log, state)
+
     try:
-        return run_party(cfg, log, lambda: body(cfg, log, state), lambda reason: abort(state, reason))
+        return run_party(cfg, log, checked_body, lambda reason: abort(state, reason))
     finally:
         if "channel" in state:
             state["channel"].close()

@@ -1,0 +1,153 @@
+"""Checks that need no peer and no torch, run before the heavy imports: data path, resume step, checkpoint size.
+
+Each returns quickly (JSON and file headers only) so that a wrong `--data`, a checkpoint that cannot
+be resumed with these epochs, or a model whose checkpoints would fill the disk is reported in well
+under a second, before the party imports torch, binds a socket or waits for its peers.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from vfl.config import ConfigError, PartyConfig
+
+CHECKPOINT_WARN_BYTES = 1 << 30  # warn above 1 GiB per checkpoint
+RAW_SUFFIXES = (".tsv", ".txt", ".csv", ".gz")
+
+
+def _looks_like_raw_data(path: str) -> bool:
+    if path.endswith(RAW_SUFFIXES):
+        return True
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return b"\t" in head
+
+
+def _party_dirs(path: str) -> list[str]:
+    try:
+        return sorted(d for d in os.listdir(path) if os.path.isfile(os.path.join(path, d, "manifest.json")))
+    except OSError:
+        return []
+
+
+def resolve_data_path(path: str, party: str) -> tuple[str, str | None]:
+    """(this party's shard directory, a note when it was found inside the given path); ConfigError otherwise.
+
+    Accepts the party's own directory OUT/<party>, or OUT itself (the path `python -m vfl.data prepare`
+    prints), which resolves to OUT/<party>.
+    """
+    prepare = "python -m vfl.data prepare --input RAW.tsv --out DIR"
+    if not os.path.exists(path):
+        raise ConfigError(f"data.path {path!r} does not exist: give this party's shard directory DIR/{party} "
+                          f"written by `{prepare}`")
+    if os.path.isfile(path):
+        if _looks_like_raw_data(path):
+            raise ConfigError(f"data.path {path!r} is a raw data file, not a party shard: prepare it first with "
+                              f"`python -m vfl.data prepare --input {path} --out DIR`, then pass --data DIR/{party} "
+                              f"(or DIR)")
+        raise ConfigError(f"data.path {path!r} is a file; it must be this party's shard directory DIR/{party} "
+                          f"written by `{prepare}`")
+    manifest = os.path.join(path, "manifest.json")
+    if os.path.isfile(manifest):
+        try:
+            with open(manifest) as f:
+                doc = json.load(f)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"data.path {path!r}: manifest.json cannot be read: {e}") from None
+        if isinstance(doc, dict) and isinstance(doc.get("party"), dict):
+            return path, None
+        parties = _party_dirs(path)
+        if party in parties:  # the dataset directory of prepare: pick this party's part
+            return os.path.join(path, party), f"data.path {path} holds the shards of {parties}; using {os.path.join(path, party)}"
+        raise ConfigError(f"data.path {path!r} is a prepared dataset with the shards of {parties}, none of them "
+                          f"{party!r}: pass --data {os.path.join(path, parties[0]) if parties else 'DIR/' + party} "
+                          f"for the party it was prepared for, or prepare with a parties file naming {party!r}")
+    parties = _party_dirs(path)
+    if party in parties:
+        return os.path.join(path, party), f"using {os.path.join(path, party)} inside data.path {path}"
+    raise ConfigError(f"data.path {path!r} has no manifest.json: it is not a party shard written by `{prepare}`"
+                      + (f" (it holds the shards of {parties})" if parties else ""))
+
+
+def read_manifest(shard_dir: str) -> dict:
+    with open(os.path.join(shard_dir, "manifest.json")) as f:
+        return json.load(f)
+
+
+def checkpoint_meta(path: str) -> dict | None:
+    """The JSON sidecar `<checkpoint>.json` ({party, epoch, step}) written beside each checkpoint, when present."""
+    try:
+        with open(path + ".json") as f:
+            doc = json.load(f)
+        return doc if isinstance(doc, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def check_resume(cfg: PartyConfig, manifest: dict) -> None:
+    """A resume checkpoint must exist, belong to this party and leave steps to train under train.epochs."""
+    path = cfg.train.resume_from
+    if not path:
+        return
+    if not os.path.isfile(path):
+        raise ConfigError(f"train.resume_from {path!r} does not exist (a checkpoints/<party>_<tag>.pt of an earlier run)")
+    meta = checkpoint_meta(path)
+    if meta is None:
+        return  # an older checkpoint without a sidecar: checked when loaded
+    if meta.get("party") not in (None, cfg.party):
+        raise ConfigError(f"train.resume_from {path!r} belongs to party {meta.get('party')!r}, not {cfg.party!r}")
+    rows = (manifest.get("rows") or {}).get("train")
+    step = meta.get("step")
+    if isinstance(rows, int) and isinstance(step, int):
+        spe = -(-rows // cfg.train.batch_size)
+        total = cfg.train.epochs * spe
+        if step >= total:
+            need = step // spe + 1
+            raise ConfigError(f"train.resume_from {path!r} is at global step {step}, but train.epochs={cfg.train.epochs} "
+                              f"x {spe} steps ends at step {total}: pass --epochs {need} (or more) to train further")
+
+
+def projected_checkpoint_bytes(cfg: PartyConfig, manifest: dict) -> int:
+    """Float32 bytes of this party's bottom (embeddings dominate) times 3 with Adam's two moment buffers."""
+    party = manifest.get("party") or {}
+    ids = sum(int(v) for v in (party.get("field_sizes") or {}).values())
+    b = cfg.model.bottom
+    n_dense = len(party.get("dense") or ())
+    inputs = len(party.get("categorical") or ()) * b.embedding_dim + 2 * n_dense
+    mlp = 0
+    for width in (*b.hidden, b.cut_dim - 1):
+        mlp += inputs * width + width
+        inputs = width
+    params = ids * (1 + b.embedding_dim) + mlp + 2 * n_dense + 1
+    moments = 2 if cfg.train.optimizer == "adam" else 1 if cfg.train.optimizer == "adagrad" else 0
+    return 4 * params * (1 + moments)
+
+
+def size_warning(cfg: PartyConfig, manifest: dict) -> str | None:
+    """A warning when each checkpoint would exceed CHECKPOINT_WARN_BYTES (with how to shrink it)."""
+    nbytes = projected_checkpoint_bytes(cfg, manifest)
+    if nbytes < CHECKPOINT_WARN_BYTES:
+        return None
+    ids = sum(int(v) for v in ((manifest.get("party") or {}).get("field_sizes") or {}).values())
+    count = 1 + (cfg.train.checkpoint_every > 0)
+    return (f"each checkpoint of {cfg.party} will take about {nbytes / 2**30:.1f} GiB ({ids:,} embedding rows x "
+            f"{cfg.model.bottom.embedding_dim + 1} floats, with optimizer state){' and more every checkpoint_every steps' if count > 1 else ''}; "
+            f"prepare with fewer --hash-buckets or with --vocab-min-count N, or lower model.bottom.embedding_dim")
+
+
+def preflight(cfg: PartyConfig, log=None) -> PartyConfig:
+    """Run every peer-free check; return cfg with data.path resolved to this party's shard directory."""
+    path, note = resolve_data_path(cfg.data.path, cfg.party)
+    if note and log is not None:
+        log(note)
+    if path != cfg.data.path:
+        cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"path": path})})
+    manifest = read_manifest(path)
+    check_resume(cfg, manifest)
+    warning = size_warning(cfg, manifest)
+    if warning and log is not None:
+        log.warning(f"warning: {warning}")
+    return cfg
