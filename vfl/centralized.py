@@ -16,6 +16,7 @@ import torch
 
 from privacy.label_dp_run import training_loss
 from vfl.config import ConfigError, PartyConfig, load_config
+from vfl.curves import RunCurves
 from vfl.data.reader import DataError
 from vfl.data.shards import PartyShard, eval_batches, steps_per_epoch
 from vfl.handshake import hello_meta, hello_problems
@@ -59,6 +60,7 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     ld = leader_cfg.privacy.label_dp
     loop = TrainingLoop(tr, len(train), parties[0].test_split.labels, log, labels_info.valid,
                         ld.eps if ld is not None else None)
+    loop.curves = RunCurves(out_dir, "centralized", log=log)
 
     def step(epoch: int, i: int, rows: np.ndarray) -> float:
         loss = top.loss([p.forward_train(rows) for p in parties], labels[rows])
