@@ -8,6 +8,8 @@
 #   on the same data (another eps), e.g. --eps 2 --compare runs/leakage_1
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
+require_values --eps --out --rows --epochs --compare -- "$@"
 EPS="" OUT="" ROWS=200000 EPOCHS=2 COMPARE=""
 while [ $# -gt 0 ]; do
   case "$1" in
