@@ -81,12 +81,12 @@ def Number(lo=None, hi=None, *, lo_open: bool = False, hi_open: bool = False, in
         value = yaml12_number(value)
         return int(value) if integer else float(value)
 
-    bounds = {}
+    bounds = {}  # for the JSON Schema only: check() enforces them with the project's messages
     if lo is not None:
-        bounds["gt" if lo_open else "ge"] = lo
+        bounds["exclusiveMinimum" if lo_open else "minimum"] = lo
     if hi is not None and not (isinstance(hi, float) and math.isinf(hi)):
-        bounds["lt" if hi_open else "le"] = hi
-    return Annotated[int if integer else float, BeforeValidator(check), Field(**bounds)]
+        bounds["exclusiveMaximum" if hi_open else "maximum"] = hi
+    return Annotated[int if integer else float, BeforeValidator(check), Field(json_schema_extra=bounds)]
 
 
 def Choice(*options: str):
@@ -110,7 +110,7 @@ def IntList(lo: int = 1):
             raise _fail(f"{info.field_name} must be a list of integers >= {lo}, got {value!r}")
         return tuple(value)
 
-    return Annotated[tuple[Annotated[int, Field(ge=lo)], ...], BeforeValidator(check)]
+    return Annotated[tuple[int, ...], BeforeValidator(check), Field(json_schema_extra={"items": {"type": "integer", "minimum": lo}})]
 
 
 def Text(pattern: str | None = None, rule: str = "be a non-empty string"):
@@ -124,7 +124,7 @@ def Text(pattern: str | None = None, rule: str = "be a non-empty string"):
             raise _fail(f"{info.field_name} must {rule}, got {value!r}")
         return value
 
-    return Annotated[str, BeforeValidator(check), Field(min_length=1, **({"pattern": pattern} if pattern else {}))]
+    return Annotated[str, BeforeValidator(check), Field(json_schema_extra={"minLength": 1, **({"pattern": pattern} if pattern else {})})]
 
 
 def Flag():
