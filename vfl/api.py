@@ -183,8 +183,9 @@ def simulate(leader: ConfigLike, followers: list[ConfigLike], *, data: str | Non
             cmd = [sys.executable, "-m", role, "--config", path, "--bind" if i == 0 else "--connect", endpoint,
                    "--keys", keys, "--out", out, *(["--data", os.path.join(data, name)] if data else []),
                    *(["--quiet"] if quiet else []), *pairs]
-            procs[name] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL if quiet else None, stderr=subprocess.PIPE,
-                                           text=True, start_new_session=True)
+            with open(os.path.join(out, f"{name}.stderr"), "w") as err_file:  # a file: a pipe could fill and block
+                procs[name] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL if quiet else None, stderr=err_file,
+                                               start_new_session=True)
         deadline = time.monotonic() + timeout_s
         while any(p.poll() is None for p in procs.values()):
             failed = [n for n, p in procs.items() if p.poll() not in (None, 0)]
@@ -193,9 +194,10 @@ def simulate(leader: ConfigLike, followers: list[ConfigLike], *, data: str | Non
             time.sleep(0.1)
         failed = [n for n, p in procs.items() if p.poll() not in (None, 0)]
         if failed or any(p.poll() is None for p in procs.values()):
-            _stop(procs)
             name = failed[0] if failed else names[0]
-            err = procs[name].stderr.read() if procs[name].stderr and procs[name].poll() is not None else ""
+            _stop(procs)
+            with open(os.path.join(out, f"{name}.stderr")) as f:
+                err = f.read()
             why = f"exited with status {procs[name].returncode}" if failed else f"did not finish in {timeout_s} s"
             raise RuntimeError(f"{name} {why}: {' '.join(err.strip().splitlines()[-3:])}")
     finally:
@@ -216,9 +218,6 @@ def _stop(procs: dict[str, subprocess.Popen]) -> None:
                 except ProcessLookupError:
                     pass
                 p.wait(timeout=10)
-    for p in procs.values():
-        if p.stderr and not p.stderr.closed:
-            p.stderr.close()
 
 
 __all__ = ["Follower", "History", "Leader", "simulate"]

@@ -20,7 +20,7 @@ def enabled(stream=None) -> bool:
     return console_level() <= 20 and hasattr(stream, "isatty") and stream.isatty()
 
 
-def bar(total: int | float | None = None, desc: str = "", unit: str = "it", leave: bool = False, **kw):
+def bar(total: int | float | None = None, desc: str = "", unit: str = "it", leave: bool = True, **kw):
     """A tqdm bar (a no-op one when disabled): `.update(n)`, `.set_postfix_str(s)`, `.close()`."""
     from tqdm import tqdm
 
