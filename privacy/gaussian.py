@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import log_ndtr
 
 from privacy.domains import Number, Params
 
@@ -23,6 +22,8 @@ def _phi(x: float) -> float:
 
 def _exp_phi(eps: float, x: float) -> float:
     """e^eps * Phi(x) without overflow for large eps (log-space)."""
+    from scipy.special import log_ndtr  # imported on use: configs import this module for its parameter schema
+
     return math.exp(eps + float(log_ndtr(x)))
 
 

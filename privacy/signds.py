@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy.special import gammaln
 
 from privacy.domains import Number, Params
 from privacy.randomized_response import check_eps
@@ -45,6 +44,8 @@ class SignDSParams(Params):
 
 
 def _log_comb(n: int, r: np.ndarray) -> np.ndarray:
+    from scipy.special import gammaln  # imported on use: configs import this module for its parameter schema
+
     return gammaln(n + 1) - gammaln(r + 1) - gammaln(n - r + 1)
 
 

@@ -124,7 +124,7 @@ def test_projected_checkpoint_size_matches_a_real_checkpoint_and_large_ones_warn
     assert projected_checkpoint_bytes(cfg, big) > CHECKPOINT_WARN_BYTES and "GiB" in text and "--vocab-min-count" in text
 
 
-@pytest.mark.parametrize("module", ["leader", "follower", "vfl.centralized", "vfl.data", "vfl.config"])
+@pytest.mark.parametrize("module", ["leader", "follower", "vfl.centralized", "vfl.data", "vfl.config", "vfl.horizontal"])
 def test_help_never_imports_torch(module):
     # Execute
     r = subprocess.run([sys.executable, "-X", "importtime", "-m", module, "--help"], cwd=REPO, capture_output=True,
