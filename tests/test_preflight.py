@@ -150,3 +150,13 @@ def test_shell_script_value_flags_without_a_value_are_clear_errors(args, needle)
     # Assert
     for res in (r, lp):
         assert res.returncode == 2 and needle in res.stderr and "unbound variable" not in res.stderr
+
+
+def test_reading_the_dataset_directory_as_a_shard_is_a_data_error_not_a_key_error(shards_small):
+    # Prepare
+    from vfl.data.reader import DataError
+    from vfl.data.shards import PartyShard
+
+    # Execute / Assert
+    with pytest.raises(DataError, match=r"is the prepared dataset, not one party's shard: .* \['follower0', 'leader'\]"):
+        PartyShard(str(shards_small))
