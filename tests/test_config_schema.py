@@ -116,3 +116,10 @@ def test_parties_yaml_errors_name_the_party_key_and_domain():
     assert "a: label must be true or false, got 'yes'" in text and "did you mean 'dense'" in text
     assert "b: drop_fraction must be in [0.0, 1.0), got drop_fraction=1" in text
     assert parse_parties({"a": {"dense": ["I1"], "label": True}, "b": {"dense": ["I2"], "drop_fraction": "1e-1"}})[1].drop_fraction == 0.1
+
+
+def test_the_shipped_json_schema_is_the_current_one():
+    # Assert: examples/party.schema.json (named by the example YAMLs for editors) matches the models
+    shipped = json.loads((REPO / "examples/party.schema.json").read_text())
+    assert shipped == json.loads(json.dumps(json_schema())), "regenerate: python -m vfl.config schema --out examples/party.schema.json"
+    assert "$schema=../party.schema.json" in (REPO / "examples/wide_deep_criteo/leader.yaml").read_text()
