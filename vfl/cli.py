@@ -151,6 +151,7 @@ def party_main(argv: list[str] | None, role: str, endpoint_flag: str, body, abor
 
         ready = preflight(cfg, log)  # data path, resume step, checkpoint size: before torch and before any peer
         party_keys(ready)
+        log(f"{role} {cfg.party}: config, keys and data checked ({ready.data.path}); loading torch and the model")
         body(ready, log, state)
 
     try:
