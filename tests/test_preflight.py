@@ -160,3 +160,21 @@ def test_reading_the_dataset_directory_as_a_shard_is_a_data_error_not_a_key_erro
     # Execute / Assert
     with pytest.raises(DataError, match=r"is the prepared dataset, not one party's shard: .* \['follower0', 'leader'\]"):
         PartyShard(str(shards_small))
+
+
+def test_shard_role_owner_and_columns_are_checked_from_the_manifest(shards_small):
+    # Prepare
+    from vfl.data.reader import DataError
+    from vfl.preflight import check_shard, read_manifest
+
+    follower_dir, leader_dir = str(shards_small / "follower0"), str(shards_small / "leader")
+    follower = parse_config({"role": "follower", "party": "follower0", "data": {"path": follower_dir, "dense": ["I1"]},
+                             "network": {"connect": "tcp://127.0.0.1:1"}})
+    # Execute / Assert
+    with pytest.raises(DataError, match="which holds no labels; the leader needs the labelled shard"):
+        check_shard(_cfg(follower_dir), follower_dir, read_manifest(follower_dir))
+    with pytest.raises(DataError, match="a follower must never read labels"):
+        check_shard(follower, leader_dir, read_manifest(leader_dir))
+    with pytest.raises(DataError, match=r"data.dense \['I1'\] does not match the shard's columns \['I8'"):
+        check_shard(follower, follower_dir, read_manifest(follower_dir))
+    check_shard(_cfg(leader_dir), leader_dir, read_manifest(leader_dir))

@@ -1,4 +1,4 @@
-"""Checks that need no peer and no torch, run before the heavy imports: data path, resume step, checkpoint size.
+"""Checks that need no peer and no torch, run before the heavy imports: data path and shard, resume step, sizes.
 
 Each returns quickly (JSON and file headers only) so that a wrong `--data`, a checkpoint that cannot
 be resumed with these epochs, or a model whose checkpoints would fill the disk is reported in well
@@ -110,6 +110,25 @@ def check_resume(cfg: PartyConfig, manifest: dict) -> None:
                               f"x {spe} steps ends at step {total}: pass --epochs {need} (or more) to train further")
 
 
+def check_shard(cfg: PartyConfig, shard_dir: str, manifest: dict) -> None:
+    """The shard must be this party's, labelled for the leader only, with the columns the config names."""
+    from vfl.data.reader import DataError
+
+    party = manifest.get("party") or {}
+    name, has_labels = party.get("name"), bool(party.get("has_labels"))
+    if cfg.is_leader and not has_labels:
+        raise DataError(f"data.path {shard_dir} is the shard of {name!r}, which holds no labels; the leader needs the labelled shard")
+    if not cfg.is_leader and has_labels:
+        raise DataError(f"data.path {shard_dir} holds labels (it is the leader's shard {name!r}); a follower must never read labels")
+    if name != cfg.party:
+        raise DataError(f"data.path {shard_dir} is the shard of party {name!r}, not of {cfg.party!r}; "
+                        f"give each party its own directory OUT/<party> of `python -m vfl.data prepare`")
+    for want, key in ((cfg.data.dense, "dense"), (cfg.data.categorical, "categorical")):
+        have = party.get(key)
+        if want is not None and list(want) != list(have or []):
+            raise DataError(f"data.{key} {list(want)} does not match the shard's columns {have} in {shard_dir}")
+
+
 def projected_checkpoint_bytes(cfg: PartyConfig, manifest: dict) -> int:
     """Float32 bytes of this party's bottom (embeddings dominate) times 3 with Adam's two moment buffers."""
     party = manifest.get("party") or {}
@@ -146,6 +165,7 @@ def preflight(cfg: PartyConfig, log=None) -> PartyConfig:
     if path != cfg.data.path:
         cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"path": path})})
     manifest = read_manifest(path)
+    check_shard(cfg, path, manifest)
     check_resume(cfg, manifest)
     warning = size_warning(cfg, manifest)
     if warning and log is not None:
