@@ -178,3 +178,14 @@ def test_shard_role_owner_and_columns_are_checked_from_the_manifest(shards_small
     with pytest.raises(DataError, match=r"data.dense \['I1'\] does not match the shard's columns \['I8'"):
         check_shard(follower, follower_dir, read_manifest(follower_dir))
     check_shard(_cfg(leader_dir), leader_dir, read_manifest(leader_dir))
+
+
+def test_set_and_positional_overrides_are_validated_together_and_verbose_adds_timestamps(tmp_path, shards_small):
+    # Execute
+    r = _party(tmp_path, shards_small, "--set", "train.lr=fast", "train.optimizer=adamw", "-v")
+    # Assert: both bad values in one report, exit 2, before anything else ran
+    assert r.returncode == 2
+    assert "2 problem(s)" in r.stderr and "train.lr must be a number, got 'fast'" in r.stderr
+    assert "train.optimizer must be one of ['adam', 'sgd', 'adagrad'], got 'adamw'" in r.stderr
+    bad_data = _party(tmp_path, shards_small, "--data", str(tmp_path / "missing"), "-v")
+    assert bad_data.stderr[:2] == "20" and " ERROR error: data.path" in bad_data.stderr  # timestamp and level

@@ -200,8 +200,7 @@ def _role_problems(doc: dict) -> list[str]:
         if _has(doc, "privacy", "label_dp"):
             errors.append("privacy.label_dp is set on the leader only (it holds the labels)")
     ld = _get(doc, "privacy", "label_dp")
-    if _has(doc, "privacy", "label_dp") and isinstance(ld, dict) or ld is None and _has(doc, "privacy", "label_dp"):
-        ld = ld or {}
+    if _has(doc, "privacy", "label_dp") and isinstance(ld, dict):  # (an empty `label_dp:` is {} by now)
         if "eps" not in ld:
             errors.append("privacy.label_dp.eps is required (a number >= 0, or inf for no noise)")
         if ld.get("debias") is True and ld.get("mechanism", "rr") != "rr":
