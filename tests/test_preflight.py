@@ -29,21 +29,24 @@ def _party(cfgs_dir, shards, *extra, module="leader"):
 
 
 def test_data_path_forms_resolve_or_say_what_to_do(shards_small, synth_small, tmp_path):
+    # Prepare
+    from vfl.data.reader import DataError
+
     # Execute / Assert: the party's directory, and the dataset directory prepare prints, both work
     assert resolve_data_path(str(shards_small / "leader"), "leader") == (str(shards_small / "leader"), None)
     path, note = resolve_data_path(str(shards_small), "follower0")
     assert path == os.path.join(str(shards_small), "follower0") and "using" in note
     # a raw TSV says to prepare it
-    with pytest.raises(ConfigError, match=r"is a raw data file, not a party shard: prepare it first with `python -m vfl.data prepare --input"):
+    with pytest.raises(DataError, match=r"is a raw data file, not a party shard: prepare it first with `python -m vfl.data prepare --input"):
         resolve_data_path(str(synth_small), "leader")
     # a missing path says so, and what it must be
-    with pytest.raises(ConfigError, match=r"does not exist: give this party's shard directory DIR/leader"):
+    with pytest.raises(DataError, match=r"does not exist: give this party's shard directory DIR/leader"):
         resolve_data_path(str(tmp_path / "nope"), "leader")
     # a dataset without this party names the parties it has
-    with pytest.raises(ConfigError, match=r"shards of \['follower0', 'leader'\], none of them 'carol'"):
+    with pytest.raises(DataError, match=r"shards of \['follower0', 'leader'\], none of them 'carol'"):
         resolve_data_path(str(shards_small), "carol")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ConfigError, match="has no manifest.json"):
+    with pytest.raises(DataError, match="has no manifest.json"):
         resolve_data_path(str(tmp_path / "empty"), "leader")
 
 
@@ -56,8 +59,8 @@ def test_party_cli_rejects_bad_data_before_importing_torch(tmp_path, shards_smal
     data = str(synth_small) if what == "raw" else str(tmp_path / "missing")
     # Execute
     r = _party(tmp_path, shards_small, "--data", data, "-v")
-    # Assert: exit 2, one error line; the verbose log shows torch was never imported
-    assert r.returncode == 2, r.stderr
+    # Assert: exit 1 (a data error), one error line, no traceback
+    assert r.returncode == 1, r.stderr
     assert needle in r.stderr and r.stderr.count("error:") == 1
     assert "Traceback" not in r.stderr and "KeyError" not in r.stderr
 

@@ -34,21 +34,23 @@ def _party_dirs(path: str) -> list[str]:
 
 
 def resolve_data_path(path: str, party: str) -> tuple[str, str | None]:
-    """(this party's shard directory, a note when it was found inside the given path); ConfigError otherwise.
+    """(this party's shard directory, a note when it was found inside the given path); DataError otherwise.
 
     Accepts the party's own directory OUT/<party>, or OUT itself (the path `python -m vfl.data prepare`
     prints), which resolves to OUT/<party>.
     """
+    from vfl.data.reader import DataError  # (exit status 1, as when the shard itself is unreadable)
+
     prepare = "python -m vfl.data prepare --input RAW.tsv --out DIR"
     if not os.path.exists(path):
-        raise ConfigError(f"data.path {path!r} does not exist: give this party's shard directory DIR/{party} "
+        raise DataError(f"data.path {path!r} does not exist: give this party's shard directory DIR/{party} "
                           f"written by `{prepare}`")
     if os.path.isfile(path):
         if _looks_like_raw_data(path):
-            raise ConfigError(f"data.path {path!r} is a raw data file, not a party shard: prepare it first with "
+            raise DataError(f"data.path {path!r} is a raw data file, not a party shard: prepare it first with "
                               f"`python -m vfl.data prepare --input {path} --out DIR`, then pass --data DIR/{party} "
                               f"(or DIR)")
-        raise ConfigError(f"data.path {path!r} is a file; it must be this party's shard directory DIR/{party} "
+        raise DataError(f"data.path {path!r} is a file; it must be this party's shard directory DIR/{party} "
                           f"written by `{prepare}`")
     manifest = os.path.join(path, "manifest.json")
     if os.path.isfile(manifest):
@@ -56,19 +58,19 @@ def resolve_data_path(path: str, party: str) -> tuple[str, str | None]:
             with open(manifest) as f:
                 doc = json.load(f)
         except (OSError, ValueError) as e:
-            raise ConfigError(f"data.path {path!r}: manifest.json cannot be read: {e}") from None
+            raise DataError(f"data.path {path!r}: manifest.json cannot be read: {e}") from None
         if isinstance(doc, dict) and isinstance(doc.get("party"), dict):
             return path, None
         parties = _party_dirs(path)
         if party in parties:  # the dataset directory of prepare: pick this party's part
             return os.path.join(path, party), f"data.path {path} holds the shards of {parties}; using {os.path.join(path, party)}"
-        raise ConfigError(f"data.path {path!r} is a prepared dataset with the shards of {parties}, none of them "
+        raise DataError(f"data.path {path!r} is a prepared dataset with the shards of {parties}, none of them "
                           f"{party!r}: pass --data {os.path.join(path, parties[0]) if parties else 'DIR/' + party} "
                           f"for the party it was prepared for, or prepare with a parties file naming {party!r}")
     parties = _party_dirs(path)
     if party in parties:
         return os.path.join(path, party), f"using {os.path.join(path, party)} inside data.path {path}"
-    raise ConfigError(f"data.path {path!r} has no manifest.json: it is not a party shard written by `{prepare}`"
+    raise DataError(f"data.path {path!r} has no manifest.json: it is not a party shard written by `{prepare}`"
                       + (f" (it holds the shards of {parties})" if parties else ""))
 
 
