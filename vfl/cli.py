@@ -5,7 +5,10 @@ import argparse
 import os
 import sys
 
-from vfl.config import ConfigError, PartyConfig, dotted_overrides, load_config
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the schema (pydantic) is imported after the arguments parse: `--help` stays instant
+    from vfl.config import PartyConfig
 
 
 def party_arguments(prog: str, endpoint_flag: str) -> argparse.ArgumentParser:
@@ -30,6 +33,8 @@ def party_arguments(prog: str, endpoint_flag: str) -> argparse.ArgumentParser:
 
 
 def load_party_config(args, endpoint_key: str) -> PartyConfig:
+    from vfl.config import dotted_overrides, load_config
+
     overrides = {}
     for key, value in ((f"network.{endpoint_key}", args.endpoint), ("output.dir", args.out), ("data.path", args.data),
                        ("train.epochs", args.epochs),
@@ -42,6 +47,7 @@ def load_party_config(args, endpoint_key: str) -> PartyConfig:
 
 def party_keys(cfg: PartyConfig):
     """This party's CurveZMQ keys (LeaderKeys or FollowerKeys); ConfigError naming what is missing or wrong."""
+    from vfl.config import ConfigError
     from vfl.wire.keys import KeyFileError, load_follower_keys, load_leader_keys
 
     net = cfg.network
@@ -72,6 +78,8 @@ def fail(reason: str, code: int = 1) -> int:
 
 
 def config_or_exit(args, endpoint_key: str) -> PartyConfig | int:
+    from vfl.config import ConfigError
+
     try:
         cfg = load_party_config(args, endpoint_key)
     except ConfigError as e:
@@ -95,6 +103,7 @@ def run_party(cfg: PartyConfig, log, body, abort) -> int:
     stderr and in the party's log, exit 2 for configuration errors, 1 otherwise, 130 on Ctrl-C.
     """
     from privacy.label_dp_store import LabelDPStoreError
+    from vfl.config import ConfigError
     from vfl.data.reader import DataError
     from vfl.wire import PeerAbort, WireError
 
