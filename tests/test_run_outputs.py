@@ -133,3 +133,24 @@ def test_simulate_names_the_party_that_failed(tmp_path, shards_small):
                  data=str(shards_small), out=str(tmp_path), overrides={"data.dense": ["I1"]}, timeout_s=120)
     # Assert: the first party to fail is named with its one-line reason, and no process is left
     assert "exited with status" in str(e.value) and "does not match the shard's columns" in str(e.value)
+
+
+def test_leader_and_follower_objects_fit_in_this_process(tmp_path, shards_small):
+    # Prepare: the follower's fit() in a thread, the leader's in the test, over tcp on 127.0.0.1
+    import threading
+
+    from tests.procs import party_configs
+    from vfl.api import Follower, Leader
+
+    cfgs = party_configs(str(tmp_path), str(shards_small), train={"epochs": 2})
+    leader, follower = Leader(cfgs["leader"], train__lr=2e-2), Follower(cfgs["follower0"], train__lr="2e-2")
+    steps: dict = {}
+    worker = threading.Thread(target=lambda: steps.setdefault("follower0", follower.fit()), daemon=True)
+    # Execute
+    worker.start()
+    history = leader.fit()
+    worker.join(60)
+    # Assert: both trained every step; the history has both epochs' evaluations and the curves exist
+    assert steps["follower0"] == len(history.step_losses) == history.metrics["steps"] > 0
+    assert [e["epoch"] for e in history.evaluations] == [0, 1] and 0.6 < history.test_auc <= 1
+    assert os.path.exists(history.csv_path) and leader.config.train.lr == follower.config.train.lr == 0.02
