@@ -33,6 +33,7 @@ def body(cfg, log, state: dict) -> None:
     welcome = trainer.handshake()
     log(f"follower {cfg.party}: joined run {channel.run} ({welcome.get('epochs')} epochs x {welcome.get('steps_per_epoch')} steps)")
     trainer.run()
+    state["steps"] = trainer.steps
     log(f"follower {cfg.party}: done after {trainer.steps} steps")
 
 

@@ -12,6 +12,8 @@ from vfl.handshake import hello_meta, hello_problems, new_nonce, nonce_problems,
 from privacy.label_dp_run import training_loss
 from vfl.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.config import PartyConfig
+from vfl.curves import RunCurves
+from vfl.progress import track
 from vfl.data.shards import batch_digest, eval_batches, steps_per_epoch
 from vfl.labels import leader_training_labels, open_label_key
 from vfl.prior_model import prior_fn_for
@@ -110,6 +112,7 @@ class LeaderTrainer:
             self.top.load_state(self.resume["state"]["top"])
             self.loop.load_state((self.resume.get("extra") or {}).get("loop") or {})
             self.log(f"resumed from {self.cfg.train.resume_from} at global step {self.start_step}")
+        self.loop.curves = RunCurves(self.out_dir, self.cfg.party, self.start_step, log=self.log)
 
     def _check_resume_release(self) -> None:
         """A resumed run must train on the very release its checkpoint was trained on."""
@@ -179,7 +182,7 @@ class LeaderTrainer:
         """Predicted click probabilities on the valid or test split (scored on the leader only)."""
         n = len(self.party.valid_split if split == "valid" else self.party.test_split)
         probs = np.empty(n)
-        for sl in eval_batches(n, self.cfg.train.eval_batch_size):
+        for sl in track(eval_batches(n, self.cfg.train.eval_batch_size), desc=f"evaluate {split}", unit="batch"):
             for f in self.followers:
                 self.ch.send(f, "EVAL", {"split": split, "start": sl.start, "stop": sl.stop})
             cuts = [self.party.forward_eval(sl, split)]

@@ -5,6 +5,8 @@
 # Env: LEADER_CONFIG, FOLLOWER_CONFIG (default examples/wide_deep_criteo/{leader,follower}.yaml).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
+require_values --data --out --epochs --rows --hash-buckets -- "$@"
 ROOT=$(pwd)
 DATA="" OUT="runs/local" EPOCHS="" CENTRALIZED=0 ROWS=1000000 BUCKETS=20000
 while [ $# -gt 0 ]; do
@@ -36,7 +38,7 @@ fi
 [ -f "$DATA" ] || { echo "error: --data $DATA: file not found" >&2; exit 2; }
 SHARDS="$OUT/shards"
 echo "== preparing party shards from $DATA -> $SHARDS"
-"$PY" -m vfl.data prepare --input "$DATA" --out "$SHARDS" --hash-buckets "$BUCKETS" --force
+"$PY" -m vfl.data prepare --input "$DATA" --out "$SHARDS" --hash-buckets "$BUCKETS" --force --reuse
 EP_ARGS=()
 [ -n "$EPOCHS" ] && EP_ARGS=(--epochs "$EPOCHS")
 if [ "$CENTRALIZED" = 1 ]; then

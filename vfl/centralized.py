@@ -11,24 +11,32 @@ import argparse
 import os
 import sys
 
-import numpy as np
-import torch
+from typing import TYPE_CHECKING
 
-from privacy.label_dp_run import training_loss
-from vfl.config import ConfigError, PartyConfig, load_config
-from vfl.data.reader import DataError
-from vfl.data.shards import PartyShard, eval_batches, steps_per_epoch
-from vfl.handshake import hello_meta, hello_problems
-from vfl.labels import leader_training_labels
-from vfl.loop import TrainingLoop
-from vfl.metrics import RunLog, write_json
-from vfl.party import BottomParty, resolve_device, set_threads
-from vfl.prior_model import prior_fn_for
-from vfl.top import TopTrainer
+from vfl.logs import RunLog, set_verbosity
+
+if TYPE_CHECKING:  # imported after the arguments parse: `--help` stays instant
+    from vfl.config import PartyConfig
 
 
 def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig], out_dir: str, log: RunLog) -> dict:
     """Train all bottoms and the top in-process; write and return metrics.json."""
+    import numpy as np
+    import torch
+
+    from privacy.label_dp_run import training_loss
+    from vfl.config import ConfigError
+    from vfl.curves import RunCurves
+    from vfl.data.reader import DataError
+    from vfl.data.shards import PartyShard, eval_batches, steps_per_epoch
+    from vfl.handshake import hello_meta, hello_problems
+    from vfl.labels import leader_training_labels
+    from vfl.loop import TrainingLoop
+    from vfl.metrics import write_json
+    from vfl.party import BottomParty, resolve_device, set_threads
+    from vfl.prior_model import prior_fn_for
+    from vfl.top import TopTrainer
+
     if any(c.train.resume_from for c in (leader_cfg, *follower_cfgs)):
         raise ConfigError("train.resume_from is for split runs; the centralized reference always starts from step 0")
     set_threads(leader_cfg.train.threads, 1)
@@ -59,6 +67,7 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     ld = leader_cfg.privacy.label_dp
     loop = TrainingLoop(tr, len(train), parties[0].test_split.labels, log, labels_info.valid,
                         ld.eps if ld is not None else None)
+    loop.curves = RunCurves(out_dir, "centralized", log=log)
 
     def step(epoch: int, i: int, rows: np.ndarray) -> float:
         loss = top.loss([p.forward_train(rows) for p in parties], labels[rows])
@@ -99,9 +108,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--follower-config", action="append", required=True, help="each follower's YAML, in network.followers order")
     ap.add_argument("--out", default=None)
     ap.add_argument("--epochs", type=int, default=None)
-    args = ap.parse_args(argv)
-    overrides = {"train.epochs": args.epochs} if args.epochs is not None else {}
+    ap.add_argument("-q", "--quiet", action="store_true", help="console: warnings and errors only")
+    ap.add_argument("-v", "--verbose", action="store_true", help="console: debug lines too, with timestamps")
+    ap.add_argument("overrides", nargs="*", metavar="key.path=value", help="set a config key of every party")
+    args = ap.parse_intermixed_args(argv)
+    set_verbosity(args.quiet, args.verbose)
+    from vfl.config import ConfigError, dotted_overrides, load_config
+
     try:
+        overrides = {**({"train.epochs": args.epochs} if args.epochs is not None else {}), **dotted_overrides(args.overrides)}
         leader_cfg = load_config(args.config, {**overrides, **({"output.dir": args.out} if args.out else {})})
         follower_cfgs = [load_config(p, overrides) for p in args.follower_config]
     except ConfigError as e:
@@ -109,8 +124,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out_dir = leader_cfg.output.dir
     os.makedirs(out_dir, exist_ok=True)
-    log = RunLog(os.path.join(out_dir, "centralized.log"))
+    log = RunLog(os.path.join(out_dir, "centralized.log"), "centralized")
+    from vfl.data.reader import DataError
+    from vfl.preflight import preflight
+
     try:
+        leader_cfg = preflight(leader_cfg, log)
+        follower_cfgs = [preflight(c, log) for c in follower_cfgs]
         m = train_centralized(leader_cfg, follower_cfgs, out_dir, log)
     except (ConfigError, DataError, FloatingPointError, RuntimeError, ValueError, OSError) as e:
         log.error(f"error: {' '.join(str(e).split())}")

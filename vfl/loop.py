@@ -15,6 +15,7 @@ from privacy.noisy_metrics import noisy_validation_metrics
 from vfl.config import TrainConfig
 from vfl.data.shards import batch_order, steps_per_epoch
 from vfl.metrics import RunLog, auc, logloss, loss_line
+from vfl.progress import bar
 from vfl.training.selection import EarlyStopping
 
 Evaluate = Callable[[str], np.ndarray]  # split name ("valid" | "test") -> predicted click probabilities
@@ -42,6 +43,7 @@ class TrainingLoop:
         self.snapshot_bytes = 0
         self.stopped_early = False
         self.final: dict = {}
+        self.curves = None  # a vfl.curves.RunCurves: metrics.csv, TensorBoard, curves.png
         if self.selection is not None and (self.valid_labels is None or self.valid_labels.size == 0):
             raise ValueError("train.early_stopping needs a validation split with rows (prepare with --valid-fraction > 0)")
 
@@ -70,8 +72,13 @@ class TrainingLoop:
         self.global_step = start_step
         window_loss, window_steps, window_samples, window_seconds = 0.0, 0, 0, 0.0
         epoch = first_epoch
+        if self.valid_eps is not None:
+            self.log(f"label DP: the training loss below is computed on the randomized (noisy) training labels "
+                     f"(eps={self.valid_eps}); validation metrics are debiased from randomized validation labels")
         for epoch in range(first_epoch, tr.epochs):
             order = batch_order(self.n_train, tr.batch_size, tr.seed, epoch)
+            progress = bar(total=len(order), desc=f"epoch {epoch + 1}/{tr.epochs}", unit="step",
+                           initial=first_i if epoch == first_epoch else 0)
             for i, rows in enumerate(order):
                 if epoch == first_epoch and i < first_i:
                     continue
@@ -86,6 +93,11 @@ class TrainingLoop:
                 window_samples += rows.size
                 window_seconds += seconds
                 self.global_step += 1
+                progress.update(1)
+                progress.set_postfix_str(f"loss {value:.4f}" + (" (noisy labels)" if self.valid_eps is not None else ""),
+                                         refresh=False)
+                if self.curves is not None:
+                    self.curves.step(epoch, self.global_step, value)
                 if (i + 1) % tr.log_every == 0 or i + 1 == len(order):
                     self.log(loss_line(epoch, i + 1, len(order), value))
                 if checkpoint and tr.checkpoint_every and self.global_step % tr.checkpoint_every == 0:
@@ -102,6 +114,7 @@ class TrainingLoop:
                                  f"{self.selection.metric} for {self.selection.patience} evaluations; best step "
                                  f"{self.selection.best_step}")
                         break
+            progress.close()
             if self.stopped_early:
                 break
         self._finish(evaluate, restore)
@@ -118,6 +131,8 @@ class TrainingLoop:
         probs = evaluate("test")
         entry["test_auc"], entry["test_logloss"] = auc(self.test_labels, probs), logloss(self.test_labels, probs)
         self.history.append(entry)
+        if self.curves is not None:
+            self.curves.evaluation(entry)
         valid = entry.get("valid")
         self.log(f"epoch {epoch} evaluation at global_step={self.global_step}: "
                  + (f"valid_auc: {valid['auc']:.6f} (noisy {valid['auc_noisy']:.6f}) valid_logloss: {valid['logloss']:.6f} "
@@ -138,6 +153,8 @@ class TrainingLoop:
                      f"test_auc: {test_auc:.6f} test_logloss: {test_ll:.6f}")
         else:
             test_auc, test_ll = self.history[-1]["test_auc"], self.history[-1]["test_logloss"]
+        if self.curves is not None:
+            self.curves.close()
         self.final = {"test_auc": test_auc, "test_logloss": test_ll, "restored": restored,
                       "model_step": sel.best_step if restored else self.global_step}
 
@@ -166,10 +183,11 @@ class TrainingLoop:
     def state(self) -> dict:
         """What a checkpoint needs to continue selection exactly after a resume."""
         return {"selection": None if self.selection is None else self.selection.state(), "history": self.history,
-                "snapshot_bytes": self.snapshot_bytes}
+                "snapshot_bytes": self.snapshot_bytes, "step_losses": self.step_losses}
 
     def load_state(self, state: dict) -> None:
         if self.selection is not None and state.get("selection"):
             self.selection.load_state(state["selection"])
         self.history = list(state.get("history", []))
+        self.step_losses = [float(x) for x in state.get("step_losses", [])]  # a resumed run keeps the whole curve
         self.snapshot_bytes = int(state.get("snapshot_bytes", 0))

@@ -1,14 +1,14 @@
-"""Evaluation metrics (scikit-learn) and the run log that writes the seed's loss lines."""
+"""Evaluation metrics (scikit-learn) and the seed's loss-line format (the run log itself is vfl/logs.py)."""
 from __future__ import annotations
 
 import json
 import math
 import os
-import sys
-import time
 
 import numpy as np
 from sklearn.metrics import log_loss, roc_auc_score
+
+from vfl.logs import RunLog  # noqa: F401  (re-exported: callers import the run log from here)
 
 
 def auc(labels: np.ndarray, scores: np.ndarray) -> float:
@@ -26,33 +26,6 @@ def logloss(labels: np.ndarray, probs: np.ndarray) -> float:
         return math.nan
     probs = np.clip(np.asarray(probs, dtype=np.float64), 1e-7, 1 - 1e-7)
     return float(log_loss(labels, probs, labels=[0, 1]))
-
-
-class RunLog:
-    """Writes each line to stdout and to the party's log file, flushed at once."""
-
-    def __init__(self, path: str | None):
-        self._f = open(path, "a", buffering=1) if path else None
-        self.t0 = time.perf_counter()
-
-    def __call__(self, line: str) -> None:
-        print(line, flush=True)
-        if self._f:
-            self._f.write(line + "\n")
-
-    def error(self, line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-        if self._f:
-            self._f.write(line + "\n")
-
-    def file_only(self, text: str) -> None:
-        """Details for the log file only (a traceback), never the one-line console error."""
-        if self._f:
-            self._f.write(text.rstrip("\n") + "\n")
-
-    def close(self) -> None:
-        if self._f:
-            self._f.close()
 
 
 def loss_line(epoch: int, step: int, steps: int, loss: float) -> str:

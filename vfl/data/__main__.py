@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from vfl.data.reader import DataError
@@ -32,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--drop", action="append", default=[], metavar="PARTY=FRACTION",
                    help="simulate a party missing this fraction of rows (repeatable)")
     p.add_argument("--force", action="store_true", help="replace an existing output directory")
+    p.add_argument("--reuse", action="store_true",
+                   help="keep an existing output directory whose source content (sha256), options and parties match; "
+                        "otherwise prepare (with --force, replacing it)")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "synth":
@@ -62,6 +66,14 @@ def main(argv: list[str] | None = None) -> int:
         opts = PrepareOptions(test_fraction=args.test_fraction, valid_fraction=args.valid_fraction, seed=args.seed, strict=args.strict,
                               hash_buckets=args.hash_buckets, vocab_min_count=args.vocab_min_count,
                               truth_path=args.truth, force=args.force)
+        if args.reuse and os.path.isdir(args.out):
+            from vfl.data.reuse import reusable
+
+            ok, why = reusable(args.out, args.input, parties, opts)
+            if ok:
+                print(f"reusing prepared shards in {args.out} ({why})")
+                return 0
+            print(f"preparing again: {why}")
         m = prepare(args.input, args.out, parties, opts)
         rows = m["rows"]
         bayes = m.get("bayes_test_auc")

@@ -84,10 +84,14 @@ def read_blocks(path: str, strict: bool, stats: ReadStats, block_bytes: int = BL
     digest = hashlib.sha256()
     line_index = 0
     carry = b""
-    with _open(path) as f:
+    from vfl.progress import bar
+
+    size = None if path.endswith(".gz") else os.path.getsize(path)  # a gzip file's size says little about its text
+    with _open(path) as f, bar(total=size, desc="prepare: read", unit="B") as progress:
         while True:
             chunk = _read(f, path, block_bytes)
             if chunk:
+                progress.update(len(chunk))
                 digest.update(chunk)
                 stats.bytes_read += len(chunk)
                 data = carry + chunk

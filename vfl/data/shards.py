@@ -56,6 +56,10 @@ class PartyShard:
             raise DataError(f"data.path {path!r} has no manifest.json: it is not a party shard written by `python -m vfl.data prepare`")
         with open(manifest_path) as f:
             self.manifest = json.load(f)
+        if not isinstance(self.manifest, dict) or not isinstance(self.manifest.get("party"), dict):
+            parties = sorted((self.manifest.get("parties") or {}) if isinstance(self.manifest, dict) else {})
+            raise DataError(f"data.path {path!r} is the prepared dataset, not one party's shard: use its party directory "
+                            f"{os.path.join(path, '<party>')} (one of {parties})")
         party = self.manifest["party"]
         self.name: str = party["name"]
         self.dense_columns: list[str] = party["dense"]

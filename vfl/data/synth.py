@@ -30,6 +30,7 @@ import pandas as pd
 
 from vfl.data.npy_stream import NpyAppender
 from vfl.data.reader import DataError
+from vfl.progress import bar
 from vfl.data.schema import CATEGORICAL_COLUMNS, DENSE_COLUMNS
 from privacy.keyed_random import splitmix64
 
@@ -146,7 +147,7 @@ def write_synthetic(out_path: str, rows: int, seed: int = 0, max_vocab: int = 20
     positives, psum = 0, 0.0
     truth = NpyAppender(tmp_truth, np.float32)
     try:
-        with open(tmp_tsv, "w", newline="\n") as f:
+        with open(tmp_tsv, "w", newline="\n") as f, bar(total=rows, desc="synth", unit="rows") as progress:
             done = 0
             while done < rows:
                 n = min(BLOCK_ROWS, rows - done)
@@ -156,6 +157,7 @@ def write_synthetic(out_path: str, rows: int, seed: int = 0, max_vocab: int = 20
                 positives += int(df["label"].sum())
                 psum += float(p.sum())
                 done += n
+                progress.update(n)
         truth.close()
         os.replace(tmp_tsv, out_path)
         os.replace(tmp_truth, out_path + ".truth.npy")
