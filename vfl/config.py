@@ -89,6 +89,7 @@ class TrainConfig:
     eval_every_steps: int = 0  # evaluate valid (and test) every N global steps; 0 = at the end of every epoch
     early_stopping: EarlyStoppingConfig | None = None  # leader: select the best step on valid, restore it
     lr_schedule: LRScheduleConfig = field(default_factory=LRScheduleConfig)
+    task: str = "binary"  # leader: binary (one sigmoid output) | multiclass (K softmax outputs, K from the shard)
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,7 @@ _SECTION_KEYS = {
     "model.top": ("name", "hidden"),
     "train": ("epochs", "batch_size", "eval_batch_size", "seed", "log_every", "lr", "optimizer", "weight_decay",
               "checkpoint_every", "device", "threads", "resume_from", "eval_every_steps", "early_stopping",
-              "lr_schedule"),
+              "lr_schedule", "task"),
     "train.early_stopping": ("metric", "patience", "min_delta"),
     "train.lr_schedule": ("name", "warmup_steps"),
     "privacy": ("label_dp",),
@@ -352,9 +353,16 @@ def parse_config(doc: Any, source: str = "config") -> PartyConfig:
             c.errors.append("train.early_stopping is set on the leader only (it holds the validation labels)")
         es = c.section(tr.get("early_stopping"), "train.early_stopping")
         train = replace(train, early_stopping=EarlyStoppingConfig(
-            metric=c.choice(es, "train.early_stopping", "metric", "auc", ["auc", "logloss"]),
+            metric=c.choice(es, "train.early_stopping", "metric", "auc", ["auc", "logloss", "accuracy"]),
             patience=c.number(es, "train.early_stopping", "patience", 3, integer=True, lo=1, hi=10_000),
             min_delta=float(c.number(es, "train.early_stopping", "min_delta", 0.0, lo=0.0, hi=1.0))))
+    if "task" in tr:
+        if not is_leader:
+            c.errors.append("train.task is set on the leader only (it holds the labels; followers train the same bottoms "
+                            "for either task)")
+        train = replace(train, task=c.choice(tr, "train", "task", "binary", ["binary", "multiclass"]))
+    if train.early_stopping is not None and train.early_stopping.metric == "accuracy" and train.task != "multiclass":
+        c.errors.append("train.early_stopping.metric accuracy needs train.task: multiclass (binary selects on auc or logloss)")
     if "lr_schedule" in tr:
         ls = c.section(tr.get("lr_schedule"), "train.lr_schedule")
         train = replace(train, lr_schedule=LRScheduleConfig(
