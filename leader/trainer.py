@@ -13,7 +13,7 @@ from privacy.label_dp_run import training_loss
 from vfl.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.config import PartyConfig
 from vfl.data.shards import batch_digest, eval_batches, steps_per_epoch
-from vfl.labels import leader_training_labels, open_label_key
+from vfl.labels import bayes_accuracy_of, leader_training_labels, open_label_key, task_classes
 from vfl.prior_model import prior_fn_for
 from vfl.loop import TrainingLoop
 from vfl.metrics import RunLog
@@ -48,6 +48,8 @@ class LeaderTrainer:
             self.resume = load_resume_checkpoint(cfg.train.resume_from, cfg.party, ("bottom", "top"))
             party.load_state(self.resume["state"]["bottom"])
         self.start_step = self.resume["step"] if self.resume else 0
+        # None (binary) or K from the leader's shard; followers are never told K
+        self.num_classes = task_classes(cfg.train.task, party.shard)
         # the key store is opened before any follower connects: its problems never reach a follower
         ld = cfg.privacy.label_dp
         self.label_key = open_label_key(ld, party.shard.manifest) if ld is not None else None
@@ -89,7 +91,8 @@ class LeaderTrainer:
     def prepare(self) -> None:
         """Randomize the training labels (label DP; LP-2ST trains its prior here) and build the top."""
         self.labels = leader_training_labels(self.cfg.privacy.label_dp, self.party.shard,
-                                             prior_fn_for(self.cfg, self.party, self._keepalive), self.label_key)
+                                             prior_fn_for(self.cfg, self.party, self._keepalive), self.label_key,
+                                             self.num_classes)
         for w in self.labels.warnings:
             self.log(w)
         if self.labels.report is not None:
@@ -101,11 +104,12 @@ class LeaderTrainer:
         self._check_resume_release()
         in_dim = self.party.cut_dim + sum(self.cut_dims[f] for f in self.followers)
         tr = self.cfg.train
-        self.top = TopTrainer(tr, self.cfg.model.top, in_dim, self.party.device, training_loss(self.cfg.privacy.label_dp),
-                              tr.epochs * steps_per_epoch(len(self.party.train_split), tr.batch_size))
+        self.top = TopTrainer(tr, self.cfg.model.top, in_dim, self.party.device,
+                              training_loss(self.cfg.privacy.label_dp, self.num_classes),
+                              tr.epochs * steps_per_epoch(len(self.party.train_split), tr.batch_size), self.num_classes)
         ld = self.cfg.privacy.label_dp
         self.loop = TrainingLoop(tr, len(self.party.train_split), self.party.test_split.labels, self.log,
-                                 self.labels.valid, ld.eps if ld is not None else None)
+                                 self.labels.valid, ld.eps if ld is not None else None, self.num_classes)
         if self.resume:
             self.top.load_state(self.resume["state"]["top"])
             self.loop.load_state((self.resume.get("extra") or {}).get("loop") or {})
@@ -176,9 +180,9 @@ class LeaderTrainer:
 
     @torch.no_grad()
     def evaluate(self, split: str) -> np.ndarray:
-        """Predicted click probabilities on the valid or test split (scored on the leader only)."""
+        """Predicted click (n,) or class (n, K) probabilities on the valid or test split (scored on the leader only)."""
         n = len(self.party.valid_split if split == "valid" else self.party.test_split)
-        probs = np.empty(n)
+        probs = np.empty(n if self.num_classes is None else (n, self.num_classes))
         for sl in eval_batches(n, self.cfg.train.eval_batch_size):
             for f in self.followers:
                 self.ch.send(f, "EVAL", {"split": split, "start": sl.start, "stop": sl.stop})
@@ -219,6 +223,7 @@ class LeaderTrainer:
             **self.loop.summary(),
             "label_dp": self.labels.report,
             "bayes_test_auc": self.party.shard.manifest.get("bayes_test_auc"),
+            **bayes_accuracy_of(self.party.shard.manifest),
             "parties": [self.cfg.party, *self.followers],
             "cut_dims": {self.cfg.party: self.party.cut_dim, **self.cut_dims},
             "rows": {"train": n_train, "valid": n_valid, "test": n_test},
