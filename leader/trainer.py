@@ -14,6 +14,7 @@ from vfl.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.config import PartyConfig
 from vfl.data.shards import batch_digest, eval_batches, steps_per_epoch
 from vfl.labels import bayes_accuracy_of, leader_training_labels, open_label_key, task_classes
+from vfl.prior_all_parties import LocalCutSource, fit_predict_all_parties, prior_config
 from vfl.prior_model import prior_fn_for
 from vfl.loop import TrainingLoop
 from vfl.metrics import RunLog
@@ -90,9 +91,12 @@ class LeaderTrainer:
 
     def prepare(self) -> None:
         """Randomize the training labels (label DP; LP-2ST trains its prior here) and build the top."""
-        self.labels = leader_training_labels(self.cfg.privacy.label_dp, self.party.shard,
-                                             prior_fn_for(self.cfg, self.party, self._keepalive), self.label_key,
-                                             self.num_classes)
+        in_dim = self.party.cut_dim + sum(self.cut_dims[f] for f in self.followers)
+        ld = self.cfg.privacy.label_dp
+        all_parties = self.num_classes is not None and ld is not None and ld.mechanism == "rr_prior"
+        prior_fn = (lambda first, noisy: self._all_party_prior(first, noisy, in_dim)) if all_parties else \
+            prior_fn_for(self.cfg, self.party, self._keepalive)
+        self.labels = leader_training_labels(ld, self.party.shard, prior_fn, self.label_key, self.num_classes)
         for w in self.labels.warnings:
             self.log(w)
         if self.labels.report is not None:
@@ -102,7 +106,6 @@ class LeaderTrainer:
                      f"flipped {r['flipped_fraction']:.4f} of training labels; debias={r.get('debias', False)}; "
                      f"dataset total eps {r['dataset_total_eps']} over {r['dataset_releases']} release(s)")
         self._check_resume_release()
-        in_dim = self.party.cut_dim + sum(self.cut_dims[f] for f in self.followers)
         tr = self.cfg.train
         self.top = TopTrainer(tr, self.cfg.model.top, in_dim, self.party.device,
                               training_loss(self.cfg.privacy.label_dp, self.num_classes),
@@ -114,6 +117,20 @@ class LeaderTrainer:
             self.top.load_state(self.resume["state"]["top"])
             self.loop.load_state((self.resume.get("extra") or {}).get("loop") or {})
             self.log(f"resumed from {self.cfg.train.resume_from} at global step {self.start_step}")
+
+    def _all_party_prior(self, stage_one: np.ndarray, noisy: np.ndarray, in_dim: int) -> np.ndarray:
+        """LP-2ST stage one as a split model of all parties (vfl/prior_all_parties.py): each follower is
+        told the stage-one rows (a PRF draw independent of the labels) and trains a fresh bottom on them."""
+        rows = np.flatnonzero(stage_one).astype(np.int64)
+        pcfg = prior_config(self.cfg)
+        for f in self.followers:
+            self.ch.send(f, "PRIOR", {"rows": int(rows.size), "epochs": pcfg.train.epochs}, [rows])
+        self.log(f"LP-2ST: stage one on {rows.size} of {stage_one.size} training rows, all parties, "
+                 f"{pcfg.train.epochs} epoch(s)")
+        own = BottomParty(pcfg, self.party.shard, self.party.device)
+        sources = [LocalCutSource(own), *(_FollowerPriorSource(self, f) for f in self.followers)]
+        return fit_predict_all_parties(self.cfg, self.num_classes, sources, in_dim, self.party.device, stage_one.size,
+                                       stage_one, noisy, self.log)
 
     def _check_resume_release(self) -> None:
         """A resumed run must train on the very release its checkpoint was trained on."""
@@ -234,3 +251,27 @@ class LeaderTrainer:
             "run_id": self.ch.run,
             "mode": "split",
         }
+
+
+class _FollowerPriorSource:
+    """A follower's stage-one bottom as the leader sees it: FORWARD / GRADIENT / EVAL with phase "prior"."""
+
+    def __init__(self, leader: LeaderTrainer, follower: str):
+        self.leader, self.f = leader, follower
+        self.at: tuple[int, int] = (0, 0)
+
+    def forward(self, epoch: int, step: int, rows: np.ndarray) -> torch.Tensor:
+        self.at = (epoch, step)
+        digest = batch_digest(self.leader.party.train_split.ids[rows])
+        self.leader.ch.send(self.f, "FORWARD", {"phase": "prior", "epoch": epoch, "step": step, "rows": int(rows.size),
+                                                "digest": digest})
+        return self.leader._remote_cut(self.f, "step", step, rows.size)
+
+    def backward(self, grad: torch.Tensor) -> None:
+        epoch, step = self.at
+        self.leader.ch.send(self.f, "GRADIENT", {"phase": "prior", "epoch": epoch, "step": step},
+                            [grad.detach().cpu().numpy()])
+
+    def eval(self, rows: slice) -> torch.Tensor:
+        self.leader.ch.send(self.f, "EVAL", {"phase": "prior", "split": "train", "start": rows.start, "stop": rows.stop})
+        return self.leader._remote_cut(self.f, "eval", ["train", rows.start, rows.stop], rows.stop - rows.start)

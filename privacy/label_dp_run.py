@@ -52,6 +52,14 @@ def rr_prior_once(labels: np.ndarray, ids: np.ndarray, prior_positive: np.ndarra
                          u_pick=keyed_uniforms(key, release, PURPOSE_PICK, ids))
 
 
+def rr_prior_classes_once(classes: np.ndarray, ids: np.ndarray, prior: np.ndarray, eps: float, key: bytes, release: str):
+    """RRWithPrior on class ids in [0, K) with a prior (n, K) per sample; keyed uniforms per sample id.
+    Returns (noisy classes, k* per row)."""
+    return rr_with_prior(np.asarray(classes).astype(np.int64), np.asarray(prior, dtype=np.float64), eps,
+                         u_keep=keyed_uniforms(key, release, PURPOSE_KEEP, ids),
+                         u_pick=keyed_uniforms(key, release, PURPOSE_PICK, ids))
+
+
 def run_report(true: np.ndarray, noisy: np.ndarray, eps: float, mechanism: str, num_classes: int | None = None,
                **extra) -> dict:
     """What metrics.json records about the run's label DP (num_classes: K for class ids, None for 0/1 labels)."""

@@ -18,7 +18,8 @@ K classes under k-ary RR (keep p1 = e^eps/(K-1+e^eps), move to each other class 
 * Class priors: E[freq~_c] = q + (p1 - q) pi_c, so pi^_c = (freq~_c - q) / (p1 - q).
 * One-vs-rest AUC of class c: the binary argument holds for any label channel that is independent
   of the features given the label, with a = P(y=c | y~=c) = pi p1 / (pi p1 + (1-pi) q) and
-  b = P(y=c | y~!=c) = pi (1-p1) / (pi (1-p1) + (1-pi)(1-q)); the macro AUC averages the per-class estimates.
+  b = P(y=c | y~!=c) = pi (1-p1) / (pi (1-p1) + (1-pi)(1-q)); the macro AUC averages the per-class
+  estimates, each clipped to [0, 1] (with few rows a class's plug-in prior can be ~0, and a - b with it).
 * Cross-entropy: the backward-corrected loss of Patrini et al. 2017 ("Making Deep Neural Networks
   Robust to Label Noise: a Loss Correction Approach", Theorem 1), l^(p, y~) = (T^-1 l(p))_{y~} with
   T the k-ary RR channel, is unbiased for the true-label loss.
@@ -140,7 +141,8 @@ def noisy_multiclass_validation_metrics(noisy: np.ndarray, probs: np.ndarray, ep
     pi = np.clip((freq - q) / (p1 - q), 1e-6, 1.0 - 1e-6)
     a = pi * p1 / (pi * p1 + (1 - pi) * q)
     b = pi * (1 - p1) / (pi * (1 - p1) + (1 - pi) * (1 - q))
-    auc_hat = 0.5 + (auc_c - 0.5) / (a - b)
+    # clipped to [0, 1]: a class whose estimated prior is near 0 (few rows, small eps) has a - b near 0
+    auc_hat = np.clip(0.5 + (auc_c - 0.5) / np.maximum(a - b, 1e-12), 0.0, 1.0)
     return {"accuracy_noisy": acc_noisy, "accuracy": (acc_noisy - q) / (p1 - q), "auc_noisy": auc_noisy,
             "auc": float(np.nanmean(auc_hat)) if np.isfinite(auc_hat).any() else math.nan,
             "logloss_noisy": ll_noisy, "logloss": debiased_multiclass_logloss(y, p, eps, k) if n else math.nan,

@@ -122,3 +122,24 @@ def test_multiclass_kary_rr_with_forward_correction_equals_centralized(tmp_path,
     assert all(0.0 <= h["valid"]["accuracy_noisy"] <= 1.0 and "accuracy" in h["valid"] for h in split["history"])
     assert split["test_accuracy"] == pytest.approx(central["test_accuracy"], abs=1e-9)
     assert "label DP: kary_rr eps=1.0" in (tmp_path / "out/leader.log").read_text()
+
+
+def test_multiclass_rr_prior_trains_its_prior_over_all_parties_identically_split_and_centralized(tmp_path, shards_k10, procs):
+    # Prepare: LP-2ST at K = 10, eps = 1: stage one (k-ary RR) trains a split model of leader AND follower
+    cfgs = party_configs(str(tmp_path), str(shards_k10), model={"bottom": {"embedding_dim": 8, "hidden": [32], "cut_dim": 8}},
+                         leader_train={"task": "multiclass"},
+                         privacy={"label_dp": {"eps": 1.0, "mechanism": "rr_prior", "prior_epochs": 2}})
+    # Execute
+    split = run_split(procs, cfgs)
+    central = run_centralized(cfgs, str(tmp_path / "c"))
+    # Assert: the follower trained a stage-one bottom; the all-party prior (hence the stage-two labels and
+    # every step after) is identical split and centralized; the report has the kept-set sizes
+    ld, cd = split["label_dp"], central["label_dp"]
+    assert ld["mechanism"] == "rr_prior" and ld["prior"].startswith("all parties") and ld["num_classes"] == 10
+    assert 1.0 <= ld["mean_k_star"] <= 10.0 and 0.0 <= ld["collapse_fraction"] <= 1.0
+    assert abs(ld["stage_one_fraction"] - 0.5) < 0.05  # n ~ 4.8k: 7 sigma
+    for key in ("release_id", "mean_k_star", "collapse_fraction", "flipped_fraction"):
+        assert ld[key] == cd[key], key
+    np.testing.assert_allclose(split["step_losses"], central["step_losses"], rtol=1e-5)
+    follower_log = (tmp_path / "out/follower0.log").read_text()
+    assert "LP-2ST stage one: training a prior bottom on" in follower_log and "its bottom is dropped" in follower_log

@@ -23,6 +23,7 @@ from vfl.labels import bayes_accuracy_of, leader_training_labels, task_classes
 from vfl.loop import TrainingLoop
 from vfl.metrics import RunLog, final_line, write_json
 from vfl.party import BottomParty, resolve_device, set_threads
+from vfl.prior_all_parties import LocalCutSource, fit_predict_all_parties, prior_config
 from vfl.prior_model import prior_fn_for
 from vfl.top import TopTrainer
 
@@ -50,8 +51,16 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     if problems:
         raise DataError("; ".join(problems))
     train = parties[0].train_split
-    labels_info = leader_training_labels(leader_cfg.privacy.label_dp, leader_shard, prior_fn_for(leader_cfg, parties[0]),
-                                         num_classes=num_classes)
+    ld = leader_cfg.privacy.label_dp
+    prior_fn = prior_fn_for(leader_cfg, parties[0])
+    if num_classes is not None and ld is not None and ld.mechanism == "rr_prior":
+        def prior_fn(first, noisy):  # LP-2ST stage one over all parties, exactly as the split leader runs it
+            epochs = prior_config(leader_cfg).train.epochs
+            sources = [LocalCutSource(BottomParty(prior_config(c, epochs), p.shard, device))
+                       for c, p in zip((leader_cfg, *follower_cfgs), parties)]
+            return fit_predict_all_parties(leader_cfg, num_classes, sources, sum(p.cut_dim for p in parties), device,
+                                           first.size, first, noisy, log)
+    labels_info = leader_training_labels(ld, leader_shard, prior_fn, num_classes=num_classes)
     for w in labels_info.warnings:
         log(w)
     labels = torch.from_numpy(labels_info.labels)
@@ -59,7 +68,6 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     top = TopTrainer(tr, leader_cfg.model.top, sum(p.cut_dim for p in parties), device,
                      training_loss(leader_cfg.privacy.label_dp, num_classes), tr.epochs * steps_per_epoch(len(train), tr.batch_size),
                      num_classes)
-    ld = leader_cfg.privacy.label_dp
     loop = TrainingLoop(tr, len(train), parties[0].test_split.labels, log, labels_info.valid,
                         ld.eps if ld is not None else None, num_classes)
 

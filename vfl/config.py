@@ -389,9 +389,6 @@ def parse_config(doc: Any, source: str = "config") -> PartyConfig:
         )
         if label_dp.debias and label_dp.mechanism != "rr":
             c.errors.append("privacy.label_dp.debias applies to mechanism rr only")
-        if label_dp.mechanism == "rr_prior" and train.task == "multiclass":
-            c.errors.append("privacy.label_dp.mechanism rr_prior is for train.task binary; a multiclass task uses rr "
-                            "(k-ary randomized response)")
     privacy = PrivacyConfig(label_dp=label_dp)
 
     o = c.section(top.get("output"), "output")

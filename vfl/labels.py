@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from privacy.label_dp_run import randomize_binary_once, randomize_classes_once, rr_prior_once, run_report, stage_one_mask
+from privacy.label_dp_run import (
+    randomize_binary_once, randomize_classes_once, rr_prior_classes_once, rr_prior_once, run_report, stage_one_mask,
+)
 from privacy.label_dp_store import LabelDPStore, Release, dataset_id, default_store_dir, key_fingerprint, release_id
 from vfl.config import LabelDPConfig
 from vfl.data.reader import DataError
@@ -98,10 +100,35 @@ def training_labels(labels: np.ndarray, sample_ids: np.ndarray, label_dp: LabelD
     if label_key is None:
         raise ValueError("label DP needs the leader's key (open_label_key)")
     eps, k = label_dp.eps, label_key.key
-    if num_classes is not None:
+    if num_classes is not None and label_dp.mechanism == "rr_prior":
+        # LP-2ST over K classes: stage one gets k-ary RR (its own release); a split model of ALL parties
+        # trained on it gives the priors of stage two (vfl/prior_all_parties.py)
+        if prior_fn is None:
+            raise ValueError("privacy.label_dp.mechanism rr_prior needs a stage-one prior model")
+        stage_params = {"eps": eps, "prior_fraction": label_dp.prior_fraction, "labels": "multiclass",
+                        "num_classes": num_classes, "prior": "all parties"}
+        stage_rel = release_of(label_key, "lp2st_stage_one", stage_params)
+        first = stage_one_mask(sample_ids, k, stage_rel, label_dp.prior_fraction)
+        noisy = randomize_classes_once(labels, sample_ids, num_classes, eps, k, stage_rel)
+        valid_noisy = randomize_classes_once(valid_labels, valid_ids, num_classes, eps, k, stage_rel)
+        prior = prior_fn(first, np.where(first, noisy, 0))
+        second = ~first
+        params = {**stage_params, "stage_one_release": stage_rel, "prior_sha256": _prior_digest(prior[second])}
+        rel = release_of(label_key, "rr_prior", params)
+        noisy2, k_star = rr_prior_classes_once(labels[second], sample_ids[second], prior[second], eps, k, rel)
+        noisy[second] = noisy2
+        collapse = float(np.mean(k_star == 1)) if k_star.size else 0.0
+        extra = {"debias": False, "num_classes": num_classes, "stage_one_fraction": float(first.mean()),
+                 "collapse_fraction": collapse, "collapsed": collapse > 0.5,
+                 "mean_k_star": float(k_star.mean()) if k_star.size else 0.0,
+                 "stage_two_kept_in_set": float(np.mean(noisy2 == labels[second])) if second.any() else 0.0,
+                 "flipped_fraction_stage_two": float(np.mean(noisy2 != labels[second])) if second.any() else 0.0,
+                 "prior": "all parties (LP-2ST stage one as a split model on the stage-one rows, Ghazi et al. 2021 Alg. 3)"}
+        mechanism = "rr_prior"
+    elif num_classes is not None:
         if label_dp.mechanism != "rr":
-            raise ValueError(f"privacy.label_dp.mechanism {label_dp.mechanism} is for binary labels; a {num_classes}-class "
-                             "task uses mechanism rr (k-ary randomized response)")
+            raise ValueError(f"privacy.label_dp.mechanism {label_dp.mechanism} is not available for a "
+                             f"{num_classes}-class task; use rr (k-ary randomized response) or rr_prior")
         params = {"eps": eps, "labels": "multiclass", "num_classes": num_classes}
         rel = release_of(label_key, "kary_rr", params)
         noisy = randomize_classes_once(labels, sample_ids, num_classes, eps, k, rel)
