@@ -272,6 +272,6 @@ class _FollowerPriorSource:
         self.leader.ch.send(self.f, "GRADIENT", {"phase": "prior", "epoch": epoch, "step": step},
                             [grad.detach().cpu().numpy()])
 
-    def eval(self, rows: slice) -> torch.Tensor:
+    def evaluate(self, rows: slice) -> torch.Tensor:
         self.leader.ch.send(self.f, "EVAL", {"phase": "prior", "split": "train", "start": rows.start, "stop": rows.stop})
         return self.leader._remote_cut(self.f, "eval", ["train", rows.start, rows.stop], rows.stop - rows.start)

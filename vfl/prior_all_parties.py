@@ -37,7 +37,7 @@ PRIOR_PARTY_SUFFIX = "-lp2st-prior"
 class CutSource(Protocol):
     def forward(self, epoch: int, step: int, rows: np.ndarray) -> torch.Tensor: ...
     def backward(self, grad: torch.Tensor) -> None: ...
-    def eval(self, rows: slice) -> torch.Tensor: ...
+    def evaluate(self, rows: slice) -> torch.Tensor: ...
 
 
 def prior_config(cfg: PartyConfig, epochs: int | None = None) -> PartyConfig:
@@ -68,7 +68,7 @@ class LocalCutSource:
     def backward(self, grad: torch.Tensor) -> None:
         self.party.apply_gradient(grad)
 
-    def eval(self, rows: slice) -> torch.Tensor:
+    def evaluate(self, rows: slice) -> torch.Tensor:
         return self.party.forward_eval(rows, "train")
 
 
@@ -101,5 +101,5 @@ def fit_predict_all_parties(cfg: PartyConfig, num_classes: int, sources: list[Cu
                 log(f"LP-2ST stage one (all parties) epoch {epoch} step {i + 1}/{len(order)} loss: {value:.6f}")
     probs = np.empty((n_train, num_classes))
     for sl in eval_batches(n_train, tr.eval_batch_size):
-        probs[sl] = top.predict([s.eval(sl) for s in sources])
+        probs[sl] = top.predict([s.evaluate(sl) for s in sources])
     return probs
