@@ -143,3 +143,32 @@ def test_multiclass_rr_prior_trains_its_prior_over_all_parties_identically_split
     np.testing.assert_allclose(split["step_losses"], central["step_losses"], rtol=1e-5)
     follower_log = (tmp_path / "out/follower0.log").read_text()
     assert "LP-2ST stage one: training a prior bottom on" in follower_log and "its bottom is dropped" in follower_log
+
+
+def test_ten_class_gradient_attacks_find_the_label_without_dp_and_stay_at_p1_with_it(tmp_path, shards_k10, procs):
+    # Prepare: the follower records every gradient of a 10-class run, without DP and at eps = 1
+    from privacy.attacks_multiclass import multiclass_leakage_report
+
+    ids = np.load(shards_k10 / "leader/train/ids.npy")
+    labels = np.load(shards_k10 / "leader/train/labels.npy")
+    reports = {}
+    for name, privacy in (("clear", None), ("dp", {"label_dp": {"eps": 1.0}})):
+        (tmp_path / name).mkdir()
+        cfgs = party_configs(str(tmp_path / name), str(shards_k10),
+                             model={"bottom": {"embedding_dim": 8, "hidden": [32], "cut_dim": 8}},
+                             leader_train={"task": "multiclass"}, privacy=privacy,
+                             follower_debug={"record_gradients": str(tmp_path / name / "grads.npz")})
+        # Execute
+        run_split(procs, cfgs)
+        procs.cleanup()
+        g = np.load(tmp_path / name / "grads.npz")
+        reports[name] = multiclass_leakage_report({k: g[k] for k in ("ids", "epoch", "step", "grad")}, ids, labels, 10,
+                                                  None if privacy is None else 1.0)
+    # Assert: in the clear the gradient direction names the class; under k-ary RR at eps = 1 both attacks
+    # stay at p1 = 0.232 (n ~ 4.8k rows: 5.5 sigma = 0.034; false failure < 4e-8 per attack)
+    clear, dp = reports["clear"], reports["dp"]
+    assert clear["attacks"]["oracle"]["max_accuracy"] > 0.9
+    p1, n = dp["bound"], dp["rows"]
+    assert p1 == pytest.approx(math.e / (9 + math.e))
+    for attack in ("oracle", "cluster"):
+        assert dp["attacks"][attack]["max_accuracy"] < p1 + 5.5 * math.sqrt(p1 * (1 - p1) / n), attack
