@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from privacy import LabelDP, flip_probability, keep_probability
+from privacy.keyed_random import uniform_from_ids
 from privacy.label_dp_run import randomize_binary_once, randomize_classes_once
+from privacy.randomized_response import kary_rr
 from tests.dp_stats import binomial_tolerance, dp_histogram_violations
 
 N = 200_000
@@ -292,3 +294,22 @@ def test_kary_rr_is_exact_without_noise_and_uniform_at_eps_zero():
     np.testing.assert_array_equal(exact, cls)
     for c in range(K10):
         assert abs(np.mean(flat == c) - 0.1) < binomial_tolerance(N, 0.1)
+
+
+def test_kary_replay_attack_has_power_against_public_seed_draws_and_none_against_the_keyed_release():
+    # Prepare: K = 10 labels randomized (a) with public uniforms a follower can recompute, (b) by the leader's PRF
+    from privacy.follower_view_multiclass import macro_recall, undo_kary_rr, replay_uniforms
+
+    eps, ids = 1.0, np.arange(N) * 5 + 2
+    y = np.random.default_rng(32).integers(0, K10, N)
+    public = kary_rr(y, K10, eps, u_keep=uniform_from_ids(ids, 0, 0x1AB1), u_other=uniform_from_ids(ids, 0, 0x1AB2))
+    keyed = randomize_classes_once(y, ids, K10, eps, bytes(range(32)), "replay")
+    # Execute: every (u_keep, u_other) pair the follower can name, undone on each release
+    cands = replay_uniforms(ids, np.arange(N), [0, 1])
+    best_public = max(macro_recall(undo_kary_rr(public, K10, eps, *u), y, K10) for u in cands.values())
+    best_keyed = max(macro_recall(undo_kary_rr(keyed, K10, eps, *u), y, K10) for u in cands.values())
+    # Assert: the public draws are undone exactly; against the keyed release the best of ~90 candidates
+    # stays within 5.5 sigma of p1 (a union bound over the candidates keeps the false failure < 4e-6)
+    p1 = keep_probability(eps, K10)
+    assert best_public == 1.0
+    assert best_keyed < p1 + binomial_tolerance(N // K10, p1)
