@@ -331,7 +331,7 @@ def _manifest(input_path, parties, encoders, writers, opts, stats, before_alignm
         "sample_ids": "leading id column" if stats.has_id_column else "0-based line number of the input",
         "id_digest": digests,
         "rows": {s: writers[(label_name, s)].ids.rows for s in SPLITS},
-        "positives": {s: writers[(label_name, s)].positives for s in SPLITS},
+        "positives": {s: writers[(label_name, s)].positives for s in SPLITS} if opts.num_classes == 2 else None,
         "label": label_doc(opts.num_classes, {s: writers[(label_name, s)].class_counts[:opts.num_classes].tolist()
                                               for s in SPLITS} if opts.num_classes > 2 else None),
         "unassigned_columns": unassigned_columns(parties),
