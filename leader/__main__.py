@@ -12,7 +12,8 @@ def body(cfg, log, state: dict) -> None:
     from vfl.cli import party_keys
     from vfl.data.reader import DataError
     from vfl.data.shards import PartyShard
-    from vfl.metrics import write_json
+    from vfl.labels import task_classes
+    from vfl.metrics import final_line, write_json
     from vfl.party import BottomParty, resolve_device, set_threads
     from vfl.wire import LeaderChannel
     from vfl.handshake import MAX_CUT_DIM
@@ -26,6 +27,7 @@ def body(cfg, log, state: dict) -> None:
     if shard.name != cfg.party:  # the shard records the party it was prepared for
         raise DataError(f"data.path {cfg.data.path} is the shard of party {shard.name!r}, not of {cfg.party!r}; "
                         f"give each party its own directory OUT/<party> of `python -m vfl.data prepare`")
+    task_classes(cfg.train.task, shard)  # train.task against the data, before any follower connects
     party = BottomParty(cfg, shard, resolve_device(cfg.train.device))
     # the largest frame a follower may send: an embedding of the largest batch at the widest cut
     max_frame = max(cfg.train.batch_size, cfg.train.eval_batch_size) * MAX_CUT_DIM * 4 + MAX_HEADER_BYTES
@@ -40,10 +42,7 @@ def body(cfg, log, state: dict) -> None:
     trainer.finish(trainer.loop.history[-1]["epoch"], trainer.loop.global_step)
     metrics = trainer.metrics()
     write_json(os.path.join(cfg.output.dir, "metrics.json"), metrics)
-    bayes = metrics.get("bayes_test_auc")
-    log(f"final test_auc: {metrics['test_auc']:.6f} test_logloss: {metrics['test_logloss']:.6f}"
-        + (f" (Bayes-optimal test AUC {bayes:.6f})" if bayes is not None else "")
-        + f" samples/s: {metrics['samples_per_second']:.0f}")
+    log(final_line(metrics))
 
 
 def abort(state: dict, reason: str) -> None:

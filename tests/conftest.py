@@ -83,3 +83,17 @@ def shards_three(synth_small, tmp_path_factory) -> pathlib.Path:
     out = tmp_path_factory.mktemp("shards3") / "criteo"
     prepare(str(synth_small), str(out), parse_parties(doc), PrepareOptions(hash_buckets=2_000))
     return out
+
+
+@pytest.fixture(scope="session")
+def shards_k10(tmp_path_factory) -> pathlib.Path:
+    """6k synthetic 10-class rows (public feature seed 7, secret label seed), prepared with --num-classes 10."""
+    from vfl.data.parties import load_parties
+    from vfl.data.prepare import PrepareOptions, prepare
+    from vfl.data.synth_multiclass import write_synthetic_multiclass
+
+    raw = tmp_path_factory.mktemp("synth10") / "k10.tsv"
+    write_synthetic_multiclass(str(raw), 6_000, 10, seed=7, max_vocab=2_000)
+    out = tmp_path_factory.mktemp("shards10") / "k10"
+    prepare(str(raw), str(out), load_parties(None), PrepareOptions(hash_buckets=2_000, num_classes=10))
+    return out

@@ -147,3 +147,22 @@ def test_output_dir_that_is_a_file_is_a_one_line_error(tmp_path, shards_small):
     assert r.returncode == 2 and "output.dir" in r.stderr and "cannot be used for writing" in r.stderr
     assert r.stderr.count("\n") == 1, r.stderr
     assert yaml.safe_load(open(cfgs["follower0"]))["party"] == "follower0"
+
+
+def test_task_is_a_leader_setting_with_a_domain_and_accuracy_selection_needs_multiclass():
+    # Prepare
+    follower = {"role": "follower", "party": "follower0", "network": {"connect": "tcp://127.0.0.1:5560"},
+                "data": {"path": "d"}, "train": {"task": "multiclass"}}
+    # Execute
+    default = parse_config(_leader())
+    multi = parse_config(_leader(train={"task": "multiclass", "early_stopping": {"metric": "accuracy"}}))
+    with pytest.raises(ConfigError) as bad:
+        parse_config(_leader(train={"task": "multiclas", "early_stopping": {"metric": "accuracy"}}))
+    with pytest.raises(ConfigError) as on_follower:
+        parse_config(follower)
+    # Assert
+    assert default.train.task == "binary" and multi.train.task == "multiclass"
+    assert multi.train.early_stopping.metric == "accuracy"
+    assert "train.task must be one of ['binary', 'multiclass'], got 'multiclas' (did you mean 'multiclass'?)" in str(bad.value)
+    assert "early_stopping.metric accuracy needs train.task: multiclass" in str(bad.value)
+    assert "train.task is set on the leader only" in str(on_follower.value)

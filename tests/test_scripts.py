@@ -66,3 +66,15 @@ def test_a_party_that_dies_stops_the_others_and_fails_the_script(tmp_path, synth
     assert "does not match the shard's columns" in r.stderr
     assert time.monotonic() - t0 < 50
     assert not (tmp_path / "o/metrics.json").exists()
+
+
+def test_digits_example_runs_from_one_command_and_reports_accuracy(tmp_path):
+    # Execute: the 10-class digits example, split over ZeroMQ, shortened to 3 epochs
+    r = _script("scripts/run_vfl_train_local.sh", "--example", "digits", "--epochs", "3", "--out", str(tmp_path / "digits"))
+    bad = _script("scripts/run_vfl_train_local.sh", "--example", "mnist")
+    # Assert
+    assert r.returncode == 0, f"stdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-3000:]}"
+    m = json.loads((tmp_path / "digits/metrics.json").read_text())
+    assert re.search(r"^test accuracy 0\.\d{4}  macro AUC 0\.\d{4}  test logloss \d+\.\d{4}", r.stdout, re.M), r.stdout[-2000:]
+    assert m["test_accuracy"] > 0.5 and m["mode"] == "split"  # 10 classes: chance is 0.1
+    assert bad.returncode == 2 and "--example mnist: allowed: digits, multiclass" in bad.stderr

@@ -130,3 +130,23 @@ def test_resuming_on_another_label_dp_release_is_refused(tmp_path, shards_small,
     # Assert
     assert code == 1 and "was trained on label-DP release" in err and "start a fresh run" in err, err
     assert fcode != 0
+
+
+def test_multiclass_split_losses_equal_centralized_per_step(tmp_path, shards_k10, procs):
+    # Prepare: a 10-class label on the leader; the follower's config names no task and holds no labels
+    cfgs = party_configs(str(tmp_path), str(shards_k10), model={"bottom": {"embedding_dim": 8, "hidden": [32], "cut_dim": 8}},
+                         train={"epochs": 2}, leader_train={"task": "multiclass"})
+    # Execute
+    split = run_split(procs, cfgs)
+    central = run_centralized(cfgs, str(tmp_path / "central"))
+    # Assert: the same per-step cross-entropy, and accuracy, macro AUC and logloss above chance (1/10, 1/2, ln 10)
+    a, b = np.array(split["step_losses"]), np.array(central["step_losses"])
+    assert a.size == b.size == split["steps"] > 10
+    np.testing.assert_allclose(a, b, rtol=1e-5)
+    assert abs(split["test_accuracy"] - central["test_accuracy"]) < 1e-9
+    test_labels = np.load(shards_k10 / "leader" / "test" / "labels.npy")
+    majority = np.bincount(test_labels).max() / test_labels.size
+    assert split["test_accuracy"] > majority and split["test_auc"] > 0.6 and split["test_logloss"] < np.log(10)
+    assert a[0] == pytest.approx(np.log(10), abs=0.3)  # softmax over 10 outputs starts near uniform
+    log = (tmp_path / "out" / "leader.log").read_text()
+    assert "test_accuracy: " in log and "final test_accuracy: " in log

@@ -30,10 +30,11 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     from vfl.data.reader import DataError
     from vfl.data.shards import PartyShard, eval_batches, steps_per_epoch
     from vfl.handshake import hello_meta, hello_problems
-    from vfl.labels import leader_training_labels
+    from vfl.labels import bayes_accuracy_of, leader_training_labels, task_classes
     from vfl.loop import TrainingLoop
     from vfl.metrics import write_json
     from vfl.party import BottomParty, resolve_device, set_threads
+    from vfl.prior_all_parties import LocalCutSource, fit_predict_all_parties, prior_config
     from vfl.prior_model import prior_fn_for
     from vfl.top import TopTrainer
 
@@ -47,6 +48,7 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     leader_shard = PartyShard(leader_cfg.data.path)
     if not leader_shard.has_labels:
         raise DataError(f"{leader_cfg.data.path} holds no labels; the leader config must point at the labelled shard")
+    num_classes = task_classes(leader_cfg.train.task, leader_shard)
     parties = [BottomParty(leader_cfg, leader_shard, device)]
     ours = hello_meta(leader_cfg, leader_shard)
     problems = []
@@ -57,16 +59,25 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     if problems:
         raise DataError("; ".join(problems))
     train = parties[0].train_split
-    labels_info = leader_training_labels(leader_cfg.privacy.label_dp, leader_shard, prior_fn_for(leader_cfg, parties[0]))
+    ld = leader_cfg.privacy.label_dp
+    prior_fn = prior_fn_for(leader_cfg, parties[0])
+    if num_classes is not None and ld is not None and ld.mechanism == "rr_prior":
+        def prior_fn(first, noisy):  # LP-2ST stage one over all parties, exactly as the split leader runs it
+            epochs = prior_config(leader_cfg).train.epochs
+            sources = [LocalCutSource(BottomParty(prior_config(c, epochs), p.shard, device))
+                       for c, p in zip((leader_cfg, *follower_cfgs), parties)]
+            return fit_predict_all_parties(leader_cfg, num_classes, sources, sum(p.cut_dim for p in parties), device,
+                                           first.size, first, noisy, log)
+    labels_info = leader_training_labels(ld, leader_shard, prior_fn, num_classes=num_classes)
     for w in labels_info.warnings:
         log(w)
     labels = torch.from_numpy(labels_info.labels)
     tr = leader_cfg.train
     top = TopTrainer(tr, leader_cfg.model.top, sum(p.cut_dim for p in parties), device,
-                     training_loss(leader_cfg.privacy.label_dp), tr.epochs * steps_per_epoch(len(train), tr.batch_size))
-    ld = leader_cfg.privacy.label_dp
+                     training_loss(leader_cfg.privacy.label_dp, num_classes), tr.epochs * steps_per_epoch(len(train), tr.batch_size),
+                     num_classes)
     loop = TrainingLoop(tr, len(train), parties[0].test_split.labels, log, labels_info.valid,
-                        ld.eps if ld is not None else None)
+                        ld.eps if ld is not None else None, num_classes)
     loop.curves = RunCurves(out_dir, "centralized", log=log)
 
     def step(epoch: int, i: int, rows: np.ndarray) -> float:
@@ -80,7 +91,7 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     @torch.no_grad()
     def evaluate(split: str) -> np.ndarray:
         n = len(parties[0].valid_split if split == "valid" else parties[0].test_split)
-        probs = np.empty(n)
+        probs = np.empty(n if num_classes is None else (n, num_classes))
         for sl in eval_batches(n, leader_cfg.train.eval_batch_size):
             probs[sl] = top.predict([p.forward_eval(sl, split) for p in parties])
         return probs
@@ -95,6 +106,7 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
 
     loop.run(step, evaluate, None, 0, snapshot, restore)
     metrics = {**loop.summary(), "label_dp": labels_info.report, "bayes_test_auc": leader_shard.manifest.get("bayes_test_auc"),
+               **bayes_accuracy_of(leader_shard.manifest),
                "parties": [p.name for p in parties], "cut_dims": {p.name: p.cut_dim for p in parties},
                "rows": {"train": len(train), "valid": len(parties[0].valid_split), "test": len(parties[0].test_split)},
                "mode": "centralized"}
@@ -135,9 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, DataError, FloatingPointError, RuntimeError, ValueError, OSError) as e:
         log.error(f"error: {' '.join(str(e).split())}")
         return 1
-    bayes = m.get("bayes_test_auc")
-    log(f"final test_auc: {m['test_auc']:.6f} test_logloss: {m['test_logloss']:.6f}"
-        + (f" (Bayes-optimal test AUC {bayes:.6f})" if bayes is not None else "") + f" samples/s: {m['samples_per_second']:.0f}")
+    from vfl.metrics import final_line
+
+    log(final_line(m))
     return 0
 
 

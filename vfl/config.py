@@ -73,7 +73,7 @@ class ModelConfig(_Section):
 
 
 class EarlyStoppingConfig(_Section):
-    metric: Choice("auc", "logloss") = "auc"  # on the validation split (randomized labels under label DP, debiased)
+    metric: Choice("auc", "logloss", "accuracy") = "auc"  # accuracy: multiclass only; on the validation split (randomized labels under label DP, debiased)
     patience: Number(1, 10_000, integer=True) = 3  # evaluations without a gain of more than min_delta
     min_delta: Number(0.0, 1.0) = 0.0
 
@@ -99,6 +99,7 @@ class TrainConfig(_Section):
     eval_every_steps: Number(0, integer=True) = 0  # evaluate every N global steps; 0 = at the end of every epoch
     early_stopping: Optional[EarlyStoppingConfig] = None  # leader: select the best step on valid, restore it
     lr_schedule: LRScheduleConfig = Field(default_factory=LRScheduleConfig)
+    task: Choice("binary", "multiclass") = "binary"  # leader: one sigmoid output | K softmax outputs (K from the shard)
 
 
 class LabelDPConfig(_Section):
@@ -199,6 +200,12 @@ def _role_problems(doc: dict) -> list[str]:
             errors.append("train.early_stopping is set on the leader only (it holds the validation labels)")
         if _has(doc, "privacy", "label_dp"):
             errors.append("privacy.label_dp is set on the leader only (it holds the labels)")
+        if _has(doc, "train", "task"):
+            errors.append("train.task is set on the leader only (it holds the labels; followers train the same bottoms "
+                          "for either task)")
+    es = _get(doc, "train", "early_stopping")
+    if isinstance(es, dict) and es.get("metric") == "accuracy" and _get(doc, "train", "task") != "multiclass":
+        errors.append("train.early_stopping.metric accuracy needs train.task: multiclass (binary selects on auc or logloss)")
     ld = _get(doc, "privacy", "label_dp")
     if _has(doc, "privacy", "label_dp") and isinstance(ld, dict):  # (an empty `label_dp:` is {} by now)
         if "eps" not in ld:

@@ -11,7 +11,7 @@ import math
 import os
 
 COLUMNS = ("kind", "epoch", "step", "loss", "valid_auc", "valid_auc_noisy", "valid_logloss", "test_auc", "test_logloss",
-           "samples_per_second")
+           "samples_per_second", "valid_accuracy", "test_accuracy")  # accuracy: train.task multiclass
 
 
 def _cell(value) -> str:
@@ -67,7 +67,8 @@ class RunCurves:
         row = {"kind": "eval", "epoch": entry["epoch"], "step": entry["step"], "loss": _cell(entry.get("train_loss")),
                "valid_auc": _cell(valid.get("auc")), "valid_auc_noisy": _cell(valid.get("auc_noisy")),
                "valid_logloss": _cell(valid.get("logloss")), "test_auc": _cell(entry.get("test_auc")),
-               "test_logloss": _cell(entry.get("test_logloss")), "samples_per_second": _cell(entry.get("samples_per_second"))}
+               "test_logloss": _cell(entry.get("test_logloss")), "samples_per_second": _cell(entry.get("samples_per_second")),
+               "valid_accuracy": _cell(valid.get("accuracy")), "test_accuracy": _cell(entry.get("test_accuracy"))}
         self._w.writerow(row)
         if self.tb is not None:
             for key, value in row.items():

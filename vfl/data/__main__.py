@@ -19,6 +19,14 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--label-seed", type=int, default=None,
                    help="seed of the label model and label draws; default: secret, from the OS, not recorded "
                         "(a follower that re-runs synth must not regenerate the labels)")
+    s.add_argument("--classes", type=int, default=2,
+                   help="K > 2: a K-class label (class ids 0..K-1) instead of a click; the truth file then holds P(y=c|x), (rows, K)")
+    dg = sub.add_parser("digits", help="scikit-learn's bundled 8x8 digits (10 classes) -> two-party shards, left/right halves")
+    dg.add_argument("--out", required=True)
+    dg.add_argument("--test-fraction", type=float, default=0.2)
+    dg.add_argument("--valid-fraction", type=float, default=0.2)
+    dg.add_argument("--seed", type=int, default=0)
+    dg.add_argument("--force", action="store_true", help="replace an existing output directory")
     p = sub.add_parser("prepare", help="raw Criteo TSV -> per-party shards")
     p.add_argument("--input", required=True)
     p.add_argument("--out", required=True)
@@ -36,8 +44,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reuse", action="store_true",
                    help="keep an existing output directory whose source content (sha256), options and parties match; "
                         "otherwise prepare (with --force, replacing it)")
+    p.add_argument("--num-classes", type=int, default=2,
+                   help="2: the label is 0/1 (Criteo); K > 2: the label column holds class ids 0..K-1")
     args = ap.parse_args(argv)
     try:
+        if args.cmd == "synth" and args.classes != 2:
+            from vfl.data.synth_multiclass import write_synthetic_multiclass
+
+            meta = write_synthetic_multiclass(args.out, args.rows, args.classes, args.seed, args.max_vocab, args.label_seed)
+            print(f"wrote {args.out}: {meta['rows']} rows, {meta['classes']} classes, Bayes-optimal accuracy "
+                  f"{meta['bayes_accuracy']:.4f}, {meta['rows'] / meta['seconds']:.0f} rows/s")
+            return 0
+        if args.cmd == "digits":
+            from vfl.data.digits import write_digits_shards
+
+            m = write_digits_shards(args.out, args.test_fraction, args.valid_fraction, args.seed, args.force)
+            print(f"prepared {args.out}: digits, 10 classes, train {m['rows']['train']} rows, valid {m['rows']['valid']} rows, "
+                  f"test {m['rows']['test']} rows; leader holds the left 4 pixel columns, follower0 the right 4")
+            return 0
         if args.cmd == "synth":
             from vfl.data.synth import write_synthetic
 
@@ -65,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             parties = [replace(p, drop_fraction=value) if p.name == name else p for p in parties]
         opts = PrepareOptions(test_fraction=args.test_fraction, valid_fraction=args.valid_fraction, seed=args.seed, strict=args.strict,
                               hash_buckets=args.hash_buckets, vocab_min_count=args.vocab_min_count,
-                              truth_path=args.truth, force=args.force)
+                              truth_path=args.truth, force=args.force, num_classes=args.num_classes)
         if args.reuse and os.path.isdir(args.out):
             from vfl.data.reuse import reusable
 
@@ -79,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         bayes = m.get("bayes_test_auc")
         print(f"prepared {args.out}: train {rows['train']} rows, valid {rows['valid']} rows, test {rows['test']} rows, "
               f"{m['source']['malformed_rows_skipped']} malformed skipped"
-              + (f", Bayes-optimal test AUC {bayes:.4f}" if bayes is not None else ""))
+              + (f", Bayes-optimal test AUC {bayes:.4f}" if bayes is not None else "")
+              + (f", Bayes-optimal test accuracy {m['bayes_test_accuracy']:.4f}" if m.get("bayes_test_accuracy") else ""))
         print(f"throughput: {m['rows_per_second']:.0f} rows/s (read, transform, write), "
               f"{m['seconds_total']:.2f} s in all, peak RSS {m['peak_rss_mib']:.0f} MiB")
         return 0

@@ -28,7 +28,7 @@ from vfl.data.npy_stream import NpyAppender
 from vfl.data.parties import PartyColumns, unassigned_columns
 from vfl.data.reader import DataError, ReadStats, read_blocks, warn_bad_lines
 from vfl.data.schema import categorical_index, dense_index
-from vfl.data.tokenizer import ParsedBlock
+from vfl.data.tokenizer import MAX_CLASSES, ParsedBlock
 from vfl.data.transforms import (
     DENSE_TRANSFORM_DOC,
     VocabularyCounter,
@@ -56,6 +56,7 @@ class PrepareOptions:
     vocab_min_count: int | None = None  # None: hash mode
     truth_path: str | None = None
     force: bool = False
+    num_classes: int = 2  # 2: a 0/1 label; K > 2: class ids 0..K-1 (a multi-class label column)
 
 
 def _validate(opts: PrepareOptions) -> None:
@@ -67,6 +68,8 @@ def _validate(opts: PrepareOptions) -> None:
                       f"got valid_fraction={opts.valid_fraction} (test_fraction={opts.test_fraction})")
     if opts.hash_buckets < 3 or opts.hash_buckets > 2**31 - 1:
         errors.append(f"hash_buckets must be in [3, 2**31-1], got {opts.hash_buckets}")
+    if isinstance(opts.num_classes, bool) or not isinstance(opts.num_classes, int) or not 2 <= opts.num_classes <= MAX_CLASSES:
+        errors.append(f"num_classes must be an integer in [2, {MAX_CLASSES}], got {opts.num_classes!r}")
     if opts.vocab_min_count is not None and opts.vocab_min_count < 1:
         errors.append(f"vocab_min_count must be >= 1, got {opts.vocab_min_count}")
     if errors:
@@ -85,6 +88,7 @@ class _SplitWriter:
         self.labels = NpyAppender(os.path.join(root, "labels.npy"), np.int8) if party.label else None
         self.digest = hashlib.sha256()
         self.positives = 0
+        self.class_counts = np.zeros(MAX_CLASSES, np.int64)
 
     def close(self) -> None:
         for a in (self.ids, self.dense, self.dense_missing, self.cat, self.labels):
@@ -133,7 +137,7 @@ def _build_vocabularies(input_path: str, parties: list[PartyColumns], opts: Prep
     names = [c for p in parties for c in p.categorical]
     idx = [categorical_index(c) for c in names]
     counter = VocabularyCounter(len(names))
-    for b in read_blocks(input_path, opts.strict, ReadStats()):
+    for b in read_blocks(input_path, opts.strict, ReadStats(), num_classes=opts.num_classes):
         counter.update(b.cat_key[:, idx], b.cat_missing[:, idx])
     return dict(zip(names, counter.vocabularies(opts.vocab_min_count)))
 
@@ -150,6 +154,29 @@ def _bayes_auc(truth_path: str, test_rows: list[np.ndarray], test_labels: list[n
     if rows.size == 0 or rows.max(initial=-1) >= truth.shape[0] or len(np.unique(labels)) < 2:
         return None
     return float(roc_auc_score(labels, truth[rows]))
+
+
+def bayes_accuracy(truth_path: str, test_rows: list[np.ndarray], test_labels: list[np.ndarray], k: int) -> float | None:
+    """Accuracy of the Bayes classifier argmax_c P(y=c | x) (the truth file holds P, shape (rows, k)) on the test rows."""
+    try:
+        truth = np.load(truth_path, mmap_mode="r")
+    except (ValueError, OSError, EOFError) as e:
+        raise DataError(f"truth file {truth_path} is not a readable .npy array: {e}") from None
+    if truth.ndim != 2 or truth.shape[1] != k:
+        raise DataError(f"truth file {truth_path} has shape {truth.shape}; a {k}-class set needs (rows, {k})")
+    rows = np.concatenate(test_rows) if test_rows else np.empty(0, np.int64)
+    labels = np.concatenate(test_labels) if test_labels else np.empty(0, np.int8)
+    if rows.size == 0 or rows.max(initial=-1) >= truth.shape[0]:
+        return None
+    return float(np.mean(np.argmax(truth[rows], axis=1) == labels))
+
+
+def label_doc(num_classes: int, class_counts: dict[str, list[int]] | None = None) -> dict:
+    """The labelled party's `label` manifest entry: the task and K (never given to a follower)."""
+    doc = {"task": "binary" if num_classes == 2 else "multiclass", "num_classes": num_classes}
+    if class_counts is not None:
+        doc["class_counts"] = class_counts
+    return doc
 
 
 def prepare(input_path: str, out_dir: str, parties: list[PartyColumns], opts: PrepareOptions = PrepareOptions()) -> dict:
@@ -179,7 +206,7 @@ def prepare(input_path: str, out_dir: str, parties: list[PartyColumns], opts: Pr
     last_id = -1
     try:
         writers = {(p.name, s): _SplitWriter(os.path.join(tmp, p.name, s), p) for p in parties for s in SPLITS}
-        for b in read_blocks(input_path, opts.strict, stats):
+        for b in read_blocks(input_path, opts.strict, stats, num_classes=opts.num_classes):
             ids = _sample_ids(b)
             if ids[0] <= last_id or (ids.size > 1 and np.any(np.diff(ids) <= 0)):
                 raise DataError(f"{input_path}: sample ids must be strictly increasing (sort the input by its id column); "
@@ -208,6 +235,7 @@ def prepare(input_path: str, out_dir: str, parties: list[PartyColumns], opts: Pr
                     if w.labels is not None:
                         w.labels.append(b.label[rows])
                         w.positives += int(b.label[rows].sum())
+                        w.class_counts += np.bincount(b.label[rows], minlength=MAX_CLASSES)[:MAX_CLASSES]
                     id_digest_update(w.digest, ids[rows])
                 if split == "test" and truth_path is not None:
                     test_rows.append(b.line_index[rows])
@@ -217,7 +245,10 @@ def prepare(input_path: str, out_dir: str, parties: list[PartyColumns], opts: Pr
         stream_seconds = time.perf_counter() - t0
         warn_bad_lines(input_path, stats)
         manifest = _manifest(input_path, parties, encoders, writers, opts, stats, before_alignment, label_party)
-        if truth_path is not None:
+        if truth_path is not None and opts.num_classes > 2:
+            manifest["bayes_test_accuracy"] = bayes_accuracy(truth_path, test_rows, test_labels, opts.num_classes)
+            manifest["truth_path"] = os.path.abspath(truth_path)
+        elif truth_path is not None:
             manifest["bayes_test_auc"] = _bayes_auc(truth_path, test_rows, test_labels)
             manifest["truth_path"] = os.path.abspath(truth_path)
         elapsed = time.perf_counter() - t0
@@ -300,7 +331,9 @@ def _manifest(input_path, parties, encoders, writers, opts, stats, before_alignm
         "sample_ids": "leading id column" if stats.has_id_column else "0-based line number of the input",
         "id_digest": digests,
         "rows": {s: writers[(label_name, s)].ids.rows for s in SPLITS},
-        "positives": {s: writers[(label_name, s)].positives for s in SPLITS},
+        "positives": {s: writers[(label_name, s)].positives for s in SPLITS} if opts.num_classes == 2 else None,
+        "label": label_doc(opts.num_classes, {s: writers[(label_name, s)].class_counts[:opts.num_classes].tolist()
+                                              for s in SPLITS} if opts.num_classes > 2 else None),
         "unassigned_columns": unassigned_columns(parties),
         "parties": party_docs,
         "options": asdict(opts),

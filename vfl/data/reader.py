@@ -77,7 +77,8 @@ def detect_id_column(path: str) -> bool:
     )
 
 
-def read_blocks(path: str, strict: bool, stats: ReadStats, block_bytes: int = BLOCK_BYTES) -> Iterator[ParsedBlock]:
+def read_blocks(path: str, strict: bool, stats: ReadStats, block_bytes: int = BLOCK_BYTES,
+                num_classes: int = 2) -> Iterator[ParsedBlock]:
     """Yield parsed blocks of good rows; bad lines are counted (or raise with strict)."""
     has_id = detect_id_column(path)
     stats.has_id_column = has_id
@@ -106,7 +107,7 @@ def read_blocks(path: str, strict: bool, stats: ReadStats, block_bytes: int = BL
                 data, carry = carry + b"\n", b""
             else:
                 break
-            block, bad = parse_block(data, line_index, has_id)
+            block, bad = parse_block(data, line_index, has_id, num_classes)
             line_index += data.count(b"\n")
             if bad:
                 if strict:

@@ -67,6 +67,9 @@ class PartyShard:
         self.field_sizes: list[int] = [int(party["field_sizes"][c]) for c in self.categorical_columns]
         self.has_labels: bool = bool(party["has_labels"])
         self.id_digest: dict[str, str] = self.manifest["id_digest"]
+        label = self.manifest.get("label") or {}
+        # K of the labelled party's class ids (2: a 0/1 label); None on a follower, which never learns it
+        self.num_classes: int | None = int(label.get("num_classes", 2)) if self.has_labels else None
         missing = [s for s in SPLITS if s not in self.id_digest]
         if missing:
             raise DataError(f"shard {path} has no {'/'.join(missing)} split (it was prepared by an older version): "
@@ -100,6 +103,9 @@ class PartyShard:
             for arr, what in ((s.dense, "dense"), (s.dense_missing, "dense_missing"), (s.cat, "cat")):
                 if arr.shape[0] != n:
                     raise DataError(f"shard {self.path}/{name}: {what}.npy has {arr.shape[0]} rows, ids.npy has {n}")
+            if s.labels is not None and s.labels.size and not 0 <= int(s.labels.min()) <= int(s.labels.max()) < self.num_classes:
+                raise DataError(f"shard {self.path}/{name}: labels.npy holds values in [{int(s.labels.min())}, "
+                                f"{int(s.labels.max())}], but the manifest says {self.num_classes} classes (0..{self.num_classes - 1})")
             self._splits[name] = s
         return self._splits[name]
 

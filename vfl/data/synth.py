@@ -119,6 +119,10 @@ class SyntheticCriteo:
         z = self._latents(rng, n)
         p = 1.0 / (1.0 + np.exp(-self._logit(z)))
         label = (label_rng.random(n) < p).astype(np.int8)
+        return self.frame(z, label), p.astype(np.float32)
+
+    def frame(self, z: dict, label: np.ndarray) -> pd.DataFrame:
+        """Raw rows in Criteo column order from latents z and a label column."""
         cols = {"label": label}
         for i, name in enumerate(DENSE_COLUMNS):
             x = np.floor(np.exp(DENSE_MU[i] + DENSE_SIGMA[i] * z["u"][:, i])).astype(np.int64) - DENSE_SHIFT[i] + 1
@@ -128,7 +132,7 @@ class SyntheticCriteo:
             s = self.hex_tables[j][z["cat"][:, j]]
             s[z["cat_missing"][:, j]] = ""
             cols[name] = s
-        return pd.DataFrame(cols), p.astype(np.float32)
+        return pd.DataFrame(cols)
 
 
 def write_synthetic(out_path: str, rows: int, seed: int = 0, max_vocab: int = 20_000, label_seed: int | None = None) -> dict:

@@ -24,7 +24,7 @@ MAX_TENSORS = 16
 MAX_DIM = 1 << 31
 ALLOWED_DTYPES = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8"), "int64": np.dtype("<i8")}
 MESSAGE_TYPES = ("HELLO", "WELCOME", "FORWARD", "EMBEDDING", "GRADIENT", "EVAL", "SAVE", "SNAPSHOT", "RESTORE", "WAIT", "DONE",
-                 "BYE", "ABORT")
+                 "BYE", "ABORT", "PRIOR")
 
 
 class WireError(RuntimeError):
