@@ -160,13 +160,17 @@ def test_existing_output_is_kept_unless_forced(tmp_path, real_1k):
     assert json.loads((out / "manifest.json").read_text())["split"]["test_fraction"] == 0.5
 
 
-def test_ids_from_an_id_column_must_increase(tmp_path):
+def test_ids_in_any_order_are_sorted_and_duplicates_are_refused_naming_the_id(tmp_path):
     # Prepare
-    src = write_lines(tmp_path / "in.tsv", ["5\t" + raw_line(), "3\t" + raw_line()])
-    # Execute / Assert
-    with pytest.raises(DataError, match="strictly increasing"):
-        prepare(src, str(tmp_path / "o"), load_parties(None))
-    assert not (tmp_path / "o").exists()
+    src = write_lines(tmp_path / "in.tsv", ["5\t" + raw_line(), "3\t" + raw_line(), "9\t" + raw_line()])
+    dup = write_lines(tmp_path / "dup.tsv", ["5\t" + raw_line(), "3\t" + raw_line(), "5\t" + raw_line()])
+    # Execute
+    m = prepare(src, str(tmp_path / "o"), load_parties(None), PrepareOptions(test_fraction=0.0, valid_fraction=0.0))
+    # Assert
+    assert np.load(tmp_path / "o/leader/train/ids.npy").tolist() == [3, 5, 9] and m["rows"]["train"] == 3
+    with pytest.raises(DataError, match="sample id '5' appears more than once"):
+        prepare(dup, str(tmp_path / "d"), load_parties(None))
+    assert not (tmp_path / "d").exists()
 
 
 def test_memory_mapped_and_in_memory_shards_give_the_same_batches(shards_small):
