@@ -178,7 +178,8 @@ def _id_texts(src: PartySource, id64: int) -> str | None:
         for t in df[src.id_column]:
             if id64_of_text(t) == id64:
                 found.append(t)
-    return " and ".join(repr(t) for t in found[:3]) if found else None
+    found = list(dict.fromkeys(found))
+    return " = ".join(repr(t) for t in found[:3]) if found else None
 
 
 def prepare_party(src: PartySource, out_dir: str, party: PartyColumns, opts: PrepareOptions = PrepareOptions()) -> dict:
