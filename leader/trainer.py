@@ -29,7 +29,8 @@ class HandshakeError(WireError):
 class LeaderTrainer:
     """Drives every step; followers only react to FORWARD / EVAL / SAVE / WAIT / DONE."""
 
-    def __init__(self, cfg: PartyConfig, channel: LeaderChannel, party: BottomParty, log: RunLog, out_dir: str):
+    def __init__(self, cfg: PartyConfig, channel: LeaderChannel, party: BottomParty, log: RunLog, out_dir: str,
+                 label_key=None):
         self.cfg = cfg
         self.ch = channel
         self.party = party
@@ -48,9 +49,10 @@ class LeaderTrainer:
             self.resume = load_resume_checkpoint(cfg.train.resume_from, cfg.party, ("bottom", "top"))
             party.load_state(self.resume["state"]["bottom"])
         self.start_step = self.resume["step"] if self.resume else 0
-        # the key store is opened before any follower connects: its problems never reach a follower
+        # the key store is opened before any follower connects (leader/__main__.py passes it): its problems never
+        # reach a follower
         ld = cfg.privacy.label_dp
-        self.label_key = open_label_key(ld, party.shard.manifest) if ld is not None else None
+        self.label_key = label_key if label_key is not None or ld is None else open_label_key(ld, party.shard.manifest)
 
     # -- handshake ---------------------------------------------------------------------------
     def handshake(self) -> None:

@@ -36,6 +36,7 @@ class DataConfig:
     path: str = ""  # this party's shard directory (OUT/<party> of `python -m vfl.data prepare`)
     dense: tuple[str, ...] | None = None  # optional: must equal the shard's columns
     categorical: tuple[str, ...] | None = None
+    min_intersection: int = 100  # refuse to train when the private set intersection of the ids is smaller
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ _PARTY = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 _SECTION_KEYS = {
     "": ("role", "party", "network", "data", "model", "train", "privacy", "output", "debug"),
     "network": ("bind", "connect", "followers", "timeout_s", "secret_key_file", "follower_keys", "leader_key_file"),
-    "data": ("path", "dense", "categorical"),
+    "data": ("path", "dense", "categorical", "min_intersection"),
     "model": ("bottom", "top"),
     "model.bottom": ("name", "embedding_dim", "hidden", "cut_dim", "dropout"),
     "model.top": ("name", "hidden"),
@@ -307,7 +308,8 @@ def parse_config(doc: Any, source: str = "config") -> PartyConfig:
 
     d = c.section(top.get("data"), "data")
     data = DataConfig(path=c.string(d, "data", "path", "", required=True) or "",
-                      dense=c.str_list(d, "data", "dense", None), categorical=c.str_list(d, "data", "categorical", None))
+                      dense=c.str_list(d, "data", "dense", None), categorical=c.str_list(d, "data", "categorical", None),
+                      min_intersection=c.number(d, "data", "min_intersection", 100, integer=True, lo=1, hi=2**40))
 
     m = c.section(top.get("model"), "model")
     b = c.section(m.get("bottom"), "model.bottom")
