@@ -296,6 +296,7 @@ def test_insider_garbage_ends_the_run_with_one_line_and_an_abort(garbage, needle
     from vfl.config import load_config
     from vfl.data.shards import PartyShard
     from vfl.handshake import hello_meta, new_nonce
+    from vfl.psi.protocol import follower_psi
     from vfl.wire import FollowerChannel, PeerAbort
     from vfl.wire.frames import MAGIC
     from vfl.wire.keys import load_follower_keys
@@ -306,15 +307,19 @@ def test_insider_garbage_ends_the_run_with_one_line_and_an_abort(garbage, needle
     ch = FollowerChannel(cfg.network.connect, "follower0",
                          load_follower_keys(cfg.network.secret_key_file, cfg.network.leader_key_file), 30)
     try:
+        shard = PartyShard(cfg.data.path)
+        common, _ = follower_psi(ch, shard.all_ids())
+        shard.restrict(common)
         nonce = new_nonce()
-        ch.send("HELLO", hello_meta(cfg, PartyShard(cfg.data.path), 0, nonce))
+        ch.send("HELLO", hello_meta(cfg, shard, 0, nonce))
         ch.run = ch.recv(("WELCOME",)).meta["run"]
         ch.recv(("FORWARD",))
         if garbage == "deep":
             header = b'{"type":"EMBEDDING","meta":' + b"[" * 30000 + b"]" * 30000 + b"}"
             frames = [MAGIC, header]
         else:
-            header = {"type": "EMBEDDING", "from": "follower0", "run": ch.run, "seq": 1, "meta": {"step": 0}, "tensors": [garbage]}
+            seq = ch._send_seq["leader"]
+            header = {"type": "EMBEDDING", "from": "follower0", "run": ch.run, "seq": seq, "meta": {"step": 0}, "tensors": [garbage]}
             frames = [MAGIC, json.dumps(header).encode(), b""]
         # Execute
         ch._sock.send_multipart(frames)
