@@ -84,7 +84,8 @@ def _missing(path: str, want: list[str], have: list[str], what: str) -> list[str
     errors = []
     for c in want:
         if c not in have:
-            near = difflib.get_close_matches(c, have, n=1)
+            same_case = [h for h in have if h.lower() == c.lower()]
+            near = same_case or difflib.get_close_matches(c, have, n=1)
             errors.append(f"{what} column {c!r} is not in the header of {path}" + (f" (did you mean {near[0]!r}?)" if near else "")
                           + f"; the header has {have[:50]}")
     return errors
