@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Train Wide&Deep split between a leader and a follower process over ZeroMQ on this machine.
+# Train Wide&Deep split between a leader and a follower process over ZeroMQ on this machine, the way two
+# organisations would: the combined file is split into each party's own raw file (OUT/raw), each party
+# prepares its own file alone (OUT/shards/<party>), the parties intersect their ids privately (PSI), then train.
 # Usage: bash scripts/run_vfl_train_local.sh [--data RAW_TSV] [--out DIR] [--epochs N] [--centralized]
-#        [--rows N] (synthetic rows when no --data) [--hash-buckets N]
+#        [--rows N] (synthetic rows when no --data) [--hash-buckets N] [--drop PARTY=FRACTION]
 # Env: LEADER_CONFIG, FOLLOWER_CONFIG (default examples/wide_deep_criteo/{leader,follower}.yaml).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-DATA="" OUT="runs/local" EPOCHS="" CENTRALIZED=0 ROWS=1000000 BUCKETS=20000
+DATA="" OUT="runs/local" EPOCHS="" CENTRALIZED=0 ROWS=1000000 BUCKETS=20000 DROP=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --data) DATA=$2; shift 2 ;;
@@ -15,7 +17,8 @@ while [ $# -gt 0 ]; do
     --centralized) CENTRALIZED=1; shift ;;
     --rows) ROWS=$2; shift 2 ;;
     --hash-buckets) BUCKETS=$2; shift 2 ;;
-    -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
+    --drop) DROP+=(--drop "$2"); shift 2 ;;
+    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
     *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -35,8 +38,14 @@ if [ -z "$DATA" ]; then
 fi
 [ -f "$DATA" ] || { echo "error: --data $DATA: file not found" >&2; exit 2; }
 SHARDS="$OUT/shards"
-echo "== preparing party shards from $DATA -> $SHARDS"
-"$PY" -m vfl.data prepare --input "$DATA" --out "$SHARDS" --hash-buckets "$BUCKETS" --force
+RAW="$OUT/raw"
+echo "== splitting $DATA into each party's own raw file -> $RAW"
+"$PY" -m vfl.data split --input "$DATA" --out "$RAW" "${DROP[@]}"
+FOLLOWER=$("$PY" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["party"])' "$FOLLOWER_CONFIG")
+for party in leader "$FOLLOWER"; do
+  echo "== $party prepares its own file alone: $RAW/$party.tsv -> $SHARDS/$party"
+  "$PY" -m vfl.data prepare --party "$party" --input "$RAW/$party.tsv" --out "$SHARDS" --hash-buckets "$BUCKETS" --force
+done
 EP_ARGS=()
 [ -n "$EPOCHS" ] && EP_ARGS=(--epochs "$EPOCHS")
 if [ "$CENTRALIZED" = 1 ]; then
@@ -58,7 +67,6 @@ PYEOF
 fi
 PORT=$(free_port)
 ENDPOINT="tcp://127.0.0.1:$PORT"
-FOLLOWER=$("$PY" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["party"])' "$FOLLOWER_CONFIG")
 KEYS="$OUT/keys"  # throwaway CurveZMQ key pairs of this local run (two hosts: see README, Security)
 new_keys "$KEYS" leader "$FOLLOWER"
 echo "== leader and $FOLLOWER over ZeroMQ at $ENDPOINT (logs in $OUT)"
@@ -98,6 +106,10 @@ echo "== metrics: $OUT/metrics.json"
 import json, sys
 m = json.load(open(sys.argv[1]))
 bayes = m.get("bayes_test_auc")
+psi = m.get("psi") or {}
+if psi:
+    print(f"PSI: {psi['intersection']} shared ids (leader {psi['own_ids']}, followers {psi['peer_ids']}), "
+          f"{psi['seconds']:.1f} s, {(psi['bytes_sent'] + psi['bytes_received']) / 2**20:.1f} MiB")
 print(f"test AUC {m['test_auc']:.4f}" + (f"  (Bayes-optimal AUC of this data: {bayes:.4f})" if bayes else "")
       + f"  test logloss {m['test_logloss']:.4f}  {m['samples_per_second']:.0f} samples/s"
       + (f"  label DP eps={m['label_dp']['eps']}" if m.get("label_dp") else ""))
