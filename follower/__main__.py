@@ -31,7 +31,7 @@ def body(cfg, log, state: dict) -> None:
     channel = state["channel"] = FollowerChannel(cfg.network.connect, cfg.party, keys, cfg.network.timeout_s,
                                                  max_frame_bytes=max_frame)
     log(f"follower {cfg.party}: connecting to {cfg.network.connect}; private set intersection of {len(shard.all_ids())} ids")
-    common, psi = follower_psi(channel, shard.all_ids())
+    common, psi = follower_psi(channel, shard.all_ids(), log)
     log(f"follower {cfg.party}: PSI intersection {psi.intersection} ids (this party {psi.own_ids}, leader {psi.peer_ids['leader']}, "
         f"shared pairwise {psi.pairwise['leader']}), {psi.seconds:.1f} s, {psi.bytes_sent + psi.bytes_received} bytes")
     check_minimum(psi, cfg.data.min_intersection, cfg.party)

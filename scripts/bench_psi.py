@@ -92,14 +92,16 @@ def main() -> int:
     ap.add_argument("--sizes", default="100000,1000000", help="ids per side, comma-separated")
     ap.add_argument("--reference-size", type=int, default=10000, help="ids per side for the openmined-psi reference (0: skip)")
     args = ap.parse_args()
-    from tests.procs import party_keys
-
     from vfl.psi.ecdh import SUITE
+    from vfl.wire.keys import create_key_pair, key_paths
 
     print(f"CPU: {cpu_model()}; load average {os.getloadavg()[0]:.2f}")
     print(f"suite {SUITE}; leader and follower in two processes over CurveZMQ on 127.0.0.1; overlap 50%")
     with tempfile.TemporaryDirectory(prefix="bench-psi-") as tmp:
-        keys = party_keys(tmp, ("leader", "follower0"))
+        keys = {}
+        for p in ("leader", "follower0"):
+            create_key_pair(p, os.path.join(tmp, "keys"))
+            keys[p] = key_paths(os.path.join(tmp, "keys"), p)
         for n in (int(x) for x in args.sizes.split(",") if x):
             r = run(n, keys)
             print(f"vfl PSI     {n:>9} ids/side: {r['seconds']:8.1f} s  {r['bytes'] / 2**20:8.1f} MiB "

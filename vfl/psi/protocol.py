@@ -58,6 +58,23 @@ class PSIReport:
                 "bytes_received": self.bytes_received}
 
 
+class _Progress:
+    """A progress line (points done, rate, ETA) at most every 10 s, for long intersections."""
+
+    def __init__(self, log, what: str, total: int):
+        self.log, self.what, self.total = log, what, total
+        self.done, self.t0, self.last = 0, time.monotonic(), time.monotonic()
+
+    def add(self, k: int) -> None:
+        self.done += k
+        now = time.monotonic()
+        if self.log is not None and now - self.last >= 10.0:
+            rate = self.done / max(now - self.t0, 1e-9)
+            self.log(f"PSI {self.what}: {self.done}/{self.total} points, {rate:.0f}/s, "
+                     f"ETA {(self.total - self.done) / max(rate, 1e-9):.0f} s")
+            self.last = now
+
+
 def _chunks(n: int):
     return [(i, min(i + CHUNK_POINTS, n)) for i in range(0, n, CHUNK_POINTS)]
 
@@ -119,12 +136,14 @@ def follower_psi(ch, ids: np.ndarray, log=None) -> tuple[np.ndarray, PSIReport]:
     x_got = np.zeros(n_leader, bool)
     positions: list[np.ndarray] = []
     expected_positions = 0
+    progress = _Progress(log, "with the leader", y.size + n_leader)
     while True:
         msg = _recv(ch, None)
         op = msg.meta.get("op")
         if op == "mask":
             start, stop = _range(msg, "the leader", y.size)
             ch.send("PSI", {"op": "mask", "start": start, "stop": stop}, [as_wire(raise_to(hash_ids(y[start:stop]), b))])
+            progress.add(stop - start)
         elif op == "double":
             start, stop = _range(msg, "the leader", y.size)
             y_ab[start:stop] = _points(msg, "the leader", stop - start)
@@ -138,6 +157,7 @@ def follower_psi(ch, ids: np.ndarray, log=None) -> tuple[np.ndarray, PSIReport]:
             x_ab[start:stop] = out
             x_got[start:stop] = True
             ch.send("PSI", {"op": "leader", "start": start, "stop": stop}, [as_wire(out)])
+            progress.add(stop - start)
         elif op == "result":
             total = msg.int_field("total", 0, y.size)
             start, stop = msg.int_field("start", 0, total), msg.int_field("stop", 0, total)
@@ -218,6 +238,7 @@ def leader_psi(ch, followers: list[str], ids: np.ndarray, log=None) -> tuple[np.
     for f in followers:
         a = new_exponent()
         n = sizes[f]
+        progress = _Progress(log, f"with {f}", n + ids.size)
         y_ab = np.empty((n, 32), np.uint8)
         for start, stop in _chunks(n):
             ch.send(f, "PSI", {"op": "mask", "start": start, "stop": stop})
@@ -229,6 +250,7 @@ def leader_psi(ch, followers: list[str], ids: np.ndarray, log=None) -> tuple[np.
                 raise PSIError(f"PSI mask chunk {start}..{stop} from {f}: {e}") from None
             ch.send(f, "PSI", {"op": "double", "start": start, "stop": stop}, [as_wire(y_ab[start:stop])])
             keepalive(f)
+            progress.add(stop - start)
         perm = _shuffle(ids.size)
         x_ab = np.empty((ids.size, 32), np.uint8)
         for start, stop in _chunks(ids.size):
@@ -237,6 +259,7 @@ def leader_psi(ch, followers: list[str], ids: np.ndarray, log=None) -> tuple[np.
             _range(msg, f, ids.size, (start, stop))
             x_ab[start:stop] = _points(msg, f, stop - start)
             keepalive(f)
+            progress.add(stop - start)
         theirs = point_set(y_ab)
         raw = x_ab.tobytes()
         rows, pos = [], []
