@@ -276,7 +276,7 @@ def _party_manifest(src, party, enc, writers, digests, positives, opts, stats) -
                           "valid iff test_fraction <= u < test_fraction + valid_fraction; else train"},
         "transforms": _transforms_doc(opts),
         "sample_ids": f"column {src.id_column!r} of the party's own file: decimal integers as themselves, "
-                      "other text as int64(sha256('vfl-id/v1\\0' + text)[:8]) (vfl/data/ids.py)",
+                      "other text hashed to an int64 (vfl/data/ids.py)",
         "id_digest": digests,
         "rows": rows,
         "party": {"name": party.name, "dense": list(party.dense), "categorical": list(party.categorical),
