@@ -196,7 +196,8 @@ def follower_psi(ch, ids: np.ndarray, log=None) -> tuple[np.ndarray, PSIReport]:
 
 def _recv(ch, op: str | None) -> Message:
     while True:
-        msg = ch.recv(("PSI", "WAIT"), f"PSI {op or 'step'} from the leader at {ch.endpoint}")
+        msg = ch.recv(("PSI", "WAIT"), f"PSI {op or 'step'} from the leader at {ch.endpoint}"
+                                       + (" (is the leader running?)" if op == "hello" else ""))
         if msg.type == "WAIT":
             continue
         if op is not None:
@@ -213,7 +214,7 @@ def leader_psi(ch, followers: list[str], ids: np.ndarray, log=None) -> tuple[np.
     last = {f: time.monotonic() for f in followers}
     sizes = {}
     for f in followers:
-        sizes[f] = _size(_leader_recv(ch, f, "hello"), f)
+        sizes[f] = _size(_leader_recv(ch, f, "hello", " (is it running and pointed at this leader?)"), f)
     for f in followers:
         ch.send(f, "PSI", {"op": "hello", "suite": SUITE, "n": int(ids.size)})
         last[f] = time.monotonic()
@@ -288,8 +289,8 @@ def leader_psi(ch, followers: list[str], ids: np.ndarray, log=None) -> tuple[np.
     return final, report
 
 
-def _leader_recv(ch, peer: str, op: str) -> Message:
-    msg = ch.recv(peer, "PSI", f"PSI {op} from follower {peer}")
+def _leader_recv(ch, peer: str, op: str, hint: str = "") -> Message:
+    msg = ch.recv(peer, "PSI", f"PSI {op} from follower {peer}{hint}")
     _op(msg, peer, op)
     return msg
 
