@@ -21,6 +21,7 @@ import json
 import os
 import resource
 import shutil
+import sys
 import time
 from dataclasses import asdict, dataclass
 
@@ -214,7 +215,12 @@ def prepare_party(src: PartySource, out_dir: str, party: PartyColumns, opts: Pre
     test_labels: list[np.ndarray] = []
     try:
         writers = [_SplitWriter(os.path.join(tmp, s), len(party.dense), len(party.categorical), party.label) for s in SPLITS]
+        last_note = time.perf_counter()
         for b in read_party_blocks(src, opts.strict, stats):
+            if time.perf_counter() - last_note >= 10.0:  # long files show progress on stderr
+                last_note = time.perf_counter()
+                print(f"prepare {party.name}: {stats.good_rows} rows, {stats.good_rows / (last_note - t0):.0f} rows/s",
+                      file=sys.stderr, flush=True)
             which = split_of(b.sample_id, opts)
             for k, w in enumerate(writers):
                 rows = np.flatnonzero(which == k)

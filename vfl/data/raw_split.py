@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import time
 
 import numpy as np
@@ -54,7 +55,15 @@ def split_raw(input_path: str, out_dir: str, parties: list[PartyColumns], seed: 
         for p in parties:
             files[p.name] = open(tmp[p.name], "w", encoding="utf-8", errors="surrogateescape", newline="\n")
             files[p.name].write("\t".join([ID_COLUMN, *p.dense, *p.categorical, *([LABEL] if p.label else [])]) + "\n")
+        total = os.path.getsize(input_path)
+        last_note = time.perf_counter()
         for data, first_line, block in read_raw_blocks(input_path, strict, stats):
+            now = time.perf_counter()
+            if now - last_note >= 10.0 and not input_path.endswith(".gz"):  # progress, rate and ETA on stderr
+                last_note = now
+                rate = stats.bytes_read / (now - t0)
+                print(f"split: {stats.bytes_read / 2**20:.0f}/{total / 2**20:.0f} MiB, {rate / 2**20:.1f} MiB/s, "
+                      f"ETA {(total - stats.bytes_read) / max(rate, 1):.0f} s", file=sys.stderr, flush=True)
             lines = data.decode("utf-8", errors="surrogateescape").replace("\r\n", "\n").split("\n")
             offsets = block.line_index - first_line
             ids = block.sample_id if block.sample_id is not None else block.line_index
