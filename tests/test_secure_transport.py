@@ -99,9 +99,9 @@ def test_recorded_follower_session_replayed_to_a_fresh_leader_delivers_nothing(r
     # Execute
     closed_after = replay_to(_leader_port(cfgs["leader"]), proxy.stream("up", _session(proxy)))
     code, _, err = procs.wait("leader", 60)
-    # Assert: the leader dropped the replay at once and never received the replayed HELLO
+    # Assert: the leader dropped the replay at once and never received the replayed first message (PSI hello)
     assert closed_after is not None and closed_after < 3
-    assert code == 1 and "timed out after 4 s awaiting HELLO from follower follower0" in err
+    assert code == 1 and "timed out after 4 s awaiting PSI hello from follower follower0" in err
 
 
 def _storm(port: int, stop: threading.Event, counts: dict) -> None:
