@@ -242,7 +242,7 @@ def test_forged_leader_delivers_no_message_to_a_follower(tmp_path, shards_small,
         ctx.term()
     # Assert: no CURVE session formed, so nothing could be sent either way
     assert not got_message
-    assert code == 1 and "timed out after 4 s awaiting WELCOME" in err and "closed during the CURVE handshake" in err
+    assert code == 1 and "timed out after 4 s awaiting PSI hello from the leader" in err and "closed during the CURVE handshake" in err
     assert not list(tmp_path.glob("**/*.pt"))
 
 

@@ -87,7 +87,7 @@ def test_follower_key_unknown_to_the_leader_is_refused_on_both_sides(tmp_path, s
     lcode, _, lerr = procs.wait("leader", 60)
     # Assert: the follower learns at the CURVE handshake; the leader never got a message from it
     assert fcode == 1 and "refused this party's key" in ferr and ferr.count("\n") == 1
-    assert lcode == 1 and "timed out after 4 s awaiting HELLO from follower follower0" in lerr
+    assert lcode == 1 and "timed out after 4 s awaiting PSI hello from follower follower0" in lerr
 
 
 def test_missing_keys_name_the_settings_and_the_key_tool(tmp_path, shards_small, procs):
