@@ -22,6 +22,8 @@ run on the Montgomery form.
 from __future__ import annotations
 
 import hashlib
+import multiprocessing as mp
+import os
 import secrets
 
 import numpy as np
@@ -43,8 +45,38 @@ def new_exponent() -> bytes:
     return secrets.token_bytes(32)
 
 
+PARALLEL_MIN = 2048  # below this many values a batch runs in the calling process
+_pool = None
+
+
+def _workers():
+    """This party's worker processes (one per core, at most 8), started on first use; None on one core."""
+    global _pool
+    if _pool is None:
+        n = min(os.cpu_count() or 1, 8)
+        _pool = mp.get_context("fork").Pool(n) if n > 1 else False
+    return _pool or None
+
+
+def _parallel(fn, arr: np.ndarray, *args) -> np.ndarray:
+    pool = _workers() if arr.shape[0] >= PARALLEL_MIN else None
+    if pool is None:
+        return fn(arr, *args)
+    parts = np.array_split(arr, pool._processes)
+    return np.concatenate(pool.starmap(fn, [(p, *args) for p in parts]))
+
+
 def hash_ids(ids: np.ndarray) -> np.ndarray:
     """H(id) for int64 ids: uint8 (n, 32) Montgomery u-coordinates of points of the prime-order subgroup."""
+    return _parallel(_hash_ids, np.ascontiguousarray(ids, dtype="<i8"))
+
+
+def raise_to(points: np.ndarray, exponent: bytes) -> np.ndarray:
+    """X25519(exponent, u) for every u-coordinate (uint8 (n, 32)); PointError names the first invalid one."""
+    return _parallel(_raise_to, np.ascontiguousarray(points, dtype=np.uint8).reshape(-1, POINT_BYTES), exponent)
+
+
+def _hash_ids(ids: np.ndarray) -> np.ndarray:
     ids = np.ascontiguousarray(ids, dtype="<i8")
     out = np.empty((ids.size, POINT_BYTES), np.uint8)
     raw = ids.tobytes()
@@ -60,8 +92,7 @@ def hash_ids(ids: np.ndarray) -> np.ndarray:
     return out
 
 
-def raise_to(points: np.ndarray, exponent: bytes) -> np.ndarray:
-    """X25519(exponent, u) for every u-coordinate (uint8 (n, 32)); PointError names the first invalid one."""
+def _raise_to(points: np.ndarray, exponent: bytes) -> np.ndarray:
     points = np.ascontiguousarray(points, dtype=np.uint8).reshape(-1, POINT_BYTES)
     out = np.empty_like(points)
     raw = points.tobytes()
