@@ -55,7 +55,7 @@ def split_raw(input_path: str, out_dir: str, parties: list[PartyColumns], seed: 
         for p in parties:
             files[p.name] = open(tmp[p.name], "w", encoding="utf-8", errors="surrogateescape", newline="\n")
             files[p.name].write("\t".join([ID_COLUMN, *p.dense, *p.categorical, *([LABEL] if p.label else [])]) + "\n")
-        total = os.path.getsize(input_path)
+        total = os.path.getsize(input_path) if os.path.isfile(input_path) else 0
         last_note = time.perf_counter()
         for data, first_line, block in read_raw_blocks(input_path, strict, stats):
             now = time.perf_counter()
