@@ -296,7 +296,10 @@ class FollowerChannel(_Endpoint):
         while True:
             events = dict(poller.poll(max(1, int((deadline - time.monotonic()) * 1000))))
             if self._monitor in events:
-                self._on_event(recv_monitor_message(self._monitor), f"sending {type_}")
+                evt = recv_monitor_message(self._monitor)
+                if evt["event"] == zmq.EVENT_DISCONNECTED and self._sock.poll(0, zmq.POLLIN):
+                    return  # the peer's last message (an ABORT, say) is read by the next receive
+                self._on_event(evt, f"sending {type_}")
             if events.get(self._sock, 0) & zmq.POLLOUT:
                 return
             if time.monotonic() >= deadline:
