@@ -32,7 +32,8 @@ class HandshakeError(WireError):
 class LeaderTrainer:
     """Drives every step; followers only react to FORWARD / EVAL / SAVE / WAIT / DONE."""
 
-    def __init__(self, cfg: PartyConfig, channel: LeaderChannel, party: BottomParty, log: RunLog, out_dir: str):
+    def __init__(self, cfg: PartyConfig, channel: LeaderChannel, party: BottomParty, log: RunLog, out_dir: str,
+                 label_key=None):
         self.cfg = cfg
         self.ch = channel
         self.party = party
@@ -53,9 +54,10 @@ class LeaderTrainer:
         self.start_step = self.resume["step"] if self.resume else 0
         # None (binary) or K from the leader's shard; followers are never told K
         self.num_classes = task_classes(cfg.train.task, party.shard)
-        # the key store is opened before any follower connects: its problems never reach a follower
+        # the key store is opened before any follower connects (leader/__main__.py passes it): its problems never
+        # reach a follower
         ld = cfg.privacy.label_dp
-        self.label_key = open_label_key(ld, party.shard.manifest) if ld is not None else None
+        self.label_key = label_key if label_key is not None or ld is None else open_label_key(ld, party.shard.manifest)
 
     # -- handshake ---------------------------------------------------------------------------
     def handshake(self) -> None:

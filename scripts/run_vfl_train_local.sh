@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# Train Wide&Deep split between a leader and a follower process over ZeroMQ on this machine.
+# Train Wide&Deep split between a leader and a follower process over ZeroMQ on this machine, the way two
+# organisations would: the combined file is split into each party's own raw file (OUT/raw), each party
+# prepares its own file alone (OUT/shards/<party>), the parties intersect their ids privately (PSI), then train.
 # Usage: bash scripts/run_vfl_train_local.sh [--data RAW_TSV] [--out DIR] [--epochs N] [--centralized]
 #        [--rows N] (synthetic rows when no --data) [--hash-buckets N] [--example digits|multiclass] [--label-dp]
+#        [--drop PARTY=FRACTION]
+# The whole vertical path: the combined file is split into each party's own raw file, each party
+# prepares its own file alone, the parties intersect their ids privately (PSI) and train.
 # --example digits: scikit-learn's 8x8 digits, 10 classes, left/right image halves (examples/digits/);
 # --example multiclass: synthetic 10-class Criteo-format data (examples/multiclass/); --label-dp: the
 # example's leader_label_dp.yaml. Env: LEADER_CONFIG, FOLLOWER_CONFIG (default examples/wide_deep_criteo/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-require_values --data --out --epochs --rows --hash-buckets --example -- "$@"
+require_values --data --out --epochs --rows --hash-buckets --example --drop -- "$@"
 ROOT=$(pwd)
-DATA="" OUT="" EPOCHS="" CENTRALIZED=0 ROWS="" BUCKETS=20000 EXAMPLE="" LABEL_DP=0
+DATA="" OUT="" EPOCHS="" CENTRALIZED=0 ROWS="" BUCKETS=20000 EXAMPLE="" LABEL_DP=0 DROP=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --data) DATA=$2; shift 2 ;;
@@ -21,7 +26,8 @@ while [ $# -gt 0 ]; do
     --hash-buckets) BUCKETS=$2; shift 2 ;;
     --example) EXAMPLE=$2; shift 2 ;;
     --label-dp) LABEL_DP=1; shift ;;
-    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+    --drop) DROP+=(--drop "$2"); shift 2 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -41,6 +47,7 @@ PY="$ROOT/.venv/bin/python"
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 SHARDS="$OUT/shards"
+FOLLOWER=$("$PY" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["party"])' "$FOLLOWER_CONFIG")
 CLASS_ARGS=()
 [ "$EXAMPLE" = multiclass ] && CLASS_ARGS=(--num-classes 10)
 if [ "$EXAMPLE" = digits ]; then
@@ -61,8 +68,14 @@ else
     fi
   fi
   [ -f "$DATA" ] || { echo "error: --data $DATA: file not found" >&2; exit 2; }
-  echo "== preparing party shards from $DATA -> $SHARDS"
-  "$PY" -m vfl.data prepare --input "$DATA" --out "$SHARDS" --hash-buckets "$BUCKETS" --force --reuse "${CLASS_ARGS[@]}"
+  RAW="$OUT/raw"
+  echo "== splitting $DATA into each party's own raw file -> $RAW"
+  "$PY" -m vfl.data split --input "$DATA" --out "$RAW" "${DROP[@]}" "${CLASS_ARGS[@]}"
+  for party in leader "$FOLLOWER"; do
+    echo "== $party prepares its own file alone: $RAW/$party.tsv -> $SHARDS/$party"
+    "$PY" -m vfl.data prepare --party "$party" --input "$RAW/$party.tsv" --out "$SHARDS" --hash-buckets "$BUCKETS" \
+      --force "${CLASS_ARGS[@]}"
+  done
 fi
 EP_ARGS=()
 [ -n "$EPOCHS" ] && EP_ARGS=(--epochs "$EPOCHS")
@@ -85,7 +98,6 @@ PYEOF
 fi
 PORT=$(free_port)
 ENDPOINT="tcp://127.0.0.1:$PORT"
-FOLLOWER=$("$PY" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["party"])' "$FOLLOWER_CONFIG")
 KEYS="$OUT/keys"  # throwaway CurveZMQ key pairs of this local run (two hosts: see README, Security)
 new_keys "$KEYS" leader "$FOLLOWER"
 echo "== leader and $FOLLOWER over ZeroMQ at $ENDPOINT (logs in $OUT)"
@@ -125,6 +137,10 @@ echo "== metrics: $OUT/metrics.json"
 import json, sys
 m = json.load(open(sys.argv[1]))
 bayes, bayes_acc = m.get("bayes_test_auc"), m.get("bayes_test_accuracy")
+psi = m.get("psi") or {}
+if psi:
+    print(f"PSI: {psi['intersection']} shared ids (leader {psi['own_ids']}, followers {psi['peer_ids']}), "
+          f"{psi['seconds']:.1f} s, {(psi['bytes_sent'] + psi['bytes_received']) / 2**20:.1f} MiB")
 print((f"test accuracy {m['test_accuracy']:.4f}" + (f"  (Bayes-optimal accuracy of this data: {bayes_acc:.4f})" if bayes_acc else "")
        + f"  macro AUC {m['test_auc']:.4f}" if "test_accuracy" in m else
        f"test AUC {m['test_auc']:.4f}" + (f"  (Bayes-optimal AUC of this data: {bayes:.4f})" if bayes else ""))

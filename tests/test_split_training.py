@@ -150,3 +150,42 @@ def test_multiclass_split_losses_equal_centralized_per_step(tmp_path, shards_k10
     assert a[0] == pytest.approx(np.log(10), abs=0.3)  # softmax over 10 outputs starts near uniform
     log = (tmp_path / "out" / "leader.log").read_text()
     assert "test_accuracy: " in log and "final test_accuracy: " in log
+
+
+def test_parties_with_their_own_files_train_on_exactly_the_intersection_like_centralized(tmp_path, vertical_raw,
+                                                                                        vertical_shards, procs):
+    # Prepare: shards each party prepared from its own file (string and integer ids, other orders, unequal sets)
+    from vfl.data.ids import ids64
+    from vfl.data.prepare import PrepareOptions, split_of
+
+    common = np.sort(ids64(vertical_raw["common"]))
+    want = {s: int((split_of(common, PrepareOptions()) == k).sum()) for k, s in enumerate(("train", "valid", "test"))}
+    cfgs = party_configs(str(tmp_path), str(vertical_shards), train={"epochs": 1})
+    # Execute
+    split = run_split(procs, cfgs)
+    central = run_centralized(cfgs, str(tmp_path / "central"))
+    # Assert: the PSI found exactly the shared ids, training used exactly them, and split equals centralized
+    assert split["psi"]["intersection"] == common.size
+    assert split["psi"]["own_ids"] > common.size and split["psi"]["peer_ids"]["follower0"] > common.size
+    assert split["rows"] == want == central["rows"]
+    np.testing.assert_allclose(split["step_losses"], central["step_losses"], rtol=1e-5)
+    assert abs(split["test_auc"] - central["test_auc"]) < 1e-4
+    log = (tmp_path / "out" / "follower0.log").read_text()
+    assert f"PSI intersection {common.size} ids" in log
+
+
+def test_an_intersection_below_the_minimum_stops_every_party(tmp_path, vertical_shards, procs):
+    # Prepare: the leader demands more shared ids than exist
+    import yaml
+
+    cfgs = party_configs(str(tmp_path), str(vertical_shards))
+    doc = yaml.safe_load(open(cfgs["leader"]))
+    doc["data"]["min_intersection"] = 10**6
+    yaml.safe_dump(doc, open(cfgs["leader"], "w"))
+    # Execute
+    procs.start("leader", "leader", cfgs["leader"])
+    procs.start("follower0", "follower", cfgs["follower0"])
+    codes = {n: procs.wait(n, timeout=120) for n in ("leader", "follower0")}
+    # Assert
+    assert codes["leader"][0] != 0 and "below data.min_intersection=1000000" in codes["leader"][2]
+    assert codes["follower0"][0] != 0 and "min_intersection" in codes["follower0"][2]

@@ -48,12 +48,22 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     leader_shard = PartyShard(leader_cfg.data.path)
     if not leader_shard.has_labels:
         raise DataError(f"{leader_cfg.data.path} holds no labels; the leader config must point at the labelled shard")
+    # the reference holds every shard, so it intersects the ids in the clear (split runs agree on the
+    # same intersection privately, vfl/psi)
+    shards = [PartyShard(fc.data.path) for fc in follower_cfgs]
+    common = leader_shard.all_ids()
+    for shard in shards:
+        common = np.intersect1d(common, shard.all_ids())
+    if common.size < leader_cfg.data.min_intersection:
+        raise DataError(f"the parties share {common.size} ids, below data.min_intersection={leader_cfg.data.min_intersection}")
+    for shard in (leader_shard, *shards):
+        shard.restrict(common)
+    log(f"centralized: intersection of the parties' ids: {common.size}")
     num_classes = task_classes(leader_cfg.train.task, leader_shard)
     parties = [BottomParty(leader_cfg, leader_shard, device)]
     ours = hello_meta(leader_cfg, leader_shard)
     problems = []
-    for fc in follower_cfgs:
-        shard = PartyShard(fc.data.path)
+    for fc, shard in zip(follower_cfgs, shards):
         problems += hello_problems(fc.party, hello_meta(fc, shard), ours)
         parties.append(BottomParty(fc, shard, device))
     if problems:

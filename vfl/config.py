@@ -52,6 +52,7 @@ class DataConfig(_Section):
     path: Path  # this party's shard directory (OUT/<party> of `python -m vfl.data prepare`)
     dense: Optional[tuple[str, ...]] = None  # optional: must equal the shard's columns
     categorical: Optional[tuple[str, ...]] = None
+    min_intersection: Number(1, 2**40, integer=True) = 100  # refuse to train when the ids' private set intersection is smaller
 
 
 class BottomConfig(_Section):

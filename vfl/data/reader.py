@@ -80,6 +80,13 @@ def detect_id_column(path: str) -> bool:
 def read_blocks(path: str, strict: bool, stats: ReadStats, block_bytes: int = BLOCK_BYTES,
                 num_classes: int = 2) -> Iterator[ParsedBlock]:
     """Yield parsed blocks of good rows; bad lines are counted (or raise with strict)."""
+    for _, _, block in read_raw_blocks(path, strict, stats, block_bytes, num_classes):
+        yield block
+
+
+def read_raw_blocks(path: str, strict: bool, stats: ReadStats, block_bytes: int = BLOCK_BYTES,
+                    num_classes: int = 2) -> Iterator[tuple[bytes, int, ParsedBlock]]:
+    """Yield (the block's raw bytes, the file line index of its first line, its parsed good rows)."""
     has_id = detect_id_column(path)
     stats.has_id_column = has_id
     digest = hashlib.sha256()
@@ -108,6 +115,7 @@ def read_blocks(path: str, strict: bool, stats: ReadStats, block_bytes: int = BL
             else:
                 break
             block, bad = parse_block(data, line_index, has_id, num_classes)
+            first_line = line_index
             line_index += data.count(b"\n")
             if bad:
                 if strict:
@@ -118,7 +126,7 @@ def read_blocks(path: str, strict: bool, stats: ReadStats, block_bytes: int = BL
                 stats.first_bad.extend(bad[:max(room, 0)])
             stats.good_rows += block.label.size
             if block.label.size:
-                yield block
+                yield data, first_line, block
     stats.lines = line_index
     stats.sha256 = digest.hexdigest()
     if stats.good_rows == 0:
