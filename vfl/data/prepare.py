@@ -366,6 +366,10 @@ def prepare(input_path: str, out_dir: str, parties: list[PartyColumns], opts: Pr
         for p in parties:
             src = PartySource(summary["files"][p.name], p.dense, p.categorical, p.label, num_classes=opts.num_classes)
             docs[p.name] = prepare_party(src, os.path.join(tmp, p.name), p, inner)
+        for p in parties:  # the truth file moves with the directory: name its final place
+            if docs[p.name].get("truth_path"):
+                docs[p.name]["truth_path"] = os.path.join(out_dir, os.path.relpath(docs[p.name]["truth_path"], tmp))
+                _write_json(os.path.join(tmp, p.name, "manifest.json"), party_manifest_of(docs[p.name], p))
         manifest = _simulation_manifest(tmp, summary, parties, docs, opts)
         manifest["prepare_seconds"] = round(time.perf_counter() - t0, 3)
         _write_json(os.path.join(tmp, "manifest.json"), manifest)
@@ -429,11 +433,13 @@ FOLLOWER_MANIFEST_KEYS = ("format_version", "split", "transforms", "sample_ids",
 
 def party_manifest_of(manifest: dict, party: PartyColumns) -> dict:
     """One party's manifest.json: everything for the labelled party, an allow-list for the others."""
+    own = manifest["party"] if "party" in manifest else manifest["parties"][party.name]  # one party's, or a combined one
     if party.label:
-        return {k: v for k, v in manifest.items() if k != "parties"}
-    doc = {k: manifest[k] for k in FOLLOWER_MANIFEST_KEYS}
-    doc["split"] = {k: manifest["split"][k] for k in ("test_fraction", "valid_fraction", "seed", "rule")}
-    doc["party"] = manifest["party"]
+        doc = {k: v for k, v in manifest.items() if k != "parties"}
+    else:
+        doc = {k: manifest[k] for k in FOLLOWER_MANIFEST_KEYS}
+        doc["split"] = {k: manifest["split"][k] for k in ("test_fraction", "valid_fraction", "seed", "rule")}
+    doc["party"] = own
     return doc
 
 
