@@ -22,7 +22,10 @@ def body(cfg, log, state: dict) -> None:
     from vfl.psi.protocol import check_minimum, leader_psi
     from vfl.wire.frames import MAX_HEADER_BYTES
 
+    from vfl.curves import preload_tensorboard
+
     keys = party_keys(cfg)
+    preload_tensorboard()
     set_threads(cfg.train.threads, 1 + len(cfg.network.followers))
     shard = PartyShard(cfg.data.path)
     if not shard.has_labels:
@@ -52,6 +55,7 @@ def body(cfg, log, state: dict) -> None:
     trainer.prepare()
     trainer.train()
     trainer.finish(trainer.loop.history[-1]["epoch"], trainer.loop.global_step)
+    trainer.loop.curves.close()  # the PNG is drawn after the followers are released, not while they wait
     metrics = trainer.metrics()
     metrics["psi"] = psi.as_dict()
     write_json(os.path.join(cfg.output.dir, "metrics.json"), metrics)

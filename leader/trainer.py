@@ -122,6 +122,7 @@ class LeaderTrainer:
             self.loop.load_state((self.resume.get("extra") or {}).get("loop") or {})
             self.log(f"resumed from {self.cfg.train.resume_from} at global step {self.start_step}")
         self.loop.curves = RunCurves(self.out_dir, self.cfg.party, self.start_step, log=self.log)
+        self._keepalive()  # TensorBoard's import takes seconds: followers with short deadlines hear from us
 
     def _all_party_prior(self, stage_one: np.ndarray, noisy: np.ndarray, in_dim: int) -> np.ndarray:
         """LP-2ST stage one as a split model of all parties (vfl/prior_all_parties.py): each follower is

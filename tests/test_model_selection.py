@@ -181,7 +181,10 @@ def test_the_correction_is_chosen_in_the_config():
     from privacy.label_dp_run import training_loss
     from vfl.config import LabelDPConfig
 
-    assert training_loss(LabelDPConfig(eps=1.0)) is None
+    # rr defaults to the forward correction (the measured winner); plain RR is asked for; rr_prior has none
+    assert LabelDPConfig(eps=1.0).debias and training_loss(LabelDPConfig(eps=1.0)) is not None
+    assert training_loss(LabelDPConfig(eps=1.0, debias=False)) is None
+    assert training_loss(LabelDPConfig(eps=1.0, mechanism="rr_prior")) is None
     assert training_loss(LabelDPConfig(eps=1.0, debias=True, correction="posterior")) is not None
 
 

@@ -115,6 +115,7 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
         top.restore(step)
 
     loop.run(step, evaluate, None, 0, snapshot, restore)
+    loop.curves.close()
     metrics = {**loop.summary(), "label_dp": labels_info.report, "bayes_test_auc": leader_shard.manifest.get("bayes_test_auc"),
                **bayes_accuracy_of(leader_shard.manifest),
                "parties": [p.name for p in parties], "cut_dims": {p.name: p.cut_dim for p in parties},

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from privacy.domains import Choice, Flag, IntList, Number, Text, domain_error
 from vfl.config_report import apply_overrides, fill_empty_sections, parse_override, problems
@@ -106,12 +106,21 @@ class TrainConfig(_Section):
 class LabelDPConfig(_Section):
     eps: Number(0.0) = 1.0  # required in YAML; .inf (or inf) = no noise
     mechanism: Choice("rr", "rr_prior") = "rr"
-    debias: Flag() = False
+    # debias: the loss corrects for the noise. Default (unset): on for rr (forward correction beat plain RR at
+    # eps <= 2 and tied above; README, Utility), off for rr_prior (its labels are not a fixed-rate channel)
+    debias: Optional[Flag()] = None
     correction: Choice("forward", "posterior") = "forward"  # with debias: Patrini et al. 2017 | ALIBI-style soft labels
     prior_fraction: Number(0.0, 1.0, lo_open=True, hi_open=True) = 0.5  # rr_prior: share of ids training the prior
     prior_epochs: Number(1, 1000, integer=True) = 1
     store_dir: Optional[Path] = None  # per-dataset key + ledger; None: $VFL_LABEL_DP_STORE or ~/.local/share/vfl/label_dp
     key_file: Optional[Path] = None  # the leader's secret PRF key; None: <store_dir>/<dataset>/key
+
+
+    @model_validator(mode="after")
+    def _mechanism_default_debias(self) -> "LabelDPConfig":
+        if self.debias is None:
+            object.__setattr__(self, "debias", self.mechanism == "rr")
+        return self
 
 
 class PrivacyConfig(_Section):

@@ -28,6 +28,14 @@ def read_metrics_csv(path: str) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+def preload_tensorboard() -> None:
+    """Import TensorBoard's writer now (it takes seconds), before any peer waits on this process."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+    except ImportError:
+        pass
+
+
 class RunCurves:
     """Writes one party's curves under out_dir; `step()` per training step, `evaluation()` per evaluation."""
 

@@ -158,8 +158,6 @@ class TrainingLoop:
                      + metrics_text(scores))
         else:
             scores = {k: v for k, v in self.history[-1].items() if k in ("test_accuracy", "test_auc", "test_logloss")}
-        if self.curves is not None:
-            self.curves.close()
         self.final = {**scores, "restored": restored, "model_step": sel.best_step if restored else self.global_step}
 
     def summary(self) -> dict:
