@@ -74,7 +74,7 @@ def test_loopback_capture_of_a_whole_run_holds_no_plaintext(recorded_run):
         assert needle not in up and needle not in down, needle
 
 
-def test_recorded_leader_session_replayed_to_a_fresh_follower_fails_at_once(recorded_run, procs):
+def test_recorded_leader_session_replayed_to_a_fresh_follower_is_refused_in_the_curve_handshake(recorded_run, procs):
     # Prepare: a server that plays back what the real leader sent
     proxy, cfgs = recorded_run["proxy"], recorded_run["cfgs"]
     port = free_port()
