@@ -14,6 +14,7 @@ from vfl.config import PartyConfig
 from vfl.data.shards import batch_digest, batch_order
 from vfl.metrics import RunLog, loss_line
 from vfl.party import BottomParty
+from vfl.prior_all_parties import prior_config, prior_order
 from vfl.wire import FollowerChannel, WireError
 
 
@@ -61,6 +62,9 @@ class FollowerTrainer:
         self.recorder = GradientRecorder(cfg.debug.record_gradients) if cfg.debug.record_gradients else None
         self.steps = 0
         self.start_step = 0
+        self.prior: BottomParty | None = None  # LP-2ST stage-one bottom while the leader trains the all-party prior
+        self.prior_rows: np.ndarray | None = None
+        self._prior_orders: dict[int, list[np.ndarray]] = {}
         if cfg.train.resume_from:
             ckpt = load_resume_checkpoint(cfg.train.resume_from, cfg.party, ("bottom",))
             party.load_state(ckpt["state"]["bottom"])
@@ -85,10 +89,17 @@ class FollowerTrainer:
 
     def run(self) -> None:
         while True:
-            msg = self.ch.recv(("FORWARD", "EVAL", "SAVE", "SNAPSHOT", "RESTORE", "WAIT", "DONE"))
+            msg = self.ch.recv(("FORWARD", "EVAL", "SAVE", "SNAPSHOT", "RESTORE", "WAIT", "DONE", "PRIOR"))
             if msg.type == "WAIT":  # the leader is still preparing; a fresh deadline starts
                 continue
-            if msg.type == "FORWARD":
+            if msg.type == "PRIOR":
+                self._start_prior(msg)
+            elif msg.type == "FORWARD" and msg.meta.get("phase") == "prior":
+                self._train_step(msg.meta, prior=True)
+            elif msg.type == "FORWARD":
+                if self.prior is not None:
+                    self.log("LP-2ST stage one done; its bottom is dropped")
+                    self.prior, self.prior_rows, self._prior_orders = None, None, {}
                 self._train_step(msg.meta)
             elif msg.type == "EVAL":
                 self._eval_step(msg.meta)
@@ -109,16 +120,43 @@ class FollowerTrainer:
                                      "snapshot_bytes": self.party.best.nbytes if self.party.best is not None else 0})
                 return
 
-    def _train_step(self, meta: dict) -> None:
+    def _start_prior(self, msg) -> None:
+        """PRIOR{rows, epochs} + the stage-one row indices: build a fresh bottom for LP-2ST stage one."""
+        n = len(self.party.train_split)
+        epochs = msg.meta.get("epochs")
+        if isinstance(epochs, bool) or not isinstance(epochs, int) or not 1 <= epochs <= 1000:
+            raise WireError(f"PRIOR from the leader: epochs must be an integer in [1, 1000], got {str(epochs)[:20]}")
+        rows = msg.tensors[0] if len(msg.tensors) == 1 else None
+        if (rows is None or rows.dtype != np.int64 or rows.ndim != 1 or rows.size != msg.meta.get("rows") or rows.size == 0
+                or rows[0] < 0 or rows[-1] >= n or (rows.size > 1 and np.any(np.diff(rows) <= 0))):
+            raise WireError(f"PRIOR from the leader must carry its stage-one rows as one increasing int64 vector "
+                            f"of {str(msg.meta.get('rows'))[:20]} indices in [0, {n})")
+        self.prior_rows = rows.copy()
+        self.prior = BottomParty(prior_config(self.cfg, epochs), self.party.shard, self.party.device)
+        self._prior_orders = {}
+        self.log(f"LP-2ST stage one: training a prior bottom on {rows.size} of {n} training rows for {epochs} epoch(s)")
+
+    def _prior_batch(self, epoch: int, step: int) -> np.ndarray:
+        if epoch not in self._prior_orders:
+            self._prior_orders = {epoch: prior_order(self.prior_rows, self.cfg.train.batch_size, self.cfg.train.seed, epoch)}
+        order = self._prior_orders[epoch]
+        if not 0 <= step < len(order):
+            raise WireError(f"FORWARD (prior) for step {step} of epoch {epoch}, but stage one has {len(order)} steps")
+        return order[step]
+
+    def _train_step(self, meta: dict, prior: bool = False) -> None:
         epoch, step = meta.get("epoch"), meta.get("step")
         if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in (epoch, step)):
             raise WireError(f"FORWARD from the leader has no non-negative integer epoch/step: {str(meta)[:200]}")
-        rows = self._rows(epoch, step)
+        if prior and self.prior is None:
+            raise WireError("FORWARD for the LP-2ST prior before any PRIOR message")
+        rows = self._prior_batch(epoch, step) if prior else self._rows(epoch, step)
+        party = self.prior if prior else self.party
         ids = self.party.train_split.ids[rows]
         if batch_digest(ids) != meta.get("digest"):
             raise WireError(f"FORWARD epoch {epoch} step {step}: batch digest differs from the leader's; "
                             f"the shards or the seed disagree")
-        out = self.party.forward_train(rows)
+        out = party.forward_train(rows)
         self.ch.send("EMBEDDING", {"epoch": epoch, "step": step}, [out.detach().cpu().numpy()])
         g = self.ch.recv(("GRADIENT",), f"GRADIENT for step {step} from the leader")
         if g.meta.get("step") != step or len(g.tensors) != 1:
@@ -126,6 +164,9 @@ class FollowerTrainer:
         grad = g.tensors[0]
         if grad.dtype != np.float32 or tuple(grad.shape) != tuple(out.shape):
             raise WireError(f"GRADIENT for step {step}: expected float32 {tuple(out.shape)}, got {grad.dtype} {tuple(grad.shape)}")
+        if prior:  # stage one: no logs per step, not recorded (the leakage attacks read the main training)
+            party.apply_gradient(torch.from_numpy(grad.copy()))
+            return
         if self.recorder:
             self.recorder.add(epoch, step, ids, grad)
         self.party.apply_gradient(torch.from_numpy(grad.copy()))
@@ -140,12 +181,15 @@ class FollowerTrainer:
 
     def _eval_step(self, meta: dict) -> None:
         split, start, stop = meta.get("split"), meta.get("start"), meta.get("stop")
-        if split not in ("valid", "test"):
+        prior = meta.get("phase") == "prior"
+        if prior and (self.prior is None or split != "train"):
+            raise WireError("EVAL for the LP-2ST prior must follow a PRIOR message and name the train split")
+        if not prior and split not in ("valid", "test"):
             raise WireError(f"EVAL split must be 'valid' or 'test', got {str(split)[:20]!r}")
-        n = len(self.party.valid_split if split == "valid" else self.party.test_split)
+        n = len({"train": self.party.train_split, "valid": self.party.valid_split}.get(split, self.party.test_split))
         if any(isinstance(v, bool) or not isinstance(v, int) for v in (start, stop)) or not 0 <= start < stop <= n:
             raise WireError(f"EVAL range {str(start)[:20]}..{str(stop)[:20]} outside the {split} split of {n} rows")
-        out = self.party.forward_eval(slice(start, stop), split)
+        out = (self.prior if prior else self.party).forward_eval(slice(start, stop), split)
         self.ch.send("EMBEDDING", {"eval": [split, start, stop]}, [out.cpu().numpy()])
 
     def _save(self, tag: str, epoch: int, step: int) -> None:

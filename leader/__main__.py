@@ -12,13 +12,20 @@ def body(cfg, log, state: dict) -> None:
     from vfl.cli import party_keys
     from vfl.data.reader import DataError
     from vfl.data.shards import PartyShard
-    from vfl.metrics import write_json
+    from vfl.labels import task_classes
+    from vfl.metrics import final_line, write_json
     from vfl.party import BottomParty, resolve_device, set_threads
     from vfl.wire import LeaderChannel
     from vfl.handshake import MAX_CUT_DIM
+    from vfl.labels import open_label_key
+    from vfl.psi.protocol import MAX_FRAME_BYTES as PSI_MAX_FRAME_BYTES
+    from vfl.psi.protocol import check_minimum, leader_psi
     from vfl.wire.frames import MAX_HEADER_BYTES
 
+    from vfl.curves import preload_tensorboard
+
     keys = party_keys(cfg)
+    preload_tensorboard()
     set_threads(cfg.train.threads, 1 + len(cfg.network.followers))
     shard = PartyShard(cfg.data.path)
     if not shard.has_labels:
@@ -26,24 +33,33 @@ def body(cfg, log, state: dict) -> None:
     if shard.name != cfg.party:  # the shard records the party it was prepared for
         raise DataError(f"data.path {cfg.data.path} is the shard of party {shard.name!r}, not of {cfg.party!r}; "
                         f"give each party its own directory OUT/<party> of `python -m vfl.data prepare`")
-    party = BottomParty(cfg, shard, resolve_device(cfg.train.device))
-    # the largest frame a follower may send: an embedding of the largest batch at the widest cut
-    max_frame = max(cfg.train.batch_size, cfg.train.eval_batch_size) * MAX_CUT_DIM * 4 + MAX_HEADER_BYTES
+    task_classes(cfg.train.task, shard)  # train.task against the data, before any follower connects
+    shard.check_columns(cfg.data.dense, cfg.data.categorical)
+    label_key = open_label_key(cfg.privacy.label_dp, shard.manifest) if cfg.privacy.label_dp is not None else None
+    # the largest frame a follower may send: an embedding of the largest batch at the widest cut, or a PSI chunk
+    max_frame = max(max(cfg.train.batch_size, cfg.train.eval_batch_size) * MAX_CUT_DIM * 4 + MAX_HEADER_BYTES,
+                    PSI_MAX_FRAME_BYTES)
     channel = state["channel"] = LeaderChannel(cfg.network.bind, cfg.network.followers, keys, cfg.network.timeout_s,
                                                cfg.party, max_frame_bytes=max_frame)
-    trainer = LeaderTrainer(cfg, channel, party, log, cfg.output.dir)
-    log(f"leader {cfg.party}: listening on {cfg.network.bind} (CurveZMQ), waiting for {list(cfg.network.followers)}")
+    log(f"leader {cfg.party}: listening on {cfg.network.bind} (CurveZMQ), waiting for {list(cfg.network.followers)}; "
+        f"private set intersection of {len(shard.all_ids())} ids")
+    common, psi = leader_psi(channel, list(cfg.network.followers), shard.all_ids(), log)
+    log(f"leader {cfg.party}: PSI intersection {psi.intersection} ids (leader {psi.own_ids}, followers {psi.peer_ids}, "
+        f"pairwise {psi.pairwise}), {psi.seconds:.1f} s, {psi.bytes_sent + psi.bytes_received} bytes")
+    check_minimum(psi, cfg.data.min_intersection, cfg.party)
+    shard.restrict(common)
+    party = BottomParty(cfg, shard, resolve_device(cfg.train.device))
+    trainer = LeaderTrainer(cfg, channel, party, log, cfg.output.dir, label_key=label_key)
     trainer.handshake()
     log(f"leader {cfg.party}: run {channel.run} with {list(cfg.network.followers)}")
     trainer.prepare()
     trainer.train()
     trainer.finish(trainer.loop.history[-1]["epoch"], trainer.loop.global_step)
+    trainer.loop.curves.close()  # the PNG is drawn after the followers are released, not while they wait
     metrics = trainer.metrics()
+    metrics["psi"] = psi.as_dict()
     write_json(os.path.join(cfg.output.dir, "metrics.json"), metrics)
-    bayes = metrics.get("bayes_test_auc")
-    log(f"final test_auc: {metrics['test_auc']:.6f} test_logloss: {metrics['test_logloss']:.6f}"
-        + (f" (Bayes-optimal test AUC {bayes:.6f})" if bayes is not None else "")
-        + f" samples/s: {metrics['samples_per_second']:.0f}")
+    log(final_line(metrics))
 
 
 def abort(state: dict, reason: str) -> None:

@@ -12,8 +12,11 @@ from vfl.handshake import hello_meta, hello_problems, new_nonce, nonce_problems,
 from privacy.label_dp_run import training_loss
 from vfl.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.config import PartyConfig
+from vfl.curves import RunCurves
+from vfl.progress import track
 from vfl.data.shards import batch_digest, eval_batches, steps_per_epoch
-from vfl.labels import leader_training_labels, open_label_key
+from vfl.labels import bayes_accuracy_of, leader_training_labels, open_label_key, task_classes
+from vfl.prior_all_parties import LocalCutSource, fit_predict_all_parties, prior_config
 from vfl.prior_model import prior_fn_for
 from vfl.loop import TrainingLoop
 from vfl.metrics import RunLog
@@ -29,7 +32,8 @@ class HandshakeError(WireError):
 class LeaderTrainer:
     """Drives every step; followers only react to FORWARD / EVAL / SAVE / WAIT / DONE."""
 
-    def __init__(self, cfg: PartyConfig, channel: LeaderChannel, party: BottomParty, log: RunLog, out_dir: str):
+    def __init__(self, cfg: PartyConfig, channel: LeaderChannel, party: BottomParty, log: RunLog, out_dir: str,
+                 label_key=None):
         self.cfg = cfg
         self.ch = channel
         self.party = party
@@ -48,9 +52,12 @@ class LeaderTrainer:
             self.resume = load_resume_checkpoint(cfg.train.resume_from, cfg.party, ("bottom", "top"))
             party.load_state(self.resume["state"]["bottom"])
         self.start_step = self.resume["step"] if self.resume else 0
-        # the key store is opened before any follower connects: its problems never reach a follower
+        # None (binary) or K from the leader's shard; followers are never told K
+        self.num_classes = task_classes(cfg.train.task, party.shard)
+        # the key store is opened before any follower connects (leader/__main__.py passes it): its problems never
+        # reach a follower
         ld = cfg.privacy.label_dp
-        self.label_key = open_label_key(ld, party.shard.manifest) if ld is not None else None
+        self.label_key = label_key if label_key is not None or ld is None else open_label_key(ld, party.shard.manifest)
 
     # -- handshake ---------------------------------------------------------------------------
     def handshake(self) -> None:
@@ -88,8 +95,12 @@ class LeaderTrainer:
 
     def prepare(self) -> None:
         """Randomize the training labels (label DP; LP-2ST trains its prior here) and build the top."""
-        self.labels = leader_training_labels(self.cfg.privacy.label_dp, self.party.shard,
-                                             prior_fn_for(self.cfg, self.party, self._keepalive), self.label_key)
+        in_dim = self.party.cut_dim + sum(self.cut_dims[f] for f in self.followers)
+        ld = self.cfg.privacy.label_dp
+        all_parties = self.num_classes is not None and ld is not None and ld.mechanism == "rr_prior"
+        prior_fn = (lambda first, noisy: self._all_party_prior(first, noisy, in_dim)) if all_parties else \
+            prior_fn_for(self.cfg, self.party, self._keepalive)
+        self.labels = leader_training_labels(ld, self.party.shard, prior_fn, self.label_key, self.num_classes)
         for w in self.labels.warnings:
             self.log(w)
         if self.labels.report is not None:
@@ -99,17 +110,33 @@ class LeaderTrainer:
                      f"flipped {r['flipped_fraction']:.4f} of training labels; debias={r.get('debias', False)}; "
                      f"dataset total eps {r['dataset_total_eps']} over {r['dataset_releases']} release(s)")
         self._check_resume_release()
-        in_dim = self.party.cut_dim + sum(self.cut_dims[f] for f in self.followers)
         tr = self.cfg.train
-        self.top = TopTrainer(tr, self.cfg.model.top, in_dim, self.party.device, training_loss(self.cfg.privacy.label_dp),
-                              tr.epochs * steps_per_epoch(len(self.party.train_split), tr.batch_size))
+        self.top = TopTrainer(tr, self.cfg.model.top, in_dim, self.party.device,
+                              training_loss(self.cfg.privacy.label_dp, self.num_classes),
+                              tr.epochs * steps_per_epoch(len(self.party.train_split), tr.batch_size), self.num_classes)
         ld = self.cfg.privacy.label_dp
         self.loop = TrainingLoop(tr, len(self.party.train_split), self.party.test_split.labels, self.log,
-                                 self.labels.valid, ld.eps if ld is not None else None)
+                                 self.labels.valid, ld.eps if ld is not None else None, self.num_classes)
         if self.resume:
             self.top.load_state(self.resume["state"]["top"])
             self.loop.load_state((self.resume.get("extra") or {}).get("loop") or {})
             self.log(f"resumed from {self.cfg.train.resume_from} at global step {self.start_step}")
+        self.loop.curves = RunCurves(self.out_dir, self.cfg.party, self.start_step, log=self.log)
+        self._keepalive()  # TensorBoard's import takes seconds: followers with short deadlines hear from us
+
+    def _all_party_prior(self, stage_one: np.ndarray, noisy: np.ndarray, in_dim: int) -> np.ndarray:
+        """LP-2ST stage one as a split model of all parties (vfl/prior_all_parties.py): each follower is
+        told the stage-one rows (a PRF draw independent of the labels) and trains a fresh bottom on them."""
+        rows = np.flatnonzero(stage_one).astype(np.int64)
+        pcfg = prior_config(self.cfg)
+        for f in self.followers:
+            self.ch.send(f, "PRIOR", {"rows": int(rows.size), "epochs": pcfg.train.epochs}, [rows])
+        self.log(f"LP-2ST: stage one on {rows.size} of {stage_one.size} training rows, all parties, "
+                 f"{pcfg.train.epochs} epoch(s)")
+        own = BottomParty(pcfg, self.party.shard, self.party.device)
+        sources = [LocalCutSource(own), *(_FollowerPriorSource(self, f) for f in self.followers)]
+        return fit_predict_all_parties(self.cfg, self.num_classes, sources, in_dim, self.party.device, stage_one.size,
+                                       stage_one, noisy, self.log)
 
     def _check_resume_release(self) -> None:
         """A resumed run must train on the very release its checkpoint was trained on."""
@@ -176,10 +203,10 @@ class LeaderTrainer:
 
     @torch.no_grad()
     def evaluate(self, split: str) -> np.ndarray:
-        """Predicted click probabilities on the valid or test split (scored on the leader only)."""
+        """Predicted click (n,) or class (n, K) probabilities on the valid or test split (scored on the leader only)."""
         n = len(self.party.valid_split if split == "valid" else self.party.test_split)
-        probs = np.empty(n)
-        for sl in eval_batches(n, self.cfg.train.eval_batch_size):
+        probs = np.empty(n if self.num_classes is None else (n, self.num_classes))
+        for sl in track(eval_batches(n, self.cfg.train.eval_batch_size), desc=f"evaluate {split}", unit="batch"):
             for f in self.followers:
                 self.ch.send(f, "EVAL", {"split": split, "start": sl.start, "stop": sl.stop})
             cuts = [self.party.forward_eval(sl, split)]
@@ -219,6 +246,7 @@ class LeaderTrainer:
             **self.loop.summary(),
             "label_dp": self.labels.report,
             "bayes_test_auc": self.party.shard.manifest.get("bayes_test_auc"),
+            **bayes_accuracy_of(self.party.shard.manifest),
             "parties": [self.cfg.party, *self.followers],
             "cut_dims": {self.cfg.party: self.party.cut_dim, **self.cut_dims},
             "rows": {"train": n_train, "valid": n_valid, "test": n_test},
@@ -229,3 +257,27 @@ class LeaderTrainer:
             "run_id": self.ch.run,
             "mode": "split",
         }
+
+
+class _FollowerPriorSource:
+    """A follower's stage-one bottom as the leader sees it: FORWARD / GRADIENT / EVAL with phase "prior"."""
+
+    def __init__(self, leader: LeaderTrainer, follower: str):
+        self.leader, self.f = leader, follower
+        self.at: tuple[int, int] = (0, 0)
+
+    def forward(self, epoch: int, step: int, rows: np.ndarray) -> torch.Tensor:
+        self.at = (epoch, step)
+        digest = batch_digest(self.leader.party.train_split.ids[rows])
+        self.leader.ch.send(self.f, "FORWARD", {"phase": "prior", "epoch": epoch, "step": step, "rows": int(rows.size),
+                                                "digest": digest})
+        return self.leader._remote_cut(self.f, "step", step, rows.size)
+
+    def backward(self, grad: torch.Tensor) -> None:
+        epoch, step = self.at
+        self.leader.ch.send(self.f, "GRADIENT", {"phase": "prior", "epoch": epoch, "step": step},
+                            [grad.detach().cpu().numpy()])
+
+    def evaluate(self, rows: slice) -> torch.Tensor:
+        self.leader.ch.send(self.f, "EVAL", {"phase": "prior", "split": "train", "start": rows.start, "stop": rows.stop})
+        return self.leader._remote_cut(self.f, "eval", ["train", rows.start, rows.stop], rows.stop - rows.start)

@@ -1,5 +1,16 @@
 """Differential-privacy and secure-aggregation mechanisms (numpy/torch only; no sockets, no vfl)."""
-from privacy.label_dp import LabelDP
-from privacy.randomized_response import binary_rr, debias_count, flip_probability, kary_rr, keep_probability
+from __future__ import annotations
 
-__all__ = ["LabelDP", "binary_rr", "debias_count", "flip_probability", "kary_rr", "keep_probability"]
+import importlib
+
+_EXPORTS = {"LabelDP": "privacy.label_dp", "binary_rr": "privacy.randomized_response",
+            "debias_count": "privacy.randomized_response", "flip_probability": "privacy.randomized_response",
+            "kary_rr": "privacy.randomized_response", "keep_probability": "privacy.randomized_response"}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    """Imported on first use, so that `privacy.domains` (read by every config) does not pull in numpy."""
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'privacy' has no attribute {name!r}")

@@ -9,12 +9,10 @@ for L2 sensitivity D. Unlike the classical sqrt(2 ln(1.25/delta)) D / eps it is 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import log_ndtr
 
-from privacy.domains import check_fields
+from privacy.domains import Number, Params
 
 
 def _phi(x: float) -> float:
@@ -24,6 +22,8 @@ def _phi(x: float) -> float:
 
 def _exp_phi(eps: float, x: float) -> float:
     """e^eps * Phi(x) without overflow for large eps (log-space)."""
+    from scipy.special import log_ndtr  # imported on use: configs import this module for its parameter schema
+
     return math.exp(eps + float(log_ndtr(x)))
 
 
@@ -84,17 +84,12 @@ def clip_by_global_norm(update: np.ndarray, max_norm: float) -> tuple[np.ndarray
     return update * scale, norm
 
 
-@dataclass(frozen=True)
-class GaussianParams:
+class GaussianParams(Params):
     """dp_eps > 0, dp_delta in (0, 1), dp_norm_clip > 0."""
 
-    dp_eps: float = 50.0
-    dp_delta: float = 0.01
-    dp_norm_clip: float = 1.0
-
-    def __post_init__(self):
-        check_fields(self, dp_eps={"lo": 0, "lo_open": True}, dp_delta={"lo": 0, "hi": 1, "lo_open": True, "hi_open": True},
-                     dp_norm_clip={"lo": 0, "lo_open": True})
+    dp_eps: Number(0, lo_open=True) = 50.0
+    dp_delta: Number(0, 1, lo_open=True, hi_open=True) = 0.01
+    dp_norm_clip: Number(0, lo_open=True) = 1.0
 
     @property
     def sigma(self) -> float:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from privacy.keyed_random import keyed_uniforms
-from privacy.randomized_response import binary_rr, flip_probability, kary_rr
+from privacy.randomized_response import binary_rr, flip_probability, kary_rr, kary_transition, keep_probability
 from privacy.rr_prior import rr_with_prior
 
 # PRF purposes: one independent uniform stream per decision
@@ -52,16 +52,29 @@ def rr_prior_once(labels: np.ndarray, ids: np.ndarray, prior_positive: np.ndarra
                          u_pick=keyed_uniforms(key, release, PURPOSE_PICK, ids))
 
 
-def run_report(true: np.ndarray, noisy: np.ndarray, eps: float, mechanism: str, **extra) -> dict:
-    """What metrics.json records about the run's label DP."""
+def rr_prior_classes_once(classes: np.ndarray, ids: np.ndarray, prior: np.ndarray, eps: float, key: bytes, release: str):
+    """RRWithPrior on class ids in [0, K) with a prior (n, K) per sample; keyed uniforms per sample id.
+    Returns (noisy classes, k* per row)."""
+    return rr_with_prior(np.asarray(classes).astype(np.int64), np.asarray(prior, dtype=np.float64), eps,
+                         u_keep=keyed_uniforms(key, release, PURPOSE_KEEP, ids),
+                         u_pick=keyed_uniforms(key, release, PURPOSE_PICK, ids))
+
+
+def run_report(true: np.ndarray, noisy: np.ndarray, eps: float, mechanism: str, num_classes: int | None = None,
+               **extra) -> dict:
+    """What metrics.json records about the run's label DP (num_classes: K for class ids, None for 0/1 labels)."""
     true, noisy = np.asarray(true).astype(np.int64), np.asarray(noisy).astype(np.int64)
+    if num_classes is None:
+        rates = {"flip_probability": flip_probability(eps), "noisy_positive_rate": float(noisy.mean()) if noisy.size else 0.0}
+    else:
+        rates = {"num_classes": num_classes, "keep_probability": keep_probability(eps, num_classes),
+                 "flip_probability": 1.0 - keep_probability(eps, num_classes)}
     return {
         "eps": eps if np.isfinite(eps) else "inf",
         "delta": 0.0,
         "mechanism": mechanism,
         "flipped_fraction": float(np.mean(true != noisy)) if true.size else 0.0,
-        "flip_probability": flip_probability(eps),
-        "noisy_positive_rate": float(noisy.mean()) if noisy.size else 0.0,
+        **rates,
         "accounting": "each label randomized once per release by the leader's secret PRF at (key, release, sample id): "
                       f"this release is {eps}-label-DP whatever the number of epochs, runs and resumes; "
                       "the dataset's ledger adds the eps of every distinct release",
@@ -99,11 +112,40 @@ def posterior_soft_bce(logits, noisy_labels, rho: float):
     return F.binary_cross_entropy_with_logits(logits, target)
 
 
-def training_loss(label_dp_cfg):
+def forward_corrected_ce(logits, noisy_classes, transition):
+    """Cross-entropy of the noisy class under q = softmax(logits) T (forward loss correction, Patrini et
+    al. 2017, Theorem 2, with T the K x K channel of k-ary RR, T[i, j] = P(y~ = j | y = i)). The minimiser
+    of the corrected loss is that of the clean loss, so softmax(logits) estimates P(y | x)."""
+    import torch
+
+    q = (torch.softmax(logits, dim=1) @ transition.to(logits.dtype)).clamp_min(1e-7)
+    return torch.nn.functional.nll_loss(torch.log(q), noisy_classes.long())
+
+
+def posterior_soft_ce(logits, noisy_classes, transition):
+    """Cross-entropy against the posterior P(y = j | y~, x) proportional to p_j T[j, y~], with the model's own
+    (detached) prediction p as the prior: the K-class form of the ALIBI-style soft labels above."""
+    import torch
+
+    p = torch.softmax(logits, dim=1).detach()
+    t = transition.to(p.dtype)[:, noisy_classes.long()].T  # (B, K): T[j, y~_b]
+    target = p * t
+    target = target / target.sum(dim=1, keepdim=True)
+    return -(target * torch.log_softmax(logits, dim=1)).sum(dim=1).mean()
+
+
+def training_loss(label_dp_cfg, num_classes: int | None = None):
     """With `debias: true`, the forward-corrected loss (`correction: forward`, default) or the posterior
-    soft-label loss (`correction: posterior`); else None (the caller's plain BCE)."""
+    soft-label loss (`correction: posterior`), binary or over K classes; else None (the caller's plain loss)."""
     if label_dp_cfg is None or not label_dp_cfg.debias:
         return None
+    if num_classes is not None:
+        import torch
+
+        t = torch.from_numpy(kary_transition(num_classes, label_dp_cfg.eps))
+        if getattr(label_dp_cfg, "correction", "forward") == "posterior":
+            return lambda logits, labels: posterior_soft_ce(logits, labels, t.to(logits.device))
+        return lambda logits, labels: forward_corrected_ce(logits, labels, t.to(logits.device))
     rho = flip_probability(label_dp_cfg.eps)
     if getattr(label_dp_cfg, "correction", "forward") == "posterior":
         return lambda logits, labels: posterior_soft_bce(logits, labels, rho)

@@ -14,26 +14,20 @@ composes over T exposures inside scale_u).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
-from privacy.domains import check_fields
+from typing import Optional
+
+from privacy.domains import Number, Params
 
 
-@dataclass(frozen=True)
-class NbAFLParams:
-    epsilon: float = 10.0
-    delta: float = 0.01
-    w_clip: float = 1.0
-    grad_clip: float = 5.0
-    constant: float | None = None  # None: sqrt(2 ln(1.25 / delta))
-
-    def __post_init__(self):
-        positive = {"lo": 0, "lo_open": True}
-        domains = {"epsilon": positive, "w_clip": positive, "grad_clip": positive,
-                   "delta": {"lo": 0, "hi": 1, "lo_open": True, "hi_open": True}}
-        check_fields(self, **domains, **({"constant": positive} if self.constant is not None else {}))
+class NbAFLParams(Params):
+    epsilon: Number(0, lo_open=True) = 10.0
+    delta: Number(0, 1, lo_open=True, hi_open=True) = 0.01
+    w_clip: Number(0, lo_open=True) = 1.0
+    grad_clip: Number(0, lo_open=True) = 5.0
+    constant: Optional[Number(0, lo_open=True)] = None  # None: sqrt(2 ln(1.25 / delta))
 
     @property
     def c(self) -> float:

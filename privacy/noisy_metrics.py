@@ -12,6 +12,17 @@ and public eps, so everything chosen from them is post-processing of the release
 * Logloss: the unbiased surrogate of Natarajan et al. 2013 ("Learning with Noisy Labels", Lemma 1)
   with symmetric noise, l^(p, y~) = ((1 - rho) l(p, y~) - rho l(p, 1 - y~)) / (1 - 2 rho), whose
   expectation over the flip is the true logloss.
+
+K classes under k-ary RR (keep p1 = e^eps/(K-1+e^eps), move to each other class with q = (1-p1)/(K-1)):
+* Accuracy is affine in the true one: acc~ = p1 acc + q (1 - acc), so acc^ = (acc~ - q) / (p1 - q).
+* Class priors: E[freq~_c] = q + (p1 - q) pi_c, so pi^_c = (freq~_c - q) / (p1 - q).
+* One-vs-rest AUC of class c: the binary argument holds for any label channel that is independent
+  of the features given the label, with a = P(y=c | y~=c) = pi p1 / (pi p1 + (1-pi) q) and
+  b = P(y=c | y~!=c) = pi (1-p1) / (pi (1-p1) + (1-pi)(1-q)); the macro AUC averages the per-class
+  estimates, each clipped to [0, 1] (with few rows a class's plug-in prior can be ~0, and a - b with it).
+* Cross-entropy: the backward-corrected loss of Patrini et al. 2017 ("Making Deep Neural Networks
+  Robust to Label Noise: a Loss Correction Approach", Theorem 1), l^(p, y~) = (T^-1 l(p))_{y~} with
+  T the k-ary RR channel, is unbiased for the true-label loss.
 """
 from __future__ import annotations
 
@@ -19,7 +30,7 @@ import math
 
 import numpy as np
 
-from privacy.randomized_response import flip_probability
+from privacy.randomized_response import flip_probability, kary_transition, keep_probability
 
 _CLIP = 1e-7
 
@@ -85,3 +96,54 @@ def noisy_validation_metrics(noisy: np.ndarray, probs: np.ndarray, eps: float | 
     half = 1.96 * se / scale if not math.isnan(se) else math.nan
     return {"auc_noisy": auc_noisy, "auc": auc, "auc_ci95": [auc - half, auc + half], "logloss_noisy": ll_noisy,
             "logloss": ll, "class_prior": float(pi), "rows": int(y.size)}
+
+
+def _per_class_auc(y: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """One-vs-rest AUC per class; NaN for a class with one outcome only."""
+    from sklearn.metrics import roc_auc_score
+
+    out = np.full(p.shape[1], math.nan)
+    for c in range(p.shape[1]):
+        pos = int(np.sum(y == c))
+        if 0 < pos < y.size:
+            out[c] = roc_auc_score(y == c, p[:, c])
+    return out
+
+
+def debiased_multiclass_logloss(noisy: np.ndarray, probs: np.ndarray, eps: float, k: int) -> float:
+    """Patrini et al. 2017, Theorem 1 (backward correction): mean of (T^-1 l(p))_{y~}, unbiased for the true logloss."""
+    t_inv = np.linalg.inv(kary_transition(k, eps))
+    losses = -np.log(np.clip(np.asarray(probs, dtype=np.float64), _CLIP, 1.0))  # (n, K): l(p, j)
+    corrected = losses @ t_inv.T  # [n, i] = sum_j T^-1[i, j] l(p_n, j)
+    y = np.asarray(noisy, dtype=np.int64)
+    return float(np.mean(corrected[np.arange(y.size), y]))
+
+
+def noisy_multiclass_validation_metrics(noisy: np.ndarray, probs: np.ndarray, eps: float | None, k: int) -> dict:
+    """Accuracy, macro one-vs-rest AUC and cross-entropy on K-class randomized labels, and their debiased
+    estimates. eps None (no label DP): the labels are the true ones and the estimates equal the plain metrics."""
+    y = np.asarray(noisy, dtype=np.int64)
+    p = np.clip(np.asarray(probs, dtype=np.float64), _CLIP, 1.0)
+    p = p / p.sum(axis=1, keepdims=True)
+    n = y.size
+    acc_noisy = float(np.mean(np.argmax(p, axis=1) == y)) if n else math.nan
+    auc_c = _per_class_auc(y, p)
+    auc_noisy = float(np.nanmean(auc_c)) if np.isfinite(auc_c).any() else math.nan
+    ll_noisy = float(np.mean(-np.log(p[np.arange(n), y]))) if n else math.nan
+    freq = np.bincount(y, minlength=k) / max(n, 1)
+    if eps is None or math.isinf(eps):
+        return {"accuracy_noisy": acc_noisy, "accuracy": acc_noisy, "auc_noisy": auc_noisy, "auc": auc_noisy,
+                "logloss_noisy": ll_noisy, "logloss": ll_noisy, "class_prior": freq.tolist(), "rows": int(n)}
+    p1 = keep_probability(eps, k)
+    q = (1.0 - p1) / (k - 1)
+    if p1 - q <= 0:
+        raise ValueError("eps = 0: k-ary randomized labels carry no information about the classes")
+    pi = np.clip((freq - q) / (p1 - q), 1e-6, 1.0 - 1e-6)
+    a = pi * p1 / (pi * p1 + (1 - pi) * q)
+    b = pi * (1 - p1) / (pi * (1 - p1) + (1 - pi) * (1 - q))
+    # clipped to [0, 1]: a class whose estimated prior is near 0 (few rows, small eps) has a - b near 0
+    auc_hat = np.clip(0.5 + (auc_c - 0.5) / np.maximum(a - b, 1e-12), 0.0, 1.0)
+    return {"accuracy_noisy": acc_noisy, "accuracy": (acc_noisy - q) / (p1 - q), "auc_noisy": auc_noisy,
+            "auc": float(np.nanmean(auc_hat)) if np.isfinite(auc_hat).any() else math.nan,
+            "logloss_noisy": ll_noisy, "logloss": debiased_multiclass_logloss(y, p, eps, k) if n else math.nan,
+            "class_prior": pi.tolist(), "rows": int(n)}

@@ -36,6 +36,16 @@ def keep_probability(eps: float, k: int) -> float:
     return 1.0 if math.isinf(eps) else 1.0 / (1.0 + (k - 1) * math.exp(-eps))
 
 
+def kary_transition(k: int, eps: float) -> np.ndarray:
+    """The K x K channel of k-ary RR: T[i, j] = P(y~ = j | y = i) = p1 on the diagonal, (1 - p1)/(K - 1) off it."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 2:
+        raise ValueError(f"k must be an integer >= 2, got k={k!r}")
+    p1 = keep_probability(eps, k)
+    t = np.full((k, k), (1.0 - p1) / (k - 1))
+    np.fill_diagonal(t, p1)
+    return t
+
+
 def binary_rr(bits: np.ndarray, eps: float, rng: np.random.Generator | None = None, u: np.ndarray | None = None) -> np.ndarray:
     """Flip each 0/1 value with probability rho(eps); `u` (uniforms, same shape) replaces `rng`."""
     bits = np.asarray(bits)

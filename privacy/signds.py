@@ -25,32 +25,27 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy.special import gammaln
 
-from privacy.domains import check_fields
+from privacy.domains import Number, Params
 from privacy.randomized_response import check_eps
 
 MAX_DIM_OUT = 50
 
 
-@dataclass(frozen=True)
-class SignDSParams:
+class SignDSParams(Params):
     """sign_k in (0, 0.25], sign_eps in (0, 100], sign_thr_ratio in [0.5, 1], sign_global_lr > 0,
     sign_dim_out an integer in [0, 50] (MindSpore Federated's domains)."""
 
-    sign_k: float = 0.01
-    sign_eps: float = 100.0
-    sign_thr_ratio: float = 0.6
-    sign_global_lr: float = 0.1
-    sign_dim_out: int = 0
-
-    def __post_init__(self):
-        check_fields(self, sign_k={"lo": 0, "hi": 0.25, "lo_open": True}, sign_eps={"lo": 0, "hi": 100, "lo_open": True},
-                     sign_thr_ratio={"lo": 0.5, "hi": 1}, sign_global_lr={"lo": 0, "lo_open": True},
-                     sign_dim_out={"lo": 0, "hi": MAX_DIM_OUT, "integer": True})
+    sign_k: Number(0, 0.25, lo_open=True) = 0.01
+    sign_eps: Number(0, 100, lo_open=True) = 100.0
+    sign_thr_ratio: Number(0.5, 1) = 0.6
+    sign_global_lr: Number(0, lo_open=True) = 0.1
+    sign_dim_out: Number(0, MAX_DIM_OUT, integer=True) = 0
 
 
 def _log_comb(n: int, r: np.ndarray) -> np.ndarray:
+    from scipy.special import gammaln  # imported on use: configs import this module for its parameter schema
+
     return gammaln(n + 1) - gammaln(r + 1) - gammaln(n - r + 1)
 
 

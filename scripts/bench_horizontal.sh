@@ -3,6 +3,8 @@
 # Usage: bash scripts/bench_horizontal.sh [--out DIR] [--rounds N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
+require_values --out --rounds -- "$@"
 OUT=runs/bench_horizontal ROUNDS=20
 while [ $# -gt 0 ]; do
   case "$1" in --out) OUT=$2; shift 2 ;; --rounds) ROUNDS=$2; shift 2 ;; *) echo "error: unknown argument $1" >&2; exit 2 ;; esac

@@ -5,6 +5,8 @@
 # Usage: bash scripts/bench_split.sh [--rows N] [--batch B] [--emb D] [--hidden 1024,512,256,128] [--epochs N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
+require_values --rows --batch --emb --hidden --epochs -- "$@"
 ROWS=200000 BATCH=16000 EMB=80 HIDDEN=1024,512,256,128 EPOCHS=1
 while [ $# -gt 0 ]; do
   case "$1" in

@@ -21,7 +21,7 @@ import tempfile
 import time
 
 REAL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data", "criteo_raw_1k.tsv")
-METHODS = {"plain": {"mechanism": "rr"}, "forward": {"mechanism": "rr", "debias": True},
+METHODS = {"plain": {"mechanism": "rr", "debias": False}, "forward": {"mechanism": "rr", "debias": True},
            "posterior": {"mechanism": "rr", "debias": True, "correction": "posterior"}, "rr_prior": {"mechanism": "rr_prior"}}
 
 

@@ -7,3 +7,17 @@ new_keys() {  # new_keys DIR PARTY...: a throwaway CurveZMQ key pair per party (
   rm -rf "$dir"
   for party in "$@"; do "$PY" -m vfl.keys new "$party" --dir "$dir" >/dev/null; done
 }
+require_values() {  # require_values FLAG... -- "$@": a value flag that is last or followed by a flag is a clear error
+  local flags=() f
+  while [ "$1" != -- ]; do flags+=("$1"); shift; done
+  shift
+  while [ $# -gt 0 ]; do
+    for f in "${flags[@]}"; do
+      if [ "$1" = "$f" ] && { [ $# -lt 2 ] || [[ "$2" == --* ]]; }; then
+        echo "error: $f needs a value (see --help)" >&2
+        exit 2
+      fi
+    done
+    shift
+  done
+}

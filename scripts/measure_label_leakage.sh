@@ -8,6 +8,8 @@
 #   on the same data (another eps), e.g. --eps 2 --compare runs/leakage_1
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
+require_values --eps --out --rows --epochs --compare -- "$@"
 EPS="" OUT="" ROWS=200000 EPOCHS=2 COMPARE=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -36,6 +38,7 @@ follower["debug"] = {"record_gradients": f"{out}/gradients.npz"}
 yaml.safe_dump(leader, open(f"{out}/leader.yaml", "w"))
 yaml.safe_dump(follower, open(f"{out}/follower.yaml", "w"))
 PYEOF
+echo "== training $EPOCHS epoch(s) on $ROWS rows with the follower recording its gradients (log: $OUT/train.stdout)"
 LEADER_CONFIG="$OUT/leader.yaml" FOLLOWER_CONFIG="$OUT/follower.yaml" \
   bash scripts/run_vfl_train_local.sh --out "$OUT" --rows "$ROWS" --epochs "$EPOCHS" > "$OUT/train.stdout"
 extra=$("$PY" -c 'import json,sys; m=json.load(open(sys.argv[1])); print(json.dumps({"model_test_auc": m["test_auc"], "note": "model_test_auc is the feature-only baseline: what a model trained on (noisy) labels predicts from features alone"}))' "$OUT/metrics.json")
@@ -48,4 +51,5 @@ if [ -n "$EPS" ]; then
     EPS_ARGS+=(--compare-gradients "$COMPARE/gradients.npz" --compare-eps "$CEPS")
   fi
 fi
+echo "== label-leakage attacks on $OUT/gradients.npz"
 "$PY" -m privacy.attacks --gradients "$OUT/gradients.npz" --labels "$OUT/shards/leader/train" "${EPS_ARGS[@]}" --out "$OUT/leakage.json" --extra "$extra"

@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
-# Train Wide&Deep split between a leader and a follower process over ZeroMQ on this machine.
+# Train Wide&Deep split between a leader and a follower process over ZeroMQ on this machine, the way two
+# organisations would: the combined file is split into each party's own raw file (OUT/raw), each party
+# prepares its own file alone (OUT/shards/<party>), the parties intersect their ids privately (PSI), then train.
 # Usage: bash scripts/run_vfl_train_local.sh [--data RAW_TSV] [--out DIR] [--epochs N] [--centralized]
-#        [--rows N] (synthetic rows when no --data) [--hash-buckets N]
-# Env: LEADER_CONFIG, FOLLOWER_CONFIG (default examples/wide_deep_criteo/{leader,follower}.yaml).
+#        [--rows N] (synthetic rows when no --data) [--hash-buckets N] [--example digits|multiclass] [--label-dp]
+#        [--drop PARTY=FRACTION]
+# The whole vertical path: the combined file is split into each party's own raw file, each party
+# prepares its own file alone, the parties intersect their ids privately (PSI) and train.
+# --example digits: scikit-learn's 8x8 digits, 10 classes, left/right image halves (examples/digits/);
+# --example multiclass: synthetic 10-class Criteo-format data (examples/multiclass/); --label-dp: the
+# example's leader_label_dp.yaml. Env: LEADER_CONFIG, FOLLOWER_CONFIG (default examples/wide_deep_criteo/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
+require_values --data --out --epochs --rows --hash-buckets --example --drop -- "$@"
 ROOT=$(pwd)
-DATA="" OUT="runs/local" EPOCHS="" CENTRALIZED=0 ROWS=1000000 BUCKETS=20000
+DATA="" OUT="" EPOCHS="" CENTRALIZED=0 ROWS="" BUCKETS=20000 EXAMPLE="" LABEL_DP=0 DROP=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --data) DATA=$2; shift 2 ;;
@@ -15,28 +24,59 @@ while [ $# -gt 0 ]; do
     --centralized) CENTRALIZED=1; shift ;;
     --rows) ROWS=$2; shift 2 ;;
     --hash-buckets) BUCKETS=$2; shift 2 ;;
-    -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
+    --example) EXAMPLE=$2; shift 2 ;;
+    --label-dp) LABEL_DP=1; shift ;;
+    --drop) DROP+=(--drop "$2"); shift 2 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-LEADER_CONFIG=${LEADER_CONFIG:-examples/wide_deep_criteo/leader.yaml}
-FOLLOWER_CONFIG=${FOLLOWER_CONFIG:-examples/wide_deep_criteo/follower.yaml}
+case "$EXAMPLE" in
+  "") EXAMPLE_DIR=examples/wide_deep_criteo; OUT=${OUT:-runs/local}; ROWS=${ROWS:-1000000} ;;
+  digits|multiclass) EXAMPLE_DIR=examples/$EXAMPLE; OUT=${OUT:-runs/$EXAMPLE}; ROWS=${ROWS:-200000} ;;
+  *) echo "error: --example $EXAMPLE: allowed: digits, multiclass" >&2; exit 2 ;;
+esac
+[ "$EXAMPLE" = digits ] && [ -n "$DATA" ] && { echo "error: --example digits brings its own data; drop --data" >&2; exit 2; }
+LEADER_DEFAULT=$EXAMPLE_DIR/leader.yaml
+[ "$LABEL_DP" = 1 ] && LEADER_DEFAULT=$EXAMPLE_DIR/leader_label_dp.yaml
+LEADER_CONFIG=${LEADER_CONFIG:-$LEADER_DEFAULT}
+FOLLOWER_CONFIG=${FOLLOWER_CONFIG:-$EXAMPLE_DIR/follower.yaml}
 bash scripts/setup.sh
 PY="$ROOT/.venv/bin/python"
 . scripts/lib.sh
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-if [ -z "$DATA" ]; then
-  DATA="data/synthetic/criteo_synth_${ROWS}.tsv"
-  if [ ! -f "$DATA" ] || [ ! -f "$DATA.truth.npy" ]; then
-    echo "== generating $ROWS synthetic Criteo-format rows -> $DATA"
-    "$PY" -m vfl.data synth --rows "$ROWS" --out "$DATA" --seed 0
-  fi
-fi
-[ -f "$DATA" ] || { echo "error: --data $DATA: file not found" >&2; exit 2; }
 SHARDS="$OUT/shards"
-echo "== preparing party shards from $DATA -> $SHARDS"
-"$PY" -m vfl.data prepare --input "$DATA" --out "$SHARDS" --hash-buckets "$BUCKETS" --force
+FOLLOWER=$("$PY" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["party"])' "$FOLLOWER_CONFIG")
+CLASS_ARGS=()
+[ "$EXAMPLE" = multiclass ] && CLASS_ARGS=(--num-classes 10)
+if [ "$EXAMPLE" = digits ]; then
+  echo "== digits (scikit-learn, offline): left image halves -> leader, right halves -> follower0 in $SHARDS"
+  "$PY" -m vfl.data digits --out "$SHARDS" --force
+else
+  if [ -z "$DATA" ]; then
+    if [ "$EXAMPLE" = multiclass ]; then
+      DATA="data/synthetic/multiclass10_synth_${ROWS}.tsv"
+      SYNTH_ARGS=(--classes 10)
+    else
+      DATA="data/synthetic/criteo_synth_${ROWS}.tsv"
+      SYNTH_ARGS=()
+    fi
+    if [ ! -f "$DATA" ] || [ ! -f "$DATA.truth.npy" ]; then
+      echo "== generating $ROWS synthetic Criteo-format rows -> $DATA"
+      "$PY" -m vfl.data synth --rows "$ROWS" --out "$DATA" --seed 0 "${SYNTH_ARGS[@]}"
+    fi
+  fi
+  [ -f "$DATA" ] || { echo "error: --data $DATA: file not found" >&2; exit 2; }
+  RAW="$OUT/raw"
+  echo "== splitting $DATA into each party's own raw file -> $RAW"
+  "$PY" -m vfl.data split --input "$DATA" --out "$RAW" "${DROP[@]}" "${CLASS_ARGS[@]}"
+  for party in leader "$FOLLOWER"; do
+    echo "== $party prepares its own file alone: $RAW/$party.tsv -> $SHARDS/$party"
+    "$PY" -m vfl.data prepare --party "$party" --input "$RAW/$party.tsv" --out "$SHARDS" --hash-buckets "$BUCKETS" \
+      --force "${CLASS_ARGS[@]}"
+  done
+fi
 EP_ARGS=()
 [ -n "$EPOCHS" ] && EP_ARGS=(--epochs "$EPOCHS")
 if [ "$CENTRALIZED" = 1 ]; then
@@ -58,7 +98,6 @@ PYEOF
 fi
 PORT=$(free_port)
 ENDPOINT="tcp://127.0.0.1:$PORT"
-FOLLOWER=$("$PY" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["party"])' "$FOLLOWER_CONFIG")
 KEYS="$OUT/keys"  # throwaway CurveZMQ key pairs of this local run (two hosts: see README, Security)
 new_keys "$KEYS" leader "$FOLLOWER"
 echo "== leader and $FOLLOWER over ZeroMQ at $ENDPOINT (logs in $OUT)"
@@ -97,8 +136,14 @@ echo "== metrics: $OUT/metrics.json"
 "$PY" - "$OUT/metrics.json" <<'PYEOF'
 import json, sys
 m = json.load(open(sys.argv[1]))
-bayes = m.get("bayes_test_auc")
-print(f"test AUC {m['test_auc']:.4f}" + (f"  (Bayes-optimal AUC of this data: {bayes:.4f})" if bayes else "")
+bayes, bayes_acc = m.get("bayes_test_auc"), m.get("bayes_test_accuracy")
+psi = m.get("psi") or {}
+if psi:
+    print(f"PSI: {psi['intersection']} shared ids (leader {psi['own_ids']}, followers {psi['peer_ids']}), "
+          f"{psi['seconds']:.1f} s, {(psi['bytes_sent'] + psi['bytes_received']) / 2**20:.1f} MiB")
+print((f"test accuracy {m['test_accuracy']:.4f}" + (f"  (Bayes-optimal accuracy of this data: {bayes_acc:.4f})" if bayes_acc else "")
+       + f"  macro AUC {m['test_auc']:.4f}" if "test_accuracy" in m else
+       f"test AUC {m['test_auc']:.4f}" + (f"  (Bayes-optimal AUC of this data: {bayes:.4f})" if bayes else ""))
       + f"  test logloss {m['test_logloss']:.4f}  {m['samples_per_second']:.0f} samples/s"
       + (f"  label DP eps={m['label_dp']['eps']}" if m.get("label_dp") else ""))
 PYEOF

@@ -2,6 +2,7 @@
 # Idempotent setup: .venv in the repo with the project (editable) and its test extras.
 # A torch that is already importable (in .venv, or in the base python3) is kept; otherwise
 # TORCH_SPEC (default torch==2.13.0, the CPU build) is installed. Set TORCH_SPEC to override.
+# The other packages are pinned by scripts/constraints.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -16,16 +17,19 @@ if [ ! -x .venv/bin/python ]; then
 fi
 VPY=.venv/bin/python
 stamp=.venv/.vfl-setup-stamp
-want=$(cat pyproject.toml | sha256sum | cut -d' ' -f1)
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && $VPY -c "import torch, zmq, pandas, sklearn, yaml, vfl" 2>/dev/null; then
+want=$(cat pyproject.toml scripts/constraints.txt | sha256sum | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && $VPY -c "import torch, zmq, pandas, sklearn, yaml, pydantic, tqdm, vfl" 2>/dev/null; then
   exit 0
 fi
 if ! $VPY -c "import torch" 2>/dev/null; then
-  echo "setup: installing $TORCH_SPEC"
-  $VPY -m pip install -q "$TORCH_SPEC"
+  echo "setup: installing $TORCH_SPEC (a few minutes; TORCH_INDEX_URL picks the wheel index, e.g. the CPU-only one)"
+  $VPY -m pip install --progress-bar on ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "$TORCH_SPEC"
 else
   echo "setup: keeping installed torch $($VPY -c 'import torch; print(torch.__version__)')"
 fi
-$VPY -m pip install -q -e ".[test]"
+# every other package at the versions of scripts/constraints.txt (reproducible installs; regenerate with
+# `.venv/bin/python -m pip freeze --exclude-editable`, leaving torch and its own dependencies out)
+echo "setup: installing the project and its pinned dependencies into .venv"
+$VPY -m pip install -q -c scripts/constraints.txt -e ".[test]"
 echo "$want" > "$stamp"
 echo "setup: ready ($($VPY -c 'import torch, numpy, pandas, zmq; print("torch", torch.__version__, "numpy", numpy.__version__, "pandas", pandas.__version__, "pyzmq", zmq.__version__)'))"

@@ -83,3 +83,60 @@ def shards_three(synth_small, tmp_path_factory) -> pathlib.Path:
     out = tmp_path_factory.mktemp("shards3") / "criteo"
     prepare(str(synth_small), str(out), parse_parties(doc), PrepareOptions(hash_buckets=2_000))
     return out
+
+
+@pytest.fixture(scope="session")
+def shards_k10(tmp_path_factory) -> pathlib.Path:
+    """6k synthetic 10-class rows (public feature seed 7, secret label seed), prepared with --num-classes 10."""
+    from vfl.data.parties import load_parties
+    from vfl.data.prepare import PrepareOptions, prepare
+    from vfl.data.synth_multiclass import write_synthetic_multiclass
+
+    raw = tmp_path_factory.mktemp("synth10") / "k10.tsv"
+    write_synthetic_multiclass(str(raw), 6_000, 10, seed=7, max_vocab=2_000)
+    out = tmp_path_factory.mktemp("shards10") / "k10"
+    prepare(str(raw), str(out), load_parties(None), PrepareOptions(hash_buckets=2_000, num_classes=10))
+    return out
+
+
+@pytest.fixture(scope="session")
+def vertical_raw(synth_small, tmp_path_factory) -> dict:
+    """Two organisations' own raw files cut from synth_small: overlapping but unequal id sets, ids as e-mail
+    strings and as integers, each file in its own shuffled order; the leader's in TSV, the follower's in CSV.
+    Returns {"dir", "leader", "follower0", "common"} (common: the ids both hold, as texts)."""
+    import pandas as pd
+
+    from vfl.data.parties import load_parties
+    from vfl.data.raw_split import split_raw
+
+    root = tmp_path_factory.mktemp("vertical")
+    split_raw(str(synth_small), str(root / "cut"), load_parties(None))
+    lead = pd.read_csv(root / "cut/leader.tsv", sep="\t", dtype=str, keep_default_na=False)
+    fol = pd.read_csv(root / "cut/follower0.tsv", sep="\t", dtype=str, keep_default_na=False)
+
+    def rename(i: str) -> str:
+        return f"user-{i}@example.com" if int(i) % 2 == 0 else str(int(i) + 10**12)
+
+    lead["id"], fol["id"] = lead["id"].map(rename), fol["id"].map(rename)
+    n = len(lead)
+    lead = lead.iloc[: int(n * 0.9)].sample(frac=1.0, random_state=1)   # rows 0 .. 0.9 n
+    fol = fol.iloc[int(n * 0.15):].sample(frac=1.0, random_state=2)     # rows 0.15 n .. n
+    (root / "own").mkdir()
+    lead.to_csv(root / "own/leader.tsv", sep="\t", index=False)
+    fol.to_csv(root / "own/follower0.csv", sep=",", index=False)
+    common = sorted(set(lead["id"]) & set(fol["id"]))
+    return {"dir": root / "own", "leader": root / "own/leader.tsv", "follower0": root / "own/follower0.csv", "common": common}
+
+
+@pytest.fixture(scope="session")
+def vertical_shards(vertical_raw, tmp_path_factory) -> pathlib.Path:
+    """Each party's shard prepared from its own file alone (2000 hash buckets)."""
+    from vfl.data.parties import load_parties
+    from vfl.data.party_reader import PartySource
+    from vfl.data.prepare import PrepareOptions, prepare_party
+
+    out = tmp_path_factory.mktemp("vshards")
+    for p in load_parties(None):
+        prepare_party(PartySource(str(vertical_raw[p.name]), p.dense, p.categorical, p.label), str(out / p.name), p,
+                      PrepareOptions(hash_buckets=2_000))
+    return out

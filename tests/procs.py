@@ -34,8 +34,8 @@ def party_keys(tmp, parties) -> dict[str, tuple[str, str]]:
 
 
 def party_configs(tmp, shards, followers=("follower0",), port=None, timeout_s=20, train=None, model=None,
-                  top=None, privacy=None, follower_debug=None) -> dict[str, str]:
-    """Write leader/follower YAMLs under tmp; return {party: path}."""
+                  top=None, privacy=None, follower_debug=None, leader_train=None) -> dict[str, str]:
+    """Write leader/follower YAMLs under tmp; return {party: path}. leader_train: train keys of the leader only (task)."""
     port = port or free_port()
     endpoint = f"tcp://127.0.0.1:{port}"
     train = {"epochs": 1, "batch_size": 512, "seed": 0, "log_every": 5, "lr": 0.01, "threads": 1, **(train or {})}
@@ -46,7 +46,7 @@ def party_configs(tmp, shards, followers=("follower0",), port=None, timeout_s=20
               "network": {"bind": endpoint, "followers": list(followers), "timeout_s": timeout_s,
                           "secret_key_file": keys["leader"][1], "follower_keys": {f: keys[f][0] for f in followers}},
               "data": {"path": os.path.join(shards, "leader")},
-              "model": {**model, "top": top or {"name": "linear"}}, "train": train,
+              "model": {**model, "top": top or {"name": "linear"}}, "train": {**train, **(leader_train or {})},
               "output": {"dir": os.path.join(tmp, "out")}}
     if privacy:
         leader["privacy"] = privacy

@@ -35,7 +35,7 @@ def test_all_errors_are_reported_together_with_domains():
     text = str(e.value)
     # Assert
     assert "5 problem(s)" in text
-    assert "train.epochs must be in [1, 10000], got epochs=0" in text
+    assert "train.epochs must be an integer in [1, 10000], got epochs=0" in text
     assert "train.lr must be a number, got 'fast'" in text
     assert "train.optimizer must be one of ['adam', 'sgd', 'adagrad'], got 'adamw' (did you mean 'adam'?)" in text
     assert "tcp://HOST:PORT" in text and "network.followers must be a non-empty list" in text
@@ -58,7 +58,7 @@ def test_label_dp_eps_domain_and_infinity():
     cfg = parse_config(_leader(privacy={"label_dp": {"eps": math.inf}}))
     # Assert
     assert cfg.privacy.label_dp.eps == math.inf
-    with pytest.raises(ConfigError, match=r"privacy.label_dp.eps must be in \[0.0, inf\), got eps=-1"):
+    with pytest.raises(ConfigError, match=r"privacy.label_dp.eps must be >= 0.0, got eps=-1"):
         parse_config(_leader(privacy={"label_dp": {"eps": -1}}))
     with pytest.raises(ConfigError, match="must be a number, got True"):
         parse_config(_leader(privacy={"label_dp": {"eps": True}}))
@@ -147,3 +147,22 @@ def test_output_dir_that_is_a_file_is_a_one_line_error(tmp_path, shards_small):
     assert r.returncode == 2 and "output.dir" in r.stderr and "cannot be used for writing" in r.stderr
     assert r.stderr.count("\n") == 1, r.stderr
     assert yaml.safe_load(open(cfgs["follower0"]))["party"] == "follower0"
+
+
+def test_task_is_a_leader_setting_with_a_domain_and_accuracy_selection_needs_multiclass():
+    # Prepare
+    follower = {"role": "follower", "party": "follower0", "network": {"connect": "tcp://127.0.0.1:5560"},
+                "data": {"path": "d"}, "train": {"task": "multiclass"}}
+    # Execute
+    default = parse_config(_leader())
+    multi = parse_config(_leader(train={"task": "multiclass", "early_stopping": {"metric": "accuracy"}}))
+    with pytest.raises(ConfigError) as bad:
+        parse_config(_leader(train={"task": "multiclas", "early_stopping": {"metric": "accuracy"}}))
+    with pytest.raises(ConfigError) as on_follower:
+        parse_config(follower)
+    # Assert
+    assert default.train.task == "binary" and multi.train.task == "multiclass"
+    assert multi.train.early_stopping.metric == "accuracy"
+    assert "train.task must be one of ['binary', 'multiclass'], got 'multiclas' (did you mean 'multiclass'?)" in str(bad.value)
+    assert "early_stopping.metric accuracy needs train.task: multiclass" in str(bad.value)
+    assert "train.task is set on the leader only" in str(on_follower.value)

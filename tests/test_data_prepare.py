@@ -160,13 +160,17 @@ def test_existing_output_is_kept_unless_forced(tmp_path, real_1k):
     assert json.loads((out / "manifest.json").read_text())["split"]["test_fraction"] == 0.5
 
 
-def test_ids_from_an_id_column_must_increase(tmp_path):
+def test_ids_in_any_order_are_sorted_and_duplicates_are_refused_naming_the_id(tmp_path):
     # Prepare
-    src = write_lines(tmp_path / "in.tsv", ["5\t" + raw_line(), "3\t" + raw_line()])
-    # Execute / Assert
-    with pytest.raises(DataError, match="strictly increasing"):
-        prepare(src, str(tmp_path / "o"), load_parties(None))
-    assert not (tmp_path / "o").exists()
+    src = write_lines(tmp_path / "in.tsv", ["5\t" + raw_line(), "3\t" + raw_line(), "9\t" + raw_line()])
+    dup = write_lines(tmp_path / "dup.tsv", ["5\t" + raw_line(), "3\t" + raw_line(), "5\t" + raw_line()])
+    # Execute
+    m = prepare(src, str(tmp_path / "o"), load_parties(None), PrepareOptions(test_fraction=0.0, valid_fraction=0.0))
+    # Assert
+    assert np.load(tmp_path / "o/leader/train/ids.npy").tolist() == [3, 5, 9] and m["rows"]["train"] == 3
+    with pytest.raises(DataError, match="sample id '5' appears more than once"):
+        prepare(dup, str(tmp_path / "d"), load_parties(None))
+    assert not (tmp_path / "d").exists()
 
 
 def test_memory_mapped_and_in_memory_shards_give_the_same_batches(shards_small):
@@ -181,3 +185,66 @@ def test_memory_mapped_and_in_memory_shards_give_the_same_batches(shards_small):
         for a, b in zip(mapped.features(sel), loaded.features(sel)):
             assert a.dtype == b.dtype and bool((a == b).all())
             a.add_(0)  # writable: would fail on a read-only memory-map view
+
+
+def test_a_party_prepares_its_own_file_opening_no_other_party_file(vertical_raw, tmp_path):
+    # Prepare: follower0's preparation, every file open of the process audited (sys.addaudithook)
+    code = ("import json, sys\n"
+            "opened = []\n"
+            "sys.addaudithook(lambda e, a: opened.append(str(a[0])) if e == 'open' and isinstance(a[0], (str, bytes)) else None)\n"
+            "from vfl.data.__main__ import main\n"
+            f"rc = main(['prepare', '--party', 'follower0', '--input', {str(vertical_raw['follower0'])!r}, '--out', {str(tmp_path)!r},"
+            " '--hash-buckets', '500'])\n"
+            "print(json.dumps({'rc': rc, 'opened': opened}))\n")
+    # Execute
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    # Assert: the only raw file it touched is its own; its shard and manifest hold nothing from labels
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout.strip().splitlines()[-1])
+    assert doc["rc"] == 0
+    raw_dir = str(vertical_raw["dir"])
+    touched = {p for p in doc["opened"] if p.startswith(raw_dir)}
+    assert touched == {str(vertical_raw["follower0"])}, touched
+    m = json.loads((tmp_path / "follower0/manifest.json").read_text())
+    from vfl.data.prepare import FOLLOWER_MANIFEST_KEYS
+
+    assert set(m) <= set(FOLLOWER_MANIFEST_KEYS) | {"party"} and not m["party"]["has_labels"]
+    assert not list(tmp_path.rglob("labels.npy"))
+
+
+def test_own_file_ids_as_strings_and_integers_map_to_the_same_int64_at_every_party(vertical_raw, vertical_shards):
+    # Prepare
+    from vfl.data.ids import ids64
+    from vfl.data.shards import PartyShard
+
+    # Execute
+    lead, fol = PartyShard(str(vertical_shards / "leader")), PartyShard(str(vertical_shards / "follower0"))
+    common = np.intersect1d(lead.all_ids(), fol.all_ids())
+    # Assert: the ids both hold are exactly the shared texts; splits are sorted by id
+    np.testing.assert_array_equal(common, np.sort(ids64(vertical_raw["common"])))
+    assert lead.all_ids().size > common.size and fol.all_ids().size > common.size
+    for s in ("train", "valid", "test"):
+        assert np.all(np.diff(np.asarray(fol.split(s).ids)) > 0)
+
+
+def test_duplicate_string_ids_in_a_party_file_are_refused_naming_them(tmp_path):
+    # Prepare
+    from vfl.data.parties import PartyColumns
+    from vfl.data.party_reader import PartySource
+    from vfl.data.prepare import prepare_party
+
+    src = write_lines(tmp_path / "f.csv", ["id,I1,C1", "a@x.org,1,68fd1e64", "b@x.org,2,", "a@x.org,3,68fd1e64"])
+    party = PartyColumns("f", ("I1",), ("C1",))
+    # Execute / Assert
+    with pytest.raises(DataError, match="sample id 'a@x.org' appears more than once"):
+        prepare_party(PartySource(src, party.dense, party.categorical, False), str(tmp_path / "o"), party)
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_missing_column_in_a_party_file_is_named_with_the_nearest(tmp_path):
+    # Prepare
+    src = write_lines(tmp_path / "f.tsv", ["id\tI1\tC1", "1\t1\t68fd1e64"])
+    # Execute
+    r = _cli("prepare", "--party", "f", "--input", src, "--out", str(tmp_path / "o"), "--dense", "i1", "--categorical", "C1")
+    # Assert
+    assert r.returncode == 2 and "dense column 'i1' is not in the header" in r.stderr and "did you mean 'I1'" in r.stderr

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import yaml
 
 from privacy.attacks import leakage_report
@@ -96,3 +97,86 @@ def test_rr_prior_run_keeps_followers_alive_while_the_prior_trains(tmp_path, sha
     assert 0.0 <= ld["collapse_fraction"] <= 1.0 and isinstance(ld["collapsed"], bool)
     log = (tmp_path / "out/leader.log").read_text()
     assert "label DP: rr_prior eps=2.0" in log
+
+
+def test_multiclass_kary_rr_with_forward_correction_equals_centralized(tmp_path, shards_k10, procs):
+    # Prepare: K = 10 classes, k-ary RR at eps = 1 (keep p1 = e/(9 + e) = 0.232), forward correction,
+    # selection on the randomized validation labels by debiased accuracy
+    cfgs = party_configs(str(tmp_path), str(shards_k10), model={"bottom": {"embedding_dim": 8, "hidden": [32], "cut_dim": 8}},
+                         train={"epochs": 2, "eval_every_steps": 5},
+                         leader_train={"task": "multiclass", "early_stopping": {"metric": "accuracy", "patience": 10}},
+                         privacy={"label_dp": {"eps": 1.0, "debias": True}})
+    # Execute
+    split = run_split(procs, cfgs)
+    central = run_centralized(cfgs, str(tmp_path / "c"))
+    # Assert: k-ary RR once per sample at the stated keep rate (5.5 sigma: false failure < 4e-8), the
+    # corrected loss trains identically split and centralized, selection read the debiased estimates
+    ld = split["label_dp"]
+    p1 = math.e / (9 + math.e)
+    n = split["rows"]["train"]
+    assert ld["mechanism"] == "kary_rr" and ld["num_classes"] == 10 and ld["keep_probability"] == pytest.approx(p1)
+    assert abs((1 - ld["flipped_fraction"]) - p1) < 5.5 * math.sqrt(p1 * (1 - p1) / n)
+    assert ld["valid_rows"] == split["rows"]["valid"] and ld["valid_flipped_fraction"] > 0.6
+    np.testing.assert_allclose(split["step_losses"], central["step_losses"], rtol=1e-5)
+    assert split["selection"]["metric"] == "accuracy"
+    assert all(0.0 <= h["valid"]["accuracy_noisy"] <= 1.0 and "accuracy" in h["valid"] for h in split["history"])
+    assert split["test_accuracy"] == pytest.approx(central["test_accuracy"], abs=1e-9)
+    assert "label DP: kary_rr eps=1.0" in (tmp_path / "out/leader.log").read_text()
+
+
+def test_multiclass_rr_prior_trains_its_prior_over_all_parties_identically_split_and_centralized(tmp_path, shards_k10, procs):
+    # Prepare: LP-2ST at K = 10, eps = 1: stage one (k-ary RR) trains a split model of leader AND follower
+    cfgs = party_configs(str(tmp_path), str(shards_k10), model={"bottom": {"embedding_dim": 8, "hidden": [32], "cut_dim": 8}},
+                         leader_train={"task": "multiclass"},
+                         privacy={"label_dp": {"eps": 1.0, "mechanism": "rr_prior", "prior_epochs": 2}})
+    # Execute
+    split = run_split(procs, cfgs)
+    central = run_centralized(cfgs, str(tmp_path / "c"))
+    # Assert: the follower trained a stage-one bottom; the all-party prior (hence the stage-two labels and
+    # every step after) is identical split and centralized; the report has the kept-set sizes
+    ld, cd = split["label_dp"], central["label_dp"]
+    assert ld["mechanism"] == "rr_prior" and ld["prior"].startswith("all parties") and ld["num_classes"] == 10
+    assert 1.0 <= ld["mean_k_star"] <= 10.0 and 0.0 <= ld["collapse_fraction"] <= 1.0
+    assert abs(ld["stage_one_fraction"] - 0.5) < 0.05  # n ~ 4.8k: 7 sigma
+    for key in ("release_id", "mean_k_star", "collapse_fraction", "flipped_fraction"):
+        assert ld[key] == cd[key], key
+    np.testing.assert_allclose(split["step_losses"], central["step_losses"], rtol=1e-5)
+    follower_log = (tmp_path / "out/follower0.log").read_text()
+    assert "LP-2ST stage one: training a prior bottom on" in follower_log and "its bottom is dropped" in follower_log
+
+
+def test_ten_class_gradient_attacks_find_the_label_without_dp_and_stay_at_p1_with_it(tmp_path, shards_k10, procs):
+    # Prepare: the follower records every gradient of a 10-class run, without DP and at eps = 1
+    from privacy.attacks_multiclass import multiclass_leakage_report
+    from privacy.follower_view_multiclass import follower_view_attack_multiclass, macro_recall
+
+    ids = np.load(shards_k10 / "leader/train/ids.npy")
+    labels = np.load(shards_k10 / "leader/train/labels.npy")
+    reports = {}
+    for name, privacy in (("clear", None), ("dp", {"label_dp": {"eps": 1.0}})):
+        (tmp_path / name).mkdir()
+        cfgs = party_configs(str(tmp_path / name), str(shards_k10),
+                             model={"bottom": {"embedding_dim": 8, "hidden": [32], "cut_dim": 8}},
+                             leader_train={"task": "multiclass"}, privacy=privacy,
+                             follower_debug={"record_gradients": str(tmp_path / name / "grads.npz")})
+        # Execute
+        run_split(procs, cfgs)
+        procs.cleanup()
+        g = np.load(tmp_path / name / "grads.npz")
+        record = {k: g[k] for k in ("ids", "epoch", "step", "grad")}
+        reports[name] = multiclass_leakage_report(record, ids, labels, 10, None if privacy is None else 1.0)
+    truth = labels[np.searchsorted(ids, record["ids"])]  # ids are sorted in a shard
+    view = follower_view_attack_multiclass(record, ids, truth, 10, 1.0, follower_seed=0)
+    first = record["epoch"] == record["epoch"].min()
+    best_view = max(macro_recall(guess, truth[first], 10) for guess in view.values())
+    # Assert: in the clear the gradient direction names the class; under k-ary RR at eps = 1 both attacks
+    # stay at p1 = 0.232 (n ~ 4.8k rows: 5.5 sigma = 0.034; false failure < 4e-8 per attack)
+    clear, dp = reports["clear"], reports["dp"]
+    assert clear["attacks"]["oracle"]["max_accuracy"] > 0.9
+    p1, n = dp["bound"], dp["rows"]
+    assert p1 == pytest.approx(math.e / (9 + math.e))
+    for attack in ("oracle", "cluster"):
+        assert dp["attacks"][attack]["max_accuracy"] < p1 + 5.5 * math.sqrt(p1 * (1 - p1) / n), attack
+    # the follower's full view (gradient direction, undone with every public seed, salt and generator)
+    # stays at the macro-recall bound p1 too (5.5 sigma of one class's recall: a conservative margin)
+    assert len(view) > 100 and best_view < p1 + 5.5 * math.sqrt(p1 * (1 - p1) / (n / 10))

@@ -1,7 +1,8 @@
 """LabelDP flips and keeps at the stated rates, satisfies eps-DP on neighbouring labels, is exact
 at eps = inf, and rejects bad input naming the value. Statistical checks use 5.5-sigma binomial
 bounds (false failure < 4e-8 each) or Hoeffding bounds at beta = 1e-8 per bin; the whole module
-fails by chance with probability < 1e-6."""
+(with the K = 10 keyed k-ary RR checks: 40 binomial bounds and 20 histogram bins) fails by chance with
+probability < 3e-6."""
 from __future__ import annotations
 
 import math
@@ -11,7 +12,9 @@ import pytest
 import torch
 
 from privacy import LabelDP, flip_probability, keep_probability
-from privacy.label_dp_run import randomize_binary_once
+from privacy.keyed_random import uniform_from_ids
+from privacy.label_dp_run import randomize_binary_once, randomize_classes_once
+from privacy.randomized_response import kary_rr
 from tests.dp_stats import binomial_tolerance, dp_histogram_violations
 
 N = 200_000
@@ -233,3 +236,80 @@ def test_keyed_labeldp_rejects_bad_arguments_naming_them(kwargs, call, needle):
     with pytest.raises(ValueError) as e:
         LabelDP(1.0, **kwargs)(np.array([0, 1, 1, 0]), **(call or {}))
     assert needle in str(e.value)
+
+
+# -- K = 10: the k-ary RR release the multi-class trainer uses (randomize_classes_once, leader's PRF) --------
+K10 = 10
+
+
+@pytest.mark.parametrize("eps", [0.5, 1.0, 2.0])
+def test_keyed_kary_rr_keeps_with_p1_and_moves_uniformly_for_ten_classes(eps):
+    # Prepare
+    ids = np.arange(N) * 3 + 11
+    cls = np.random.default_rng(30).integers(0, K10, N)
+    # Execute
+    out = randomize_classes_once(cls, ids, K10, eps, bytes(range(32)), "k10-release")
+    # Assert: keep rate p1 and each of the 9 shifts at (1 - p1)/9, every one within 5.5 sigma
+    # (10 checks per eps at < 4e-8 each)
+    p1 = math.exp(eps) / (K10 - 1 + math.exp(eps))
+    assert keep_probability(eps, K10) == pytest.approx(p1)
+    assert abs(np.mean(out == cls) - p1) < binomial_tolerance(N, p1)
+    moved_by = (out - cls) % K10
+    q = (1 - p1) / (K10 - 1)
+    for shift in range(1, K10):
+        assert abs(np.mean(moved_by == shift) - q) < binomial_tolerance(N, q)
+
+
+def test_dp_histogram_on_neighbouring_ten_class_labels():
+    # Prepare: one record's label is 0 in one dataset and 1 in its neighbour; the keyed draws of N
+    # distinct sample ids stand in for N independent runs of the mechanism on that record
+    eps, ids = 1.0, np.arange(N)
+    key = bytes(range(32))
+    # Execute
+    out_a = randomize_classes_once(np.zeros(N, np.int64), ids, K10, eps, key, "hist-a")
+    out_b = randomize_classes_once(np.ones(N, np.int64), ids, K10, eps, key, "hist-b")
+    # Assert: P_a(o) <= e^eps P_b(o) and back on all 10 outputs (false failure <= 2 * 10 * 1e-8)
+    assert dp_histogram_violations(out_a, out_b, eps, bins=K10) == []
+
+
+def test_ten_class_dp_histogram_test_has_power_against_a_miscalibrated_mechanism():
+    # Prepare: a k-ary RR that claims eps = 1 but keeps with the p1 of eps = 2 is only 2-DP
+    eps, ids = 1.0, np.arange(N)
+    key = bytes(range(32))
+    # Execute
+    out_a = randomize_classes_once(np.zeros(N, np.int64), ids, K10, 2 * eps, key, "power-a")
+    out_b = randomize_classes_once(np.ones(N, np.int64), ids, K10, 2 * eps, key, "power-b")
+    # Assert: the true ratio e^2 exceeds e^1 by far more than the Hoeffding slack at N = 200k
+    assert dp_histogram_violations(out_a, out_b, eps, bins=K10) != []
+
+
+def test_kary_rr_is_exact_without_noise_and_uniform_at_eps_zero():
+    # Prepare
+    ids = np.arange(N)
+    cls = np.random.default_rng(31).integers(0, K10, N)
+    # Execute
+    exact = randomize_classes_once(cls, ids, K10, math.inf, bytes(32), "r")
+    flat = randomize_classes_once(cls, ids, K10, 0.0, bytes(32), "r")
+    # Assert: eps = inf keeps every label; eps = 0 outputs each class with 1/10 whatever the label
+    np.testing.assert_array_equal(exact, cls)
+    for c in range(K10):
+        assert abs(np.mean(flat == c) - 0.1) < binomial_tolerance(N, 0.1)
+
+
+def test_kary_replay_attack_has_power_against_public_seed_draws_and_none_against_the_keyed_release():
+    # Prepare: K = 10 labels randomized (a) with public uniforms a follower can recompute, (b) by the leader's PRF
+    from privacy.follower_view_multiclass import macro_recall, undo_kary_rr, replay_uniforms
+
+    eps, ids = 1.0, np.arange(N) * 5 + 2
+    y = np.random.default_rng(32).integers(0, K10, N)
+    public = kary_rr(y, K10, eps, u_keep=uniform_from_ids(ids, 0, 0x1AB1), u_other=uniform_from_ids(ids, 0, 0x1AB2))
+    keyed = randomize_classes_once(y, ids, K10, eps, bytes(range(32)), "replay")
+    # Execute: every (u_keep, u_other) pair the follower can name, undone on each release
+    cands = replay_uniforms(ids, np.arange(N), [0, 1])
+    best_public = max(macro_recall(undo_kary_rr(public, K10, eps, *u), y, K10) for u in cands.values())
+    best_keyed = max(macro_recall(undo_kary_rr(keyed, K10, eps, *u), y, K10) for u in cands.values())
+    # Assert: the public draws are undone exactly; against the keyed release the best of ~90 candidates
+    # stays within 5.5 sigma of p1 (a union bound over the candidates keeps the false failure < 4e-6)
+    p1 = keep_probability(eps, K10)
+    assert best_public == 1.0
+    assert best_keyed < p1 + binomial_tolerance(N // K10, p1)

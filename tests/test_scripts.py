@@ -25,6 +25,9 @@ def test_run_vfl_train_local_trains_both_ways_and_prints_bayes_auc(tmp_path, syn
     assert split.returncode == 0, f"stdout:\n{split.stdout[-3000:]}\nstderr:\n{split.stderr[-3000:]}"
     assert re.search(r"^epoch 0 step (\d+)/\1 loss: \d+\.\d{6}$", split.stdout, re.M), split.stdout
     assert "Bayes-optimal AUC of this data" in split.stdout
+    assert re.search(r"^PSI: \d+ shared ids", split.stdout, re.M), split.stdout[-3000:]
+    assert (tmp_path / "split/raw/leader.tsv").exists() and (tmp_path / "split/raw/follower0.tsv").exists()
+    assert not list((tmp_path / "split/shards/follower0").rglob("labels.npy"))
     assert central.returncode == 0, f"stdout:\n{central.stdout[-3000:]}\nstderr:\n{central.stderr[-3000:]}"
     a = json.loads((tmp_path / "split/metrics.json").read_text())
     b = json.loads((tmp_path / "central/metrics.json").read_text())
@@ -66,3 +69,44 @@ def test_a_party_that_dies_stops_the_others_and_fails_the_script(tmp_path, synth
     assert "does not match the shard's columns" in r.stderr
     assert time.monotonic() - t0 < 50
     assert not (tmp_path / "o/metrics.json").exists()
+
+
+def test_digits_example_runs_from_one_command_and_reports_accuracy(tmp_path):
+    # Execute: the 10-class digits example, split over ZeroMQ, shortened to 3 epochs
+    r = _script("scripts/run_vfl_train_local.sh", "--example", "digits", "--epochs", "3", "--out", str(tmp_path / "digits"))
+    bad = _script("scripts/run_vfl_train_local.sh", "--example", "mnist")
+    # Assert
+    assert r.returncode == 0, f"stdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-3000:]}"
+    m = json.loads((tmp_path / "digits/metrics.json").read_text())
+    assert re.search(r"^test accuracy 0\.\d{4}  macro AUC 0\.\d{4}  test logloss \d+\.\d{4}", r.stdout, re.M), r.stdout[-2000:]
+    assert m["test_accuracy"] > 0.5 and m["mode"] == "split"  # 10 classes: chance is 0.1
+    assert bad.returncode == 2 and "--example mnist: allowed: digits, multiclass" in bad.stderr
+
+
+def test_each_party_script_prepares_its_own_raw_file_and_trains_on_the_intersection(tmp_path, vertical_raw):
+    # Prepare: configs (data.path unused: --raw prepares the shard), one script per party, each with its own file
+    import signal
+
+    from tests.procs import party_configs
+
+    cfgs = party_configs(str(tmp_path), str(tmp_path / "unused"))
+    endpoint = yaml.safe_load(open(cfgs["leader"]))["network"]["bind"]
+    runs = {}
+    for party, script in (("leader", "scripts/run_leader.sh"), ("follower0", "scripts/run_follower.sh")):
+        runs[party] = subprocess.Popen(["bash", script, cfgs[party], endpoint, "--raw", str(vertical_raw[party]),
+                                        "--shards", str(tmp_path / f"shards_{party}"), "--hash-buckets", "2000"],
+                                       cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    # Execute
+    try:
+        results = {p: r.communicate(timeout=300) for p, r in runs.items()}
+    finally:
+        for r in runs.values():
+            if r.poll() is None:
+                os.killpg(r.pid, signal.SIGKILL)
+                r.wait(10)
+    # Assert: each party prepared only its own shard; training used exactly the shared ids
+    for p, r in runs.items():
+        assert r.returncode == 0, f"{p}: {results[p][1][-2000:]}"
+    assert os.listdir(tmp_path / "shards_leader") == ["leader"] and os.listdir(tmp_path / "shards_follower0") == ["follower0"]
+    m = json.loads((tmp_path / "out/metrics.json").read_text())
+    assert m["psi"]["intersection"] == len(vertical_raw["common"])

@@ -53,24 +53,23 @@ def test_missing_data_path_is_named(tmp_path, shards_small, procs):
     assert err.count("\n") == 1  # one line
 
 
-def test_follower_with_different_rows_is_refused_at_the_handshake(tmp_path, shards_small, synth_small, procs):
-    # Prepare: the follower's shard comes from a preparation that dropped rows
-    from vfl.data.parties import load_parties, parse_parties
+def test_follower_prepared_with_another_split_seed_is_refused_at_the_handshake(tmp_path, shards_small, synth_small, procs):
+    # Prepare: the follower's shard comes from a preparation with another --seed, so its splits differ
+    from vfl.data.parties import load_parties
     from vfl.data.prepare import PrepareOptions, prepare
 
     other = tmp_path / "other"
-    doc = {p.name: {"dense": list(p.dense), "categorical": list(p.categorical), "label": p.label,
-                    "drop_fraction": 0.1 if p.name == "follower0" else 0.0} for p in load_parties(None)}
-    prepare(str(synth_small), str(other), parse_parties(doc), PrepareOptions(hash_buckets=2_000))
+    prepare(str(synth_small), str(other), load_parties(None), PrepareOptions(hash_buckets=2_000, seed=5))
     cfgs = party_configs(str(tmp_path), str(shards_small))
     _edit(cfgs["follower0"], lambda d: d["data"].update({"path": str(other / "follower0")}))
     # Execute
     procs.start("leader", "leader", cfgs["leader"])
     procs.start("follower0", "follower", cfgs["follower0"])
-    lcode, _, lerr = procs.wait("leader", 60)
-    fcode, _, ferr = procs.wait("follower0", 60)
-    # Assert
-    assert lcode == 1 and "not aligned" in lerr and "follower0's train sample ids differ" in lerr
+    lcode, _, lerr = procs.wait("leader", 120)
+    fcode, _, ferr = procs.wait("follower0", 120)
+    # Assert: the PSI agrees on the shared ids, but a sample's split must agree too
+    assert lcode == 1 and "follower0's train sample ids after the private set intersection differ" in lerr, lerr
+    assert "same --seed" in lerr
     assert fcode == 1 and "leader aborted" in ferr
 
 
@@ -88,7 +87,7 @@ def test_follower_key_unknown_to_the_leader_is_refused_on_both_sides(tmp_path, s
     lcode, _, lerr = procs.wait("leader", 60)
     # Assert: the follower learns at the CURVE handshake; the leader never got a message from it
     assert fcode == 1 and "refused this party's key" in ferr and ferr.count("\n") == 1
-    assert lcode == 1 and "timed out after 4 s awaiting HELLO from follower follower0" in lerr
+    assert lcode == 1 and "timed out after 4 s awaiting PSI hello from follower follower0" in lerr
 
 
 def test_missing_keys_name_the_settings_and_the_key_tool(tmp_path, shards_small, procs):
@@ -140,7 +139,7 @@ def test_follower_that_never_connects_times_out(tmp_path, shards_small, procs):
     code, _, err = procs.wait("leader", 60)
     # Assert
     assert code == 1
-    assert "timed out after 2 s awaiting HELLO from follower follower0" in err
+    assert "timed out after 2 s awaiting PSI hello from follower follower0" in err
     assert time.monotonic() - t0 < 30
 
 
@@ -151,7 +150,7 @@ def test_leader_that_never_answers_times_out_the_follower(tmp_path, shards_small
     procs.start("follower0", "follower", cfgs["follower0"])
     code, _, err = procs.wait("follower0", 60)
     # Assert
-    assert code == 1 and "timed out after 2 s awaiting WELCOME" in err
+    assert code == 1 and "timed out after 2 s awaiting PSI hello from the leader" in err
 
 
 def test_follower_killed_mid_training_stops_the_leader_quickly(tmp_path, shards_small, procs):

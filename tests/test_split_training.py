@@ -8,6 +8,7 @@ import pytest
 
 from tests.procs import party_configs, run_centralized, run_split
 from vfl.checkpoint import load_checkpoint
+from vfl.logs import message_of
 
 
 def test_split_losses_equal_centralized_per_step(tmp_path, shards_small, procs):
@@ -60,7 +61,8 @@ def test_outputs_metrics_logs_and_weights_only_checkpoints(tmp_path, shards_smal
     log = (out / "leader.log").read_text()
     assert "epoch 0 step 5/" in log and "loss: " in log
     follower_log = (out / "follower0.log").read_text()
-    assert [x for x in log.splitlines() if " step " in x] == [x for x in follower_log.splitlines() if " step " in x]
+    assert [message_of(x) for x in log.splitlines() if " step " in x] == \
+        [message_of(x) for x in follower_log.splitlines() if " step " in x]
     final = load_checkpoint(str(out / "checkpoints" / "leader_final.pt"))
     assert set(final["state"]) == {"bottom", "top"} and final["party"] == "leader"
     f10 = load_checkpoint(str(out / "checkpoints" / "follower0_step10.pt"))
@@ -88,9 +90,10 @@ def test_resumed_run_continues_exactly_with_label_dp(tmp_path, shards_small, pro
         assert code == 0, err
     resumed = json.loads((tmp_path / "second/out/metrics.json").read_text())
     # Assert: same noisy labels, same optimizer state, same second-epoch losses and AUC
-    n = len(resumed["step_losses"])
-    assert n == straight["steps"] // 2 and resumed["steps"] == straight["steps"]
-    np.testing.assert_allclose(resumed["step_losses"], straight["step_losses"][-n:], rtol=1e-5)
+    # (the resumed run's history and curves continue the first run's: the whole run's losses, both evaluations)
+    assert len(resumed["step_losses"]) == straight["steps"] and resumed["steps"] == straight["steps"]
+    np.testing.assert_allclose(resumed["step_losses"], straight["step_losses"], rtol=1e-5)
+    assert [h["epoch"] for h in resumed["history"]] == [0, 1]
     assert resumed["test_auc"] == pytest.approx(straight["test_auc"], abs=1e-6)
     assert "resumed from" in (tmp_path / "second/out/leader.log").read_text()
 
@@ -127,3 +130,62 @@ def test_resuming_on_another_label_dp_release_is_refused(tmp_path, shards_small,
     # Assert
     assert code == 1 and "was trained on label-DP release" in err and "start a fresh run" in err, err
     assert fcode != 0
+
+
+def test_multiclass_split_losses_equal_centralized_per_step(tmp_path, shards_k10, procs):
+    # Prepare: a 10-class label on the leader; the follower's config names no task and holds no labels
+    cfgs = party_configs(str(tmp_path), str(shards_k10), model={"bottom": {"embedding_dim": 8, "hidden": [32], "cut_dim": 8}},
+                         train={"epochs": 2}, leader_train={"task": "multiclass"})
+    # Execute
+    split = run_split(procs, cfgs)
+    central = run_centralized(cfgs, str(tmp_path / "central"))
+    # Assert: the same per-step cross-entropy, and accuracy, macro AUC and logloss above chance (1/10, 1/2, ln 10)
+    a, b = np.array(split["step_losses"]), np.array(central["step_losses"])
+    assert a.size == b.size == split["steps"] > 10
+    np.testing.assert_allclose(a, b, rtol=1e-5)
+    assert abs(split["test_accuracy"] - central["test_accuracy"]) < 1e-9
+    test_labels = np.load(shards_k10 / "leader" / "test" / "labels.npy")
+    majority = np.bincount(test_labels).max() / test_labels.size
+    assert split["test_accuracy"] > majority and split["test_auc"] > 0.6 and split["test_logloss"] < np.log(10)
+    assert a[0] == pytest.approx(np.log(10), abs=0.3)  # softmax over 10 outputs starts near uniform
+    log = (tmp_path / "out" / "leader.log").read_text()
+    assert "test_accuracy: " in log and "final test_accuracy: " in log
+
+
+def test_parties_with_their_own_files_train_on_exactly_the_intersection_like_centralized(tmp_path, vertical_raw,
+                                                                                        vertical_shards, procs):
+    # Prepare: shards each party prepared from its own file (string and integer ids, other orders, unequal sets)
+    from vfl.data.ids import ids64
+    from vfl.data.prepare import PrepareOptions, split_of
+
+    common = np.sort(ids64(vertical_raw["common"]))
+    want = {s: int((split_of(common, PrepareOptions()) == k).sum()) for k, s in enumerate(("train", "valid", "test"))}
+    cfgs = party_configs(str(tmp_path), str(vertical_shards), train={"epochs": 1})
+    # Execute
+    split = run_split(procs, cfgs)
+    central = run_centralized(cfgs, str(tmp_path / "central"))
+    # Assert: the PSI found exactly the shared ids, training used exactly them, and split equals centralized
+    assert split["psi"]["intersection"] == common.size
+    assert split["psi"]["own_ids"] > common.size and split["psi"]["peer_ids"]["follower0"] > common.size
+    assert split["rows"] == want == central["rows"]
+    np.testing.assert_allclose(split["step_losses"], central["step_losses"], rtol=1e-5)
+    assert abs(split["test_auc"] - central["test_auc"]) < 1e-4
+    log = (tmp_path / "out" / "follower0.log").read_text()
+    assert f"PSI intersection {common.size} ids" in log
+
+
+def test_an_intersection_below_the_minimum_stops_every_party(tmp_path, vertical_shards, procs):
+    # Prepare: the leader demands more shared ids than exist
+    import yaml
+
+    cfgs = party_configs(str(tmp_path), str(vertical_shards))
+    doc = yaml.safe_load(open(cfgs["leader"]))
+    doc["data"]["min_intersection"] = 10**6
+    yaml.safe_dump(doc, open(cfgs["leader"], "w"))
+    # Execute
+    procs.start("leader", "leader", cfgs["leader"])
+    procs.start("follower0", "follower", cfgs["follower0"])
+    codes = {n: procs.wait(n, timeout=120) for n in ("leader", "follower0")}
+    # Assert
+    assert codes["leader"][0] != 0 and "below data.min_intersection=1000000" in codes["leader"][2]
+    assert codes["follower0"][0] != 0 and "min_intersection" in codes["follower0"][2]

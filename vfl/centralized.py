@@ -11,24 +11,33 @@ import argparse
 import os
 import sys
 
-import numpy as np
-import torch
+from typing import TYPE_CHECKING
 
-from privacy.label_dp_run import training_loss
-from vfl.config import ConfigError, PartyConfig, load_config
-from vfl.data.reader import DataError
-from vfl.data.shards import PartyShard, eval_batches, steps_per_epoch
-from vfl.handshake import hello_meta, hello_problems
-from vfl.labels import leader_training_labels
-from vfl.loop import TrainingLoop
-from vfl.metrics import RunLog, write_json
-from vfl.party import BottomParty, resolve_device, set_threads
-from vfl.prior_model import prior_fn_for
-from vfl.top import TopTrainer
+from vfl.logs import RunLog, set_verbosity
+
+if TYPE_CHECKING:  # imported after the arguments parse: `--help` stays instant
+    from vfl.config import PartyConfig
 
 
 def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig], out_dir: str, log: RunLog) -> dict:
     """Train all bottoms and the top in-process; write and return metrics.json."""
+    import numpy as np
+    import torch
+
+    from privacy.label_dp_run import training_loss
+    from vfl.config import ConfigError
+    from vfl.curves import RunCurves
+    from vfl.data.reader import DataError
+    from vfl.data.shards import PartyShard, eval_batches, steps_per_epoch
+    from vfl.handshake import hello_meta, hello_problems
+    from vfl.labels import bayes_accuracy_of, leader_training_labels, task_classes
+    from vfl.loop import TrainingLoop
+    from vfl.metrics import write_json
+    from vfl.party import BottomParty, resolve_device, set_threads
+    from vfl.prior_all_parties import LocalCutSource, fit_predict_all_parties, prior_config
+    from vfl.prior_model import prior_fn_for
+    from vfl.top import TopTrainer
+
     if any(c.train.resume_from for c in (leader_cfg, *follower_cfgs)):
         raise ConfigError("train.resume_from is for split runs; the centralized reference always starts from step 0")
     set_threads(leader_cfg.train.threads, 1)
@@ -39,26 +48,47 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     leader_shard = PartyShard(leader_cfg.data.path)
     if not leader_shard.has_labels:
         raise DataError(f"{leader_cfg.data.path} holds no labels; the leader config must point at the labelled shard")
+    # the reference holds every shard, so it intersects the ids in the clear (split runs agree on the
+    # same intersection privately, vfl/psi)
+    shards = [PartyShard(fc.data.path) for fc in follower_cfgs]
+    common = leader_shard.all_ids()
+    for shard in shards:
+        common = np.intersect1d(common, shard.all_ids())
+    if common.size < leader_cfg.data.min_intersection:
+        raise DataError(f"the parties share {common.size} ids, below data.min_intersection={leader_cfg.data.min_intersection}")
+    for shard in (leader_shard, *shards):
+        shard.restrict(common)
+    log(f"centralized: intersection of the parties' ids: {common.size}")
+    num_classes = task_classes(leader_cfg.train.task, leader_shard)
     parties = [BottomParty(leader_cfg, leader_shard, device)]
     ours = hello_meta(leader_cfg, leader_shard)
     problems = []
-    for fc in follower_cfgs:
-        shard = PartyShard(fc.data.path)
+    for fc, shard in zip(follower_cfgs, shards):
         problems += hello_problems(fc.party, hello_meta(fc, shard), ours)
         parties.append(BottomParty(fc, shard, device))
     if problems:
         raise DataError("; ".join(problems))
     train = parties[0].train_split
-    labels_info = leader_training_labels(leader_cfg.privacy.label_dp, leader_shard, prior_fn_for(leader_cfg, parties[0]))
+    ld = leader_cfg.privacy.label_dp
+    prior_fn = prior_fn_for(leader_cfg, parties[0])
+    if num_classes is not None and ld is not None and ld.mechanism == "rr_prior":
+        def prior_fn(first, noisy):  # LP-2ST stage one over all parties, exactly as the split leader runs it
+            epochs = prior_config(leader_cfg).train.epochs
+            sources = [LocalCutSource(BottomParty(prior_config(c, epochs), p.shard, device))
+                       for c, p in zip((leader_cfg, *follower_cfgs), parties)]
+            return fit_predict_all_parties(leader_cfg, num_classes, sources, sum(p.cut_dim for p in parties), device,
+                                           first.size, first, noisy, log)
+    labels_info = leader_training_labels(ld, leader_shard, prior_fn, num_classes=num_classes)
     for w in labels_info.warnings:
         log(w)
     labels = torch.from_numpy(labels_info.labels)
     tr = leader_cfg.train
     top = TopTrainer(tr, leader_cfg.model.top, sum(p.cut_dim for p in parties), device,
-                     training_loss(leader_cfg.privacy.label_dp), tr.epochs * steps_per_epoch(len(train), tr.batch_size))
-    ld = leader_cfg.privacy.label_dp
+                     training_loss(leader_cfg.privacy.label_dp, num_classes), tr.epochs * steps_per_epoch(len(train), tr.batch_size),
+                     num_classes)
     loop = TrainingLoop(tr, len(train), parties[0].test_split.labels, log, labels_info.valid,
-                        ld.eps if ld is not None else None)
+                        ld.eps if ld is not None else None, num_classes)
+    loop.curves = RunCurves(out_dir, "centralized", log=log)
 
     def step(epoch: int, i: int, rows: np.ndarray) -> float:
         loss = top.loss([p.forward_train(rows) for p in parties], labels[rows])
@@ -71,7 +101,7 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     @torch.no_grad()
     def evaluate(split: str) -> np.ndarray:
         n = len(parties[0].valid_split if split == "valid" else parties[0].test_split)
-        probs = np.empty(n)
+        probs = np.empty(n if num_classes is None else (n, num_classes))
         for sl in eval_batches(n, leader_cfg.train.eval_batch_size):
             probs[sl] = top.predict([p.forward_eval(sl, split) for p in parties])
         return probs
@@ -85,7 +115,9 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
         top.restore(step)
 
     loop.run(step, evaluate, None, 0, snapshot, restore)
+    loop.curves.close()
     metrics = {**loop.summary(), "label_dp": labels_info.report, "bayes_test_auc": leader_shard.manifest.get("bayes_test_auc"),
+               **bayes_accuracy_of(leader_shard.manifest),
                "parties": [p.name for p in parties], "cut_dims": {p.name: p.cut_dim for p in parties},
                "rows": {"train": len(train), "valid": len(parties[0].valid_split), "test": len(parties[0].test_split)},
                "mode": "centralized"}
@@ -99,9 +131,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--follower-config", action="append", required=True, help="each follower's YAML, in network.followers order")
     ap.add_argument("--out", default=None)
     ap.add_argument("--epochs", type=int, default=None)
-    args = ap.parse_args(argv)
-    overrides = {"train.epochs": args.epochs} if args.epochs is not None else {}
+    ap.add_argument("-q", "--quiet", action="store_true", help="console: warnings and errors only")
+    ap.add_argument("-v", "--verbose", action="store_true", help="console: debug lines too, with timestamps")
+    ap.add_argument("overrides", nargs="*", metavar="key.path=value", help="set a config key of every party")
+    args = ap.parse_intermixed_args(argv)
+    set_verbosity(args.quiet, args.verbose)
+    from vfl.config import ConfigError, dotted_overrides, load_config
+
     try:
+        overrides = {**({"train.epochs": args.epochs} if args.epochs is not None else {}), **dotted_overrides(args.overrides)}
         leader_cfg = load_config(args.config, {**overrides, **({"output.dir": args.out} if args.out else {})})
         follower_cfgs = [load_config(p, overrides) for p in args.follower_config]
     except ConfigError as e:
@@ -109,15 +147,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out_dir = leader_cfg.output.dir
     os.makedirs(out_dir, exist_ok=True)
-    log = RunLog(os.path.join(out_dir, "centralized.log"))
+    log = RunLog(os.path.join(out_dir, "centralized.log"), "centralized")
+    from vfl.data.reader import DataError
+    from vfl.preflight import preflight
+
     try:
+        leader_cfg = preflight(leader_cfg, log)
+        follower_cfgs = [preflight(c, log) for c in follower_cfgs]
         m = train_centralized(leader_cfg, follower_cfgs, out_dir, log)
     except (ConfigError, DataError, FloatingPointError, RuntimeError, ValueError, OSError) as e:
         log.error(f"error: {' '.join(str(e).split())}")
         return 1
-    bayes = m.get("bayes_test_auc")
-    log(f"final test_auc: {m['test_auc']:.6f} test_logloss: {m['test_logloss']:.6f}"
-        + (f" (Bayes-optimal test AUC {bayes:.6f})" if bayes is not None else "") + f" samples/s: {m['samples_per_second']:.0f}")
+    from vfl.metrics import final_line
+
+    log(final_line(m))
     return 0
 
 

@@ -4,7 +4,8 @@ File layout: b"VFLCKPT1" + SHA-256 of the rest + a torch.save archive; a file wh
 match (a flipped byte, a truncated copy) is refused before torch reads it.
 
 A checkpoint records the global step it was taken after, so every party of a run can resume from
-the same point (the handshake compares the steps); the torch RNG state travels with it so that
+the same point (the handshake compares the steps; `<path>.json` repeats party, epoch and step so
+that a resume is checked before torch is imported); the torch RNG state travels with it so that
 dropout continues as if the run had never stopped.
 """
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import io
+import json
 import os
 import re
 
@@ -43,6 +45,9 @@ def save_checkpoint(path: str, party: str, state: dict, epoch: int, step: int, e
             f.write(CKPT_MAGIC + hashlib.sha256(payload).digest())
             f.write(payload)
         os.replace(tmp, path)
+        with open(f"{path}.json.tmp-{os.getpid()}", "w") as f:  # read by vfl/preflight.py before torch is imported
+            json.dump({"party": party, "epoch": epoch, "step": step, "bytes": len(payload) + 40}, f)
+        os.replace(f"{path}.json.tmp-{os.getpid()}", f"{path}.json")
     except OSError as e:
         try:
             os.unlink(tmp)

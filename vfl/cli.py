@@ -5,12 +5,21 @@ import argparse
 import os
 import sys
 
-from vfl.config import ConfigError, PartyConfig, load_config
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the schema (pydantic) is imported after the arguments parse: `--help` stays instant
+    from vfl.config import PartyConfig
 
 
 def party_arguments(prog: str, endpoint_flag: str) -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=prog)
+    ap = argparse.ArgumentParser(prog=prog, epilog="Any config key can be set after the flags as key.path=value, "
+                                 "e.g. train.lr=1e-4 privacy.label_dp.eps=0.5 (`python -m vfl.config schema` lists them).")
     ap.add_argument("--config", required=True, help="party YAML")
+    ap.add_argument("overrides", nargs="*", metavar="key.path=value", help="set any config key (after the YAML and flags)")
+    ap.add_argument("--set", dest="set_pairs", action="append", default=[], metavar="key.path=value",
+                    help="the same as a positional key.path=value (repeatable)")
+    ap.add_argument("-q", "--quiet", action="store_true", help="console: warnings and errors only (the log file keeps all)")
+    ap.add_argument("-v", "--verbose", action="store_true", help="console: debug lines too, with timestamps")
     ap.add_argument("--out", default=None, help="output directory (overrides output.dir)")
     ap.add_argument(endpoint_flag, dest="endpoint", default=None, help="ZeroMQ endpoint tcp://HOST:PORT (overrides the YAML)")
     ap.add_argument("--data", default=None, help="this party's shard directory (overrides data.path)")
@@ -24,17 +33,21 @@ def party_arguments(prog: str, endpoint_flag: str) -> argparse.ArgumentParser:
 
 
 def load_party_config(args, endpoint_key: str) -> PartyConfig:
+    from vfl.config import dotted_overrides, load_config
+
     overrides = {}
     for key, value in ((f"network.{endpoint_key}", args.endpoint), ("output.dir", args.out), ("data.path", args.data),
                        ("train.epochs", args.epochs),
                        ("network.timeout_s", args.timeout), ("train.resume_from", args.resume)):
         if value is not None:
             overrides[key] = value
+    overrides.update(dotted_overrides([*getattr(args, "overrides", []), *getattr(args, "set_pairs", [])]))
     return load_config(args.config, overrides, keys_dir=args.keys)
 
 
 def party_keys(cfg: PartyConfig):
     """This party's CurveZMQ keys (LeaderKeys or FollowerKeys); ConfigError naming what is missing or wrong."""
+    from vfl.config import ConfigError
     from vfl.wire.keys import KeyFileError, load_follower_keys, load_leader_keys
 
     net = cfg.network
@@ -65,6 +78,8 @@ def fail(reason: str, code: int = 1) -> int:
 
 
 def config_or_exit(args, endpoint_key: str) -> PartyConfig | int:
+    from vfl.config import ConfigError
+
     try:
         cfg = load_party_config(args, endpoint_key)
     except ConfigError as e:
@@ -88,6 +103,7 @@ def run_party(cfg: PartyConfig, log, body, abort) -> int:
     stderr and in the party's log, exit 2 for configuration errors, 1 otherwise, 130 on Ctrl-C.
     """
     from privacy.label_dp_store import LabelDPStoreError
+    from vfl.config import ConfigError
     from vfl.data.reader import DataError
     from vfl.wire import PeerAbort, WireError
 
@@ -126,19 +142,29 @@ def party_main(argv: list[str] | None, role: str, endpoint_flag: str, body, abor
     body may put its channel in state["channel"]; abort(state, reason) tells the peers; the channel
     and the log are closed whatever happens.
     """
+    from vfl.logs import RunLog, set_verbosity
+
     endpoint_key = endpoint_flag.lstrip("-")
-    args = party_arguments(f"python -m {role}", endpoint_flag).parse_args(argv)
+    args = party_arguments(f"python -m {role}", endpoint_flag).parse_intermixed_args(argv)
+    set_verbosity(args.quiet, args.verbose)
     cfg = config_or_exit(args, endpoint_key)
     if isinstance(cfg, int):
         return cfg
     if cfg.role != role:
         return fail(f"{args.config} has role {cfg.role!r}; python -m {role} needs role: {role}", 2)
-    from vfl.metrics import RunLog
-
-    log = RunLog(os.path.join(cfg.output.dir, f"{cfg.party}.log"))
+    log = RunLog(os.path.join(cfg.output.dir, f"{cfg.party}.log"), cfg.party)
     state: dict = {}
+
+    def checked_body() -> None:
+        from vfl.preflight import preflight
+
+        ready = preflight(cfg, log)  # data path, resume step, checkpoint size: before torch and before any peer
+        party_keys(ready)
+        log(f"{role} {cfg.party}: config, keys and data checked ({ready.data.path}); loading torch and the model")
+        body(ready, log, state)
+
     try:
-        return run_party(cfg, log, lambda: body(cfg, log, state), lambda reason: abort(state, reason))
+        return run_party(cfg, log, checked_body, lambda reason: abort(state, reason))
     finally:
         if "channel" in state:
             state["channel"].close()

@@ -1,399 +1,259 @@
-"""Party configuration: YAML -> frozen dataclasses, with every error reported at once.
+"""Party configuration: one pydantic schema (defaults, types, domains) for YAML, CLI overrides and JSON Schema.
 
-Each error quotes the key, the bad value and the allowed domain; an unknown key suggests the
-nearest valid one. Keys never live in YAML: `network.secret_key_file`, `network.follower_keys`
-(leader) and `network.leader_key_file` (follower) name CurveZMQ certificate files (vfl/wire/keys.py).
+Every problem is reported at once, each quoting the key, the bad value and the allowed domain; an
+unknown key suggests the nearest valid one. Keys never live in YAML: `network.secret_key_file`,
+`network.follower_keys` (leader) and `network.leader_key_file` (follower) name CurveZMQ certificate
+files (vfl/wire/keys.py). `python -m vfl.config schema` prints the JSON Schema for editors.
 """
 from __future__ import annotations
 
-import difflib
-import math
+import copy
+import json
 import os
-import re
-from dataclasses import dataclass, field, replace
-from typing import Any
+import sys
+from typing import Any, Optional
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from privacy.domains import Choice, Flag, IntList, Number, Text, domain_error
+from vfl.config_report import apply_overrides, fill_empty_sections, parse_override, problems
 from vfl.yamlfile import read_yaml
+
+PARTY_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
+ENDPOINT_PATTERN = r"^tcp://[^:/\s]+:\d{1,5}$"
 
 
 class ConfigError(ValueError):
     """A configuration that cannot be used; the message lists every problem."""
 
 
-@dataclass(frozen=True)
-class NetworkConfig:
-    bind: str | None = None  # leader: "tcp://127.0.0.1:5560"
-    connect: str | None = None  # follower: the leader's endpoint
-    followers: tuple[str, ...] = ()  # leader: expected follower party names
-    timeout_s: float = 60.0
-    secret_key_file: str | None = None  # this party's <party>.key_secret (python -m vfl.keys new)
-    follower_keys: dict[str, str] = field(default_factory=dict)  # leader: follower name -> its public <name>.key
-    leader_key_file: str | None = None  # follower: the leader's public key, pinned
+class _Section(BaseModel):
+    """A frozen mapping of known keys: unknown keys are errors, values are read-only attributes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-@dataclass(frozen=True)
-class DataConfig:
-    path: str = ""  # this party's shard directory (OUT/<party> of `python -m vfl.data prepare`)
-    dense: tuple[str, ...] | None = None  # optional: must equal the shard's columns
-    categorical: tuple[str, ...] | None = None
+PartyName = Text(PARTY_PATTERN, f"be a name matching {PARTY_PATTERN}")
+Endpoint = Text(ENDPOINT_PATTERN, "look like tcp://HOST:PORT")
+Path = Text()
 
 
-@dataclass(frozen=True)
-class BottomConfig:
-    name: str = "wide_deep"
-    embedding_dim: int = 80
-    hidden: tuple[int, ...] = (1024, 512, 256, 128)
-    cut_dim: int = 2  # 1 wide value + (cut_dim - 1) deep values
-    dropout: float = 0.0
+class NetworkConfig(_Section):
+    bind: Optional[Endpoint] = None  # leader: "tcp://127.0.0.1:5560"
+    connect: Optional[Endpoint] = None  # follower: the leader's endpoint
+    followers: tuple[str, ...] = ()  # leader: expected follower party names (checked with the role)
+    timeout_s: Number(0, 86400, lo_open=True) = 60.0
+    secret_key_file: Optional[Path] = None  # this party's <party>.key_secret (python -m vfl.keys new)
+    follower_keys: dict[str, Path] = Field(default_factory=dict)  # leader: follower name -> its public <name>.key
+    leader_key_file: Optional[Path] = None  # follower: the leader's public key, pinned
 
 
-@dataclass(frozen=True)
-class TopConfig:
-    name: str = "linear"  # linear | mlp
-    hidden: tuple[int, ...] = ()
+class DataConfig(_Section):
+    path: Path  # this party's shard directory (OUT/<party> of `python -m vfl.data prepare`)
+    dense: Optional[tuple[str, ...]] = None  # optional: must equal the shard's columns
+    categorical: Optional[tuple[str, ...]] = None
+    min_intersection: Number(1, 2**40, integer=True) = 100  # refuse to train when the ids' private set intersection is smaller
 
 
-@dataclass(frozen=True)
-class ModelConfig:
-    bottom: BottomConfig = field(default_factory=BottomConfig)
-    top: TopConfig | None = None  # leader only
+class BottomConfig(_Section):
+    name: Choice("wide_deep") = "wide_deep"
+    embedding_dim: Number(1, 4096, integer=True) = 80
+    hidden: IntList(1) = (1024, 512, 256, 128)
+    cut_dim: Number(2, 4096, integer=True) = 2  # 1 wide value + (cut_dim - 1) deep values
+    dropout: Number(0.0, 1.0, hi_open=True) = 0.0
 
 
-@dataclass(frozen=True)
-class EarlyStoppingConfig:
-    metric: str = "auc"  # auc | logloss, on the validation split (randomized labels under label DP, debiased)
-    patience: int = 3  # evaluations without a gain of more than min_delta before training stops
-    min_delta: float = 0.0
+class TopConfig(_Section):
+    name: Choice("linear", "mlp") = "linear"
+    hidden: IntList(1) = ()
 
 
-@dataclass(frozen=True)
-class LRScheduleConfig:
-    name: str = "constant"  # constant | cosine | linear (decay to 0 at the last step)
-    warmup_steps: int = 0
+class ModelConfig(_Section):
+    bottom: BottomConfig = Field(default_factory=BottomConfig)
+    top: Optional[TopConfig] = None  # leader only (a leader without it gets the defaults)
 
 
-@dataclass(frozen=True)
-class TrainConfig:
-    epochs: int = 1
-    batch_size: int = 16000
-    eval_batch_size: int = 65536
-    seed: int = 0
-    log_every: int = 100
-    lr: float = 1e-3
-    optimizer: str = "adam"  # adam (lazy Adam on embeddings) | sgd | adagrad
-    weight_decay: float = 0.0
-    checkpoint_every: int = 0  # steps; 0 = only at the end
-    device: str = "cpu"  # cpu | cuda | auto
-    threads: int = 0  # torch intra-op threads; 0 = cores / parties on this host
-    resume_from: str | None = None  # this party's checkpoint (.pt) to continue from
-    eval_every_steps: int = 0  # evaluate valid (and test) every N global steps; 0 = at the end of every epoch
-    early_stopping: EarlyStoppingConfig | None = None  # leader: select the best step on valid, restore it
-    lr_schedule: LRScheduleConfig = field(default_factory=LRScheduleConfig)
+class EarlyStoppingConfig(_Section):
+    metric: Choice("auc", "logloss", "accuracy") = "auc"  # accuracy: multiclass only; on the validation split (randomized labels under label DP, debiased)
+    patience: Number(1, 10_000, integer=True) = 3  # evaluations without a gain of more than min_delta
+    min_delta: Number(0.0, 1.0) = 0.0
 
 
-@dataclass(frozen=True)
-class LabelDPConfig:
-    eps: float = 1.0
-    mechanism: str = "rr"  # rr | rr_prior
-    debias: bool = False
-    correction: str = "forward"  # with debias: forward (Patrini et al. 2017) | posterior (ALIBI-style soft labels)
-    prior_fraction: float = 0.5  # rr_prior: share of training ids that train the stage-1 prior model
-    prior_epochs: int = 1
-    store_dir: str | None = None  # per-dataset key + ledger; None: $VFL_LABEL_DP_STORE or ~/.local/share/vfl/label_dp
-    key_file: str | None = None  # the leader's secret PRF key; None: <store_dir>/<dataset>/key
+class LRScheduleConfig(_Section):
+    name: Choice("constant", "cosine", "linear") = "constant"  # linear: decay to 0 at the last step
+    warmup_steps: Number(0, integer=True) = 0
 
 
-@dataclass(frozen=True)
-class PrivacyConfig:
-    label_dp: LabelDPConfig | None = None
+class TrainConfig(_Section):
+    epochs: Number(1, 10_000, integer=True) = 1
+    batch_size: Number(1, 10_000_000, integer=True) = 16000
+    eval_batch_size: Number(1, 10_000_000, integer=True) = 65536
+    seed: Number(0, 2**63 - 1, integer=True) = 0
+    log_every: Number(1, integer=True) = 100
+    lr: Number(0.0, 10.0, lo_open=True) = 1e-3
+    optimizer: Choice("adam", "sgd", "adagrad") = "adam"  # adam: lazy Adam on embeddings
+    weight_decay: Number(0.0, 1.0) = 0.0
+    checkpoint_every: Number(0, integer=True) = 0  # steps; 0 = only at the end
+    device: Choice("cpu", "cuda", "auto") = "cpu"
+    threads: Number(0, 1024, integer=True) = 0  # torch intra-op threads; 0 = cores / parties on this host
+    resume_from: Optional[Path] = None  # this party's checkpoint (.pt) to continue from
+    eval_every_steps: Number(0, integer=True) = 0  # evaluate every N global steps; 0 = at the end of every epoch
+    early_stopping: Optional[EarlyStoppingConfig] = None  # leader: select the best step on valid, restore it
+    lr_schedule: LRScheduleConfig = Field(default_factory=LRScheduleConfig)
+    task: Choice("binary", "multiclass") = "binary"  # leader: one sigmoid output | K softmax outputs (K from the shard)
 
 
-@dataclass(frozen=True)
-class OutputConfig:
-    dir: str = "runs/local"
+class LabelDPConfig(_Section):
+    eps: Number(0.0) = 1.0  # required in YAML; .inf (or inf) = no noise
+    mechanism: Choice("rr", "rr_prior") = "rr"
+    # debias: the loss corrects for the noise. Default (unset): on for rr (forward correction beat plain RR at
+    # eps <= 2 and tied above; README, Utility), off for rr_prior (its labels are not a fixed-rate channel)
+    debias: Optional[Flag()] = None
+    correction: Choice("forward", "posterior") = "forward"  # with debias: Patrini et al. 2017 | ALIBI-style soft labels
+    prior_fraction: Number(0.0, 1.0, lo_open=True, hi_open=True) = 0.5  # rr_prior: share of ids training the prior
+    prior_epochs: Number(1, 1000, integer=True) = 1
+    store_dir: Optional[Path] = None  # per-dataset key + ledger; None: $VFL_LABEL_DP_STORE or ~/.local/share/vfl/label_dp
+    key_file: Optional[Path] = None  # the leader's secret PRF key; None: <store_dir>/<dataset>/key
 
 
-@dataclass(frozen=True)
-class DebugConfig:
-    record_gradients: str | None = None  # follower: write every received gradient here (.npz)
+    @model_validator(mode="after")
+    def _mechanism_default_debias(self) -> "LabelDPConfig":
+        if self.debias is None:
+            object.__setattr__(self, "debias", self.mechanism == "rr")
+        return self
 
 
-@dataclass(frozen=True)
-class PartyConfig:
-    role: str
-    party: str
-    network: NetworkConfig
+class PrivacyConfig(_Section):
+    label_dp: Optional[LabelDPConfig] = None
+
+
+class OutputConfig(_Section):
+    dir: Path = "runs/local"
+
+
+class DebugConfig(_Section):
+    record_gradients: Optional[Path] = None  # follower: write every received gradient here (.npz)
+
+
+class PartyConfig(_Section):
+    role: Choice("leader", "follower")
+    party: PartyName
+    network: NetworkConfig = Field(default_factory=NetworkConfig)
     data: DataConfig
-    model: ModelConfig
-    train: TrainConfig
-    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
-    output: OutputConfig = field(default_factory=OutputConfig)
-    debug: DebugConfig = field(default_factory=DebugConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
+    output: OutputConfig = Field(default_factory=OutputConfig)
+    debug: DebugConfig = Field(default_factory=DebugConfig)
 
     @property
     def is_leader(self) -> bool:
         return self.role == "leader"
 
 
-_ENDPOINT = re.compile(r"^tcp://[^:/\s]+:\d{1,5}$")
-_PARTY = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
-_SECTION_KEYS = {
-    "": ("role", "party", "network", "data", "model", "train", "privacy", "output", "debug"),
-    "network": ("bind", "connect", "followers", "timeout_s", "secret_key_file", "follower_keys", "leader_key_file"),
-    "data": ("path", "dense", "categorical"),
-    "model": ("bottom", "top"),
-    "model.bottom": ("name", "embedding_dim", "hidden", "cut_dim", "dropout"),
-    "model.top": ("name", "hidden"),
-    "train": ("epochs", "batch_size", "eval_batch_size", "seed", "log_every", "lr", "optimizer", "weight_decay",
-              "checkpoint_every", "device", "threads", "resume_from", "eval_every_steps", "early_stopping",
-              "lr_schedule"),
-    "train.early_stopping": ("metric", "patience", "min_delta"),
-    "train.lr_schedule": ("name", "warmup_steps"),
-    "privacy": ("label_dp",),
-    "privacy.label_dp": ("eps", "mechanism", "debias", "correction", "prior_fraction", "prior_epochs", "store_dir",
-                         "key_file"),
-    "output": ("dir",),
-    "debug": ("record_gradients",),
-}
-
-
-class _Checker:
-    """Collects every error while reading a nested mapping."""
-
-    def __init__(self, source: str):
-        self.source = source
-        self.errors: list[str] = []
-
-    def section(self, doc: Any, path: str) -> dict:
-        if doc is None:
-            return {}
+def _get(doc: Any, *path: str) -> Any:
+    for key in path:
         if not isinstance(doc, dict):
-            self.errors.append(f"{path or 'top level'}: expected a mapping, got {doc!r}")
-            return {}
-        allowed = _SECTION_KEYS[path]
-        for key in doc:
-            if key not in allowed:
-                full = f"{path}.{key}" if path else str(key)
-                near = difflib.get_close_matches(str(key), allowed, n=1)
-                hint = f"; did you mean {(path + '.' if path else '') + near[0]!r}?" if near else ""
-                extra = (" (secrets never go in YAML: name CurveZMQ key files with network.secret_key_file and "
-                         "network.follower_keys / network.leader_key_file, or pass --keys DIR)") if "secret" in str(key) else ""
-                self.errors.append(f"unknown key {full!r}{hint}{extra}; allowed in {path or 'top level'}: {', '.join(allowed)}")
-        return doc
-
-    def number(self, doc, path, key, default, *, integer=False, lo=None, hi=None, lo_open=False, hi_open=False):
-        value = doc.get(key, default)
-        name = f"{path}.{key}"
-        ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
-        if isinstance(value, bool) or not ok_type:
-            self.errors.append(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}")
-            return default
-        if isinstance(value, float) and math.isnan(value):
-            self.errors.append(f"{name} must not be NaN")
-            return default
-        bad_lo = lo is not None and (value <= lo if lo_open else value < lo)
-        bad_hi = hi is not None and (value >= hi if hi_open else value > hi)
-        if bad_lo or bad_hi:
-            domain = f"{'(' if lo_open else '['}{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}{')' if hi_open or hi is None else ']'}"
-            self.errors.append(f"{name} must be in {domain}, got {name.split('.')[-1]}={value!r}")
-            return default
-        return value
-
-    def choice(self, doc, path, key, default, options):
-        value = doc.get(key, default)
-        if value not in options:
-            near = difflib.get_close_matches(str(value), options, n=1)
-            hint = f" (did you mean {near[0]!r}?)" if near else ""
-            self.errors.append(f"{path}.{key} must be one of {list(options)}, got {value!r}{hint}")
-            return default
-        return value
-
-    def string(self, doc, path, key, default=None, required=False):
-        value = doc.get(key, default)
-        if value is None:
-            if required:
-                self.errors.append(f"{path}.{key} is required")
-            return default
-        if not isinstance(value, str) or not value:
-            self.errors.append(f"{path}.{key} must be a non-empty string, got {value!r}")
-            return default
-        return value
-
-    def boolean(self, doc, path, key, default):
-        value = doc.get(key, default)
-        if not isinstance(value, bool):
-            self.errors.append(f"{path}.{key} must be true or false, got {value!r}")
-            return default
-        return value
-
-    def int_list(self, doc, path, key, default, lo=1):
-        value = doc.get(key, list(default))
-        if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) or v < lo for v in value):
-            self.errors.append(f"{path}.{key} must be a list of integers >= {lo}, got {value!r}")
-            return tuple(default)
-        return tuple(value)
-
-    def str_list(self, doc, path, key, default):
-        value = doc.get(key, default)
-        if value is None:
             return None
-        if not isinstance(value, list) or any(not isinstance(v, str) for v in value):
-            self.errors.append(f"{path}.{key} must be a list of names, got {value!r}")
-            return default
-        return tuple(value)
+        doc = doc.get(key)
+    return doc
 
 
-def _follower_keys(c: _Checker, n: dict, followers: tuple[str, ...]) -> dict[str, str]:
-    """network.follower_keys: {follower name: public key file}, naming only configured followers."""
-    value = n.get("follower_keys")
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or any(not isinstance(k, str) or not isinstance(v, str) or not v for k, v in value.items()):
-        c.errors.append(f"network.follower_keys must map follower names to public key files, got {value!r}")
-        return {}
-    stray = [k for k in value if followers and k not in followers]
-    if stray:
-        c.errors.append(f"network.follower_keys names {stray}, which are not in network.followers {list(followers)}")
-    return dict(value)
+def _has(doc: Any, *path: str) -> bool:
+    parent = _get(doc, *path[:-1])
+    return isinstance(parent, dict) and path[-1] in parent
+
+
+def _role_problems(doc: dict) -> list[str]:
+    """The checks that depend on the role or on two keys at once (the schema checks each key alone)."""
+    role = doc.get("role")
+    if role not in ("leader", "follower"):
+        return []
+    leader = role == "leader"
+    errors: list[str] = []
+    mine, other = ("bind", "connect") if leader else ("connect", "bind")
+    if not _has(doc, "network", mine) or _get(doc, "network", mine) is None:
+        errors.append(f"network.{mine} is required for a {role} (tcp://HOST:PORT)")
+    elif isinstance(ep := _get(doc, "network", mine), str) and ep.rsplit(":", 1)[-1].isdigit() \
+            and not 1 <= int(ep.rsplit(":", 1)[1]) <= 65535:
+        errors.append(f"network.{mine} port must be in [1, 65535], got {ep!r}")
+    if _has(doc, "network", other):
+        errors.append(f"network.{other} is not used by a {role} (it uses network.{mine})")
+    fl = _get(doc, "network", "followers")
+    if leader:
+        import re
+
+        if not isinstance(fl, list) or not fl or any(not isinstance(f, str) or not re.match(PARTY_PATTERN, f) for f in fl):
+            errors.append(f"network.followers must be a non-empty list of party names, got {fl!r}")
+        elif len(set(fl)) != len(fl) or doc.get("party") in fl:
+            errors.append(f"network.followers must be distinct names other than the leader's, got {fl!r}")
+        keys = _get(doc, "network", "follower_keys")
+        if isinstance(keys, dict) and isinstance(fl, list):
+            stray = [k for k in keys if k not in fl]
+            if stray:
+                errors.append(f"network.follower_keys names {stray}, which are not in network.followers {fl}")
+        if _has(doc, "network", "leader_key_file"):
+            errors.append("network.leader_key_file is only used by a follower")
+        if _has(doc, "debug", "record_gradients") and _get(doc, "debug", "record_gradients"):
+            errors.append("debug.record_gradients is a follower option (what the follower receives)")
+        top = _get(doc, "model", "top")
+        if isinstance(top, dict) and top.get("name") == "mlp" and not top.get("hidden"):
+            errors.append("model.top.hidden must list at least one layer size when model.top.name is mlp")
+    else:
+        if _has(doc, "network", "followers"):
+            errors.append("network.followers is only used by the leader")
+        if _has(doc, "network", "follower_keys"):
+            errors.append("network.follower_keys is only used by the leader")
+        if _has(doc, "model", "top"):
+            errors.append("model.top is only used by the leader (followers hold bottom models)")
+        if _has(doc, "train", "early_stopping"):
+            errors.append("train.early_stopping is set on the leader only (it holds the validation labels)")
+        if _has(doc, "privacy", "label_dp"):
+            errors.append("privacy.label_dp is set on the leader only (it holds the labels)")
+        if _has(doc, "train", "task"):
+            errors.append("train.task is set on the leader only (it holds the labels; followers train the same bottoms "
+                          "for either task)")
+    es = _get(doc, "train", "early_stopping")
+    if isinstance(es, dict) and es.get("metric") == "accuracy" and _get(doc, "train", "task") != "multiclass":
+        errors.append("train.early_stopping.metric accuracy needs train.task: multiclass (binary selects on auc or logloss)")
+    ld = _get(doc, "privacy", "label_dp")
+    if _has(doc, "privacy", "label_dp") and isinstance(ld, dict):  # (an empty `label_dp:` is {} by now)
+        if "eps" not in ld:
+            errors.append("privacy.label_dp.eps is required (a number >= 0, or inf for no noise)")
+        if ld.get("debias") is True and ld.get("mechanism", "rr") != "rr":
+            errors.append("privacy.label_dp.debias applies to mechanism rr only")
+    return errors
+
+
+def _secret_hint(key: str) -> str:
+    return (" (secrets never go in YAML: name CurveZMQ key files with network.secret_key_file and "
+            "network.follower_keys / network.leader_key_file, or pass --keys DIR)") if "secret" in key else ""
 
 
 def parse_config(doc: Any, source: str = "config") -> PartyConfig:
     """Validate a parsed YAML document; raise ConfigError listing every problem."""
-    c = _Checker(source)
-    top = c.section(doc, "")
-    if not top and not c.errors:
+    if not doc:
         raise ConfigError(f"{source}: empty configuration")
-    role = c.choice(top, "top level", "role", None, ["leader", "follower"]) if "role" in top else None
-    if role is None and "role" not in top:
-        c.errors.append("role is required: leader | follower")
-    party = top.get("party")
-    if not isinstance(party, str) or not _PARTY.match(party):
-        c.errors.append(f"party must be a name matching {_PARTY.pattern}, got {party!r}")
-    is_leader = role == "leader"
-
-    n = c.section(top.get("network"), "network")
-    endpoint_key = "bind" if is_leader else "connect"
-    endpoint = c.string(n, "network", endpoint_key, required=role is not None)
-    if endpoint is not None and not _ENDPOINT.match(endpoint):
-        c.errors.append(f"network.{endpoint_key} must look like tcp://HOST:PORT, got {endpoint!r}")
-    elif endpoint is not None and not 1 <= int(endpoint.rsplit(":", 1)[1]) <= 65535:
-        c.errors.append(f"network.{endpoint_key} port must be in [1, 65535], got {endpoint!r}")
-    other = "connect" if is_leader else "bind"
-    if role is not None and other in n:
-        c.errors.append(f"network.{other} is not used by a {role} (it uses network.{endpoint_key})")
-    followers = ()
-    if is_leader:
-        fl = n.get("followers")
-        if not isinstance(fl, list) or not fl or any(not isinstance(f, str) or not _PARTY.match(f) for f in fl):
-            c.errors.append(f"network.followers must be a non-empty list of party names, got {fl!r}")
-        elif len(set(fl)) != len(fl) or party in fl:
-            c.errors.append(f"network.followers must be distinct names other than the leader's, got {fl!r}")
-        else:
-            followers = tuple(fl)
-    elif "followers" in n:
-        c.errors.append("network.followers is only used by the leader")
-    network = NetworkConfig(
-        bind=endpoint if is_leader else None,
-        connect=None if is_leader else endpoint,
-        followers=followers,
-        timeout_s=c.number(n, "network", "timeout_s", 60.0, lo=0, lo_open=True, hi=86400),
-        secret_key_file=c.string(n, "network", "secret_key_file"),
-        follower_keys=_follower_keys(c, n, followers) if is_leader else {},
-        leader_key_file=c.string(n, "network", "leader_key_file"),
-    )
-    if role is not None and ("leader_key_file" if is_leader else "follower_keys") in n:
-        c.errors.append("network.leader_key_file is only used by a follower" if is_leader
-                        else "network.follower_keys is only used by the leader")
-
-    d = c.section(top.get("data"), "data")
-    data = DataConfig(path=c.string(d, "data", "path", "", required=True) or "",
-                      dense=c.str_list(d, "data", "dense", None), categorical=c.str_list(d, "data", "categorical", None))
-
-    m = c.section(top.get("model"), "model")
-    b = c.section(m.get("bottom"), "model.bottom")
-    bottom = BottomConfig(
-        name=c.choice(b, "model.bottom", "name", "wide_deep", ["wide_deep"]),
-        embedding_dim=c.number(b, "model.bottom", "embedding_dim", 80, integer=True, lo=1, hi=4096),
-        hidden=c.int_list(b, "model.bottom", "hidden", (1024, 512, 256, 128)),
-        cut_dim=c.number(b, "model.bottom", "cut_dim", 2, integer=True, lo=2, hi=4096),
-        dropout=c.number(b, "model.bottom", "dropout", 0.0, lo=0.0, hi=1.0, hi_open=True),
-    )
-    top_cfg = None
-    if is_leader:
-        t = c.section(m.get("top", {}), "model.top")
-        top_cfg = TopConfig(name=c.choice(t, "model.top", "name", "linear", ["linear", "mlp"]),
-                            hidden=c.int_list(t, "model.top", "hidden", ()))
-        if top_cfg.name == "mlp" and not top_cfg.hidden:
-            c.errors.append("model.top.hidden must list at least one layer size when model.top.name is mlp")
-    elif "top" in m:
-        c.errors.append("model.top is only used by the leader (followers hold bottom models)")
-    model = ModelConfig(bottom=bottom, top=top_cfg)
-
-    tr = c.section(top.get("train"), "train")
-    train = TrainConfig(
-        epochs=c.number(tr, "train", "epochs", 1, integer=True, lo=1, hi=10_000),
-        batch_size=c.number(tr, "train", "batch_size", 16000, integer=True, lo=1, hi=10_000_000),
-        eval_batch_size=c.number(tr, "train", "eval_batch_size", 65536, integer=True, lo=1, hi=10_000_000),
-        seed=c.number(tr, "train", "seed", 0, integer=True, lo=0, hi=2**63 - 1),
-        log_every=c.number(tr, "train", "log_every", 100, integer=True, lo=1),
-        lr=c.number(tr, "train", "lr", 1e-3, lo=0.0, lo_open=True, hi=10.0),
-        optimizer=c.choice(tr, "train", "optimizer", "adam", ["adam", "sgd", "adagrad"]),
-        weight_decay=c.number(tr, "train", "weight_decay", 0.0, lo=0.0, hi=1.0),
-        checkpoint_every=c.number(tr, "train", "checkpoint_every", 0, integer=True, lo=0),
-        device=c.choice(tr, "train", "device", "cpu", ["cpu", "cuda", "auto"]),
-        threads=c.number(tr, "train", "threads", 0, integer=True, lo=0, hi=1024),
-        resume_from=c.string(tr, "train", "resume_from"),
-        eval_every_steps=c.number(tr, "train", "eval_every_steps", 0, integer=True, lo=0),
-        early_stopping=None,
-        lr_schedule=LRScheduleConfig(),
-    )
-    if "early_stopping" in tr:
-        if not is_leader:
-            c.errors.append("train.early_stopping is set on the leader only (it holds the validation labels)")
-        es = c.section(tr.get("early_stopping"), "train.early_stopping")
-        train = replace(train, early_stopping=EarlyStoppingConfig(
-            metric=c.choice(es, "train.early_stopping", "metric", "auc", ["auc", "logloss"]),
-            patience=c.number(es, "train.early_stopping", "patience", 3, integer=True, lo=1, hi=10_000),
-            min_delta=float(c.number(es, "train.early_stopping", "min_delta", 0.0, lo=0.0, hi=1.0))))
-    if "lr_schedule" in tr:
-        ls = c.section(tr.get("lr_schedule"), "train.lr_schedule")
-        train = replace(train, lr_schedule=LRScheduleConfig(
-            name=c.choice(ls, "train.lr_schedule", "name", "constant", ["constant", "cosine", "linear"]),
-            warmup_steps=c.number(ls, "train.lr_schedule", "warmup_steps", 0, integer=True, lo=0)))
-
-    p = c.section(top.get("privacy"), "privacy")
-    label_dp = None
-    if "label_dp" in p:
-        if not is_leader:
-            c.errors.append("privacy.label_dp is set on the leader only (it holds the labels)")
-        ld = c.section(p.get("label_dp"), "privacy.label_dp")
-        if "eps" not in ld:
-            c.errors.append("privacy.label_dp.eps is required (a number >= 0, or .inf for no noise)")
-        label_dp = LabelDPConfig(
-            eps=float(c.number(ld, "privacy.label_dp", "eps", 1.0, lo=0.0)),
-            mechanism=c.choice(ld, "privacy.label_dp", "mechanism", "rr", ["rr", "rr_prior"]),
-            debias=c.boolean(ld, "privacy.label_dp", "debias", False),
-            correction=c.choice(ld, "privacy.label_dp", "correction", "forward", ["forward", "posterior"]),
-            prior_fraction=c.number(ld, "privacy.label_dp", "prior_fraction", 0.5, lo=0.0, hi=1.0, lo_open=True, hi_open=True),
-            prior_epochs=c.number(ld, "privacy.label_dp", "prior_epochs", 1, integer=True, lo=1, hi=1000),
-            store_dir=c.string(ld, "privacy.label_dp", "store_dir"),
-            key_file=c.string(ld, "privacy.label_dp", "key_file"),
-        )
-        if label_dp.debias and label_dp.mechanism != "rr":
-            c.errors.append("privacy.label_dp.debias applies to mechanism rr only")
-    privacy = PrivacyConfig(label_dp=label_dp)
-
-    o = c.section(top.get("output"), "output")
-    output = OutputConfig(dir=c.string(o, "output", "dir", f"runs/{party if isinstance(party, str) else 'party'}"))
-    dbg = c.section(top.get("debug"), "debug")
-    debug = DebugConfig(record_gradients=c.string(dbg, "debug", "record_gradients"))
-    if debug.record_gradients and is_leader:
-        c.errors.append("debug.record_gradients is a follower option (what the follower receives)")
-
-    if c.errors:
-        raise ConfigError(f"{source}: {len(c.errors)} problem(s):\n  - " + "\n  - ".join(c.errors))
-    return PartyConfig(role=role, party=party, network=network, data=data, model=model, train=train,
-                       privacy=privacy, output=output, debug=debug)
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{source}: 1 problem(s):\n  - top level: expected a mapping, got {doc!r}")
+    doc = fill_empty_sections(PartyConfig, copy.deepcopy(doc))
+    errors = _role_problems(doc)
+    if doc.get("role") == "leader" and isinstance(doc.get("model", {}), dict):
+        doc.setdefault("model", {}).setdefault("top", {})
+    if isinstance(doc.get("output", {}), dict) and "dir" not in doc.get("output", {}):
+        party = doc.get("party")
+        doc.setdefault("output", {})["dir"] = f"runs/{party if isinstance(party, str) else 'party'}"
+    doc.setdefault("data", {})
+    cfg = None
+    try:
+        cfg = PartyConfig.model_validate(doc)
+    except ValidationError as e:
+        errors = problems(PartyConfig, e, _secret_hint) + errors
+    if errors:
+        raise ConfigError(f"{source}: {len(errors)} problem(s):\n  - " + "\n  - ".join(errors))
+    if not cfg.is_leader:  # a follower's endpoint fields keep only what it uses
+        cfg = cfg.model_copy(update={"network": cfg.network.model_copy(update={"bind": None})})
+    return cfg
 
 
 def load_config(path: str, overrides: dict[str, Any] | None = None, keys_dir: str | None = None) -> PartyConfig:
@@ -407,19 +267,27 @@ def load_config(path: str, overrides: dict[str, Any] | None = None, keys_dir: st
         raise ConfigError(f"{path}: expected a YAML mapping of sections (role, party, network, ...), got {type(doc).__name__}")
     if keys_dir:
         overrides = {**_keys_overrides(doc, keys_dir), **(overrides or {})}
-    for dotted, value in (overrides or {}).items():
-        node = doc
-        *parents, leaf = dotted.split(".")
-        for key in parents:
-            child = node.get(key)
-            if not isinstance(child, dict):
-                child = node[key] = {} if child is None else child
-            if not isinstance(child, dict):
-                break  # the section itself is malformed; validation reports it
-            node = child
-        else:
-            node[leaf] = value
-    return parse_config(doc, path)
+    return parse_config(apply_overrides(doc, overrides or {}), path)
+
+
+def dotted_overrides(pairs: list[str]) -> dict[str, Any]:
+    """`["train.lr=1e-4", ...]` -> {"train.lr": 1e-4, ...}; ConfigError for a malformed pair."""
+    out = {}
+    for text in pairs:
+        try:
+            key, value = parse_override(text)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        out[key] = value
+    return out
+
+
+def json_schema() -> dict:
+    """The JSON Schema of a party YAML (for editors: yaml-language-server, VS Code, PyCharm)."""
+    schema = PartyConfig.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "vfl party configuration"
+    return schema
 
 
 def _keys_overrides(doc: dict, keys_dir: str) -> dict[str, Any]:
@@ -432,3 +300,40 @@ def _keys_overrides(doc: dict, keys_dir: str) -> dict[str, Any]:
     else:
         out["network.leader_key_file"] = os.path.join(keys_dir, "leader.key")
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m vfl.config schema [--out FILE]` | `python -m vfl.config check FILE [key.path=value ...]`."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m vfl.config", description=main.__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("schema", help="print the JSON Schema of a party YAML")
+    s.add_argument("--out", default=None, help="write it to this file instead of stdout")
+    c = sub.add_parser("check", help="validate a party YAML and print it with every default filled in")
+    c.add_argument("config")
+    c.add_argument("overrides", nargs="*", metavar="key.path=value")
+    args = ap.parse_args(argv)
+    if args.cmd == "schema":
+        text = json.dumps(json_schema(), indent=2)
+        if args.out:
+            with open(args.out, "w") as f:
+                f.write(text + "\n")
+        else:
+            print(text)
+        return 0
+    try:
+        cfg = load_config(args.config, dotted_overrides(args.overrides))
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(cfg.model_dump(mode="json"), indent=2))
+    return 0
+
+
+__all__ = ["ConfigError", "PartyConfig", "NetworkConfig", "DataConfig", "BottomConfig", "TopConfig", "ModelConfig",
+           "EarlyStoppingConfig", "LRScheduleConfig", "TrainConfig", "LabelDPConfig", "PrivacyConfig", "OutputConfig",
+           "DebugConfig", "parse_config", "load_config", "dotted_overrides", "json_schema", "read_yaml", "domain_error"]
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -64,9 +64,9 @@ def hello_problems(peer: str, theirs: dict, ours: dict) -> list[str]:
         a, b = _get(ours, "id_digest", split), _get(theirs, "id_digest", split)
         if a != b:
             problems.append(
-                f"{peer}'s {split} sample ids differ from the leader's (digest {str(b)[:12]} vs {str(a)[:12]}, "
-                f"rows {str(_get(theirs, 'rows', split))[:20]} vs {ours['rows'][split]}): the shards are not aligned; "
-                f"prepare every party from the same `python -m vfl.data prepare` run")
+                f"{peer}'s {split} sample ids after the private set intersection differ from the leader's (its digest "
+                f"{str(b)[:12]}, rows {str(_get(theirs, 'rows', split))[:20]} vs {ours['rows'][split]}): the parties must "
+                f"prepare with the same --seed, --test-fraction and --valid-fraction (a sample's split is a function of its id)")
     if theirs.get("resume_step") != ours.get("resume_step"):
         problems.append(f"{peer} resumes at global step {str(theirs.get('resume_step'))[:20]} but the leader at "
                         f"{ours.get('resume_step')!r}; resume every party from checkpoints of the same step")

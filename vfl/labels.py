@@ -13,11 +13,33 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from privacy.label_dp_run import randomize_binary_once, rr_prior_once, run_report, stage_one_mask
+from privacy.label_dp_run import (
+    randomize_binary_once, randomize_classes_once, rr_prior_classes_once, rr_prior_once, run_report, stage_one_mask,
+)
 from privacy.label_dp_store import LabelDPStore, Release, dataset_id, default_store_dir, key_fingerprint, release_id
 from vfl.config import LabelDPConfig
+from vfl.data.reader import DataError
 
 PriorFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def task_classes(task: str, shard) -> int | None:
+    """None for train.task binary, K for multiclass; a DataError when the task and the leader's labelled
+    shard disagree. Checked before any follower connects: followers never learn K."""
+    k = shard.num_classes
+    if task == "binary" and k != 2:
+        raise DataError(f"train.task is binary but the leader's shard {shard.path} holds {k}-class labels "
+                        f"(class ids 0..{k - 1}); set train.task: multiclass")
+    if task == "multiclass" and k < 3:
+        raise DataError(f"train.task is multiclass but the leader's shard {shard.path} holds 0/1 labels; prepare a "
+                        "K-class label column with `python -m vfl.data prepare --num-classes K` (K >= 3), or set train.task: binary")
+    return None if task == "binary" else k
+
+
+def bayes_accuracy_of(manifest: dict) -> dict:
+    """{"bayes_test_accuracy": a} when the leader's manifest knows the Bayes classifier's test accuracy, else {}."""
+    value = manifest.get("bayes_test_accuracy")
+    return {} if value is None else {"bayes_test_accuracy": value}
 
 
 @dataclass
@@ -64,10 +86,12 @@ def _prior_digest(prior: np.ndarray) -> str:
 
 def training_labels(labels: np.ndarray, sample_ids: np.ndarray, label_dp: LabelDPConfig | None,
                     label_key: LabelKey | None = None, prior_fn: PriorFn | None = None,
-                    valid_labels: np.ndarray | None = None, valid_ids: np.ndarray | None = None) -> TrainingLabels:
+                    valid_labels: np.ndarray | None = None, valid_ids: np.ndarray | None = None,
+                    num_classes: int | None = None) -> TrainingLabels:
     """True labels when label DP is off; otherwise the noisy labels of this parameter set's release.
     Validation labels (when given) are randomized in the same release, once per sample, so that model
-    selection on them is post-processing; the ledger counts them with the training labels."""
+    selection on them is post-processing; the ledger counts them with the training labels.
+    num_classes K: class ids in [0, K), randomized by k-ary RR (keep p1 = e^eps/(K-1+e^eps))."""
     labels = np.asarray(labels).astype(np.int64)
     valid_labels = np.zeros(0, np.int64) if valid_labels is None else np.asarray(valid_labels).astype(np.int64)
     valid_ids = np.zeros(0, np.int64) if valid_ids is None else np.asarray(valid_ids).astype(np.int64)
@@ -76,7 +100,43 @@ def training_labels(labels: np.ndarray, sample_ids: np.ndarray, label_dp: LabelD
     if label_key is None:
         raise ValueError("label DP needs the leader's key (open_label_key)")
     eps, k = label_dp.eps, label_key.key
-    if label_dp.mechanism == "rr":
+    if num_classes is not None and label_dp.mechanism == "rr_prior":
+        # LP-2ST over K classes: stage one gets k-ary RR (its own release); a split model of ALL parties
+        # trained on it gives the priors of stage two (vfl/prior_all_parties.py)
+        if prior_fn is None:
+            raise ValueError("privacy.label_dp.mechanism rr_prior needs a stage-one prior model")
+        stage_params = {"eps": eps, "prior_fraction": label_dp.prior_fraction, "labels": "multiclass",
+                        "num_classes": num_classes, "prior": "all parties"}
+        stage_rel = release_of(label_key, "lp2st_stage_one", stage_params)
+        first = stage_one_mask(sample_ids, k, stage_rel, label_dp.prior_fraction)
+        noisy = randomize_classes_once(labels, sample_ids, num_classes, eps, k, stage_rel)
+        valid_noisy = randomize_classes_once(valid_labels, valid_ids, num_classes, eps, k, stage_rel)
+        prior = prior_fn(first, np.where(first, noisy, 0))
+        second = ~first
+        params = {**stage_params, "stage_one_release": stage_rel, "prior_sha256": _prior_digest(prior[second])}
+        rel = release_of(label_key, "rr_prior", params)
+        noisy2, k_star = rr_prior_classes_once(labels[second], sample_ids[second], prior[second], eps, k, rel)
+        noisy[second] = noisy2
+        collapse = float(np.mean(k_star == 1)) if k_star.size else 0.0
+        extra = {"debias": False, "num_classes": num_classes, "stage_one_fraction": float(first.mean()),
+                 "collapse_fraction": collapse, "collapsed": collapse > 0.5,
+                 "mean_k_star": float(k_star.mean()) if k_star.size else 0.0,
+                 "stage_two_kept_in_set": float(np.mean(noisy2 == labels[second])) if second.any() else 0.0,
+                 "flipped_fraction_stage_two": float(np.mean(noisy2 != labels[second])) if second.any() else 0.0,
+                 "prior": "all parties (LP-2ST stage one as a split model on the stage-one rows, Ghazi et al. 2021 Alg. 3)"}
+        mechanism = "rr_prior"
+    elif num_classes is not None:
+        if label_dp.mechanism != "rr":
+            raise ValueError(f"privacy.label_dp.mechanism {label_dp.mechanism} is not available for a "
+                             f"{num_classes}-class task; use rr (k-ary randomized response) or rr_prior")
+        params = {"eps": eps, "labels": "multiclass", "num_classes": num_classes}
+        rel = release_of(label_key, "kary_rr", params)
+        noisy = randomize_classes_once(labels, sample_ids, num_classes, eps, k, rel)
+        valid_noisy = randomize_classes_once(valid_labels, valid_ids, num_classes, eps, k, rel)
+        extra = {"debias": label_dp.debias, "correction": label_dp.correction if label_dp.debias else None,
+                 "num_classes": num_classes}
+        mechanism = "kary_rr"
+    elif label_dp.mechanism == "rr":
         params = {"eps": eps, "labels": "binary"}
         rel = release_of(label_key, "binary_rr", params)
         noisy = randomize_binary_once(labels, sample_ids, eps, k, rel)
@@ -117,9 +177,9 @@ def training_labels(labels: np.ndarray, sample_ids: np.ndarray, label_dp: LabelD
 
 
 def leader_training_labels(label_dp: LabelDPConfig | None, shard, prior_fn: PriorFn | None = None,
-                           label_key: LabelKey | None = None) -> TrainingLabels:
+                           label_key: LabelKey | None = None, num_classes: int | None = None) -> TrainingLabels:
     """The training labels of the leader's labelled shard (a PartyShard); opens the key unless given."""
     train, valid = shard.split("train"), shard.split("valid")
     if label_dp is not None and label_key is None:
         label_key = open_label_key(label_dp, shard.manifest)
-    return training_labels(train.labels, train.ids, label_dp, label_key, prior_fn, valid.labels, valid.ids)
+    return training_labels(train.labels, train.ids, label_dp, label_key, prior_fn, valid.labels, valid.ids, num_classes)

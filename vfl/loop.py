@@ -11,21 +11,24 @@ from collections.abc import Callable
 
 import numpy as np
 
-from privacy.noisy_metrics import noisy_validation_metrics
+from privacy.noisy_metrics import noisy_multiclass_validation_metrics, noisy_validation_metrics
 from vfl.config import TrainConfig
 from vfl.data.shards import batch_order, steps_per_epoch
-from vfl.metrics import RunLog, auc, logloss, loss_line
+from vfl.metrics import RunLog, loss_line, metrics_text, test_metrics
+from vfl.progress import bar
 from vfl.training.selection import EarlyStopping
 
-Evaluate = Callable[[str], np.ndarray]  # split name ("valid" | "test") -> predicted click probabilities
+Evaluate = Callable[[str], np.ndarray]  # split name ("valid" | "test") -> click (n,) or class (n, K) probabilities
 
 
 class TrainingLoop:
     """Calls step(epoch, step, rows) for every batch and evaluates at the configured cadence."""
 
     def __init__(self, train: TrainConfig, n_train: int, test_labels: np.ndarray, log: RunLog,
-                 valid_labels: np.ndarray | None = None, valid_eps: float | None = None):
-        """valid_labels: what selection may read (the randomized ones under label DP, whose eps is valid_eps)."""
+                 valid_labels: np.ndarray | None = None, valid_eps: float | None = None, num_classes: int | None = None):
+        """valid_labels: what selection may read (the randomized ones under label DP, whose eps is valid_eps);
+        num_classes: None for a binary task, K for class probabilities (n, K)."""
+        self.num_classes = num_classes
         self.train = train
         self.n_train = n_train
         self.test_labels = np.asarray(test_labels, dtype=np.float64)
@@ -42,6 +45,7 @@ class TrainingLoop:
         self.snapshot_bytes = 0
         self.stopped_early = False
         self.final: dict = {}
+        self.curves = None  # a vfl.curves.RunCurves: metrics.csv, TensorBoard, curves.png
         if self.selection is not None and (self.valid_labels is None or self.valid_labels.size == 0):
             raise ValueError("train.early_stopping needs a validation split with rows (prepare with --valid-fraction > 0)")
 
@@ -70,8 +74,13 @@ class TrainingLoop:
         self.global_step = start_step
         window_loss, window_steps, window_samples, window_seconds = 0.0, 0, 0, 0.0
         epoch = first_epoch
+        if self.valid_eps is not None:
+            self.log(f"label DP: the training loss below is computed on the randomized (noisy) training labels "
+                     f"(eps={self.valid_eps}); validation metrics are debiased from randomized validation labels")
         for epoch in range(first_epoch, tr.epochs):
             order = batch_order(self.n_train, tr.batch_size, tr.seed, epoch)
+            progress = bar(total=len(order), desc=f"epoch {epoch + 1}/{tr.epochs}", unit="step",
+                           initial=first_i if epoch == first_epoch else 0)
             for i, rows in enumerate(order):
                 if epoch == first_epoch and i < first_i:
                     continue
@@ -86,6 +95,11 @@ class TrainingLoop:
                 window_samples += rows.size
                 window_seconds += seconds
                 self.global_step += 1
+                progress.update(1)
+                progress.set_postfix_str(f"loss {value:.4f}" + (" (noisy labels)" if self.valid_eps is not None else ""),
+                                         refresh=False)
+                if self.curves is not None:
+                    self.curves.step(epoch, self.global_step, value)
                 if (i + 1) % tr.log_every == 0 or i + 1 == len(order):
                     self.log(loss_line(epoch, i + 1, len(order), value))
                 if checkpoint and tr.checkpoint_every and self.global_step % tr.checkpoint_every == 0:
@@ -102,6 +116,7 @@ class TrainingLoop:
                                  f"{self.selection.metric} for {self.selection.patience} evaluations; best step "
                                  f"{self.selection.best_step}")
                         break
+            progress.close()
             if self.stopped_early:
                 break
         self._finish(evaluate, restore)
@@ -110,19 +125,25 @@ class TrainingLoop:
         entry = {"epoch": epoch, "step": self.global_step, "train_loss": train_loss, "train_seconds": round(seconds, 3),
                  "samples_per_second": samples / max(seconds, 1e-9)}
         if self.valid_labels is not None and self.valid_labels.size:
-            v = noisy_validation_metrics(self.valid_labels, evaluate("valid"), self.valid_eps)
+            if self.num_classes is None:
+                v = noisy_validation_metrics(self.valid_labels, evaluate("valid"), self.valid_eps)
+            else:
+                v = noisy_multiclass_validation_metrics(self.valid_labels, evaluate("valid"), self.valid_eps, self.num_classes)
             entry["valid"] = v
             if self.selection is not None and self.selection.update(v[self.selection.metric], self.global_step, epoch):
                 if snapshot is not None:
                     self.snapshot_bytes = snapshot(self.global_step)
-        probs = evaluate("test")
-        entry["test_auc"], entry["test_logloss"] = auc(self.test_labels, probs), logloss(self.test_labels, probs)
+        entry.update(test_metrics(self.test_labels, evaluate("test")))
         self.history.append(entry)
+        if self.curves is not None:
+            self.curves.evaluation(entry)
         valid = entry.get("valid")
         self.log(f"epoch {epoch} evaluation at global_step={self.global_step}: "
+                 + (f"valid_accuracy: {valid['accuracy']:.6f} (noisy {valid['accuracy_noisy']:.6f}) "
+                    if valid and "accuracy" in valid else "")
                  + (f"valid_auc: {valid['auc']:.6f} (noisy {valid['auc_noisy']:.6f}) valid_logloss: {valid['logloss']:.6f} "
                     if valid else "")
-                 + f"test_auc: {entry['test_auc']:.6f} test_logloss: {entry['test_logloss']:.6f}")
+                 + metrics_text(entry))
 
     def _finish(self, evaluate: Evaluate, restore) -> None:
         """Restore the best step (when selection is on and it is not the last one) and score the final model."""
@@ -132,20 +153,19 @@ class TrainingLoop:
             if restore is None:
                 raise RuntimeError("early stopping chose an earlier step but this loop cannot restore models")
             restore(sel.best_step)
-            probs = evaluate("test")
-            test_auc, test_ll = auc(self.test_labels, probs), logloss(self.test_labels, probs)
+            scores = test_metrics(self.test_labels, evaluate("test"))
             self.log(f"restored the best step {sel.best_step} (validation {sel.metric} {sel.best_value:.6f}): "
-                     f"test_auc: {test_auc:.6f} test_logloss: {test_ll:.6f}")
+                     + metrics_text(scores))
         else:
-            test_auc, test_ll = self.history[-1]["test_auc"], self.history[-1]["test_logloss"]
-        self.final = {"test_auc": test_auc, "test_logloss": test_ll, "restored": restored,
-                      "model_step": sel.best_step if restored else self.global_step}
+            scores = {k: v for k, v in self.history[-1].items() if k in ("test_accuracy", "test_auc", "test_logloss")}
+        self.final = {**scores, "restored": restored, "model_step": sel.best_step if restored else self.global_step}
 
     def summary(self) -> dict:
         """The metrics.json fields every mode shares (test metrics are the final, possibly restored, model's)."""
         sel = self.selection
         best = next((h for h in self.history if sel is not None and h["step"] == sel.best_step), None)
         return {
+            **({"test_accuracy": self.final["test_accuracy"]} if "test_accuracy" in self.final else {}),
             "test_auc": self.final["test_auc"],
             "test_logloss": self.final["test_logloss"],
             "model_step": self.final["model_step"],
@@ -155,7 +175,7 @@ class TrainingLoop:
                 "best_step": sel.best_step, "best_epoch": sel.best_epoch, "best_value": sel.best_value,
                 "valid_at_best": best.get("valid") if best else None, "stopped_early": self.stopped_early,
                 "restored": self.final["restored"], "snapshot_bytes_this_process": self.snapshot_bytes,
-                "labels": "randomized validation labels (label DP), debiased with a class prior estimated from them"
+                "labels": "randomized validation labels (label DP), debiased with class priors estimated from them"
                           if self.valid_eps is not None else "validation labels"},
             "samples_per_second": self.samples / max(self.train_seconds, 1e-9),
             "train_seconds": self.train_seconds,
@@ -166,10 +186,11 @@ class TrainingLoop:
     def state(self) -> dict:
         """What a checkpoint needs to continue selection exactly after a resume."""
         return {"selection": None if self.selection is None else self.selection.state(), "history": self.history,
-                "snapshot_bytes": self.snapshot_bytes}
+                "snapshot_bytes": self.snapshot_bytes, "step_losses": self.step_losses}
 
     def load_state(self, state: dict) -> None:
         if self.selection is not None and state.get("selection"):
             self.selection.load_state(state["selection"])
         self.history = list(state.get("history", []))
+        self.step_losses = [float(x) for x in state.get("step_losses", [])]  # a resumed run keeps the whole curve
         self.snapshot_bytes = int(state.get("snapshot_bytes", 0))

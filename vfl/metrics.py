@@ -1,14 +1,14 @@
-"""Evaluation metrics (scikit-learn) and the run log that writes the seed's loss lines."""
+"""Evaluation metrics (scikit-learn) and the seed's loss-line format (the run log itself is vfl/logs.py)."""
 from __future__ import annotations
 
 import json
 import math
 import os
-import sys
-import time
 
 import numpy as np
 from sklearn.metrics import log_loss, roc_auc_score
+
+from vfl.logs import RunLog  # noqa: F401  (re-exported: callers import the run log from here)
 
 
 def auc(labels: np.ndarray, scores: np.ndarray) -> float:
@@ -28,33 +28,49 @@ def logloss(labels: np.ndarray, probs: np.ndarray) -> float:
     return float(log_loss(labels, probs, labels=[0, 1]))
 
 
-class RunLog:
-    """Writes each line to stdout and to the party's log file, flushed at once."""
-
-    def __init__(self, path: str | None):
-        self._f = open(path, "a", buffering=1) if path else None
-        self.t0 = time.perf_counter()
-
-    def __call__(self, line: str) -> None:
-        print(line, flush=True)
-        if self._f:
-            self._f.write(line + "\n")
-
-    def error(self, line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-        if self._f:
-            self._f.write(line + "\n")
-
-    def file_only(self, text: str) -> None:
-        """Details for the log file only (a traceback), never the one-line console error."""
-        if self._f:
-            self._f.write(text.rstrip("\n") + "\n")
-
-    def close(self) -> None:
-        if self._f:
-            self._f.close()
+def multiclass_auc(labels: np.ndarray, probs: np.ndarray) -> float:
+    """Macro one-vs-rest ROC AUC over the classes present with both outcomes (scikit-learn's
+    roc_auc_score(multi_class="ovr", average="macro") when every class occurs); NaN when none does."""
+    labels = np.asarray(labels, dtype=np.int64)
+    per_class = [roc_auc_score(labels == c, probs[:, c]) for c in range(probs.shape[1])
+                 if 0 < int(np.sum(labels == c)) < labels.size]
+    return float(np.mean(per_class)) if per_class else math.nan
 
 
+def multiclass_logloss(labels: np.ndarray, probs: np.ndarray) -> float:
+    """Cross-entropy of (n, K) class probabilities (clipped to [1e-7, 1] and renormalised)."""
+    labels = np.asarray(labels, dtype=np.int64)
+    if labels.size == 0:
+        return math.nan
+    p = np.clip(np.asarray(probs, dtype=np.float64), 1e-7, 1.0)
+    return float(log_loss(labels, p / p.sum(axis=1, keepdims=True), labels=list(range(p.shape[1]))))
+
+
+def test_metrics(labels: np.ndarray, probs: np.ndarray) -> dict:
+    """The test split's metrics: {test_auc, test_logloss} of click probabilities (n,), plus test_accuracy
+    (argmax) with macro one-vs-rest AUC and cross-entropy for class probabilities (n, K)."""
+    probs = np.asarray(probs)
+    if probs.ndim == 1:
+        return {"test_auc": auc(labels, probs), "test_logloss": logloss(labels, probs)}
+    labels = np.asarray(labels, dtype=np.int64)
+    accuracy = float(np.mean(np.argmax(probs, axis=1) == labels)) if labels.size else math.nan
+    return {"test_accuracy": accuracy, "test_auc": multiclass_auc(labels, probs),
+            "test_logloss": multiclass_logloss(labels, probs)}
+
+
+def metrics_text(m: dict, prefix: str = "test_") -> str:
+    """`test_accuracy: 0.912345 test_auc: ... test_logloss: ...` (accuracy only when present)."""
+    keys = [k for k in (f"{prefix}accuracy", f"{prefix}auc", f"{prefix}logloss") if k in m]
+    return " ".join(f"{k}: {m[k]:.6f}" for k in keys)
+
+
+def final_line(m: dict) -> str:
+    """The last line of a run: the selected model's test metrics next to the data's Bayes-optimal ones."""
+    bayes_auc, bayes_acc = m.get("bayes_test_auc"), m.get("bayes_test_accuracy")
+    return ("final " + metrics_text(m)
+            + (f" (Bayes-optimal test AUC {bayes_auc:.6f})" if bayes_auc is not None else "")
+            + (f" (Bayes-optimal test accuracy {bayes_acc:.6f})" if bayes_acc is not None else "")
+            + f" samples/s: {m['samples_per_second']:.0f}")
 def loss_line(epoch: int, step: int, steps: int, loss: float) -> str:
     """The seed's format: `epoch 0 step 100/2582 loss: 0.588637` (step counts from 1)."""
     return f"epoch {epoch} step {step}/{steps} loss: {loss:.6f}"

@@ -67,9 +67,9 @@ class BottomParty(SnapshotTrainable):
 
     @torch.no_grad()
     def forward_eval(self, rows: slice, split: str = "test") -> torch.Tensor:
-        """The cut of rows of the valid or test split, in eval mode."""
+        """The cut of rows of the valid or test split (or the train split, for the LP-2ST prior), in eval mode."""
         self.model.eval()
-        data = self.valid_split if split == "valid" else self.test_split
+        data = {"train": self.train_split, "valid": self.valid_split}.get(split, self.test_split)
         return self.model(*data.features(rows, self.device))
 
 

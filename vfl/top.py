@@ -20,16 +20,23 @@ def bce_with_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.binary_cross_entropy_with_logits(logits, labels)
 
 
+def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The plain K-class loss: softmax cross-entropy of (B, K) logits against class ids."""
+    return F.cross_entropy(logits, labels.long())
+
+
 class TopTrainer(SnapshotTrainable):
     """Concatenate the parties' cuts (leader first, then followers in config order), score, and learn."""
 
     def __init__(self, train: TrainConfig, top: TopConfig, in_dim: int, device: torch.device, loss_fn: LossFn | None = None,
-                 total_steps: int = 1):
-        self.model = build_top(top, in_dim, train.seed).to(device)
+                 total_steps: int = 1, num_classes: int | None = None):
+        """num_classes None: binary (one logit, BCE); K: K logits, softmax cross-entropy."""
+        self.num_classes = num_classes
+        self.model = build_top(top, in_dim, train.seed, num_classes or 1).to(device)
         self.optimizer = ScheduledOptimizer(build_optimizer(self.model, train), train, total_steps)
         self.best: Snapshot | None = None
         self.name = "top model"
-        self.loss_fn = loss_fn or bce_with_logits
+        self.loss_fn = loss_fn or (bce_with_logits if num_classes is None else cross_entropy)
         self.in_dim = in_dim
         self.device = device
 
@@ -44,6 +51,8 @@ class TopTrainer(SnapshotTrainable):
 
     @torch.no_grad()
     def predict(self, cuts: list[torch.Tensor]) -> np.ndarray:
-        """Click probabilities sigmoid(logit) for evaluation."""
+        """Click probabilities sigmoid(logit) (n,), or class probabilities softmax(logits) (n, K), for evaluation."""
         self.model.eval()
-        return torch.sigmoid(self.model(torch.cat(cuts, dim=1))).double().cpu().numpy()
+        logits = self.model(torch.cat(cuts, dim=1))
+        probs = torch.sigmoid(logits) if self.num_classes is None else torch.softmax(logits.double(), dim=1)
+        return probs.double().cpu().numpy()

@@ -1,7 +1,13 @@
-"""Command line: `python -m vfl.data synth ...` and `python -m vfl.data prepare ...`."""
+"""Command line: `python -m vfl.data synth|split|prepare ...`.
+
+prepare --party NAME --input OWN_FILE: one organisation prepares its own raw file (id column, its
+columns, the label only for the leader; TSV or CSV with a header) into OUT/NAME. Without --party,
+prepare is the local simulation: the combined file is split into OUT/raw/<party>.tsv and each party
+is prepared from its own file (what `split` and `prepare --party` do one by one)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from vfl.data.reader import DataError
@@ -18,10 +24,34 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--label-seed", type=int, default=None,
                    help="seed of the label model and label draws; default: secret, from the OS, not recorded "
                         "(a follower that re-runs synth must not regenerate the labels)")
-    p = sub.add_parser("prepare", help="raw Criteo TSV -> per-party shards")
+    s.add_argument("--classes", type=int, default=2,
+                   help="K > 2: a K-class label (class ids 0..K-1) instead of a click; the truth file then holds P(y=c|x), (rows, K)")
+    dg = sub.add_parser("digits", help="scikit-learn's bundled 8x8 digits (10 classes) -> two-party shards, left/right halves")
+    dg.add_argument("--out", required=True)
+    dg.add_argument("--test-fraction", type=float, default=0.2)
+    dg.add_argument("--valid-fraction", type=float, default=0.2)
+    dg.add_argument("--seed", type=int, default=0)
+    dg.add_argument("--force", action="store_true", help="replace an existing output directory")
+    sp = sub.add_parser("split", help="combined raw Criteo file -> one raw file per party (OUT/<party>.tsv, with ids)")
+    sp.add_argument("--input", required=True)
+    sp.add_argument("--out", required=True, help="directory for <party>.tsv (and the labelled party's .truth.npy)")
+    sp.add_argument("--parties", default=None, help="parties YAML (default: MindSpore splitnn_criteo's two parties)")
+    sp.add_argument("--seed", type=int, default=0, help="seed of the public drop rule")
+    sp.add_argument("--strict", action="store_true")
+    sp.add_argument("--truth", default=None)
+    sp.add_argument("--drop", action="append", default=[], metavar="PARTY=FRACTION",
+                    help="that party's file lacks this fraction of ids (repeatable)")
+    sp.add_argument("--num-classes", type=int, default=2, help="2: a 0/1 label; K > 2: class ids 0..K-1")
+    p = sub.add_parser("prepare", help="a party's own raw file (--party) or a combined file (local simulation) -> shards")
     p.add_argument("--input", required=True)
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="output root: the shard lands in OUT/<party>")
+    p.add_argument("--party", default=None, help="prepare only this party's own file (its columns from --parties or the flags below)")
     p.add_argument("--parties", default=None, help="YAML {party: {dense: [...], categorical: [...], label: bool, drop_fraction: f}}")
+    p.add_argument("--dense", default=None, help="with --party: comma-separated dense column names of the file's header")
+    p.add_argument("--categorical", default=None, help="with --party: comma-separated categorical column names")
+    p.add_argument("--label", action="store_true", help="with --party and column flags: this party holds the labels")
+    p.add_argument("--id-column", default="id", help="with --party: name of the id column (default id)")
+    p.add_argument("--label-column", default="label", help="with --party: name of the label column (default label)")
     p.add_argument("--test-fraction", type=float, default=0.1, help="share of ids in the test split (reporting only)")
     p.add_argument("--valid-fraction", type=float, default=0.1, help="share of ids in the validation split (model selection)")
     p.add_argument("--seed", type=int, default=0)
@@ -32,8 +62,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--drop", action="append", default=[], metavar="PARTY=FRACTION",
                    help="simulate a party missing this fraction of rows (repeatable)")
     p.add_argument("--force", action="store_true", help="replace an existing output directory")
+    p.add_argument("--reuse", action="store_true",
+                   help="keep an existing output directory whose source content (sha256), options and parties match; "
+                        "otherwise prepare (with --force, replacing it)")
+    p.add_argument("--num-classes", type=int, default=2,
+                   help="2: the label is 0/1 (Criteo); K > 2: the label column holds class ids 0..K-1")
     args = ap.parse_args(argv)
     try:
+        if args.cmd == "synth" and args.classes != 2:
+            from vfl.data.synth_multiclass import write_synthetic_multiclass
+
+            meta = write_synthetic_multiclass(args.out, args.rows, args.classes, args.seed, args.max_vocab, args.label_seed)
+            print(f"wrote {args.out}: {meta['rows']} rows, {meta['classes']} classes, Bayes-optimal accuracy "
+                  f"{meta['bayes_accuracy']:.4f}, {meta['rows'] / meta['seconds']:.0f} rows/s")
+            return 0
+        if args.cmd == "digits":
+            from vfl.data.digits import write_digits_shards
+
+            m = write_digits_shards(args.out, args.test_fraction, args.valid_fraction, args.seed, args.force)
+            print(f"prepared {args.out}: digits, 10 classes, train {m['rows']['train']} rows, valid {m['rows']['valid']} rows, "
+                  f"test {m['rows']['test']} rows; leader holds the left 4 pixel columns, follower0 the right 4")
+            return 0
         if args.cmd == "synth":
             from vfl.data.synth import write_synthetic
 
@@ -46,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         from vfl.data.parties import load_parties
         from vfl.data.prepare import PrepareOptions, prepare
 
+        if args.cmd == "prepare" and args.party is not None:
+            return _prepare_party(args)
         parties = load_parties(args.parties)
         for spec in args.drop:
             name, _, frac = spec.partition("=")
@@ -59,21 +110,74 @@ def main(argv: list[str] | None = None) -> int:
             if not 0.0 <= value < 1.0:
                 raise DataError(f"--drop {spec}: fraction must be in [0, 1), got {value}")
             parties = [replace(p, drop_fraction=value) if p.name == name else p for p in parties]
+        if args.cmd == "split":
+            from vfl.data.raw_split import split_raw
+
+            r = split_raw(args.input, args.out, parties, args.seed, args.strict, args.truth, args.num_classes)
+            print(f"split {args.input} into " + ", ".join(f"{f} ({r['rows'][n]} rows)" for n, f in r["files"].items())
+                  + f" in {r['seconds']:.1f} s")
+            return 0
         opts = PrepareOptions(test_fraction=args.test_fraction, valid_fraction=args.valid_fraction, seed=args.seed, strict=args.strict,
                               hash_buckets=args.hash_buckets, vocab_min_count=args.vocab_min_count,
-                              truth_path=args.truth, force=args.force)
+                              truth_path=args.truth, force=args.force, num_classes=args.num_classes)
+        if args.reuse and os.path.isdir(args.out):
+            from vfl.data.reuse import reusable
+
+            ok, why = reusable(args.out, args.input, parties, opts)
+            if ok:
+                print(f"reusing prepared shards in {args.out} ({why})")
+                return 0
+            print(f"preparing again: {why}")
         m = prepare(args.input, args.out, parties, opts)
         rows = m["rows"]
         bayes = m.get("bayes_test_auc")
         print(f"prepared {args.out}: train {rows['train']} rows, valid {rows['valid']} rows, test {rows['test']} rows, "
               f"{m['source']['malformed_rows_skipped']} malformed skipped"
-              + (f", Bayes-optimal test AUC {bayes:.4f}" if bayes is not None else ""))
+              + (f", Bayes-optimal test AUC {bayes:.4f}" if bayes is not None else "")
+              + (f", Bayes-optimal test accuracy {m['bayes_test_accuracy']:.4f}" if m.get("bayes_test_accuracy") else ""))
         print(f"throughput: {m['rows_per_second']:.0f} rows/s (read, transform, write), "
               f"{m['seconds_total']:.2f} s in all, peak RSS {m['peak_rss_mib']:.0f} MiB")
         return 0
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+
+
+def _prepare_party(args) -> int:
+    import os
+
+    from vfl.data.parties import PartyColumns, load_parties
+    from vfl.data.party_reader import PartySource
+    from vfl.data.prepare import PrepareOptions, prepare_party
+
+    if args.drop:
+        raise DataError("--drop simulates missing rows in the combined-file mode; a party's own file holds what it holds")
+    if args.dense is not None or args.categorical is not None:
+        split = lambda v: tuple(c.strip() for c in v.split(",") if c.strip()) if v else ()
+        party = PartyColumns(args.party, split(args.dense), split(args.categorical), args.label)
+        if not party.dense and not party.categorical and not party.label:
+            raise DataError(f"--party {args.party}: no columns given (--dense, --categorical, --label)")
+    else:
+        match = [p for p in load_parties(args.parties) if p.name == args.party]
+        if not match:
+            names = [p.name for p in load_parties(args.parties)]
+            raise DataError(f"--party {args.party!r} is not in {args.parties or 'the default parties'} ({names}); "
+                            f"name one of them, or give its columns with --dense/--categorical/--label")
+        party = match[0]
+    src = PartySource(args.input, party.dense, party.categorical, party.label, args.id_column, args.label_column,
+                      num_classes=args.num_classes)
+    opts = PrepareOptions(test_fraction=args.test_fraction, valid_fraction=args.valid_fraction, seed=args.seed,
+                          strict=args.strict, hash_buckets=args.hash_buckets, vocab_min_count=args.vocab_min_count,
+                          truth_path=args.truth, force=args.force, num_classes=args.num_classes)
+    out = os.path.join(args.out, args.party)
+    m = prepare_party(src, out, party, opts)
+    rows = m["rows"]
+    bayes = m.get("bayes_test_auc")
+    print(f"prepared {out} from {args.input} alone: train {rows['train']} rows, valid {rows['valid']} rows, "
+          f"test {rows['test']} rows, {m['source']['malformed_rows_skipped']} malformed skipped"
+          + (f", Bayes-optimal test AUC {bayes:.4f}" if bayes is not None else ""))
+    print(f"throughput: {m['rows_per_second']:.0f} rows/s, {m['seconds_total']:.2f} s in all, peak RSS {m['peak_rss_mib']:.0f} MiB")
+    return 0
 
 
 if __name__ == "__main__":

@@ -77,17 +77,29 @@ def detect_id_column(path: str) -> bool:
     )
 
 
-def read_blocks(path: str, strict: bool, stats: ReadStats, block_bytes: int = BLOCK_BYTES) -> Iterator[ParsedBlock]:
+def read_blocks(path: str, strict: bool, stats: ReadStats, block_bytes: int = BLOCK_BYTES,
+                num_classes: int = 2) -> Iterator[ParsedBlock]:
     """Yield parsed blocks of good rows; bad lines are counted (or raise with strict)."""
+    for _, _, block in read_raw_blocks(path, strict, stats, block_bytes, num_classes):
+        yield block
+
+
+def read_raw_blocks(path: str, strict: bool, stats: ReadStats, block_bytes: int = BLOCK_BYTES,
+                    num_classes: int = 2) -> Iterator[tuple[bytes, int, ParsedBlock]]:
+    """Yield (the block's raw bytes, the file line index of its first line, its parsed good rows)."""
     has_id = detect_id_column(path)
     stats.has_id_column = has_id
     digest = hashlib.sha256()
     line_index = 0
     carry = b""
-    with _open(path) as f:
+    from vfl.progress import bar
+
+    size = None if path.endswith(".gz") else os.path.getsize(path)  # a gzip file's size says little about its text
+    with _open(path) as f, bar(total=size, desc="prepare: read", unit="B") as progress:
         while True:
             chunk = _read(f, path, block_bytes)
             if chunk:
+                progress.update(len(chunk))
                 digest.update(chunk)
                 stats.bytes_read += len(chunk)
                 data = carry + chunk
@@ -102,7 +114,8 @@ def read_blocks(path: str, strict: bool, stats: ReadStats, block_bytes: int = BL
                 data, carry = carry + b"\n", b""
             else:
                 break
-            block, bad = parse_block(data, line_index, has_id)
+            block, bad = parse_block(data, line_index, has_id, num_classes)
+            first_line = line_index
             line_index += data.count(b"\n")
             if bad:
                 if strict:
@@ -113,7 +126,7 @@ def read_blocks(path: str, strict: bool, stats: ReadStats, block_bytes: int = BL
                 stats.first_bad.extend(bad[:max(room, 0)])
             stats.good_rows += block.label.size
             if block.label.size:
-                yield block
+                yield data, first_line, block
     stats.lines = line_index
     stats.sha256 = digest.hexdigest()
     if stats.good_rows == 0:

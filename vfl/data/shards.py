@@ -21,6 +21,26 @@ def _owned(arr: np.ndarray, dtype) -> np.ndarray:
     return out if out.flags.writeable and not isinstance(out, np.memmap) else np.array(out, dtype=dtype)
 
 
+class RowSubset:
+    """Rows `sel` of an array (memory-mapped or not), indexed on demand: a batch gathers only its rows."""
+
+    def __init__(self, arr: np.ndarray, sel: np.ndarray):
+        self.arr = arr
+        self.sel = sel
+        self.shape = (int(sel.size), *arr.shape[1:])
+        self.dtype = arr.dtype
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, rows):
+        return self.arr[self.sel[rows]]
+
+    def __array__(self, dtype=None, copy=None):
+        out = np.asarray(self.arr[self.sel])
+        return out.astype(dtype) if dtype is not None else out
+
+
 @dataclass
 class ShardSplit:
     """One split (train or test) of a party's shard, arrays memory-mapped from disk."""
@@ -33,6 +53,13 @@ class ShardSplit:
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])
+
+    def subset(self, sel: np.ndarray) -> "ShardSplit":
+        """The rows sel (ascending) of this split: ids and labels in memory, features gathered per batch."""
+        if sel.size == len(self) and (sel.size == 0 or sel[-1] == sel.size - 1):
+            return self
+        return ShardSplit(np.array(self.ids[sel]), RowSubset(self.dense, sel), RowSubset(self.dense_missing, sel),
+                          RowSubset(self.cat, sel), np.array(self.labels[sel]) if self.labels is not None else None)
 
     def features(self, rows: np.ndarray | slice, device: torch.device | str = "cpu") -> tuple[torch.Tensor, ...]:
         """(dense float32, dense_missing float32, cat int64) tensors of the given rows."""
@@ -56,6 +83,10 @@ class PartyShard:
             raise DataError(f"data.path {path!r} has no manifest.json: it is not a party shard written by `python -m vfl.data prepare`")
         with open(manifest_path) as f:
             self.manifest = json.load(f)
+        if not isinstance(self.manifest, dict) or not isinstance(self.manifest.get("party"), dict):
+            parties = sorted((self.manifest.get("parties") or {}) if isinstance(self.manifest, dict) else {})
+            raise DataError(f"data.path {path!r} is the prepared dataset, not one party's shard: use its party directory "
+                            f"{os.path.join(path, '<party>')} (one of {parties})")
         party = self.manifest["party"]
         self.name: str = party["name"]
         self.dense_columns: list[str] = party["dense"]
@@ -63,6 +94,9 @@ class PartyShard:
         self.field_sizes: list[int] = [int(party["field_sizes"][c]) for c in self.categorical_columns]
         self.has_labels: bool = bool(party["has_labels"])
         self.id_digest: dict[str, str] = self.manifest["id_digest"]
+        label = self.manifest.get("label") or {}
+        # K of the labelled party's class ids (2: a 0/1 label); None on a follower, which never learns it
+        self.num_classes: int | None = int(label.get("num_classes", 2)) if self.has_labels else None
         missing = [s for s in SPLITS if s not in self.id_digest]
         if missing:
             raise DataError(f"shard {path} has no {'/'.join(missing)} split (it was prepared by an older version): "
@@ -72,6 +106,24 @@ class PartyShard:
             in_memory = size < IN_MEMORY_LIMIT
         self._in_memory = in_memory
         self._splits: dict[str, ShardSplit] = {}
+        self._keep: np.ndarray | None = None
+        self.rows_before_alignment: int | None = None
+
+    def all_ids(self) -> np.ndarray:
+        """Every sample id of the shard (all splits), the set this party brings to the intersection."""
+        return np.concatenate([np.asarray(self.split(s).ids) for s in SPLITS])
+
+    def restrict(self, keep: np.ndarray) -> None:
+        """From now on every split holds only the ids in keep (the agreed intersection), in ascending id order;
+        the id digests become those of the restricted splits, so aligned parties agree by construction."""
+        keep = np.unique(np.asarray(keep, np.int64))
+        self.rows_before_alignment = sum(len(self.split(s)) for s in SPLITS)
+        for name in SPLITS:
+            split = self.split(name)
+            sel = np.flatnonzero(np.isin(np.asarray(split.ids), keep))
+            self._splits[name] = split.subset(sel)
+            self.id_digest = {**self.id_digest, name: ids_digest(self._splits[name].ids)}
+        self._keep = keep
 
     @property
     def n_dense(self) -> int:
@@ -96,6 +148,9 @@ class PartyShard:
             for arr, what in ((s.dense, "dense"), (s.dense_missing, "dense_missing"), (s.cat, "cat")):
                 if arr.shape[0] != n:
                     raise DataError(f"shard {self.path}/{name}: {what}.npy has {arr.shape[0]} rows, ids.npy has {n}")
+            if s.labels is not None and s.labels.size and not 0 <= int(s.labels.min()) <= int(s.labels.max()) < self.num_classes:
+                raise DataError(f"shard {self.path}/{name}: labels.npy holds values in [{int(s.labels.min())}, "
+                                f"{int(s.labels.max())}], but the manifest says {self.num_classes} classes (0..{self.num_classes - 1})")
             self._splits[name] = s
         return self._splits[name]
 
@@ -120,6 +175,11 @@ def steps_per_epoch(n_rows: int, batch_size: int) -> int:
 def eval_batches(n_rows: int, batch_size: int) -> list[slice]:
     """Consecutive evaluation batches over a split, in id order."""
     return [slice(i, min(i + batch_size, n_rows)) for i in range(0, n_rows, batch_size)]
+
+
+def ids_digest(ids: np.ndarray) -> str:
+    """sha256 of sample ids in order (the manifest's id_digest of a split)."""
+    return hashlib.sha256(np.ascontiguousarray(ids, dtype="<i8").tobytes()).hexdigest()
 
 
 def batch_digest(ids: np.ndarray) -> str:

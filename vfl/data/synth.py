@@ -30,6 +30,7 @@ import pandas as pd
 
 from vfl.data.npy_stream import NpyAppender
 from vfl.data.reader import DataError
+from vfl.progress import bar
 from vfl.data.schema import CATEGORICAL_COLUMNS, DENSE_COLUMNS
 from privacy.keyed_random import splitmix64
 
@@ -118,6 +119,10 @@ class SyntheticCriteo:
         z = self._latents(rng, n)
         p = 1.0 / (1.0 + np.exp(-self._logit(z)))
         label = (label_rng.random(n) < p).astype(np.int8)
+        return self.frame(z, label), p.astype(np.float32)
+
+    def frame(self, z: dict, label: np.ndarray) -> pd.DataFrame:
+        """Raw rows in Criteo column order from latents z and a label column."""
         cols = {"label": label}
         for i, name in enumerate(DENSE_COLUMNS):
             x = np.floor(np.exp(DENSE_MU[i] + DENSE_SIGMA[i] * z["u"][:, i])).astype(np.int64) - DENSE_SHIFT[i] + 1
@@ -127,7 +132,7 @@ class SyntheticCriteo:
             s = self.hex_tables[j][z["cat"][:, j]]
             s[z["cat_missing"][:, j]] = ""
             cols[name] = s
-        return pd.DataFrame(cols), p.astype(np.float32)
+        return pd.DataFrame(cols)
 
 
 def write_synthetic(out_path: str, rows: int, seed: int = 0, max_vocab: int = 20_000, label_seed: int | None = None) -> dict:
@@ -146,7 +151,7 @@ def write_synthetic(out_path: str, rows: int, seed: int = 0, max_vocab: int = 20
     positives, psum = 0, 0.0
     truth = NpyAppender(tmp_truth, np.float32)
     try:
-        with open(tmp_tsv, "w", newline="\n") as f:
+        with open(tmp_tsv, "w", newline="\n") as f, bar(total=rows, desc="synth", unit="rows") as progress:
             done = 0
             while done < rows:
                 n = min(BLOCK_ROWS, rows - done)
@@ -156,6 +161,7 @@ def write_synthetic(out_path: str, rows: int, seed: int = 0, max_vocab: int = 20
                 positives += int(df["label"].sum())
                 psum += float(p.sum())
                 done += n
+                progress.update(n)
         truth.close()
         os.replace(tmp_tsv, out_path)
         os.replace(tmp_truth, out_path + ".truth.npy")

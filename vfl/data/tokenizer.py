@@ -137,12 +137,19 @@ def _parse_categoricals(arr, words, starts, lens):
     return keys, missing
 
 
-def parse_block(buf: bytes, first_line_index: int, has_id_column: bool) -> tuple[ParsedBlock, list[BadLine]]:
+MAX_CLASSES = 127  # labels.npy is int8
+
+
+def parse_block(buf: bytes, first_line_index: int, has_id_column: bool,
+                num_classes: int = 2) -> tuple[ParsedBlock, list[BadLine]]:
     """Parse complete lines (``buf`` ends with a newline) of raw Criteo TSV.
 
     Blank lines are ignored; every other line with the wrong number of fields, a label other
-    than 0/1, or a non-integer in an I column (or id column) is returned as a BadLine.
+    than 0/1 (a class id in 0..num_classes-1 when num_classes > 2), or a non-integer in an I
+    column (or id column) is returned as a BadLine.
     """
+    if not 2 <= num_classes <= MAX_CLASSES:
+        raise ValueError(f"num_classes must be in [2, {MAX_CLASSES}], got {num_classes}")
     if b"\r" in buf:
         buf = buf.replace(b"\r\n", b"\n")
     n_fields = 1 + len(DENSE_COLUMNS) + len(CATEGORICAL_COLUMNS) + int(has_id_column)
@@ -187,8 +194,20 @@ def parse_block(buf: bytes, first_line_index: int, has_id_column: bool) -> tuple
         sample_id = ids[:, 0]
     lab_start, lab_len = starts[:, off], lens[:, off]
     lab_char = arr[lab_start]
-    label_ok = (lab_len == 1) & ((lab_char == 48) | (lab_char == 49))
-    flag(~label_ok, lambda r: "label must be 0 or 1")
+    if num_classes == 2:
+        label_ok = (lab_len == 1) & ((lab_char == 48) | (lab_char == 49))
+        flag(~label_ok, lambda r: "label must be 0 or 1")
+    else:  # a class id of at most 3 digits, below num_classes
+        digits = [arr[np.minimum(lab_start + j, arr.size - 1)].astype(np.int64) - 48 for j in range(3)]
+        value = np.zeros(lab_start.size, np.int64)
+        label_ok = (lab_len >= 1) & (lab_len <= 3)
+        for j, dj in enumerate(digits):
+            inside = j < lab_len
+            label_ok &= ~inside | ((dj >= 0) & (dj <= 9))
+            value = np.where(inside, value * 10 + dj, value)
+        label_ok &= value < num_classes
+        flag(~label_ok, lambda r: f"label must be a class id in 0..{num_classes - 1}")
+        lab_char = (np.where(label_ok, value, 0) + 48).astype(np.int64)
     dense_sl = slice(off + 1, off + 1 + len(DENSE_COLUMNS))
     dense, dense_missing, dense_bad = _parse_ints(arr, words, starts[:, dense_sl], lens[:, dense_sl])
     flag(dense_bad.any(axis=1), lambda r: f"non-integer in {DENSE_COLUMNS[int(np.argmax(dense_bad[r]))]}")

@@ -25,8 +25,8 @@ def build_bottom(cfg: BottomConfig, field_sizes: list[int], n_dense: int, seed: 
         return BOTTOMS[cfg.name](field_sizes, n_dense, cfg.embedding_dim, cfg.hidden, cfg.cut_dim, cfg.dropout)
 
 
-def build_top(cfg: TopConfig, in_dim: int, seed: int) -> nn.Module:
-    """The leader's top model over `in_dim` concatenated cut values."""
+def build_top(cfg: TopConfig, in_dim: int, seed: int, outputs: int = 1) -> nn.Module:
+    """The leader's top model over `in_dim` concatenated cut values: 1 logit (binary) or K class logits."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(init_seed(seed, "top"))
-        return LinearTop(in_dim) if cfg.name == "linear" else MLPTop(in_dim, cfg.hidden)
+        return LinearTop(in_dim, outputs) if cfg.name == "linear" else MLPTop(in_dim, cfg.hidden, outputs)

@@ -5,7 +5,8 @@ Bottom (one per party, over that party's columns only):
   deep  = MLP(concat(E[id_f] for f, dense, dense_missing))                 -> cut_dim - 1 values
   output = [wide, deep]                                                     -> cut_dim values
 Top (leader): Linear over the concatenated cuts of all parties (cut_dim x parties inputs), or an
-MLP when the cut is wider. The loss is BCE-with-logits on the top's single output.
+MLP when the cut is wider. The loss is BCE-with-logits on the top's single output, or (train.task
+multiclass) cross-entropy on K outputs (a softmax top).
 Each field has its own id range in one shared table (offsets), so one lookup serves all fields.
 """
 from __future__ import annotations
@@ -61,22 +62,26 @@ class WideDeepBottom(nn.Module):
 
 
 class LinearTop(nn.Module):
-    """The leader's top: one Linear layer from the concatenated cuts to the click logit."""
+    """The leader's top: one Linear layer from the concatenated cuts to the click logit (or K class logits)."""
 
-    def __init__(self, in_dim: int):
+    def __init__(self, in_dim: int, outputs: int = 1):
         super().__init__()
-        self.linear = nn.Linear(in_dim, 1)
+        self.linear = nn.Linear(in_dim, outputs)
+        self.outputs = outputs
 
     def forward(self, cuts: torch.Tensor) -> torch.Tensor:
-        return self.linear(cuts).squeeze(1)
+        out = self.linear(cuts)
+        return out.squeeze(1) if self.outputs == 1 else out
 
 
 class MLPTop(nn.Module):
     """An MLP top for wide cuts (cut_dim > 2): it can model interactions across parties."""
 
-    def __init__(self, in_dim: int, hidden: tuple[int, ...]):
+    def __init__(self, in_dim: int, hidden: tuple[int, ...], outputs: int = 1):
         super().__init__()
-        self.net = mlp([in_dim, *hidden, 1])
+        self.net = mlp([in_dim, *hidden, outputs])
+        self.outputs = outputs
 
     def forward(self, cuts: torch.Tensor) -> torch.Tensor:
-        return self.net(cuts).squeeze(1)
+        out = self.net(cuts)
+        return out.squeeze(1) if self.outputs == 1 else out

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-HIGHER_IS_BETTER = {"auc": True, "logloss": False}
+HIGHER_IS_BETTER = {"auc": True, "logloss": False, "accuracy": True}
 
 
 @dataclass

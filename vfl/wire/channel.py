@@ -283,7 +283,27 @@ class FollowerChannel(_Endpoint):
         self._sock.connect(connect)
 
     def send(self, type_: str, meta: dict | None = None, tensors=()) -> None:
+        self._wait_writable(type_)
         _send(self._sock, self._frames(self.leader, type_, meta, tensors))
+
+    def _wait_writable(self, type_: str) -> None:
+        """Until the socket can take a message, watch the connection's events, so a refused CURVE handshake
+        is reported as such at once instead of as a send that timed out."""
+        deadline = time.monotonic() + self.timeout_s
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLOUT)
+        poller.register(self._monitor, zmq.POLLIN)
+        while True:
+            events = dict(poller.poll(max(1, int((deadline - time.monotonic()) * 1000))))
+            if self._monitor in events:
+                evt = recv_monitor_message(self._monitor)
+                if evt["event"] == zmq.EVENT_DISCONNECTED and self._sock.poll(0, zmq.POLLIN):
+                    return  # the peer's last message (an ABORT, say) is read by the next receive
+                self._on_event(evt, f"sending {type_}")
+            if events.get(self._sock, 0) & zmq.POLLOUT:
+                return
+            if time.monotonic() >= deadline:
+                return  # the send itself reports the timeout
 
     def recv(self, types: tuple[str, ...], what: str | None = None) -> Message:
         awaiting = what or f"{'/'.join(types)} from the leader at {self.endpoint}"

@@ -15,16 +15,16 @@ from typing import Any
 
 import numpy as np
 
-PROTOCOL_VERSION = 2  # v2: CurveZMQ transport, no frame HMAC, nonce-bound run ids; valid split (EVAL names
-# its split), SNAPSHOT and RESTORE
+PROTOCOL_VERSION = 3  # v2: CurveZMQ transport, no frame HMAC, nonce-bound run ids; valid split (EVAL names
+# its split), SNAPSHOT and RESTORE; v3: PSI messages (private set intersection of the ids) before HELLO
 MAGIC_PREFIX = b"VFLW"
 MAGIC = MAGIC_PREFIX + bytes([PROTOCOL_VERSION])
 MAX_HEADER_BYTES = 1 << 16
 MAX_TENSORS = 16
 MAX_DIM = 1 << 31
 ALLOWED_DTYPES = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8"), "int64": np.dtype("<i8")}
-MESSAGE_TYPES = ("HELLO", "WELCOME", "FORWARD", "EMBEDDING", "GRADIENT", "EVAL", "SAVE", "SNAPSHOT", "RESTORE", "WAIT", "DONE",
-                 "BYE", "ABORT")
+MESSAGE_TYPES = ("PSI", "HELLO", "WELCOME", "FORWARD", "EMBEDDING", "GRADIENT", "EVAL", "SAVE", "SNAPSHOT", "RESTORE", "WAIT",
+                 "DONE", "BYE", "ABORT", "PRIOR")
 
 
 class WireError(RuntimeError):

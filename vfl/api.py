@@ -1,0 +1,223 @@
+"""Python API: `Leader(...).fit()`, `Follower(...).fit()` and `simulate(...)`, on the same code as the CLI.
+
+    from vfl.api import simulate
+    history = simulate("examples/wide_deep_criteo/leader.yaml", ["examples/wide_deep_criteo/follower.yaml"],
+                       data="runs/nb/shards", out="runs/nb", overrides={"train.epochs": 2})
+    history.evaluations[-1]["test_auc"], history.step_losses[:5]
+
+`Leader` and `Follower` run one party in this process (as `python -m leader|follower` does: config
+schema, pre-flight checks, CurveZMQ keys, the same training body) and raise instead of exiting.
+`simulate` starts the leader and every follower as local processes over tcp on 127.0.0.1 (the two
+CLI commands), waits for them with a deadline, and returns the leader's history.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from vfl.config import ConfigError, PartyConfig, load_config, parse_config
+
+ConfigLike = Union[str, os.PathLike, dict, PartyConfig]
+
+
+@dataclass
+class History:
+    """What a run leaves: per-step training losses, the evaluations (valid/test), and the whole metrics.json."""
+
+    step_losses: list[float] = field(default_factory=list)
+    evaluations: list[dict] = field(default_factory=list)
+    metrics: dict = field(default_factory=dict)
+    out_dir: str = ""
+
+    @classmethod
+    def from_out_dir(cls, out_dir: str) -> "History":
+        with open(os.path.join(out_dir, "metrics.json")) as f:
+            m = json.load(f)
+        return cls(list(m.get("step_losses", [])), list(m.get("history", [])), m, out_dir)
+
+    @property
+    def test_auc(self) -> float:
+        return float(self.metrics["test_auc"])
+
+    @property
+    def csv_path(self) -> str:
+        return os.path.join(self.out_dir, "metrics.csv")
+
+
+def _config(config: ConfigLike, overrides: dict[str, Any] | None, keys: str | None, data: str | None,
+            out: str | None) -> PartyConfig:
+    over = dict(overrides or {})
+    if data is not None:
+        over["data.path"] = str(data)
+    if out is not None:
+        over["output.dir"] = str(out)
+    if isinstance(config, PartyConfig):
+        config = config.model_dump(mode="python", exclude_none=True)
+    if isinstance(config, dict):
+        import copy
+        import tempfile
+
+        import yaml
+
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+            yaml.safe_dump(json.loads(json.dumps(copy.deepcopy(config), default=list)), f)
+        try:
+            return load_config(f.name, over, keys_dir=keys)
+        finally:
+            os.unlink(f.name)
+    return load_config(os.fspath(config), over, keys_dir=keys)
+
+
+class _Party:
+    role = ""
+
+    def __init__(self, config: ConfigLike, *, keys: str | None = None, data: str | None = None, out: str | None = None,
+                 overrides: dict[str, Any] | None = None, **dotted: Any):
+        """config: a YAML path, a dict or a PartyConfig; keys: a --keys DIR; overrides / keyword
+        arguments: config keys (`train__lr=1e-4` is `train.lr`)."""
+        over = {**(overrides or {}), **{k.replace("__", "."): v for k, v in dotted.items()}}
+        self.config = _config(config, over, keys, data, out)
+        if self.config.role != self.role:
+            raise ConfigError(f"{type(self).__name__} needs a config with role: {self.role}, got {self.config.role!r}")
+
+    def _run(self) -> dict:
+        from vfl.cli import party_keys
+        from vfl.logs import RunLog
+        from vfl.preflight import preflight
+
+        module = __import__(f"{self.role}.__main__", fromlist=["body", "abort"])
+        os.makedirs(self.config.output.dir, exist_ok=True)
+        log = RunLog(os.path.join(self.config.output.dir, f"{self.config.party}.log"), self.config.party)
+        state: dict = {}
+        try:
+            cfg = preflight(self.config, log)
+            party_keys(cfg)
+            module.body(cfg, log, state)
+            return state
+        except BaseException as e:
+            module.abort(state, f"{self.config.party}: {' '.join(str(e).split()) or type(e).__name__}")
+            raise
+        finally:
+            if "channel" in state:
+                state["channel"].close()
+            log.close()
+
+
+class Leader(_Party):
+    """The label party in this process; `fit()` trains with the followers and returns the History."""
+
+    role = "leader"
+
+    def fit(self) -> History:
+        self._run()
+        return History.from_out_dir(self.config.output.dir)
+
+
+class Follower(_Party):
+    """A feature party in this process; `fit()` serves the leader until DONE and returns the steps it trained."""
+
+    role = "follower"
+
+    def fit(self) -> int:
+        return int(self._run().get("steps", 0))
+
+
+def _party_name(config: ConfigLike) -> str:
+    if isinstance(config, PartyConfig):
+        return config.party
+    if isinstance(config, dict):
+        return str(config.get("party"))
+    from vfl.yamlfile import read_yaml
+
+    doc = read_yaml(os.fspath(config), ConfigError, "config file")
+    return str(doc.get("party")) if isinstance(doc, dict) else "?"
+
+
+def _yaml_path(config: ConfigLike, where: str, name: str) -> str:
+    if isinstance(config, (str, os.PathLike)):
+        return os.fspath(config)
+    doc = config.model_dump(mode="json", exclude_none=True) if isinstance(config, PartyConfig) else config
+    parse_config(dict(doc))  # every problem reported here, before any process starts
+    import yaml
+
+    path = os.path.join(where, f"{name}.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(doc, f)
+    return path
+
+
+def simulate(leader: ConfigLike, followers: list[ConfigLike], *, data: str | None = None, out: str = "runs/simulate",
+             keys: str | None = None, overrides: dict[str, Any] | None = None, timeout_s: float = 3600,
+             quiet: bool = True) -> History:
+    """Run the leader and followers as local processes (the CLI commands) over tcp on 127.0.0.1.
+
+    data: a prepared dataset directory (OUT of `python -m vfl.data prepare`; each party uses OUT/<party>)
+    or None to keep each config's data.path; keys: a key directory, or None for throwaway key pairs
+    under out/keys; overrides: config keys for every party (e.g. {"train.epochs": 2}). Raises
+    RuntimeError naming the party that failed (its last stderr lines); every process is gone on return.
+    """
+    from vfl.ports import free_port
+    from vfl.wire.keys import create_key_pair
+
+    os.makedirs(out, exist_ok=True)
+    out = os.path.abspath(out)
+    names = [_party_name(leader)] + [_party_name(f) for f in followers]
+    if keys is None:
+        keys = os.path.join(out, "keys")
+        for name in names:
+            if not os.path.exists(os.path.join(keys, f"{name}.key_secret")):
+                create_key_pair(name, keys)
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    configs = [_yaml_path(c, out, n) for c, n in zip([leader, *followers], names)]
+    pairs = [f"{k}={json.dumps(v)}" for k, v in (overrides or {}).items()]
+    procs: dict[str, subprocess.Popen] = {}
+    try:
+        for i, (name, path) in enumerate(zip(names, configs)):
+            role = "leader" if i == 0 else "follower"
+            cmd = [sys.executable, "-m", role, "--config", path, "--bind" if i == 0 else "--connect", endpoint,
+                   "--keys", keys, "--out", out, *(["--data", os.path.join(data, name)] if data else []),
+                   *(["--quiet"] if quiet else []), *pairs]
+            with open(os.path.join(out, f"{name}.stderr"), "w") as err_file:  # a file: a pipe could fill and block
+                procs[name] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL if quiet else None, stderr=err_file,
+                                               start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while any(p.poll() is None for p in procs.values()):
+            failed = [n for n, p in procs.items() if p.poll() not in (None, 0)]
+            if failed or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        failed = [n for n, p in procs.items() if p.poll() not in (None, 0)]
+        if failed or any(p.poll() is None for p in procs.values()):
+            name = failed[0] if failed else names[0]
+            _stop(procs)
+            with open(os.path.join(out, f"{name}.stderr")) as f:
+                err = f.read()
+            why = f"exited with status {procs[name].returncode}" if failed else f"did not finish in {timeout_s} s"
+            raise RuntimeError(f"{name} {why}: {' '.join(err.strip().splitlines()[-3:])}")
+    finally:
+        _stop(procs)
+    return History.from_out_dir(out)
+
+
+def _stop(procs: dict[str, subprocess.Popen]) -> None:
+    """End every party process still running (by its process group, started for it) and close its pipes."""
+    for p in procs.values():
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+                p.wait(timeout=10)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait(timeout=10)
+
+
+__all__ = ["Follower", "History", "Leader", "simulate"]

@@ -1,0 +1,133 @@
+"""Training curves of a run: metrics.csv (every step and every evaluation), TensorBoard events, and curves.png.
+
+A resumed run continues the same files: rows after the resume step are dropped (they belong to the
+interrupted attempt), new rows are appended, TensorBoard purges events past the resume step, and the
+PNG is redrawn from the whole CSV at the end.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import os
+
+COLUMNS = ("kind", "epoch", "step", "loss", "valid_auc", "valid_auc_noisy", "valid_logloss", "test_auc", "test_logloss",
+           "samples_per_second", "valid_accuracy", "test_accuracy")  # accuracy: train.task multiclass
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else repr(value)
+    return str(value)
+
+
+def read_metrics_csv(path: str) -> list[dict]:
+    """The rows of a metrics.csv as dicts of strings ('' = not measured in that row)."""
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def preload_tensorboard() -> None:
+    """Import TensorBoard's writer now (it takes seconds), before any peer waits on this process."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+    except ImportError:
+        pass
+
+
+class RunCurves:
+    """Writes one party's curves under out_dir; `step()` per training step, `evaluation()` per evaluation."""
+
+    def __init__(self, out_dir: str, name: str, start_step: int = 0, tensorboard: bool = True, log=None):
+        self.out_dir = out_dir
+        self.name = name
+        self.csv_path = os.path.join(out_dir, "metrics.csv")
+        self.png_path = os.path.join(out_dir, "curves.png")
+        self.tb_dir = os.path.join(out_dir, "tensorboard", name)
+        self.log = log
+        os.makedirs(out_dir, exist_ok=True)
+        kept: list[dict] = []
+        if start_step > 0 and os.path.exists(self.csv_path):
+            kept = [r for r in read_metrics_csv(self.csv_path) if r.get("step", "").isdigit() and int(r["step"]) <= start_step]
+        self._f = open(self.csv_path, "w", newline="", buffering=1)
+        self._w = csv.DictWriter(self._f, fieldnames=COLUMNS, extrasaction="ignore")
+        self._w.writeheader()
+        for r in kept:
+            self._w.writerow(r)
+        self.tb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(self.tb_dir, purge_step=start_step if start_step > 0 else None)
+            except ImportError:  # tensorboard is a dependency; an install without it still gets CSV and PNG
+                if log is not None:
+                    log.warning("warning: tensorboard is not installed: no TensorBoard events (pip install tensorboard)")
+
+    def step(self, epoch: int, step: int, loss: float) -> None:
+        self._w.writerow({"kind": "step", "epoch": epoch, "step": step, "loss": _cell(loss)})
+        if self.tb is not None:
+            self.tb.add_scalar("train/loss", loss, step)
+
+    def evaluation(self, entry: dict) -> None:
+        valid = entry.get("valid") or {}
+        row = {"kind": "eval", "epoch": entry["epoch"], "step": entry["step"], "loss": _cell(entry.get("train_loss")),
+               "valid_auc": _cell(valid.get("auc")), "valid_auc_noisy": _cell(valid.get("auc_noisy")),
+               "valid_logloss": _cell(valid.get("logloss")), "test_auc": _cell(entry.get("test_auc")),
+               "test_logloss": _cell(entry.get("test_logloss")), "samples_per_second": _cell(entry.get("samples_per_second")),
+               "valid_accuracy": _cell(valid.get("accuracy")), "test_accuracy": _cell(entry.get("test_accuracy"))}
+        self._w.writerow(row)
+        if self.tb is not None:
+            for key, value in row.items():
+                if key not in ("kind", "epoch", "step", "loss") and value not in ("", "nan"):
+                    self.tb.add_scalar(f"eval/{key}", float(value), entry["step"])
+            self.tb.flush()
+
+    def close(self) -> None:
+        if self._f.closed:
+            return
+        self._f.close()
+        if self.tb is not None:
+            self.tb.close()
+        try:
+            plot_curves(self.csv_path, self.png_path, self.name)
+        except Exception as e:  # a plot is a convenience: never fail a finished run for it
+            if self.log is not None:
+                self.log.warning(f"warning: {self.png_path} not drawn: {e}")
+
+
+def plot_curves(csv_path: str, png_path: str, title: str = "") -> str:
+    """Loss per step (and the evaluation's train loss) beside valid/test AUC per evaluation, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_metrics_csv(csv_path)
+    steps = [(int(r["step"]), float(r["loss"])) for r in rows if r["kind"] == "step" and r["loss"]]
+    evals = [r for r in rows if r["kind"] == "eval"]
+    fig, (ax_loss, ax_auc) = plt.subplots(1, 2, figsize=(11, 4))
+    if steps:
+        ax_loss.plot(*zip(*steps), lw=0.8, alpha=0.6, label="batch loss")
+    ev_loss = [(int(r["step"]), float(r["loss"])) for r in evals if r["loss"]]
+    if ev_loss:
+        ax_loss.plot(*zip(*ev_loss), "o-", label="mean loss since last evaluation")
+    ax_loss.set_xlabel("global step")
+    ax_loss.set_ylabel("training loss")
+    ax_loss.legend(loc="best")
+    for key, label in (("valid_auc", "valid AUC"), ("test_auc", "test AUC")):
+        pts = [(int(r["step"]), float(r[key])) for r in evals if r.get(key) not in ("", "nan", None)]
+        if pts:
+            ax_auc.plot(*zip(*pts), "o-", label=label)
+    ax_auc.set_xlabel("global step")
+    ax_auc.set_ylabel("AUC")
+    if ax_auc.lines:
+        ax_auc.legend(loc="best")
+    fig.suptitle(title)
+    fig.tight_layout()
+    tmp = f"{png_path}.tmp-{os.getpid()}.png"
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, png_path)
+    return png_path

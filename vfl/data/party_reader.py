@@ -1,0 +1,197 @@
+"""Streaming reader of one party's own raw file: a header line, an id column, its columns, the label (leader only).
+
+TSV or CSV (the header's first tab decides; .gz is read directly), read in bounded chunks with
+every value as text. Dense values must be numbers (empty = missing); categorical values are keyed
+exactly as the combined-file tokenizer keys them (8 hex digits -> their value, other text -> a
+CRC-based key above 2**32), so a party's shard equals the one the combined path would give; the
+label must be 0 or 1. A row with a bad value is skipped with a warning naming its line (an error
+with strict); a line with the wrong number of fields is an error.
+"""
+from __future__ import annotations
+
+import csv
+import difflib
+import gzip
+import hashlib
+import os
+import re
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from vfl.data.ids import ids64
+from vfl.data.reader import DataError, ReadStats
+from vfl.data.tokenizer import BadLine
+
+CHUNK_ROWS = 100_000
+_HEX8 = re.compile(r"^[0-9a-fA-F]{8}$")
+_NON_HEX_KEY_BASE = 1 << 32
+
+
+@dataclass(frozen=True)
+class PartySource:
+    """Which columns of a party's raw file to read."""
+
+    path: str
+    dense: tuple[str, ...]
+    categorical: tuple[str, ...]
+    label: bool
+    id_column: str = "id"
+    label_column: str = "label"
+    num_classes: int = 2  # 2: the label is 0 or 1; K > 2: class ids 0..K-1
+
+
+@dataclass
+class PartyBlock:
+    """The good rows of one chunk of a party's file."""
+
+    row_index: np.ndarray  # int64 (n,), 0-based data row of the file (the truth file is indexed by it)
+    sample_id: np.ndarray  # int64 (n,), see vfl/data/ids.py
+    label: np.ndarray | None  # int8 (n,), labelled party only
+    dense: np.ndarray  # float64 (n, d), 0 where missing
+    dense_missing: np.ndarray  # bool (n, d)
+    cat_key: np.ndarray  # uint64 (n, c), 0 where missing
+    cat_missing: np.ndarray  # bool (n, c)
+
+
+def _open_text(path: str):
+    if not os.path.exists(path):
+        raise DataError(f"input file not found: {path}")
+    if os.path.isdir(path):
+        raise DataError(f"input must be a file, got a directory: {path}")
+    raw = gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+    import io
+
+    return io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape", newline="")
+
+
+def sniff_header(path: str) -> tuple[str, list[str]]:
+    """(delimiter, column names) of a party file's header line."""
+    with _open_text(path) as f:
+        first = f.readline(1 << 20)
+    if not first.strip():
+        raise DataError(f"input file is empty: {path}")
+    sep = "\t" if "\t" in first else ","
+    names = next(csv.reader([first.rstrip("\r\n")], delimiter=sep, quoting=csv.QUOTE_NONE if sep == "\t" else csv.QUOTE_MINIMAL))
+    names = [n.strip() for n in names]
+    if len(set(names)) != len(names):
+        raise DataError(f"{path}: the header names a column twice: {names}")
+    return sep, names
+
+
+def _missing(path: str, want: list[str], have: list[str], what: str) -> list[str]:
+    errors = []
+    for c in want:
+        if c not in have:
+            same_case = [h for h in have if h.lower() == c.lower()]
+            near = same_case or difflib.get_close_matches(c, have, n=1)
+            errors.append(f"{what} column {c!r} is not in the header of {path}" + (f" (did you mean {near[0]!r}?)" if near else "")
+                          + f"; the header has {have[:50]}")
+    return errors
+
+
+def _cat_keys(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """uint64 keys and missing flags of one categorical column (text values)."""
+    uniq, inv = np.unique(values.astype(str), return_inverse=True)
+    keys = np.empty(uniq.size, np.uint64)
+    miss = np.zeros(uniq.size, bool)
+    for i, t in enumerate(uniq):
+        if t == "":
+            keys[i], miss[i] = 0, True
+        elif _HEX8.match(t):
+            keys[i] = int(t, 16)
+        else:
+            keys[i] = _NON_HEX_KEY_BASE + zlib.crc32(t.encode("utf-8", "surrogateescape"))
+    return keys[inv], miss[inv]
+
+
+def read_party_blocks(src: PartySource, strict: bool, stats: ReadStats, chunk_rows: int = CHUNK_ROWS) -> Iterator[PartyBlock]:
+    """Yield the parsed good rows of a party file, chunk by chunk; bad rows are counted (or raise with strict)."""
+    import pandas as pd
+
+    sep, names = sniff_header(src.path)
+    errors = _missing(src.path, [src.id_column], names, "id")
+    errors += _missing(src.path, list(src.dense), names, "dense")
+    errors += _missing(src.path, list(src.categorical), names, "categorical")
+    if src.label:
+        errors += _missing(src.path, [src.label_column], names, "label")
+    if errors:
+        raise DataError("; ".join(errors))
+    stats.has_id_column = True
+    digest = hashlib.sha256()
+    with open(src.path, "rb") as f:  # the source digest names the labelled dataset (label-DP ledger)
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+            stats.bytes_read += len(chunk)
+    cols = [src.id_column, *src.dense, *src.categorical, *([src.label_column] if src.label else [])]
+    row0 = 0
+    try:
+        reader = pd.read_csv(src.path, sep=sep, dtype=str, usecols=cols, keep_default_na=False, na_filter=False,
+                             chunksize=chunk_rows, quoting=csv.QUOTE_NONE if sep == "\t" else csv.QUOTE_MINIMAL,
+                             encoding="utf-8", encoding_errors="surrogateescape", compression="infer", engine="c")
+        for df in reader:
+            yield from _block(src, df, row0, strict, stats)
+            row0 += len(df)
+    except (pd.errors.ParserError, UnicodeDecodeError, EOFError, OSError, zlib.error) as e:
+        raise DataError(f"{src.path}: {' '.join(str(e).split())[:300]}") from None
+    stats.lines = row0 + 1
+    stats.sha256 = digest.hexdigest()
+    if stats.good_rows == 0:
+        raise DataError(f"{src.path}: no usable rows ({stats.bad_rows} malformed rows)")
+
+
+def _block(src: PartySource, df, row0: int, strict: bool, stats: ReadStats) -> Iterator[PartyBlock]:
+    import pandas as pd
+
+    n = len(df)
+    bad = np.zeros(n, bool)
+    reasons: dict[int, str] = {}
+
+    def flag(mask: np.ndarray, why) -> None:
+        for r in np.flatnonzero(mask & ~bad):
+            reasons[int(r)] = why(int(r))
+        bad[mask] = True
+
+    id_text = df[src.id_column].str.strip().to_numpy()
+    flag(id_text == "", lambda r: f"empty {src.id_column}")
+    dense = np.zeros((n, len(src.dense)))
+    dmiss = np.zeros((n, len(src.dense)), bool)
+    for j, c in enumerate(src.dense):
+        text = df[c].str.strip()
+        miss = (text == "").to_numpy()
+        vals = pd.to_numeric(text.where(~miss, "0"), errors="coerce").to_numpy(dtype=float)
+        flag(~np.isfinite(vals), lambda r, c=c: f"{c} is not a number")
+        dense[:, j] = np.where(np.isfinite(vals) & ~miss, vals, 0.0)
+        dmiss[:, j] = miss
+    keys = np.zeros((n, len(src.categorical)), np.uint64)
+    cmiss = np.zeros((n, len(src.categorical)), bool)
+    for j, c in enumerate(src.categorical):
+        keys[:, j], cmiss[:, j] = _cat_keys(df[c].to_numpy())
+    label = None
+    if src.label:
+        lab = df[src.label_column].str.strip()
+        if src.num_classes == 2:
+            lab = lab.to_numpy()
+            flag(~((lab == "0") | (lab == "1")), lambda r: f"{src.label_column} must be 0 or 1")
+            label = (lab == "1").astype(np.int8)
+        else:
+            k = src.num_classes
+            cls = pd.to_numeric(lab.where(lab.str.fullmatch(r"\d{1,3}"), "-1"), errors="coerce").to_numpy()
+            flag(~((cls >= 0) & (cls < k)), lambda r: f"{src.label_column} must be a class id in [0, {k - 1}]")
+            label = np.where((cls >= 0) & (cls < k), cls, 0).astype(np.int8)
+    if bad.any():
+        first = min(reasons)
+        if strict:
+            raise DataError(f"{src.path}: line {row0 + first + 2}: {reasons[first]} (run without --strict to skip malformed rows)")
+        stats.bad_rows += int(bad.sum())
+        room = 5 - len(stats.first_bad)
+        stats.first_bad.extend(BadLine(row0 + r + 1, reasons[r]) for r in sorted(reasons)[:max(room, 0)])
+    keep = ~bad
+    stats.good_rows += int(keep.sum())
+    if not keep.any():
+        return
+    yield PartyBlock(row_index=row0 + np.flatnonzero(keep).astype(np.int64), sample_id=ids64(id_text[keep]),
+                     label=label[keep] if label is not None else None, dense=dense[keep], dense_missing=dmiss[keep],
+                     cat_key=keys[keep], cat_missing=cmiss[keep])

@@ -1,0 +1,175 @@
+"""Checks that need no peer and no torch, run before the heavy imports: data path and shard, resume step, sizes.
+
+Each returns quickly (JSON and file headers only) so that a wrong `--data`, a checkpoint that cannot
+be resumed with these epochs, or a model whose checkpoints would fill the disk is reported in well
+under a second, before the party imports torch, binds a socket or waits for its peers.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from vfl.config import ConfigError, PartyConfig
+
+CHECKPOINT_WARN_BYTES = 1 << 30  # warn above 1 GiB per checkpoint
+RAW_SUFFIXES = (".tsv", ".txt", ".csv", ".gz")
+
+
+def _looks_like_raw_data(path: str) -> bool:
+    if path.endswith(RAW_SUFFIXES):
+        return True
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return b"\t" in head
+
+
+def _party_dirs(path: str) -> list[str]:
+    try:
+        return sorted(d for d in os.listdir(path) if os.path.isfile(os.path.join(path, d, "manifest.json")))
+    except OSError:
+        return []
+
+
+def resolve_data_path(path: str, party: str) -> tuple[str, str | None]:
+    """(this party's shard directory, a note when it was found inside the given path); DataError otherwise.
+
+    Accepts the party's own directory OUT/<party>, or OUT itself (the path `python -m vfl.data prepare`
+    prints), which resolves to OUT/<party>.
+    """
+    from vfl.data.reader import DataError  # (exit status 1, as when the shard itself is unreadable)
+
+    prepare = "python -m vfl.data prepare --input RAW.tsv --out DIR"
+    if not os.path.exists(path):
+        raise DataError(f"data.path {path!r} does not exist: give this party's shard directory DIR/{party} "
+                          f"written by `{prepare}`")
+    if os.path.isfile(path):
+        if _looks_like_raw_data(path):
+            raise DataError(f"data.path {path!r} is a raw data file, not a party shard: prepare it first with "
+                              f"`python -m vfl.data prepare --input {path} --out DIR`, then pass --data DIR/{party} "
+                              f"(or DIR)")
+        raise DataError(f"data.path {path!r} is a file; it must be this party's shard directory DIR/{party} "
+                          f"written by `{prepare}`")
+    manifest = os.path.join(path, "manifest.json")
+    if os.path.isfile(manifest):
+        try:
+            with open(manifest) as f:
+                doc = json.load(f)
+        except (OSError, ValueError) as e:
+            raise DataError(f"data.path {path!r}: manifest.json cannot be read: {e}") from None
+        if isinstance(doc, dict) and isinstance(doc.get("party"), dict):
+            return path, None
+        parties = _party_dirs(path)
+        if party in parties:  # the dataset directory of prepare: pick this party's part
+            return os.path.join(path, party), f"data.path {path} holds the shards of {parties}; using {os.path.join(path, party)}"
+        raise DataError(f"data.path {path!r} is a prepared dataset with the shards of {parties}, none of them "
+                          f"{party!r}: pass --data {os.path.join(path, parties[0]) if parties else 'DIR/' + party} "
+                          f"for the party it was prepared for, or prepare with a parties file naming {party!r}")
+    parties = _party_dirs(path)
+    if party in parties:
+        return os.path.join(path, party), f"using {os.path.join(path, party)} inside data.path {path}"
+    raise DataError(f"data.path {path!r} has no manifest.json: it is not a party shard written by `{prepare}`"
+                      + (f" (it holds the shards of {parties})" if parties else ""))
+
+
+def read_manifest(shard_dir: str) -> dict:
+    with open(os.path.join(shard_dir, "manifest.json")) as f:
+        return json.load(f)
+
+
+def checkpoint_meta(path: str) -> dict | None:
+    """The JSON sidecar `<checkpoint>.json` ({party, epoch, step}) written beside each checkpoint, when present."""
+    try:
+        with open(path + ".json") as f:
+            doc = json.load(f)
+        return doc if isinstance(doc, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def check_resume(cfg: PartyConfig, manifest: dict) -> None:
+    """A resume checkpoint must exist, belong to this party and leave steps to train under train.epochs."""
+    path = cfg.train.resume_from
+    if not path:
+        return
+    if not os.path.isfile(path):
+        raise ConfigError(f"train.resume_from {path!r} does not exist (a checkpoints/<party>_<tag>.pt of an earlier run)")
+    meta = checkpoint_meta(path)
+    if meta is None:
+        return  # an older checkpoint without a sidecar: checked when loaded
+    if meta.get("party") not in (None, cfg.party):
+        raise ConfigError(f"train.resume_from {path!r} belongs to party {meta.get('party')!r}, not {cfg.party!r}")
+    rows = (manifest.get("rows") or {}).get("train")
+    step = meta.get("step")
+    if isinstance(rows, int) and isinstance(step, int):
+        spe = -(-rows // cfg.train.batch_size)
+        total = cfg.train.epochs * spe
+        if step >= total:
+            need = step // spe + 1
+            raise ConfigError(f"train.resume_from {path!r} is at global step {step}, but train.epochs={cfg.train.epochs} "
+                              f"x {spe} steps ends at step {total}: pass --epochs {need} (or more) to train further")
+
+
+def check_shard(cfg: PartyConfig, shard_dir: str, manifest: dict) -> None:
+    """The shard must be this party's, labelled for the leader only, with the columns the config names."""
+    from vfl.data.reader import DataError
+
+    party = manifest.get("party") or {}
+    name, has_labels = party.get("name"), bool(party.get("has_labels"))
+    if cfg.is_leader and not has_labels:
+        raise DataError(f"data.path {shard_dir} is the shard of {name!r}, which holds no labels; the leader needs the labelled shard")
+    if not cfg.is_leader and has_labels:
+        raise DataError(f"data.path {shard_dir} holds labels (it is the leader's shard {name!r}); a follower must never read labels")
+    if name != cfg.party:
+        raise DataError(f"data.path {shard_dir} is the shard of party {name!r}, not of {cfg.party!r}; "
+                        f"give each party its own directory OUT/<party> of `python -m vfl.data prepare`")
+    for want, key in ((cfg.data.dense, "dense"), (cfg.data.categorical, "categorical")):
+        have = party.get(key)
+        if want is not None and list(want) != list(have or []):
+            raise DataError(f"data.{key} {list(want)} does not match the shard's columns {have} in {shard_dir}")
+
+
+def projected_checkpoint_bytes(cfg: PartyConfig, manifest: dict) -> int:
+    """Float32 bytes of this party's bottom (embeddings dominate) times 3 with Adam's two moment buffers."""
+    party = manifest.get("party") or {}
+    ids = sum(int(v) for v in (party.get("field_sizes") or {}).values())
+    b = cfg.model.bottom
+    n_dense = len(party.get("dense") or ())
+    inputs = len(party.get("categorical") or ()) * b.embedding_dim + 2 * n_dense
+    mlp = 0
+    for width in (*b.hidden, b.cut_dim - 1):
+        mlp += inputs * width + width
+        inputs = width
+    params = ids * (1 + b.embedding_dim) + mlp + 2 * n_dense + 1
+    moments = 2 if cfg.train.optimizer == "adam" else 1 if cfg.train.optimizer == "adagrad" else 0
+    return 4 * params * (1 + moments)
+
+
+def size_warning(cfg: PartyConfig, manifest: dict) -> str | None:
+    """A warning when each checkpoint would exceed CHECKPOINT_WARN_BYTES (with how to shrink it)."""
+    nbytes = projected_checkpoint_bytes(cfg, manifest)
+    if nbytes < CHECKPOINT_WARN_BYTES:
+        return None
+    ids = sum(int(v) for v in ((manifest.get("party") or {}).get("field_sizes") or {}).values())
+    count = 1 + (cfg.train.checkpoint_every > 0)
+    return (f"each checkpoint of {cfg.party} will take about {nbytes / 2**30:.1f} GiB ({ids:,} embedding rows x "
+            f"{cfg.model.bottom.embedding_dim + 1} floats, with optimizer state){' and more every checkpoint_every steps' if count > 1 else ''}; "
+            f"prepare with fewer --hash-buckets or with --vocab-min-count N, or lower model.bottom.embedding_dim")
+
+
+def preflight(cfg: PartyConfig, log=None) -> PartyConfig:
+    """Run every peer-free check; return cfg with data.path resolved to this party's shard directory."""
+    path, note = resolve_data_path(cfg.data.path, cfg.party)
+    if note and log is not None:
+        log(note)
+    if path != cfg.data.path:
+        cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"path": path})})
+    manifest = read_manifest(path)
+    check_shard(cfg, path, manifest)
+    check_resume(cfg, manifest)
+    warning = size_warning(cfg, manifest)
+    if warning and log is not None:
+        log.warning(f"warning: {warning}")
+    return cfg

@@ -1,0 +1,1 @@
+"""Private set intersection of sample ids between the leader and each follower (ECDH, before training)."""

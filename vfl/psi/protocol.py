@@ -1,0 +1,302 @@
+"""The PSI exchange over the parties' CurveZMQ channel, before training: PSI messages with deadlines and size bounds.
+
+Leader L (ids X, fresh secret a per follower) and follower F (ids Y, secret b), every step driven by L:
+
+    F -> L  PSI hello  {suite, n: |Y|}                 L -> F  PSI hello {suite, n: |X|}
+    for each chunk of F's shuffled Y:
+      L -> F  PSI mask {start, stop}                   F -> L  PSI mask {start, stop} + H(y)^b
+      L -> F  PSI double {start, stop} + (H(y)^b)^a    (F keeps them)
+    for each chunk of L's shuffled X:
+      L -> F  PSI leader {start, stop} + H(x)^a         F -> L  PSI leader {start, stop} + (H(x)^a)^b
+    L matches H(x)^ab with H(y)^ab, intersects over all followers, then
+      L -> F  PSI result {start, stop, total} + positions (in F's shuffled order) of the final intersection
+      L -> F  PSI done {size}
+
+F checks that every position L names is a match by its own computation (H(y)^ab among the H(x)^ab it
+made), so L cannot make F train on an id outside the intersection; L computes every match itself, so F
+cannot claim one. Both sides shuffle with the OS's randomness, so a position says nothing about an id's
+rank. Each side learns the other's set size, and the intersection (F: its ids at the positions L names;
+L: its ids whose H(x)^ab matched). A point is 32 bytes (carried as 4 int64), a message at most
+CHUNK_POINTS points; a set above MAX_IDS ids is refused before anything is computed. Every receive
+has the channel's deadline; the leader sends WAIT to followers that wait for their turn.
+"""
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vfl.psi.ecdh import SUITE, PointError, as_wire, from_wire, hash_ids, new_exponent, point_set, raise_to
+from vfl.wire.frames import MAX_HEADER_BYTES, Message, WireError
+
+CHUNK_POINTS = 8192  # 256 KiB of points per message: a chunk's exponentiations stay well inside a deadline
+MAX_IDS = 1 << 27  # ids per party (134 M; the Kaggle Criteo set has 45.8 M)
+MAX_FRAME_BYTES = CHUNK_POINTS * 32 + MAX_HEADER_BYTES + 1024  # the largest PSI message
+
+
+class PSIError(WireError):
+    """The intersection cannot be agreed: a bad PSI message, a set too large, or an intersection too small."""
+
+
+@dataclass
+class PSIReport:
+    """What a party learned and spent."""
+
+    intersection: int = 0  # size of the final (all-party) intersection
+    own_ids: int = 0
+    peer_ids: dict[str, int] = field(default_factory=dict)  # the other side's set size(s)
+    pairwise: dict[str, int] = field(default_factory=dict)  # leader: |X & Y_f| per follower; follower: |X & Y|
+    seconds: float = 0.0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+
+    def as_dict(self) -> dict:
+        return {"suite": SUITE, "intersection": self.intersection, "own_ids": self.own_ids, "peer_ids": self.peer_ids,
+                "pairwise": self.pairwise, "seconds": round(self.seconds, 3), "bytes_sent": self.bytes_sent,
+                "bytes_received": self.bytes_received}
+
+
+class _Progress:
+    """A progress line (points done, rate, ETA) at most every 10 s, for long intersections."""
+
+    def __init__(self, log, what: str, total: int):
+        self.log, self.what, self.total = log, what, total
+        self.done, self.t0, self.last = 0, time.monotonic(), time.monotonic()
+
+    def add(self, k: int) -> None:
+        self.done += k
+        now = time.monotonic()
+        if self.log is not None and now - self.last >= 10.0:
+            rate = self.done / max(now - self.t0, 1e-9)
+            self.log(f"PSI {self.what}: {self.done}/{self.total} points, {rate:.0f}/s, "
+                     f"ETA {(self.total - self.done) / max(rate, 1e-9):.0f} s")
+            self.last = now
+
+
+def _chunks(n: int):
+    return [(i, min(i + CHUNK_POINTS, n)) for i in range(0, n, CHUNK_POINTS)]
+
+
+def _shuffle(n: int) -> np.ndarray:
+    return np.random.default_rng(secrets.randbits(128)).permutation(n)
+
+
+def _range(msg: Message, who: str, n: int, want: tuple[int, int] | None = None) -> tuple[int, int]:
+    start, stop = msg.int_field("start", 0, n), msg.int_field("stop", 0, n)
+    if not start < stop or stop - start > CHUNK_POINTS or (want is not None and (start, stop) != want):
+        raise PSIError(f"PSI {msg.meta.get('op')} from {who}: range {start}..{stop} "
+                       + (f"is not the requested {want[0]}..{want[1]}" if want else f"is not a chunk of 1..{CHUNK_POINTS} of {n}"))
+    return start, stop
+
+
+def _points(msg: Message, who: str, rows: int) -> np.ndarray:
+    if len(msg.tensors) != 1:
+        raise PSIError(f"PSI {msg.meta.get('op')} from {who}: expected 1 tensor, got {len(msg.tensors)}")
+    t = msg.tensors[0]
+    if t.dtype != np.dtype("<i8") or tuple(t.shape) != (rows, 4):
+        raise PSIError(f"PSI {msg.meta.get('op')} from {who}: expected int64 ({rows}, 4) points, got {t.dtype} {tuple(t.shape)}")
+    return from_wire(t)
+
+
+def _op(msg: Message, who: str, want: str) -> None:
+    if msg.type != "PSI" or msg.meta.get("op") != want:
+        raise PSIError(f"expected PSI {want} from {who}, got {msg.type} {str(msg.meta.get('op'))[:20]!r}")
+
+
+def _size(msg: Message, who: str) -> int:
+    if msg.meta.get("suite") != SUITE:
+        raise PSIError(f"{who} runs PSI suite {str(msg.meta.get('suite'))[:80]!r}, this party runs {SUITE!r}")
+    return msg.int_field("n", 1, MAX_IDS)
+
+
+def _check_ids(ids: np.ndarray, who: str) -> np.ndarray:
+    ids = np.asarray(ids, np.int64)
+    if ids.size == 0 or ids.size > MAX_IDS:
+        raise PSIError(f"{who} holds {ids.size} ids; PSI needs 1..{MAX_IDS}")
+    if np.unique(ids).size != ids.size:
+        raise PSIError(f"{who}'s ids are not unique (re-run `python -m vfl.data prepare`, which refuses duplicates)")
+    return ids
+
+
+# -- follower ------------------------------------------------------------------------------------------
+def follower_psi(ch, ids: np.ndarray, log=None) -> tuple[np.ndarray, PSIReport]:
+    """Run F's side over a FollowerChannel; return the ids of the final intersection (ascending) and the report."""
+    t0, sent0, recv0 = time.perf_counter(), ch.bytes_sent, ch.bytes_received
+    ids = _check_ids(ids, ch.me)
+    perm = _shuffle(ids.size)
+    y = ids[perm]
+    b = new_exponent()
+    ch.send("PSI", {"op": "hello", "suite": SUITE, "n": int(y.size)})
+    n_leader = _size(_recv(ch, "hello"), "the leader")
+    y_ab = np.zeros((y.size, 32), np.uint8)
+    got = np.zeros(y.size, bool)
+    x_ab = np.zeros((n_leader, 32), np.uint8)
+    x_got = np.zeros(n_leader, bool)
+    positions: list[np.ndarray] = []
+    expected_positions = 0
+    progress = _Progress(log, "with the leader", y.size + n_leader)
+    while True:
+        msg = _recv(ch, None)
+        op = msg.meta.get("op")
+        if op == "mask":
+            start, stop = _range(msg, "the leader", y.size)
+            ch.send("PSI", {"op": "mask", "start": start, "stop": stop}, [as_wire(raise_to(hash_ids(y[start:stop]), b))])
+            progress.add(stop - start)
+        elif op == "double":
+            start, stop = _range(msg, "the leader", y.size)
+            y_ab[start:stop] = _points(msg, "the leader", stop - start)
+            got[start:stop] = True
+        elif op == "leader":
+            start, stop = _range(msg, "the leader", n_leader)
+            try:
+                out = raise_to(_points(msg, "the leader", stop - start), b)
+            except PointError as e:
+                raise PSIError(f"PSI leader chunk {start}..{stop} from the leader: {e}") from None
+            x_ab[start:stop] = out
+            x_got[start:stop] = True
+            ch.send("PSI", {"op": "leader", "start": start, "stop": stop}, [as_wire(out)])
+            progress.add(stop - start)
+        elif op == "result":
+            total = msg.int_field("total", 0, y.size)
+            start, stop = msg.int_field("start", 0, total), msg.int_field("stop", 0, total)
+            if start != expected_positions or not start < stop or stop - start > 4 * CHUNK_POINTS or len(msg.tensors) != 1:
+                raise PSIError(f"PSI result from the leader: chunk {start}..{stop} out of order or malformed")
+            pos = msg.tensors[0]
+            if pos.dtype != np.dtype("<i8") or tuple(pos.shape) != (stop - start,):
+                raise PSIError(f"PSI result from the leader: expected int64 ({stop - start},), got {pos.dtype} {tuple(pos.shape)}")
+            positions.append(pos.copy())
+            expected_positions = stop
+        elif op == "done":
+            size = msg.int_field("size", 0, y.size)
+            break
+        else:
+            raise PSIError(f"unexpected PSI op {str(op)[:20]!r} from the leader")
+    pos = np.concatenate(positions) if positions else np.empty(0, np.int64)
+    if pos.size != size:
+        raise PSIError(f"PSI done from the leader announces {size} ids but named {pos.size} positions")
+    if not got.all() or not x_got.all():
+        raise PSIError("the leader ended the PSI before every chunk was exchanged")
+    if pos.size and (pos.min() < 0 or pos.max() >= y.size or np.any(np.diff(pos) <= 0)):
+        raise PSIError("PSI result from the leader: positions must be strictly increasing indices of this party's set")
+    theirs = point_set(x_ab)
+    ours = point_set(y_ab)
+    pairwise = sum(1 for k in ours if k in theirs)
+    raw = y_ab.tobytes()
+    for p in pos:
+        if raw[32 * p: 32 * p + 32] not in theirs:
+            raise PSIError(f"the leader named position {int(p)} as shared, but that id is not in the intersection "
+                           f"this party computed; refused")
+    final = np.sort(y[pos])
+    report = PSIReport(int(final.size), int(y.size), {"leader": n_leader}, {"leader": pairwise},
+                       time.perf_counter() - t0, ch.bytes_sent - sent0, ch.bytes_received - recv0)
+    return final, report
+
+
+def _recv(ch, op: str | None) -> Message:
+    while True:
+        msg = ch.recv(("PSI", "WAIT"), f"PSI {op or 'step'} from the leader at {ch.endpoint}"
+                                       + (" (is the leader running?)" if op == "hello" else ""))
+        if msg.type == "WAIT":
+            continue
+        if op is not None:
+            _op(msg, "the leader", op)
+        return msg
+
+
+# -- leader --------------------------------------------------------------------------------------------
+def leader_psi(ch, followers: list[str], ids: np.ndarray, log=None) -> tuple[np.ndarray, PSIReport]:
+    """Run L's side with every follower in turn; return the ids every party holds (ascending) and the report."""
+    t0, sent0, recv0 = time.perf_counter(), ch.bytes_sent, ch.bytes_received
+    ids = _check_ids(ids, ch.me)
+    keepalive_every = ch.timeout_s / 4
+    last = {f: time.monotonic() for f in followers}
+    sizes = {}
+    for f in followers:
+        sizes[f] = _size(_leader_recv(ch, f, "hello", " (is it running and pointed at this leader?)"), f)
+    for f in followers:
+        ch.send(f, "PSI", {"op": "hello", "suite": SUITE, "n": int(ids.size)})
+        last[f] = time.monotonic()
+    hashed = np.empty((ids.size, 32), np.uint8)  # H(x): a public function of the ids, computed once, chunk by chunk
+    is_hashed = np.zeros(ids.size, bool)
+
+    def hashes(rows: np.ndarray) -> np.ndarray:
+        todo = rows[~is_hashed[rows]]
+        if todo.size:
+            hashed[todo] = hash_ids(ids[todo])
+            is_hashed[todo] = True
+        return hashed[rows]
+    matched: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # follower -> (leader rows, follower positions)
+
+    def keepalive(current: str) -> None:
+        now = time.monotonic()
+        for g in followers:
+            if g != current and now - last[g] >= keepalive_every:
+                ch.send(g, "WAIT", {})
+                last[g] = now
+
+    for f in followers:
+        a = new_exponent()
+        n = sizes[f]
+        progress = _Progress(log, f"with {f}", n + ids.size)
+        y_ab = np.empty((n, 32), np.uint8)
+        for start, stop in _chunks(n):
+            ch.send(f, "PSI", {"op": "mask", "start": start, "stop": stop})
+            msg = _leader_recv(ch, f, "mask")
+            _range(msg, f, n, (start, stop))
+            try:
+                y_ab[start:stop] = raise_to(_points(msg, f, stop - start), a)
+            except PointError as e:
+                raise PSIError(f"PSI mask chunk {start}..{stop} from {f}: {e}") from None
+            ch.send(f, "PSI", {"op": "double", "start": start, "stop": stop}, [as_wire(y_ab[start:stop])])
+            keepalive(f)
+            progress.add(stop - start)
+        perm = _shuffle(ids.size)
+        x_ab = np.empty((ids.size, 32), np.uint8)
+        for start, stop in _chunks(ids.size):
+            ch.send(f, "PSI", {"op": "leader", "start": start, "stop": stop}, [as_wire(raise_to(hashes(perm[start:stop]), a))])
+            msg = _leader_recv(ch, f, "leader")
+            _range(msg, f, ids.size, (start, stop))
+            x_ab[start:stop] = _points(msg, f, stop - start)
+            keepalive(f)
+            progress.add(stop - start)
+        theirs = point_set(y_ab)
+        raw = x_ab.tobytes()
+        rows, pos = [], []
+        for i in range(ids.size):
+            j = theirs.get(raw[32 * i: 32 * i + 32])
+            if j is not None:
+                rows.append(perm[i])
+                pos.append(j)
+        matched[f] = (np.asarray(rows, np.int64), np.asarray(pos, np.int64))
+    keep = np.ones(ids.size, bool)
+    for f in followers:
+        hit = np.zeros(ids.size, bool)
+        hit[matched[f][0]] = True
+        keep &= hit
+    for f in followers:
+        rows, pos = matched[f]
+        final_pos = np.sort(pos[keep[rows]])
+        for start in range(0, final_pos.size, 4 * CHUNK_POINTS):
+            stop = min(start + 4 * CHUNK_POINTS, final_pos.size)
+            ch.send(f, "PSI", {"op": "result", "start": start, "stop": stop, "total": int(final_pos.size)},
+                    [final_pos[start:stop]])
+        ch.send(f, "PSI", {"op": "done", "size": int(final_pos.size)})
+    final = np.sort(ids[keep])
+    report = PSIReport(int(final.size), int(ids.size), sizes, {f: int(matched[f][0].size) for f in followers},
+                       time.perf_counter() - t0, ch.bytes_sent - sent0, ch.bytes_received - recv0)
+    return final, report
+
+
+def _leader_recv(ch, peer: str, op: str, hint: str = "") -> Message:
+    msg = ch.recv(peer, "PSI", f"PSI {op} from follower {peer}{hint}")
+    _op(msg, peer, op)
+    return msg
+
+
+def check_minimum(report: PSIReport, minimum: int, me: str) -> None:
+    """Refuse to train on an intersection smaller than data.min_intersection."""
+    if report.intersection < minimum:
+        raise PSIError(f"{me}: the private set intersection holds {report.intersection} ids, below data.min_intersection="
+                       f"{minimum}; refusing to train (do the parties hold the same kind of ids?)")
