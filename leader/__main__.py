@@ -43,7 +43,7 @@ def body(cfg, log, state: dict) -> None:
                                                cfg.party, max_frame_bytes=max_frame)
     log(f"leader {cfg.party}: listening on {cfg.network.bind} (CurveZMQ), waiting for {list(cfg.network.followers)}; "
         f"private set intersection of {len(shard.all_ids())} ids")
-    common, psi = leader_psi(channel, list(cfg.network.followers), shard.all_ids(), log)
+    common, psi = leader_psi(channel, list(cfg.network.followers), shard.all_ids(), log, cfg.data.psi_max_peer_ids)
     log(f"leader {cfg.party}: PSI intersection {psi.intersection} ids (leader {psi.own_ids}, followers {psi.peer_ids}, "
         f"pairwise {psi.pairwise}), {psi.seconds:.1f} s, {psi.bytes_sent + psi.bytes_received} bytes")
     check_minimum(psi, cfg.data.min_intersection, cfg.party)

@@ -102,6 +102,9 @@ def _bad_follower(ch, step: str):
     if step == "too_many":
         ch.send("PSI", {"op": "hello", "suite": SUITE, "n": MAX_IDS + 1})
         return
+    if step == "oversized":  # within the protocol's bound, above what this leader accepts for its 100 ids
+        ch.send("PSI", {"op": "hello", "suite": SUITE, "n": (1 << 20) + 1})
+        return
     ch.send("PSI", {"op": "hello", "suite": SUITE, "n": 100})
     ch.recv(("PSI",))
     req = ch.recv(("PSI",))
@@ -115,6 +118,11 @@ def _bad_follower(ch, step: str):
     elif step == "point":
         zeros = np.zeros((100, 4), np.int64)
         ch.send("PSI", {"op": "mask", "start": 0, "stop": 100}, [zeros])
+    elif step == "repeated":  # one id's point for every row: would match one leader id to many rows
+        ch.send("PSI", {"op": "mask", "start": 0, "stop": 100}, [np.repeat(good[:1], 100, axis=0)])
+        ch.recv(("PSI",))
+        ch.send("PSI", {"op": "leader", "start": 0, "stop": 100},
+                [as_wire(mask_ids(np.arange(50, 150, dtype=np.int64), new_exponent()))])
     elif step == "op":
         ch.send("PSI", {"op": "leader", "start": req.meta["start"], "stop": req.meta["stop"]}, [good])
     ch.recv(("PSI",), "the abort")  # the leader's ABORT (or nothing) ends the thread
@@ -123,6 +131,8 @@ def _bad_follower(ch, step: str):
 @pytest.mark.parametrize("step, needle", [
     ("suite", "runs PSI suite 'rsa-psi'"),
     ("too_many", f"field 'n' must be an integer in [1, {MAX_IDS}]"),
+    ("oversized", "declares 1048577 ids, above this leader's limit of 1048576"),
+    ("repeated", "PSI mask values of follower0 holds repeated points"),
     ("shape", "expected int64 (100, 4) points"),
     ("range", "is not the requested 0..100"),
     ("dtype", "expected int64 (100, 4) points, got float64"),

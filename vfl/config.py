@@ -52,6 +52,8 @@ class DataConfig(_Section):
     path: Path  # this party's shard directory (OUT/<party> of `python -m vfl.data prepare`)
     dense: Optional[tuple[str, ...]] = None  # optional: must equal the shard's columns
     categorical: Optional[tuple[str, ...]] = None
+    # leader: refuse a follower declaring more ids for the PSI; unset: max(16 x the leader's ids, 2**20)
+    psi_max_peer_ids: Optional[Number(1, 2**27, integer=True)] = None
     min_intersection: Number(1, 2**40, integer=True) = 100  # refuse to train when the ids' private set intersection is smaller
 
 

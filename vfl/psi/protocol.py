@@ -206,7 +206,22 @@ def _recv(ch, op: str | None) -> Message:
 
 
 # -- leader --------------------------------------------------------------------------------------------
-def leader_psi(ch, followers: list[str], ids: np.ndarray, log=None) -> tuple[np.ndarray, PSIReport]:
+def peer_limit(own: int, max_peer_ids: int | None) -> int:
+    """The most ids a follower may declare: data.psi_max_peer_ids, else max(16 x the leader's, 2**20). Every
+    declared id costs the leader 32 bytes and an exponentiation, and lets a malicious follower test one id of
+    its choice for membership in the leader's set, so the leader bounds it."""
+    return min(MAX_IDS, max_peer_ids if max_peer_ids is not None else max(16 * own, 1 << 20))
+
+
+def _distinct(points: np.ndarray, what: str) -> None:
+    """Refuse repeated points: each stands for one id, and a repeat would match several rows to one."""
+    rows = np.ascontiguousarray(points, dtype=np.uint8).reshape(-1, 32)
+    if np.unique(rows.view(np.dtype((np.void, 32))).ravel()).size != rows.shape[0]:
+        raise PSIError(f"{what} holds repeated points (one id each is the protocol)")
+
+
+def leader_psi(ch, followers: list[str], ids: np.ndarray, log=None,
+               max_peer_ids: int | None = None) -> tuple[np.ndarray, PSIReport]:
     """Run L's side with every follower in turn; return the ids every party holds (ascending) and the report."""
     t0, sent0, recv0 = time.perf_counter(), ch.bytes_sent, ch.bytes_received
     ids = _check_ids(ids, ch.me)
@@ -215,6 +230,10 @@ def leader_psi(ch, followers: list[str], ids: np.ndarray, log=None) -> tuple[np.
     sizes = {}
     for f in followers:
         sizes[f] = _size(_leader_recv(ch, f, "hello", " (is it running and pointed at this leader?)"), f)
+        limit = peer_limit(ids.size, max_peer_ids)
+        if sizes[f] > limit:
+            raise PSIError(f"{f} declares {sizes[f]} ids, above this leader's limit of {limit} "
+                           f"(data.psi_max_peer_ids; default max(16 x the leader's {ids.size} ids, 2**20))")
     for f in followers:
         ch.send(f, "PSI", {"op": "hello", "suite": SUITE, "n": int(ids.size)})
         last[f] = time.monotonic()
@@ -261,6 +280,8 @@ def leader_psi(ch, followers: list[str], ids: np.ndarray, log=None) -> tuple[np.
             x_ab[start:stop] = _points(msg, f, stop - start)
             keepalive(f)
             progress.add(stop - start)
+        _distinct(y_ab, f"PSI mask values of {f}")
+        _distinct(x_ab, f"PSI leader replies of {f}")
         theirs = point_set(y_ab)
         raw = x_ab.tobytes()
         rows, pos = [], []
