@@ -126,11 +126,22 @@ def main(argv=None) -> int:
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--eval-every", type=int, default=0, help="synthetic: evaluate every N steps (default rows/1000)")
     ap.add_argument("--methods", default=",".join(METHODS), help=f"subset of {','.join(METHODS)}")
+    ap.add_argument("--datasets", default="synthetic,real", help="subset of synthetic,real")
+    ap.add_argument("--real-min-count", type=int, default=10,
+                    help="real sample: vocabulary of values seen >= N times, rarer ones share one id (0 = hash 1000 "
+                         "buckets); 10 as in the BARS Criteo preprocessing (Zhu et al., CIKM 2021)")
     args = ap.parse_args(argv)
     eps_list = [float(e) for e in args.eps.split(",")]
     methods = [m for m in args.methods.split(",") if m]
     if any(m not in METHODS for m in methods):
         print(f"error: --methods must be a subset of {','.join(METHODS)}, got {args.methods!r}", file=sys.stderr)
+        return 2
+    datasets_wanted = {d for d in args.datasets.split(",") if d}
+    if not datasets_wanted or datasets_wanted - {"synthetic", "real"}:
+        print(f"error: --datasets must be a non-empty subset of synthetic,real, got {args.datasets!r}", file=sys.stderr)
+        return 2
+    if args.real_min_count < 0:
+        print(f"error: --real-min-count must be >= 0, got {args.real_min_count}", file=sys.stderr)
         return 2
     if args.rows < 1000 or args.seeds < 1 or args.epochs < 1 or any(e <= 0 for e in eps_list):
         print(f"error: need --rows >= 1000, --seeds >= 1, --epochs >= 1, every eps > 0; got {vars(args)}", file=sys.stderr)
@@ -143,15 +154,17 @@ def main(argv=None) -> int:
     from vfl.data.synth import write_synthetic
 
     datasets = []
-    synth = os.path.join(args.out, f"synth_{args.rows}.tsv")
-    if not os.path.exists(synth):
-        write_synthetic(synth, args.rows, seed=0)
-    prepare(synth, os.path.join(args.out, "shards_synth"), load_parties(None), PrepareOptions(hash_buckets=20_000, force=True))
-    datasets.append(("synthetic", os.path.join(args.out, "shards_synth"), args.eval_every or max(args.rows // 10_000, 1) * 10, 1024))
-    if os.path.exists(REAL):
-        prepare(REAL, os.path.join(args.out, "shards_real"), load_parties(None), PrepareOptions(hash_buckets=1_000, force=True))
+    if "synthetic" in datasets_wanted:
+        synth = os.path.join(args.out, f"synth_{args.rows}.tsv")
+        if not os.path.exists(synth):
+            write_synthetic(synth, args.rows, seed=0)
+        prepare(synth, os.path.join(args.out, "shards_synth"), load_parties(None), PrepareOptions(hash_buckets=20_000, force=True))
+        datasets.append(("synthetic", os.path.join(args.out, "shards_synth"), args.eval_every or max(args.rows // 10_000, 1) * 10, 1024))
+    if "real" in datasets_wanted and os.path.exists(REAL):
+        opts = PrepareOptions(hash_buckets=1_000, vocab_min_count=args.real_min_count or None, force=True)
+        prepare(REAL, os.path.join(args.out, "shards_real"), load_parties(None), opts)
         datasets.append(("real 1k sample", os.path.join(args.out, "shards_real"), 0, 64))
-    else:
+    elif "real" in datasets_wanted:
         print(f"real sample absent ({REAL}): synthetic only")
     total = sum(args.seeds * (sum(len(methods) for e in eps_list if not math.isinf(e)) + sum(1 for e in eps_list if math.isinf(e)))
                 for _ in datasets)
