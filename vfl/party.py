@@ -11,7 +11,7 @@ from vfl.data.shards import PartyShard
 from vfl.models import build_bottom
 from vfl.data.shards import steps_per_epoch
 from vfl.optim import ScheduledOptimizer, build_optimizer
-from vfl.training.precision import autocast
+from vfl.training.precision import autocast, keep_narrow_layers_fp32
 from vfl.training.step_timer import TIMER
 from vfl.training.snapshot import Snapshot, SnapshotTrainable
 
@@ -41,6 +41,7 @@ class BottomParty(SnapshotTrainable):
         self.optimizer = ScheduledOptimizer(build_optimizer(self.model, cfg.train), cfg.train, total)
         self.cut_dim = cfg.model.bottom.cut_dim
         self.precision = cfg.train.precision
+        keep_narrow_layers_fp32(self.model, self.precision)
         self._pending: list[torch.Tensor | None] = []  # one cut per micro-batch forwarded since the last step
         self.best: Snapshot | None = None
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from vfl.config import TopConfig, TrainConfig
 from vfl.models import build_top
 from vfl.optim import ScheduledOptimizer, build_optimizer
-from vfl.training.precision import autocast
+from vfl.training.precision import autocast, keep_narrow_layers_fp32
 from vfl.training.snapshot import Snapshot, SnapshotTrainable
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -41,6 +41,7 @@ class TopTrainer(SnapshotTrainable):
         self.in_dim = in_dim
         self.device = device
         self.precision = train.precision
+        keep_narrow_layers_fp32(self.model, self.precision)
 
     def loss(self, cuts: list[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
         self.model.train()

@@ -74,3 +74,28 @@ def warn_if_emulated(precision: str, device: torch.device, log) -> bool:
     log.warning(f"train.precision bf16: bf16 is not native on this machine ({why}); torch emulates it and "
                 f"training will be slower than fp32 (use fp32 here)")
     return True
+
+
+NARROW_OUTPUTS = 16
+
+
+def keep_narrow_layers_fp32(model: torch.nn.Module, precision: str) -> int:
+    """Under bf16, run every Linear with at most NARROW_OUTPUTS outputs (the cut and the logits) in fp32.
+
+    bf16 keeps 8 bits of mantissa: a cut or a logit rounded to it would tie scores that fp32 tells apart,
+    and these layers cost well under 1% of the FLOPs. Returns how many layers it changed."""
+    if precision != "bf16":
+        return 0
+    changed = 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear) and module.out_features <= NARROW_OUTPUTS:
+            module.forward = _fp32_forward(module)
+            changed += 1
+    return changed
+
+
+def _fp32_forward(module: torch.nn.Linear):
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            return torch.nn.functional.linear(x.float(), module.weight, module.bias)
+    return forward
