@@ -29,18 +29,18 @@ def load_avg() -> str:
 
 # -- the machine ---------------------------------------------------------------------------------
 def matmul_gflops(m: int, k: int, n: int, dtype, device, budget_s: float = 3.0) -> float:
-    """Best GFLOP/s of (m x k) @ (k x n) over repeats that fit in about budget_s."""
+    """Best GFLOP/s of (m x k) @ (k x n) with F.linear, over repeats that fit in about budget_s."""
     import torch
 
     a = torch.randn(m, k, device=device).to(dtype)
-    b = torch.randn(k, n, device=device).to(dtype)
+    w = torch.randn(n, k, device=device).to(dtype)  # F.linear, the kernel nn.Linear runs (bf16 `@` is 15x slower on AVX2)
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
-    a @ b
+    torch.nn.functional.linear(a, w)
     sync()
     best, spent = float("inf"), 0.0
     while spent < budget_s or best == float("inf"):
         t0 = time.perf_counter()
-        a @ b
+        torch.nn.functional.linear(a, w)
         sync()
         dt = time.perf_counter() - t0
         best, spent = min(best, dt), spent + dt
@@ -56,7 +56,8 @@ def peaks(threads: int, model_shape: tuple[int, int, int], quick: bool, native_b
     torch.set_num_threads(threads)
     out: dict = {"shapes": {}}
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        squares = [1024, 2048] if quick or (name == "bf16" and not native_bf16 and device == "cpu") else [1024, 2048, 4096]
+        emulated = name == "bf16" and not native_bf16 and device == "cpu"
+        squares = [1024, 2048] if quick or emulated else [1024, 2048, 4096]  # emulated bf16: ~6 GFLOP/s on AVX2
         shapes = [(s, s, s) for s in squares] + [model_shape]
         best = 0.0
         for m, k, n in shapes:
@@ -69,13 +70,13 @@ def peaks(threads: int, model_shape: tuple[int, int, int], quick: bool, native_b
 
 
 # -- data, configs, runs --------------------------------------------------------------------------
-def prepare_data(py: str, rows: int, work: str) -> str:
+def prepare_data(py: str, rows: int, work: str, name: str = "shards") -> str:
     data = os.path.join(REPO, "data", "synthetic", f"criteo_synth_{rows}.tsv")
     if not os.path.exists(data):
         say(f"== synthesizing {rows} rows -> {data}")
         subprocess.run([py, "-m", "vfl.data", "synth", "--rows", str(rows), "--out", data], check=True, stdout=subprocess.DEVNULL)
-    shards = os.path.join(work, "shards")
-    say("== preparing the two parties' shards")
+    shards = os.path.join(work, name)
+    say(f"== preparing the two parties' shards of {rows} rows")
     subprocess.run([py, "-m", "vfl.data", "prepare", "--input", data, "--out", shards, "--hash-buckets", "20000"],
                    check=True, stdout=subprocess.DEVNULL)
     return shards
@@ -198,6 +199,10 @@ def main() -> int:
     ap.add_argument("--microbatches", default="1,2,4,8", help="the pipeline curve's M values")
     ap.add_argument("--quick", action="store_true", help="batch 2000, smaller peak sizes, 1 s per peak shape")
     ap.add_argument("--no-bf16", action="store_true", help="skip the bf16 training runs (the peak is still measured)")
+    ap.add_argument("--bf16-rows", type=int, default=None,
+                    help="rows of the bf16 training runs; default: --rows where bf16 is native, else 1500 (emulated bf16 "
+                         "trains at tens of samples/s)")
+    ap.add_argument("--bf16-batch", type=int, default=None, help="batch of the bf16 runs; default: --batch, else 250 when emulated")
     ap.add_argument("--json", default=None, help="write every figure here")
     args = ap.parse_args()
     batch = args.batch or (2000 if args.quick else 16000)
@@ -245,15 +250,24 @@ def main() -> int:
                     "load_average": load_avg()}
 
         result["split"], result["centralized"] = {}, {}
+        bf16_rows = args.bf16_rows or (args.rows if native else 1500)
+        bf16_batch = args.bf16_batch or (batch if native else 250)
+        bf16_shards = shards if bf16_rows == args.rows else prepare_data(py, bf16_rows, work, "shards_bf16")
+        if (bf16_rows, bf16_batch) != (args.rows, batch) and not args.no_bf16:
+            say(f"== bf16 is emulated here: its runs use {bf16_rows} rows and batch {bf16_batch} (fp32: {args.rows}, {batch})")
+        result["sizes"]["bf16_runs"] = {"rows": bf16_rows, "batch": bf16_batch}
         for precision in ("fp32",) + (() if args.no_bf16 else ("bf16",)):
             tr = {**train, "precision": precision}
+            if precision == "bf16":
+                tr["batch_size"] = bf16_batch
+            data = bf16_shards if precision == "bf16" else shards
             say(f"== split {precision}: leader + follower0 over tcp (1 thread each; load {load_avg()})")
-            s = run_split(py, write_configs(py, work, shards, f"split_{precision}", model, tr), pin=False)
+            s = run_split(py, write_configs(py, work, data, f"split_{precision}", model, tr), pin=False)
             result["split"][precision] = figures(s, precision)
             if precision == "fp32":
                 result["breakdown"] = {"leader": s["step_breakdown"], "follower0": s["follower_breakdown"]}
             say(f"== centralized {precision}: one process, {cores} threads (load {load_avg()})")
-            c = run_central(py, write_configs(py, work, shards, f"central_{precision}", model, tr))
+            c = run_central(py, write_configs(py, work, data, f"central_{precision}", model, tr))
             result["centralized"][precision] = figures(c, precision)
             result["centralized"][precision]["breakdown"] = c["step_breakdown"]
         pin = shutil.which("taskset") is not None and cores >= 2
