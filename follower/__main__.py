@@ -36,7 +36,10 @@ def body(cfg, log, state: dict) -> None:
         f"shared pairwise {psi.pairwise['leader']}), {psi.seconds:.1f} s, {psi.bytes_sent + psi.bytes_received} bytes")
     check_minimum(psi, cfg.data.min_intersection, cfg.party)
     shard.restrict(common)
+    from vfl.training.precision import warn_if_emulated
+
     party = BottomParty(cfg, shard, resolve_device(cfg.train.device))
+    warn_if_emulated(cfg.train.precision, party.device, log)
     trainer = FollowerTrainer(cfg, channel, party, log, cfg.output.dir)
     welcome = trainer.handshake()
     log(f"follower {cfg.party}: joined run {channel.run} ({welcome.get('epochs')} epochs x {welcome.get('steps_per_epoch')} steps)")

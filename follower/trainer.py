@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import errno
+import json
 import math
 import os
+import time
 
 import numpy as np
 import torch
@@ -15,6 +17,8 @@ from vfl.data.shards import batch_digest, batch_order
 from vfl.metrics import RunLog, loss_line
 from vfl.party import BottomParty
 from vfl.prior_all_parties import prior_config, prior_order
+from vfl.training.microbatch import check_micro, micro_slices
+from vfl.training.step_timer import TIMER
 from vfl.wire import FollowerChannel, WireError
 
 
@@ -89,7 +93,9 @@ class FollowerTrainer:
 
     def run(self) -> None:
         while True:
+            t0 = time.perf_counter()
             msg = self.ch.recv(("FORWARD", "EVAL", "SAVE", "SNAPSHOT", "RESTORE", "WAIT", "DONE", "PRIOR"))
+            waited = time.perf_counter() - t0  # a step's time includes the wait for its FORWARD (not the first)
             if msg.type == "WAIT":  # the leader is still preparing; a fresh deadline starts
                 continue
             if msg.type == "PRIOR":
@@ -100,7 +106,13 @@ class FollowerTrainer:
                 if self.prior is not None:
                     self.log("LP-2ST stage one done; its bottom is dropped")
                     self.prior, self.prior_rows, self._prior_orders = None, None, {}
+                if self.steps == 0:  # the breakdown covers the main training only, from its first FORWARD
+                    TIMER.reset()
+                    waited = 0.0
+                t1 = time.perf_counter()
                 self._train_step(msg.meta)
+                TIMER.parts["wire_wait"] = TIMER.parts.get("wire_wait", 0.0) + waited
+                TIMER.add_step(time.perf_counter() - t1 + waited)
             elif msg.type == "EVAL":
                 self._eval_step(msg.meta)
             elif msg.type in ("SNAPSHOT", "RESTORE"):
@@ -116,6 +128,7 @@ class FollowerTrainer:
                 self._save("final", msg.int_field("epoch", -1), msg.int_field("step"))
                 if self.recorder:
                     self.recorder.save()
+                self._save_breakdown()
                 self.ch.send("BYE", {"steps": self.steps,
                                      "snapshot_bytes": self.party.best.nbytes if self.party.best is not None else 0})
                 return
@@ -156,28 +169,57 @@ class FollowerTrainer:
         if batch_digest(ids) != meta.get("digest"):
             raise WireError(f"FORWARD epoch {epoch} step {step}: batch digest differs from the leader's; "
                             f"the shards or the seed disagree")
-        out = party.forward_train(rows)
-        self.ch.send("EMBEDDING", {"epoch": epoch, "step": step}, [out.detach().cpu().numpy()])
-        g = self.ch.recv(("GRADIENT",), f"GRADIENT for step {step} from the leader")
-        if g.meta.get("step") != step or len(g.tensors) != 1:
-            raise WireError(f"GRADIENT: expected step {step} with 1 tensor, got step {g.meta.get('step')!r} with {len(g.tensors)}")
-        grad = g.tensors[0]
-        if grad.dtype != np.float32 or tuple(grad.shape) != tuple(out.shape):
-            raise WireError(f"GRADIENT for step {step}: expected float32 {tuple(out.shape)}, got {grad.dtype} {tuple(grad.shape)}")
-        if prior:  # stage one: no logs per step, not recorded (the leakage attacks read the main training)
-            party.apply_gradient(torch.from_numpy(grad.copy()))
+        if prior:  # stage one: whole batches, no logs per step, not recorded (the leakage attacks read the main training)
+            out = party.forward_train(rows)
+            self.ch.send("EMBEDDING", {"epoch": epoch, "step": step}, [out.detach().cpu().numpy()])
+            party.apply_gradient(torch.from_numpy(self._gradient(step, None, tuple(out.shape))[0].copy()))
             return
-        if self.recorder:
-            self.recorder.add(epoch, step, ids, grad)
-        self.party.apply_gradient(torch.from_numpy(grad.copy()))
+        # every micro-batch's embedding goes out before the first gradient is awaited: the leader works on
+        # micro-batch j while this party computes j + 1 (M = 1: one whole batch, as without micro-batches)
+        parts = micro_slices(rows.size, self.cfg.train.microbatches)
+        shapes = []
+        for j, part in enumerate(parts):
+            out = self.party.forward_train(rows[part])
+            shapes.append(tuple(out.shape))
+            with TIMER.part("wire_send"):
+                self.ch.send("EMBEDDING", {"epoch": epoch, "step": step, "micro": j}, [out.detach().cpu().numpy()])
+        loss = None
+        for j, part in enumerate(parts):
+            grad, meta = self._gradient(step, j, shapes[j])
+            if self.recorder:
+                self.recorder.add(epoch, step, ids[part], grad)
+            self.party.accumulate_gradient(torch.from_numpy(grad.copy()), j)
+            loss = meta.get("loss", loss)
+        self.party.step_optimizer()
         self.steps += 1
         steps = len(self._orders[epoch])
-        loss = g.meta.get("loss")
         if (step + 1) % self.cfg.train.log_every == 0 or step + 1 == steps:
             if isinstance(loss, (int, float)) and not isinstance(loss, bool) and math.isfinite(loss):
                 self.log(loss_line(epoch, step + 1, steps, float(loss)))
             else:
                 self.log(f"epoch {epoch} step {step + 1}/{steps} gradient applied")
+
+    def _gradient(self, step: int, micro: int | None, shape: tuple) -> tuple[np.ndarray, dict]:
+        """The next GRADIENT, checked to answer `step` (and micro-batch `micro`) with a float32 tensor of `shape`."""
+        with TIMER.part("wire_wait"):
+            g = self.ch.recv(("GRADIENT",), f"GRADIENT for step {step} from the leader")
+        if g.meta.get("step") != step or len(g.tensors) != 1:
+            raise WireError(f"GRADIENT: expected step {step} with 1 tensor, got step {g.meta.get('step')!r} with {len(g.tensors)}")
+        if micro is not None:
+            check_micro(g.meta, micro, f"GRADIENT for step {step}", WireError)
+        grad = g.tensors[0]
+        if grad.dtype != np.float32 or tuple(grad.shape) != shape:
+            raise WireError(f"GRADIENT for step {step}: expected float32 {shape}, got {grad.dtype} {tuple(grad.shape)}")
+        return grad, g.meta
+
+    def _save_breakdown(self) -> None:
+        """OUT/<party>_step_breakdown.json: where this party's training steps spent their time."""
+        os.makedirs(self.out_dir, exist_ok=True)
+        path = os.path.join(self.out_dir, f"{self.cfg.party}_step_breakdown.json")
+        with open(f"{path}.tmp", "w") as f:
+            json.dump({"party": self.cfg.party, "precision": self.cfg.train.precision,
+                       "microbatches": self.cfg.train.microbatches, **TIMER.report()}, f, indent=2)
+        os.replace(f"{path}.tmp", path)
 
     def _eval_step(self, meta: dict) -> None:
         split, start, stop = meta.get("split"), meta.get("start"), meta.get("stop")

@@ -48,7 +48,10 @@ def body(cfg, log, state: dict) -> None:
         f"pairwise {psi.pairwise}), {psi.seconds:.1f} s, {psi.bytes_sent + psi.bytes_received} bytes")
     check_minimum(psi, cfg.data.min_intersection, cfg.party)
     shard.restrict(common)
+    from vfl.training.precision import warn_if_emulated
+
     party = BottomParty(cfg, shard, resolve_device(cfg.train.device))
+    warn_if_emulated(cfg.train.precision, party.device, log)
     trainer = LeaderTrainer(cfg, channel, party, log, cfg.output.dir, label_key=label_key)
     trainer.handshake()
     log(f"leader {cfg.party}: run {channel.run} with {list(cfg.network.followers)}")

@@ -22,6 +22,8 @@ from vfl.loop import TrainingLoop
 from vfl.metrics import RunLog
 from vfl.party import BottomParty
 from vfl.top import TopTrainer
+from vfl.training.microbatch import check_micro, micro_slices, weighted_loss
+from vfl.training.step_timer import TIMER
 from vfl.wire import LeaderChannel, WireError
 
 
@@ -153,28 +155,48 @@ class LeaderTrainer:
     def train(self) -> None:
         labels = torch.from_numpy(self.labels.labels)
         train_ids = self.party.train_split.ids
+        TIMER.reset()  # the breakdown covers the main training only (not LP-2ST's stage one)
 
         def step(epoch: int, i: int, rows: np.ndarray) -> float:
-            digest = batch_digest(train_ids[rows])
-            for f in self.followers:
-                self.ch.send(f, "FORWARD", {"epoch": epoch, "step": i, "rows": int(rows.size), "digest": digest})
-            own = self.party.forward_train(rows)
-            own_leaf = own.detach().requires_grad_(True)
-            remote = [self._remote_cut(f, "step", i, rows.size).requires_grad_(True) for f in self.followers]
-            loss = self.top.loss([own_leaf, *remote], labels[rows])
-            value = float(loss.detach())
-            if not math.isfinite(value):  # before anything is sent: the followers get a clean ABORT
-                raise FloatingPointError(f"training loss became {value} at epoch {epoch} step {i + 1}; lower train.lr")
-            loss.backward()  # top only: the followers' gradients are ready before the leader's bottom runs
-            for f, t in zip(self.followers, remote):
-                # the batch loss (on the training labels, noisy under label DP) lets followers log the same line
-                self.ch.send(f, "GRADIENT", {"epoch": epoch, "step": i, "loss": value}, [t.grad.detach().cpu().numpy()])
-            self.party.apply_gradient(own_leaf.grad)  # overlaps with the followers' backward passes
+            with TIMER.part("data"):
+                digest = batch_digest(train_ids[rows])
+            with TIMER.part("wire_send"):
+                for f in self.followers:
+                    self.ch.send(f, "FORWARD", {"epoch": epoch, "step": i, "rows": int(rows.size), "digest": digest})
+            parts = micro_slices(rows.size, self.cfg.train.microbatches)
+            value = 0.0
+            for j, part in enumerate(parts):  # M = 1: the whole batch, exactly as without micro-batches
+                value += self._micro_step(epoch, i, j, rows[part], rows.size, labels, j + 1 == len(parts), value)
             self.top.step()
+            self.party.step_optimizer()
             return value
 
         self.loop.run(step, self.evaluate, lambda epoch, gs: self.checkpoint(epoch, gs, f"step{gs}"), self.start_step,
                       self.snapshot, self.restore)
+
+    def _micro_step(self, epoch: int, i: int, j: int, rows: np.ndarray, batch_rows: int, labels: torch.Tensor,
+                    last: bool, loss_so_far: float) -> float:
+        """Micro-batch j of step i: own bottom, the followers' cuts j, the top; gradients j go back at once.
+        Returns this micro-batch's share of the batch loss (the whole batch loss when M = 1)."""
+        own = self.party.forward_train(rows)
+        own_leaf = own.detach().requires_grad_(True)
+        with TIMER.part("wire_wait"):
+            remote = [self._remote_cut(f, "step", i, rows.size, micro=j).requires_grad_(True) for f in self.followers]
+        with TIMER.part("top"):
+            loss = self.top.loss([own_leaf, *remote], labels[rows])
+            scaled = weighted_loss(loss, rows.size, batch_rows)
+            value = float(scaled.detach())
+            if not math.isfinite(value):  # before anything is sent: the followers get a clean ABORT
+                raise FloatingPointError(f"training loss became {value} at epoch {epoch} step {i + 1}; lower train.lr")
+            scaled.backward()  # top only: the followers' gradients are ready before the leader's bottom runs
+        with TIMER.part("wire_send"):
+            for f, t in zip(self.followers, remote):
+                # the batch loss (on the training labels, noisy under label DP) lets followers log the same line;
+                # it is known with the last micro-batch
+                meta = {"epoch": epoch, "step": i, "micro": j, **({"loss": loss_so_far + value} if last else {})}
+                self.ch.send(f, "GRADIENT", meta, [t.grad.detach().cpu().numpy()])
+        self.party.accumulate_gradient(own_leaf.grad, j)  # overlaps with the followers' backward passes
+        return value
 
     def snapshot(self, step: int) -> int:
         """Every party keeps a copy of its weights and optimizer state at this (best so far) step."""
@@ -189,12 +211,15 @@ class LeaderTrainer:
         self.party.restore(step)
         self.top.restore(step)
 
-    def _remote_cut(self, peer: str, key: str, value, rows: int) -> torch.Tensor:
-        """The next EMBEDDING from peer, checked to answer meta[key] == value with a float32 (rows, cut) tensor."""
+    def _remote_cut(self, peer: str, key: str, value, rows: int, micro: int | None = None) -> torch.Tensor:
+        """The next EMBEDDING from peer, checked to answer meta[key] == value (and micro-batch `micro` of a
+        training step) with a float32 (rows, cut) tensor."""
         msg = self.ch.recv(peer, "EMBEDDING")
         if msg.meta.get(key) != value or len(msg.tensors) != 1:
             raise WireError(f"EMBEDDING from {peer}: expected {key} {value!r} with 1 tensor, "
                             f"got {key} {msg.meta.get(key)!r} with {len(msg.tensors)}")
+        if micro is not None:
+            check_micro(msg.meta, micro, f"EMBEDDING from {peer} for step {value}", WireError)
         arr = msg.tensors[0]
         want = (rows, self.cut_dims[peer])
         if tuple(arr.shape) != want or arr.dtype != np.float32:
@@ -256,6 +281,9 @@ class LeaderTrainer:
                      "bytes_to_leader_per_sample": received / max(samples_moved, 1)},
             "run_id": self.ch.run,
             "mode": "split",
+            "precision": self.cfg.train.precision,
+            "microbatches": self.cfg.train.microbatches,
+            "step_breakdown": TIMER.report(),
         }
 
 

@@ -37,11 +37,15 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     from vfl.prior_all_parties import LocalCutSource, fit_predict_all_parties, prior_config
     from vfl.prior_model import prior_fn_for
     from vfl.top import TopTrainer
+    from vfl.training.microbatch import micro_slices, weighted_loss
+    from vfl.training.precision import warn_if_emulated
+    from vfl.training.step_timer import TIMER
 
     if any(c.train.resume_from for c in (leader_cfg, *follower_cfgs)):
         raise ConfigError("train.resume_from is for split runs; the centralized reference always starts from step 0")
     set_threads(leader_cfg.train.threads, 1)
     device = resolve_device(leader_cfg.train.device)
+    warn_if_emulated(leader_cfg.train.precision, device, log)
     names = [f.party for f in follower_cfgs]
     if list(leader_cfg.network.followers) != names:
         raise ConfigError(f"follower configs {names} must match the leader's network.followers {list(leader_cfg.network.followers)} in order")
@@ -91,12 +95,18 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     loop.curves = RunCurves(out_dir, "centralized", log=log)
 
     def step(epoch: int, i: int, rows: np.ndarray) -> float:
-        loss = top.loss([p.forward_train(rows) for p in parties], labels[rows])
-        loss.backward()
+        value = 0.0
+        for part in micro_slices(rows.size, tr.microbatches):  # as the split parties cut the batch
+            cuts = [p.forward_train(rows[part]) for p in parties]
+            with TIMER.part("top"):
+                loss = weighted_loss(top.loss(cuts, labels[rows[part]]), rows[part].size, rows.size)
+            with TIMER.part("backward"):
+                loss.backward()
+            value += float(loss.detach())
         for p in parties:
             p.step_optimizer()
         top.step()
-        return float(loss.detach())
+        return value
 
     @torch.no_grad()
     def evaluate(split: str) -> np.ndarray:
@@ -114,13 +124,15 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
             p.restore(step)
         top.restore(step)
 
+    TIMER.reset()
     loop.run(step, evaluate, None, 0, snapshot, restore)
     loop.curves.close()
     metrics = {**loop.summary(), "label_dp": labels_info.report, "bayes_test_auc": leader_shard.manifest.get("bayes_test_auc"),
                **bayes_accuracy_of(leader_shard.manifest),
                "parties": [p.name for p in parties], "cut_dims": {p.name: p.cut_dim for p in parties},
                "rows": {"train": len(train), "valid": len(parties[0].valid_split), "test": len(parties[0].test_split)},
-               "mode": "centralized"}
+               "mode": "centralized", "precision": tr.precision, "microbatches": tr.microbatches,
+               "step_breakdown": TIMER.report()}
     write_json(os.path.join(out_dir, "metrics.json"), metrics)
     return metrics
 

@@ -103,6 +103,8 @@ class TrainConfig(_Section):
     early_stopping: Optional[EarlyStoppingConfig] = None  # leader: select the best step on valid, restore it
     lr_schedule: LRScheduleConfig = Field(default_factory=LRScheduleConfig)
     task: Choice("binary", "multiclass") = "binary"  # leader: one sigmoid output | K softmax outputs (K from the shard)
+    precision: Choice("fp32", "bf16") = "fp32"  # bf16: autocast forward passes, fp32 master weights (vfl/training/precision.py)
+    microbatches: Number(1, 1_000_000, integer=True) = 1  # M micro-batches per batch, pipelined between parties; every party the same
 
 
 class LabelDPConfig(_Section):
@@ -215,6 +217,11 @@ def _role_problems(doc: dict) -> list[str]:
         if _has(doc, "train", "task"):
             errors.append("train.task is set on the leader only (it holds the labels; followers train the same bottoms "
                           "for either task)")
+    mb, bs = _get(doc, "train", "microbatches"), _get(doc, "train", "batch_size")
+    bs = TrainConfig.model_fields["batch_size"].default if bs is None else bs
+    if isinstance(mb, int) and isinstance(bs, int) and not isinstance(mb, bool) and not isinstance(bs, bool) and mb > bs >= 1:
+        errors.append(f"train.microbatches={mb} exceeds train.batch_size={bs}: a micro-batch needs at least one row "
+                      f"(allowed: an integer in [1, {bs}])")
     es = _get(doc, "train", "early_stopping")
     if isinstance(es, dict) and es.get("metric") == "accuracy" and _get(doc, "train", "task") != "multiclass":
         errors.append("train.early_stopping.metric accuracy needs train.task: multiclass (binary selects on auc or logloss)")

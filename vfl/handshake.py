@@ -48,6 +48,7 @@ def hello_meta(cfg: PartyConfig, shard: PartyShard, resume_step: int = 0, nonce:
         "batch_size": cfg.train.batch_size,
         "seed": cfg.train.seed,
         "cut_dim": cfg.model.bottom.cut_dim,
+        "microbatches": cfg.train.microbatches,  # every party cuts a batch into the same micro-batches
         "resume_step": resume_step,
         "timeout_s": cfg.network.timeout_s,  # the leader keeps long preparation shorter than this
     }
@@ -70,7 +71,7 @@ def hello_problems(peer: str, theirs: dict, ours: dict) -> list[str]:
     if theirs.get("resume_step") != ours.get("resume_step"):
         problems.append(f"{peer} resumes at global step {str(theirs.get('resume_step'))[:20]} but the leader at "
                         f"{ours.get('resume_step')!r}; resume every party from checkpoints of the same step")
-    for key in ("batch_size", "seed"):
+    for key in ("batch_size", "seed", "microbatches"):
         if theirs.get(key) != ours.get(key):
             problems.append(f"{peer} has train.{key}={str(theirs.get(key))[:20]} but the leader has train.{key}={ours.get(key)!r}")
     cut = theirs.get("cut_dim")

@@ -17,6 +17,7 @@ from vfl.data.shards import batch_order, steps_per_epoch
 from vfl.metrics import RunLog, loss_line, metrics_text, test_metrics
 from vfl.progress import bar
 from vfl.training.selection import EarlyStopping
+from vfl.training.step_timer import TIMER
 
 Evaluate = Callable[[str], np.ndarray]  # split name ("valid" | "test") -> click (n,) or class (n, K) probabilities
 
@@ -87,6 +88,7 @@ class TrainingLoop:
                 t0 = time.perf_counter()
                 value = step(epoch, i, rows)
                 seconds = time.perf_counter() - t0
+                TIMER.add_step(seconds)
                 if not np.isfinite(value):
                     raise FloatingPointError(f"training loss became {value} at epoch {epoch} step {i + 1}; lower train.lr")
                 self.step_losses.append(value)
@@ -107,8 +109,10 @@ class TrainingLoop:
                 if self._eval_due(i, spe, self.global_step == total):
                     self.train_seconds += window_seconds
                     self.samples += window_samples
+                    t_eval = time.perf_counter()
                     self._evaluate(epoch, evaluate, snapshot, window_loss / max(window_steps, 1),
                                    window_seconds, window_samples)
+                    TIMER.add_evaluation(time.perf_counter() - t_eval)
                     window_loss, window_steps, window_samples, window_seconds = 0.0, 0, 0, 0.0
                     if self.selection is not None and self.selection.should_stop:
                         self.stopped_early = self.global_step < total

@@ -21,12 +21,18 @@ class OptimizerSet:
                 g["lr"] = base * factor
 
     def zero_grad(self) -> None:
-        for o in self.optimizers:
-            o.zero_grad(set_to_none=True)
+        from vfl.training.step_timer import TIMER
+
+        with TIMER.part("dense_optimizer"):
+            for o in self.optimizers:
+                o.zero_grad(set_to_none=True)
 
     def step(self) -> None:
+        from vfl.training.step_timer import TIMER
+
         for o in self.optimizers:
-            o.step()
+            with TIMER.part("sparse_update" if isinstance(o, torch.optim.SparseAdam) else "dense_optimizer"):
+                o.step()
 
     def state_dict(self) -> dict:
         return {str(i): o.state_dict() for i, o in enumerate(self.optimizers)}

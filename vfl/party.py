@@ -11,6 +11,8 @@ from vfl.data.shards import PartyShard
 from vfl.models import build_bottom
 from vfl.data.shards import steps_per_epoch
 from vfl.optim import ScheduledOptimizer, build_optimizer
+from vfl.training.precision import autocast, keep_narrow_layers_fp32
+from vfl.training.step_timer import TIMER
 from vfl.training.snapshot import Snapshot, SnapshotTrainable
 
 
@@ -38,30 +40,41 @@ class BottomParty(SnapshotTrainable):
         total = cfg.train.epochs * steps_per_epoch(len(self.train_split), cfg.train.batch_size)
         self.optimizer = ScheduledOptimizer(build_optimizer(self.model, cfg.train), cfg.train, total)
         self.cut_dim = cfg.model.bottom.cut_dim
-        self._pending: torch.Tensor | None = None
+        self.precision = cfg.train.precision
+        keep_narrow_layers_fp32(self.model, self.precision)
+        self._pending: list[torch.Tensor | None] = []  # one cut per micro-batch forwarded since the last step
         self.best: Snapshot | None = None
 
     def forward_train(self, rows: np.ndarray) -> torch.Tensor:
-        """The cut-layer activation of these training rows, kept for backward."""
+        """The fp32 cut-layer activation of these training rows, kept for backward (one per micro-batch)."""
         self.model.train()
-        out = self.model(*self.train_split.features(rows, self.device))
-        self._pending = out
+        with TIMER.part("data"):
+            features = self.train_split.features(rows, self.device)
+        with TIMER.part("bottom_forward"), autocast(self.precision, self.device):
+            out = self.model(*features)
+        out = out.float()  # the cut stays fp32 (on the wire too); a no-op in fp32
+        self._pending.append(out)
         return out
+
+    def accumulate_gradient(self, grad: torch.Tensor, part: int = 0) -> None:
+        """Backpropagate d loss / d cut of micro-batch `part` through the bottom, adding to the parameters' grads."""
+        pending = self._pending[part] if 0 <= part < len(self._pending) else None
+        if pending is None:
+            raise RuntimeError(f"{self.name}: gradient received for micro-batch {part} with no forward pass pending")
+        if tuple(grad.shape) != tuple(pending.shape):
+            raise ValueError(f"{self.name}: gradient shape {tuple(grad.shape)} != cut shape {tuple(pending.shape)}")
+        with TIMER.part("backward"):
+            pending.backward(grad.to(self.device))
+        self._pending[part] = None
 
     def apply_gradient(self, grad: torch.Tensor) -> None:
         """Backpropagate d loss / d cut through the bottom and take an optimizer step."""
-        if self._pending is None:
-            raise RuntimeError(f"{self.name}: gradient received with no forward pass pending")
-        if tuple(grad.shape) != tuple(self._pending.shape):
-            raise ValueError(f"{self.name}: gradient shape {tuple(grad.shape)} != cut shape {tuple(self._pending.shape)}")
-        self._pending.backward(grad.to(self.device))
-        self._pending = None
-        self.optimizer.step()
-        self.optimizer.zero_grad()
+        self.accumulate_gradient(grad, 0)
+        self.step_optimizer()
 
     def step_optimizer(self) -> None:
-        """Optimizer step after the gradient reached this bottom through autograd (leader, centralized)."""
-        self._pending = None
+        """Optimizer step once every micro-batch's gradient reached this bottom (accumulated, or through autograd)."""
+        self._pending = []
         self.optimizer.step()
         self.optimizer.zero_grad()
 
@@ -70,7 +83,8 @@ class BottomParty(SnapshotTrainable):
         """The cut of rows of the valid or test split (or the train split, for the LP-2ST prior), in eval mode."""
         self.model.eval()
         data = {"train": self.train_split, "valid": self.valid_split}.get(split, self.test_split)
-        return self.model(*data.features(rows, self.device))
+        with autocast(self.precision, self.device):
+            return self.model(*data.features(rows, self.device)).float()
 
 
 def set_threads(threads: int, parties_on_host: int) -> int:

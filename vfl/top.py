@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from vfl.config import TopConfig, TrainConfig
 from vfl.models import build_top
 from vfl.optim import ScheduledOptimizer, build_optimizer
+from vfl.training.precision import autocast, keep_narrow_layers_fp32
 from vfl.training.snapshot import Snapshot, SnapshotTrainable
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -39,11 +40,14 @@ class TopTrainer(SnapshotTrainable):
         self.loss_fn = loss_fn or (bce_with_logits if num_classes is None else cross_entropy)
         self.in_dim = in_dim
         self.device = device
+        self.precision = train.precision
+        keep_narrow_layers_fp32(self.model, self.precision)
 
     def loss(self, cuts: list[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
         self.model.train()
-        logits = self.model(torch.cat(cuts, dim=1))
-        return self.loss_fn(logits, labels.to(self.device))
+        with autocast(self.precision, self.device):
+            logits = self.model(torch.cat(cuts, dim=1))
+        return self.loss_fn(logits.float(), labels.to(self.device))
 
     def step(self) -> None:
         self.optimizer.step()
@@ -53,6 +57,7 @@ class TopTrainer(SnapshotTrainable):
     def predict(self, cuts: list[torch.Tensor]) -> np.ndarray:
         """Click probabilities sigmoid(logit) (n,), or class probabilities softmax(logits) (n, K), for evaluation."""
         self.model.eval()
-        logits = self.model(torch.cat(cuts, dim=1))
+        with autocast(self.precision, self.device):
+            logits = self.model(torch.cat(cuts, dim=1)).float()
         probs = torch.sigmoid(logits) if self.num_classes is None else torch.softmax(logits.double(), dim=1)
         return probs.double().cpu().numpy()

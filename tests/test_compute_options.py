@@ -1,0 +1,177 @@
+"""train.precision and train.microbatches: config domains, micro-batch accumulation, bf16 split vs centralized,
+the micro-batch index on the wire, and the per-party step-time breakdown."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from tests.procs import party_configs, run_centralized, run_split
+from vfl.config import ConfigError, load_config, parse_config
+from vfl.handshake import hello_problems
+from vfl.training.microbatch import check_micro, micro_slices, weighted_loss
+from vfl.wire import WireError
+
+# bf16 keeps 8 bits of mantissa: the same bf16 computation in two processes agrees to rounding of the cut
+# (the cut leaves the bottom in fp32 on both paths); losses over a 1-epoch run stay within 1e-3 relative
+BF16_LOSS_RTOL = 1e-3
+# micro-batches sum the batch gradient in another order: float32 rounding over ~20 Adam steps
+MICRO_LOSS_RTOL = 1e-4
+
+
+def _leader(**train):
+    return {"role": "leader", "party": "leader", "network": {"bind": "tcp://127.0.0.1:5560", "followers": ["follower0"]},
+            "data": {"path": "data/criteo/leader"}, "model": {"top": {"name": "linear"}}, "train": train}
+
+
+@pytest.mark.parametrize("train, needle", [
+    ({"precision": "fp16"}, "train.precision must be one of ['fp32', 'bf16'], got 'fp16'"),
+    ({"microbatches": 0}, "train.microbatches must be an integer in [1, 1000000], got microbatches=0"),
+    ({"microbatches": "four"}, "train.microbatches must be an integer, got 'four'"),
+    ({"microbatches": 600, "batch_size": 512}, "train.microbatches=600 exceeds train.batch_size=512"),
+    ({"microbatches": 20000}, "train.microbatches=20000 exceeds train.batch_size=16000"),
+])
+def test_bad_precision_or_microbatches_is_refused_naming_value_and_domain(train, needle):
+    # Execute
+    with pytest.raises(ConfigError) as e:
+        parse_config(_leader(**train))
+    # Assert
+    assert needle in str(e.value)
+
+
+def test_defaults_are_fp32_and_one_microbatch():
+    # Execute
+    cfg = parse_config(_leader())
+    # Assert
+    assert cfg.train.precision == "fp32" and cfg.train.microbatches == 1
+
+
+def test_micro_slices_cover_the_batch_in_near_equal_consecutive_parts():
+    # Execute
+    parts = micro_slices(10, 4)
+    few = micro_slices(3, 8)
+    # Assert
+    assert [(s.start, s.stop) for s in parts] == [(0, 3), (3, 6), (6, 8), (8, 10)]
+    assert [(s.start, s.stop) for s in few] == [(0, 1), (1, 2), (2, 3)]  # a short last batch: one row each
+    assert micro_slices(7, 1) == [slice(0, 7)]
+    with pytest.raises(ValueError, match="train.microbatches must be an integer >= 1, got 0"):
+        micro_slices(7, 0)
+
+
+def test_weighted_micro_losses_give_the_full_batch_gradient():
+    # Prepare: a linear model and a mean loss over 12 rows
+    torch.manual_seed(0)
+    model = torch.nn.Linear(5, 1)
+    x, y = torch.randn(12, 5), torch.rand(12)
+    full = torch.nn.functional.mse_loss(model(x).squeeze(1), y)
+    full.backward()
+    want = model.weight.grad.clone()
+    model.zero_grad()
+    # Execute: the same batch in 3 micro-batches, accumulated
+    total = 0.0
+    for sl in micro_slices(12, 3):
+        part = weighted_loss(torch.nn.functional.mse_loss(model(x[sl]).squeeze(1), y[sl]), sl.stop - sl.start, 12)
+        part.backward()
+        total += float(part.detach())
+    # Assert
+    torch.testing.assert_close(model.weight.grad, want, rtol=1e-6, atol=1e-7)
+    assert abs(total - float(full.detach())) < 1e-6
+    assert weighted_loss(full, 12, 12) is full  # M = 1: the very same tensor, no extra operation
+
+
+def test_micro_index_on_the_wire_is_checked_and_agreed_in_the_handshake():
+    # Execute / Assert: a wrong, missing or non-integer micro index is refused with the expected one named
+    check_micro({"micro": 2}, 2, "GRADIENT for step 5", WireError)
+    for meta in ({"micro": 1}, {}, {"micro": "2"}, {"micro": True}):
+        with pytest.raises(WireError, match="GRADIENT for step 5: expected micro-batch 2"):
+            check_micro(meta, 2, "GRADIENT for step 5", WireError)
+    ours = {"protocol": None, "party": "f", "microbatches": 4}
+    problems = hello_problems("f", {**ours, "microbatches": 2}, ours)
+    assert any("train.microbatches=2 but the leader has train.microbatches=4" in p for p in problems)
+
+
+def test_bf16_warns_once_where_it_is_not_native(monkeypatch):
+    # Prepare
+    import vfl.training.precision as precision
+
+    lines = []
+
+    class Log:
+        def warning(self, line):
+            lines.append(line)
+
+    monkeypatch.setattr(precision, "cpu_flags", lambda path="/proc/cpuinfo": {"avx2", "fma"})
+    monkeypatch.setattr(precision, "_warned", set())
+    # Execute
+    first = precision.warn_if_emulated("bf16", torch.device("cpu"), Log())
+    second = precision.warn_if_emulated("bf16", torch.device("cpu"), Log())
+    fp32 = precision.warn_if_emulated("fp32", torch.device("cpu"), Log())
+    # Assert
+    assert (first, second, fp32) == (True, False, False) and len(lines) == 1
+    assert "not native" in lines[0] and "amx_bf16" in lines[0]
+    monkeypatch.setattr(precision, "cpu_flags", lambda path="/proc/cpuinfo": {"amx_bf16"})
+    assert precision.bf16_native("cpu")[0]
+
+
+def _centralized(tmp_path, shards, name, **train):
+    from vfl.centralized import train_centralized
+    from vfl.logs import RunLog
+
+    (tmp_path / name).mkdir()
+    cfgs = party_configs(str(tmp_path / name), str(shards), train=train)
+    out = str(tmp_path / name / "central")
+    os.makedirs(out, exist_ok=True)
+    leader = load_config(cfgs["leader"])
+    return train_centralized(leader, [load_config(cfgs["follower0"])], out, RunLog(os.path.join(out, "c.log"), "centralized"))
+
+
+def test_microbatch_accumulation_equals_the_full_batch(tmp_path, shards_small):
+    # Prepare / Execute: the centralized reference (the same step code every party runs) at M = 1, 1 and 4
+    one = _centralized(tmp_path, shards_small, "m1")
+    again = _centralized(tmp_path, shards_small, "m1b")
+    four = _centralized(tmp_path, shards_small, "m4", microbatches=4)
+    # Assert: M = 1 reproduces itself exactly; M = 4 equals it to float32 summation order
+    assert one["step_losses"] == again["step_losses"] and len(one["step_losses"]) > 10
+    np.testing.assert_allclose(four["step_losses"], one["step_losses"], rtol=MICRO_LOSS_RTOL)
+    assert abs(four["test_auc"] - one["test_auc"]) < 1e-3
+    assert four["microbatches"] == 4 and one["precision"] == "fp32"
+
+
+def test_split_with_microbatches_equals_centralized_exactly_and_reports_its_breakdown(tmp_path, shards_small, procs):
+    # Prepare
+    cfgs = party_configs(str(tmp_path), str(shards_small), train={"microbatches": 3})
+    # Execute
+    split = run_split(procs, cfgs)
+    central = run_centralized(cfgs, str(tmp_path / "central"))
+    # Assert: the same micro-batches in the same order: the very same float32 losses
+    assert split["step_losses"] == central["step_losses"] and split["microbatches"] == 3
+    follower = json.loads((tmp_path / "out" / "follower0_step_breakdown.json").read_text())
+    for b in (split["step_breakdown"], follower, central["step_breakdown"]):
+        assert b["steps"] == split["steps"] and b["step_seconds"] > 0
+        assert abs(b["residual_fraction"]) < 0.10, b  # the parts add up to the step time
+    assert {"data", "bottom_forward", "wire_wait", "wire_send", "top", "backward", "dense_optimizer",
+            "sparse_update"} <= set(split["step_breakdown"]["parts"])
+    assert {"wire_wait", "wire_send", "backward", "sparse_update"} <= set(follower["parts"])
+
+
+def test_bf16_split_equals_bf16_centralized_to_tolerance(tmp_path, shards_small, procs):
+    # Prepare
+    cfgs = party_configs(str(tmp_path), str(shards_small), train={"precision": "bf16", "epochs": 2})
+    # Execute
+    split = run_split(procs, cfgs)
+    central = run_centralized(cfgs, str(tmp_path / "central"))
+    # Assert
+    assert split["precision"] == central["precision"] == "bf16"
+    np.testing.assert_allclose(split["step_losses"], central["step_losses"], rtol=BF16_LOSS_RTOL)
+    assert abs(split["test_auc"] - central["test_auc"]) < 2e-3 and split["test_auc"] > 0.65
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the cuda path is not exercised here")
+def test_cuda_bf16_centralized_trains(tmp_path, shards_small):
+    # Execute
+    m = _centralized(tmp_path, shards_small, "cuda", device="cuda", precision="bf16", microbatches=2)
+    # Assert
+    assert m["test_auc"] > 0.65 and m["precision"] == "bf16"

@@ -1,0 +1,41 @@
+"""train.microbatches: cut each batch into M micro-batches, accumulate their gradients, step once per batch.
+
+Every party cuts a batch the same way (micro_slices is a function of the batch's row count and M only),
+so no index travels except the micro-batch number j that EMBEDDING and GRADIENT carry and each side checks.
+Each micro-batch's mean loss is weighted by its share of the batch rows, so the accumulated gradient is
+the full batch's mean-loss gradient up to float summation order (and exactly the same computation at M = 1).
+The follower sends all M embeddings before it waits for the first gradient: the leader runs the top of
+micro-batch j while the follower still computes j + 1.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def micro_slices(n_rows: int, microbatches: int) -> list[slice]:
+    """Consecutive slices of a batch of n_rows: min(M, n_rows) parts whose sizes differ by at most one."""
+    if isinstance(microbatches, bool) or not isinstance(microbatches, int) or microbatches < 1:
+        raise ValueError(f"train.microbatches must be an integer >= 1, got {microbatches!r}")
+    if n_rows < 1:
+        raise ValueError(f"a batch must hold at least one row, got {n_rows}")
+    m = min(microbatches, n_rows)
+    q, r = divmod(n_rows, m)
+    out, start = [], 0
+    for j in range(m):
+        stop = start + q + (1 if j < r else 0)
+        out.append(slice(start, stop))
+        start = stop
+    return out
+
+
+def weighted_loss(loss: torch.Tensor, part_rows: int, batch_rows: int) -> torch.Tensor:
+    """A micro-batch's mean loss scaled to its share of the batch (untouched when it is the whole batch)."""
+    return loss if part_rows == batch_rows else loss * (part_rows / batch_rows)
+
+
+def check_micro(meta: dict, expected: int, what: str, error: type[Exception]) -> None:
+    """A peer's EMBEDDING or GRADIENT must name the micro-batch this side expects next."""
+    got = meta.get("micro")
+    if isinstance(got, bool) or not isinstance(got, int) or got != expected:
+        raise error(f"{what}: expected micro-batch {expected} (an integer in [0, train.microbatches)), "
+                    f"got micro {str(got)[:20]!r}")
