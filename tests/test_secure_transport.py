@@ -205,7 +205,8 @@ def test_oversized_frames_from_a_stranger_leave_leader_memory_flat(tmp_path, sha
     ctx.term()
     after = rss_bytes(p.pid)
     # Assert
-    assert sent > 0 and p.poll() is None, "the leader died"
+    # (sent may be 0: a leader that hangs up right after the 4 GiB header resets the first chunk)
+    assert p.poll() is None, f"the leader died (exit {p.poll()}) after {sent >> 20} MiB of the oversized frame"
     assert after - before < 32 << 20, f"leader RSS grew by {(after - before) >> 20} MiB"
 
 
