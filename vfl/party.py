@@ -35,6 +35,7 @@ class BottomParty(SnapshotTrainable):
         self.valid_split = shard.split("valid")
         self.test_split = shard.split("test")
         self.model = build_bottom(cfg.model.bottom, shard.field_sizes, shard.n_dense, cfg.train.seed, cfg.party).to(device)
+        self.train_model = self.model  # with N ranks, the DistributedDataParallel wrapper of self.model
         total = cfg.train.epochs * steps_per_epoch(len(self.train_split), cfg.train.batch_size)
         self.optimizer = ScheduledOptimizer(build_optimizer(self.model, cfg.train), cfg.train, total)
         self.cut_dim = cfg.model.bottom.cut_dim
@@ -44,7 +45,7 @@ class BottomParty(SnapshotTrainable):
     def forward_train(self, rows: np.ndarray) -> torch.Tensor:
         """The cut-layer activation of these training rows, kept for backward."""
         self.model.train()
-        out = self.model(*self.train_split.features(rows, self.device))
+        out = self.train_model(*self.train_split.features(rows, self.device))
         self._pending = out
         return out
 
