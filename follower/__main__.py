@@ -54,7 +54,8 @@ def body(cfg, log, state: dict) -> None:
     trainer = FollowerTrainer(cfg, channel, party, log, cfg.output.dir, ctx=ctx)
     welcome = trainer.handshake()
     log(f"follower {cfg.party}: joined run {channel.run} ({welcome.get('epochs')} epochs x {welcome.get('steps_per_epoch')} steps)")
-    trainer.run()
+    with ctx.collectives("training (DistributedDataParallel's gradient all-reduce)"):
+        trainer.run()
     state["steps"] = trainer.steps
     ctx.close()
     log(f"follower {cfg.party}: done after {trainer.steps} steps")

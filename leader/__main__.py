@@ -74,8 +74,9 @@ def body(cfg, log, state: dict) -> None:
     trainer = LeaderTrainer(cfg, channel, party, log, cfg.output.dir, label_key=label_key, ctx=ctx)
     trainer.handshake()
     log(f"leader {cfg.party}: run {channel.run} with {list(cfg.network.followers)}")
-    trainer.prepare()
-    trainer.train()
+    with ctx.collectives("training (DistributedDataParallel's gradient all-reduce)"):
+        trainer.prepare()
+        trainer.train()
     trainer.finish(trainer.loop.history[-1]["epoch"], trainer.loop.global_step)
     if trainer.loop.curves is not None:
         trainer.loop.curves.close()  # the PNG is drawn after the followers are released, not while they wait

@@ -66,3 +66,30 @@ def test_two_ranks_per_party_equal_one_rank_with_label_dp(tmp_path, shards_small
     assert uses == [2]  # the 1-rank run, then rank 0 of the 2-rank run: ranks r > 0 never write the ledger
     print(f"max relative loss difference {np.max(np.abs(b - a) / np.abs(a)):.2e}; test AUC {m1['test_auc']:.6f} vs "
           f"{m2['test_auc']:.6f}")
+
+
+def test_killing_one_rank_ends_every_process_of_every_party(tmp_path, shards_small, procs):
+    # Prepare: a run long enough to be killed while training; short deadlines
+    timeout_s, dist_timeout_s = 10, 20
+    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=timeout_s, train={"epochs": 50, "batch_size": 256})
+    for path in cfgs.values():
+        with open(path, "a") as f:
+            f.write(f"distributed: {{timeout_s: {dist_timeout_s}}}\n")
+    names = start_ranks(procs, cfgs, RANKS)
+    procs.wait_for_line("leader.0", str(tmp_path / "out" / "leader.log"), "epoch 0 step 10/", timeout=120)
+    # Execute: rank 1 of the follower dies without a word
+    procs.kill("follower0.1")
+    t0 = time.monotonic()
+    results = {n: procs.wait(n, timeout=timeout_s + dist_timeout_s + 30) for n in names if n != "follower0.1"}
+    elapsed = time.monotonic() - t0
+    # Assert: every other process of both parties failed with one error line, within the deadline
+    assert elapsed < timeout_s + dist_timeout_s + 10, elapsed
+    for name, (code, _, err) in results.items():
+        assert code != 0, f"{name} exited 0 after a rank died"
+        lines = [x for x in err.splitlines() if x.startswith("error: ")]
+        assert len(lines) == 1 and "Traceback" not in err, f"{name}: {err[-1500:]}"
+    assert procs.procs["follower0.1"].returncode == -9
+    for p in procs.procs.values():
+        assert p.poll() is not None
+    print(f"all ended {elapsed:.1f} s after the kill: " + " | ".join(
+        f"{n} exit {c}: {[x for x in e.splitlines() if x.startswith('error: ')][0][:160]}" for n, (c, _, e) in results.items()))
