@@ -197,7 +197,7 @@ class DistributedContext(RankContext):
         unused = getattr(module, "n_fields", 1) == 0  # a bottom without categorical columns leaves its tables unused
         with self.collectives("wrapping the model (DistributedDataParallel)"):
             return DistributedDataParallel(module, device_ids=[self.device.index] if self.backend == "nccl" else None,
-                                           broadcast_buffers=False, find_unused_parameters=unused)
+                                           find_unused_parameters=unused, **_no_buffer_sync())
 
     def in_order(self, fn):
         if self.is_main:
@@ -262,3 +262,13 @@ def start_ranks(cfg, env: RankEnv, device, log=None) -> RankContext:
         log(f"{cfg.party}: rank {env.rank} of {env.ranks} (local {env.local_rank} of {env.local_ranks}); "
             f"joining the party's process group ({d.backend}, timeout {d.timeout_s:g} s)")
     return DistributedContext(env, cfg.party, d.backend, d.timeout_s, device)
+
+
+def _no_buffer_sync() -> dict:
+    """DDP's keyword that stops syncing buffers every forward (the bottom's only buffer is a constant)."""
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    names = inspect.signature(DistributedDataParallel).parameters
+    return {"forward_sync_buffers": False} if "forward_sync_buffers" in names else {"broadcast_buffers": False}
