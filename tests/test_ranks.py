@@ -11,8 +11,8 @@ import pytest
 from tests.procs import free_port, party_configs, run_split
 
 RANKS = 2
-# batch 511 over an odd split: every global batch is cut 256 / 255, and the last one is shorter still
-TRAIN = {"epochs": 2, "batch_size": 511, "eval_every_steps": 6}
+# an odd batch: every global batch is cut 192 / 191 rows, and the last one of the epoch is shorter still
+TRAIN = {"epochs": 1, "batch_size": 383, "eval_every_steps": 5}
 LEADER_TRAIN = {"early_stopping": {"metric": "auc", "patience": 2}}
 DP = {"label_dp": {"eps": 2.0}}
 
@@ -93,3 +93,20 @@ def test_killing_one_rank_ends_every_process_of_every_party(tmp_path, shards_sma
         assert p.poll() is not None
     print(f"all ended {elapsed:.1f} s after the kill: " + " | ".join(
         f"{n} exit {c}: {[x for x in e.splitlines() if x.startswith('error: ')][0][:160]}" for n, (c, _, e) in results.items()))
+
+
+def test_parties_with_different_rank_counts_are_refused_at_the_handshake(tmp_path, shards_small, procs):
+    # Prepare: the leader runs 2 ranks, the follower 1
+    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=10)
+    master = free_port()
+    for r in range(RANKS):
+        procs.start(f"leader.{r}", "leader", cfgs["leader"], env=rank_env(r, RANKS, master))
+    procs.start("follower0", "follower", cfgs["follower0"])
+    # Execute
+    results = {n: procs.wait(n, timeout=60) for n in ("leader.0", "leader.1", "follower0")}
+    # Assert: every process fails; the leader's rank 0 names the disagreement and the follower hears it; the
+    # leader's rank 1, which no follower rank 1 ever reaches, stops at its deadline (network.timeout_s)
+    assert all(code != 0 for code, _, _ in results.values())
+    assert "follower0 runs 1 rank(s) but the leader runs 2" in results["leader.0"][2]
+    assert "runs 1 rank(s) but the leader runs 2" in results["follower0"][2]
+    assert "awaiting HELLO from follower follower0" in results["leader.1"][2]
