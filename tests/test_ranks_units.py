@@ -91,3 +91,14 @@ def test_one_rank_context_starts_no_process_group():
     assert ctx.rows(rows) is rows and ctx.global_loss(0.5, 7, 7) == 0.5 and ctx.eval_range(9) == (0, 9)
     module = torch.nn.Linear(2, 1)
     assert ctx.wrap(module) is module
+
+
+def test_only_backend_failures_become_rank_lost():
+    # Prepare
+    from vfl.distributed.context import _is_distributed_error
+    from vfl.wire.channel import PeerTimeout
+
+    # Execute / Assert: a wire deadline keeps its own message; gloo's errors are recognised
+    assert not _is_distributed_error(PeerTimeout("timed out after 10 s awaiting EMBEDDING from follower0"))
+    assert _is_distributed_error(RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error: Connection reset by peer"))
+    assert not _is_distributed_error(RuntimeError("gradient received with no forward pass pending"))

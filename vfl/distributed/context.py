@@ -245,7 +245,13 @@ class DistributedContext(RankContext):
 
 
 def _is_distributed_error(e: BaseException) -> bool:
+    """A failure of torch.distributed's backend (never one of our wire errors, which name their peer)."""
     import torch.distributed as dist
+
+    from vfl.wire import WireError
+
+    if isinstance(e, WireError):
+        return False
 
     kinds = tuple(k for k in (getattr(dist, "DistError", None), getattr(dist, "DistBackendError", None)) if k)
     text = str(e)
