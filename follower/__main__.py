@@ -17,8 +17,18 @@ def body(cfg, log, state: dict) -> None:
     from vfl.psi.protocol import check_minimum, follower_psi
     from vfl.wire.frames import MAX_HEADER_BYTES
 
+    from vfl.config import ConfigError
+    from vfl.distributed.context import start_ranks
+    from vfl.distributed.launch import rank_env
+    from vfl.distributed.pairing import rank_endpoint
+
+    env = state.get("ranks") or rank_env()
+    if env.distributed and cfg.train.microbatches > 1:  # DDP all-reduces on every backward: one per step only
+        raise ConfigError(f"train.microbatches={cfg.train.microbatches} needs --ranks 1; with N ranks use microbatches: 1")
+    if env.distributed and cfg.debug.record_gradients:
+        raise ConfigError("debug.record_gradients records one process's view; run it with --ranks 1")
     keys = party_keys(cfg)
-    set_threads(cfg.train.threads, 2)
+    set_threads(cfg.train.threads, 2 * env.local_ranks)
     shard = PartyShard(cfg.data.path)
     if shard.has_labels:
         raise DataError(f"data.path {cfg.data.path} holds labels (it is the leader's shard {shard.name!r}); a follower must never read labels")
@@ -28,23 +38,31 @@ def body(cfg, log, state: dict) -> None:
     shard.check_columns(cfg.data.dense, cfg.data.categorical)
     # the largest frame the leader may send: the gradient of one training batch at this party's cut, or a PSI chunk
     max_frame = max(cfg.train.batch_size * cfg.model.bottom.cut_dim * 4 + MAX_HEADER_BYTES + 1024, PSI_MAX_FRAME_BYTES)
-    channel = state["channel"] = FollowerChannel(cfg.network.connect, cfg.party, keys, cfg.network.timeout_s,
+    device = resolve_device(cfg.train.device)
+    ctx = state["ctx"] = start_ranks(cfg, env, device, log)
+    connect = rank_endpoint(cfg.network.connect, env.rank, env.ranks, cfg.network.rank_endpoints)
+    channel = state["channel"] = FollowerChannel(connect, cfg.party, keys, cfg.network.timeout_s,
                                                  max_frame_bytes=max_frame)
-    log(f"follower {cfg.party}: connecting to {cfg.network.connect}; private set intersection of {len(shard.all_ids())} ids")
-    common, psi = follower_psi(channel, shard.all_ids(), log)
-    log(f"follower {cfg.party}: PSI intersection {psi.intersection} ids (this party {psi.own_ids}, leader {psi.peer_ids['leader']}, "
-        f"shared pairwise {psi.pairwise['leader']}), {psi.seconds:.1f} s, {psi.bytes_sent + psi.bytes_received} bytes")
-    check_minimum(psi, cfg.data.min_intersection, cfg.party)
+    log(f"follower {cfg.party}: connecting to {connect}; "
+        + (f"private set intersection of {len(shard.all_ids())} ids" if env.is_main else "rank 0 runs the PSI"))
+    if env.is_main:  # N ranks: rank 0 intersects the ids and shares them within the party
+        common, psi = follower_psi(channel, shard.all_ids(), log)
+        log(f"follower {cfg.party}: PSI intersection {psi.intersection} ids (this party {psi.own_ids}, leader {psi.peer_ids['leader']}, "
+            f"shared pairwise {psi.pairwise['leader']}), {psi.seconds:.1f} s, {psi.bytes_sent + psi.bytes_received} bytes")
+        check_minimum(psi, cfg.data.min_intersection, cfg.party)
+    common = ctx.share_ids(common if env.is_main else None)
     shard.restrict(common)
     from vfl.training.precision import warn_if_emulated
 
-    party = BottomParty(cfg, shard, resolve_device(cfg.train.device))
+    party = BottomParty(cfg, shard, device)
     warn_if_emulated(cfg.train.precision, party.device, log)
-    trainer = FollowerTrainer(cfg, channel, party, log, cfg.output.dir)
+    trainer = FollowerTrainer(cfg, channel, party, log, cfg.output.dir, ctx=ctx)
     welcome = trainer.handshake()
     log(f"follower {cfg.party}: joined run {channel.run} ({welcome.get('epochs')} epochs x {welcome.get('steps_per_epoch')} steps)")
-    trainer.run()
+    with ctx.collectives("training (DistributedDataParallel's gradient all-reduce)"):
+        trainer.run()
     state["steps"] = trainer.steps
+    ctx.close()
     log(f"follower {cfg.party}: done after {trainer.steps} steps")
 
 

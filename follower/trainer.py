@@ -14,6 +14,8 @@ from vfl.handshake import hello_meta, new_nonce
 from vfl.checkpoint import checkpoint_tag, load_resume_checkpoint, save_checkpoint
 from vfl.config import PartyConfig
 from vfl.data.shards import batch_digest, batch_order
+from vfl.distributed.context import RankContext
+from vfl.distributed.pairing import rank_meta, rank_problems
 from vfl.metrics import RunLog, loss_line
 from vfl.party import BottomParty
 from vfl.prior_all_parties import prior_config, prior_order
@@ -56,8 +58,10 @@ class GradientRecorder:
 class FollowerTrainer:
     """Reacts to the leader; never decides anything about the schedule itself."""
 
-    def __init__(self, cfg: PartyConfig, channel: FollowerChannel, party: BottomParty, log: RunLog, out_dir: str):
+    def __init__(self, cfg: PartyConfig, channel: FollowerChannel, party: BottomParty, log: RunLog, out_dir: str,
+                 ctx: RankContext | None = None):
         self.cfg = cfg
+        self.ctx = ctx or RankContext()  # N ranks: this rank's slice of every batch, DDP
         self.ch = channel
         self.party = party
         self.log = log
@@ -73,13 +77,18 @@ class FollowerTrainer:
             ckpt = load_resume_checkpoint(cfg.train.resume_from, cfg.party, ("bottom",))
             party.load_state(ckpt["state"]["bottom"])
             self.start_step = ckpt["step"]
+        self.ctx.check_batches(len(party.train_split), cfg.train.batch_size)
+        party.train_model = self.ctx.wrap(party.model)
 
     def handshake(self) -> dict:
         nonce = new_nonce()
-        self.ch.send("HELLO", hello_meta(self.cfg, self.party.shard, self.start_step, nonce))
+        self.ch.send("HELLO", {**hello_meta(self.cfg, self.party.shard, self.start_step, nonce), **rank_meta(self.ctx.env)})
         welcome = self.ch.recv(("WELCOME",), f"WELCOME from the leader at {self.ch.endpoint} (is the leader running?)")
         if welcome.meta.get("nonce") != nonce:
             raise WireError("WELCOME from the leader does not echo this follower's HELLO nonce: a replayed or foreign session")
+        problems = rank_problems("the leader", welcome.meta, self.ctx.env, f"follower {self.cfg.party}")
+        if problems:
+            raise WireError("handshake failed: " + "; ".join(problems))
         self.ch.run = welcome.str_field("run", 64)
         return welcome.meta
 
@@ -89,7 +98,7 @@ class FollowerTrainer:
         order = self._orders[epoch]
         if not 0 <= step < len(order):
             raise WireError(f"FORWARD for step {step} of epoch {epoch}, but an epoch has {len(order)} steps")
-        return order[step]
+        return self.ctx.rows(order[step])  # this rank's slice of the global batch
 
     def run(self) -> None:
         while True:
@@ -235,5 +244,7 @@ class FollowerTrainer:
         self.ch.send("EMBEDDING", {"eval": [split, start, stop]}, [out.cpu().numpy()])
 
     def _save(self, tag: str, epoch: int, step: int) -> None:
+        if not self.ctx.is_main:  # every rank holds the same weights: rank 0 writes the party's checkpoint
+            return
         path = os.path.join(self.out_dir, "checkpoints", f"{self.cfg.party}_{tag}.pt")
         save_checkpoint(path, self.cfg.party, {"bottom": self.party.state()}, epoch, step)

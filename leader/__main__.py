@@ -22,11 +22,24 @@ def body(cfg, log, state: dict) -> None:
     from vfl.psi.protocol import check_minimum, leader_psi
     from vfl.wire.frames import MAX_HEADER_BYTES
 
+    from vfl.config import ConfigError
     from vfl.curves import preload_tensorboard
 
+    from vfl.distributed.context import start_ranks
+    from vfl.distributed.label_ranks import open_label_key_ranks
+    from vfl.distributed.launch import rank_env
+    from vfl.distributed.pairing import rank_endpoint
+
+    env = state.get("ranks") or rank_env()
+    if env.distributed and cfg.privacy.label_dp is not None and cfg.privacy.label_dp.mechanism == "rr_prior":
+        raise ConfigError("privacy.label_dp.mechanism rr_prior (LP-2ST) runs on one rank only; use rr with --ranks N, "
+                          "or --ranks 1")
+    if env.distributed and cfg.train.microbatches > 1:  # DDP all-reduces on every backward: one per step only
+        raise ConfigError(f"train.microbatches={cfg.train.microbatches} needs --ranks 1; with N ranks use microbatches: 1")
     keys = party_keys(cfg)
-    preload_tensorboard()
-    set_threads(cfg.train.threads, 1 + len(cfg.network.followers))
+    if env.is_main:
+        preload_tensorboard()
+    set_threads(cfg.train.threads, (1 + len(cfg.network.followers)) * env.local_ranks)
     shard = PartyShard(cfg.data.path)
     if not shard.has_labels:
         raise DataError(f"data.path {cfg.data.path} is the shard of {shard.name!r}, which holds no labels; the leader needs the labelled shard")
@@ -35,33 +48,48 @@ def body(cfg, log, state: dict) -> None:
                         f"give each party its own directory OUT/<party> of `python -m vfl.data prepare`")
     task_classes(cfg.train.task, shard)  # train.task against the data, before any follower connects
     shard.check_columns(cfg.data.dense, cfg.data.categorical)
-    label_key = open_label_key(cfg.privacy.label_dp, shard.manifest) if cfg.privacy.label_dp is not None else None
+    device = resolve_device(cfg.train.device)
+    ctx = state["ctx"] = start_ranks(cfg, env, device, log)
+    if cfg.privacy.label_dp is None:
+        label_key = None
+    elif env.distributed:  # rank 0 creates the key and writes the ledger; the others only read the key
+        label_key = open_label_key_ranks(ctx, cfg.privacy.label_dp, shard.manifest)
+    else:
+        label_key = open_label_key(cfg.privacy.label_dp, shard.manifest)
+    bind = rank_endpoint(cfg.network.bind, env.rank, env.ranks)
     # the largest frame a follower may send: an embedding of the largest batch at the widest cut, or a PSI chunk
     max_frame = max(max(cfg.train.batch_size, cfg.train.eval_batch_size) * MAX_CUT_DIM * 4 + MAX_HEADER_BYTES,
                     PSI_MAX_FRAME_BYTES)
-    channel = state["channel"] = LeaderChannel(cfg.network.bind, cfg.network.followers, keys, cfg.network.timeout_s,
+    channel = state["channel"] = LeaderChannel(bind, cfg.network.followers, keys, cfg.network.timeout_s,
                                                cfg.party, max_frame_bytes=max_frame)
-    log(f"leader {cfg.party}: listening on {cfg.network.bind} (CurveZMQ), waiting for {list(cfg.network.followers)}; "
-        f"private set intersection of {len(shard.all_ids())} ids")
-    common, psi = leader_psi(channel, list(cfg.network.followers), shard.all_ids(), log, cfg.data.psi_max_peer_ids)
-    log(f"leader {cfg.party}: PSI intersection {psi.intersection} ids (leader {psi.own_ids}, followers {psi.peer_ids}, "
-        f"pairwise {psi.pairwise}), {psi.seconds:.1f} s, {psi.bytes_sent + psi.bytes_received} bytes")
-    check_minimum(psi, cfg.data.min_intersection, cfg.party)
+    log(f"leader {cfg.party}: listening on {bind} (CurveZMQ), waiting for {list(cfg.network.followers)}; "
+        + (f"private set intersection of {len(shard.all_ids())} ids" if env.is_main else "rank 0 runs the PSI"))
+    psi = None
+    if env.is_main:  # N ranks: rank 0 intersects the ids and shares them within the party
+        common, psi = leader_psi(channel, list(cfg.network.followers), shard.all_ids(), log, cfg.data.psi_max_peer_ids)
+        log(f"leader {cfg.party}: PSI intersection {psi.intersection} ids (leader {psi.own_ids}, followers {psi.peer_ids}, "
+            f"pairwise {psi.pairwise}), {psi.seconds:.1f} s, {psi.bytes_sent + psi.bytes_received} bytes")
+        check_minimum(psi, cfg.data.min_intersection, cfg.party)
+    common = ctx.share_ids(common if env.is_main else None)
     shard.restrict(common)
     from vfl.training.precision import warn_if_emulated
 
-    party = BottomParty(cfg, shard, resolve_device(cfg.train.device))
+    party = BottomParty(cfg, shard, device)
     warn_if_emulated(cfg.train.precision, party.device, log)
-    trainer = LeaderTrainer(cfg, channel, party, log, cfg.output.dir, label_key=label_key)
+    trainer = LeaderTrainer(cfg, channel, party, log, cfg.output.dir, label_key=label_key, ctx=ctx)
     trainer.handshake()
     log(f"leader {cfg.party}: run {channel.run} with {list(cfg.network.followers)}")
-    trainer.prepare()
-    trainer.train()
+    with ctx.collectives("training (DistributedDataParallel's gradient all-reduce)"):
+        trainer.prepare()
+        trainer.train()
     trainer.finish(trainer.loop.history[-1]["epoch"], trainer.loop.global_step)
-    trainer.loop.curves.close()  # the PNG is drawn after the followers are released, not while they wait
+    if trainer.loop.curves is not None:
+        trainer.loop.curves.close()  # the PNG is drawn after the followers are released, not while they wait
     metrics = trainer.metrics()
-    metrics["psi"] = psi.as_dict()
-    write_json(os.path.join(cfg.output.dir, "metrics.json"), metrics)
+    ctx.close()
+    if env.is_main:  # rank 0 writes the party's metrics (the per-rank figures were gathered in metrics())
+        metrics["psi"] = psi.as_dict()
+        write_json(os.path.join(cfg.output.dir, "metrics.json"), metrics)
     log(final_line(metrics))
 
 

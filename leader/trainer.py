@@ -13,6 +13,8 @@ from privacy.label_dp_run import training_loss
 from vfl.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.config import PartyConfig
 from vfl.curves import RunCurves
+from vfl.distributed.context import RankContext
+from vfl.distributed.pairing import rank_meta, rank_problems
 from vfl.progress import track
 from vfl.data.shards import batch_digest, eval_batches, steps_per_epoch
 from vfl.labels import bayes_accuracy_of, leader_training_labels, open_label_key, task_classes
@@ -35,8 +37,11 @@ class LeaderTrainer:
     """Drives every step; followers only react to FORWARD / EVAL / SAVE / WAIT / DONE."""
 
     def __init__(self, cfg: PartyConfig, channel: LeaderChannel, party: BottomParty, log: RunLog, out_dir: str,
-                 label_key=None):
+                 label_key=None, ctx: RankContext | None = None):
         self.cfg = cfg
+        self.ctx = ctx or RankContext()  # N ranks: this rank's slice of every batch, DDP, collectives
+        self.local_samples = 0
+        self.label_digests: list[str] = []
         self.ch = channel
         self.party = party
         self.log = log
@@ -54,6 +59,8 @@ class LeaderTrainer:
             self.resume = load_resume_checkpoint(cfg.train.resume_from, cfg.party, ("bottom", "top"))
             party.load_state(self.resume["state"]["bottom"])
         self.start_step = self.resume["step"] if self.resume else 0
+        self.ctx.check_batches(len(party.train_split), cfg.train.batch_size)
+        party.train_model = self.ctx.wrap(party.model)
         # None (binary) or K from the leader's shard; followers are never told K
         self.num_classes = task_classes(cfg.train.task, party.shard)
         # the key store is opened before any follower connects (leader/__main__.py passes it): its problems never
@@ -72,6 +79,7 @@ class LeaderTrainer:
                 raise HandshakeError(f"handshake refused: the party holding {f}'s key introduced itself as "
                                      f"{str(hello.meta.get('party'))[:64]!r}")
             problems += nonce_problems(f, hello.meta) + hello_problems(f, hello.meta, ours)
+            problems += rank_problems(f, hello.meta, self.ctx.env)
             nonces[f] = hello.meta.get("nonce")
             self.cut_dims[f] = hello.meta.get("cut_dim", 0)
             timeout = hello.meta.get("timeout_s")
@@ -84,7 +92,7 @@ class LeaderTrainer:
         self.ch.run = run_id(new_nonce(), nonces)
         for f in self.followers:
             self.ch.send(f, "WELCOME", {"run": self.ch.run, "nonce": nonces[f], "epochs": self.cfg.train.epochs,
-                                        "steps_per_epoch": steps})
+                                        "steps_per_epoch": steps, **rank_meta(self.ctx.env)})
         self._last_sent = time.monotonic()
 
     def _keepalive(self) -> None:
@@ -112,6 +120,9 @@ class LeaderTrainer:
                      f"flipped {r['flipped_fraction']:.4f} of training labels; debias={r.get('debias', False)}; "
                      f"dataset total eps {r['dataset_total_eps']} over {r['dataset_releases']} release(s)")
         self._check_resume_release()
+        self.label_digests = self.ctx.same_on_every_rank(
+            "the training labels (noisy under label DP)",
+            np.ascontiguousarray(self.labels.labels, "<f4").tobytes() + np.ascontiguousarray(self.labels.valid, "<i8").tobytes())
         tr = self.cfg.train
         self.top = TopTrainer(tr, self.cfg.model.top, in_dim, self.party.device,
                               training_loss(self.cfg.privacy.label_dp, self.num_classes),
@@ -123,7 +134,11 @@ class LeaderTrainer:
             self.top.load_state(self.resume["state"]["top"])
             self.loop.load_state((self.resume.get("extra") or {}).get("loop") or {})
             self.log(f"resumed from {self.cfg.train.resume_from} at global step {self.start_step}")
-        self.loop.curves = RunCurves(self.out_dir, self.cfg.party, self.start_step, log=self.log)
+        if self.ctx.is_main:  # curves, like checkpoints and metrics.json, are rank 0's
+            self.loop.curves = RunCurves(self.out_dir, self.cfg.party, self.start_step, log=self.log)
+        if self.ctx.ranks > 1:
+            self.loop.agree = self.ctx.agree_selection
+            self.top.train_model = self.ctx.wrap(self.top.model)
         self._keepalive()  # TensorBoard's import takes seconds: followers with short deadlines hear from us
 
     def _all_party_prior(self, stage_one: np.ndarray, noisy: np.ndarray, in_dim: int) -> np.ndarray:
@@ -157,27 +172,33 @@ class LeaderTrainer:
         train_ids = self.party.train_split.ids
         TIMER.reset()  # the breakdown covers the main training only (not LP-2ST's stage one)
 
-        def step(epoch: int, i: int, rows: np.ndarray) -> float:
+        def step(epoch: int, i: int, batch: np.ndarray) -> float:
+            rows = self.ctx.rows(batch)  # this rank's slice of the global batch (all of it for one rank)
             with TIMER.part("data"):
                 digest = batch_digest(train_ids[rows])
             with TIMER.part("wire_send"):
                 for f in self.followers:
                     self.ch.send(f, "FORWARD", {"epoch": epoch, "step": i, "rows": int(rows.size), "digest": digest})
             parts = micro_slices(rows.size, self.cfg.train.microbatches)
-            value = 0.0
+            value, total = 0.0, 0.0
             for j, part in enumerate(parts):  # M = 1: the whole batch, exactly as without micro-batches
-                value += self._micro_step(epoch, i, j, rows[part], rows.size, labels, j + 1 == len(parts), value)
+                share, total = self._micro_step(epoch, i, j, rows[part], rows.size, batch.size, labels,
+                                                j + 1 == len(parts), value)
+                value += share
             self.top.step()
             self.party.step_optimizer()
+            self.local_samples += rows.size
+            return total
             return value
 
         self.loop.run(step, self.evaluate, lambda epoch, gs: self.checkpoint(epoch, gs, f"step{gs}"), self.start_step,
                       self.snapshot, self.restore)
 
-    def _micro_step(self, epoch: int, i: int, j: int, rows: np.ndarray, batch_rows: int, labels: torch.Tensor,
-                    last: bool, loss_so_far: float) -> float:
+    def _micro_step(self, epoch: int, i: int, j: int, rows: np.ndarray, batch_rows: int, global_rows: int,
+                    labels: torch.Tensor, last: bool, loss_so_far: float) -> tuple[float, float]:
         """Micro-batch j of step i: own bottom, the followers' cuts j, the top; gradients j go back at once.
-        Returns this micro-batch's share of the batch loss (the whole batch loss when M = 1)."""
+        batch_rows: this rank's slice of the global batch of global_rows. Returns (this micro-batch's share of
+        the slice's loss, the global batch's mean loss once known: with the last micro-batch, else nan)."""
         own = self.party.forward_train(rows)
         own_leaf = own.detach().requires_grad_(True)
         with TIMER.part("wire_wait"):
@@ -186,17 +207,22 @@ class LeaderTrainer:
             loss = self.top.loss([own_leaf, *remote], labels[rows])
             scaled = weighted_loss(loss, rows.size, batch_rows)
             value = float(scaled.detach())
-            if not math.isfinite(value):  # before anything is sent: the followers get a clean ABORT
-                raise FloatingPointError(f"training loss became {value} at epoch {epoch} step {i + 1}; lower train.lr")
+            # N ranks: the mean over the global batch (an all-reduce every rank joins; identity for one rank)
+            total = self.ctx.global_loss(loss_so_far + value, batch_rows, global_rows) if last else math.nan
+            if not math.isfinite(total if last else value):  # before anything is sent: the followers get a clean ABORT
+                raise FloatingPointError(f"training loss became {total if last else value} at epoch {epoch} step {i + 1}; "
+                                         "lower train.lr")
+            if self.ctx.ranks > 1:  # N n_r / B: DDP's average over ranks is then the global batch's gradient
+                scaled = scaled * self.ctx.loss_weight(batch_rows, global_rows)
             scaled.backward()  # top only: the followers' gradients are ready before the leader's bottom runs
         with TIMER.part("wire_send"):
             for f, t in zip(self.followers, remote):
                 # the batch loss (on the training labels, noisy under label DP) lets followers log the same line;
                 # it is known with the last micro-batch
-                meta = {"epoch": epoch, "step": i, "micro": j, **({"loss": loss_so_far + value} if last else {})}
+                meta = {"epoch": epoch, "step": i, "micro": j, **({"loss": total} if last else {})}
                 self.ch.send(f, "GRADIENT", meta, [t.grad.detach().cpu().numpy()])
         self.party.accumulate_gradient(own_leaf.grad, j)  # overlaps with the followers' backward passes
-        return value
+        return value, total
 
     def snapshot(self, step: int) -> int:
         """Every party keeps a copy of its weights and optimizer state at this (best so far) step."""
@@ -230,20 +256,24 @@ class LeaderTrainer:
     def evaluate(self, split: str) -> np.ndarray:
         """Predicted click (n,) or class (n, K) probabilities on the valid or test split (scored on the leader only)."""
         n = len(self.party.valid_split if split == "valid" else self.party.test_split)
-        probs = np.empty(n if self.num_classes is None else (n, self.num_classes))
-        for sl in track(eval_batches(n, self.cfg.train.eval_batch_size), desc=f"evaluate {split}", unit="batch"):
+        lo, hi = self.ctx.eval_range(n)  # N ranks: each scores its contiguous part, gathered below
+        probs = np.empty(hi - lo if self.num_classes is None else (hi - lo, self.num_classes))
+        for part in track(eval_batches(hi - lo, self.cfg.train.eval_batch_size), desc=f"evaluate {split}", unit="batch"):
+            sl = slice(lo + part.start, lo + part.stop)
             for f in self.followers:
                 self.ch.send(f, "EVAL", {"split": split, "start": sl.start, "stop": sl.stop})
             cuts = [self.party.forward_eval(sl, split)]
             cuts += [self._remote_cut(f, "eval", [split, sl.start, sl.stop], sl.stop - sl.start) for f in self.followers]
-            probs[sl] = self.top.predict(cuts)
-        return probs
+            probs[part] = self.top.predict(cuts)
+        return self.ctx.gather_rows(probs, n)
 
     # -- end of run ----------------------------------------------------------------------------
     def checkpoint(self, epoch: int, step: int, tag: str) -> str:
         for f in self.followers:
             self.ch.send(f, "SAVE", {"tag": tag, "epoch": epoch, "step": step})
         path = os.path.join(self.out_dir, "checkpoints", f"{self.cfg.party}_{tag}.pt")
+        if not self.ctx.is_main:  # every rank holds the same weights: rank 0 writes the party's checkpoint
+            return path
         state = {"bottom": self.party.state(), "top": self.top.state()}
         extra = {"label_dp_release": self.labels.release,
                  "label_dp_key": self.labels.report["key_fingerprint"] if self.labels.report else None,
@@ -284,7 +314,16 @@ class LeaderTrainer:
             "precision": self.cfg.train.precision,
             "microbatches": self.cfg.train.microbatches,
             "step_breakdown": TIMER.report(),
+            **self.rank_metrics(),
         }
+
+    def rank_metrics(self) -> dict:
+        """ranks, per-rank and total samples/s, wire bytes of every rank (collectives: every rank calls it)."""
+        seconds = max(self.loop.train_seconds, 1e-9)
+        per_rank = self.ctx.per_rank(self.local_samples / seconds)
+        return {"ranks": self.ctx.ranks, "samples_per_second_per_rank": per_rank,
+                "samples_per_second_total": sum(per_rank), "label_digests_per_rank": self.label_digests,
+                "wire_bytes_all_ranks": self.ctx.total(self.ch.bytes_sent + self.ch.bytes_received)}
 
 
 class _FollowerPriorSource:

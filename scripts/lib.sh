@@ -21,3 +21,19 @@ require_values() {  # require_values FLAG... -- "$@": a value flag that is last 
     shift
   done
 }
+launcher() {  # launcher MODULE RANKS NNODES NODE_RANK MASTER_ADDR MASTER_PORT: sets LAUNCH, the command starting the party
+  local module=$1 ranks=$2 nnodes=$3 node_rank=$4 addr=$5 port=$6
+  [[ "$ranks" =~ ^[1-9][0-9]{0,3}$ ]] || { echo "error: --ranks $ranks: allowed: an integer in [1, 9999]" >&2; exit 2; }
+  [[ "$nnodes" =~ ^[1-9][0-9]{0,3}$ ]] || { echo "error: --nnodes $nnodes: allowed: an integer in [1, 9999]" >&2; exit 2; }
+  if [ "$ranks" = 1 ] && [ "$nnodes" = 1 ]; then
+    LAUNCH=("$PY" -m "$module")  # one rank: today's single process, no torch.distributed
+    return
+  fi
+  if [ "$nnodes" != 1 ] && [ -z "$port" ]; then
+    echo "error: --nnodes $nnodes needs --master-addr and --master-port (the same on every machine of this party)" >&2; exit 2
+  fi
+  [ -n "$port" ] || port=$(free_port)
+  # torchrun (torch.distributed.run): RANK, WORLD_SIZE, MASTER_ADDR/PORT for every rank; one failed rank stops the others
+  LAUNCH=("$PY" -m torch.distributed.run --nproc-per-node "$ranks" --nnodes "$nnodes" --node-rank "$node_rank"
+          --master-addr "$addr" --master-port "$port" -m "$module")
+}

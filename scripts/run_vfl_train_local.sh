@@ -4,7 +4,9 @@
 # prepares its own file alone (OUT/shards/<party>), the parties intersect their ids privately (PSI), then train.
 # Usage: bash scripts/run_vfl_train_local.sh [--data RAW_TSV] [--out DIR] [--epochs N] [--centralized]
 #        [--rows N] (synthetic rows when no --data) [--hash-buckets N] [--example digits|multiclass] [--label-dp]
-#        [--drop PARTY=FRACTION]
+#        [--drop PARTY=FRACTION] [--ranks N]
+# --ranks N: every party runs N ranks under torchrun (gloo on CPU), rank r of the leader paired with rank r of
+# the follower; N = 1 (default) is one process per party. On a 2-core machine N > 1 brings no speedup.
 # The whole vertical path: the combined file is split into each party's own raw file, each party
 # prepares its own file alone, the parties intersect their ids privately (PSI) and train.
 # --example digits: scikit-learn's 8x8 digits, 10 classes, left/right image halves (examples/digits/);
@@ -13,9 +15,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-require_values --data --out --epochs --rows --hash-buckets --example --drop -- "$@"
+require_values --data --out --epochs --rows --hash-buckets --example --drop --ranks -- "$@"
 ROOT=$(pwd)
-DATA="" OUT="" EPOCHS="" CENTRALIZED=0 ROWS="" BUCKETS=20000 EXAMPLE="" LABEL_DP=0 DROP=()
+DATA="" OUT="" EPOCHS="" CENTRALIZED=0 ROWS="" BUCKETS=20000 EXAMPLE="" LABEL_DP=0 DROP=() RANKS=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --data) DATA=$2; shift 2 ;;
@@ -27,7 +29,8 @@ while [ $# -gt 0 ]; do
     --example) EXAMPLE=$2; shift 2 ;;
     --label-dp) LABEL_DP=1; shift ;;
     --drop) DROP+=(--drop "$2"); shift 2 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    --ranks) RANKS=$2; shift 2 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -100,7 +103,7 @@ PORT=$(free_port)
 ENDPOINT="tcp://127.0.0.1:$PORT"
 KEYS="$OUT/keys"  # throwaway CurveZMQ key pairs of this local run (two hosts: see README, Security)
 new_keys "$KEYS" leader "$FOLLOWER"
-echo "== leader and $FOLLOWER over ZeroMQ at $ENDPOINT (logs in $OUT)"
+echo "== leader and $FOLLOWER over ZeroMQ at $ENDPOINT$([ "$RANKS" != 1 ] && echo " (+ rank, $RANKS ranks per party)") (logs in $OUT)"
 NAMES=() PIDS=() DONE=()
 cleanup() {
   for i in "${!PIDS[@]}"; do
@@ -108,9 +111,11 @@ cleanup() {
   done
 }
 trap 'cleanup; exit 130' INT TERM
-"$PY" -m leader --config "$LEADER_CONFIG" --bind "$ENDPOINT" --data "$SHARDS/leader" --out "$OUT" --keys "$KEYS" "${EP_ARGS[@]}" &
+launcher leader "$RANKS" 1 0 127.0.0.1 ""
+"${LAUNCH[@]}" --config "$LEADER_CONFIG" --bind "$ENDPOINT" --data "$SHARDS/leader" --out "$OUT" --keys "$KEYS" "${EP_ARGS[@]}" &
 NAMES+=(leader); PIDS+=($!); DONE+=(0)
-"$PY" -m follower --config "$FOLLOWER_CONFIG" --connect "$ENDPOINT" --data "$SHARDS/$FOLLOWER" --out "$OUT" --keys "$KEYS" "${EP_ARGS[@]}" > "$OUT/$FOLLOWER.stdout" 2>&1 &
+launcher follower "$RANKS" 1 0 127.0.0.1 ""
+"${LAUNCH[@]}" --config "$FOLLOWER_CONFIG" --connect "$ENDPOINT" --data "$SHARDS/$FOLLOWER" --out "$OUT" --keys "$KEYS" "${EP_ARGS[@]}" > "$OUT/$FOLLOWER.stdout" 2>&1 &
 NAMES+=("$FOLLOWER"); PIDS+=($!); DONE+=(0)
 # wait for the parties one by one as they end; if one fails, stop the others by PID
 remaining=${#PIDS[@]}
@@ -145,5 +150,7 @@ print((f"test accuracy {m['test_accuracy']:.4f}" + (f"  (Bayes-optimal accuracy 
        + f"  macro AUC {m['test_auc']:.4f}" if "test_accuracy" in m else
        f"test AUC {m['test_auc']:.4f}" + (f"  (Bayes-optimal AUC of this data: {bayes:.4f})" if bayes else ""))
       + f"  test logloss {m['test_logloss']:.4f}  {m['samples_per_second']:.0f} samples/s"
-      + (f"  label DP eps={m['label_dp']['eps']}" if m.get("label_dp") else ""))
+      + (f"  label DP eps={m['label_dp']['eps']}" if m.get("label_dp") else "")
+      + (f"  ranks {m['ranks']} ({', '.join(f'{x:.0f}' for x in m['samples_per_second_per_rank'])} samples/s per rank)"
+         if m.get("ranks", 1) > 1 else ""))
 PYEOF

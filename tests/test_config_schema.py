@@ -81,7 +81,8 @@ def test_json_schema_has_every_section_with_domains_and_refuses_unknown_keys(tmp
     schema = json.loads((tmp_path / "s.json").read_text())
     # Assert
     assert r.returncode == 0 and schema == json.loads(json.dumps(json_schema()))
-    assert set(schema["properties"]) == {"role", "party", "network", "data", "model", "train", "privacy", "output", "debug"}
+    assert set(schema["properties"]) == {"role", "party", "network", "data", "model", "train", "privacy", "output", "debug",
+                                          "distributed"}
     train = schema["$defs"]["TrainConfig"]
     assert train["additionalProperties"] is False
     assert train["properties"]["epochs"]["minimum"] == 1 and train["properties"]["epochs"]["maximum"] == 10000

@@ -77,11 +77,12 @@ def test_with_dp_direction_attacks_stay_below_the_randomized_response_bound(tmp_
 
 
 def test_rr_prior_run_keeps_followers_alive_while_the_prior_trains(tmp_path, shards_small, procs):
-    # Prepare: stage one takes several seconds, longer than the follower's 1 s deadline
+    # Prepare: stage one takes longer than the follower's 4 s deadline (which must still cover one PSI chunk
+    # of 8192 exponentiations on a loaded machine)
     cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=60,
-                         privacy={"label_dp": {"eps": 2.0, "mechanism": "rr_prior", "prior_epochs": 120}})
+                         privacy={"label_dp": {"eps": 2.0, "mechanism": "rr_prior", "prior_epochs": 200}})
     doc = yaml.safe_load(open(cfgs["follower0"]))
-    doc["network"]["timeout_s"] = 1.0
+    doc["network"]["timeout_s"] = 4.0
     yaml.safe_dump(doc, open(cfgs["follower0"], "w"))
     # Execute: the follower starts once the leader listens, so its short deadline only meets the preparation
     procs.start("leader", "leader", cfgs["leader"])

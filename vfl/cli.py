@@ -152,8 +152,16 @@ def party_main(argv: list[str] | None, role: str, endpoint_flag: str, body, abor
         return cfg
     if cfg.role != role:
         return fail(f"{args.config} has role {cfg.role!r}; python -m {role} needs role: {role}", 2)
-    log = RunLog(os.path.join(cfg.output.dir, f"{cfg.party}.log"), cfg.party)
-    state: dict = {}
+    from vfl.distributed.launch import LaunchError, rank_env
+
+    try:
+        ranks = rank_env()
+    except LaunchError as e:
+        return fail(str(e), 2)
+    if not ranks.is_main:  # rank r > 0: its own log file, and a console for warnings and errors only
+        set_verbosity(True, False)
+    log = RunLog(os.path.join(cfg.output.dir, ranks.log_name(cfg.party)), cfg.party)
+    state: dict = {"ranks": ranks}
 
     def checked_body() -> None:
         from vfl.preflight import preflight

@@ -46,6 +46,8 @@ class NetworkConfig(_Section):
     secret_key_file: Optional[Path] = None  # this party's <party>.key_secret (python -m vfl.keys new)
     follower_keys: dict[str, Path] = Field(default_factory=dict)  # leader: follower name -> its public <name>.key
     leader_key_file: Optional[Path] = None  # follower: the leader's public key, pinned
+    # follower with N ranks: the endpoint of each leader rank (default: connect's host, port + rank)
+    rank_endpoints: tuple[Endpoint, ...] = ()
 
 
 class DataConfig(_Section):
@@ -127,6 +129,13 @@ class LabelDPConfig(_Section):
         return self
 
 
+class DistributedConfig(_Section):
+    """N ranks per party under torchrun (WORLD_SIZE > 1); ignored by one rank."""
+
+    backend: Choice("auto", "gloo", "nccl") = "auto"  # auto: nccl on cuda, gloo on cpu (sparse embedding gradients need gloo)
+    timeout_s: Number(1, 86400) = 600.0  # a collective within the party fails after this (set it above rank 0's PSI time)
+
+
 class PrivacyConfig(_Section):
     label_dp: Optional[LabelDPConfig] = None
 
@@ -147,6 +156,7 @@ class PartyConfig(_Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
+    distributed: DistributedConfig = Field(default_factory=DistributedConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
     debug: DebugConfig = Field(default_factory=DebugConfig)
 
@@ -196,6 +206,8 @@ def _role_problems(doc: dict) -> list[str]:
             stray = [k for k in keys if k not in fl]
             if stray:
                 errors.append(f"network.follower_keys names {stray}, which are not in network.followers {fl}")
+        if _has(doc, "network", "rank_endpoints"):
+            errors.append("network.rank_endpoints is only used by a follower (the leader binds network.bind's port + rank)")
         if _has(doc, "network", "leader_key_file"):
             errors.append("network.leader_key_file is only used by a follower")
         if _has(doc, "debug", "record_gradients") and _get(doc, "debug", "record_gradients"):
@@ -341,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = ["ConfigError", "PartyConfig", "NetworkConfig", "DataConfig", "BottomConfig", "TopConfig", "ModelConfig",
-           "EarlyStoppingConfig", "LRScheduleConfig", "TrainConfig", "LabelDPConfig", "PrivacyConfig", "OutputConfig",
+           "EarlyStoppingConfig", "LRScheduleConfig", "TrainConfig", "LabelDPConfig", "PrivacyConfig", "DistributedConfig", "OutputConfig",
            "DebugConfig", "parse_config", "load_config", "dotted_overrides", "json_schema", "read_yaml", "domain_error"]
 
 if __name__ == "__main__":

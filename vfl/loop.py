@@ -47,6 +47,7 @@ class TrainingLoop:
         self.stopped_early = False
         self.final: dict = {}
         self.curves = None  # a vfl.curves.RunCurves: metrics.csv, TensorBoard, curves.png
+        self.agree = None  # N ranks: (selection, is_best) -> rank 0's is_best, its selection state adopted
         if self.selection is not None and (self.valid_labels is None or self.valid_labels.size == 0):
             raise ValueError("train.early_stopping needs a validation split with rows (prepare with --valid-fraction > 0)")
 
@@ -134,7 +135,10 @@ class TrainingLoop:
             else:
                 v = noisy_multiclass_validation_metrics(self.valid_labels, evaluate("valid"), self.valid_eps, self.num_classes)
             entry["valid"] = v
-            if self.selection is not None and self.selection.update(v[self.selection.metric], self.global_step, epoch):
+            best = self.selection is not None and self.selection.update(v[self.selection.metric], self.global_step, epoch)
+            if self.selection is not None and self.agree is not None:
+                best = self.agree(self.selection, best)
+            if best:
                 if snapshot is not None:
                     self.snapshot_bytes = snapshot(self.global_step)
         entry.update(test_metrics(self.test_labels, evaluate("test")))

@@ -37,6 +37,7 @@ class BottomParty(SnapshotTrainable):
         self.valid_split = shard.split("valid")
         self.test_split = shard.split("test")
         self.model = build_bottom(cfg.model.bottom, shard.field_sizes, shard.n_dense, cfg.train.seed, cfg.party).to(device)
+        self.train_model = self.model  # with N ranks, the DistributedDataParallel wrapper of self.model
         total = cfg.train.epochs * steps_per_epoch(len(self.train_split), cfg.train.batch_size)
         self.optimizer = ScheduledOptimizer(build_optimizer(self.model, cfg.train), cfg.train, total)
         self.cut_dim = cfg.model.bottom.cut_dim
@@ -51,7 +52,7 @@ class BottomParty(SnapshotTrainable):
         with TIMER.part("data"):
             features = self.train_split.features(rows, self.device)
         with TIMER.part("bottom_forward"), autocast(self.precision, self.device):
-            out = self.model(*features)
+            out = self.train_model(*features)
         out = out.float()  # the cut stays fp32 (on the wire too); a no-op in fp32
         self._pending.append(out)
         return out

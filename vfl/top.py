@@ -34,6 +34,7 @@ class TopTrainer(SnapshotTrainable):
         """num_classes None: binary (one logit, BCE); K: K logits, softmax cross-entropy."""
         self.num_classes = num_classes
         self.model = build_top(top, in_dim, train.seed, num_classes or 1).to(device)
+        self.train_model = self.model  # with N ranks, the DistributedDataParallel wrapper of self.model
         self.optimizer = ScheduledOptimizer(build_optimizer(self.model, train), train, total_steps)
         self.best: Snapshot | None = None
         self.name = "top model"
@@ -46,7 +47,7 @@ class TopTrainer(SnapshotTrainable):
     def loss(self, cuts: list[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
         self.model.train()
         with autocast(self.precision, self.device):
-            logits = self.model(torch.cat(cuts, dim=1))
+            logits = self.train_model(torch.cat(cuts, dim=1))
         return self.loss_fn(logits.float(), labels.to(self.device))
 
     def step(self) -> None:

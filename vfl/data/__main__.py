@@ -43,7 +43,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="that party's file lacks this fraction of ids (repeatable)")
     sp.add_argument("--num-classes", type=int, default=2, help="2: a 0/1 label; K > 2: class ids 0..K-1")
     p = sub.add_parser("prepare", help="a party's own raw file (--party) or a combined file (local simulation) -> shards")
-    p.add_argument("--input", required=True)
+    p.add_argument("--input", required=True, nargs="+",
+                   help="the raw file; with --party, several files (.gz too: Criteo's day files) are prepared in parallel "
+                        "processes, one shard set per file, read by training as one dataset")
+    p.add_argument("--workers", type=int, default=0, help="with several --input files: processes (0: one per core)")
     p.add_argument("--out", required=True, help="output root: the shard lands in OUT/<party>")
     p.add_argument("--party", default=None, help="prepare only this party's own file (its columns from --parties or the flags below)")
     p.add_argument("--parties", default=None, help="YAML {party: {dense: [...], categorical: [...], label: bool, drop_fraction: f}}")
@@ -97,6 +100,11 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.cmd == "prepare" and args.party is not None:
             return _prepare_party(args)
+        if args.cmd == "prepare":
+            if len(args.input) > 1:
+                raise DataError(f"several --input files ({len(args.input)}) are prepared per party: add --party NAME "
+                                "(each organisation prepares its own files)")
+            args.input = args.input[0]
         parties = load_parties(args.parties)
         for spec in args.drop:
             name, _, frac = spec.partition("=")
@@ -164,12 +172,28 @@ def _prepare_party(args) -> int:
             raise DataError(f"--party {args.party!r} is not in {args.parties or 'the default parties'} ({names}); "
                             f"name one of them, or give its columns with --dense/--categorical/--label")
         party = match[0]
-    src = PartySource(args.input, party.dense, party.categorical, party.label, args.id_column, args.label_column,
-                      num_classes=args.num_classes)
+    sources = [PartySource(path, party.dense, party.categorical, party.label, args.id_column, args.label_column,
+                           num_classes=args.num_classes) for path in args.input]
     opts = PrepareOptions(test_fraction=args.test_fraction, valid_fraction=args.valid_fraction, seed=args.seed,
                           strict=args.strict, hash_buckets=args.hash_buckets, vocab_min_count=args.vocab_min_count,
                           truth_path=args.truth, force=args.force, num_classes=args.num_classes)
     out = os.path.join(args.out, args.party)
+    if len(sources) > 1:
+        from vfl.data.shard_sets import prepare_files
+
+        if args.truth:
+            raise DataError("--truth names one file's true probabilities; with several --input files each FILE.truth.npy "
+                            "beside its file is used")
+        if args.workers < 0:
+            raise DataError(f"--workers must be >= 0 (0: one per core), got {args.workers}")
+        m = prepare_files(sources, out, party, opts, args.workers)
+        rows = m["rows"]
+        print(f"prepared {out} from {len(sources)} files in {m['workers']} processes: train {rows['train']} rows, "
+              f"valid {rows['valid']} rows, test {rows['test']} rows")
+        print(f"throughput: {m['rows_per_second']:.0f} rows/s, {m['seconds_total']:.2f} s in all")
+        return 0
+    src = sources[0]
+    args.input = args.input[0]
     m = prepare_party(src, out, party, opts)
     rows = m["rows"]
     bayes = m.get("bayes_test_auc")

@@ -130,6 +130,10 @@ class PartyShard:
         return len(self.dense_columns)
 
     def split(self, name: str) -> ShardSplit:
+        if name not in self._splits and self.manifest.get("parts"):  # several files' shard sets (shard_sets.py)
+            from vfl.data.shard_sets import read_parts
+
+            self._splits[name] = read_parts(self.path, [p["name"] for p in self.manifest["parts"]], name, self._in_memory)
         if name not in self._splits:
             root = os.path.join(self.path, name)
             mode = None if self._in_memory else "r"

@@ -1,11 +1,13 @@
 """Where a training step's time goes: named parts timed with perf_counter, summed per process, with the residual.
 
-One StepTimer per process (TIMER). Parts nest: a part's time excludes the parts timed inside it, so the
+One StepTimer per thread (TIMER: the leader and a follower may train in one process, as vfl.api's
+simulate does, each in its own thread). Parts nest: a part's time excludes the parts timed inside it, so the
 parts of a step add up to the step's wall time less the untimed Python between them (the residual).
 On CUDA, kernels run asynchronously: set `sync` (torch.cuda.synchronize) so a part ends when its kernels do.
 """
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -72,4 +74,22 @@ class StepTimer:
                 "evaluation_seconds": round(self.evaluation_seconds, 6)}
 
 
-TIMER = StepTimer()
+class _PerThread(threading.local):
+    def __init__(self) -> None:
+        self.timer = StepTimer()
+
+
+class ThreadStepTimer:
+    """The calling thread's StepTimer: every attribute is read from (and written to) that thread's timer."""
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_local", _PerThread())
+
+    def __getattr__(self, name: str):
+        return getattr(self._local.timer, name)
+
+    def __setattr__(self, name: str, value) -> None:
+        setattr(self._local.timer, name, value)
+
+
+TIMER = ThreadStepTimer()

@@ -1,0 +1,167 @@
+"""Several raw files of one party (Criteo's day files, .gz included) prepared in parallel, one shard set per file,
+and read back as one dataset.
+
+`python -m vfl.data prepare --party P --input day_0.gz day_1.gz ... --workers K` writes OUT/P/parts/part-NNNNN
+(each a complete shard of one file, prepared by its own process) and OUT/P/manifest.json listing the parts.
+Only hash mode (--hash-buckets) qualifies: a categorical value hashes to the same id in every file (the salts
+derive from --seed), and the dense transform is fixed, so the parts share one id space; per-file vocabularies
+would not. A sample's split is a keyed function of its id, so each part's splits are the dataset's.
+PartyShard reads such a directory as the concatenation of its parts, each split in ascending id order (the
+order a single shard has), so a party's row order is independent of the order of its files.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+
+from vfl.data.reader import DataError
+
+PARTS_DIR = "parts"
+
+
+def _one(args) -> tuple[int, dict, float]:
+    from vfl.data.prepare import prepare_party
+
+    i, src, out, party, opts = args
+    t0 = time.perf_counter()
+    m = prepare_party(src, out, party, opts)
+    return i, {"rows": m["rows"], "source": m.get("source")}, time.perf_counter() - t0
+
+
+def prepare_files(sources: list, out_dir: str, party, opts, workers: int = 0) -> dict:
+    """Prepare each PartySource into out_dir/parts/part-NNNNN in up to `workers` processes (0: one per core);
+    write out_dir/manifest.json listing them. Nothing is left half-written."""
+    if opts.vocab_min_count is not None:
+        raise DataError("several input files need hash mode (--hash-buckets): a vocabulary fitted per file would give "
+                        "the same value different ids in different parts")
+    paths = [s.path for s in sources]
+    if len(set(map(os.path.abspath, paths))) != len(paths):
+        raise DataError(f"--input names a file twice: {paths}")
+    for p in paths:
+        if not os.path.isfile(p):
+            raise DataError(f"input file not found: {p}")
+    out_dir = os.path.abspath(out_dir)
+    if os.path.exists(out_dir) and not opts.force:
+        raise DataError(f"output directory already exists: {out_dir} (pass --force to replace it)")
+    tmp = os.path.join(os.path.dirname(out_dir), f".{os.path.basename(out_dir)}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    workers = workers or min(len(sources), os.cpu_count() or 1)
+    names = [f"part-{i:05d}" for i in range(len(sources))]
+    jobs = [(i, s, os.path.join(tmp, PARTS_DIR, names[i]), party, opts) for i, s in enumerate(sources)]
+    t0 = time.perf_counter()
+    try:
+        os.makedirs(os.path.join(tmp, PARTS_DIR))
+        parts: list[dict] = [{} for _ in sources]
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            for done, (i, info, seconds) in enumerate(pool.map(_one, jobs), 1):
+                parts[i] = {"name": names[i], "input": os.path.basename(paths[i]), "seconds": round(seconds, 2), **info}
+                rows = sum(parts[i]["rows"].values())
+                print(f"prepare {party.name}: part {done}/{len(jobs)} ({paths[i]}): {rows} rows in {seconds:.1f} s",
+                      file=sys.stderr, flush=True)
+        manifest = _combined_manifest(tmp, parts)
+        manifest["seconds_total"] = time.perf_counter() - t0
+        manifest["rows_per_second"] = sum(sum(p["rows"].values()) for p in parts) / max(manifest["seconds_total"], 1e-9)
+        manifest["workers"] = workers
+        with open(os.path.join(tmp, "manifest.json"), "w") as f:
+            json.dump(manifest, f, indent=2)
+            f.write("\n")
+        if os.path.exists(out_dir):
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _combined_manifest(root: str, parts: list[dict]) -> dict:
+    """Part 0's manifest (the party's columns and transforms, as it was written) with the whole dataset's
+    ids, rows and source digest, and the list of parts."""
+    docs = []
+    for p in parts:
+        with open(os.path.join(root, PARTS_DIR, p["name"], "manifest.json")) as f:
+            docs.append(json.load(f))
+    first = docs[0]
+    same = lambda d: ({k: v for k, v in (d.get("party") or {}).items() if k != "rows"}, d.get("transforms"))
+    for p, d in zip(parts[1:], docs[1:]):
+        if same(d) != same(first):
+            raise DataError(f"part {p['input']} was prepared with other columns or transforms than {parts[0]['input']}")
+    shard = PartsView(root, [p["name"] for p in parts], first)
+    out = dict(first)
+    out["id_digest"] = {s: shard.digest(s) for s in shard.splits}
+    out["rows"] = {s: int(sum(d["rows"][s] for d in docs)) for s in shard.splits}
+    if isinstance(first.get("party"), dict) and "rows" in first["party"]:
+        out["party"] = {**first["party"], "rows": out["rows"]}
+    if first.get("source") is not None:  # the labelled party: the dataset (label-DP ledger) is the list of files
+        out["source"] = {"sha256": hashlib.sha256("".join(d["source"]["sha256"] for d in docs).encode()).hexdigest(),
+                         "lines": int(sum(d["source"].get("lines") or 0 for d in docs)),
+                         "files": [p["input"] for p in parts], "malformed_rows_skipped":
+                             int(sum(d["source"].get("malformed_rows_skipped", 0) for d in docs))}
+    for key in ("bayes_test_auc", "bayes_test_accuracy", "seconds_total", "rows_per_second", "peak_rss_mib"):
+        out.pop(key, None)
+    out["parts"] = [{"name": p["name"], "input": p["input"], "seconds": p["seconds"]} for p in parts]
+    return out
+
+
+class PartsView:
+    """The ids of each split over every part, in ascending order, checked to be disjoint."""
+
+    splits = ("train", "valid", "test")
+
+    def __init__(self, root: str, names: list[str], manifest: dict):
+        self.root, self.names = root, names
+
+    def ids(self, split: str) -> np.ndarray:
+        ids = np.concatenate([np.load(os.path.join(self.root, PARTS_DIR, n, split, "ids.npy")) for n in self.names])
+        out = np.sort(ids, kind="stable")
+        if out.size > 1 and np.any(out[1:] == out[:-1]):
+            raise DataError(f"the input files share sample ids in the {split} split: each id must be in one file only")
+        return out
+
+    def digest(self, split: str) -> str:
+        return hashlib.sha256(np.ascontiguousarray(self.ids(split), dtype="<i8").tobytes()).hexdigest()
+
+
+class ConcatRows:
+    """Several arrays (memory-mapped or not) with the same trailing shape, indexed as one along rows."""
+
+    def __init__(self, arrays: list):
+        self.arrays = arrays
+        self.starts = np.cumsum([0] + [len(a) for a in arrays])
+        self.shape = (int(self.starts[-1]), *arrays[0].shape[1:])
+        self.dtype = arrays[0].dtype
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, rows):
+        rows = np.arange(self.shape[0])[rows] if isinstance(rows, slice) else np.asarray(rows, np.int64)
+        out = np.empty((rows.size, *self.shape[1:]), self.dtype)
+        which = np.searchsorted(self.starts, rows, side="right") - 1
+        for k in np.unique(which):
+            sel = which == k
+            out[sel] = self.arrays[k][rows[sel] - self.starts[k]]
+        return out
+
+    def __array__(self, dtype=None, copy=None):
+        out = np.concatenate([np.asarray(a) for a in self.arrays])
+        return out.astype(dtype) if dtype is not None else out
+
+
+def read_parts(path: str, names: list[str], split: str, in_memory: bool):
+    """One ShardSplit over every part's split, rows in ascending id order."""
+    from vfl.data.shards import PartyShard, RowSubset, ShardSplit
+
+    pieces = [PartyShard(os.path.join(path, PARTS_DIR, n), in_memory=in_memory).split(split) for n in names]
+    ids = np.concatenate([np.asarray(p.ids) for p in pieces])
+    order = np.argsort(ids, kind="stable")
+    labels = None if pieces[0].labels is None else np.concatenate([np.asarray(p.labels) for p in pieces])[order]
+    cat = lambda attr: RowSubset(ConcatRows([getattr(p, attr) for p in pieces]), order)
+    return ShardSplit(ids[order], cat("dense"), cat("dense_missing"), cat("cat"), labels)
