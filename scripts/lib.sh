@@ -33,6 +33,10 @@ launcher() {  # launcher MODULE RANKS NNODES NODE_RANK MASTER_ADDR MASTER_PORT: 
     echo "error: --nnodes $nnodes needs --master-addr and --master-port (the same on every machine of this party)" >&2; exit 2
   fi
   [ -n "$port" ] || port=$(free_port)
+  if [ "$nnodes" = 1 ] && [ -z "${GLOO_SOCKET_IFNAME:-}" ] && [ -e /sys/class/net/lo ]; then
+    # one machine: keep gloo's unauthenticated, unencrypted rank-to-rank traffic on the loopback interface
+    export GLOO_SOCKET_IFNAME=lo
+  fi
   # torchrun (torch.distributed.run): RANK, WORLD_SIZE, MASTER_ADDR/PORT for every rank; one failed rank stops the others
   LAUNCH=("$PY" -m torch.distributed.run --nproc-per-node "$ranks" --nnodes "$nnodes" --node-rank "$node_rank"
           --master-addr "$addr" --master-port "$port" -m "$module")
