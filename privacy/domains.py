@@ -63,7 +63,9 @@ def domain_error(name: str, value, lo=None, hi=None, lo_open: bool = False, hi_o
     kind_ok = isinstance(value, int) if integer else isinstance(value, (int, float))
     if isinstance(value, bool) or not kind_ok:
         hint = " (write .inf or 1e308 for infinity)" if isinstance(value, str) and "inf" in value.lower() else ""
-        return f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}{hint}"
+        kind = "an integer" if integer else "a number"
+        allowed = f" (allowed: {kind} {domain_text(lo, hi, lo_open, hi_open)})" if lo is not None or hi is not None else ""
+        return f"{name} must be {kind}, got {value!r}{hint}{allowed}"
     if isinstance(value, float) and math.isnan(value):
         return f"{name} must not be NaN"
     if (lo is not None and (value <= lo if lo_open else value < lo)) or (hi is not None and (value >= hi if hi_open else value > hi)):

@@ -30,7 +30,7 @@ def _leader(**train):
 @pytest.mark.parametrize("train, needle", [
     ({"precision": "fp16"}, "train.precision must be one of ['fp32', 'bf16'], got 'fp16'"),
     ({"microbatches": 0}, "train.microbatches must be an integer in [1, 1000000], got microbatches=0"),
-    ({"microbatches": "four"}, "train.microbatches must be an integer, got 'four'"),
+    ({"microbatches": "four"}, "train.microbatches must be an integer, got 'four' (allowed: an integer in [1, 1000000])"),
     ({"microbatches": 600, "batch_size": 512}, "train.microbatches=600 exceeds train.batch_size=512"),
     ({"microbatches": 20000}, "train.microbatches=20000 exceeds train.batch_size=16000"),
 ])
