@@ -14,7 +14,6 @@ RANKS = 2
 # an odd batch: every global batch is cut 192 / 191 rows, and the last one of the epoch is shorter still
 TRAIN = {"epochs": 1, "batch_size": 383, "eval_every_steps": 5}
 LEADER_TRAIN = {"early_stopping": {"metric": "auc", "patience": 2}}
-DP = {"label_dp": {"eps": 2.0}}
 
 
 def rank_env(rank: int, ranks: int, master_port: int) -> dict:
@@ -36,7 +35,9 @@ def start_ranks(procs, cfgs: dict[str, str], ranks: int) -> list[str]:
 
 
 def test_two_ranks_per_party_equal_one_rank_with_label_dp(tmp_path, shards_small, procs):
-    # Prepare: the same configs (label DP on, early stopping on) for a 1-rank and a 2-rank run
+    # Prepare: the same configs (label DP on, early stopping on) for a 1-rank and a 2-rank run; a key store of this
+    # test's own, so other tests on the same shards (same worker, same session store) cannot add uses to its ledger
+    DP = {"label_dp": {"eps": 2.0, "store_dir": str(tmp_path / "label_dp_store")}}
     one = party_configs(str(tmp_path / "one"), str(shards_small), train=TRAIN, privacy=DP, leader_train=LEADER_TRAIN)
     two = party_configs(str(tmp_path / "two"), str(shards_small), train=TRAIN, privacy=DP, leader_train=LEADER_TRAIN)
     # Execute
