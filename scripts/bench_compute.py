@@ -178,6 +178,14 @@ def flop_per_sample(shards: str, model: dict, train: dict, rows: int = 256) -> t
 
 
 # -- report -----------------------------------------------------------------------------------
+def pipeline_bound(breakdown: dict) -> float:
+    """The most micro-batching can gain: a step cannot be shorter than the busiest party's own work (its step
+    minus its wire wait), so the speed-up is at most step / max over parties of (step - wire wait)."""
+    busy = max((b["step_seconds"] - b["parts"].get("wire_wait", 0.0)) / max(b["steps"], 1) for b in breakdown.values())
+    step = max(b["step_seconds"] / max(b["steps"], 1) for b in breakdown.values())
+    return round(step / busy, 3)
+
+
 def breakdown_table(name: str, b: dict) -> list[str]:
     steps = max(b["steps"], 1)
     lines = [f"  {name}: {b['steps']} steps, {1e3 * b['step_seconds'] / steps:.1f} ms/step"]
@@ -256,27 +264,31 @@ def main() -> int:
         if (bf16_rows, bf16_batch) != (args.rows, batch) and not args.no_bf16:
             say(f"== bf16 is emulated here: its runs use {bf16_rows} rows and batch {bf16_batch} (fp32: {args.rows}, {batch})")
         result["sizes"]["bf16_runs"] = {"rows": bf16_rows, "batch": bf16_batch}
+        pin = shutil.which("taskset") is not None and cores >= 2
+        where = "leader pinned to core 0, follower0 to core 1 (taskset)" if pin else "NOT pinned (taskset missing or one core)"
         for precision in ("fp32",) + (() if args.no_bf16 else ("bf16",)):
-            tr = {**train, "precision": precision}
+            tr = {**train, "precision": precision, "threads": 1}
             if precision == "bf16":
                 tr["batch_size"] = bf16_batch
             data = bf16_shards if precision == "bf16" else shards
-            say(f"== split {precision}: leader + follower0 over tcp (1 thread each; load {load_avg()})")
-            s = run_split(py, write_configs(py, work, data, f"split_{precision}", model, tr), pin=False)
+            # the split fp32 run is also the pipeline curve's M = 1 point: each party on its own core, as two
+            # machines would run it (one run fewer: each run at 200k rows pays ~40 s of PSI)
+            say(f"== split {precision}: leader + follower0 over tcp, 1 thread each, {where} (load {load_avg()})")
+            s = run_split(py, write_configs(py, work, data, f"split_{precision}", model, tr), pin=pin)
             result["split"][precision] = figures(s, precision)
+            if precision == "fp32":
+                split_fp32_run = s
             if precision == "fp32":
                 result["breakdown"] = {"leader": s["step_breakdown"], "follower0": s["follower_breakdown"]}
             say(f"== centralized {precision}: one process, {cores} threads (load {load_avg()})")
             c = run_central(py, write_configs(py, work, data, f"central_{precision}", model, tr))
             result["centralized"][precision] = figures(c, precision)
             result["centralized"][precision]["breakdown"] = c["step_breakdown"]
-        pin = shutil.which("taskset") is not None and cores >= 2
-        say(f"== pipeline: split fp32 over M in {ms}, " + ("leader pinned to core 0 and follower0 to core 1 (taskset), "
-            "1 thread each" if pin else "NOT pinned (taskset missing or one core)"))
+        say(f"== pipeline: split fp32 over M in {ms}, 1 thread each, {where}; M=1 is the split fp32 run above")
         curve = {}
         for m in ms:
-            s = run_split(py, write_configs(py, work, shards, f"pipe_m{m}", model,
-                                            {**train, "microbatches": m, "threads": 1}), pin=pin)
+            s = split_fp32_run if m == 1 else run_split(py, write_configs(py, work, shards, f"pipe_m{m}", model,
+                                                                          {**train, "microbatches": m, "threads": 1}), pin=pin)
             curve[m] = {"samples_per_second": round(s["samples_per_second"], 1), "test_auc": s["test_auc"],
                         "load_average": load_avg()}
             say(f"  M={m}: {s['samples_per_second']:9.0f} samples/s  test AUC {s['test_auc']:.4f}  (load {load_avg()})")
@@ -284,7 +296,8 @@ def main() -> int:
         base = curve.get(1, curve[ms[0]])["samples_per_second"]
         result["pipeline"] = {"pinned": pin, "curve": {f"m{m}": v for m, v in curve.items()},
                               "m1": curve.get(1, curve[ms[0]]), "best": {**curve[best], "microbatches": best},
-                              "best_over_m1": round(curve[best]["samples_per_second"] / base, 3)}
+                              "best_over_m1": round(curve[best]["samples_per_second"] / base, 3),
+                              "bound_from_idle": pipeline_bound(result["breakdown"])}
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result["load_average"]["end"] = load_avg()
@@ -310,6 +323,7 @@ def main() -> int:
     say("pipeline (" + ("pinned: leader core 0, follower0 core 1" if p["pinned"] else "not pinned") + "): "
         + ", ".join(f"M={k[1:]} {v['samples_per_second']:.0f}/s" for k, v in p["curve"].items())
         + f"; best M={p['best']['microbatches']} is {p['best_over_m1']:.2f}x M=1 (target >= 1.5x)")
+    say(f"  micro-batches can only fill a party's idle time (its wire wait at M=1): at most {p['bound_from_idle']:.2f}x here")
     say("where a split fp32 step goes (ms per step; parts timed with perf_counter, nested parts excluded):")
     for name, b in result["breakdown"].items():
         for line in breakdown_table(name, b):
