@@ -38,6 +38,16 @@ def synth_small(tmp_path_factory) -> pathlib.Path:
 
 
 @pytest.fixture(scope="session")
+def synth_tiny(tmp_path_factory) -> pathlib.Path:
+    """3k synthetic rows with truth file: the front-door script tests (each run pays PSI and two preparations)."""
+    from vfl.data.synth import write_synthetic
+
+    out = tmp_path_factory.mktemp("synth_tiny") / "tiny.tsv"
+    write_synthetic(str(out), 3_000, seed=7, max_vocab=500)
+    return out
+
+
+@pytest.fixture(scope="session")
 def shards_small(synth_small, tmp_path_factory) -> pathlib.Path:
     """Default two-party shards of synth_small, 2000 hash buckets per field."""
     from vfl.data.parties import load_parties

@@ -17,10 +17,10 @@ def _script(*args, env=None, timeout=300):
                           env={**os.environ, **(env or {})})
 
 
-def test_run_vfl_train_local_trains_both_ways_and_prints_bayes_auc(tmp_path, synth_small):
+def test_run_vfl_train_local_trains_both_ways_and_prints_bayes_auc(tmp_path, synth_tiny):
     # Execute
-    split = _script("scripts/run_vfl_train_local.sh", "--data", str(synth_small), "--out", str(tmp_path / "split"))
-    central = _script("scripts/run_vfl_train_local.sh", "--data", str(synth_small), "--out", str(tmp_path / "central"), "--centralized")
+    split = _script("scripts/run_vfl_train_local.sh", "--data", str(synth_tiny), "--out", str(tmp_path / "split"))
+    central = _script("scripts/run_vfl_train_local.sh", "--data", str(synth_tiny), "--out", str(tmp_path / "central"), "--centralized")
     # Assert
     assert split.returncode == 0, f"stdout:\n{split.stdout[-3000:]}\nstderr:\n{split.stderr[-3000:]}"
     assert re.search(r"^epoch 0 step (\d+)/\1 loss: \d+\.\d{6}$", split.stdout, re.M), split.stdout
@@ -35,11 +35,11 @@ def test_run_vfl_train_local_trains_both_ways_and_prints_bayes_auc(tmp_path, syn
     assert (tmp_path / "split/leader.log").exists() and (tmp_path / "split/follower0.log").exists()
 
 
-def test_label_dp_script_sets_eps_and_two_runs_share_one_key_and_one_release(tmp_path, synth_small):
+def test_label_dp_script_sets_eps_and_two_runs_share_one_key_and_one_release(tmp_path, synth_tiny):
     # Prepare: a store of its own, so the ledger starts empty
     env = {"VFL_LABEL_DP_STORE": str(tmp_path / "store")}
     # Execute: the script re-prepares the shards with --force on every run
-    runs = [_script("scripts/run_vfl_train_local_label_dp.sh", "--data", str(synth_small), "--out", str(tmp_path / "dp"), env=env)
+    runs = [_script("scripts/run_vfl_train_local_label_dp.sh", "--data", str(synth_tiny), "--out", str(tmp_path / "dp"), env=env)
             for _ in range(2)]
     # Assert
     for r in runs:
@@ -53,7 +53,7 @@ def test_label_dp_script_sets_eps_and_two_runs_share_one_key_and_one_release(tmp
     assert (tmp_path / "store" / "key").exists() and len(list((tmp_path / "store").rglob("key"))) == 1
 
 
-def test_a_party_that_dies_stops_the_others_and_fails_the_script(tmp_path, synth_small):
+def test_a_party_that_dies_stops_the_others_and_fails_the_script(tmp_path, synth_tiny):
     # Prepare: a follower config whose declared columns do not match its shard
     cfg = yaml.safe_load(open(REPO / "examples/wide_deep_criteo/follower.yaml"))
     cfg["data"]["dense"] = ["I1"]
@@ -61,7 +61,7 @@ def test_a_party_that_dies_stops_the_others_and_fails_the_script(tmp_path, synth
     yaml.safe_dump(cfg, open(bad, "w"))
     # Execute
     t0 = time.monotonic()
-    r = _script("scripts/run_vfl_train_local.sh", "--data", str(synth_small), "--out", str(tmp_path / "o"),
+    r = _script("scripts/run_vfl_train_local.sh", "--data", str(synth_tiny), "--out", str(tmp_path / "o"),
                 env={"FOLLOWER_CONFIG": str(bad)})
     # Assert: the leader (timeout_s 60) was killed instead of waiting for its deadline
     assert r.returncode != 0
