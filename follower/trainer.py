@@ -117,6 +117,7 @@ class FollowerTrainer:
                     self.prior, self.prior_rows, self._prior_orders = None, None, {}
                 if self.steps == 0:  # the breakdown covers the main training only, from its first FORWARD
                     TIMER.reset()
+                    TIMER.watch(self.party.device)
                     waited = 0.0
                 t1 = time.perf_counter()
                 self._train_step(msg.meta)

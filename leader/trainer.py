@@ -170,6 +170,7 @@ class LeaderTrainer:
     def train(self) -> None:
         labels = torch.from_numpy(self.labels.labels)
         train_ids = self.party.train_split.ids
+        TIMER.watch(self.party.device)
         TIMER.reset()  # the breakdown covers the main training only (not LP-2ST's stage one)
 
         def step(epoch: int, i: int, batch: np.ndarray) -> float:

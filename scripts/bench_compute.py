@@ -58,6 +58,8 @@ def peaks(threads: int, model_shape: tuple[int, int, int], quick: bool, native_b
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         emulated = name == "bf16" and not native_bf16 and device == "cpu"
         squares = [1024, 2048] if quick or emulated else [1024, 2048, 4096]  # emulated bf16: ~6 GFLOP/s on AVX2
+        if device == "cuda" and not quick:
+            squares.append(8192)  # a GPU needs a large product to reach its peak
         shapes = [(s, s, s) for s in squares] + [model_shape]
         best = 0.0
         for m, k, n in shapes:
@@ -70,19 +72,21 @@ def peaks(threads: int, model_shape: tuple[int, int, int], quick: bool, native_b
 
 
 # -- data, configs, runs --------------------------------------------------------------------------
-def prepare_data(py: str, rows: int, work: str, name: str = "shards") -> str:
+def prepare_data(py: str, rows: int, work: str, name: str = "shards", parties: str | None = None) -> str:
     data = os.path.join(REPO, "data", "synthetic", f"criteo_synth_{rows}.tsv")
     if not os.path.exists(data):
         say(f"== synthesizing {rows} rows -> {data}")
         subprocess.run([py, "-m", "vfl.data", "synth", "--rows", str(rows), "--out", data], check=True, stdout=subprocess.DEVNULL)
     shards = os.path.join(work, name)
     say(f"== preparing the two parties' shards of {rows} rows")
-    subprocess.run([py, "-m", "vfl.data", "prepare", "--input", data, "--out", shards, "--hash-buckets", "20000"],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([py, "-m", "vfl.data", "prepare", "--input", data, "--out", shards, "--hash-buckets", "20000"]
+                   + (["--parties", parties] if parties else []), check=True, stdout=subprocess.DEVNULL)
     return shards
 
 
-def write_configs(py: str, work: str, shards: str, tag: str, model: dict, train: dict) -> dict[str, str]:
+def write_configs(py: str, work: str, shards: str, tag: str, model: dict, train: dict,
+                  leader_model: dict | None = None) -> dict[str, str]:
+    """The two parties' YAML for one run; leader_model (bottom and top) defaults to model with a linear top."""
     import yaml
 
     from vfl.ports import free_port
@@ -97,7 +101,7 @@ def write_configs(py: str, work: str, shards: str, tag: str, model: dict, train:
     leader = {"role": "leader", "party": "leader",
               "network": {**net, "bind": f"tcp://127.0.0.1:{port}", "followers": ["follower0"],
                           "secret_key_file": f"{keys}/leader.key_secret", "follower_keys": {"follower0": f"{keys}/follower0.key"}},
-              "data": {"path": f"{shards}/leader"}, "model": {**model, "top": {"name": "linear"}}, "train": train,
+              "data": {"path": f"{shards}/leader"}, "model": leader_model or {**model, "top": {"name": "linear"}}, "train": train,
               "output": {"dir": out}}
     follower = {"role": "follower", "party": "follower0",
                 "network": {**net, "connect": f"tcp://127.0.0.1:{port}", "secret_key_file": f"{keys}/follower0.key_secret",
@@ -211,6 +215,9 @@ def main() -> int:
                     help="rows of the bf16 training runs; default: --rows where bf16 is native, else 1500 (emulated bf16 "
                          "trains at tens of samples/s)")
     ap.add_argument("--bf16-batch", type=int, default=None, help="batch of the bf16 runs; default: --batch, else 250 when emulated")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                    help="cuda: both parties and the centralized run on the one GPU, batches gathered on the device; "
+                         "MFU against the measured CUDA peak")
     ap.add_argument("--json", default=None, help="write every figure here")
     args = ap.parse_args()
     batch = args.batch or (2000 if args.quick else 16000)
@@ -225,14 +232,19 @@ def main() -> int:
 
     py = sys.executable
     cores = os.cpu_count() or 1
-    native, why = bf16_native("cpu")
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        ap.error("--device cuda: torch sees no CUDA device here")
+    native, why = bf16_native(args.device)
     cpu = cpu_model()
-    say(f"== machine: {cpu}, {cores} cores; bf16 native: {native} ({why}); torch {torch.__version__}; load {load_avg()}")
+    gpu = torch.cuda.get_device_name(0) if cuda else None
+    say(f"== machine: {cpu}, {cores} cores" + (f", {gpu}" if gpu else "") + f"; bf16 native: {native} ({why}); "
+        f"torch {torch.__version__}; load {load_avg()}")
     model = {"bottom": {"embedding_dim": args.emb, "hidden": hidden, "cut_dim": 2}}
     train = {"epochs": args.epochs, "batch_size": batch, "seed": 0, "log_every": 10**6, "lr": 0.001,
              "eval_batch_size": 65536}
     work = tempfile.mkdtemp(prefix="bench_compute_")
-    result: dict = {"cpu": cpu, "cores": cores, "bf16_native": native, "bf16_native_reason": why, "torch": torch.__version__,
+    result: dict = {"cpu": cpu, "cores": cores, "device": gpu or "cpu", "bf16_native": native, "bf16_native_reason": why, "torch": torch.__version__,
                     "sizes": {"rows": args.rows, "batch": batch, "embedding_dim": args.emb, "hidden": hidden,
                               "epochs": args.epochs}, "load_average": {}}
     try:
@@ -242,12 +254,17 @@ def main() -> int:
         result["largest_layer"] = list(widest)
         say(f"== model: {fps / 1e6:.2f} MFLOP per sample (forward + backward, both parties; torch.utils.flop_counter); "
             f"largest layer {widest[0]}x{widest[1]}x{widest[2]}")
-        say(f"== matmul peak on {cores} threads (the threads training uses: 1 per party in split, {cores} centralized)")
-        result["peak_gflops"] = peaks(cores, widest, args.quick, native)
-        if torch.cuda.is_available():
-            result["peak_gflops"]["cuda"] = peaks(1, widest, args.quick, True, "cuda")
+        if cuda:
+            say(f"== matmul peak on {gpu} (F.linear; fp32 without TF32, as training runs it)")
+            result["peak_gflops"] = peaks(1, widest, args.quick, True, "cuda")
+            result["peak_gflops"]["cuda"] = {k: result["peak_gflops"][k] for k in ("fp32", "bf16")}
         else:
-            say("  no CUDA device: the GPU path is not measured")
+            say(f"== matmul peak on {cores} threads (the threads training uses: 1 per party in split, {cores} centralized)")
+            result["peak_gflops"] = peaks(cores, widest, args.quick, native)
+            if torch.cuda.is_available():
+                result["peak_gflops"]["cuda"] = peaks(1, widest, args.quick, True, "cuda")
+            else:
+                say("  no CUDA device: the GPU path is not measured (--device cuda where one is)")
         result["load_average"]["after_peaks"] = load_avg()
 
         def figures(m: dict, precision: str) -> dict:
@@ -264,10 +281,13 @@ def main() -> int:
         if (bf16_rows, bf16_batch) != (args.rows, batch) and not args.no_bf16:
             say(f"== bf16 is emulated here: its runs use {bf16_rows} rows and batch {bf16_batch} (fp32: {args.rows}, {batch})")
         result["sizes"]["bf16_runs"] = {"rows": bf16_rows, "batch": bf16_batch}
-        pin = shutil.which("taskset") is not None and cores >= 2
-        where = "leader pinned to core 0, follower0 to core 1 (taskset)" if pin else "NOT pinned (taskset missing or one core)"
+        pin = shutil.which("taskset") is not None and cores >= 2 and not cuda
+        where = ("both parties on one GPU, not pinned" if cuda else
+                 "leader pinned to core 0, follower0 to core 1 (taskset)" if pin else "NOT pinned (taskset missing or one core)")
+        if cuda:
+            train.update(device="cuda", threads=2)
         for precision in ("fp32",) + (() if args.no_bf16 else ("bf16",)):
-            tr = {**train, "precision": precision, "threads": 1}
+            tr = {**train, "precision": precision, "threads": 2 if cuda else 1}
             if precision == "bf16":
                 tr["batch_size"] = bf16_batch
             data = bf16_shards if precision == "bf16" else shards
@@ -288,7 +308,8 @@ def main() -> int:
         curve = {}
         for m in ms:
             s = split_fp32_run if m == 1 else run_split(py, write_configs(py, work, shards, f"pipe_m{m}", model,
-                                                                          {**train, "microbatches": m, "threads": 1}), pin=pin)
+                                                                          {**train, "microbatches": m,
+                                                                           "threads": 2 if cuda else 1}), pin=pin)
             curve[m] = {"samples_per_second": round(s["samples_per_second"], 1), "test_auc": s["test_auc"],
                         "load_average": load_avg()}
             say(f"  M={m}: {s['samples_per_second']:9.0f} samples/s  test AUC {s['test_auc']:.4f}  (load {load_avg()})")
@@ -303,11 +324,12 @@ def main() -> int:
     result["load_average"]["end"] = load_avg()
 
     say("")
-    say(f"machine: {cpu} ({cores} cores); bf16 native: {native}; load average at the end {load_avg()}")
+    say(f"machine: {cpu} ({cores} cores)" + (f", {gpu}" if gpu else "") + f"; bf16 native: {native}; "
+        f"load average at the end {load_avg()}")
     say(f"model: Wide&Deep embedding {args.emb}, MLP {args.hidden}, batch {batch}, {args.rows} rows; "
         f"{fps / 1e6:.2f} MFLOP/sample")
     pk = result["peak_gflops"]
-    say(f"matmul peak ({cores} threads): fp32 {pk['fp32']:.1f} GFLOP/s, bf16 {pk['bf16']:.1f} GFLOP/s"
+    say(f"matmul peak ({gpu if cuda else f'{cores} threads'}): fp32 {pk['fp32']:.1f} GFLOP/s, bf16 {pk['bf16']:.1f} GFLOP/s"
         + (f"; CUDA fp32 {pk['cuda']['fp32']:.0f}, bf16 {pk['cuda']['bf16']:.0f}" if "cuda" in pk else ""))
     say(f"{'run':22s} {'samples/s':>10s} {'GFLOP/s':>9s} {'MFU':>7s} {'test AUC':>9s}")
     for mode in ("split", "centralized"):

@@ -125,6 +125,7 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
         top.restore(step)
 
     TIMER.reset()
+    TIMER.watch(device)
     loop.run(step, evaluate, None, 0, snapshot, restore)
     loop.curves.close()
     metrics = {**loop.summary(), "label_dp": labels_info.report, "bayes_test_auc": leader_shard.manifest.get("bayes_test_auc"),

@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from vfl.config import TrainConfig
+from vfl.training.lazy_adam import LazyAdam
 
 
 class OptimizerSet:
@@ -71,7 +72,7 @@ class ScheduledOptimizer:
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> OptimizerSet:
-    """adam: SparseAdam on sparse embeddings (lazy Adam) + Adam on the rest; sgd and adagrad take both."""
+    """adam: LazyAdam (= SparseAdam) on sparse embeddings + Adam on the rest; sgd and adagrad take both."""
     sparse, dense = [], []
     for module in model.modules():
         if isinstance(module, nn.Embedding) and module.sparse:
@@ -83,7 +84,7 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> OptimizerSet:
         if dense:
             opts.append(torch.optim.Adam(dense, lr=cfg.lr, weight_decay=cfg.weight_decay))
         if sparse:
-            opts.append(torch.optim.SparseAdam(sparse, lr=cfg.lr))
+            opts.append(LazyAdam(sparse, lr=cfg.lr))  # SparseAdam's update, bit for bit, without sparse masks
         return OptimizerSet(opts)
     if cfg.optimizer == "sgd":
         return OptimizerSet([torch.optim.SGD(list(model.parameters()), lr=cfg.lr)])

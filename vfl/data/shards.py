@@ -12,6 +12,7 @@ import torch
 from vfl.data.reader import DataError
 
 IN_MEMORY_LIMIT = 2 << 30
+DEVICE_RESIDENT_FRACTION = 0.25  # a split is kept on the GPU when it takes at most this share of its free memory
 SPLITS = ("train", "valid", "test")  # valid selects models (early stopping), test only reports
 
 
@@ -62,11 +63,32 @@ class ShardSplit:
                           RowSubset(self.cat, sel), np.array(self.labels[sel]) if self.labels is not None else None)
 
     def features(self, rows: np.ndarray | slice, device: torch.device | str = "cpu") -> tuple[torch.Tensor, ...]:
-        """(dense float32, dense_missing float32, cat int64) tensors of the given rows."""
+        """(dense float32, dense_missing float32, cat int64) tensors of the given rows.
+
+        On an accelerator the split is copied there once (when it fits, see `resident_on`) and batches are
+        gathered on the device: only the row indices cross the bus per batch."""
+        device = torch.device(device)
+        resident = self.resident_on(device) if device.type != "cpu" else None
+        if resident is not None:
+            idx = rows if isinstance(rows, slice) else torch.from_numpy(np.asarray(rows, dtype=np.int64)).to(device, non_blocking=True)
+            dense, missing, cat = resident
+            return dense[idx], missing[idx], cat[idx].long()
         dense = torch.from_numpy(_owned(self.dense[rows], np.float32))
         missing = torch.from_numpy(_owned(self.dense_missing[rows], np.float32))
         cat = torch.from_numpy(_owned(self.cat[rows], np.int64))
         return dense.to(device), missing.to(device), cat.to(device)
+
+    def resident_on(self, device: torch.device) -> tuple[torch.Tensor, ...] | None:
+        """This split's feature arrays on `device` (copied on first use), or None when they would take more than
+        DEVICE_RESIDENT_FRACTION of the device's free memory (then batches are gathered on the host)."""
+        cache = self.__dict__.setdefault("_resident", {})
+        if str(device) not in cache:
+            need = len(self) * (self.dense.shape[1] * 8 + self.cat.shape[1] * 4)
+            free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else 0
+            cache[str(device)] = None if need > DEVICE_RESIDENT_FRACTION * free else tuple(
+                torch.from_numpy(_owned(np.asarray(a), dt)).to(device)
+                for a, dt in ((self.dense, np.float32), (self.dense_missing, np.float32), (self.cat, np.int32)))
+        return cache[str(device)]
 
 
 class PartyShard:

@@ -46,6 +46,13 @@ class StepTimer:
             if self._stack:
                 self._stack[-1][1] += elapsed
 
+    def watch(self, device) -> None:
+        """Parts end when their kernels do on CUDA (a synchronize after each part); nothing to wait for on a CPU."""
+        import torch
+
+        device = torch.device(device)
+        self.sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
+
     def add_step(self, seconds: float) -> None:
         """One training step of `seconds` wall time ended (its parts were timed inside it)."""
         self.steps += 1
