@@ -147,18 +147,16 @@ def run_central(py: str, cfgs: dict) -> dict:
     return json.load(open(os.path.join(cfgs["out"], "metrics.json")))
 
 
-def flop_per_sample(shards: str, model: dict, train: dict, rows: int = 256) -> tuple[float, tuple[int, int, int]]:
-    """Forward + backward FLOPs per sample of every bottom and the top (torch.utils.flop_counter), and the
-    largest Linear layer as (batch, in, out)."""
-    import numpy as np
+def local_parties(shards: str, model: dict, train: dict, device: str = "cpu") -> tuple[list, object]:
+    """The leader's and follower0's bottoms and the leader's linear top, built in this process (no wire), on device."""
     import torch
-    from torch.utils.flop_counter import FlopCounterMode
 
     from vfl.config import parse_config
     from vfl.data.shards import PartyShard
     from vfl.party import BottomParty
     from vfl.top import TopTrainer
 
+    dev = torch.device(device)
     parties, cfgs = [], []
     for name, role in (("leader", "leader"), ("follower0", "follower")):
         doc = {"role": role, "party": name, "data": {"path": f"{shards}/{name}"}, "model": model, "train": train,
@@ -167,8 +165,25 @@ def flop_per_sample(shards: str, model: dict, train: dict, rows: int = 256) -> t
             doc.update(network={"bind": "tcp://127.0.0.1:1", "followers": ["follower0"]},
                        model={**model, "top": {"name": "linear"}})
         cfgs.append(parse_config(doc))
-        parties.append(BottomParty(cfgs[-1], PartyShard(f"{shards}/{name}"), torch.device("cpu")))
-    top = TopTrainer(cfgs[0].train, cfgs[0].model.top, sum(p.cut_dim for p in parties), torch.device("cpu"))
+        parties.append(BottomParty(cfgs[-1], PartyShard(f"{shards}/{name}"), dev))
+    return parties, TopTrainer(cfgs[0].train, cfgs[0].model.top, sum(p.cut_dim for p in parties), dev)
+
+
+def write_json(path: str | None, result: dict) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump(result, f, indent=2)
+        say(f"wrote {path}")
+
+
+def flop_per_sample(shards: str, model: dict, train: dict, rows: int = 256) -> tuple[float, tuple[int, int, int]]:
+    """Forward + backward FLOPs per sample of every bottom and the top (torch.utils.flop_counter), and the
+    largest Linear layer as (batch, in, out)."""
+    import numpy as np
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    parties, top = local_parties(shards, model, train)
     sel = np.arange(min(rows, len(parties[0].train_split)))
     with FlopCounterMode(display=False) as counter:
         loss = top.loss([p.forward_train(sel) for p in parties], torch.zeros(sel.size))
@@ -350,10 +365,7 @@ def main() -> int:
     for name, b in result["breakdown"].items():
         for line in breakdown_table(name, b):
             say(line)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
-        say(f"wrote {args.json}")
+    write_json(args.json, result)
     return 0
 
 

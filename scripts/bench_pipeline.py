@@ -14,7 +14,6 @@ Run through scripts/bench_pipeline.sh (it builds the venv); prints the curve, th
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -24,7 +23,7 @@ import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_compute import REPO, load_avg, prepare_data, run_split, say, write_configs  # noqa: E402
+from bench_compute import load_avg, prepare_data, run_split, say, write_configs, write_json  # noqa: E402
 
 LEADER_DENSE = ["I1", "I2", "I3"]
 
@@ -97,10 +96,7 @@ def main() -> int:
         steps = max(b["steps"], 1)
         say(f"  M=1 {name}: {1e3 * b['step_seconds'] / steps:.0f} ms/step, waiting on the wire "
             f"{1e3 * b['parts'].get('wire_wait', 0.0) / steps:.0f} ms")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
-        say(f"wrote {args.json}")
+    write_json(args.json, result)
     return 0
 
 

@@ -130,6 +130,8 @@ def main(argv=None) -> int:
     ap.add_argument("--real-min-count", type=int, default=10,
                     help="real sample: vocabulary of values seen >= N times, rarer ones share one id (0 = hash 1000 "
                          "buckets); 10 as in the BARS Criteo preprocessing (Zhu et al., CIKM 2021)")
+    ap.add_argument("--synth-min-count", type=int, default=0,
+                    help="synthetic data: vocabulary of values seen >= N times (0 = hash 20000 buckets, the default)")
     args = ap.parse_args(argv)
     eps_list = [float(e) for e in args.eps.split(",")]
     methods = [m for m in args.methods.split(",") if m]
@@ -140,9 +142,10 @@ def main(argv=None) -> int:
     if not datasets_wanted or datasets_wanted - {"synthetic", "real"}:
         print(f"error: --datasets must be a non-empty subset of synthetic,real, got {args.datasets!r}", file=sys.stderr)
         return 2
-    if args.real_min_count < 0:
-        print(f"error: --real-min-count must be >= 0, got {args.real_min_count}", file=sys.stderr)
-        return 2
+    for flag in ("real_min_count", "synth_min_count"):
+        if getattr(args, flag) < 0:
+            print(f"error: --{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}", file=sys.stderr)
+            return 2
     if args.rows < 1000 or args.seeds < 1 or args.epochs < 1 or any(e <= 0 for e in eps_list):
         print(f"error: need --rows >= 1000, --seeds >= 1, --epochs >= 1, every eps > 0; got {vars(args)}", file=sys.stderr)
         return 2
@@ -158,7 +161,7 @@ def main(argv=None) -> int:
         synth = os.path.join(args.out, f"synth_{args.rows}.tsv")
         if not os.path.exists(synth):
             write_synthetic(synth, args.rows, seed=0)
-        prepare(synth, os.path.join(args.out, "shards_synth"), load_parties(None), PrepareOptions(hash_buckets=20_000, force=True))
+        prepare(synth, os.path.join(args.out, "shards_synth"), load_parties(None), PrepareOptions(hash_buckets=20_000, vocab_min_count=args.synth_min_count or None, force=True))
         datasets.append(("synthetic", os.path.join(args.out, "shards_synth"), args.eval_every or max(args.rows // 10_000, 1) * 10, 1024))
     if "real" in datasets_wanted and os.path.exists(REAL):
         opts = PrepareOptions(hash_buckets=1_000, vocab_min_count=args.real_min_count or None, force=True)

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench_compute beside this file
 
 
 def main() -> int:
@@ -34,10 +36,7 @@ def main() -> int:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from vfl.config import parse_config
-    from vfl.data.shards import PartyShard
-    from vfl.party import BottomParty
-    from vfl.top import TopTrainer
+    from bench_compute import local_parties
     from vfl.training.precision import cpu_model
     from vfl.training.step_timer import TIMER
 
@@ -56,16 +55,7 @@ def main() -> int:
     model = {"bottom": {"embedding_dim": 80, "hidden": [1024, 512, 256, 128], "cut_dim": 2}}
     train = {"epochs": 1, "batch_size": args.batch, "seed": 0, "lr": 0.001, "precision": args.precision,
              "device": dev.type}
-    parties, cfgs = [], []
-    for name, role in (("leader", "leader"), ("follower0", "follower")):
-        doc = {"role": role, "party": name, "data": {"path": f"{work}/shards/{name}"}, "model": model, "train": train,
-               "network": {"connect": "tcp://127.0.0.1:1"}}
-        if role == "leader":
-            doc.update(network={"bind": "tcp://127.0.0.1:1", "followers": ["follower0"]},
-                       model={**model, "top": {"name": "linear"}})
-        cfgs.append(parse_config(doc))
-        parties.append(BottomParty(cfgs[-1], PartyShard(f"{work}/shards/{name}"), dev))
-    top = TopTrainer(cfgs[0].train, cfgs[0].model.top, sum(p.cut_dim for p in parties), dev)
+    parties, top = local_parties(f"{work}/shards", model, train, args.device)
     labels = torch.from_numpy(parties[0].train_split.labels.astype(np.float32))
     n = len(parties[0].train_split)
     rng = np.random.default_rng(0)
@@ -103,6 +93,7 @@ def main() -> int:
             step()
     key = "cuda_time_total" if dev.type == "cuda" else "cpu_time_total"
     print(prof.key_averages().table(sort_by=key, row_limit=25, max_name_column_width=60))
+    shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
