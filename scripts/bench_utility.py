@@ -25,11 +25,12 @@ METHODS = {"plain": {"mechanism": "rr", "debias": False}, "forward": {"mechanism
            "posterior": {"mechanism": "rr", "debias": True, "correction": "posterior"}, "rr_prior": {"mechanism": "rr_prior"}}
 
 
-def configs(shards: str, out: str, privacy: dict | None, seed: int, epochs: int, eval_every: int, batch: int):
+def configs(shards: str, out: str, privacy: dict | None, seed: int, epochs: int, eval_every: int, batch: int,
+            lr: float = 0.001):
     from vfl.config import parse_config
 
     model = {"bottom": {"embedding_dim": 16, "hidden": [128, 64], "cut_dim": 2}}
-    train = {"epochs": epochs, "batch_size": batch, "seed": seed, "log_every": 10**6, "lr": 0.001,
+    train = {"epochs": epochs, "batch_size": batch, "seed": seed, "log_every": 10**6, "lr": lr,
              "eval_every_steps": eval_every}
     net = {"timeout_s": 60}
     leader = {"role": "leader", "party": "leader", "network": {**net, "bind": "tcp://127.0.0.1:1", "followers": ["follower0"]},
@@ -78,7 +79,7 @@ def logistic_baseline(shards: str, train_labels, seed: int) -> float:
 
 
 def run_dataset(name: str, shards: str, out: str, eps_list, seeds: int, epochs: int, eval_every: int, batch: int,
-                progress, methods: list[str]) -> list[dict]:
+                progress, methods: list[str], lr: float = 0.001) -> list[dict]:
     from vfl.centralized import train_centralized
     from vfl.config import LabelDPConfig
     from vfl.data.shards import PartyShard
@@ -93,7 +94,7 @@ def run_dataset(name: str, shards: str, out: str, eps_list, seeds: int, epochs: 
         runs = []
         for seed in range(seeds):
             privacy = None if math.isinf(eps) else {"eps": eps, **METHODS[meth]}
-            lc, fc = configs(shards, f"{out}/{name}/{meth}_{eps}_{seed}", privacy, seed, epochs, eval_every, batch)
+            lc, fc = configs(shards, f"{out}/{name}/{meth}_{eps}_{seed}", privacy, seed, epochs, eval_every, batch, lr)
             m = train_centralized(lc, [fc], lc.output.dir, quiet)
             runs.append(m)
             progress(f"{name} eps={eps} {meth} seed {seed}: test AUC {m['test_auc']:.4f} at step {m['model_step']}")
@@ -130,6 +131,7 @@ def main(argv=None) -> int:
     ap.add_argument("--real-min-count", type=int, default=10,
                     help="real sample: vocabulary of values seen >= N times, rarer ones share one id (0 = hash 1000 "
                          "buckets); 10 as in the BARS Criteo preprocessing (Zhu et al., CIKM 2021)")
+    ap.add_argument("--lr", type=float, default=0.001, help="the learning rate of every run (the example configs' 0.001)")
     ap.add_argument("--synth-min-count", type=int, default=0,
                     help="synthetic data: vocabulary of values seen >= N times (0 = hash 20000 buckets, the default)")
     args = ap.parse_args(argv)
@@ -146,8 +148,8 @@ def main(argv=None) -> int:
         if getattr(args, flag) < 0:
             print(f"error: --{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}", file=sys.stderr)
             return 2
-    if args.rows < 1000 or args.seeds < 1 or args.epochs < 1 or any(e <= 0 for e in eps_list):
-        print(f"error: need --rows >= 1000, --seeds >= 1, --epochs >= 1, every eps > 0; got {vars(args)}", file=sys.stderr)
+    if args.rows < 1000 or args.seeds < 1 or args.epochs < 1 or any(e <= 0 for e in eps_list) or not args.lr > 0:
+        print(f"error: need --rows >= 1000, --seeds >= 1, --epochs >= 1, every eps > 0, --lr > 0; got {vars(args)}", file=sys.stderr)
         return 2
     os.makedirs(args.out, exist_ok=True)
     os.environ.setdefault("VFL_LABEL_DP_STORE", tempfile.mkdtemp(prefix="bench-label-dp-store-"))  # a throwaway ledger
@@ -181,7 +183,7 @@ def main(argv=None) -> int:
     cells = []
     for name, shards, eval_every, batch in datasets:
         cells += run_dataset(name, shards, args.out, eps_list, args.seeds, args.epochs, eval_every, batch, progress,
-                             methods)
+                             methods, args.lr)
     json.dump(cells, open(os.path.join(args.out, "utility.json"), "w"), indent=2)
     print("\n| data | eps | method | test AUC (mean ± sd) | best-step test AUC (oracle) | max gap | test logloss | "
           "selected steps | LR baseline AUC | Bayes AUC |")
