@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 
-from vfl.training.lazy_adam import LazyAdam
+from vfl.training.lazy_adam import LazyAdam, sum_duplicate_rows
 
 
 def _table_and_batches(seed: int, rows: int = 500, dim: int = 8, steps: int = 6, batch: int = 300):
@@ -45,28 +45,48 @@ def test_lazy_adam_equals_sparse_adam_bit_for_bit(kw):
     assert not torch.equal(got[:250], init[:250])
 
 
-def test_lazy_adam_state_loads_into_sparse_adam_and_continues_identically():
-    # Prepare: 3 steps with LazyAdam, then its state dict loaded into SparseAdam (and the reverse) for 3 more
+@pytest.mark.parametrize("first, then", [(LazyAdam, torch.optim.SparseAdam), (torch.optim.SparseAdam, LazyAdam)])
+def test_state_dicts_move_between_lazy_adam_and_sparse_adam(first, then):
+    # Prepare: 3 steps with one optimizer, its state loaded into the other for 3 more, against 6 steps of SparseAdam
     init, batches, targets = _table_and_batches(1)
-    half, _ = _train(LazyAdam, init, batches[:3], targets[:3], lr=1e-2)
-    emb_a = torch.nn.Embedding.from_pretrained(init.clone(), freeze=False, sparse=True)
-    opt_a = LazyAdam([emb_a.weight], lr=1e-2)
-    for ids, y in zip(batches[:3], targets[:3]):
-        opt_a.zero_grad(set_to_none=True)
-        ((emb_a(ids) - y) ** 2).sum().backward()
-        opt_a.step()
-    emb_b = torch.nn.Embedding.from_pretrained(emb_a.weight.detach().clone(), freeze=False, sparse=True)
-    opt_b = torch.optim.SparseAdam([emb_b.weight], lr=1e-2)
-    # Execute
-    opt_b.load_state_dict(copy.deepcopy(opt_a.state_dict()))  # load_state_dict keeps tensor references
-    for emb, opt in ((emb_a, opt_a), (emb_b, opt_b)):
-        for ids, y in zip(batches[3:], targets[3:]):
-            opt.zero_grad(set_to_none=True)
-            ((emb(ids) - y) ** 2).sum().backward()
-            opt.step()
+    want, _ = _train(torch.optim.SparseAdam, init, batches, targets, lr=1e-2)
+    emb = torch.nn.Embedding.from_pretrained(init.clone(), freeze=False, sparse=True)
+    opt = first([emb.weight], lr=1e-2)
+    for i, (ids, y) in enumerate(zip(batches, targets)):
+        if i == 3:
+            # Execute: the hand-over (a deep copy: load_state_dict keeps tensor references)
+            state = copy.deepcopy(opt.state_dict())
+            opt = then([emb.weight], lr=1e-2)
+            opt.load_state_dict(state)
+        opt.zero_grad(set_to_none=True)
+        ((emb(ids) - y) ** 2).sum().backward()
+        opt.step()
     # Assert
-    assert torch.equal(half, _train(LazyAdam, init, batches[:3], targets[:3], lr=1e-2)[0])
-    assert torch.equal(emb_a.weight, emb_b.weight)
+    assert torch.equal(emb.weight.detach(), want)
+
+
+def test_a_tensor_learning_rate_rounds_as_in_sparse_adam():
+    # Prepare: SparseAdam keeps a tensor lr as a float32 tensor, so its step size is rounded to float32
+    init, batches, targets = _table_and_batches(3)
+    # Execute
+    want, _ = _train(torch.optim.SparseAdam, init, batches, targets, lr=torch.tensor(0.0123))
+    got, _ = _train(LazyAdam, init, batches, targets, lr=torch.tensor(0.0123))
+    # Assert
+    assert torch.equal(got, want)
+
+
+def test_summing_duplicates_without_coalesce_equals_coalesce():
+    # Prepare: the CUDA path's duplicate sum (torch.unique + index_add_), run here on the CPU, against coalesce
+    g = torch.Generator().manual_seed(4)
+    idx = torch.where(torch.rand(5000, generator=g) < 0.7, 0, torch.randint(0, 300, (5000,), generator=g))
+    values = torch.randn(5000, 3, generator=g)
+    want = torch.sparse_coo_tensor(idx[None], values, (300, 3), check_invariants=True).coalesce()
+    # Execute
+    rows, summed = sum_duplicate_rows(idx, values)
+    # Assert: the same rows in the same order; sums equal to float32 rounding (another summation order)
+    assert torch.equal(rows, want.indices()[0])
+    torch.testing.assert_close(summed, want.values(), rtol=1e-5, atol=1e-5)
+    assert float((summed - want.values()).abs().max()) < 1e-3 * float(want.values().abs().max())
 
 
 def test_lazy_adam_refuses_a_dense_gradient_naming_what_it_takes():
@@ -95,3 +115,31 @@ def test_lazy_adam_on_cuda_follows_sparse_adam_with_a_heavily_repeated_id():
         opt.step()
     # Assert: the same update up to the order of float32 sums (atomic adds on the GPU)
     torch.testing.assert_close(emb.weight.detach().cpu(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_gradient_sparse_in_both_dimensions_is_refused_before_anything_moves():
+    # Prepare: one good table and one whose gradient is sparse in rows and columns
+    good = torch.nn.Embedding(10, 3, sparse=True)
+    bad = torch.nn.Parameter(torch.zeros(4, 3))
+    opt = LazyAdam([good.weight, bad], lr=1e-2)
+    good(torch.tensor([1, 2])).sum().backward()
+    bad.grad = torch.ones(4, 3).to_sparse()
+    before = good.weight.detach().clone()
+    # Execute / Assert
+    with pytest.raises(RuntimeError, match="row-sparse gradient"):
+        opt.step()
+    assert torch.equal(good.weight, before) and len(opt.state) == 0
+
+
+def test_a_checkpoints_fused_kernel_choice_follows_the_device_it_is_loaded_on():
+    # Prepare: an Adam state dict as a CUDA run writes it (fused: True), loaded for CPU parameters
+    from vfl.optim import OptimizerSet
+
+    lin = torch.nn.Linear(3, 2)
+    saved = OptimizerSet([torch.optim.Adam(lin.parameters(), lr=1e-3)]).state_dict()
+    saved["0"]["param_groups"][0]["fused"] = True
+    target = OptimizerSet([torch.optim.Adam(lin.parameters(), lr=1e-3)])
+    # Execute
+    target.load_state_dict(saved)
+    # Assert: CPU parameters run the default (non-fused) kernel again
+    assert target.optimizers[0].param_groups[0]["fused"] is None

@@ -41,6 +41,9 @@ class OptimizerSet:
     def load_state_dict(self, state: dict) -> None:
         for i, o in enumerate(self.optimizers):
             o.load_state_dict(state[str(i)])
+            for g in o.param_groups:  # a checkpoint's kernel choice belongs to the device it was written on
+                if "fused" in g:
+                    g["fused"] = True if all(p.is_cuda for p in g["params"]) and isinstance(o, torch.optim.Adam) else None
 
 
 class ScheduledOptimizer:

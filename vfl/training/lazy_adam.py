@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.optim.optimizer import _to_scalar
 
 
 def unique_rows(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -26,14 +27,18 @@ def unique_rows(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if grad.is_coalesced() or not grad.is_cuda:
         grad = grad.coalesce()
         return grad._indices()[0], grad._values()
-    rows, inverse = torch.unique(grad._indices()[0], return_inverse=True)
-    values = grad._values()
+    return sum_duplicate_rows(grad._indices()[0], grad._values())
+
+
+def sum_duplicate_rows(indices: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ascending unique indices, the values of each index summed): coalesce without its per-row loop."""
+    rows, inverse = torch.unique(indices, return_inverse=True)
     summed = torch.zeros((rows.numel(), *values.shape[1:]), dtype=values.dtype, device=values.device)
     return rows, summed.index_add_(0, inverse, values)
 
 
 def lazy_adam_rows(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, step: int,
-                   *, lr: float, beta1: float, beta2: float, eps: float, maximize: bool = False) -> None:
+                   *, lr: float | torch.Tensor, beta1: float, beta2: float, eps: float, maximize: bool = False) -> None:
     """One lazy Adam update of the rows of `param` present in the sparse `grad` (torch's sparse_adam, row-wise).
 
     Per touched row r with gradient g (duplicates summed by coalesce):
@@ -64,16 +69,21 @@ class LazyAdam(torch.optim.SparseAdam):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            lr = float(group["lr"])
+        for group in self.param_groups:  # every gradient is checked before any parameter moves
             for p in group["params"]:
                 if p.grad is None:
                     continue
                 if not p.grad.is_sparse:
                     raise RuntimeError("LazyAdam takes sparse gradients only (nn.Embedding(sparse=True)); use Adam for dense ones")
-                if p.grad.dim() != 2 or p.dim() != 2:
-                    raise RuntimeError(f"LazyAdam updates rows of a 2-D table, got a parameter of shape {tuple(p.shape)}")
+                if p.dim() != 2 or p.grad.sparse_dim() != 1:
+                    raise RuntimeError(f"LazyAdam updates rows of a 2-D table from a row-sparse gradient, got a parameter of "
+                                       f"shape {tuple(p.shape)} with {p.grad.sparse_dim()} sparse dimensions")
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            lr = _to_scalar(group["lr"])  # a tensor lr stays a tensor, as in SparseAdam
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
                 state = self.state[p]
                 if len(state) == 0:
                     state["step"] = 0
