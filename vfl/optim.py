@@ -41,9 +41,9 @@ class OptimizerSet:
     def load_state_dict(self, state: dict) -> None:
         for i, o in enumerate(self.optimizers):
             o.load_state_dict(state[str(i)])
-            for g in o.param_groups:  # a checkpoint's kernel choice belongs to the device it was written on
-                if "fused" in g:
-                    g["fused"] = True if all(p.is_cuda for p in g["params"]) and isinstance(o, torch.optim.Adam) else None
+            if type(o) is torch.optim.Adam:  # a checkpoint's kernel choice belongs to the device it was written on
+                for g in o.param_groups:
+                    g["fused"] = fused_kernel(g["params"])
 
 
 class ScheduledOptimizer:
@@ -74,6 +74,12 @@ class ScheduledOptimizer:
         self.optimizer.load_state_dict(state)
 
 
+def fused_kernel(params) -> bool | None:
+    """Adam's `fused` option: one fused kernel for every tensor on CUDA (the default foreach path launches ~10 a
+    step there); None, torch's default, elsewhere."""
+    return True if all(p.is_cuda for p in params) else None
+
+
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> OptimizerSet:
     """adam: LazyAdam (= SparseAdam) on sparse embeddings + Adam on the rest; sgd and adagrad take both."""
     sparse, dense = [], []
@@ -85,9 +91,7 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> OptimizerSet:
     if cfg.optimizer == "adam":
         opts: list[torch.optim.Optimizer] = []
         if dense:
-            # on CUDA one fused kernel for every dense tensor (the default foreach path launches ~10 a step)
-            fused = all(p.is_cuda for p in dense)
-            opts.append(torch.optim.Adam(dense, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused or None))
+            opts.append(torch.optim.Adam(dense, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused_kernel(dense)))
         if sparse:
             opts.append(LazyAdam(sparse, lr=cfg.lr))  # SparseAdam's update, bit for bit, without sparse masks
         return OptimizerSet(opts)

@@ -70,10 +70,10 @@ class ShardSplit:
         device = torch.device(device)
         resident = self.resident_on(device) if device.type != "cpu" else None
         if resident is not None:
-            idx = rows if isinstance(rows, slice) else torch.from_numpy(np.asarray(rows, dtype=np.int64)).to(device, non_blocking=True)
             dense, missing, cat = resident
-            if isinstance(idx, slice):  # a slice is a view: copy, so no caller can write into the resident split
-                return dense[idx].clone(), missing[idx].clone(), cat[idx].long()
+            if isinstance(rows, slice):  # a slice is a view: copy, so no caller can write into the resident split
+                return dense[rows].clone(), missing[rows].clone(), cat[rows].long()
+            idx = torch.from_numpy(np.asarray(rows, dtype=np.int64)).to(device, non_blocking=True)
             return dense[idx], missing[idx], cat[idx].long()
         dense = torch.from_numpy(_owned(self.dense[rows], np.float32))
         missing = torch.from_numpy(_owned(self.dense_missing[rows], np.float32))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 
 import torch
-from torch.optim.optimizer import _to_scalar
 
 
 def unique_rows(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,7 +79,9 @@ class LazyAdam(torch.optim.SparseAdam):
                                        f"shape {tuple(p.shape)} with {p.grad.sparse_dim()} sparse dimensions")
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
-            lr = _to_scalar(group["lr"])  # a tensor lr stays a tensor, as in SparseAdam
+            lr = group["lr"]  # a tensor lr stays a (0-d) tensor, as in SparseAdam
+            if isinstance(lr, torch.Tensor) and lr.dim() != 0:
+                lr = lr.squeeze()
             for p in group["params"]:
                 if p.grad is None:
                     continue
