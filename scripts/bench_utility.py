@@ -25,22 +25,35 @@ METHODS = {"plain": {"mechanism": "rr", "debias": False}, "forward": {"mechanism
            "posterior": {"mechanism": "rr", "debias": True, "correction": "posterior"}, "rr_prior": {"mechanism": "rr_prior"}}
 
 
-def configs(shards: str, out: str, privacy: dict | None, seed: int, epochs: int, eval_every: int, batch: int,
-            lr: float = 0.001):
+EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "wide_deep_criteo")
+
+
+def configs(shards: str, out: str, privacy: dict | None, seed: int, epochs: int, eval_every: int, batch: int | None,
+            lr: float | None = None, early_stopping: dict | None = None):
+    """The example configs (examples/wide_deep_criteo: model sizes, lr, early stopping) with this cell's data,
+    output, seed, epochs, evaluation interval, privacy, and (where given) batch size, lr and early-stopping fields."""
+    import yaml
+
     from vfl.config import parse_config
 
-    model = {"bottom": {"embedding_dim": 16, "hidden": [128, 64], "cut_dim": 2}}
-    train = {"epochs": epochs, "batch_size": batch, "seed": seed, "log_every": 10**6, "lr": lr,
-             "eval_every_steps": eval_every}
-    net = {"timeout_s": 60}
-    leader = {"role": "leader", "party": "leader", "network": {**net, "bind": "tcp://127.0.0.1:1", "followers": ["follower0"]},
-              "data": {"path": f"{shards}/leader"}, "model": {**model, "top": {"name": "linear"}},
-              "train": {**train, "early_stopping": {"metric": "auc", "patience": 3}}, "output": {"dir": out}}
+    docs = {}
+    for name in ("leader", "follower"):
+        with open(os.path.join(EXAMPLE, f"{name}.yaml")) as f:
+            doc = yaml.safe_load(f)
+        doc["data"]["path"] = f"{shards}/{doc['party']}"
+        doc["output"] = {"dir": out}
+        doc["train"].update({"epochs": epochs, "seed": seed, "log_every": 10**6, "eval_every_steps": eval_every})
+        if batch is not None:
+            doc["train"]["batch_size"] = batch
+        if lr is not None:
+            doc["train"]["lr"] = lr
+        docs[name] = doc
+    if early_stopping:
+        docs["leader"]["train"]["early_stopping"].update(early_stopping)
+    docs["leader"].pop("privacy", None)
     if privacy:
-        leader["privacy"] = {"label_dp": privacy}
-    follower = {"role": "follower", "party": "follower0", "network": {**net, "connect": "tcp://127.0.0.1:1"},
-                "data": {"path": f"{shards}/follower0"}, "model": model, "train": train, "output": {"dir": out}}
-    return parse_config(leader), parse_config(follower)
+        docs["leader"]["privacy"] = {"label_dp": privacy}
+    return parse_config(docs["leader"]), parse_config(docs["follower"])
 
 
 def logistic_baseline(shards: str, train_labels, seed: int) -> float:
@@ -79,7 +92,7 @@ def logistic_baseline(shards: str, train_labels, seed: int) -> float:
 
 
 def run_dataset(name: str, shards: str, out: str, eps_list, seeds: int, epochs: int, eval_every: int, batch: int,
-                progress, methods: list[str], lr: float = 0.001) -> list[dict]:
+                progress, methods: list[str], lr: float | None = None) -> list[dict]:
     from vfl.centralized import train_centralized
     from vfl.config import LabelDPConfig
     from vfl.data.shards import PartyShard
@@ -131,9 +144,10 @@ def main(argv=None) -> int:
     ap.add_argument("--real-min-count", type=int, default=10,
                     help="real sample: vocabulary of values seen >= N times, rarer ones share one id (0 = hash 1000 "
                          "buckets); 10 as in the BARS Criteo preprocessing (Zhu et al., CIKM 2021)")
-    ap.add_argument("--lr", type=float, default=0.001, help="the learning rate of every run (the example configs' 0.001)")
-    ap.add_argument("--synth-min-count", type=int, default=0,
-                    help="synthetic data: vocabulary of values seen >= N times (0 = hash 20000 buckets, the default)")
+    ap.add_argument("--lr", type=float, default=None, help="the learning rate of every run (default: the example configs')")
+    ap.add_argument("--synth-min-count", type=int, default=10,
+                    help="synthetic data: vocabulary of values seen >= N times (0 = hash 20000 buckets); 10 as the "
+                         "front door (run_vfl_train_local.sh) prepares it")
     args = ap.parse_args(argv)
     eps_list = [float(e) for e in args.eps.split(",")]
     methods = [m for m in args.methods.split(",") if m]
@@ -148,7 +162,7 @@ def main(argv=None) -> int:
         if getattr(args, flag) < 0:
             print(f"error: --{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}", file=sys.stderr)
             return 2
-    if args.rows < 1000 or args.seeds < 1 or args.epochs < 1 or any(e <= 0 for e in eps_list) or not args.lr > 0:
+    if args.rows < 1000 or args.seeds < 1 or args.epochs < 1 or any(e <= 0 for e in eps_list) or (args.lr is not None and not args.lr > 0):
         print(f"error: need --rows >= 1000, --seeds >= 1, --epochs >= 1, every eps > 0, --lr > 0; got {vars(args)}", file=sys.stderr)
         return 2
     os.makedirs(args.out, exist_ok=True)
@@ -164,7 +178,7 @@ def main(argv=None) -> int:
         if not os.path.exists(synth):
             write_synthetic(synth, args.rows, seed=0)
         prepare(synth, os.path.join(args.out, "shards_synth"), load_parties(None), PrepareOptions(hash_buckets=20_000, vocab_min_count=args.synth_min_count or None, force=True))
-        datasets.append(("synthetic", os.path.join(args.out, "shards_synth"), args.eval_every or max(args.rows // 10_000, 1) * 10, 1024))
+        datasets.append(("synthetic", os.path.join(args.out, "shards_synth"), args.eval_every or max(args.rows // 10_000, 1) * 10, None))
     if "real" in datasets_wanted and os.path.exists(REAL):
         opts = PrepareOptions(hash_buckets=1_000, vocab_min_count=args.real_min_count or None, force=True)
         prepare(REAL, os.path.join(args.out, "shards_real"), load_parties(None), opts)

@@ -3,8 +3,10 @@
 # organisations would: the combined file is split into each party's own raw file (OUT/raw), each party
 # prepares its own file alone (OUT/shards/<party>), the parties intersect their ids privately (PSI), then train.
 # Usage: bash scripts/run_vfl_train_local.sh [--data RAW_TSV] [--out DIR] [--epochs N] [--centralized]
-#        [--rows N] (synthetic rows when no --data) [--hash-buckets N] [--example digits|multiclass] [--label-dp]
-#        [--drop PARTY=FRACTION] [--ranks N]
+#        [--rows N] (synthetic rows when no --data) [--vocab-min-count N | --hash-buckets N]
+#        [--example digits|multiclass] [--label-dp] [--drop PARTY=FRACTION] [--ranks N]
+# Categoricals: each party fits a vocabulary on its own file (values seen >= 10 times get their own id, rarer
+# ones share one; --vocab-min-count N), or --hash-buckets N hashes every value into N buckets instead.
 # --ranks N: every party runs N ranks under torchrun (gloo on CPU), rank r of the leader paired with rank r of
 # the follower; N = 1 (default) is one process per party. On a 2-core machine N > 1 brings no speedup.
 # The whole vertical path: the combined file is split into each party's own raw file, each party
@@ -15,9 +17,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-require_values --data --out --epochs --rows --hash-buckets --example --drop --ranks -- "$@"
+require_values --data --out --epochs --rows --hash-buckets --vocab-min-count --example --drop --ranks -- "$@"
 ROOT=$(pwd)
-DATA="" OUT="" EPOCHS="" CENTRALIZED=0 ROWS="" BUCKETS=20000 EXAMPLE="" LABEL_DP=0 DROP=() RANKS=1
+DATA="" OUT="" EPOCHS="" CENTRALIZED=0 ROWS="" BUCKETS="" MIN_COUNT=10 EXAMPLE="" LABEL_DP=0 DROP=() RANKS=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --data) DATA=$2; shift 2 ;;
@@ -26,11 +28,12 @@ while [ $# -gt 0 ]; do
     --centralized) CENTRALIZED=1; shift ;;
     --rows) ROWS=$2; shift 2 ;;
     --hash-buckets) BUCKETS=$2; shift 2 ;;
+    --vocab-min-count) MIN_COUNT=$2; shift 2 ;;
     --example) EXAMPLE=$2; shift 2 ;;
     --label-dp) LABEL_DP=1; shift ;;
     --drop) DROP+=(--drop "$2"); shift 2 ;;
     --ranks) RANKS=$2; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -40,6 +43,8 @@ case "$EXAMPLE" in
   *) echo "error: --example $EXAMPLE: allowed: digits, multiclass" >&2; exit 2 ;;
 esac
 [ "$EXAMPLE" = digits ] && [ -n "$DATA" ] && { echo "error: --example digits brings its own data; drop --data" >&2; exit 2; }
+# hash buckets when asked for (--hash-buckets N), otherwise each party's own vocabulary
+if [ -n "$BUCKETS" ]; then CAT_ARGS=(--hash-buckets "$BUCKETS"); else CAT_ARGS=(--vocab-min-count "$MIN_COUNT"); fi
 LEADER_DEFAULT=$EXAMPLE_DIR/leader.yaml
 [ "$LABEL_DP" = 1 ] && LEADER_DEFAULT=$EXAMPLE_DIR/leader_label_dp.yaml
 LEADER_CONFIG=${LEADER_CONFIG:-$LEADER_DEFAULT}
@@ -76,7 +81,7 @@ else
   "$PY" -m vfl.data split --input "$DATA" --out "$RAW" "${DROP[@]}" "${CLASS_ARGS[@]}"
   for party in leader "$FOLLOWER"; do
     echo "== $party prepares its own file alone: $RAW/$party.tsv -> $SHARDS/$party"
-    "$PY" -m vfl.data prepare --party "$party" --input "$RAW/$party.tsv" --out "$SHARDS" --hash-buckets "$BUCKETS" \
+    "$PY" -m vfl.data prepare --party "$party" --input "$RAW/$party.tsv" --out "$SHARDS" "${CAT_ARGS[@]}" \
       --force "${CLASS_ARGS[@]}"
   done
 fi
