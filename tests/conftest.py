@@ -9,8 +9,9 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 # The test data's label seed is fixed, so every assertion on a trained model (AUC floors, split == centralized)
-# sees the same labels in every session; the front door's data keeps a secret one (vfl.data.synth). No test attack
-# may read it: they attack what a follower sees, not the generator.
+# sees the same labels in every session. The front door's data and the follower's full-view attack test
+# (test_label_dp_adversary, its own 40k rows) keep a secret label seed, as a follower must not be able to regenerate
+# the labels it attacks; the direction attacks on shards_small score gradients against labels, and read no seed.
 TEST_LABEL_SEED = 20261124
 REAL_1K = SHARED_DATA / "criteo_raw_1k.tsv"
 
