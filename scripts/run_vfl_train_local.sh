@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 require_values --data --out --epochs --rows --hash-buckets --vocab-min-count --example --drop --ranks -- "$@"
 ROOT=$(pwd)
-DATA="" OUT="" EPOCHS="" CENTRALIZED=0 ROWS="" BUCKETS="" MIN_COUNT=10 EXAMPLE="" LABEL_DP=0 DROP=() RANKS=1
+DATA="" OUT="" EPOCHS="" CENTRALIZED=0 ROWS="" BUCKETS="" MIN_COUNT="" EXAMPLE="" LABEL_DP=0 DROP=() RANKS=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --data) DATA=$2; shift 2 ;;
@@ -44,7 +44,9 @@ case "$EXAMPLE" in
 esac
 [ "$EXAMPLE" = digits ] && [ -n "$DATA" ] && { echo "error: --example digits brings its own data; drop --data" >&2; exit 2; }
 # hash buckets when asked for (--hash-buckets N), otherwise each party's own vocabulary
-if [ -n "$BUCKETS" ]; then CAT_ARGS=(--hash-buckets "$BUCKETS"); else CAT_ARGS=(--vocab-min-count "$MIN_COUNT"); fi
+[ -n "$BUCKETS" ] && [ -n "$MIN_COUNT" ] && { echo "error: --hash-buckets $BUCKETS and --vocab-min-count $MIN_COUNT are alternatives; give one" >&2; exit 2; }
+[ "$EXAMPLE" = digits ] && [ -n "$BUCKETS$MIN_COUNT" ] && { echo "error: --example digits has no categorical columns; drop --hash-buckets / --vocab-min-count" >&2; exit 2; }
+if [ -n "$BUCKETS" ]; then CAT_ARGS=(--hash-buckets "$BUCKETS"); else CAT_ARGS=(--vocab-min-count "${MIN_COUNT:-10}"); fi
 LEADER_DEFAULT=$EXAMPLE_DIR/leader.yaml
 [ "$LABEL_DP" = 1 ] && LEADER_DEFAULT=$EXAMPLE_DIR/leader_label_dp.yaml
 LEADER_CONFIG=${LEADER_CONFIG:-$LEADER_DEFAULT}

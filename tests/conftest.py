@@ -8,8 +8,9 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
-# The test data's label seed is fixed, so every assertion on a trained model (AUC floors, split == centralized)
-# sees the same labels in every session. The front door's data and the follower's full-view attack test
+# The test data's true labels are fixed (one label seed), so every assertion on a trained model (AUC floors,
+# split == centralized) sees the same true labels in every session; label-DP runs still draw a fresh release (each
+# session's key store is new). The front door's data and the follower's full-view attack test
 # (test_label_dp_adversary, its own 40k rows) keep a secret label seed, as a follower must not be able to regenerate
 # the labels it attacks; the direction attacks on shards_small score gradients against labels, and read no seed.
 TEST_LABEL_SEED = 20261124
@@ -102,13 +103,13 @@ def shards_three(synth_small, tmp_path_factory) -> pathlib.Path:
 
 @pytest.fixture(scope="session")
 def shards_k10(tmp_path_factory) -> pathlib.Path:
-    """6k synthetic 10-class rows (public feature seed 7, secret label seed), prepared with --num-classes 10."""
+    """6k synthetic 10-class rows (feature seed 7, label seed TEST_LABEL_SEED), prepared with --num-classes 10."""
     from vfl.data.parties import load_parties
     from vfl.data.prepare import PrepareOptions, prepare
     from vfl.data.synth_multiclass import write_synthetic_multiclass
 
     raw = tmp_path_factory.mktemp("synth10") / "k10.tsv"
-    write_synthetic_multiclass(str(raw), 6_000, 10, seed=7, max_vocab=2_000)
+    write_synthetic_multiclass(str(raw), 6_000, 10, seed=7, max_vocab=2_000, label_seed=TEST_LABEL_SEED)
     out = tmp_path_factory.mktemp("shards10") / "k10"
     prepare(str(raw), str(out), load_parties(None), PrepareOptions(hash_buckets=2_000, num_classes=10))
     return out

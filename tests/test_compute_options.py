@@ -177,7 +177,7 @@ def test_bf16_split_equals_bf16_centralized_to_tolerance(tmp_path, shards_small,
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the cuda path is not exercised here")
 def test_cuda_bf16_centralized_follows_the_cpu_run(tmp_path, shards_small):
     # Prepare / Execute: the same bf16 run with 2 micro-batches on the GPU and on the CPU (1 epoch: the AUC of
-    # either depends on the secret label model, so the CPU run is the reference, not a fixed threshold)
+    # either depends on the label model and is low after 1 epoch, so the CPU run is the reference, not a threshold)
     gpu = _centralized(tmp_path, shards_small, "cuda", device="cuda", precision="bf16", microbatches=2)
     cpu = _centralized(tmp_path, shards_small, "cpu", device="cpu", precision="bf16", microbatches=2)
     # Assert: bf16 kernels round differently on the two devices; the runs stay within bf16 rounding

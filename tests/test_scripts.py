@@ -33,6 +33,20 @@ def test_run_vfl_train_local_trains_both_ways_and_prints_bayes_auc(tmp_path, syn
     b = json.loads((tmp_path / "central/metrics.json").read_text())
     assert a["mode"] == "split" and b["mode"] == "centralized" and len(a["step_losses"]) == len(b["step_losses"])
     assert (tmp_path / "split/leader.log").exists() and (tmp_path / "split/follower0.log").exists()
+    for party in ("leader", "follower0"):  # each party fitted its own vocabulary (values seen >= 10 times)
+        t = json.loads((tmp_path / f"split/shards/{party}/manifest.json").read_text())["transforms"]
+        assert t["categorical_mode"] == "vocabulary" and t["vocab_min_count"] == 10, t
+
+
+def test_the_categorical_flags_are_alternatives_and_digits_takes_neither(tmp_path, synth_tiny):
+    # Execute
+    both = _script("scripts/run_vfl_train_local.sh", "--data", str(synth_tiny), "--out", str(tmp_path / "b"),
+                   "--hash-buckets", "1000", "--vocab-min-count", "5")
+    digits = _script("scripts/run_vfl_train_local.sh", "--example", "digits", "--vocab-min-count", "5")
+    # Assert: one-line errors naming the values, before anything is written
+    assert both.returncode == 2 and "--hash-buckets 1000 and --vocab-min-count 5 are alternatives" in both.stderr
+    assert digits.returncode == 2 and "--example digits has no categorical columns" in digits.stderr
+    assert not (tmp_path / "b").exists()
 
 
 def test_label_dp_script_sets_eps_and_two_runs_share_one_key_and_one_release(tmp_path, synth_tiny):

@@ -81,16 +81,16 @@ def test_a_part_that_raises_is_still_timed_and_the_stack_unwinds(clock):
 
 
 def test_sync_runs_before_each_part_ends(clock):
-    # Prepare: the sync hook advances the clock, as a CUDA synchronize would wait for the kernels
-    clock([0.0, 5.0])
+    # Prepare: the sync hook reads the clock (at 5 s), as a CUDA synchronize waits for the kernels; the part must
+    # end after it (at 9 s), not before it (which would time 5 s)
+    c = clock([0.0, 5.0, 9.0])
     t = StepTimer()
-    calls = []
-    t.sync = lambda: calls.append("sync")
+    t.sync = c
     # Execute
     with t.part("backward"):
         pass
     # Assert
-    assert calls == ["sync"] and t.report()["parts"] == {"backward": 5.0}
+    assert c.times == [] and t.report()["parts"] == {"backward": 9.0}
 
 
 def test_each_thread_keeps_its_own_timer():
