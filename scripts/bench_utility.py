@@ -29,9 +29,10 @@ EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def configs(shards: str, out: str, privacy: dict | None, seed: int, epochs: int, eval_every: int, batch: int | None,
-            lr: float | None = None, early_stopping: dict | None = None):
+            lr: float | None = None, early_stopping: dict | None = None, wide_cut: bool = False):
     """The example configs (examples/wide_deep_criteo: model sizes, lr, early stopping) with this cell's data,
-    output, seed, epochs, evaluation interval, privacy, and (where given) batch size, lr and early-stopping fields."""
+    output, seed, epochs, evaluation interval, privacy, and (where given) batch size, lr and early-stopping fields.
+    wide_cut: cut_dim 8 on every party and an MLP top (hidden [64]), so the top can learn cross-party interactions."""
     import yaml
 
     from vfl.config import parse_config
@@ -47,6 +48,10 @@ def configs(shards: str, out: str, privacy: dict | None, seed: int, epochs: int,
             doc["train"]["batch_size"] = batch
         if lr is not None:
             doc["train"]["lr"] = lr
+        if wide_cut:
+            doc["model"]["bottom"]["cut_dim"] = 8
+            if name == "leader":
+                doc["model"]["top"] = {"name": "mlp", "hidden": [64]}
         docs[name] = doc
     if early_stopping:
         docs["leader"]["train"]["early_stopping"].update(early_stopping)
@@ -91,8 +96,8 @@ def logistic_baseline(shards: str, train_labels, seed: int) -> float:
     return float(roc_auc_score(y_te, lr.predict_proba(x_te)[:, 1]))
 
 
-def run_dataset(name: str, shards: str, out: str, eps_list, seeds: int, epochs: int, eval_every: int, batch: int,
-                progress, methods: list[str], lr: float | None = None) -> list[dict]:
+def run_dataset(name: str, shards: str, out: str, eps_list, seeds: int, epochs: int, eval_every: int, batch: int | None,
+                progress, methods: list[str], lr: float | None = None, wide_cut: bool = False) -> list[dict]:
     from vfl.centralized import train_centralized
     from vfl.config import LabelDPConfig
     from vfl.data.shards import PartyShard
@@ -107,7 +112,8 @@ def run_dataset(name: str, shards: str, out: str, eps_list, seeds: int, epochs: 
         runs = []
         for seed in range(seeds):
             privacy = None if math.isinf(eps) else {"eps": eps, **METHODS[meth]}
-            lc, fc = configs(shards, f"{out}/{name}/{meth}_{eps}_{seed}", privacy, seed, epochs, eval_every, batch, lr)
+            lc, fc = configs(shards, f"{out}/{name}/{meth}_{eps}_{seed}", privacy, seed, epochs, eval_every, batch, lr,
+                             wide_cut=wide_cut)
             m = train_centralized(lc, [fc], lc.output.dir, quiet)
             runs.append(m)
             progress(f"{name} eps={eps} {meth} seed {seed}: test AUC {m['test_auc']:.4f} at step {m['model_step']}")
@@ -148,6 +154,8 @@ def main(argv=None) -> int:
     ap.add_argument("--synth-min-count", type=int, default=10,
                     help="synthetic data: vocabulary of values seen >= N times (0 = hash 20000 buckets); 10 as the "
                          "front door (run_vfl_train_local.sh) prepares it")
+    ap.add_argument("--wide-cut", action="store_true",
+                    help="cut_dim 8 on every party and an MLP top (hidden [64]) instead of the examples' 2-value cut and linear top")
     args = ap.parse_args(argv)
     eps_list = [float(e) for e in args.eps.split(",")]
     methods = [m for m in args.methods.split(",") if m]
@@ -197,7 +205,7 @@ def main(argv=None) -> int:
     cells = []
     for name, shards, eval_every, batch in datasets:
         cells += run_dataset(name, shards, args.out, eps_list, args.seeds, args.epochs, eval_every, batch, progress,
-                             methods, args.lr)
+                             methods, args.lr, args.wide_cut)
     json.dump(cells, open(os.path.join(args.out, "utility.json"), "w"), indent=2)
     print("\n| data | eps | method | test AUC (mean ± sd) | best-step test AUC (oracle) | max gap | test logloss | "
           "selected steps | LR baseline AUC | Bayes AUC |")
