@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the leader alone (for a deployment across hosts), from its own raw file or an already prepared shard.
-# Usage: bash scripts/run_leader.sh CONFIG BIND_ENDPOINT [--raw OWN_FILE [--shards DIR] [--hash-buckets N] [--parties YAML]]
+# Usage: bash scripts/run_leader.sh CONFIG BIND_ENDPOINT [--raw OWN_FILE [--shards DIR] [--vocab-min-count N | --hash-buckets N] [--parties YAML]]
 #                                   [--data SHARD_DIR] [--out DIR] [--keys DIR] [--epochs N]
 #   e.g. bash scripts/run_leader.sh examples/wide_deep_criteo/leader.yaml tcp://0.0.0.0:5560 --raw leader.tsv --keys /secure/vfl-keys
 # --ranks N: N ranks of this party under torchrun (rank r binds/connects the endpoint's port + r); across machines

@@ -106,9 +106,11 @@ def test_each_party_script_prepares_its_own_raw_file_and_trains_on_the_intersect
     cfgs = party_configs(str(tmp_path), str(tmp_path / "unused"))
     endpoint = yaml.safe_load(open(cfgs["leader"]))["network"]["bind"]
     runs = {}
+    # the leader takes the default categorical encoding (its own vocabulary), the follower hashes: each its own choice
+    cat_flags = {"leader": [], "follower0": ["--hash-buckets", "2000"]}
     for party, script in (("leader", "scripts/run_leader.sh"), ("follower0", "scripts/run_follower.sh")):
         runs[party] = subprocess.Popen(["bash", script, cfgs[party], endpoint, "--raw", str(vertical_raw[party]),
-                                        "--shards", str(tmp_path / f"shards_{party}"), "--hash-buckets", "2000"],
+                                        "--shards", str(tmp_path / f"shards_{party}"), *cat_flags[party]],
                                        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     # Execute
     try:
@@ -122,5 +124,8 @@ def test_each_party_script_prepares_its_own_raw_file_and_trains_on_the_intersect
     for p, r in runs.items():
         assert r.returncode == 0, f"{p}: {results[p][1][-2000:]}"
     assert os.listdir(tmp_path / "shards_leader") == ["leader"] and os.listdir(tmp_path / "shards_follower0") == ["follower0"]
+    modes = {p: json.loads((tmp_path / f"shards_{p}/{p}/manifest.json").read_text())["transforms"] for p in runs}
+    assert modes["leader"]["categorical_mode"] == "vocabulary" and modes["leader"]["vocab_min_count"] == 10
+    assert modes["follower0"]["categorical_mode"] == "hash"
     m = json.loads((tmp_path / "out/metrics.json").read_text())
     assert m["psi"]["intersection"] == len(vertical_raw["common"])
