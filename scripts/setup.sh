@@ -18,7 +18,12 @@ fi
 VPY=.venv/bin/python
 stamp=.venv/.vfl-setup-stamp
 want=$(cat pyproject.toml scripts/constraints.txt | sha256sum | cut -d' ' -f1)
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && $VPY -c "import torch, zmq, pandas, sklearn, yaml, pydantic, tqdm, vfl" 2>/dev/null; then
+# the fast path finds the packages without importing them (importing torch and sklearn costs seconds, and every
+# launch script passes here)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && $VPY -c "
+import importlib.util, sys
+sys.exit(any(importlib.util.find_spec(m) is None for m in ('torch', 'zmq', 'pandas', 'sklearn', 'yaml', 'pydantic', 'tqdm', 'vfl')))
+" 2>/dev/null; then
   exit 0
 fi
 if ! $VPY -c "import torch" 2>/dev/null; then
