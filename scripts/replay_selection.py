@@ -30,20 +30,17 @@ METRICS = ("auc", "logloss")
 
 
 def select(curve: list[dict], metric: str, patience: int, window: int) -> int:
-    """The index early stopping would restore: the best trailing mean of `window` validation values, stopping
-    after `patience` evaluations without a gain (the rule of vfl.training.selection at window 1)."""
-    sign = 1.0 if metric == "auc" else -1.0
-    best, best_i, without, seen = None, 0, 0, []
+    """The index early stopping would restore: vfl.training.selection's own rule, fed the trailing mean of the last
+    `window` validation values (window 1 is the rule training uses)."""
+    from vfl.training.selection import EarlyStopping
+
+    rule, seen = EarlyStopping(metric, patience), []
     for i, e in enumerate(curve):
-        seen.append(sign * e[f"valid_{metric}"])
-        v = float(np.mean(seen[-window:]))
-        if best is None or v > best:
-            best, best_i, without = v, i, 0
-        else:
-            without += 1
-            if without >= patience:
-                break
-    return best_i
+        seen.append(e[f"valid_{metric}"])
+        rule.update(float(np.mean(seen[-window:])), step=i, epoch=0)
+        if rule.should_stop:
+            break
+    return rule.best_step
 
 
 def record(args) -> dict:

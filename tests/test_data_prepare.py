@@ -248,3 +248,12 @@ def test_a_missing_column_in_a_party_file_is_named_with_the_nearest(tmp_path):
     r = _cli("prepare", "--party", "f", "--input", src, "--out", str(tmp_path / "o"), "--dense", "i1", "--categorical", "C1")
     # Assert
     assert r.returncode == 2 and "dense column 'i1' is not in the header" in r.stderr and "did you mean 'I1'" in r.stderr
+
+
+def test_hash_buckets_and_a_vocabulary_are_alternatives_not_a_silent_choice(tmp_path, real_1k):
+    # Execute
+    r = _cli("prepare", "--input", str(real_1k), "--out", str(tmp_path / "o"), "--hash-buckets", "1000",
+             "--vocab-min-count", "10")
+    # Assert: a one-line error naming both flags, and nothing written
+    assert r.returncode == 2 and "--vocab-min-count: not allowed with argument --hash-buckets" in r.stderr
+    assert not (tmp_path / "o").exists()

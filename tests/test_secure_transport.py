@@ -148,7 +148,9 @@ def test_strangers_during_a_run_never_affect_it(attack, tmp_path, shards_small, 
     # Prepare
     from vfl.wire.keys import load_public_key
 
-    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=30, train={"epochs": 2, "log_every": 1})
+    # 3 epochs: a whole epoch still runs after the line the test waits for, so on a loaded machine the stranger is
+    # seen at work after it (with 2 epochs the run once ended before the poll saw the line)
+    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=30, train={"epochs": 3, "log_every": 1})
     port = _leader_port(cfgs["leader"])
     leader_public = load_public_key(str(tmp_path / "keys" / "leader.key"))
     procs.start("leader", "leader", cfgs["leader"])

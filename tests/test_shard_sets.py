@@ -29,8 +29,10 @@ def _cut(raw: str, out_dir, pieces: int, gz_last: bool = True) -> list[str]:
 
 
 def _prepare(inputs: list[str], out, party: str = "leader", extra=()) -> subprocess.CompletedProcess:
+    """prepare with 500 hash buckets, or with the categorical encoding `extra` names (the two are alternatives)."""
+    encoding = () if "--vocab-min-count" in extra else ("--hash-buckets", "500")
     return subprocess.run([sys.executable, "-m", "vfl.data", "prepare", "--party", party, "--input", *inputs, "--out",
-                           str(out), "--hash-buckets", "500", *extra], cwd=REPO, capture_output=True, text=True, timeout=120)
+                           str(out), *encoding, *extra], cwd=REPO, capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture(scope="module")

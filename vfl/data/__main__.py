@@ -59,8 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--valid-fraction", type=float, default=0.1, help="share of ids in the validation split (model selection)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--strict", action="store_true", help="a malformed line is an error instead of being skipped")
-    p.add_argument("--hash-buckets", type=int, default=100_000, help="ids per categorical field in hash mode")
-    p.add_argument("--vocab-min-count", type=int, default=None, help="vocabulary mode: keep values seen at least this often")
+    categorical = p.add_mutually_exclusive_group()  # two encodings of the same columns: one or the other
+    categorical.add_argument("--hash-buckets", type=int, default=100_000, help="ids per categorical field in hash mode (default)")
+    categorical.add_argument("--vocab-min-count", type=int, default=None,
+                             help="vocabulary mode: keep values seen at least this often, rarer ones share one id")
     p.add_argument("--truth", default=None, help="true probabilities (.npy); default INPUT.truth.npy when present")
     p.add_argument("--drop", action="append", default=[], metavar="PARTY=FRACTION",
                    help="simulate a party missing this fraction of rows (repeatable)")
