@@ -13,11 +13,11 @@ def body(cfg, log, state: dict) -> None:
     from vfl.data.shards import PartyShard
     from vfl.party import BottomParty, resolve_device, set_threads
     from vfl.wire import FollowerChannel
-    from vfl.psi.protocol import MAX_FRAME_BYTES as PSI_MAX_FRAME_BYTES
-    from vfl.psi.protocol import check_minimum, follower_psi
+    from vfl.align.psi.protocol import MAX_FRAME_BYTES as PSI_MAX_FRAME_BYTES
+    from vfl.align.psi.protocol import check_minimum, follower_psi
     from vfl.wire.frames import MAX_HEADER_BYTES
 
-    from vfl.config import ConfigError
+    from vfl.config.schema import ConfigError
     from vfl.distributed.context import start_ranks
     from vfl.distributed.launch import rank_env
     from vfl.distributed.pairing import rank_endpoint

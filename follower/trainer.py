@@ -10,9 +10,9 @@ import time
 import numpy as np
 import torch
 
-from vfl.handshake import hello_meta, new_nonce
+from vfl.align.handshake import hello_meta, new_nonce
 from vfl.checkpoint import checkpoint_tag, load_resume_checkpoint, save_checkpoint
-from vfl.config import PartyConfig
+from vfl.config.schema import PartyConfig
 from vfl.data.shards import batch_digest, batch_order
 from vfl.distributed.context import RankContext
 from vfl.distributed.pairing import rank_meta, rank_problems

@@ -16,13 +16,13 @@ def body(cfg, log, state: dict) -> None:
     from vfl.metrics import final_line, write_json
     from vfl.party import BottomParty, resolve_device, set_threads
     from vfl.wire import LeaderChannel
-    from vfl.handshake import MAX_CUT_DIM
+    from vfl.align.handshake import MAX_CUT_DIM
     from vfl.labels import open_label_key
-    from vfl.psi.protocol import MAX_FRAME_BYTES as PSI_MAX_FRAME_BYTES
-    from vfl.psi.protocol import check_minimum, leader_psi
+    from vfl.align.psi.protocol import MAX_FRAME_BYTES as PSI_MAX_FRAME_BYTES
+    from vfl.align.psi.protocol import check_minimum, leader_psi
     from vfl.wire.frames import MAX_HEADER_BYTES
 
-    from vfl.config import ConfigError
+    from vfl.config.schema import ConfigError
     from vfl.curves import preload_tensorboard
 
     from vfl.distributed.context import start_ranks

@@ -8,10 +8,10 @@ import time
 import numpy as np
 import torch
 
-from vfl.handshake import hello_meta, hello_problems, new_nonce, nonce_problems, run_id
+from vfl.align.handshake import hello_meta, hello_problems, new_nonce, nonce_problems, run_id
 from privacy.label_dp_run import training_loss
 from vfl.checkpoint import load_resume_checkpoint, save_checkpoint
-from vfl.config import PartyConfig
+from vfl.config.schema import PartyConfig
 from vfl.curves import RunCurves
 from vfl.distributed.context import RankContext
 from vfl.distributed.pairing import rank_meta, rank_problems

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo
 from pydantic_core import PydanticCustomError
 
-DOMAIN_ERROR = "vfl_domain"  # the error type of every check here; vfl.config formats it
+DOMAIN_ERROR = "vfl_domain"  # the error type of every check here; vfl/config/schema.py formats it
 
 
 def suggest(value: Any, options) -> str:

@@ -151,7 +151,7 @@ def local_parties(shards: str, model: dict, train: dict, device: str = "cpu") ->
     """The leader's and follower0's bottoms and the leader's linear top, built in this process (no wire), on device."""
     import torch
 
-    from vfl.config import parse_config
+    from vfl.config.schema import parse_config
     from vfl.data.shards import PartyShard
     from vfl.party import BottomParty
     from vfl.top import TopTrainer

@@ -34,7 +34,7 @@ def cpu_name() -> str:
 
 def run(example: str, shards: str, out: str, privacy: dict | None, seed: int) -> dict:
     from vfl.centralized import train_centralized
-    from vfl.config import parse_config
+    from vfl.config.schema import parse_config
     from vfl.metrics import RunLog
 
     docs = []

@@ -25,7 +25,7 @@ def cpu_model() -> str:
 
 
 def _follower(endpoint: str, keys: dict, ids: np.ndarray, out) -> None:
-    from vfl.psi.protocol import follower_psi
+    from vfl.align.psi.protocol import follower_psi
     from vfl.wire import FollowerChannel
     from vfl.wire.keys import load_follower_keys
 
@@ -40,7 +40,7 @@ def _follower(endpoint: str, keys: dict, ids: np.ndarray, out) -> None:
 
 def run(n: int, keys: dict) -> dict:
     from vfl.ports import free_port
-    from vfl.psi.protocol import leader_psi
+    from vfl.align.psi.protocol import leader_psi
     from vfl.wire import LeaderChannel
     from vfl.wire.keys import load_leader_keys
 
@@ -92,7 +92,7 @@ def main() -> int:
     ap.add_argument("--sizes", default="100000,1000000", help="ids per side, comma-separated")
     ap.add_argument("--reference-size", type=int, default=10000, help="ids per side for the openmined-psi reference (0: skip)")
     args = ap.parse_args()
-    from vfl.psi.ecdh import SUITE
+    from vfl.align.psi.ecdh import SUITE
     from vfl.wire.keys import create_key_pair, key_paths
 
     print(f"CPU: {cpu_model()}; load average {os.getloadavg()[0]:.2f}")

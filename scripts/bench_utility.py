@@ -35,7 +35,7 @@ def configs(shards: str, out: str, privacy: dict | None, seed: int, epochs: int,
     wide_cut: cut_dim 8 on every party and an MLP top (hidden [64]), so the top can learn cross-party interactions."""
     import yaml
 
-    from vfl.config import parse_config
+    from vfl.config.schema import parse_config
 
     docs = {}
     for name in ("leader", "follower"):
@@ -99,7 +99,7 @@ def logistic_baseline(shards: str, train_labels, seed: int) -> float:
 def run_dataset(name: str, shards: str, out: str, eps_list, seeds: int, epochs: int, eval_every: int, batch: int | None,
                 progress, methods: list[str], lr: float | None = None, wide_cut: bool = False) -> list[dict]:
     from vfl.centralized import train_centralized
-    from vfl.config import LabelDPConfig
+    from vfl.config.schema import LabelDPConfig
     from vfl.data.shards import PartyShard
     from vfl.labels import leader_training_labels
 

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from vfl.config import ConfigError, parse_config
+from vfl.config.schema import ConfigError, parse_config
 
 
 def _leader(**over):
@@ -97,7 +97,7 @@ def test_old_shared_secret_key_points_to_the_key_files():
 
 
 def test_a_yaml_file_that_is_not_a_mapping_is_a_clear_error(tmp_path):
-    from vfl.config import load_config
+    from vfl.config.schema import load_config
 
     for text in ("", "- a\n- b\n", "just text\n"):
         p = tmp_path / "c.yaml"
@@ -117,7 +117,7 @@ def test_a_yaml_file_that_is_not_a_mapping_is_a_clear_error(tmp_path):
 ])
 def test_garbage_config_files_are_one_line_errors(tmp_path, content, needle):
     # Prepare
-    from vfl.config import load_config
+    from vfl.config.schema import load_config
 
     p = tmp_path / "c.yaml"
     p.write_bytes(content)

@@ -22,7 +22,7 @@ from privacy.follower_view import (balanced_accuracy, best_accuracy, follower_vi
 from privacy.keyed_random import uniform_from_ids
 from privacy.randomized_response import binary_rr, flip_probability
 from tests.procs import party_configs
-from vfl.config import LabelDPConfig
+from vfl.config.schema import LabelDPConfig
 from vfl.data.shards import PartyShard
 from vfl.labels import leader_training_labels
 

@@ -14,7 +14,7 @@ import pytest
 from privacy.label_dp_store import LabelDPStore, LabelDPStoreError, dataset_id, read_key
 from privacy.randomized_response import flip_probability
 from tests.dp_stats import binomial_tolerance
-from vfl.config import LabelDPConfig
+from vfl.config.schema import LabelDPConfig
 from vfl.data.shards import PartyShard
 from vfl.labels import leader_training_labels
 

@@ -120,7 +120,7 @@ def test_split_early_stopping_restores_the_best_step_like_the_centralized_refere
 def test_what_followers_receive_depends_on_true_labels_only_through_the_randomized_ones(tmp_path, shards_small, procs):
     # Prepare: dataset B has other true labels (train, valid and test) but, under its own leader key,
     # the same randomized labels as dataset A under A's key: y_B = y~_A xor flips_B
-    from vfl.config import LabelDPConfig
+    from vfl.config.schema import LabelDPConfig
     from vfl.data.shards import PartyShard
     from vfl.labels import leader_training_labels, open_label_key, release_of
     from privacy.label_dp_run import PURPOSE_FLIP
@@ -179,7 +179,7 @@ def test_posterior_soft_labels_are_the_plain_loss_without_noise_and_flat_at_eps_
 
 def test_the_correction_is_chosen_in_the_config():
     from privacy.label_dp_run import training_loss
-    from vfl.config import LabelDPConfig
+    from vfl.config.schema import LabelDPConfig
 
     # rr defaults to the forward correction (the measured winner); plain RR is asked for; rr_prior has none
     assert LabelDPConfig(eps=1.0).debias and training_loss(LabelDPConfig(eps=1.0)) is not None

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO
-from vfl.config import ConfigError, parse_config
+from vfl.config.schema import ConfigError, parse_config
 from vfl.preflight import (CHECKPOINT_WARN_BYTES, check_resume, projected_checkpoint_bytes, resolve_data_path,
                            size_warning)
 

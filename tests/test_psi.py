@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from tests.procs import free_port, party_keys
-from vfl.psi.ecdh import as_wire, from_wire, hash_ids, mask_ids, new_exponent, point_set, raise_to, PointError
-from vfl.psi.protocol import CHUNK_POINTS, MAX_IDS, PSIError, follower_psi, leader_psi
-from vfl.psi.ecdh import SUITE
+from vfl.align.psi.ecdh import as_wire, from_wire, hash_ids, mask_ids, new_exponent, point_set, raise_to, PointError
+from vfl.align.psi.protocol import CHUNK_POINTS, MAX_IDS, PSIError, follower_psi, leader_psi
+from vfl.align.psi.ecdh import SUITE
 
 
 def _channels(tmp_path, followers=("follower0",), timeout=10.0):
@@ -189,7 +189,7 @@ def test_thousands_of_random_psi_metas_raise_only_psi_or_wire_errors(tmp_path):
     import random
 
     from vfl.wire.frames import Message, WireError
-    from vfl.psi.protocol import _range
+    from vfl.align.psi.protocol import _range
 
     rng = random.Random(11)
     values = [None, -1, 0, 1, 99, 100, 101, CHUNK_POINTS, CHUNK_POINTS + 1, 2**63, 1.5, True, "1", [1], {}]

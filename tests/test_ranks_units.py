@@ -78,7 +78,7 @@ def test_one_rank_context_starts_no_process_group():
     import torch
     import torch.distributed as dist
 
-    from vfl.config import parse_config
+    from vfl.config.schema import parse_config
     from vfl.distributed.context import RankContext, start_ranks
 
     cfg = parse_config({"role": "follower", "party": "f", "network": {"connect": "tcp://127.0.0.1:5000"},

@@ -298,10 +298,10 @@ def test_insider_garbage_ends_the_run_with_one_line_and_an_abort(garbage, needle
     # Prepare: the test itself is follower0 (its real key, a valid HELLO), then answers FORWARD with garbage
     import json
 
-    from vfl.config import load_config
+    from vfl.config.schema import load_config
     from vfl.data.shards import PartyShard
-    from vfl.handshake import hello_meta, new_nonce
-    from vfl.psi.protocol import follower_psi
+    from vfl.align.handshake import hello_meta, new_nonce
+    from vfl.align.psi.protocol import follower_psi
     from vfl.wire import FollowerChannel, PeerAbort
     from vfl.wire.frames import MAGIC
     from vfl.wire.keys import load_follower_keys

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from vfl.config import ConfigError, PartyConfig, load_config, parse_config
+from vfl.config.schema import ConfigError, PartyConfig, load_config, parse_config
 
 ConfigLike = Union[str, os.PathLike, dict, PartyConfig]
 
@@ -133,7 +133,7 @@ def _party_name(config: ConfigLike) -> str:
         return config.party
     if isinstance(config, dict):
         return str(config.get("party"))
-    from vfl.yamlfile import read_yaml
+    from vfl.config.yamlfile import read_yaml
 
     doc = read_yaml(os.fspath(config), ConfigError, "config file")
     return str(doc.get("party")) if isinstance(doc, dict) else "?"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from vfl.logs import RunLog, set_verbosity
 
 if TYPE_CHECKING:  # imported after the arguments parse: `--help` stays instant
-    from vfl.config import PartyConfig
+    from vfl.config.schema import PartyConfig
 
 
 def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig], out_dir: str, log: RunLog) -> dict:
@@ -25,11 +25,11 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     import torch
 
     from privacy.label_dp_run import training_loss
-    from vfl.config import ConfigError
+    from vfl.config.schema import ConfigError
     from vfl.curves import RunCurves
     from vfl.data.reader import DataError
     from vfl.data.shards import PartyShard, eval_batches, steps_per_epoch
-    from vfl.handshake import hello_meta, hello_problems
+    from vfl.align.handshake import hello_meta, hello_problems
     from vfl.labels import bayes_accuracy_of, leader_training_labels, task_classes
     from vfl.loop import TrainingLoop
     from vfl.metrics import write_json
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("overrides", nargs="*", metavar="key.path=value", help="set a config key of every party")
     args = ap.parse_intermixed_args(argv)
     set_verbosity(args.quiet, args.verbose)
-    from vfl.config import ConfigError, dotted_overrides, load_config
+    from vfl.config.schema import ConfigError, dotted_overrides, load_config
 
     try:
         overrides = {**({"train.epochs": args.epochs} if args.epochs is not None else {}), **dotted_overrides(args.overrides)}

@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the schema (pydantic) is imported after the arguments parse: `--help` stays instant
-    from vfl.config import PartyConfig
+    from vfl.config.schema import PartyConfig
 
 
 def party_arguments(prog: str, endpoint_flag: str) -> argparse.ArgumentParser:
@@ -33,7 +33,7 @@ def party_arguments(prog: str, endpoint_flag: str) -> argparse.ArgumentParser:
 
 
 def load_party_config(args, endpoint_key: str) -> PartyConfig:
-    from vfl.config import dotted_overrides, load_config
+    from vfl.config.schema import dotted_overrides, load_config
 
     overrides = {}
     for key, value in ((f"network.{endpoint_key}", args.endpoint), ("output.dir", args.out), ("data.path", args.data),
@@ -47,7 +47,7 @@ def load_party_config(args, endpoint_key: str) -> PartyConfig:
 
 def party_keys(cfg: PartyConfig):
     """This party's CurveZMQ keys (LeaderKeys or FollowerKeys); ConfigError naming what is missing or wrong."""
-    from vfl.config import ConfigError
+    from vfl.config.schema import ConfigError
     from vfl.wire.keys import KeyFileError, load_follower_keys, load_leader_keys
 
     net = cfg.network
@@ -78,7 +78,7 @@ def fail(reason: str, code: int = 1) -> int:
 
 
 def config_or_exit(args, endpoint_key: str) -> PartyConfig | int:
-    from vfl.config import ConfigError
+    from vfl.config.schema import ConfigError
 
     try:
         cfg = load_party_config(args, endpoint_key)
@@ -103,7 +103,7 @@ def run_party(cfg: PartyConfig, log, body, abort) -> int:
     stderr and in the party's log, exit 2 for configuration errors, 1 otherwise, 130 on Ctrl-C.
     """
     from privacy.label_dp_store import LabelDPStoreError
-    from vfl.config import ConfigError
+    from vfl.config.schema import ConfigError
     from vfl.data.reader import DataError
     from vfl.wire import PeerAbort, WireError
 

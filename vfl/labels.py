@@ -17,7 +17,7 @@ from privacy.label_dp_run import (
     randomize_binary_once, randomize_classes_once, rr_prior_classes_once, rr_prior_once, run_report, stage_one_mask,
 )
 from privacy.label_dp_store import LabelDPStore, Release, dataset_id, default_store_dir, key_fingerprint, release_id
-from vfl.config import LabelDPConfig
+from vfl.config.schema import LabelDPConfig
 from vfl.data.reader import DataError
 
 PriorFn = Callable[[np.ndarray, np.ndarray], np.ndarray]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from privacy.noisy_metrics import noisy_multiclass_validation_metrics, noisy_validation_metrics
-from vfl.config import TrainConfig
+from vfl.config.schema import TrainConfig
 from vfl.data.shards import batch_order, steps_per_epoch
 from vfl.metrics import RunLog, loss_line, metrics_text, test_metrics
 from vfl.progress import bar

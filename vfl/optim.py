@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from vfl.config import TrainConfig
+from vfl.config.schema import TrainConfig
 from vfl.training.lazy_adam import LazyAdam
 
 

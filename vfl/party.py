@@ -6,7 +6,7 @@ import os
 import numpy as np
 import torch
 
-from vfl.config import PartyConfig
+from vfl.config.schema import PartyConfig
 from vfl.data.shards import PartyShard
 from vfl.models import build_bottom
 from vfl.data.shards import steps_per_epoch

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 
-from vfl.config import ConfigError, PartyConfig
+from vfl.config.schema import ConfigError, PartyConfig
 
 CHECKPOINT_WARN_BYTES = 1 << 30  # warn above 1 GiB per checkpoint
 RAW_SUFFIXES = (".tsv", ".txt", ".csv", ".gz")

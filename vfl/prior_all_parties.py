@@ -25,7 +25,7 @@ import torch
 
 from privacy.label_dp_run import forward_corrected_ce
 from privacy.randomized_response import kary_transition
-from vfl.config import PartyConfig
+from vfl.config.schema import PartyConfig
 from vfl.data.shards import batch_order, eval_batches
 from vfl.top import TopTrainer
 
@@ -42,7 +42,7 @@ class CutSource(Protocol):
 def prior_config(cfg: PartyConfig, epochs: int | None = None) -> PartyConfig:
     """A party's config for its stage-one bottom: its own init seed name, prior_epochs (the leader's
     privacy.label_dp.prior_epochs; a follower is told it in PRIOR), a constant LR, no selection."""
-    from vfl.config import LRScheduleConfig
+    from vfl.config.schema import LRScheduleConfig
 
     if epochs is None:
         epochs = cfg.privacy.label_dp.prior_epochs

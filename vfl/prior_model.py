@@ -17,7 +17,7 @@ from torch import nn
 
 from privacy.label_dp_run import forward_corrected_bce
 from privacy.randomized_response import flip_probability
-from vfl.config import PartyConfig
+from vfl.config.schema import PartyConfig
 from vfl.data.shards import PartyShard, batch_order, eval_batches
 from vfl.models import build_bottom
 from vfl.optim import build_optimizer

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vfl.config import TopConfig, TrainConfig
+from vfl.config.schema import TopConfig, TrainConfig
 from vfl.models import build_top
 from vfl.optim import ScheduledOptimizer, build_optimizer
 from vfl.training.precision import autocast, keep_narrow_layers_fp32

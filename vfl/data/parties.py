@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from privacy.domains import Flag, Number, suggest
-from vfl.config_report import problems
-from vfl.yamlfile import read_yaml
+from vfl.config.report import problems
+from vfl.config.yamlfile import read_yaml
 from vfl.data.reader import DataError
 from vfl.data.schema import ALL_FEATURES, CATEGORICAL_COLUMNS, DEFAULT_PARTIES, DENSE_COLUMNS
 

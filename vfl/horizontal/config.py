@@ -11,8 +11,8 @@ from privacy.domains import Choice, Flag, Number
 from privacy.gaussian import GaussianParams
 from privacy.nbafl import NbAFLParams
 from privacy.signds import SignDSParams
-from vfl.config_report import apply_overrides, fill_empty_sections, problems
-from vfl.yamlfile import read_yaml
+from vfl.config.report import apply_overrides, fill_empty_sections, problems
+from vfl.config.yamlfile import read_yaml
 
 ENCRYPT_TYPES = ("NOT_ENCRYPT", "SIGNDS", "DP_ENCRYPT", "NBAFL", "PW_ENCRYPT")
 EVAL_TYPES = ("NOT_ENCRYPT", "LAPLACE")

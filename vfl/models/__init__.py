@@ -6,7 +6,7 @@ import hashlib
 import torch
 from torch import nn
 
-from vfl.config import BottomConfig, TopConfig
+from vfl.config.schema import BottomConfig, TopConfig
 from vfl.models.wide_deep import LinearTop, MLPTop, WideDeepBottom
 
 BOTTOMS = {"wide_deep": WideDeepBottom}

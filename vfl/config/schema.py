@@ -8,16 +8,14 @@ files (vfl/wire/keys.py). `python -m vfl.config schema` prints the JSON Schema f
 from __future__ import annotations
 
 import copy
-import json
 import os
-import sys
 from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from privacy.domains import Choice, Flag, IntList, Number, Text, domain_error
-from vfl.config_report import apply_overrides, fill_empty_sections, parse_override, problems
-from vfl.yamlfile import read_yaml
+from vfl.config.report import apply_overrides, fill_empty_sections, parse_override, problems
+from vfl.config.yamlfile import read_yaml
 
 PARTY_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
 ENDPOINT_PATTERN = r"^tcp://[^:/\s]+:\d{1,5}$"
@@ -323,38 +321,6 @@ def _keys_overrides(doc: dict, keys_dir: str) -> dict[str, Any]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m vfl.config schema [--out FILE]` | `python -m vfl.config check FILE [key.path=value ...]`."""
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="python -m vfl.config", description=main.__doc__)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("schema", help="print the JSON Schema of a party YAML")
-    s.add_argument("--out", default=None, help="write it to this file instead of stdout")
-    c = sub.add_parser("check", help="validate a party YAML and print it with every default filled in")
-    c.add_argument("config")
-    c.add_argument("overrides", nargs="*", metavar="key.path=value")
-    args = ap.parse_args(argv)
-    if args.cmd == "schema":
-        text = json.dumps(json_schema(), indent=2)
-        if args.out:
-            with open(args.out, "w") as f:
-                f.write(text + "\n")
-        else:
-            print(text)
-        return 0
-    try:
-        cfg = load_config(args.config, dotted_overrides(args.overrides))
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps(cfg.model_dump(mode="json"), indent=2))
-    return 0
-
-
 __all__ = ["ConfigError", "PartyConfig", "NetworkConfig", "DataConfig", "BottomConfig", "TopConfig", "ModelConfig",
            "EarlyStoppingConfig", "LRScheduleConfig", "TrainConfig", "LabelDPConfig", "PrivacyConfig", "DistributedConfig", "OutputConfig",
            "DebugConfig", "parse_config", "load_config", "dotted_overrides", "json_schema", "read_yaml", "domain_error"]
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vfl.psi.ecdh import SUITE, PointError, as_wire, from_wire, hash_ids, new_exponent, point_set, raise_to
+from vfl.align.psi.ecdh import SUITE, PointError, as_wire, from_wire, hash_ids, new_exponent, point_set, raise_to
 from vfl.wire.frames import MAX_HEADER_BYTES, Message, WireError
 
 CHUNK_POINTS = 8192  # 256 KiB of points per message: a chunk's exponentiations stay well inside a deadline

@@ -10,7 +10,7 @@ import hashlib
 import re
 import secrets
 
-from vfl.config import PartyConfig
+from vfl.config.schema import PartyConfig
 from vfl.data.shards import SPLITS, PartyShard
 from vfl.wire import PROTOCOL_VERSION
 

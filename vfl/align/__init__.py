@@ -1,0 +1,1 @@
+"""Aligning the parties before training: private set intersection of the ids (psi/) and the HELLO/WELCOME handshake."""

@@ -1,0 +1,1 @@
+"""Configuration: the party YAML schema (pydantic), its problem report, and YAML reading; `python -m vfl.config`."""
