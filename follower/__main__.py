@@ -11,7 +11,7 @@ def body(cfg, log, state: dict) -> None:
     from vfl.cli import party_keys
     from vfl.data.reader import DataError
     from vfl.data.shards import PartyShard
-    from vfl.party import BottomParty, resolve_device, set_threads
+    from vfl.training.party import BottomParty, resolve_device, set_threads
     from vfl.wire import FollowerChannel
     from vfl.align.psi.protocol import MAX_FRAME_BYTES as PSI_MAX_FRAME_BYTES
     from vfl.align.psi.protocol import check_minimum, follower_psi

@@ -11,13 +11,13 @@ import numpy as np
 import torch
 
 from vfl.align.handshake import hello_meta, new_nonce
-from vfl.checkpoint import checkpoint_tag, load_resume_checkpoint, save_checkpoint
+from vfl.training.checkpoint import checkpoint_tag, load_resume_checkpoint, save_checkpoint
 from vfl.config.schema import PartyConfig
 from vfl.data.shards import batch_digest, batch_order
 from vfl.distributed.context import RankContext
 from vfl.distributed.pairing import rank_meta, rank_problems
-from vfl.metrics import RunLog, loss_line
-from vfl.party import BottomParty
+from vfl.obs.metrics import RunLog, loss_line
+from vfl.training.party import BottomParty
 from vfl.prior_all_parties import prior_config, prior_order
 from vfl.training.microbatch import check_micro, micro_slices
 from vfl.training.step_timer import TIMER

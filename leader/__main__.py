@@ -13,8 +13,8 @@ def body(cfg, log, state: dict) -> None:
     from vfl.data.reader import DataError
     from vfl.data.shards import PartyShard
     from vfl.labels import task_classes
-    from vfl.metrics import final_line, write_json
-    from vfl.party import BottomParty, resolve_device, set_threads
+    from vfl.obs.metrics import final_line, write_json
+    from vfl.training.party import BottomParty, resolve_device, set_threads
     from vfl.wire import LeaderChannel
     from vfl.align.handshake import MAX_CUT_DIM
     from vfl.labels import open_label_key
@@ -23,7 +23,7 @@ def body(cfg, log, state: dict) -> None:
     from vfl.wire.frames import MAX_HEADER_BYTES
 
     from vfl.config.schema import ConfigError
-    from vfl.curves import preload_tensorboard
+    from vfl.obs.curves import preload_tensorboard
 
     from vfl.distributed.context import start_ranks
     from vfl.distributed.label_ranks import open_label_key_ranks

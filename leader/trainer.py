@@ -10,20 +10,20 @@ import torch
 
 from vfl.align.handshake import hello_meta, hello_problems, new_nonce, nonce_problems, run_id
 from privacy.label_dp_run import training_loss
-from vfl.checkpoint import load_resume_checkpoint, save_checkpoint
+from vfl.training.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.config.schema import PartyConfig
-from vfl.curves import RunCurves
+from vfl.obs.curves import RunCurves
 from vfl.distributed.context import RankContext
 from vfl.distributed.pairing import rank_meta, rank_problems
-from vfl.progress import track
+from vfl.obs.progress import track
 from vfl.data.shards import batch_digest, eval_batches, steps_per_epoch
 from vfl.labels import bayes_accuracy_of, leader_training_labels, open_label_key, task_classes
 from vfl.prior_all_parties import LocalCutSource, fit_predict_all_parties, prior_config
 from vfl.prior_model import prior_fn_for
-from vfl.loop import TrainingLoop
-from vfl.metrics import RunLog
-from vfl.party import BottomParty
-from vfl.top import TopTrainer
+from vfl.training.loop import TrainingLoop
+from vfl.obs.metrics import RunLog
+from vfl.training.party import BottomParty
+from vfl.training.top import TopTrainer
 from vfl.training.microbatch import check_micro, micro_slices, weighted_loss
 from vfl.training.step_timer import TIMER
 from vfl.wire import LeaderChannel, WireError

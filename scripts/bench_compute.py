@@ -153,8 +153,8 @@ def local_parties(shards: str, model: dict, train: dict, device: str = "cpu") ->
 
     from vfl.config.schema import parse_config
     from vfl.data.shards import PartyShard
-    from vfl.party import BottomParty
-    from vfl.top import TopTrainer
+    from vfl.training.party import BottomParty
+    from vfl.training.top import TopTrainer
 
     dev = torch.device(device)
     parties, cfgs = [], []

@@ -35,7 +35,7 @@ def cpu_name() -> str:
 def run(example: str, shards: str, out: str, privacy: dict | None, seed: int) -> dict:
     from vfl.centralized import train_centralized
     from vfl.config.schema import parse_config
-    from vfl.metrics import RunLog
+    from vfl.obs.metrics import RunLog
 
     docs = []
     for name in ("leader", "follower"):

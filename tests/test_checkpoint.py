@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from vfl.checkpoint import checkpoint_tag, load_checkpoint, load_resume_checkpoint, save_checkpoint
+from vfl.training.checkpoint import checkpoint_tag, load_checkpoint, load_resume_checkpoint, save_checkpoint
 
 
 def _save(path) -> None:

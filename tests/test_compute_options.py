@@ -120,7 +120,7 @@ def test_bf16_warns_once_where_it_is_not_native(monkeypatch):
 
 def _centralized(tmp_path, shards, name, **train):
     from vfl.centralized import train_centralized
-    from vfl.logs import RunLog
+    from vfl.obs.logs import RunLog
 
     (tmp_path / name).mkdir()
     cfgs = party_configs(str(tmp_path / name), str(shards), train=train)

@@ -213,7 +213,7 @@ def test_a_store_inside_a_directory_others_can_write_is_refused(tmp_path):
 def test_a_store_problem_reaches_followers_only_as_a_generic_reason(tmp_path):
     # Prepare
     from vfl.cli import run_party
-    from vfl.metrics import RunLog
+    from vfl.obs.metrics import RunLog
 
     sent = []
 

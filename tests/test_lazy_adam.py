@@ -133,7 +133,7 @@ def test_a_gradient_sparse_in_both_dimensions_is_refused_before_anything_moves()
 
 def test_a_checkpoints_fused_kernel_choice_follows_the_device_it_is_loaded_on():
     # Prepare: an Adam state dict as a CUDA run writes it (fused: True), loaded for CPU parameters
-    from vfl.optim import OptimizerSet
+    from vfl.training.optim import OptimizerSet
 
     lin = torch.nn.Linear(3, 2)
     saved = OptimizerSet([torch.optim.Adam(lin.parameters(), lr=1e-3)]).state_dict()

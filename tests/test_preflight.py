@@ -106,9 +106,9 @@ def test_projected_checkpoint_size_matches_a_real_checkpoint_and_large_ones_warn
     # Prepare
     import torch
 
-    from vfl.checkpoint import save_checkpoint
+    from vfl.training.checkpoint import save_checkpoint
     from vfl.data.shards import PartyShard
-    from vfl.party import BottomParty
+    from vfl.training.party import BottomParty
 
     cfg = _cfg(shards_small / "leader")
     shard = PartyShard(str(shards_small / "leader"))

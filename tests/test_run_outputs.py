@@ -12,7 +12,7 @@ from tests.conftest import REPO
 
 @pytest.fixture
 def verbosity():
-    from vfl.logs import set_verbosity
+    from vfl.obs.logs import set_verbosity
 
     yield set_verbosity
     set_verbosity()
@@ -20,7 +20,7 @@ def verbosity():
 
 def test_run_log_console_levels_and_timestamped_file(tmp_path, capsys, verbosity):
     # Prepare
-    from vfl.logs import RunLog, message_of
+    from vfl.obs.logs import RunLog, message_of
 
     # Execute
     verbosity()
@@ -60,7 +60,7 @@ def test_progress_bar_shows_rate_when_forced_and_stays_silent_in_a_pipe(tmp_path
 
 def test_curves_csv_tensorboard_png_and_a_resume_continues_the_history(tmp_path):
     # Prepare
-    from vfl.curves import RunCurves, read_metrics_csv
+    from vfl.obs.curves import RunCurves, read_metrics_csv
 
     def entry(epoch, step):
         return {"epoch": epoch, "step": step, "train_loss": 0.5, "valid": {"auc": 0.7, "auc_noisy": 0.6, "logloss": 0.4},

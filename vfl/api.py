@@ -88,7 +88,7 @@ class _Party:
 
     def _run(self) -> dict:
         from vfl.cli import party_keys
-        from vfl.logs import RunLog
+        from vfl.obs.logs import RunLog
         from vfl.preflight import preflight
 
         module = __import__(f"{self.role}.__main__", fromlist=["body", "abort"])

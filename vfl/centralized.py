@@ -13,7 +13,7 @@ import sys
 
 from typing import TYPE_CHECKING
 
-from vfl.logs import RunLog, set_verbosity
+from vfl.obs.logs import RunLog, set_verbosity
 
 if TYPE_CHECKING:  # imported after the arguments parse: `--help` stays instant
     from vfl.config.schema import PartyConfig
@@ -26,17 +26,17 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
 
     from privacy.label_dp_run import training_loss
     from vfl.config.schema import ConfigError
-    from vfl.curves import RunCurves
+    from vfl.obs.curves import RunCurves
     from vfl.data.reader import DataError
     from vfl.data.shards import PartyShard, eval_batches, steps_per_epoch
     from vfl.align.handshake import hello_meta, hello_problems
     from vfl.labels import bayes_accuracy_of, leader_training_labels, task_classes
-    from vfl.loop import TrainingLoop
-    from vfl.metrics import write_json
-    from vfl.party import BottomParty, resolve_device, set_threads
+    from vfl.training.loop import TrainingLoop
+    from vfl.obs.metrics import write_json
+    from vfl.training.party import BottomParty, resolve_device, set_threads
     from vfl.prior_all_parties import LocalCutSource, fit_predict_all_parties, prior_config
     from vfl.prior_model import prior_fn_for
-    from vfl.top import TopTrainer
+    from vfl.training.top import TopTrainer
     from vfl.training.microbatch import micro_slices, weighted_loss
     from vfl.training.precision import warn_if_emulated
     from vfl.training.step_timer import TIMER
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, DataError, FloatingPointError, RuntimeError, ValueError, OSError) as e:
         log.error(f"error: {' '.join(str(e).split())}")
         return 1
-    from vfl.metrics import final_line
+    from vfl.obs.metrics import final_line
 
     log(final_line(m))
     return 0

@@ -142,7 +142,7 @@ def party_main(argv: list[str] | None, role: str, endpoint_flag: str, body, abor
     body may put its channel in state["channel"]; abort(state, reason) tells the peers; the channel
     and the log are closed whatever happens.
     """
-    from vfl.logs import RunLog, set_verbosity
+    from vfl.obs.logs import RunLog, set_verbosity
 
     endpoint_key = endpoint_flag.lstrip("-")
     args = party_arguments(f"python -m {role}", endpoint_flag).parse_intermixed_args(argv)

@@ -27,7 +27,7 @@ from privacy.label_dp_run import forward_corrected_ce
 from privacy.randomized_response import kary_transition
 from vfl.config.schema import PartyConfig
 from vfl.data.shards import batch_order, eval_batches
-from vfl.top import TopTrainer
+from vfl.training.top import TopTrainer
 
 PRIOR_ORDER_SALT = 0x5EED
 PRIOR_PARTY_SUFFIX = "-lp2st-prior"

@@ -20,7 +20,7 @@ from privacy.randomized_response import flip_probability
 from vfl.config.schema import PartyConfig
 from vfl.data.shards import PartyShard, batch_order, eval_batches
 from vfl.models import build_bottom
-from vfl.optim import build_optimizer
+from vfl.training.optim import build_optimizer
 
 
 class _PriorNet(nn.Module):

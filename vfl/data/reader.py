@@ -92,7 +92,7 @@ def read_raw_blocks(path: str, strict: bool, stats: ReadStats, block_bytes: int 
     digest = hashlib.sha256()
     line_index = 0
     carry = b""
-    from vfl.progress import bar
+    from vfl.obs.progress import bar
 
     size = None if path.endswith(".gz") else os.path.getsize(path)  # a gzip file's size says little about its text
     with _open(path) as f, bar(total=size, desc="prepare: read", unit="B") as progress:

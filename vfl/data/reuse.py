@@ -7,7 +7,7 @@ import os
 from dataclasses import asdict
 
 from vfl.data.parties import PartyColumns
-from vfl.progress import bar
+from vfl.obs.progress import bar
 
 _IGNORED_OPTIONS = ("force",)  # how to write, not what is written
 

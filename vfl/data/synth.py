@@ -30,7 +30,7 @@ import pandas as pd
 
 from vfl.data.npy_stream import NpyAppender
 from vfl.data.reader import DataError
-from vfl.progress import bar
+from vfl.obs.progress import bar
 from vfl.data.schema import CATEGORICAL_COLUMNS, DENSE_COLUMNS
 from privacy.keyed_random import splitmix64
 

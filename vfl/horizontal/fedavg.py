@@ -27,7 +27,7 @@ from vfl.data.prepare import PrepareOptions, prepare
 from vfl.data.schema import CATEGORICAL_COLUMNS, DENSE_COLUMNS
 from vfl.data.shards import PartyShard
 from vfl.horizontal.config import FedConfig
-from vfl.metrics import auc, logloss
+from vfl.obs.metrics import auc, logloss
 
 
 class LogisticModel:

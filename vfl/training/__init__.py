@@ -1,1 +1,1 @@
-"""Training-time policies shared by split training and the centralized reference: selection, schedules."""
+"""Training: the bottom party and the top, the epoch/step loop, optimizers and schedules, micro-batches, precision, selection, snapshots, checkpoints."""

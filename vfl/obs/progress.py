@@ -11,7 +11,7 @@ T = TypeVar("T")
 
 def enabled(stream=None) -> bool:
     """Bars are drawn only on an interactive stderr, unless VFL_PROGRESS=1 forces them (or 0 turns them off)."""
-    from vfl.logs import console_level
+    from vfl.obs.logs import console_level
 
     forced = os.environ.get("VFL_PROGRESS")
     if forced in ("0", "1"):

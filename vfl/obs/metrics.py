@@ -1,4 +1,4 @@
-"""Evaluation metrics (scikit-learn) and the seed's loss-line format (the run log itself is vfl/logs.py)."""
+"""Evaluation metrics (scikit-learn) and the seed's loss-line format (the run log itself is vfl/obs/logs.py)."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import os
 import numpy as np
 from sklearn.metrics import log_loss, roc_auc_score
 
-from vfl.logs import RunLog  # noqa: F401  (re-exported: callers import the run log from here)
+from vfl.obs.logs import RunLog  # noqa: F401  (re-exported: callers import the run log from here)
 
 
 def auc(labels: np.ndarray, scores: np.ndarray) -> float:

@@ -14,8 +14,8 @@ import numpy as np
 from privacy.noisy_metrics import noisy_multiclass_validation_metrics, noisy_validation_metrics
 from vfl.config.schema import TrainConfig
 from vfl.data.shards import batch_order, steps_per_epoch
-from vfl.metrics import RunLog, loss_line, metrics_text, test_metrics
-from vfl.progress import bar
+from vfl.obs.metrics import RunLog, loss_line, metrics_text, test_metrics
+from vfl.obs.progress import bar
 from vfl.training.selection import EarlyStopping
 from vfl.training.step_timer import TIMER
 
@@ -46,7 +46,7 @@ class TrainingLoop:
         self.snapshot_bytes = 0
         self.stopped_early = False
         self.final: dict = {}
-        self.curves = None  # a vfl.curves.RunCurves: metrics.csv, TensorBoard, curves.png
+        self.curves = None  # a vfl.obs.curves.RunCurves: metrics.csv, TensorBoard, curves.png
         self.agree = None  # N ranks: (selection, is_best) -> rank 0's is_best, its selection state adopted
         if self.selection is not None and (self.valid_labels is None or self.valid_labels.size == 0):
             raise ValueError("train.early_stopping needs a validation split with rows (prepare with --valid-fraction > 0)")

@@ -10,7 +10,7 @@ from vfl.config.schema import PartyConfig
 from vfl.data.shards import PartyShard
 from vfl.models import build_bottom
 from vfl.data.shards import steps_per_epoch
-from vfl.optim import ScheduledOptimizer, build_optimizer
+from vfl.training.optim import ScheduledOptimizer, build_optimizer
 from vfl.training.precision import autocast, keep_narrow_layers_fp32
 from vfl.training.step_timer import TIMER
 from vfl.training.snapshot import Snapshot, SnapshotTrainable
