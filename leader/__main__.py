@@ -12,12 +12,12 @@ def body(cfg, log, state: dict) -> None:
     from vfl.cli import party_keys
     from vfl.data.reader import DataError
     from vfl.data.shards import PartyShard
-    from vfl.labels import task_classes
+    from vfl.labeldp.release import task_classes
     from vfl.obs.metrics import final_line, write_json
     from vfl.training.party import BottomParty, resolve_device, set_threads
     from vfl.wire import LeaderChannel
     from vfl.align.handshake import MAX_CUT_DIM
-    from vfl.labels import open_label_key
+    from vfl.labeldp.release import open_label_key
     from vfl.align.psi.protocol import MAX_FRAME_BYTES as PSI_MAX_FRAME_BYTES
     from vfl.align.psi.protocol import check_minimum, leader_psi
     from vfl.wire.frames import MAX_HEADER_BYTES
@@ -26,13 +26,13 @@ def body(cfg, log, state: dict) -> None:
     from vfl.obs.curves import preload_tensorboard
 
     from vfl.distributed.context import start_ranks
-    from vfl.distributed.label_ranks import open_label_key_ranks
+    from vfl.labeldp.ranks import open_label_key_ranks
     from vfl.distributed.launch import rank_env
     from vfl.distributed.pairing import rank_endpoint
 
     env = state.get("ranks") or rank_env()
     if env.distributed and cfg.privacy.label_dp is not None and cfg.privacy.label_dp.mechanism == "rr_prior":
-        raise ConfigError("privacy.label_dp.mechanism rr_prior (LP-2ST) runs on one rank only; use rr with --ranks N, "
+        raise ConfigError("privacy.label.label_dp.mechanism rr_prior (LP-2ST) runs on one rank only; use rr with --ranks N, "
                           "or --ranks 1")
     if env.distributed and cfg.train.microbatches > 1:  # DDP all-reduces on every backward: one per step only
         raise ConfigError(f"train.microbatches={cfg.train.microbatches} needs --ranks 1; with N ranks use microbatches: 1")

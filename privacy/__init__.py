@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import importlib
 
-_EXPORTS = {"LabelDP": "privacy.label_dp", "binary_rr": "privacy.randomized_response",
-            "debias_count": "privacy.randomized_response", "flip_probability": "privacy.randomized_response",
-            "kary_rr": "privacy.randomized_response", "keep_probability": "privacy.randomized_response"}
+_EXPORTS = {"LabelDP": "privacy.label.label_dp", "binary_rr": "privacy.label.randomized_response",
+            "debias_count": "privacy.label.randomized_response", "flip_probability": "privacy.label.randomized_response",
+            "kary_rr": "privacy.label.randomized_response", "keep_probability": "privacy.label.randomized_response"}
 __all__ = list(_EXPORTS)
 
 

@@ -101,7 +101,7 @@ def run_dataset(name: str, shards: str, out: str, eps_list, seeds: int, epochs: 
     from vfl.centralized import train_centralized
     from vfl.config.schema import LabelDPConfig
     from vfl.data.shards import PartyShard
-    from vfl.labels import leader_training_labels
+    from vfl.labeldp.release import leader_training_labels
 
     quiet = lambda line: None  # noqa: E731
     quiet.error = print

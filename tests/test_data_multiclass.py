@@ -13,7 +13,7 @@ from vfl.data.prepare import PrepareOptions, prepare
 from vfl.data.reader import DataError
 from vfl.data.shards import PartyShard
 from vfl.data.tokenizer import parse_block
-from vfl.labels import task_classes
+from vfl.labeldp.release import task_classes
 
 
 def test_class_id_labels_parse_below_k_and_others_are_named_bad_lines():

@@ -16,15 +16,15 @@ import math
 import numpy as np
 import pytest
 
-from privacy.attacks import follower_view_report
-from privacy.follower_view import (balanced_accuracy, best_accuracy, follower_view_attack,
+from privacy.attacks.gradient_scoring import follower_view_report
+from privacy.attacks.follower_view import (balanced_accuracy, best_accuracy, follower_view_attack,
                                    independent_disagreement_accuracy, release_difference_accuracy)
-from privacy.keyed_random import uniform_from_ids
-from privacy.randomized_response import binary_rr, flip_probability
+from privacy.label.keyed_random import uniform_from_ids
+from privacy.label.randomized_response import binary_rr, flip_probability
 from tests.procs import party_configs
 from vfl.config.schema import LabelDPConfig
 from vfl.data.shards import PartyShard
-from vfl.labels import leader_training_labels
+from vfl.labeldp.release import leader_training_labels
 
 TOL = 0.017
 
@@ -213,7 +213,7 @@ class _FlatPrior:
 
 def test_rr_and_rr_prior_releases_at_one_eps_draw_independently(tmp_path, shards_medium):
     # Prepare
-    from vfl.labels import open_label_key, training_labels
+    from vfl.labeldp.release import open_label_key, training_labels
 
     eps = 1.0
     shard = PartyShard(str(shards_medium / "leader"))

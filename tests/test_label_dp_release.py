@@ -11,12 +11,12 @@ import stat
 import numpy as np
 import pytest
 
-from privacy.label_dp_store import LabelDPStore, LabelDPStoreError, dataset_id, read_key
-from privacy.randomized_response import flip_probability
+from privacy.label.store import LabelDPStore, LabelDPStoreError, dataset_id, read_key
+from privacy.label.randomized_response import flip_probability
 from tests.dp_stats import binomial_tolerance
 from vfl.config.schema import LabelDPConfig
 from vfl.data.shards import PartyShard
-from vfl.labels import leader_training_labels
+from vfl.labeldp.release import leader_training_labels
 
 
 def _labels(shards, store, eps=1.0, **kw):

@@ -13,9 +13,9 @@ from sklearn.metrics import log_loss, roc_auc_score
 
 import torch
 
-from privacy.label_dp_run import forward_corrected_ce
-from privacy.noisy_metrics import class_prior_from_noisy, noisy_multiclass_validation_metrics, noisy_validation_metrics
-from privacy.randomized_response import binary_rr, flip_probability, kary_rr, kary_transition, keep_probability
+from privacy.label.release_draws import forward_corrected_ce
+from privacy.label.noisy_metrics import class_prior_from_noisy, noisy_multiclass_validation_metrics, noisy_validation_metrics
+from privacy.label.randomized_response import binary_rr, flip_probability, kary_rr, kary_transition, keep_probability
 from tests.procs import party_configs, run_centralized, run_split
 from vfl.training.schedule import lr_factor
 from vfl.training.selection import EarlyStopping
@@ -122,9 +122,9 @@ def test_what_followers_receive_depends_on_true_labels_only_through_the_randomiz
     # the same randomized labels as dataset A under A's key: y_B = y~_A xor flips_B
     from vfl.config.schema import LabelDPConfig
     from vfl.data.shards import PartyShard
-    from vfl.labels import leader_training_labels, open_label_key, release_of
-    from privacy.label_dp_run import PURPOSE_FLIP
-    from privacy.keyed_random import keyed_uniforms
+    from vfl.labeldp.release import leader_training_labels, open_label_key, release_of
+    from privacy.label.release_draws import PURPOSE_FLIP
+    from privacy.label.keyed_random import keyed_uniforms
 
     eps = 1.0
     shard_b = tmp_path / "shards_b"
@@ -164,7 +164,7 @@ def test_posterior_soft_labels_are_the_plain_loss_without_noise_and_flat_at_eps_
     import torch
     import torch.nn.functional as F
 
-    from privacy.label_dp_run import posterior_soft_bce
+    from privacy.label.release_draws import posterior_soft_bce
 
     logits = torch.tensor([-2.0, -0.5, 0.3, 1.7], requires_grad=True)
     y = torch.tensor([0.0, 1.0, 1.0, 0.0])
@@ -178,7 +178,7 @@ def test_posterior_soft_labels_are_the_plain_loss_without_noise_and_flat_at_eps_
 
 
 def test_the_correction_is_chosen_in_the_config():
-    from privacy.label_dp_run import training_loss
+    from privacy.label.release_draws import training_loss
     from vfl.config.schema import LabelDPConfig
 
     # rr defaults to the forward correction (the measured winner); plain RR is asked for; rr_prior has none

@@ -9,14 +9,14 @@ import math
 import numpy as np
 import pytest
 
-from privacy.gaussian import GaussianParams, analytic_gaussian_sigma, clip_by_global_norm, gaussian_client, gaussian_delta
-from privacy.laplace import laplace_noise_below, laplace_protect
-from privacy.magrr import MagRRServer, magrr_client_bit
-from privacy.nbafl import NbAFLParams, clip_weights, downlink_scale, uplink_scale
-from privacy.randomized_response import debias_count, kary_rr
-from privacy.secure_aggregation import (MaskingClient, SecureAggregationError, aggregate_masked, decode_fixed,
+from privacy.federated.gaussian import GaussianParams, analytic_gaussian_sigma, clip_by_global_norm, gaussian_client, gaussian_delta
+from privacy.federated.laplace import laplace_noise_below, laplace_protect
+from privacy.federated.magrr import MagRRServer, magrr_client_bit
+from privacy.federated.nbafl import NbAFLParams, clip_weights, downlink_scale, uplink_scale
+from privacy.label.randomized_response import debias_count, kary_rr
+from privacy.federated.secure_aggregation import (MaskingClient, SecureAggregationError, aggregate_masked, decode_fixed,
                                         encode_fixed)
-from privacy.signds import (SignDSParams, choose_dim_out, expectations, optimal_threshold, selection_pmf,
+from privacy.federated.signds import (SignDSParams, choose_dim_out, expectations, optimal_threshold, selection_pmf,
                             signds_aggregate, signds_client)
 from tests.dp_stats import binomial_tolerance, hoeffding_slack
 
@@ -36,7 +36,7 @@ def test_debias_count_inverts_the_expected_report_exactly():
 
 
 def test_debiased_estimate_is_unbiased_on_randomized_bits():
-    from privacy.randomized_response import binary_rr
+    from privacy.label.randomized_response import binary_rr
 
     rng = np.random.default_rng(0)
     bits = (rng.random(N) < 0.3).astype(np.int64)

@@ -8,9 +8,9 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from privacy.domains import Choice, Flag, Number
-from privacy.gaussian import GaussianParams
-from privacy.nbafl import NbAFLParams
-from privacy.signds import SignDSParams
+from privacy.federated.gaussian import GaussianParams
+from privacy.federated.nbafl import NbAFLParams
+from privacy.federated.signds import SignDSParams
 from vfl.config.report import apply_overrides, fill_empty_sections, problems
 from vfl.config.yamlfile import read_yaml
 

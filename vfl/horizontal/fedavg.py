@@ -16,12 +16,12 @@ import numpy as np
 from scipy.special import expit
 
 from privacy.accounting import PrivacyLedger
-from privacy.gaussian import gaussian_client, gaussian_cost
-from privacy.laplace import laplace_cost, laplace_protect
-from privacy.magrr import MagRRServer, magrr_client_bit
-from privacy.nbafl import downlink_scale, nbafl_client, nbafl_cost, nbafl_server, uplink_scale
-from privacy.secure_aggregation import MaskingClient, aggregate_masked
-from privacy.signds import signds_aggregate, signds_client, signds_cost
+from privacy.federated.gaussian import gaussian_client, gaussian_cost
+from privacy.federated.laplace import laplace_cost, laplace_protect
+from privacy.federated.magrr import MagRRServer, magrr_client_bit
+from privacy.federated.nbafl import downlink_scale, nbafl_client, nbafl_cost, nbafl_server, uplink_scale
+from privacy.federated.secure_aggregation import MaskingClient, aggregate_masked
+from privacy.federated.signds import signds_aggregate, signds_client, signds_cost
 from vfl.data.parties import parse_parties
 from vfl.data.prepare import PrepareOptions, prepare
 from vfl.data.schema import CATEGORICAL_COLUMNS, DENSE_COLUMNS

@@ -2,7 +2,7 @@
 evaluation cadence, early stopping on the validation split, best-step restore, history.
 
 Selection reads only the validation labels the loop is given (randomized under label DP) through
-`privacy.noisy_metrics`; the test split is evaluated for the record and never chooses anything.
+`privacy.label.noisy_metrics`; the test split is evaluated for the record and never chooses anything.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from privacy.noisy_metrics import noisy_multiclass_validation_metrics, noisy_validation_metrics
+from privacy.label.noisy_metrics import noisy_multiclass_validation_metrics, noisy_validation_metrics
 from vfl.config.schema import TrainConfig
 from vfl.data.shards import batch_order, steps_per_epoch
 from vfl.obs.metrics import RunLog, loss_line, metrics_text, test_metrics

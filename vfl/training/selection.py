@@ -1,6 +1,6 @@
 """Early stopping and best-step selection on validation metrics computed from randomized labels.
 
-The tracker sees only what `privacy.noisy_metrics.noisy_validation_metrics` returns: estimates built
+The tracker sees only what `privacy.label.noisy_metrics.noisy_validation_metrics` returns: estimates built
 from the randomized validation labels and public eps. Under label DP every decision it makes (the
 best step, the stopping step, hence what the followers are told to restore) is post-processing of
 the release. `min_delta` is in the units of the debiased metric, whose scale uses the class prior

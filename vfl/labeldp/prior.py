@@ -15,8 +15,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from privacy.label_dp_run import forward_corrected_bce
-from privacy.randomized_response import flip_probability
+from privacy.label.release_draws import forward_corrected_bce
+from privacy.label.randomized_response import flip_probability
 from vfl.config.schema import PartyConfig
 from vfl.data.shards import PartyShard, batch_order, eval_batches
 from vfl.models import build_bottom

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from privacy.randomized_response import check_eps
+from privacy.label.randomized_response import check_eps
 
 
 def laplace_protect(outputs: np.ndarray, eps: float, rng: np.random.Generator) -> np.ndarray:

@@ -23,8 +23,8 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from privacy.label_dp_run import forward_corrected_ce
-from privacy.randomized_response import kary_transition
+from privacy.label.release_draws import forward_corrected_ce
+from privacy.label.randomized_response import kary_transition
 from vfl.config.schema import PartyConfig
 from vfl.data.shards import batch_order, eval_batches
 from vfl.training.top import TopTrainer
@@ -41,7 +41,7 @@ class CutSource(Protocol):
 
 def prior_config(cfg: PartyConfig, epochs: int | None = None) -> PartyConfig:
     """A party's config for its stage-one bottom: its own init seed name, prior_epochs (the leader's
-    privacy.label_dp.prior_epochs; a follower is told it in PRIOR), a constant LR, no selection."""
+    privacy.label.label_dp.prior_epochs; a follower is told it in PRIOR), a constant LR, no selection."""
     from vfl.config.schema import LRScheduleConfig
 
     if epochs is None:

@@ -5,7 +5,7 @@ Two forms:
   every sample's noise from a keyed PRF of (secret key, release, sample id), so a sample gets the same
   noisy label on every call, epoch and run. The release is (dataset name, eps, K, key): another eps or
   another label set is another release with independent draws. The key and a ledger of releases live
-  in the leader's store (privacy/label_dp_store.py; `store_dir`, `key_file`), created on first use;
+  in the leader's store (privacy/label/store.py; `store_dir`, `key_file`), created on first use;
   `key=` bytes instead skips the ledger. Cost: `privacy_cost()` = rr_cost(eps), (eps, 0) per sample
   for the release however many times it is called; the ledger adds up distinct releases.
 * fresh noise per call (MindSpore's `LabelDP(eps=...)(labels)`, kept for compatibility): every call
@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from privacy.keyed_random import KEY_BYTES
-from privacy.label_dp_run import randomize_binary_once, randomize_classes_once
-from privacy.randomized_response import binary_rr, check_eps, flip_probability, kary_rr, keep_probability, rr_cost
+from privacy.label.keyed_random import KEY_BYTES
+from privacy.label.release_draws import randomize_binary_once, randomize_classes_once
+from privacy.label.randomized_response import binary_rr, check_eps, flip_probability, kary_rr, keep_probability, rr_cost
 
 
 def _to_numpy(labels):
@@ -122,7 +122,7 @@ class LabelDP:
 
     def _secret(self) -> bytes:
         if self._key is None:
-            from privacy.label_dp_store import LabelDPStore, default_store_dir
+            from privacy.label.store import LabelDPStore, default_store_dir
 
             self._store = LabelDPStore(self.store_dir or default_store_dir(), self.key_file)
             self._key = self._store.key()
@@ -130,13 +130,13 @@ class LabelDP:
 
     def release_id(self, kind: str, k: int) -> str:
         """The release this object draws for this dataset, label kind and K (public; names no key bits)."""
-        from privacy.label_dp_store import key_fingerprint, named_dataset_id, release_id
+        from privacy.label.store import key_fingerprint, named_dataset_id, release_id
 
         return release_id(named_dataset_id(self.dataset), key_fingerprint(self._secret()), f"labeldp/{kind}",
                           {"eps": self.eps, "k": k})
 
     def _keyed(self, kind: str, k: int, ids: np.ndarray, draw) -> np.ndarray:
-        from privacy.label_dp_store import Release, named_dataset_id
+        from privacy.label.store import Release, named_dataset_id
 
         if self.dataset is None:
             raise ValueError("once-per-sample randomization (ids=...) needs LabelDP(eps, dataset=NAME): the name of "

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from privacy.randomized_response import check_eps
+from privacy.label.randomized_response import check_eps
 
 
 def top_k_weights(prior: np.ndarray, eps: float) -> np.ndarray:

@@ -1,7 +1,7 @@
 """The follower's full-view attack on a K-class label: its recorded gradients plus every public seed,
 salt and generator in this code, replayed against k-ary randomized response.
 
-1. Noisy class from the gradient: the oracle direction attack of privacy/attacks_multiclass.py (the
+1. Noisy class from the gradient: the oracle direction attack of privacy/attacks/gradient_multiclass.py (the
    attacker is even granted the true class means of the gradients).
 2. Replay: k-ary RR keeps y~ when u_keep < p1, else moves the class by 1 + floor(u_other (K-1)).
    With uniforms a follower could recompute (public `uniform_from_ids` salts and seeds, seeded numpy
@@ -11,7 +11,7 @@ salt and generator in this code, replayed against k-ary randomized response.
    For any guess computed from one eps-label-DP release it is at most p1 = e^eps/(K-1+e^eps): with A_c
    the outputs guessed as c, eps-DP gives P_c(A_c) <= e^eps P_j(A_c) for every j != c; summing over j and
    c, (K-1) S <= e^eps (K - S) for S = sum_c P_c(A_c), so S / K <= p1 (the K-ary form of the binary
-   balanced-accuracy bound in privacy/follower_view.py).
+   balanced-accuracy bound in privacy/attacks/follower_view.py).
 """
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ import math
 
 import numpy as np
 
-from privacy.attacks_multiclass import oracle_direction_guess
-from privacy.follower_view import LEGACY_SALTS, candidate_seeds
-from privacy.keyed_random import uniform_from_ids
-from privacy.randomized_response import keep_probability
+from privacy.attacks.gradient_multiclass import oracle_direction_guess
+from privacy.attacks.follower_view import LEGACY_SALTS, candidate_seeds
+from privacy.label.keyed_random import uniform_from_ids
+from privacy.label.randomized_response import keep_probability
 
 
 def undo_kary_rr(noisy: np.ndarray, k: int, eps: float, u_keep: np.ndarray, u_other: np.ndarray) -> np.ndarray:

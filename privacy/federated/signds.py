@@ -27,7 +27,7 @@ from functools import lru_cache
 import numpy as np
 
 from privacy.domains import Number, Params
-from privacy.randomized_response import check_eps
+from privacy.label.randomized_response import check_eps
 
 MAX_DIM_OUT = 50
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from privacy.randomized_response import binary_rr, debias_count, rr_cost
+from privacy.label.randomized_response import binary_rr, debias_count, rr_cost
 
 R_EST0 = 1e-5
 EPS_RR = 5.0

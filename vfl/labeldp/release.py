@@ -1,6 +1,6 @@
 """The one place the leader's labels pass through before training: label DP releases plug in here.
 
-Under label DP the leader opens the labelled dataset's store (privacy/label_dp_store.py: secret key
+Under label DP the leader opens the labelled dataset's store (privacy/label/store.py: secret key
 and ledger, outside any shard directory), derives the release id from the mechanism's parameters,
 draws the noisy labels with the leader's PRF, and records the release in the ledger. Nothing here
 uses `train.seed` or any other value a follower knows.
@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from privacy.label_dp_run import (
+from privacy.label.release_draws import (
     randomize_binary_once, randomize_classes_once, rr_prior_classes_once, rr_prior_once, run_report, stage_one_mask,
 )
-from privacy.label_dp_store import LabelDPStore, Release, dataset_id, default_store_dir, key_fingerprint, release_id
+from privacy.label.store import LabelDPStore, Release, dataset_id, default_store_dir, key_fingerprint, release_id
 from vfl.config.schema import LabelDPConfig
 from vfl.data.reader import DataError
 
@@ -102,9 +102,9 @@ def training_labels(labels: np.ndarray, sample_ids: np.ndarray, label_dp: LabelD
     eps, k = label_dp.eps, label_key.key
     if num_classes is not None and label_dp.mechanism == "rr_prior":
         # LP-2ST over K classes: stage one gets k-ary RR (its own release); a split model of ALL parties
-        # trained on it gives the priors of stage two (vfl/prior_all_parties.py)
+        # trained on it gives the priors of stage two (vfl/labeldp/prior_all_parties.py)
         if prior_fn is None:
-            raise ValueError("privacy.label_dp.mechanism rr_prior needs a stage-one prior model")
+            raise ValueError("privacy.label.label_dp.mechanism rr_prior needs a stage-one prior model")
         stage_params = {"eps": eps, "prior_fraction": label_dp.prior_fraction, "labels": "multiclass",
                         "num_classes": num_classes, "prior": "all parties"}
         stage_rel = release_of(label_key, "lp2st_stage_one", stage_params)
@@ -127,7 +127,7 @@ def training_labels(labels: np.ndarray, sample_ids: np.ndarray, label_dp: LabelD
         mechanism = "rr_prior"
     elif num_classes is not None:
         if label_dp.mechanism != "rr":
-            raise ValueError(f"privacy.label_dp.mechanism {label_dp.mechanism} is not available for a "
+            raise ValueError(f"privacy.label.label_dp.mechanism {label_dp.mechanism} is not available for a "
                              f"{num_classes}-class task; use rr (k-ary randomized response) or rr_prior")
         params = {"eps": eps, "labels": "multiclass", "num_classes": num_classes}
         rel = release_of(label_key, "kary_rr", params)
@@ -147,7 +147,7 @@ def training_labels(labels: np.ndarray, sample_ids: np.ndarray, label_dp: LabelD
         # rr_prior: LP-2ST. Stage one gets plain RR (its own release); its model's predictions are the
         # priors of stage two, whose release id includes a digest of the prior.
         if prior_fn is None:
-            raise ValueError("privacy.label_dp.mechanism rr_prior needs a stage-one prior model")
+            raise ValueError("privacy.label.label_dp.mechanism rr_prior needs a stage-one prior model")
         stage_params = {"eps": eps, "prior_fraction": label_dp.prior_fraction, "labels": "binary"}
         stage_rel = release_of(label_key, "lp2st_stage_one", stage_params)
         first = stage_one_mask(sample_ids, k, stage_rel, label_dp.prior_fraction)

@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from privacy.randomized_response import flip_probability, kary_transition, keep_probability
+from privacy.label.randomized_response import flip_probability, kary_transition, keep_probability
 
 _CLIP = 1e-7
 
