@@ -9,7 +9,7 @@ from vfl.cli import party_main
 def body(cfg, log, state: dict) -> None:
     from follower.trainer import FollowerTrainer
     from vfl.cli import party_keys
-    from vfl.data.reader import DataError
+    from vfl.data.readers.criteo import DataError
     from vfl.data.shards import PartyShard
     from vfl.training.party import BottomParty, resolve_device, set_threads
     from vfl.wire import FollowerChannel

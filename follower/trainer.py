@@ -18,7 +18,7 @@ from vfl.distributed.context import RankContext
 from vfl.distributed.pairing import rank_meta, rank_problems
 from vfl.obs.metrics import RunLog, loss_line
 from vfl.training.party import BottomParty
-from vfl.labeldp.prior_all_parties import prior_config, prior_order
+from vfl.labeldp.prior import prior_config, prior_order
 from vfl.training.microbatch import check_micro, micro_slices
 from vfl.training.step_timer import TIMER
 from vfl.wire import FollowerChannel, WireError

@@ -10,7 +10,7 @@ from vfl.cli import party_main
 def body(cfg, log, state: dict) -> None:
     from leader.trainer import LeaderTrainer
     from vfl.cli import party_keys
-    from vfl.data.reader import DataError
+    from vfl.data.readers.criteo import DataError
     from vfl.data.shards import PartyShard
     from vfl.labeldp.release import task_classes
     from vfl.obs.metrics import final_line, write_json

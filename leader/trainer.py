@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from vfl.align.handshake import hello_meta, hello_problems, new_nonce, nonce_problems, run_id
-from privacy.label.release_draws import training_loss
+from vfl.labeldp.losses import training_loss
 from vfl.training.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.config.schema import PartyConfig
 from vfl.obs.curves import RunCurves
@@ -18,7 +18,7 @@ from vfl.distributed.pairing import rank_meta, rank_problems
 from vfl.obs.progress import track
 from vfl.data.shards import batch_digest, eval_batches, steps_per_epoch
 from vfl.labeldp.release import bayes_accuracy_of, leader_training_labels, open_label_key, task_classes
-from vfl.labeldp.prior_all_parties import LocalCutSource, fit_predict_all_parties, prior_config
+from vfl.labeldp.prior import LocalCutSource, fit_predict_all_parties, prior_config
 from vfl.labeldp.prior import prior_fn_for
 from vfl.training.loop import TrainingLoop
 from vfl.obs.metrics import RunLog
@@ -142,7 +142,7 @@ class LeaderTrainer:
         self._keepalive()  # TensorBoard's import takes seconds: followers with short deadlines hear from us
 
     def _all_party_prior(self, stage_one: np.ndarray, noisy: np.ndarray, in_dim: int) -> np.ndarray:
-        """LP-2ST stage one as a split model of all parties (vfl/labeldp/prior_all_parties.py): each follower is
+        """LP-2ST stage one as a split model of all parties (vfl/labeldp/prior.py): each follower is
         told the stage-one rows (a PRF draw independent of the labels) and trains a fresh bottom on them."""
         rows = np.flatnonzero(stage_one).astype(np.int64)
         pcfg = prior_config(self.cfg)

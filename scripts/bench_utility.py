@@ -178,7 +178,7 @@ def main(argv=None) -> int:
 
     from vfl.data.parties import load_parties
     from vfl.data.prepare import PrepareOptions, prepare
-    from vfl.data.synth import write_synthetic
+    from vfl.data.synth.criteo import write_synthetic
 
     datasets = []
     if "synthetic" in datasets_wanted:

@@ -48,7 +48,7 @@ def record(args) -> dict:
     from vfl.centralized import train_centralized
     from vfl.data.parties import load_parties
     from vfl.data.prepare import PrepareOptions, prepare
-    from vfl.data.synth import write_synthetic
+    from vfl.data.synth.criteo import write_synthetic
 
     if args.dataset == "real":
         if not os.path.exists(bu.REAL):

@@ -36,7 +36,7 @@ def real_1k() -> pathlib.Path:
 @pytest.fixture(scope="session")
 def synth_small(tmp_path_factory) -> pathlib.Path:
     """12k synthetic rows (feature seed 7, label seed TEST_LABEL_SEED) with truth file."""
-    from vfl.data.synth import write_synthetic
+    from vfl.data.synth.criteo import write_synthetic
 
     out = tmp_path_factory.mktemp("synth") / "small.tsv"
     write_synthetic(str(out), 12_000, seed=7, max_vocab=2_000, label_seed=TEST_LABEL_SEED)
@@ -46,7 +46,7 @@ def synth_small(tmp_path_factory) -> pathlib.Path:
 @pytest.fixture(scope="session")
 def synth_tiny(tmp_path_factory) -> pathlib.Path:
     """3k synthetic rows with truth file: the front-door script tests (each run pays PSI and two preparations)."""
-    from vfl.data.synth import write_synthetic
+    from vfl.data.synth.criteo import write_synthetic
 
     out = tmp_path_factory.mktemp("synth_tiny") / "tiny.tsv"
     write_synthetic(str(out), 3_000, seed=7, max_vocab=500, label_seed=TEST_LABEL_SEED)
@@ -106,7 +106,7 @@ def shards_k10(tmp_path_factory) -> pathlib.Path:
     """6k synthetic 10-class rows (feature seed 7, label seed TEST_LABEL_SEED), prepared with --num-classes 10."""
     from vfl.data.parties import load_parties
     from vfl.data.prepare import PrepareOptions, prepare
-    from vfl.data.synth_multiclass import write_synthetic_multiclass
+    from vfl.data.synth.multiclass import write_synthetic_multiclass
 
     raw = tmp_path_factory.mktemp("synth10") / "k10.tsv"
     write_synthetic_multiclass(str(raw), 6_000, 10, seed=7, max_vocab=2_000, label_seed=TEST_LABEL_SEED)
@@ -148,7 +148,7 @@ def vertical_raw(synth_small, tmp_path_factory) -> dict:
 def vertical_shards(vertical_raw, tmp_path_factory) -> pathlib.Path:
     """Each party's shard prepared from its own file alone (2000 hash buckets)."""
     from vfl.data.parties import load_parties
-    from vfl.data.party_reader import PartySource
+    from vfl.data.readers.party import PartySource
     from vfl.data.prepare import PrepareOptions, prepare_party
 
     out = tmp_path_factory.mktemp("vshards")

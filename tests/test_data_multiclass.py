@@ -10,9 +10,9 @@ import pytest
 from tests.conftest import raw_line, write_lines
 from vfl.data.parties import load_parties
 from vfl.data.prepare import PrepareOptions, prepare
-from vfl.data.reader import DataError
+from vfl.data.readers.criteo import DataError
 from vfl.data.shards import PartyShard
-from vfl.data.tokenizer import parse_block
+from vfl.data.readers.tokenizer import parse_block
 from vfl.labeldp.release import task_classes
 
 
@@ -72,7 +72,7 @@ def test_synthetic_k_class_data_spreads_signal_and_knows_its_bayes_accuracy(shar
 
 def test_digits_shards_split_images_left_right_with_ten_classes(tmp_path):
     # Prepare
-    from vfl.data.digits import write_digits_shards
+    from vfl.data.synth.digits import write_digits_shards
 
     # Execute
     m = write_digits_shards(str(tmp_path / "digits"))

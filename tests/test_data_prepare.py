@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import REPO, raw_line, write_lines
 from vfl.data.parties import load_parties, parse_parties
 from vfl.data.prepare import PrepareOptions, prepare
-from vfl.data.reader import DataError
+from vfl.data.readers.criteo import DataError
 
 
 def _cli(*args):
@@ -230,7 +230,7 @@ def test_own_file_ids_as_strings_and_integers_map_to_the_same_int64_at_every_par
 def test_duplicate_string_ids_in_a_party_file_are_refused_naming_them(tmp_path):
     # Prepare
     from vfl.data.parties import PartyColumns
-    from vfl.data.party_reader import PartySource
+    from vfl.data.readers.party import PartySource
     from vfl.data.prepare import prepare_party
 
     src = write_lines(tmp_path / "f.csv", ["id,I1,C1", "a@x.org,1,68fd1e64", "b@x.org,2,", "a@x.org,3,68fd1e64"])

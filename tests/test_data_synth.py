@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
-from vfl.data.reader import ReadStats, read_blocks
-from vfl.data.synth import SyntheticCriteo
+from vfl.data.readers.criteo import ReadStats, read_blocks
+from vfl.data.synth.criteo import SyntheticCriteo
 
 
 def _read(path):

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 
 from tests.conftest import raw_line
-from vfl.data.tokenizer import parse_block
+from vfl.data.readers.tokenizer import parse_block
 
 
 def _parse(lines, has_id=False):

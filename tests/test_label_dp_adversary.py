@@ -34,7 +34,7 @@ def shards_medium(tmp_path_factory):
     """40k synthetic rows (secret labels), default two-party shards."""
     from vfl.data.parties import load_parties
     from vfl.data.prepare import PrepareOptions, prepare
-    from vfl.data.synth import write_synthetic
+    from vfl.data.synth.criteo import write_synthetic
 
     d = tmp_path_factory.mktemp("medium")
     write_synthetic(str(d / "medium.tsv"), 40_000, seed=3, max_vocab=2_000)

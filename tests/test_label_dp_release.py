@@ -250,7 +250,7 @@ def test_the_follower_manifest_holds_only_allow_listed_keys(shards_small):
 
 def test_a_follower_rerunning_synth_with_the_public_seed_does_not_regenerate_the_labels(tmp_path):
     # Prepare
-    from vfl.data.synth import write_synthetic
+    from vfl.data.synth.criteo import write_synthetic
 
     n = 20_000
     write_synthetic(str(tmp_path / "leader.tsv"), n, seed=0, max_vocab=500)

@@ -13,7 +13,7 @@ from sklearn.metrics import log_loss, roc_auc_score
 
 import torch
 
-from privacy.label.release_draws import forward_corrected_ce
+from vfl.labeldp.losses import forward_corrected_ce
 from privacy.label.noisy_metrics import class_prior_from_noisy, noisy_multiclass_validation_metrics, noisy_validation_metrics
 from privacy.label.randomized_response import binary_rr, flip_probability, kary_rr, kary_transition, keep_probability
 from tests.procs import party_configs, run_centralized, run_split
@@ -164,7 +164,7 @@ def test_posterior_soft_labels_are_the_plain_loss_without_noise_and_flat_at_eps_
     import torch
     import torch.nn.functional as F
 
-    from privacy.label.release_draws import posterior_soft_bce
+    from vfl.labeldp.losses import posterior_soft_bce
 
     logits = torch.tensor([-2.0, -0.5, 0.3, 1.7], requires_grad=True)
     y = torch.tensor([0.0, 1.0, 1.0, 0.0])
@@ -178,7 +178,7 @@ def test_posterior_soft_labels_are_the_plain_loss_without_noise_and_flat_at_eps_
 
 
 def test_the_correction_is_chosen_in_the_config():
-    from privacy.label.release_draws import training_loss
+    from vfl.labeldp.losses import training_loss
     from vfl.config.schema import LabelDPConfig
 
     # rr defaults to the forward correction (the measured winner); plain RR is asked for; rr_prior has none

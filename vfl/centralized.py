@@ -24,17 +24,17 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     import numpy as np
     import torch
 
-    from privacy.label.release_draws import training_loss
+    from vfl.labeldp.losses import training_loss
     from vfl.config.schema import ConfigError
     from vfl.obs.curves import RunCurves
-    from vfl.data.reader import DataError
+    from vfl.data.readers.criteo import DataError
     from vfl.data.shards import PartyShard, eval_batches, steps_per_epoch
     from vfl.align.handshake import hello_meta, hello_problems
     from vfl.labeldp.release import bayes_accuracy_of, leader_training_labels, task_classes
     from vfl.training.loop import TrainingLoop
     from vfl.obs.metrics import write_json
     from vfl.training.party import BottomParty, resolve_device, set_threads
-    from vfl.labeldp.prior_all_parties import LocalCutSource, fit_predict_all_parties, prior_config
+    from vfl.labeldp.prior import LocalCutSource, fit_predict_all_parties, prior_config
     from vfl.labeldp.prior import prior_fn_for
     from vfl.training.top import TopTrainer
     from vfl.training.microbatch import micro_slices, weighted_loss
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = leader_cfg.output.dir
     os.makedirs(out_dir, exist_ok=True)
     log = RunLog(os.path.join(out_dir, "centralized.log"), "centralized")
-    from vfl.data.reader import DataError
+    from vfl.data.readers.criteo import DataError
     from vfl.preflight import preflight
 
     try:

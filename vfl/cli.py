@@ -104,7 +104,7 @@ def run_party(cfg: PartyConfig, log, body, abort) -> int:
     """
     from privacy.label.store import LabelDPStoreError
     from vfl.config.schema import ConfigError
-    from vfl.data.reader import DataError
+    from vfl.data.readers.criteo import DataError
     from vfl.wire import PeerAbort, WireError
 
     try:

@@ -7,7 +7,7 @@ runs/notebook) size and place it.
 # %% 1. Synthetic Criteo-format rows (the README's default example, smaller)
 import os
 
-from vfl.data.synth import write_synthetic
+from vfl.data.synth.criteo import write_synthetic
 
 rows = int(os.environ.get("VFL_EXAMPLE_ROWS", "200000"))
 out = os.environ.get("VFL_EXAMPLE_OUT", "runs/notebook")

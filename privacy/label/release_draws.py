@@ -1,5 +1,5 @@
 """Label DP for a labelled dataset: each label randomized once per release with the leader's secret
-PRF, and the forward-corrected loss that trains on noisy labels.
+PRF (the losses that train on noisy labels are in vfl/labeldp/losses.py).
 
 MindSpore Federated and SecretFlow re-randomize labels every batch of every epoch, so a run of E
 epochs spends E x eps (sequential composition) without saying so, and SecretFlow's flips can be
@@ -15,7 +15,12 @@ from __future__ import annotations
 import numpy as np
 
 from privacy.label.keyed_random import keyed_uniforms
-from privacy.label.randomized_response import binary_rr, flip_probability, kary_rr, kary_transition, keep_probability
+from privacy.label.randomized_response import (
+    binary_rr,
+    flip_probability,
+    kary_rr,
+    keep_probability,
+)
 from privacy.label.rr_prior import rr_with_prior
 
 # PRF purposes: one independent uniform stream per decision
@@ -80,73 +85,3 @@ def run_report(true: np.ndarray, noisy: np.ndarray, eps: float, mechanism: str, 
                       "the dataset's ledger adds the eps of every distinct release",
         **extra,
     }
-
-
-def forward_corrected_bce(logits, noisy_labels, rho: float):
-    """BCE of q = rho + (1 - 2 rho) sigmoid(logit) against the noisy label (forward loss correction,
-    Patrini et al. 2017, Eq. 6 with the binary flip matrix). sigmoid(logit) then estimates the
-    clean click probability, so calibration and logloss on true labels hold up."""
-    import torch
-
-    p = torch.sigmoid(logits)
-    q = (rho + (1.0 - 2.0 * rho) * p).clamp(1e-7, 1.0 - 1e-7)
-    y = noisy_labels.to(q.dtype)
-    return -(y * torch.log(q) + (1.0 - y) * torch.log1p(-q)).mean()
-
-
-def posterior_soft_bce(logits, noisy_labels, rho: float):
-    """BCE against the posterior P(y=1 | y~, x) of the true label, with the model's own (detached)
-    prediction p as the prior: t = p(1-rho) / (p(1-rho) + (1-p) rho) if y~ = 1, else
-    p rho / (p rho + (1-p)(1-rho)). This is the Bayesian denoising of ALIBI (Malek et al. 2021,
-    "Antipodes of Label Differential Privacy: PATE and ALIBI", Sec. 3.2) for binary randomized
-    response instead of Laplace noise; it reads only the noisy labels, so it is post-processing."""
-    import torch
-    import torch.nn.functional as F
-
-    p = torch.sigmoid(logits).detach()
-    y = noisy_labels.to(p.dtype)
-    up, down = p * (1.0 - rho), (1.0 - p) * rho
-    t1 = up / (up + down)
-    t0 = p * rho / (p * rho + (1.0 - p) * (1.0 - rho))
-    target = (y * t1 + (1.0 - y) * t0).clamp(0.0, 1.0)
-    return F.binary_cross_entropy_with_logits(logits, target)
-
-
-def forward_corrected_ce(logits, noisy_classes, transition):
-    """Cross-entropy of the noisy class under q = softmax(logits) T (forward loss correction, Patrini et
-    al. 2017, Theorem 2, with T the K x K channel of k-ary RR, T[i, j] = P(y~ = j | y = i)). The minimiser
-    of the corrected loss is that of the clean loss, so softmax(logits) estimates P(y | x)."""
-    import torch
-
-    q = (torch.softmax(logits, dim=1) @ transition.to(logits.dtype)).clamp_min(1e-7)
-    return torch.nn.functional.nll_loss(torch.log(q), noisy_classes.long())
-
-
-def posterior_soft_ce(logits, noisy_classes, transition):
-    """Cross-entropy against the posterior P(y = j | y~, x) proportional to p_j T[j, y~], with the model's own
-    (detached) prediction p as the prior: the K-class form of the ALIBI-style soft labels above."""
-    import torch
-
-    p = torch.softmax(logits, dim=1).detach()
-    t = transition.to(p.dtype)[:, noisy_classes.long()].T  # (B, K): T[j, y~_b]
-    target = p * t
-    target = target / target.sum(dim=1, keepdim=True)
-    return -(target * torch.log_softmax(logits, dim=1)).sum(dim=1).mean()
-
-
-def training_loss(label_dp_cfg, num_classes: int | None = None):
-    """With `debias: true`, the forward-corrected loss (`correction: forward`, default) or the posterior
-    soft-label loss (`correction: posterior`), binary or over K classes; else None (the caller's plain loss)."""
-    if label_dp_cfg is None or not label_dp_cfg.debias:
-        return None
-    if num_classes is not None:
-        import torch
-
-        t = torch.from_numpy(kary_transition(num_classes, label_dp_cfg.eps))
-        if getattr(label_dp_cfg, "correction", "forward") == "posterior":
-            return lambda logits, labels: posterior_soft_ce(logits, labels, t.to(logits.device))
-        return lambda logits, labels: forward_corrected_ce(logits, labels, t.to(logits.device))
-    rho = flip_probability(label_dp_cfg.eps)
-    if getattr(label_dp_cfg, "correction", "forward") == "posterior":
-        return lambda logits, labels: posterior_soft_bce(logits, labels, rho)
-    return lambda logits, labels: forward_corrected_bce(logits, labels, rho)

@@ -1,1 +1,1 @@
-"""Criteo data: raw TSV reader, synthetic generator, party shards and batching."""
+"""Data: reading each party's table, fitting and saving its transforms, preparing shards, ids, batching; synthetic data."""

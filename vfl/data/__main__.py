@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from vfl.data.reader import DataError
+from vfl.data.readers.criteo import DataError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,21 +75,21 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.cmd == "synth" and args.classes != 2:
-            from vfl.data.synth_multiclass import write_synthetic_multiclass
+            from vfl.data.synth.multiclass import write_synthetic_multiclass
 
             meta = write_synthetic_multiclass(args.out, args.rows, args.classes, args.seed, args.max_vocab, args.label_seed)
             print(f"wrote {args.out}: {meta['rows']} rows, {meta['classes']} classes, Bayes-optimal accuracy "
                   f"{meta['bayes_accuracy']:.4f}, {meta['rows'] / meta['seconds']:.0f} rows/s")
             return 0
         if args.cmd == "digits":
-            from vfl.data.digits import write_digits_shards
+            from vfl.data.synth.digits import write_digits_shards
 
             m = write_digits_shards(args.out, args.test_fraction, args.valid_fraction, args.seed, args.force)
             print(f"prepared {args.out}: digits, 10 classes, train {m['rows']['train']} rows, valid {m['rows']['valid']} rows, "
                   f"test {m['rows']['test']} rows; leader holds the left 4 pixel columns, follower0 the right 4")
             return 0
         if args.cmd == "synth":
-            from vfl.data.synth import write_synthetic
+            from vfl.data.synth.criteo import write_synthetic
 
             meta = write_synthetic(args.out, args.rows, args.seed, args.max_vocab, args.label_seed)
             print(f"wrote {args.out}: {meta['rows']} rows, positive rate {meta['positive_rate']:.4f}, "
@@ -157,7 +157,7 @@ def _prepare_party(args) -> int:
     import os
 
     from vfl.data.parties import PartyColumns, load_parties
-    from vfl.data.party_reader import PartySource
+    from vfl.data.readers.party import PartySource
     from vfl.data.prepare import PrepareOptions, prepare_party
 
     if args.drop:

@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 
-from vfl.data.reader import DataError
+from vfl.data.readers.criteo import DataError
 
 _INT = re.compile(r"^[+-]?[0-9]+$")
 _DOMAIN = b"vfl-id/v1\0"

@@ -31,10 +31,10 @@ from privacy.label.keyed_random import uniform_from_ids
 from vfl.data.ids import check_unique, id64_of_text
 from vfl.data.npy_stream import NpyAppender
 from vfl.data.parties import PartyColumns, unassigned_columns
-from vfl.data.party_reader import PartyBlock, PartySource, read_party_blocks
+from vfl.data.readers.party import PartyBlock, PartySource, read_party_blocks
 from vfl.data.raw_split import hash_name, split_raw
-from vfl.data.reader import DataError, ReadStats, warn_bad_lines
-from vfl.data.tokenizer import MAX_CLASSES
+from vfl.data.readers.criteo import DataError, ReadStats, warn_bad_lines
+from vfl.data.readers.tokenizer import MAX_CLASSES
 from vfl.data.transforms import (
     DENSE_TRANSFORM_DOC,
     VocabularyCounter,
@@ -197,7 +197,7 @@ def _id_texts(src: PartySource, id64: int) -> str | None:
     """The id texts of a party file that map to id64 (for the duplicate-id error message)."""
     import pandas as pd
 
-    from vfl.data.party_reader import sniff_header
+    from vfl.data.readers.party import sniff_header
 
     sep, _ = sniff_header(src.path)
     found = []

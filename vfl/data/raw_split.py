@@ -19,7 +19,7 @@ import numpy as np
 
 from privacy.label.keyed_random import uniform_from_ids
 from vfl.data.parties import PartyColumns
-from vfl.data.reader import DataError, ReadStats, read_raw_blocks, warn_bad_lines
+from vfl.data.readers.criteo import DataError, ReadStats, read_raw_blocks, warn_bad_lines
 from vfl.data.schema import CATEGORICAL_COLUMNS, DENSE_COLUMNS, LABEL
 
 _DROP_SALT = 0xD0D0

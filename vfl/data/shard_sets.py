@@ -21,7 +21,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from vfl.data.reader import DataError
+from vfl.data.readers.criteo import DataError
 
 PARTS_DIR = "parts"
 
@@ -127,41 +127,3 @@ class PartsView:
 
     def digest(self, split: str) -> str:
         return hashlib.sha256(np.ascontiguousarray(self.ids(split), dtype="<i8").tobytes()).hexdigest()
-
-
-class ConcatRows:
-    """Several arrays (memory-mapped or not) with the same trailing shape, indexed as one along rows."""
-
-    def __init__(self, arrays: list):
-        self.arrays = arrays
-        self.starts = np.cumsum([0] + [len(a) for a in arrays])
-        self.shape = (int(self.starts[-1]), *arrays[0].shape[1:])
-        self.dtype = arrays[0].dtype
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __getitem__(self, rows):
-        rows = np.arange(self.shape[0])[rows] if isinstance(rows, slice) else np.asarray(rows, np.int64)
-        out = np.empty((rows.size, *self.shape[1:]), self.dtype)
-        which = np.searchsorted(self.starts, rows, side="right") - 1
-        for k in np.unique(which):
-            sel = which == k
-            out[sel] = self.arrays[k][rows[sel] - self.starts[k]]
-        return out
-
-    def __array__(self, dtype=None, copy=None):
-        out = np.concatenate([np.asarray(a) for a in self.arrays])
-        return out.astype(dtype) if dtype is not None else out
-
-
-def read_parts(path: str, names: list[str], split: str, in_memory: bool):
-    """One ShardSplit over every part's split, rows in ascending id order."""
-    from vfl.data.shards import PartyShard, RowSubset, ShardSplit
-
-    pieces = [PartyShard(os.path.join(path, PARTS_DIR, n), in_memory=in_memory).split(split) for n in names]
-    ids = np.concatenate([np.asarray(p.ids) for p in pieces])
-    order = np.argsort(ids, kind="stable")
-    labels = None if pieces[0].labels is None else np.concatenate([np.asarray(p.labels) for p in pieces])[order]
-    cat = lambda attr: RowSubset(ConcatRows([getattr(p, attr) for p in pieces]), order)
-    return ShardSplit(ids[order], cat("dense"), cat("dense_missing"), cat("cat"), labels)

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from vfl.data.reader import DataError
+from vfl.data.readers.criteo import DataError
+from vfl.data.shard_sets import PARTS_DIR
 
 IN_MEMORY_LIMIT = 2 << 30
 DEVICE_RESIDENT_FRACTION = 0.25  # a split is kept on the GPU when it takes at most this share of its free memory
@@ -155,8 +156,6 @@ class PartyShard:
 
     def split(self, name: str) -> ShardSplit:
         if name not in self._splits and self.manifest.get("parts"):  # several files' shard sets (shard_sets.py)
-            from vfl.data.shard_sets import read_parts
-
             self._splits[name] = read_parts(self.path, [p["name"] for p in self.manifest["parts"]], name, self._in_memory)
         if name not in self._splits:
             root = os.path.join(self.path, name)
@@ -213,3 +212,39 @@ def ids_digest(ids: np.ndarray) -> str:
 def batch_digest(ids: np.ndarray) -> str:
     """Short sha256 of a batch's sample ids: followers check they are about to use the same rows."""
     return hashlib.sha256(np.ascontiguousarray(ids, dtype="<i8").tobytes()).hexdigest()[:32]
+
+
+class ConcatRows:
+    """Several arrays (memory-mapped or not) with the same trailing shape, indexed as one along rows."""
+
+    def __init__(self, arrays: list):
+        self.arrays = arrays
+        self.starts = np.cumsum([0] + [len(a) for a in arrays])
+        self.shape = (int(self.starts[-1]), *arrays[0].shape[1:])
+        self.dtype = arrays[0].dtype
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, rows):
+        rows = np.arange(self.shape[0])[rows] if isinstance(rows, slice) else np.asarray(rows, np.int64)
+        out = np.empty((rows.size, *self.shape[1:]), self.dtype)
+        which = np.searchsorted(self.starts, rows, side="right") - 1
+        for k in np.unique(which):
+            sel = which == k
+            out[sel] = self.arrays[k][rows[sel] - self.starts[k]]
+        return out
+
+    def __array__(self, dtype=None, copy=None):
+        out = np.concatenate([np.asarray(a) for a in self.arrays])
+        return out.astype(dtype) if dtype is not None else out
+
+
+def read_parts(path: str, names: list[str], split: str, in_memory: bool):
+    """One ShardSplit over every part's split, rows in ascending id order."""
+    pieces = [PartyShard(os.path.join(path, PARTS_DIR, n), in_memory=in_memory).split(split) for n in names]
+    ids = np.concatenate([np.asarray(p.ids) for p in pieces])
+    order = np.argsort(ids, kind="stable")
+    labels = None if pieces[0].labels is None else np.concatenate([np.asarray(p.labels) for p in pieces])[order]
+    cat = lambda attr: RowSubset(ConcatRows([getattr(p, attr) for p in pieces]), order)
+    return ShardSplit(ids[order], cat("dense"), cat("dense_missing"), cat("cat"), labels)

@@ -55,7 +55,7 @@ def load_data(cfg: FedConfig, work: str):
     """Synthetic (or the configured raw TSV) prepared as one party holding every column."""
     src = cfg.path
     if src is None:
-        from vfl.data.synth import write_synthetic
+        from vfl.data.synth.criteo import write_synthetic
 
         src = os.path.join(work, "synthetic.tsv")
         if not os.path.exists(src):

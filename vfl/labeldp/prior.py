@@ -1,26 +1,113 @@
-"""Stage one of LP-2ST on the leader: a model of the leader's own columns, trained on stage-one
-noisy labels, whose predictions are the priors for RRWithPrior on the remaining samples.
+"""LP-2ST stage one (Ghazi et al. 2021, "Deep Learning with Label Differential Privacy", Algorithm 3): the prior
+model whose predictions on the training rows are the priors of RRWithPrior (Alg. 2) on the stage-two rows.
 
-Ghazi et al. 2021 (Algorithm 3) train stage one on all features; in a vertical setting that would
-need the followers, so this prior uses the leader's columns only. The privacy argument is
-unchanged: the prior depends on features and on other samples' noisy labels, never on the
-label it is applied to. Stage one trains with forward loss correction, so the prior estimates the
-clean click probability rather than the flattened noisy one.
+Two forms:
+* binary labels: a model of the leader's own columns (`leader_prior_fn`), trained on the stage-one noisy labels with
+  forward loss correction, so the prior estimates the clean click probability rather than the flattened noisy one.
+  Ghazi et al. train stage one on all features; in a vertical setting that needs the followers, which the K-class form
+  does.
+* K classes: a split model of ALL parties (`fit_predict_all_parties`) trained on the stage-one rows with their k-ary RR
+  labels. Every party builds a fresh bottom (initialised from (seed, "<party>-lp2st-prior")) and the leader a fresh top;
+  they train exactly like the main model (the leader returns d loss / d cut to each follower), on the stage-one rows
+  only, with the forward-corrected cross-entropy of the stage-one k-ary RR channel (Patrini et al. 2017, Thm 2).
+  A follower learns which rows are in stage one (a draw of the leader's PRF, independent of the labels) and gradients
+  of a loss on stage-one noisy labels. A CutSource is one party's bottom as the leader sees it: in-process (the
+  leader's own, and every party in the centralized reference) or behind the wire (leader/trainer.py's
+  _FollowerPriorSource); both compute the same numbers, so split and centralized priors are identical.
+
+Privacy, both forms: the prior of a stage-two row is a function of features and of other rows' noisy labels, never of
+its own label, so RRWithPrior on it is eps-label-DP (Ghazi et al. 2021, Thm 5 / Alg. 2).
 """
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 import torch
 from torch import nn
 
-from privacy.label.release_draws import forward_corrected_bce
-from privacy.label.randomized_response import flip_probability
+from privacy.label.randomized_response import flip_probability, kary_transition
 from vfl.config.schema import PartyConfig
 from vfl.data.shards import PartyShard, batch_order, eval_batches
-from vfl.models import build_bottom
+from vfl.labeldp.losses import forward_corrected_bce, forward_corrected_ce
+from vfl.models.registry import build_bottom
 from vfl.training.optim import build_optimizer
+from vfl.training.top import TopTrainer
+
+PRIOR_ORDER_SALT = 0x5EED
+PRIOR_PARTY_SUFFIX = "-lp2st-prior"
+
+
+class CutSource(Protocol):
+    def forward(self, epoch: int, step: int, rows: np.ndarray) -> torch.Tensor: ...
+    def backward(self, grad: torch.Tensor) -> None: ...
+    def evaluate(self, rows: slice) -> torch.Tensor: ...
+
+
+def prior_config(cfg: PartyConfig, epochs: int | None = None) -> PartyConfig:
+    """A party's config for its stage-one bottom: its own init seed name, prior_epochs (the leader's
+    privacy.label.label_dp.prior_epochs; a follower is told it in PRIOR), a constant LR, no selection."""
+    from vfl.config.schema import LRScheduleConfig
+
+    if epochs is None:
+        epochs = cfg.privacy.label_dp.prior_epochs
+    train = cfg.train.model_copy(update={"epochs": epochs, "early_stopping": None, "lr_schedule": LRScheduleConfig()})
+    return cfg.model_copy(update={"party": cfg.party + PRIOR_PARTY_SUFFIX, "train": train})
+
+
+def prior_order(stage_rows: np.ndarray, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
+    """Training-split row indices of each stage-one batch (every party derives the same order)."""
+    return [stage_rows[b] for b in batch_order(stage_rows.size, batch_size, seed ^ PRIOR_ORDER_SALT, epoch)]
+
+
+class LocalCutSource:
+    """An in-process bottom (a BottomParty built from prior_config): forward, gradient step, train-split eval."""
+
+    def __init__(self, party):
+        self.party = party
+
+    def forward(self, epoch: int, step: int, rows: np.ndarray) -> torch.Tensor:
+        return self.party.forward_train(rows)
+
+    def backward(self, grad: torch.Tensor) -> None:
+        self.party.apply_gradient(grad)
+
+    def evaluate(self, rows: slice) -> torch.Tensor:
+        return self.party.forward_eval(rows, "train")
+
+
+def fit_predict_all_parties(cfg: PartyConfig, num_classes: int, sources: list[CutSource], in_dim: int,
+                            device: torch.device, n_train: int, stage_one: np.ndarray, noisy: np.ndarray,
+                            log: Callable[[str], None] | None = None) -> np.ndarray:
+    """Train the stage-one split model on rows where stage_one is True (labels `noisy`, k-ary RR at the
+    config's eps) and return its class probabilities (n_train, K) on every training row."""
+    pcfg = prior_config(cfg)
+    tr = pcfg.train
+    rows = np.flatnonzero(stage_one)
+    t = torch.from_numpy(kary_transition(num_classes, cfg.privacy.label_dp.eps)).to(device)
+    spe = -(-rows.size // tr.batch_size)
+    top = TopTrainer(tr, cfg.model.top, in_dim, device, lambda z, y: forward_corrected_ce(z, y, t), tr.epochs * spe,
+                     num_classes)
+    labels = torch.from_numpy(np.asarray(noisy, dtype=np.int64))
+    for epoch in range(tr.epochs):
+        order = prior_order(rows, tr.batch_size, tr.seed, epoch)
+        for i, r in enumerate(order):
+            cuts = [s.forward(epoch, i, r).detach().requires_grad_(True) for s in sources]
+            loss = top.loss(cuts, labels[r])
+            value = float(loss.detach())
+            if not np.isfinite(value):
+                raise FloatingPointError(f"LP-2ST stage-one loss became {value} at epoch {epoch} step {i + 1}; lower train.lr")
+            loss.backward()
+            for s, c in zip(sources, cuts):
+                s.backward(c.grad)
+            top.step()
+            if log is not None and ((i + 1) % tr.log_every == 0 or i + 1 == len(order)):
+                log(f"LP-2ST stage one (all parties) epoch {epoch} step {i + 1}/{len(order)} loss: {value:.6f}")
+    probs = np.empty((n_train, num_classes))
+    for sl in eval_batches(n_train, tr.eval_batch_size):
+        probs[sl] = top.predict([s.evaluate(sl) for s in sources])
+    return probs
 
 
 class _PriorNet(nn.Module):

@@ -18,7 +18,7 @@ from privacy.label.release_draws import (
 )
 from privacy.label.store import LabelDPStore, Release, dataset_id, default_store_dir, key_fingerprint, release_id
 from vfl.config.schema import LabelDPConfig
-from vfl.data.reader import DataError
+from vfl.data.readers.criteo import DataError
 
 PriorFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
@@ -102,7 +102,7 @@ def training_labels(labels: np.ndarray, sample_ids: np.ndarray, label_dp: LabelD
     eps, k = label_dp.eps, label_key.key
     if num_classes is not None and label_dp.mechanism == "rr_prior":
         # LP-2ST over K classes: stage one gets k-ary RR (its own release); a split model of ALL parties
-        # trained on it gives the priors of stage two (vfl/labeldp/prior_all_parties.py)
+        # trained on it gives the priors of stage two (vfl/labeldp/prior.py)
         if prior_fn is None:
             raise ValueError("privacy.label.label_dp.mechanism rr_prior needs a stage-one prior model")
         stage_params = {"eps": eps, "prior_fraction": label_dp.prior_fraction, "labels": "multiclass",

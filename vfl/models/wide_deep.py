@@ -4,9 +4,7 @@ Bottom (one per party, over that party's columns only):
   wide  = sum_f w[id_f] + a . [dense, dense_missing] + b                     -> 1 value
   deep  = MLP(concat(E[id_f] for f, dense, dense_missing))                 -> cut_dim - 1 values
   output = [wide, deep]                                                     -> cut_dim values
-Top (leader): Linear over the concatenated cuts of all parties (cut_dim x parties inputs), or an
-MLP when the cut is wider. The loss is BCE-with-logits on the top's single output, or (train.task
-multiclass) cross-entropy on K outputs (a softmax top).
+The leader's tops (Linear, or an MLP when the cut is wider) are in vfl/models/mlp.py.
 Each field has its own id range in one shared table (offsets), so one lookup serves all fields.
 """
 from __future__ import annotations
@@ -15,17 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-def mlp(sizes: list[int], dropout: float = 0.0) -> nn.Sequential:
-    """Linear layers with ReLU between them (none after the last)."""
-    layers: list[nn.Module] = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
-        layers.append(nn.Linear(a, b))
-        if i < len(sizes) - 2:
-            layers.append(nn.ReLU())
-            if dropout > 0:
-                layers.append(nn.Dropout(dropout))
-    return nn.Sequential(*layers)
+from vfl.models.mlp import mlp
 
 
 class WideDeepBottom(nn.Module):
@@ -69,29 +57,3 @@ class WideDeepBottom(nn.Module):
         first = self.deep[0]
         k = embedded.shape[1]
         return torch.addmm(F.linear(embedded, first.weight[:, :k], first.bias), x_dense, first.weight[:, k:].t())
-
-
-class LinearTop(nn.Module):
-    """The leader's top: one Linear layer from the concatenated cuts to the click logit (or K class logits)."""
-
-    def __init__(self, in_dim: int, outputs: int = 1):
-        super().__init__()
-        self.linear = nn.Linear(in_dim, outputs)
-        self.outputs = outputs
-
-    def forward(self, cuts: torch.Tensor) -> torch.Tensor:
-        out = self.linear(cuts)
-        return out.squeeze(1) if self.outputs == 1 else out
-
-
-class MLPTop(nn.Module):
-    """An MLP top for wide cuts (cut_dim > 2): it can model interactions across parties."""
-
-    def __init__(self, in_dim: int, hidden: tuple[int, ...], outputs: int = 1):
-        super().__init__()
-        self.net = mlp([in_dim, *hidden, outputs])
-        self.outputs = outputs
-
-    def forward(self, cuts: torch.Tensor) -> torch.Tensor:
-        out = self.net(cuts)
-        return out.squeeze(1) if self.outputs == 1 else out

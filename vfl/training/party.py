@@ -8,7 +8,7 @@ import torch
 
 from vfl.config.schema import PartyConfig
 from vfl.data.shards import PartyShard
-from vfl.models import build_bottom
+from vfl.models.registry import build_bottom
 from vfl.data.shards import steps_per_epoch
 from vfl.training.optim import ScheduledOptimizer, build_optimizer
 from vfl.training.precision import autocast, keep_narrow_layers_fp32

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from vfl.config.schema import TopConfig, TrainConfig
-from vfl.models import build_top
+from vfl.models.registry import build_top
 from vfl.training.optim import ScheduledOptimizer, build_optimizer
 from vfl.training.precision import autocast, keep_narrow_layers_fp32
 from vfl.training.snapshot import Snapshot, SnapshotTrainable

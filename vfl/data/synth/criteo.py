@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from vfl.data.npy_stream import NpyAppender
-from vfl.data.reader import DataError
+from vfl.data.readers.criteo import DataError
 from vfl.obs.progress import bar
 from vfl.data.schema import CATEGORICAL_COLUMNS, DENSE_COLUMNS
 from privacy.label.keyed_random import splitmix64

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from vfl.data.schema import N_RAW_FIELDS
-from vfl.data.tokenizer import BadLine, ParsedBlock, parse_block
+from vfl.data.readers.tokenizer import BadLine, ParsedBlock, parse_block
 
 BLOCK_BYTES = 1 << 20  # numpy temporaries stay in cache; measured fastest on 2 cores
 MAX_BAD_LINES_NAMED = 5

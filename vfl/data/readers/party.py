@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from vfl.data.ids import ids64
-from vfl.data.reader import DataError, ReadStats
-from vfl.data.tokenizer import BadLine
+from vfl.data.readers.criteo import DataError, ReadStats
+from vfl.data.readers.tokenizer import BadLine
 
 CHUNK_ROWS = 100_000
 _HEX8 = re.compile(r"^[0-9a-fA-F]{8}$")

@@ -1,6 +1,6 @@
 """Synthetic K-class data in Criteo format: the binary generator's features, a K-class label, P(y | x) per row.
 
-Generative model. The feature columns are those of `vfl.data.synth.SyntheticCriteo` (public `seed`:
+Generative model. The feature columns are those of `vfl.data.synth.criteo.SyntheticCriteo` (public `seed`:
 Zipf categoricals, heavy-tailed integers, Criteo's missing rates). The label model comes from the
 secret `label_seed` (128 bits from the OS by default, never written):
   * class scores s_c(x) = b_c + sum_f E_f[value_f, c] over 18 informative categoricals held by BOTH
@@ -20,9 +20,9 @@ import time
 import numpy as np
 
 from vfl.data.npy_stream import NpyAppender
-from vfl.data.reader import DataError
-from vfl.data.synth import BLOCK_ROWS, SyntheticCriteo
-from vfl.data.tokenizer import MAX_CLASSES
+from vfl.data.readers.criteo import DataError
+from vfl.data.synth.criteo import BLOCK_ROWS, SyntheticCriteo
+from vfl.data.readers.tokenizer import MAX_CLASSES
 
 INFORMATIVE_CATEGORICALS = (0, 1, 3, 5, 6, 8, 9, 10, 12, 13, 14, 15, 16, 18, 20, 23, 24, 25)
 CAT_SCALE = 0.45

@@ -7,7 +7,8 @@ import torch
 from torch import nn
 
 from vfl.config.schema import BottomConfig, TopConfig
-from vfl.models.wide_deep import LinearTop, MLPTop, WideDeepBottom
+from vfl.models.mlp import LinearTop, MLPTop
+from vfl.models.wide_deep import WideDeepBottom
 
 BOTTOMS = {"wide_deep": WideDeepBottom}
 TOPS = {"linear": LinearTop, "mlp": MLPTop}

@@ -21,7 +21,7 @@ from vfl.data.prepare import (
     _SPLIT_SALT, FORMAT_VERSION, SPLITS, PrepareOptions, _commit, _validate, _write_json, id_digest_update, label_doc,
     party_manifest_of,
 )
-from vfl.data.reader import DataError
+from vfl.data.readers.criteo import DataError
 
 CLASSES = 10
 LEADER_COLUMNS = range(0, 4)

@@ -1,0 +1,1 @@
+"""Synthetic and bundled example data: Criteo-format binary and K-class generators, scikit-learn's digits split in two."""
