@@ -32,7 +32,7 @@ def body(cfg, log, state: dict) -> None:
 
     env = state.get("ranks") or rank_env()
     if env.distributed and cfg.privacy.label_dp is not None and cfg.privacy.label_dp.mechanism == "rr_prior":
-        raise ConfigError("privacy.label.label_dp.mechanism rr_prior (LP-2ST) runs on one rank only; use rr with --ranks N, "
+        raise ConfigError("privacy.label_dp.mechanism rr_prior (LP-2ST) runs on one rank only; use rr with --ranks N, "
                           "or --ranks 1")
     if env.distributed and cfg.train.microbatches > 1:  # DDP all-reduces on every backward: one per step only
         raise ConfigError(f"train.microbatches={cfg.train.microbatches} needs --ranks 1; with N ranks use microbatches: 1")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_vfl_train_local.sh with the leader's privacy.label.label_dp.eps set (examples/wide_deep_criteo/leader_label_dp.yaml,
+# run_vfl_train_local.sh with the leader's privacy.label_dp.eps set (examples/wide_deep_criteo/leader_label_dp.yaml,
 # or with --example digits|multiclass that example's leader_label_dp.yaml).
 # Same flags: [--data RAW_TSV] [--out DIR] [--epochs N] [--centralized] [--example digits|multiclass]
 set -euo pipefail

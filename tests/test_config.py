@@ -49,7 +49,7 @@ def test_unknown_keys_suggest_nearest_and_inline_secrets_are_refused():
         parse_config(doc)
     # Assert
     text = str(e.value)
-    assert "unknown key 'privacy.label.label_dp.epsilon'" in text and "privacy.label.label_dp.eps is required" in text
+    assert "unknown key 'privacy.label_dp.epsilon'" in text and "privacy.label_dp.eps is required" in text
     assert "unknown key 'network.secret'" in text and "secrets never go in YAML" in text
 
 
@@ -58,7 +58,7 @@ def test_label_dp_eps_domain_and_infinity():
     cfg = parse_config(_leader(privacy={"label_dp": {"eps": math.inf}}))
     # Assert
     assert cfg.privacy.label_dp.eps == math.inf
-    with pytest.raises(ConfigError, match=r"privacy.label.label_dp.eps must be >= 0.0, got eps=-1"):
+    with pytest.raises(ConfigError, match=r"privacy.label_dp.eps must be >= 0.0, got eps=-1"):
         parse_config(_leader(privacy={"label_dp": {"eps": -1}}))
     with pytest.raises(ConfigError, match="must be a number, got True"):
         parse_config(_leader(privacy={"label_dp": {"eps": True}}))
@@ -75,7 +75,7 @@ def test_follower_may_not_carry_leader_only_settings():
     text = str(e.value)
     assert "network.followers is only used by the leader" in text
     assert "model.top is only used by the leader" in text
-    assert "privacy.label.label_dp is set on the leader only" in text
+    assert "privacy.label_dp is set on the leader only" in text
 
 
 def test_key_files_are_checked_by_role_and_follower_name():

@@ -46,12 +46,12 @@ def test_numbers_that_are_not_numbers_still_fail_with_the_domain():
     assert "4 problem(s)" in text
     assert "train.lr must be a number, got '1e-4x'" in text
     assert "train.batch_size must be an integer, got 2.5" in text and "train.epochs must be an integer, got True" in text
-    assert "privacy.label.label_dp.eps must be a number, got 'infinite' (write .inf or 1e308 for infinity)" in text
+    assert "privacy.label_dp.eps must be a number, got 'infinite' (write .inf or 1e308 for infinity)" in text
 
 
 def test_dotted_overrides_reach_any_key_and_are_validated(tmp_path):
     # Execute
-    over = dotted_overrides(["privacy.label.label_dp.eps=0.5", "train.lr=1e-4", "model.bottom.hidden=[8, 4]",
+    over = dotted_overrides(["privacy.label_dp.eps=0.5", "train.lr=1e-4", "model.bottom.hidden=[8, 4]",
                              "train.early_stopping.patience=2"])
     cfg = load_config(str(LEADER_YAML), over)
     # Assert

@@ -13,7 +13,7 @@ if TYPE_CHECKING:  # the schema (pydantic) is imported after the arguments parse
 
 def party_arguments(prog: str, endpoint_flag: str) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, epilog="Any config key can be set after the flags as key.path=value, "
-                                 "e.g. train.lr=1e-4 privacy.label.label_dp.eps=0.5 (`python -m vfl.config schema` lists them).")
+                                 "e.g. train.lr=1e-4 privacy.label_dp.eps=0.5 (`python -m vfl.config schema` lists them).")
     ap.add_argument("--config", required=True, help="party YAML")
     ap.add_argument("overrides", nargs="*", metavar="key.path=value", help="set any config key (after the YAML and flags)")
     ap.add_argument("--set", dest="set_pairs", action="append", default=[], metavar="key.path=value",

@@ -1,6 +1,6 @@
 """The leader's label-DP state: one secret PRF key and one ledger of every release it has drawn.
 
-    <store>/key          32 random bytes as hex, mode 0600 (or privacy.label.label_dp.key_file)
+    <store>/key          32 random bytes as hex, mode 0600 (or privacy.label_dp.key_file)
     <store>/ledger.json  every labelled dataset the key has randomized and every release, with its eps
 
 The store lives outside any shard directory, so re-preparing the data (`prepare --force`) never
@@ -203,12 +203,12 @@ class LabelDPStore:
             os.makedirs(self.dir, mode=0o700, exist_ok=True)
         except OSError as e:
             raise LabelDPStoreError(f"label-DP store {self.dir} cannot be created: {e.strerror} "
-                                    "(set privacy.label.label_dp.store_dir to a writable directory)") from None
+                                    "(set privacy.label_dp.store_dir to a writable directory)") from None
         _check_private(self.dir, "label-DP store directory")
         _check_ancestors(self.dir)
         if self.created:
             self.warnings.append(f"label DP: created a new key store {self.dir}; it cannot count releases made under "
-                                 "another store: if these labels were released before, point privacy.label.label_dp.store_dir "
+                                 "another store: if these labels were released before, point privacy.label_dp.store_dir "
                                  "(or $VFL_LABEL_DP_STORE) at that store instead")
 
     @contextlib.contextmanager

@@ -223,7 +223,7 @@ def _role_problems(doc: dict) -> list[str]:
         if _has(doc, "train", "early_stopping"):
             errors.append("train.early_stopping is set on the leader only (it holds the validation labels)")
         if _has(doc, "privacy", "label_dp"):
-            errors.append("privacy.label.label_dp is set on the leader only (it holds the labels)")
+            errors.append("privacy.label_dp is set on the leader only (it holds the labels)")
         if _has(doc, "train", "task"):
             errors.append("train.task is set on the leader only (it holds the labels; followers train the same bottoms "
                           "for either task)")
@@ -238,9 +238,9 @@ def _role_problems(doc: dict) -> list[str]:
     ld = _get(doc, "privacy", "label_dp")
     if _has(doc, "privacy", "label_dp") and isinstance(ld, dict):  # (an empty `label_dp:` is {} by now)
         if "eps" not in ld:
-            errors.append("privacy.label.label_dp.eps is required (a number >= 0, or inf for no noise)")
+            errors.append("privacy.label_dp.eps is required (a number >= 0, or inf for no noise)")
         if ld.get("debias") is True and ld.get("mechanism", "rr") != "rr":
-            errors.append("privacy.label.label_dp.debias applies to mechanism rr only")
+            errors.append("privacy.label_dp.debias applies to mechanism rr only")
     return errors
 
 

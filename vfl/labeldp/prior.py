@@ -47,7 +47,7 @@ class CutSource(Protocol):
 
 def prior_config(cfg: PartyConfig, epochs: int | None = None) -> PartyConfig:
     """A party's config for its stage-one bottom: its own init seed name, prior_epochs (the leader's
-    privacy.label.label_dp.prior_epochs; a follower is told it in PRIOR), a constant LR, no selection."""
+    privacy.label_dp.prior_epochs; a follower is told it in PRIOR), a constant LR, no selection."""
     from vfl.config.schema import LRScheduleConfig
 
     if epochs is None:

@@ -104,7 +104,7 @@ def training_labels(labels: np.ndarray, sample_ids: np.ndarray, label_dp: LabelD
         # LP-2ST over K classes: stage one gets k-ary RR (its own release); a split model of ALL parties
         # trained on it gives the priors of stage two (vfl/labeldp/prior.py)
         if prior_fn is None:
-            raise ValueError("privacy.label.label_dp.mechanism rr_prior needs a stage-one prior model")
+            raise ValueError("privacy.label_dp.mechanism rr_prior needs a stage-one prior model")
         stage_params = {"eps": eps, "prior_fraction": label_dp.prior_fraction, "labels": "multiclass",
                         "num_classes": num_classes, "prior": "all parties"}
         stage_rel = release_of(label_key, "lp2st_stage_one", stage_params)
@@ -127,7 +127,7 @@ def training_labels(labels: np.ndarray, sample_ids: np.ndarray, label_dp: LabelD
         mechanism = "rr_prior"
     elif num_classes is not None:
         if label_dp.mechanism != "rr":
-            raise ValueError(f"privacy.label.label_dp.mechanism {label_dp.mechanism} is not available for a "
+            raise ValueError(f"privacy.label_dp.mechanism {label_dp.mechanism} is not available for a "
                              f"{num_classes}-class task; use rr (k-ary randomized response) or rr_prior")
         params = {"eps": eps, "labels": "multiclass", "num_classes": num_classes}
         rel = release_of(label_key, "kary_rr", params)
@@ -147,7 +147,7 @@ def training_labels(labels: np.ndarray, sample_ids: np.ndarray, label_dp: LabelD
         # rr_prior: LP-2ST. Stage one gets plain RR (its own release); its model's predictions are the
         # priors of stage two, whose release id includes a digest of the prior.
         if prior_fn is None:
-            raise ValueError("privacy.label.label_dp.mechanism rr_prior needs a stage-one prior model")
+            raise ValueError("privacy.label_dp.mechanism rr_prior needs a stage-one prior model")
         stage_params = {"eps": eps, "prior_fraction": label_dp.prior_fraction, "labels": "binary"}
         stage_rel = release_of(label_key, "lp2st_stage_one", stage_params)
         first = stage_one_mask(sample_ids, k, stage_rel, label_dp.prior_fraction)
