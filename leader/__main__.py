@@ -50,12 +50,13 @@ def body(cfg, log, state: dict) -> None:
     shard.check_columns(cfg.data.dense, cfg.data.categorical)
     device = resolve_device(cfg.train.device)
     ctx = state["ctx"] = start_ranks(cfg, env, device, log)
-    if cfg.privacy.label_dp is None:
+    ld = cfg.privacy.label_dp
+    if ld is None:
         label_key = None
     elif env.distributed:  # rank 0 creates the key and writes the ledger; the others only read the key
-        label_key = open_label_key_ranks(ctx, cfg.privacy.label_dp, shard.manifest)
+        label_key = open_label_key_ranks(ctx, ld.store_dir, ld.key_file, shard.manifest)
     else:
-        label_key = open_label_key(cfg.privacy.label_dp, shard.manifest)
+        label_key = open_label_key(ld.store_dir, ld.key_file, shard.manifest)
     bind = rank_endpoint(cfg.network.bind, env.rank, env.ranks)
     # the largest frame a follower may send: an embedding of the largest batch at the widest cut, or a PSI chunk
     max_frame = max(max(cfg.train.batch_size, cfg.train.eval_batch_size) * MAX_CUT_DIM * 4 + MAX_HEADER_BYTES,

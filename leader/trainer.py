@@ -9,7 +9,6 @@ import numpy as np
 import torch
 
 from vfl.align.handshake import hello_meta, hello_problems, new_nonce, nonce_problems, run_id
-from vfl.labeldp.losses import training_loss
 from vfl.training.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.config.schema import PartyConfig
 from vfl.obs.curves import RunCurves
@@ -17,9 +16,8 @@ from vfl.distributed.context import RankContext
 from vfl.distributed.pairing import rank_meta, rank_problems
 from vfl.obs.progress import track
 from vfl.data.shards import batch_digest, eval_batches, steps_per_epoch
-from vfl.labeldp.release import bayes_accuracy_of, leader_training_labels, open_label_key, task_classes
-from vfl.labeldp.prior import LocalCutSource, fit_predict_all_parties, prior_config
-from vfl.labeldp.prior import prior_fn_for
+from vfl.labeldp.release import LabelDPRelease, bayes_accuracy_of, leader_training_labels, open_label_key, task_classes
+from vfl.labeldp.prior import LocalCutSource, fit_predict_all_parties, prior_config, prior_fn_for
 from vfl.training.loop import TrainingLoop
 from vfl.obs.metrics import RunLog
 from vfl.training.party import BottomParty
@@ -65,8 +63,11 @@ class LeaderTrainer:
         self.num_classes = task_classes(cfg.train.task, party.shard)
         # the key store is opened before any follower connects (leader/__main__.py passes it): its problems never
         # reach a follower
-        ld = cfg.privacy.label_dp
-        self.label_key = label_key if label_key is not None or ld is None else open_label_key(ld, party.shard.manifest)
+        # every number label DP needs (eps, mechanism, flip probability or transition, prior), read once from the config
+        self.release = LabelDPRelease.from_config(cfg.privacy.label_dp, self.num_classes)
+        rel = self.release
+        self.label_key = label_key if label_key is not None or rel is None else \
+            open_label_key(rel.store_dir, rel.key_file, party.shard.manifest)
 
     # -- handshake ---------------------------------------------------------------------------
     def handshake(self) -> None:
@@ -106,11 +107,11 @@ class LeaderTrainer:
     def prepare(self) -> None:
         """Randomize the training labels (label DP; LP-2ST trains its prior here) and build the top."""
         in_dim = self.party.cut_dim + sum(self.cut_dims[f] for f in self.followers)
-        ld = self.cfg.privacy.label_dp
-        all_parties = self.num_classes is not None and ld is not None and ld.mechanism == "rr_prior"
+        rel = self.release
+        all_parties = self.num_classes is not None and rel is not None and rel.uses_prior
         prior_fn = (lambda first, noisy: self._all_party_prior(first, noisy, in_dim)) if all_parties else \
-            prior_fn_for(self.cfg, self.party, self._keepalive)
-        self.labels = leader_training_labels(ld, self.party.shard, prior_fn, self.label_key, self.num_classes)
+            prior_fn_for(self.cfg, rel, self.party, self._keepalive)
+        self.labels = leader_training_labels(rel, self.party.shard, prior_fn, self.label_key)
         for w in self.labels.warnings:
             self.log(w)
         if self.labels.report is not None:
@@ -125,11 +126,10 @@ class LeaderTrainer:
             np.ascontiguousarray(self.labels.labels, "<f4").tobytes() + np.ascontiguousarray(self.labels.valid, "<i8").tobytes())
         tr = self.cfg.train
         self.top = TopTrainer(tr, self.cfg.model.top, in_dim, self.party.device,
-                              training_loss(self.cfg.privacy.label_dp, self.num_classes),
+                              rel.training_loss() if rel is not None else None,
                               tr.epochs * steps_per_epoch(len(self.party.train_split), tr.batch_size), self.num_classes)
-        ld = self.cfg.privacy.label_dp
         self.loop = TrainingLoop(tr, len(self.party.train_split), self.party.test_split.labels, self.log,
-                                 self.labels.valid, ld.eps if ld is not None else None, self.num_classes)
+                                 self.labels.valid, rel.eps if rel is not None else None, self.num_classes)
         if self.resume:
             self.top.load_state(self.resume["state"]["top"])
             self.loop.load_state((self.resume.get("extra") or {}).get("loop") or {})
@@ -145,14 +145,14 @@ class LeaderTrainer:
         """LP-2ST stage one as a split model of all parties (vfl/labeldp/prior.py): each follower is
         told the stage-one rows (a PRF draw independent of the labels) and trains a fresh bottom on them."""
         rows = np.flatnonzero(stage_one).astype(np.int64)
-        pcfg = prior_config(self.cfg)
+        pcfg = prior_config(self.cfg, self.release.prior_epochs)
         for f in self.followers:
             self.ch.send(f, "PRIOR", {"rows": int(rows.size), "epochs": pcfg.train.epochs}, [rows])
         self.log(f"LP-2ST: stage one on {rows.size} of {stage_one.size} training rows, all parties, "
                  f"{pcfg.train.epochs} epoch(s)")
         own = BottomParty(pcfg, self.party.shard, self.party.device)
         sources = [LocalCutSource(own), *(_FollowerPriorSource(self, f) for f in self.followers)]
-        return fit_predict_all_parties(self.cfg, self.num_classes, sources, in_dim, self.party.device, stage_one.size,
+        return fit_predict_all_parties(self.cfg, self.release, sources, in_dim, self.party.device, stage_one.size,
                                        stage_one, noisy, self.log)
 
     def _check_resume_release(self) -> None:

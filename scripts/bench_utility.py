@@ -101,7 +101,7 @@ def run_dataset(name: str, shards: str, out: str, eps_list, seeds: int, epochs: 
     from vfl.centralized import train_centralized
     from vfl.config.schema import LabelDPConfig
     from vfl.data.shards import PartyShard
-    from vfl.labeldp.release import leader_training_labels
+    from vfl.labeldp.release import LabelDPRelease, leader_training_labels
 
     quiet = lambda line: None  # noqa: E731
     quiet.error = print
@@ -120,7 +120,7 @@ def run_dataset(name: str, shards: str, out: str, eps_list, seeds: int, epochs: 
         mech = "none" if math.isinf(eps) else METHODS[meth]["mechanism"]
         if (eps, mech) not in floors:
             ld = None if math.isinf(eps) else LabelDPConfig(eps=eps, mechanism="rr")
-            labels = leader_training_labels(ld, PartyShard(f"{shards}/leader")).labels
+            labels = leader_training_labels(LabelDPRelease.from_config(ld), PartyShard(f"{shards}/leader")).labels
             floors[(eps, mech)] = logistic_baseline(shards, labels, 0)
         aucs = [r["test_auc"] for r in runs]
         # the oracle: the best test AUC any evaluated step reached (reported only; selection never reads test)

@@ -24,7 +24,7 @@ from privacy.label.randomized_response import binary_rr, flip_probability
 from tests.procs import party_configs
 from vfl.config.schema import LabelDPConfig
 from vfl.data.shards import PartyShard
-from vfl.labeldp.release import leader_training_labels
+from vfl.labeldp.release import LabelDPRelease, leader_training_labels
 
 TOL = 0.017
 
@@ -99,7 +99,7 @@ def test_the_same_attack_on_keyed_labels_gets_no_more_than_1_minus_rho(tmp_path,
     # Prepare
     eps = 1.0
     train = PartyShard(str(shards_medium / "leader")).split("train")
-    noisy = leader_training_labels(LabelDPConfig(eps=eps, store_dir=str(tmp_path)), PartyShard(str(shards_medium / "leader")))
+    noisy = leader_training_labels(LabelDPRelease.from_config(LabelDPConfig(eps=eps, store_dir=str(tmp_path))), PartyShard(str(shards_medium / "leader")))
     record = _record_from_noisy(train.ids, noisy.labels.astype(np.int64))
     # Execute
     _, acc = best_accuracy(follower_view_attack(record, train.ids, eps, follower_seed=0), train.labels.astype(np.int64))
@@ -121,7 +121,7 @@ def test_per_epoch_re_randomization_is_caught_by_the_vote_and_once_per_release_i
         for k in per_epoch:
             per_epoch[k].append(np.full(rec["ids"].size, e) if k == "epoch" else rec[k])
     per_epoch = {k: np.concatenate(v) for k, v in per_epoch.items()}
-    ours = leader_training_labels(LabelDPConfig(eps=eps, store_dir=str(tmp_path)), PartyShard(str(shards_medium / "leader")))
+    ours = leader_training_labels(LabelDPRelease.from_config(LabelDPConfig(eps=eps, store_dir=str(tmp_path))), PartyShard(str(shards_medium / "leader")))
     once = _record_from_noisy(train.ids, ours.labels.astype(np.int64), epochs=epochs)
     # Execute
     vote_fresh = follower_view_attack(per_epoch, train.ids, eps, 0)["majority vote over epochs"]
@@ -135,8 +135,8 @@ def test_two_releases_at_eps_1_and_2_do_not_nest(tmp_path, shards_medium):
     # Prepare: one key, two releases of the same labelled data
     shard = PartyShard(str(shards_medium / "leader"))
     truth = shard.split("train").labels.astype(np.int64)
-    low = leader_training_labels(LabelDPConfig(eps=1.0, store_dir=str(tmp_path)), shard).labels.astype(np.int64)
-    high = leader_training_labels(LabelDPConfig(eps=2.0, store_dir=str(tmp_path)), shard)
+    low = leader_training_labels(LabelDPRelease.from_config(LabelDPConfig(eps=1.0, store_dir=str(tmp_path))), shard).labels.astype(np.int64)
+    high = leader_training_labels(LabelDPRelease.from_config(LabelDPConfig(eps=2.0, store_dir=str(tmp_path))), shard)
     # Execute
     acc, n_disagree = release_difference_accuracy(low, high.labels.astype(np.int64), truth)
     # Assert: about 0.731 (independent draws), not 1.0 (nested); ~3.5k disagreements: sd 0.0075
@@ -167,7 +167,7 @@ def test_attack_cli_reports_the_follower_view_and_two_releases(tmp_path, shards_
     shard = PartyShard(str(shards_medium / "leader"))
     train = shard.split("train")
     for eps in (1.0, 2.0):
-        noisy = leader_training_labels(LabelDPConfig(eps=eps, store_dir=str(tmp_path)), shard).labels.astype(np.int64)
+        noisy = leader_training_labels(LabelDPRelease.from_config(LabelDPConfig(eps=eps, store_dir=str(tmp_path))), shard).labels.astype(np.int64)
         np.savez(tmp_path / f"g{eps}.npz", **_record_from_noisy(train.ids, noisy, epochs=2))
     # Execute
     r = subprocess.run([sys.executable, "-m", "privacy.attacks", "--gradients", str(tmp_path / "g1.0.npz"),
@@ -188,7 +188,7 @@ def test_a_planted_partial_leak_is_caught_by_the_tolerance(tmp_path, shards_medi
     shard = PartyShard(str(shards_medium / "leader"))
     train = shard.split("train")
     truth = train.labels.astype(np.int64)
-    noisy = leader_training_labels(LabelDPConfig(eps=eps, store_dir=str(tmp_path)), shard).labels.astype(np.int64)
+    noisy = leader_training_labels(LabelDPRelease.from_config(LabelDPConfig(eps=eps, store_dir=str(tmp_path))), shard).labels.astype(np.int64)
     leak = np.random.default_rng(9).random(truth.size) < 0.10
     record = _record_from_noisy(train.ids, np.where(leak, truth, noisy))
     # Execute
@@ -218,9 +218,10 @@ def test_rr_and_rr_prior_releases_at_one_eps_draw_independently(tmp_path, shards
     eps = 1.0
     shard = PartyShard(str(shards_medium / "leader"))
     train = shard.split("train")
-    key = open_label_key(LabelDPConfig(eps=eps, store_dir=str(tmp_path)), shard.manifest)
-    rr = training_labels(train.labels, train.ids, LabelDPConfig(eps=eps), key)
-    prior = training_labels(train.labels, train.ids, LabelDPConfig(eps=eps, mechanism="rr_prior"), key, _FlatPrior())
+    key = open_label_key(str(tmp_path), None, shard.manifest)
+    rr = training_labels(train.labels, train.ids, LabelDPRelease.from_config(LabelDPConfig(eps=eps)), key)
+    prior = training_labels(train.labels, train.ids, LabelDPRelease.from_config(LabelDPConfig(eps=eps, mechanism="rr_prior")), key,
+                            _FlatPrior())
     # Execute
     differ = rr.labels != prior.labels
     # Assert: both are plain RR at eps here (k* = 2 everywhere), so independent draws disagree at

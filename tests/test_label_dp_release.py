@@ -16,12 +16,12 @@ from privacy.label.randomized_response import flip_probability
 from tests.dp_stats import binomial_tolerance
 from vfl.config.schema import LabelDPConfig
 from vfl.data.shards import PartyShard
-from vfl.labeldp.release import leader_training_labels
+from vfl.labeldp.release import LabelDPRelease, leader_training_labels
 
 
 def _labels(shards, store, eps=1.0, **kw):
     cfg = LabelDPConfig(eps=eps, store_dir=str(store), **kw)
-    return leader_training_labels(cfg, PartyShard(str(shards / "leader")))
+    return leader_training_labels(LabelDPRelease.from_config(cfg), PartyShard(str(shards / "leader")))
 
 
 def _ledger(result) -> dict:

@@ -122,7 +122,8 @@ def test_what_followers_receive_depends_on_true_labels_only_through_the_randomiz
     # the same randomized labels as dataset A under A's key: y_B = y~_A xor flips_B
     from vfl.config.schema import LabelDPConfig
     from vfl.data.shards import PartyShard
-    from vfl.labeldp.release import leader_training_labels, open_label_key, release_of
+    from privacy.label.store import release_id
+    from vfl.labeldp.release import LabelDPRelease, leader_training_labels, open_label_key
     from privacy.label.release_draws import PURPOSE_FLIP
     from privacy.label.keyed_random import keyed_uniforms
 
@@ -130,9 +131,9 @@ def test_what_followers_receive_depends_on_true_labels_only_through_the_randomiz
     shard_b = tmp_path / "shards_b"
     shutil.copytree(shards_small, shard_b)
     a = PartyShard(str(shards_small / "leader"))
-    noisy_a = leader_training_labels(LabelDPConfig(eps=eps, store_dir=str(tmp_path / "store_a")), a)
-    key_b = open_label_key(LabelDPConfig(eps=eps, store_dir=str(tmp_path / "store_b")), a.manifest)
-    rel_b = release_of(key_b, "binary_rr", {"eps": eps, "labels": "binary"})
+    noisy_a = leader_training_labels(LabelDPRelease.from_config(LabelDPConfig(eps=eps, store_dir=str(tmp_path / "store_a"))), a)
+    key_b = open_label_key(str(tmp_path / "store_b"), None, a.manifest)
+    rel_b = release_id(key_b.dataset, key_b.fingerprint, "binary_rr", {"eps": eps, "labels": "binary"})
     rho = flip_probability(eps)
     for split, noisy in (("train", noisy_a.labels.astype(np.int64)), ("valid", noisy_a.valid)):
         ids = a.split(split).ids
@@ -178,8 +179,11 @@ def test_posterior_soft_labels_are_the_plain_loss_without_noise_and_flat_at_eps_
 
 
 def test_the_correction_is_chosen_in_the_config():
-    from vfl.labeldp.losses import training_loss
     from vfl.config.schema import LabelDPConfig
+    from vfl.labeldp.release import LabelDPRelease
+
+    def training_loss(cfg):
+        return LabelDPRelease.from_config(cfg).training_loss()
 
     # rr defaults to the forward correction (the measured winner); plain RR is asked for; rr_prior has none
     assert LabelDPConfig(eps=1.0).debias and training_loss(LabelDPConfig(eps=1.0)) is not None

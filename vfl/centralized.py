@@ -24,18 +24,16 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     import numpy as np
     import torch
 
-    from vfl.labeldp.losses import training_loss
     from vfl.config.schema import ConfigError
     from vfl.obs.curves import RunCurves
     from vfl.data.readers.criteo import DataError
     from vfl.data.shards import PartyShard, eval_batches, steps_per_epoch
     from vfl.align.handshake import hello_meta, hello_problems
-    from vfl.labeldp.release import bayes_accuracy_of, leader_training_labels, task_classes
+    from vfl.labeldp.release import LabelDPRelease, bayes_accuracy_of, leader_training_labels, task_classes
     from vfl.training.loop import TrainingLoop
     from vfl.obs.metrics import write_json
     from vfl.training.party import BottomParty, resolve_device, set_threads
-    from vfl.labeldp.prior import LocalCutSource, fit_predict_all_parties, prior_config
-    from vfl.labeldp.prior import prior_fn_for
+    from vfl.labeldp.prior import LocalCutSource, fit_predict_all_parties, prior_config, prior_fn_for
     from vfl.training.top import TopTrainer
     from vfl.training.microbatch import micro_slices, weighted_loss
     from vfl.training.precision import warn_if_emulated
@@ -73,25 +71,24 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     if problems:
         raise DataError("; ".join(problems))
     train = parties[0].train_split
-    ld = leader_cfg.privacy.label_dp
-    prior_fn = prior_fn_for(leader_cfg, parties[0])
-    if num_classes is not None and ld is not None and ld.mechanism == "rr_prior":
+    release = LabelDPRelease.from_config(leader_cfg.privacy.label_dp, num_classes)
+    prior_fn = prior_fn_for(leader_cfg, release, parties[0])
+    if num_classes is not None and release is not None and release.uses_prior:
         def prior_fn(first, noisy):  # LP-2ST stage one over all parties, exactly as the split leader runs it
-            epochs = prior_config(leader_cfg).train.epochs
-            sources = [LocalCutSource(BottomParty(prior_config(c, epochs), p.shard, device))
+            sources = [LocalCutSource(BottomParty(prior_config(c, release.prior_epochs), p.shard, device))
                        for c, p in zip((leader_cfg, *follower_cfgs), parties)]
-            return fit_predict_all_parties(leader_cfg, num_classes, sources, sum(p.cut_dim for p in parties), device,
+            return fit_predict_all_parties(leader_cfg, release, sources, sum(p.cut_dim for p in parties), device,
                                            first.size, first, noisy, log)
-    labels_info = leader_training_labels(ld, leader_shard, prior_fn, num_classes=num_classes)
+    labels_info = leader_training_labels(release, leader_shard, prior_fn)
     for w in labels_info.warnings:
         log(w)
     labels = torch.from_numpy(labels_info.labels)
     tr = leader_cfg.train
     top = TopTrainer(tr, leader_cfg.model.top, sum(p.cut_dim for p in parties), device,
-                     training_loss(leader_cfg.privacy.label_dp, num_classes), tr.epochs * steps_per_epoch(len(train), tr.batch_size),
+                     release.training_loss() if release is not None else None, tr.epochs * steps_per_epoch(len(train), tr.batch_size),
                      num_classes)
     loop = TrainingLoop(tr, len(train), parties[0].test_split.labels, log, labels_info.valid,
-                        ld.eps if ld is not None else None, num_classes)
+                        release.eps if release is not None else None, num_classes)
     loop.curves = RunCurves(out_dir, "centralized", log=log)
 
     def step(epoch: int, i: int, rows: np.ndarray) -> float:

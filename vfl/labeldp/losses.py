@@ -3,8 +3,6 @@ posterior soft labels (Malek et al. 2021), binary and over K classes. They read 
 mechanism's public channel (flip probability or k-ary transition), so training on them is post-processing."""
 from __future__ import annotations
 
-from privacy.label.randomized_response import flip_probability, kary_transition
-
 
 def forward_corrected_bce(logits, noisy_labels, rho: float):
     """BCE of q = rho + (1 - 2 rho) sigmoid(logit) against the noisy label (forward loss correction,
@@ -58,19 +56,18 @@ def posterior_soft_ce(logits, noisy_classes, transition):
     return -(target * torch.log_softmax(logits, dim=1)).sum(dim=1).mean()
 
 
-def training_loss(label_dp_cfg, num_classes: int | None = None):
-    """With `debias: true`, the forward-corrected loss (`correction: forward`, default) or the posterior
-    soft-label loss (`correction: posterior`), binary or over K classes; else None (the caller's plain loss)."""
-    if label_dp_cfg is None or not label_dp_cfg.debias:
-        return None
-    if num_classes is not None:
+def corrected_loss(correction: str, rho: float | None = None, transition=None):
+    """The loss that trains on randomized labels: `forward` (Patrini et al. 2017) or `posterior` (ALIBI-style soft
+    labels), binary with the flip probability rho, or over K classes with the K x K transition (a numpy array)."""
+    if correction not in ("forward", "posterior"):
+        raise ValueError(f"correction must be 'forward' or 'posterior', got {correction!r}")
+    if (rho is None) == (transition is None):
+        raise ValueError("pass rho (binary labels) or transition (K classes), exactly one")
+    if transition is not None:
         import torch
 
-        t = torch.from_numpy(kary_transition(num_classes, label_dp_cfg.eps))
-        if getattr(label_dp_cfg, "correction", "forward") == "posterior":
-            return lambda logits, labels: posterior_soft_ce(logits, labels, t.to(logits.device))
-        return lambda logits, labels: forward_corrected_ce(logits, labels, t.to(logits.device))
-    rho = flip_probability(label_dp_cfg.eps)
-    if getattr(label_dp_cfg, "correction", "forward") == "posterior":
-        return lambda logits, labels: posterior_soft_bce(logits, labels, rho)
-    return lambda logits, labels: forward_corrected_bce(logits, labels, rho)
+        t = torch.from_numpy(transition)
+        loss = posterior_soft_ce if correction == "posterior" else forward_corrected_ce
+        return lambda logits, labels: loss(logits, labels, t.to(logits.device))
+    loss = posterior_soft_bce if correction == "posterior" else forward_corrected_bce
+    return lambda logits, labels: loss(logits, labels, rho)

@@ -21,19 +21,21 @@ its own label, so RRWithPrior on it is eps-label-DP (Ghazi et al. 2021, Thm 5 / 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import torch
 from torch import nn
 
-from privacy.label.randomized_response import flip_probability, kary_transition
 from vfl.config.schema import PartyConfig
 from vfl.data.shards import PartyShard, batch_order, eval_batches
 from vfl.labeldp.losses import forward_corrected_bce, forward_corrected_ce
 from vfl.models.registry import build_bottom
 from vfl.training.optim import build_optimizer
 from vfl.training.top import TopTrainer
+
+if TYPE_CHECKING:  # the release imports nothing of this module; the type only documents the argument
+    from vfl.labeldp.release import LabelDPRelease
 
 PRIOR_ORDER_SALT = 0x5EED
 PRIOR_PARTY_SUFFIX = "-lp2st-prior"
@@ -45,13 +47,11 @@ class CutSource(Protocol):
     def evaluate(self, rows: slice) -> torch.Tensor: ...
 
 
-def prior_config(cfg: PartyConfig, epochs: int | None = None) -> PartyConfig:
-    """A party's config for its stage-one bottom: its own init seed name, prior_epochs (the leader's
-    privacy.label_dp.prior_epochs; a follower is told it in PRIOR), a constant LR, no selection."""
+def prior_config(cfg: PartyConfig, epochs: int) -> PartyConfig:
+    """A party's config for its stage-one bottom: its own init seed name, `epochs` (the release's prior_epochs; a
+    follower is told it in PRIOR), a constant LR, no selection."""
     from vfl.config.schema import LRScheduleConfig
 
-    if epochs is None:
-        epochs = cfg.privacy.label_dp.prior_epochs
     train = cfg.train.model_copy(update={"epochs": epochs, "early_stopping": None, "lr_schedule": LRScheduleConfig()})
     return cfg.model_copy(update={"party": cfg.party + PRIOR_PARTY_SUFFIX, "train": train})
 
@@ -77,15 +77,15 @@ class LocalCutSource:
         return self.party.forward_eval(rows, "train")
 
 
-def fit_predict_all_parties(cfg: PartyConfig, num_classes: int, sources: list[CutSource], in_dim: int,
+def fit_predict_all_parties(cfg: PartyConfig, release: LabelDPRelease, sources: list[CutSource], in_dim: int,
                             device: torch.device, n_train: int, stage_one: np.ndarray, noisy: np.ndarray,
                             log: Callable[[str], None] | None = None) -> np.ndarray:
-    """Train the stage-one split model on rows where stage_one is True (labels `noisy`, k-ary RR at the
-    config's eps) and return its class probabilities (n_train, K) on every training row."""
-    pcfg = prior_config(cfg)
-    tr = pcfg.train
+    """Train the stage-one split model on rows where stage_one is True (labels `noisy`, k-ary RR of the
+    release) and return its class probabilities (n_train, K) on every training row."""
+    num_classes = release.num_classes
+    tr = prior_config(cfg, release.prior_epochs).train
     rows = np.flatnonzero(stage_one)
-    t = torch.from_numpy(kary_transition(num_classes, cfg.privacy.label_dp.eps)).to(device)
+    t = torch.from_numpy(release.transition).to(device)
     spe = -(-rows.size // tr.batch_size)
     top = TopTrainer(tr, cfg.model.top, in_dim, device, lambda z, y: forward_corrected_ce(z, y, t), tr.epochs * spe,
                      num_classes)
@@ -120,11 +120,12 @@ class _PriorNet(nn.Module):
         return self.head(self.bottom(*features)).squeeze(1)
 
 
-def leader_prior_fn(cfg: PartyConfig, shard: PartyShard, device: torch.device, tick: Callable[[], None] | None = None):
+def leader_prior_fn(cfg: PartyConfig, release: LabelDPRelease, shard: PartyShard, device: torch.device,
+                    tick: Callable[[], None] | None = None):
     """fit_predict(stage_one_mask, noisy_labels) -> P(y=1) for every training row; tick() after every batch."""
     train = shard.split("train")
-    epochs = cfg.privacy.label_dp.prior_epochs
-    rho = flip_probability(cfg.privacy.label_dp.eps)  # stage-one labels are plain RR: correct for it
+    epochs = release.prior_epochs
+    rho = release.flip_probability  # stage-one labels are plain RR: correct for it
 
     def fit_predict(stage_one: np.ndarray, noisy: np.ndarray) -> np.ndarray:
         with torch.random.fork_rng(devices=[]):
@@ -135,7 +136,7 @@ def leader_prior_fn(cfg: PartyConfig, shard: PartyShard, device: torch.device, t
         rows = np.flatnonzero(stage_one)
         y = torch.from_numpy(np.asarray(noisy, dtype=np.float32))
         for epoch in range(epochs):
-            for batch in batch_order(rows.size, cfg.train.batch_size, cfg.train.seed ^ 0x5EED, epoch):
+            for batch in batch_order(rows.size, cfg.train.batch_size, cfg.train.seed ^ PRIOR_ORDER_SALT, epoch):
                 r = rows[batch]
                 loss = forward_corrected_bce(net(*train.features(r, device)), y[r].to(device), rho)
                 loss.backward()
@@ -153,9 +154,9 @@ def leader_prior_fn(cfg: PartyConfig, shard: PartyShard, device: torch.device, t
     return fit_predict
 
 
-def prior_fn_for(cfg: PartyConfig, party, tick: Callable[[], None] | None = None) -> Callable | None:
-    """The stage-one prior of the leader's BottomParty when its config selects rr_prior, else None."""
-    ld = cfg.privacy.label_dp
-    if ld is None or ld.mechanism != "rr_prior":
+def prior_fn_for(cfg: PartyConfig, release: LabelDPRelease | None, party,
+                 tick: Callable[[], None] | None = None) -> Callable | None:
+    """The stage-one prior of the leader's BottomParty when the release is LP-2ST (rr_prior), else None."""
+    if release is None or not release.uses_prior:
         return None
-    return leader_prior_fn(cfg, party.shard, party.device, tick)
+    return leader_prior_fn(cfg, release, party.shard, party.device, tick)

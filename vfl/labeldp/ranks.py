@@ -27,11 +27,11 @@ class LedgerReader:
         return False, {"total_eps": None, "releases": None, "overlapping_datasets": []}
 
 
-def open_label_key_ranks(ctx, label_dp, manifest):
+def open_label_key_ranks(ctx, store_dir: str | None, key_file: str | None, manifest: dict):
     """open_label_key on rank 0 first (it may create the key), then on every other rank with a LedgerReader."""
     from vfl.labeldp.release import open_label_key
 
-    key = ctx.in_order(lambda: open_label_key(label_dp, manifest))
+    key = ctx.in_order(lambda: open_label_key(store_dir, key_file, manifest))
     if not ctx.is_main:
         key.store = LedgerReader(key.store)
     return key

@@ -1,9 +1,13 @@
-"""The one place the leader's labels pass through before training: label DP releases plug in here.
+"""The label-DP release: the one place that reads `privacy.label_dp` and the one path the leader's labels take.
 
-Under label DP the leader opens the labelled dataset's store (privacy/label/store.py: secret key
-and ledger, outside any shard directory), derives the release id from the mechanism's parameters,
-draws the noisy labels with the leader's PRF, and records the release in the ledger. Nothing here
-uses `train.seed` or any other value a follower knows.
+`LabelDPRelease.from_config` turns the leader's config (and the task's class count) into numbers: eps, the
+mechanism, the flip probability or k-ary transition, the correction, the LP-2ST prior's share and epochs, and the
+store. Everything downstream takes the release, never the config: the loss (`training_loss`), the loop (`eps` for the
+debiased validation metrics), the prior (`flip_probability`, `transition`, `prior_epochs`) and the ranks (`store_dir`,
+`key_file`). `draw` opens nothing: given the leader's key (`open_label_key`) it derives the release id from the
+mechanism's parameters, draws the noisy training and validation labels with the leader's PRF
+(privacy/label/release_draws.py), and records the release in the ledger (privacy/label/store.py). Nothing here uses
+`train.seed` or any other value a follower knows.
 """
 from __future__ import annotations
 
@@ -13,12 +17,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from privacy.label.randomized_response import flip_probability, kary_transition, keep_probability
 from privacy.label.release_draws import (
     randomize_binary_once, randomize_classes_once, rr_prior_classes_once, rr_prior_once, run_report, stage_one_mask,
 )
 from privacy.label.store import LabelDPStore, Release, dataset_id, default_store_dir, key_fingerprint, release_id
 from vfl.config.schema import LabelDPConfig
 from vfl.data.readers.criteo import DataError
+from vfl.labeldp.losses import corrected_loss
 
 PriorFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
@@ -67,119 +73,188 @@ class LabelKey:
         return key_fingerprint(self.key)
 
 
-def open_label_key(label_dp: LabelDPConfig, manifest: dict) -> LabelKey:
+def open_label_key(store_dir: str | None, key_file: str | None, manifest: dict) -> LabelKey:
     """The leader's key (created on first use) and ledger, for the dataset its shard was prepared from.
     Called before any follower connects, so that a store problem never reaches a follower."""
     source = manifest.get("source") or {}
     dataset = dataset_id(source.get("sha256"))
-    store = LabelDPStore(label_dp.store_dir or default_store_dir(), label_dp.key_file)
+    store = LabelDPStore(store_dir or default_store_dir(), key_file)
     return LabelKey(store.key(), store, dataset, {"sha256": source.get("sha256"), "lines": source.get("lines")})
-
-
-def release_of(label_key: LabelKey, mechanism: str, params: dict) -> str:
-    return release_id(label_key.dataset, label_key.fingerprint, mechanism, params)
 
 
 def _prior_digest(prior: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(prior, dtype="<f8").tobytes()).hexdigest()[:32]
 
 
-def training_labels(labels: np.ndarray, sample_ids: np.ndarray, label_dp: LabelDPConfig | None,
-                    label_key: LabelKey | None = None, prior_fn: PriorFn | None = None,
-                    valid_labels: np.ndarray | None = None, valid_ids: np.ndarray | None = None,
-                    num_classes: int | None = None) -> TrainingLabels:
-    """True labels when label DP is off; otherwise the noisy labels of this parameter set's release.
-    Validation labels (when given) are randomized in the same release, once per sample, so that model
-    selection on them is post-processing; the ledger counts them with the training labels.
-    num_classes K: class ids in [0, K), randomized by k-ary RR (keep p1 = e^eps/(K-1+e^eps))."""
-    labels = np.asarray(labels).astype(np.int64)
-    valid_labels = np.zeros(0, np.int64) if valid_labels is None else np.asarray(valid_labels).astype(np.int64)
-    valid_ids = np.zeros(0, np.int64) if valid_ids is None else np.asarray(valid_ids).astype(np.int64)
-    if label_dp is None:
-        return TrainingLabels(labels.astype(np.float32), valid=valid_labels)
-    if label_key is None:
-        raise ValueError("label DP needs the leader's key (open_label_key)")
-    eps, k = label_dp.eps, label_key.key
-    if num_classes is not None and label_dp.mechanism == "rr_prior":
-        # LP-2ST over K classes: stage one gets k-ary RR (its own release); a split model of ALL parties
-        # trained on it gives the priors of stage two (vfl/labeldp/prior.py)
-        if prior_fn is None:
+@dataclass(frozen=True)
+class _Drawn:
+    """What one mechanism drew: the release id, the ledger's name and parameters, the noisy labels, and extras."""
+
+    release: str
+    mechanism: str
+    params: dict
+    noisy: np.ndarray
+    valid_noisy: np.ndarray
+    extra: dict
+
+
+@dataclass(frozen=True)
+class LabelDPRelease:
+    """Everything a run derives from `privacy.label_dp`, as numbers (see the module docstring)."""
+
+    eps: float
+    mechanism: str  # the config's name: "rr" (binary or k-ary randomized response) or "rr_prior" (LP-2ST)
+    num_classes: int | None  # None: 0/1 labels; K: class ids in [0, K)
+    debias: bool
+    correction: str  # with debias: "forward" | "posterior"
+    prior_fraction: float
+    prior_epochs: int
+    store_dir: str | None = None
+    key_file: str | None = None
+
+    @classmethod
+    def from_config(cls, label_dp: LabelDPConfig | None, num_classes: int | None = None) -> LabelDPRelease | None:
+        """None when label DP is off. Every mechanism of the config's domain serves binary and K-class labels."""
+        if label_dp is None:
+            return None
+        return cls(float(label_dp.eps), label_dp.mechanism, num_classes, bool(label_dp.debias), label_dp.correction,
+                   float(label_dp.prior_fraction), int(label_dp.prior_epochs), label_dp.store_dir, label_dp.key_file)
+
+    @property
+    def flip_probability(self) -> float:
+        """P(noisy label != true label) of randomized response: 1/(1+e^eps) binary, 1 - e^eps/(K-1+e^eps) K-ary."""
+        if self.num_classes is None:
+            return flip_probability(self.eps)
+        return 1.0 - keep_probability(self.eps, self.num_classes)
+
+    @property
+    def transition(self) -> np.ndarray:
+        """The K x K channel of k-ary RR, T[i, j] = P(noisy j | true i) (2 x 2 for binary labels)."""
+        return kary_transition(self.num_classes or 2, self.eps)
+
+    @property
+    def uses_prior(self) -> bool:
+        return self.mechanism == "rr_prior"
+
+    def training_loss(self):
+        """The noise-corrected loss with `debias`, else None (the caller's plain loss)."""
+        if not self.debias:
+            return None
+        if self.num_classes is None:
+            return corrected_loss(self.correction, rho=self.flip_probability)
+        return corrected_loss(self.correction, transition=self.transition)
+
+    def draw(self, labels: np.ndarray, sample_ids: np.ndarray, label_key: LabelKey, prior_fn: PriorFn | None = None,
+             valid_labels: np.ndarray | None = None, valid_ids: np.ndarray | None = None) -> TrainingLabels:
+        """The noisy labels of this release. Validation labels (when given) are randomized in the same release,
+        once per sample, so that model selection on them is post-processing; the ledger counts them with the
+        training labels."""
+        labels = np.asarray(labels).astype(np.int64)
+        valid_labels = np.zeros(0, np.int64) if valid_labels is None else np.asarray(valid_labels).astype(np.int64)
+        valid_ids = np.zeros(0, np.int64) if valid_ids is None else np.asarray(valid_ids).astype(np.int64)
+        if label_key is None:
+            raise ValueError("label DP needs the leader's key (open_label_key)")
+        if self.uses_prior and prior_fn is None:
             raise ValueError("privacy.label_dp.mechanism rr_prior needs a stage-one prior model")
-        stage_params = {"eps": eps, "prior_fraction": label_dp.prior_fraction, "labels": "multiclass",
-                        "num_classes": num_classes, "prior": "all parties"}
-        stage_rel = release_of(label_key, "lp2st_stage_one", stage_params)
-        first = stage_one_mask(sample_ids, k, stage_rel, label_dp.prior_fraction)
-        noisy = randomize_classes_once(labels, sample_ids, num_classes, eps, k, stage_rel)
-        valid_noisy = randomize_classes_once(valid_labels, valid_ids, num_classes, eps, k, stage_rel)
+        draw = {(False, False): self._binary_rr, (False, True): self._kary_rr,
+                (True, False): self._lp2st_binary, (True, True): self._lp2st_classes}[
+            (self.uses_prior, self.num_classes is not None)]
+        d = draw(labels, np.asarray(sample_ids, np.int64), label_key, prior_fn, valid_labels, valid_ids)
+        released_ids = np.concatenate([np.asarray(sample_ids, np.int64), valid_ids])
+        is_new, summary = label_key.store.record(
+            Release(d.release, label_key.dataset, d.mechanism, self.eps, d.params, int(released_ids.size)),
+            label_key.key, released_ids, label_key.source)
+        report = run_report(labels, d.noisy, self.eps, d.mechanism, **d.extra, release_id=d.release, new_release=is_new,
+                            key_fingerprint=label_key.fingerprint, dataset_id=label_key.dataset,
+                            ledger=label_key.store.ledger_path, dataset_releases=summary["releases"],
+                            dataset_total_eps=summary["total_eps"], overlapping_datasets=summary["overlapping_datasets"],
+                            valid_rows=int(valid_ids.size),
+                            valid_flipped_fraction=float(np.mean(d.valid_noisy != valid_labels)) if valid_ids.size else 0.0)
+        return TrainingLabels(d.noisy.astype(np.float32), report, d.release, tuple(label_key.store.warnings),
+                              d.valid_noisy)
+
+    # -- one function per mechanism; each names its release by (dataset, key, mechanism, parameters) -------------------
+    def _id(self, label_key: LabelKey, mechanism: str, params: dict) -> str:
+        return release_id(label_key.dataset, label_key.fingerprint, mechanism, params)
+
+    def _corrected(self) -> dict:
+        return {"debias": self.debias, "correction": self.correction if self.debias else None}
+
+    def _binary_rr(self, labels, ids, label_key, prior_fn, valid_labels, valid_ids) -> _Drawn:
+        params = {"eps": self.eps, "labels": "binary"}
+        rel = self._id(label_key, "binary_rr", params)
+        return _Drawn(rel, "binary_rr", params, randomize_binary_once(labels, ids, self.eps, label_key.key, rel),
+                      randomize_binary_once(valid_labels, valid_ids, self.eps, label_key.key, rel), self._corrected())
+
+    def _kary_rr(self, labels, ids, label_key, prior_fn, valid_labels, valid_ids) -> _Drawn:
+        k = self.num_classes
+        params = {"eps": self.eps, "labels": "multiclass", "num_classes": k}
+        rel = self._id(label_key, "kary_rr", params)
+        return _Drawn(rel, "kary_rr", params, randomize_classes_once(labels, ids, k, self.eps, label_key.key, rel),
+                      randomize_classes_once(valid_labels, valid_ids, k, self.eps, label_key.key, rel),
+                      {**self._corrected(), "num_classes": k})
+
+    def _lp2st_binary(self, labels, ids, label_key, prior_fn, valid_labels, valid_ids) -> _Drawn:
+        """LP-2ST (Ghazi et al. 2021, Alg. 3): stage one gets plain RR (its own release); its model's predictions are
+        the priors of stage two, whose release id includes a digest of the prior."""
+        key, eps = label_key.key, self.eps
+        stage_params = {"eps": eps, "prior_fraction": self.prior_fraction, "labels": "binary"}
+        stage_rel = self._id(label_key, "lp2st_stage_one", stage_params)
+        first = stage_one_mask(ids, key, stage_rel, self.prior_fraction)
+        noisy = randomize_binary_once(labels, ids, eps, key, stage_rel)
+        valid_noisy = randomize_binary_once(valid_labels, valid_ids, eps, key, stage_rel)  # plain RR, like stage one
         prior = prior_fn(first, np.where(first, noisy, 0))
         second = ~first
         params = {**stage_params, "stage_one_release": stage_rel, "prior_sha256": _prior_digest(prior[second])}
-        rel = release_of(label_key, "rr_prior", params)
-        noisy2, k_star = rr_prior_classes_once(labels[second], sample_ids[second], prior[second], eps, k, rel)
-        noisy[second] = noisy2
-        collapse = float(np.mean(k_star == 1)) if k_star.size else 0.0
-        extra = {"debias": False, "num_classes": num_classes, "stage_one_fraction": float(first.mean()),
-                 "collapse_fraction": collapse, "collapsed": collapse > 0.5,
-                 "mean_k_star": float(k_star.mean()) if k_star.size else 0.0,
-                 "stage_two_kept_in_set": float(np.mean(noisy2 == labels[second])) if second.any() else 0.0,
-                 "flipped_fraction_stage_two": float(np.mean(noisy2 != labels[second])) if second.any() else 0.0,
-                 "prior": "all parties (LP-2ST stage one as a split model on the stage-one rows, Ghazi et al. 2021 Alg. 3)"}
-        mechanism = "rr_prior"
-    elif num_classes is not None:
-        if label_dp.mechanism != "rr":
-            raise ValueError(f"privacy.label_dp.mechanism {label_dp.mechanism} is not available for a "
-                             f"{num_classes}-class task; use rr (k-ary randomized response) or rr_prior")
-        params = {"eps": eps, "labels": "multiclass", "num_classes": num_classes}
-        rel = release_of(label_key, "kary_rr", params)
-        noisy = randomize_classes_once(labels, sample_ids, num_classes, eps, k, rel)
-        valid_noisy = randomize_classes_once(valid_labels, valid_ids, num_classes, eps, k, rel)
-        extra = {"debias": label_dp.debias, "correction": label_dp.correction if label_dp.debias else None,
-                 "num_classes": num_classes}
-        mechanism = "kary_rr"
-    elif label_dp.mechanism == "rr":
-        params = {"eps": eps, "labels": "binary"}
-        rel = release_of(label_key, "binary_rr", params)
-        noisy = randomize_binary_once(labels, sample_ids, eps, k, rel)
-        valid_noisy = randomize_binary_once(valid_labels, valid_ids, eps, k, rel)
-        extra = {"debias": label_dp.debias, "correction": label_dp.correction if label_dp.debias else None}
-        mechanism = "binary_rr"
-    else:
-        # rr_prior: LP-2ST. Stage one gets plain RR (its own release); its model's predictions are the
-        # priors of stage two, whose release id includes a digest of the prior.
-        if prior_fn is None:
-            raise ValueError("privacy.label_dp.mechanism rr_prior needs a stage-one prior model")
-        stage_params = {"eps": eps, "prior_fraction": label_dp.prior_fraction, "labels": "binary"}
-        stage_rel = release_of(label_key, "lp2st_stage_one", stage_params)
-        first = stage_one_mask(sample_ids, k, stage_rel, label_dp.prior_fraction)
-        noisy = randomize_binary_once(labels, sample_ids, eps, k, stage_rel)
-        valid_noisy = randomize_binary_once(valid_labels, valid_ids, eps, k, stage_rel)  # plain RR, like stage one
-        prior = prior_fn(first, np.where(first, noisy, 0))
-        second = ~first
-        params = {**stage_params, "stage_one_release": stage_rel, "prior_sha256": _prior_digest(prior[second])}
-        rel = release_of(label_key, "rr_prior", params)
-        noisy2, k_star = rr_prior_once(labels[second], sample_ids[second], prior[second], eps, k, rel)
+        rel = self._id(label_key, "rr_prior", params)
+        noisy2, k_star = rr_prior_once(labels[second], ids[second], prior[second], eps, key, rel)
         noisy[second] = noisy2
         collapse = float(np.mean(k_star == 1)) if k_star.size else 0.0
         extra = {"debias": False, "stage_one_fraction": float(first.mean()), "collapse_fraction": collapse,
                  "flipped_fraction_stage_two": float(np.mean(noisy2 != labels[second])) if second.any() else 0.0,
                  "prior": "leader-only columns (LP-2ST stage one, Ghazi et al. 2021 Alg. 3)", "collapsed": collapse > 0.5}
-        mechanism = "rr_prior"
-    released_ids = np.concatenate([np.asarray(sample_ids, np.int64), valid_ids])
-    is_new, summary = label_key.store.record(Release(rel, label_key.dataset, mechanism, eps, params, int(released_ids.size)),
-                                             k, released_ids, label_key.source)
-    report = run_report(labels, noisy, eps, mechanism, **extra, release_id=rel, new_release=is_new,
-                        key_fingerprint=label_key.fingerprint, dataset_id=label_key.dataset,
-                        ledger=label_key.store.ledger_path, dataset_releases=summary["releases"],
-                        dataset_total_eps=summary["total_eps"], overlapping_datasets=summary["overlapping_datasets"],
-                        valid_rows=int(valid_ids.size), valid_flipped_fraction=float(np.mean(valid_noisy != valid_labels))
-                        if valid_ids.size else 0.0)
-    return TrainingLabels(noisy.astype(np.float32), report, rel, tuple(label_key.store.warnings), valid_noisy)
+        return _Drawn(rel, "rr_prior", params, noisy, valid_noisy, extra)
+
+    def _lp2st_classes(self, labels, ids, label_key, prior_fn, valid_labels, valid_ids) -> _Drawn:
+        """LP-2ST over K classes: stage one gets k-ary RR (its own release); a split model of ALL parties trained on
+        it gives the priors of stage two (vfl/labeldp/prior.py)."""
+        key, eps, k = label_key.key, self.eps, self.num_classes
+        stage_params = {"eps": eps, "prior_fraction": self.prior_fraction, "labels": "multiclass",
+                        "num_classes": k, "prior": "all parties"}
+        stage_rel = self._id(label_key, "lp2st_stage_one", stage_params)
+        first = stage_one_mask(ids, key, stage_rel, self.prior_fraction)
+        noisy = randomize_classes_once(labels, ids, k, eps, key, stage_rel)
+        valid_noisy = randomize_classes_once(valid_labels, valid_ids, k, eps, key, stage_rel)
+        prior = prior_fn(first, np.where(first, noisy, 0))
+        second = ~first
+        params = {**stage_params, "stage_one_release": stage_rel, "prior_sha256": _prior_digest(prior[second])}
+        rel = self._id(label_key, "rr_prior", params)
+        noisy2, k_star = rr_prior_classes_once(labels[second], ids[second], prior[second], eps, key, rel)
+        noisy[second] = noisy2
+        collapse = float(np.mean(k_star == 1)) if k_star.size else 0.0
+        extra = {"debias": False, "num_classes": k, "stage_one_fraction": float(first.mean()),
+                 "collapse_fraction": collapse, "collapsed": collapse > 0.5,
+                 "mean_k_star": float(k_star.mean()) if k_star.size else 0.0,
+                 "stage_two_kept_in_set": float(np.mean(noisy2 == labels[second])) if second.any() else 0.0,
+                 "flipped_fraction_stage_two": float(np.mean(noisy2 != labels[second])) if second.any() else 0.0,
+                 "prior": "all parties (LP-2ST stage one as a split model on the stage-one rows, Ghazi et al. 2021 Alg. 3)"}
+        return _Drawn(rel, "rr_prior", params, noisy, valid_noisy, extra)
 
 
-def leader_training_labels(label_dp: LabelDPConfig | None, shard, prior_fn: PriorFn | None = None,
-                           label_key: LabelKey | None = None, num_classes: int | None = None) -> TrainingLabels:
+def training_labels(labels: np.ndarray, sample_ids: np.ndarray, release: LabelDPRelease | None,
+                    label_key: LabelKey | None = None, prior_fn: PriorFn | None = None,
+                    valid_labels: np.ndarray | None = None, valid_ids: np.ndarray | None = None) -> TrainingLabels:
+    """True labels when label DP is off (release None); otherwise the noisy labels of the release."""
+    if release is None:
+        valid = np.zeros(0, np.int64) if valid_labels is None else np.asarray(valid_labels).astype(np.int64)
+        return TrainingLabels(np.asarray(labels).astype(np.int64).astype(np.float32), valid=valid)
+    return release.draw(labels, sample_ids, label_key, prior_fn, valid_labels, valid_ids)
+
+
+def leader_training_labels(release: LabelDPRelease | None, shard, prior_fn: PriorFn | None = None,
+                           label_key: LabelKey | None = None) -> TrainingLabels:
     """The training labels of the leader's labelled shard (a PartyShard); opens the key unless given."""
     train, valid = shard.split("train"), shard.split("valid")
-    if label_dp is not None and label_key is None:
-        label_key = open_label_key(label_dp, shard.manifest)
-    return training_labels(train.labels, train.ids, label_dp, label_key, prior_fn, valid.labels, valid.ids, num_classes)
+    if release is not None and label_key is None:
+        label_key = open_label_key(release.store_dir, release.key_file, shard.manifest)
+    return training_labels(train.labels, train.ids, release, label_key, prior_fn, valid.labels, valid.ids)
