@@ -8,7 +8,7 @@ from vfl.cli import party_main
 
 def body(cfg, log, state: dict) -> None:
     from follower.trainer import FollowerTrainer
-    from vfl.cli import party_keys
+    from vfl.cli import check_rank_options, party_keys
     from vfl.data.readers.criteo import DataError
     from vfl.data.shards import PartyShard
     from vfl.training.party import BottomParty, resolve_device, set_threads
@@ -23,8 +23,7 @@ def body(cfg, log, state: dict) -> None:
     from vfl.distributed.pairing import rank_endpoint
 
     env = state.get("ranks") or rank_env()
-    if env.distributed and cfg.train.microbatches > 1:  # DDP all-reduces on every backward: one per step only
-        raise ConfigError(f"train.microbatches={cfg.train.microbatches} needs --ranks 1; with N ranks use microbatches: 1")
+    check_rank_options(cfg, env.distributed)
     if env.distributed and cfg.debug.record_gradients:
         raise ConfigError("debug.record_gradients records one process's view; run it with --ranks 1")
     keys = party_keys(cfg)

@@ -9,7 +9,7 @@ from vfl.cli import party_main
 
 def body(cfg, log, state: dict) -> None:
     from leader.trainer import LeaderTrainer
-    from vfl.cli import party_keys
+    from vfl.cli import check_rank_options, party_keys
     from vfl.data.readers.criteo import DataError
     from vfl.data.shards import PartyShard
     from vfl.labeldp.release import task_classes
@@ -34,8 +34,7 @@ def body(cfg, log, state: dict) -> None:
     if env.distributed and cfg.privacy.label_dp is not None and cfg.privacy.label_dp.mechanism == "rr_prior":
         raise ConfigError("privacy.label_dp.mechanism rr_prior (LP-2ST) runs on one rank only; use rr with --ranks N, "
                           "or --ranks 1")
-    if env.distributed and cfg.train.microbatches > 1:  # DDP all-reduces on every backward: one per step only
-        raise ConfigError(f"train.microbatches={cfg.train.microbatches} needs --ranks 1; with N ranks use microbatches: 1")
+    check_rank_options(cfg, env.distributed)
     keys = party_keys(cfg)
     if env.is_main:
         preload_tensorboard()

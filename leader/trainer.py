@@ -190,7 +190,6 @@ class LeaderTrainer:
             self.party.step_optimizer()
             self.local_samples += rows.size
             return total
-            return value
 
         self.loop.run(step, self.evaluate, lambda epoch, gs: self.checkpoint(epoch, gs, f"step{gs}"), self.start_step,
                       self.snapshot, self.restore)

@@ -8,29 +8,4 @@
 # --raw: the leader's own file (id column, its columns, label; TSV or CSV) is prepared alone into DIR/<party>
 # (default runs/shards); the ids are then intersected privately with each follower's (PSI) before training.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-[ $# -ge 2 ] || { sed -n '3,9p' "$0"; exit 2; }
-CONFIG=$1 ENDPOINT=$2; shift 2
-RAW="" SHARDS="runs/shards" PREP=() REST=() RANKS=1 NNODES=1 NODE_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --raw) RAW=$2; shift 2 ;;
-    --shards) SHARDS=$2; shift 2 ;;
-    --ranks) RANKS=$2; shift 2 ;;
-    --nnodes) NNODES=$2; shift 2 ;;
-    --node-rank) NODE_RANK=$2; shift 2 ;;
-    --master-addr) MASTER_ADDR=$2; shift 2 ;;
-    --master-port) MASTER_PORT=$2; shift 2 ;;
-    --hash-buckets|--parties|--vocab-min-count|--seed) PREP+=("$1" "$2"); shift 2 ;;
-    *) REST+=("$1"); shift ;;
-  esac
-done
-bash scripts/setup.sh
-PY=.venv/bin/python
-. scripts/prepare_own.sh
-. scripts/lib.sh
-if [ -n "$RAW" ]; then
-  REST+=(--data "$(prepare_own "$CONFIG" "$RAW" "$SHARDS" "${PREP[@]}")")
-fi
-launcher leader "$RANKS" "$NNODES" "$NODE_RANK" "$MASTER_ADDR" "$MASTER_PORT"
-exec "${LAUNCH[@]}" --config "$CONFIG" --bind "$ENDPOINT" "${REST[@]}"
+exec bash "$(dirname "$0")/run_party.sh" leader "$0" "$@"

@@ -67,6 +67,14 @@ def party_keys(cfg: PartyConfig):
         raise ConfigError(str(e)) from None
 
 
+def check_rank_options(cfg: PartyConfig, distributed: bool) -> None:
+    """Options that need one process per party: a ConfigError under N ranks (both roles check the same)."""
+    from vfl.config.schema import ConfigError
+
+    if distributed and cfg.train.microbatches > 1:  # DDP all-reduces on every backward: one per step only
+        raise ConfigError(f"train.microbatches={cfg.train.microbatches} needs --ranks 1; with N ranks use microbatches: 1")
+
+
 def one_line(e: BaseException) -> str:
     text = str(e) or e.__class__.__name__
     return " ".join(text.split())
