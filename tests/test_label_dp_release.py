@@ -266,3 +266,41 @@ def test_a_follower_rerunning_synth_with_the_public_seed_does_not_regenerate_the
     ta, tb = np.load(str(tmp_path / "leader.tsv.truth.npy")), np.load(str(tmp_path / "follower.tsv.truth.npy"))
     assert np.corrcoef(ta, tb)[0, 1] < 0.5
     assert "secret" in json.loads((tmp_path / "leader.tsv.meta.json").read_text())["label_seed"]
+
+
+def test_the_release_object_derives_every_number_from_the_config_once():
+    """LabelDPRelease is the one reader of privacy.label_dp: its flip probability and transition are those of the
+    mechanism functions, its loss follows debias/correction, and no label DP means no release."""
+    # Prepare
+    from privacy.label.randomized_response import kary_transition, keep_probability
+    from vfl.labeldp.release import LabelDPRelease
+
+    binary = LabelDPRelease.from_config(LabelDPConfig(eps=1.5, prior_fraction=0.3, prior_epochs=4))
+    classes = LabelDPRelease.from_config(LabelDPConfig(eps=1.5, mechanism="rr_prior"), num_classes=5)
+    # Execute / Assert
+    assert LabelDPRelease.from_config(None) is None
+    assert binary.flip_probability == flip_probability(1.5) and binary.eps == 1.5
+    assert (binary.prior_fraction, binary.prior_epochs, binary.uses_prior) == (0.3, 4, False)
+    assert classes.flip_probability == 1.0 - keep_probability(1.5, 5) and classes.uses_prior
+    np.testing.assert_array_equal(classes.transition, kary_transition(5, 1.5))
+    assert binary.training_loss() is not None and classes.training_loss() is None  # rr_prior: debias off by default
+
+
+def test_the_release_object_draws_exactly_what_the_keyed_mechanism_draws(tmp_path, shards_small):
+    """Noise-free check of the plumbing: the release's noisy labels equal randomize_binary_once under the release id
+    named by (dataset, key, mechanism, parameters), so the refactor keeps every release id and draw."""
+    # Prepare
+    from privacy.label.release_draws import randomize_binary_once
+    from privacy.label.store import release_id
+    from vfl.labeldp.release import LabelDPRelease, open_label_key
+
+    shard = PartyShard(str(shards_small / "leader"))
+    train = shard.split("train")
+    release = LabelDPRelease.from_config(LabelDPConfig(eps=0.7, store_dir=str(tmp_path)))
+    key = open_label_key(release.store_dir, release.key_file, shard.manifest)
+    # Execute
+    drawn = release.draw(train.labels, train.ids, key)
+    # Assert
+    rel = release_id(key.dataset, key.fingerprint, "binary_rr", {"eps": 0.7, "labels": "binary"})
+    assert drawn.release == rel
+    np.testing.assert_array_equal(drawn.labels, randomize_binary_once(train.labels, train.ids, 0.7, key.key, rel))
