@@ -8,19 +8,18 @@ from vfl.cli import party_main
 
 def body(cfg, log, state: dict) -> None:
     from follower.trainer import FollowerTrainer
-    from vfl.cli import check_rank_options, party_keys
-    from vfl.data.readers.criteo import DataError
-    from vfl.data.shards import PartyShard
-    from vfl.training.party import BottomParty, resolve_device, set_threads
-    from vfl.wire import FollowerChannel
     from vfl.align.psi.protocol import MAX_FRAME_BYTES as PSI_MAX_FRAME_BYTES
     from vfl.align.psi.protocol import check_minimum, follower_psi
-    from vfl.wire.frames import MAX_HEADER_BYTES
-
+    from vfl.cli import check_rank_options, party_keys
     from vfl.config.schema import ConfigError
+    from vfl.data.readers.criteo import DataError
+    from vfl.data.shards import PartyShard
     from vfl.distributed.context import start_ranks
     from vfl.distributed.launch import rank_env
     from vfl.distributed.pairing import rank_endpoint
+    from vfl.training.party import BottomParty, resolve_device, set_threads
+    from vfl.wire import FollowerChannel
+    from vfl.wire.frames import MAX_HEADER_BYTES
 
     env = state.get("ranks") or rank_env()
     check_rank_options(cfg, env.distributed)

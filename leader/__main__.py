@@ -9,26 +9,23 @@ from vfl.cli import party_main
 
 def body(cfg, log, state: dict) -> None:
     from leader.trainer import LeaderTrainer
+    from vfl.align.handshake import MAX_CUT_DIM
+    from vfl.align.psi.protocol import MAX_FRAME_BYTES as PSI_MAX_FRAME_BYTES
+    from vfl.align.psi.protocol import check_minimum, leader_psi
     from vfl.cli import check_rank_options, party_keys
+    from vfl.config.schema import ConfigError
     from vfl.data.readers.criteo import DataError
     from vfl.data.shards import PartyShard
-    from vfl.labeldp.release import task_classes
+    from vfl.distributed.context import start_ranks
+    from vfl.distributed.launch import rank_env
+    from vfl.distributed.pairing import rank_endpoint
+    from vfl.labeldp.ranks import open_label_key_ranks
+    from vfl.labeldp.release import open_label_key, task_classes
+    from vfl.obs.curves import preload_tensorboard
     from vfl.obs.metrics import final_line, write_json
     from vfl.training.party import BottomParty, resolve_device, set_threads
     from vfl.wire import LeaderChannel
-    from vfl.align.handshake import MAX_CUT_DIM
-    from vfl.labeldp.release import open_label_key
-    from vfl.align.psi.protocol import MAX_FRAME_BYTES as PSI_MAX_FRAME_BYTES
-    from vfl.align.psi.protocol import check_minimum, leader_psi
     from vfl.wire.frames import MAX_HEADER_BYTES
-
-    from vfl.config.schema import ConfigError
-    from vfl.obs.curves import preload_tensorboard
-
-    from vfl.distributed.context import start_ranks
-    from vfl.labeldp.ranks import open_label_key_ranks
-    from vfl.distributed.launch import rank_env
-    from vfl.distributed.pairing import rank_endpoint
 
     env = state.get("ranks") or rank_env()
     if env.distributed and cfg.privacy.label_dp is not None and cfg.privacy.label_dp.mechanism == "rr_prior":

@@ -24,7 +24,7 @@ from vfl.models.wide_deep import WideDeepBottom
 
 def cpu_model() -> str:
     try:
-        return next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
     except (OSError, StopIteration):
         return "unknown CPU"
 

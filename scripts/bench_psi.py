@@ -39,8 +39,8 @@ def _follower(endpoint: str, keys: dict, ids: np.ndarray, out) -> None:
 
 
 def run(n: int, keys: dict) -> dict:
-    from vfl.ports import free_port
     from vfl.align.psi.protocol import leader_psi
+    from vfl.ports import free_port
     from vfl.wire import LeaderChannel
     from vfl.wire.keys import load_leader_keys
 

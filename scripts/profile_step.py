@@ -34,9 +34,9 @@ def main() -> int:
                  f"steps={args.steps}")
     import numpy as np
     import torch
+    from bench_compute import local_parties
     from torch.profiler import ProfilerActivity, profile
 
-    from bench_compute import local_parties
     from vfl.training.precision import cpu_model
     from vfl.training.step_timer import TIMER
 

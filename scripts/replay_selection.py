@@ -45,6 +45,7 @@ def select(curve: list[dict], metric: str, patience: int, window: int) -> int:
 
 def record(args) -> dict:
     import bench_utility as bu
+
     from vfl.centralized import train_centralized
     from vfl.data.parties import load_parties
     from vfl.data.prepare import PrepareOptions, prepare

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from tests.procs import party_configs, run_centralized, run_split
-from vfl.config.schema import ConfigError, load_config, parse_config
 from vfl.align.handshake import hello_problems
+from vfl.config.schema import ConfigError, load_config, parse_config
 from vfl.training.microbatch import check_micro, micro_slices, weighted_loss
 from vfl.wire import WireError
 

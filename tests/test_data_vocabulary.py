@@ -6,7 +6,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from vfl.data.transforms import OOV_ID, MISSING_ID, VocabularyCounter, vocabulary_ids
+from vfl.data.transforms import MISSING_ID, OOV_ID, VocabularyCounter, vocabulary_ids
 
 
 def _chunks(rng, n_chunks, rows, fields):

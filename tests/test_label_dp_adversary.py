@@ -16,9 +16,14 @@ import math
 import numpy as np
 import pytest
 
+from privacy.attacks.follower_view import (
+    balanced_accuracy,
+    best_accuracy,
+    follower_view_attack,
+    independent_disagreement_accuracy,
+    release_difference_accuracy,
+)
 from privacy.attacks.gradient_scoring import follower_view_report
-from privacy.attacks.follower_view import (balanced_accuracy, best_accuracy, follower_view_attack,
-                                   independent_disagreement_accuracy, release_difference_accuracy)
 from privacy.label.keyed_random import uniform_from_ids
 from privacy.label.randomized_response import binary_rr, flip_probability
 from tests.procs import party_configs

@@ -11,8 +11,8 @@ import stat
 import numpy as np
 import pytest
 
-from privacy.label.store import LabelDPStore, LabelDPStoreError, dataset_id, read_key
 from privacy.label.randomized_response import flip_probability
+from privacy.label.store import LabelDPStore, LabelDPStoreError, dataset_id, read_key
 from tests.dp_stats import binomial_tolerance
 from vfl.config.schema import LabelDPConfig
 from vfl.data.shards import PartyShard

@@ -148,8 +148,8 @@ def test_multiclass_rr_prior_trains_its_prior_over_all_parties_identically_split
 
 def test_ten_class_gradient_attacks_find_the_label_without_dp_and_stay_at_p1_with_it(tmp_path, shards_k10, procs):
     # Prepare: the follower records every gradient of a 10-class run, without DP and at eps = 1
-    from privacy.attacks.gradient_multiclass import multiclass_leakage_report
     from privacy.attacks.follower_view_multiclass import follower_view_attack_multiclass, macro_recall
+    from privacy.attacks.gradient_multiclass import multiclass_leakage_report
 
     ids = np.load(shards_k10 / "leader/train/ids.npy")
     labels = np.load(shards_k10 / "leader/train/labels.npy")

@@ -9,14 +9,17 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 from sklearn.metrics import log_loss, roc_auc_score
 
-import torch
-
-from vfl.labeldp.losses import forward_corrected_ce
-from privacy.label.noisy_metrics import class_prior_from_noisy, noisy_multiclass_validation_metrics, noisy_validation_metrics
+from privacy.label.noisy_metrics import (
+    class_prior_from_noisy,
+    noisy_multiclass_validation_metrics,
+    noisy_validation_metrics,
+)
 from privacy.label.randomized_response import binary_rr, flip_probability, kary_rr, kary_transition, keep_probability
 from tests.procs import party_configs, run_centralized, run_split
+from vfl.labeldp.losses import forward_corrected_ce
 from vfl.training.schedule import lr_factor
 from vfl.training.selection import EarlyStopping
 
@@ -120,12 +123,12 @@ def test_split_early_stopping_restores_the_best_step_like_the_centralized_refere
 def test_what_followers_receive_depends_on_true_labels_only_through_the_randomized_ones(tmp_path, shards_small, procs):
     # Prepare: dataset B has other true labels (train, valid and test) but, under its own leader key,
     # the same randomized labels as dataset A under A's key: y_B = y~_A xor flips_B
+    from privacy.label.keyed_random import keyed_uniforms
+    from privacy.label.release_draws import PURPOSE_FLIP
+    from privacy.label.store import release_id
     from vfl.config.schema import LabelDPConfig
     from vfl.data.shards import PartyShard
-    from privacy.label.store import release_id
     from vfl.labeldp.release import LabelDPRelease, leader_training_labels, open_label_key
-    from privacy.label.release_draws import PURPOSE_FLIP
-    from privacy.label.keyed_random import keyed_uniforms
 
     eps = 1.0
     shard_b = tmp_path / "shards_b"

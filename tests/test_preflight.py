@@ -10,8 +10,13 @@ import pytest
 
 from tests.conftest import REPO
 from vfl.config.schema import ConfigError, parse_config
-from vfl.preflight import (CHECKPOINT_WARN_BYTES, check_resume, projected_checkpoint_bytes, resolve_data_path,
-                           size_warning)
+from vfl.preflight import (
+    CHECKPOINT_WARN_BYTES,
+    check_resume,
+    projected_checkpoint_bytes,
+    resolve_data_path,
+    size_warning,
+)
 
 
 def _cfg(path="d", **train):
@@ -106,8 +111,8 @@ def test_projected_checkpoint_size_matches_a_real_checkpoint_and_large_ones_warn
     # Prepare
     import torch
 
-    from vfl.training.checkpoint import save_checkpoint
     from vfl.data.shards import PartyShard
+    from vfl.training.checkpoint import save_checkpoint
     from vfl.training.party import BottomParty
 
     cfg = _cfg(shards_small / "leader")

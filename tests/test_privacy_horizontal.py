@@ -9,15 +9,33 @@ import math
 import numpy as np
 import pytest
 
-from privacy.federated.gaussian import GaussianParams, analytic_gaussian_sigma, clip_by_global_norm, gaussian_client, gaussian_delta
+from privacy.federated.gaussian import (
+    GaussianParams,
+    analytic_gaussian_sigma,
+    clip_by_global_norm,
+    gaussian_client,
+    gaussian_delta,
+)
 from privacy.federated.laplace import laplace_noise_below, laplace_protect
 from privacy.federated.magrr import MagRRServer, magrr_client_bit
 from privacy.federated.nbafl import NbAFLParams, clip_weights, downlink_scale, uplink_scale
+from privacy.federated.secure_aggregation import (
+    MaskingClient,
+    SecureAggregationError,
+    aggregate_masked,
+    decode_fixed,
+    encode_fixed,
+)
+from privacy.federated.signds import (
+    SignDSParams,
+    choose_dim_out,
+    expectations,
+    optimal_threshold,
+    selection_pmf,
+    signds_aggregate,
+    signds_client,
+)
 from privacy.label.randomized_response import debias_count, kary_rr
-from privacy.federated.secure_aggregation import (MaskingClient, SecureAggregationError, aggregate_masked, decode_fixed,
-                                        encode_fixed)
-from privacy.federated.signds import (SignDSParams, choose_dim_out, expectations, optimal_threshold, selection_pmf,
-                            signds_aggregate, signds_client)
 from tests.dp_stats import binomial_tolerance, hoeffding_slack
 
 N = 200_000

@@ -13,8 +13,8 @@ import torch
 
 from privacy import LabelDP, flip_probability, keep_probability
 from privacy.label.keyed_random import uniform_from_ids
-from privacy.label.release_draws import randomize_binary_once, randomize_classes_once
 from privacy.label.randomized_response import kary_rr
+from privacy.label.release_draws import randomize_binary_once, randomize_classes_once
 from tests.dp_stats import binomial_tolerance, dp_histogram_violations
 
 N = 200_000
@@ -298,7 +298,7 @@ def test_kary_rr_is_exact_without_noise_and_uniform_at_eps_zero():
 
 def test_kary_replay_attack_has_power_against_public_seed_draws_and_none_against_the_keyed_release():
     # Prepare: K = 10 labels randomized (a) with public uniforms a follower can recompute, (b) by the leader's PRF
-    from privacy.attacks.follower_view_multiclass import macro_recall, undo_kary_rr, replay_uniforms
+    from privacy.attacks.follower_view_multiclass import macro_recall, replay_uniforms, undo_kary_rr
 
     eps, ids = 1.0, np.arange(N) * 5 + 2
     y = np.random.default_rng(32).integers(0, K10, N)

@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vfl.labeldp.losses import forward_corrected_bce
 from privacy.label.rr_prior import rr_with_prior, top_k_weights
 from tests.dp_stats import dp_histogram_violations
+from vfl.labeldp.losses import forward_corrected_bce
 
 N = 200_000
 

@@ -7,9 +7,18 @@ import numpy as np
 import pytest
 
 from tests.procs import free_port, party_keys
-from vfl.align.psi.ecdh import as_wire, from_wire, hash_ids, mask_ids, new_exponent, point_set, raise_to, PointError
+from vfl.align.psi.ecdh import (
+    SUITE,
+    PointError,
+    as_wire,
+    from_wire,
+    hash_ids,
+    mask_ids,
+    new_exponent,
+    point_set,
+    raise_to,
+)
 from vfl.align.psi.protocol import CHUNK_POINTS, MAX_IDS, PSIError, follower_psi, leader_psi
-from vfl.align.psi.ecdh import SUITE
 
 
 def _channels(tmp_path, followers=("follower0",), timeout=10.0):
@@ -83,7 +92,7 @@ def test_two_followers_with_overlapping_sets_agree_on_exactly_the_common_ids(tmp
         leader.close()
     # Assert: every party ends with the same ids, exactly the intersection; sizes reported as learned
     np.testing.assert_array_equal(common, want)
-    for (t, box), n in zip(threads, ("follower0", "follower1")):
+    for _thread, box in threads:
         assert "error" not in box, box.get("error")
         ids, rep = box["value"]
         np.testing.assert_array_equal(ids, want)
@@ -188,8 +197,8 @@ def test_thousands_of_random_psi_metas_raise_only_psi_or_wire_errors(tmp_path):
     # Prepare: the follower side's message handling, fed random op/start/stop/total values
     import random
 
-    from vfl.wire.frames import Message, WireError
     from vfl.align.psi.protocol import _range
+    from vfl.wire.frames import Message, WireError
 
     rng = random.Random(11)
     values = [None, -1, 0, 1, 99, 100, 101, CHUNK_POINTS, CHUNK_POINTS + 1, 2**63, 1.5, True, "1", [1], {}]

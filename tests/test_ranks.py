@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 
 import numpy as np
-import pytest
 
 from tests.procs import free_port, party_configs, run_split
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from tests.procs import party_configs, run_centralized, run_split
-from vfl.training.checkpoint import load_checkpoint
 from vfl.obs.logs import message_of
+from vfl.training.checkpoint import load_checkpoint
 
 
 def test_split_losses_equal_centralized_per_step(tmp_path, shards_small, procs):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-
 from typing import TYPE_CHECKING
 
 from vfl.obs.logs import RunLog, set_verbosity
@@ -24,20 +23,20 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     import numpy as np
     import torch
 
+    from vfl.align.handshake import hello_meta, hello_problems
     from vfl.config.schema import ConfigError
-    from vfl.obs.curves import RunCurves
     from vfl.data.readers.criteo import DataError
     from vfl.data.shards import PartyShard, eval_batches, steps_per_epoch
-    from vfl.align.handshake import hello_meta, hello_problems
-    from vfl.labeldp.release import LabelDPRelease, bayes_accuracy_of, leader_training_labels, task_classes
-    from vfl.training.loop import TrainingLoop
-    from vfl.obs.metrics import write_json
-    from vfl.training.party import BottomParty, resolve_device, set_threads
     from vfl.labeldp.prior import LocalCutSource, fit_predict_all_parties, prior_config, prior_fn_for
-    from vfl.training.top import TopTrainer
+    from vfl.labeldp.release import LabelDPRelease, bayes_accuracy_of, leader_training_labels, task_classes
+    from vfl.obs.curves import RunCurves
+    from vfl.obs.metrics import write_json
+    from vfl.training.loop import TrainingLoop
     from vfl.training.microbatch import micro_slices, weighted_loss
+    from vfl.training.party import BottomParty, resolve_device, set_threads
     from vfl.training.precision import warn_if_emulated
     from vfl.training.step_timer import TIMER
+    from vfl.training.top import TopTrainer
 
     if any(c.train.resume_from for c in (leader_cfg, *follower_cfgs)):
         raise ConfigError("train.resume_from is for split runs; the centralized reference always starts from step 0")

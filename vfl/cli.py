@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the schema (pydantic) is imported after the arguments parse: `--help` stays instant

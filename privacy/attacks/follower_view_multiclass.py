@@ -19,8 +19,8 @@ import math
 
 import numpy as np
 
-from privacy.attacks.gradient_multiclass import oracle_direction_guess
 from privacy.attacks.follower_view import LEGACY_SALTS, candidate_seeds
+from privacy.attacks.gradient_multiclass import oracle_direction_guess
 from privacy.label.keyed_random import uniform_from_ids
 from privacy.label.randomized_response import keep_probability
 

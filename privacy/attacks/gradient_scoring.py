@@ -86,8 +86,13 @@ def _true_labels(ids: np.ndarray, labels: np.ndarray, wanted: np.ndarray) -> np.
 def follower_view_report(record: dict, ids: np.ndarray, labels: np.ndarray, eps: float, follower_seed: int,
                          second: dict | None = None, second_eps: float | None = None) -> dict:
     """The full-view attacks scored against the true labels, beside the bound 1 - rho."""
-    from privacy.attacks.follower_view import (balanced_accuracy, best_accuracy, follower_view_attack,
-                                       independent_disagreement_accuracy, per_epoch_guesses)
+    from privacy.attacks.follower_view import (
+        balanced_accuracy,
+        best_accuracy,
+        follower_view_attack,
+        independent_disagreement_accuracy,
+        per_epoch_guesses,
+    )
 
     guesses = follower_view_attack(record, ids, eps, follower_seed)
     seen, _ = per_epoch_guesses(record)

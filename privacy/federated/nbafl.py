@@ -14,10 +14,9 @@ composes over T exposures inside scale_u).
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import numpy as np
-
-from typing import Optional
 
 from privacy.domains import Number, Params
 

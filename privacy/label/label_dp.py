@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from privacy.label.keyed_random import KEY_BYTES
-from privacy.label.release_draws import randomize_binary_once, randomize_classes_once
 from privacy.label.randomized_response import binary_rr, check_eps, flip_probability, kary_rr, keep_probability, rr_cost
+from privacy.label.release_draws import randomize_binary_once, randomize_classes_once
 
 
 def _to_numpy(labels):

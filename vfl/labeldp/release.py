@@ -19,7 +19,12 @@ import numpy as np
 
 from privacy.label.randomized_response import flip_probability, kary_transition, keep_probability
 from privacy.label.release_draws import (
-    randomize_binary_once, randomize_classes_once, rr_prior_classes_once, rr_prior_once, run_report, stage_one_mask,
+    randomize_binary_once,
+    randomize_classes_once,
+    rr_prior_classes_once,
+    rr_prior_once,
+    run_report,
+    stage_one_mask,
 )
 from privacy.label.store import LabelDPStore, Release, dataset_id, default_store_dir, key_fingerprint, release_id
 from vfl.config.schema import LabelDPConfig

@@ -7,13 +7,12 @@ import numpy as np
 import torch
 
 from vfl.config.schema import PartyConfig
-from vfl.data.shards import PartyShard
+from vfl.data.shards import PartyShard, steps_per_epoch
 from vfl.models.registry import build_bottom
-from vfl.data.shards import steps_per_epoch
 from vfl.training.optim import ScheduledOptimizer, build_optimizer
 from vfl.training.precision import autocast, keep_narrow_layers_fp32
-from vfl.training.step_timer import TIMER
 from vfl.training.snapshot import Snapshot, SnapshotTrainable
+from vfl.training.step_timer import TIMER
 
 
 def resolve_device(name: str) -> torch.device:
