@@ -161,9 +161,7 @@ class LabelDPRelease:
             raise ValueError("label DP needs the leader's key (open_label_key)")
         if self.uses_prior and prior_fn is None:
             raise ValueError("privacy.label_dp.mechanism rr_prior needs a stage-one prior model")
-        draw = {(False, False): self._binary_rr, (False, True): self._kary_rr,
-                (True, False): self._lp2st_binary, (True, True): self._lp2st_classes}[
-            (self.uses_prior, self.num_classes is not None)]
+        draw = self._lp2st if self.uses_prior else self._kary_rr if self.num_classes is not None else self._binary_rr
         d = draw(labels, np.asarray(sample_ids, np.int64), label_key, prior_fn, valid_labels, valid_ids)
         released_ids = np.concatenate([np.asarray(sample_ids, np.int64), valid_ids])
         is_new, summary = label_key.store.record(
@@ -199,50 +197,42 @@ class LabelDPRelease:
                       randomize_classes_once(valid_labels, valid_ids, k, self.eps, label_key.key, rel),
                       {**self._corrected(), "num_classes": k})
 
-    def _lp2st_binary(self, labels, ids, label_key, prior_fn, valid_labels, valid_ids) -> _Drawn:
-        """LP-2ST (Ghazi et al. 2021, Alg. 3): stage one gets plain RR (its own release); its model's predictions are
-        the priors of stage two, whose release id includes a digest of the prior."""
-        key, eps = label_key.key, self.eps
-        stage_params = {"eps": eps, "prior_fraction": self.prior_fraction, "labels": "binary"}
+    def _lp2st(self, labels, ids, label_key, prior_fn, valid_labels, valid_ids) -> _Drawn:
+        """LP-2ST (Ghazi et al. 2021, Alg. 3): stage one gets plain RR, binary or k-ary (its own release); its model's
+        predictions are the priors of RRWithPrior (Alg. 2) in stage two, whose release id includes a digest of the
+        prior. Binary labels: a prior of the leader's columns; K classes: a split model of ALL parties
+        (vfl/labeldp/prior.py)."""
+        key, eps, k = label_key.key, self.eps, self.num_classes
+        if k is None:
+            stage_params = {"eps": eps, "prior_fraction": self.prior_fraction, "labels": "binary"}
+            randomize = lambda y, i, rel: randomize_binary_once(y, i, eps, key, rel)
+            with_prior = lambda y, i, prior, rel: rr_prior_once(y, i, prior, eps, key, rel)
+        else:
+            stage_params = {"eps": eps, "prior_fraction": self.prior_fraction, "labels": "multiclass",
+                            "num_classes": k, "prior": "all parties"}
+            randomize = lambda y, i, rel: randomize_classes_once(y, i, k, eps, key, rel)
+            with_prior = lambda y, i, prior, rel: rr_prior_classes_once(y, i, prior, eps, key, rel)
         stage_rel = self._id(label_key, "lp2st_stage_one", stage_params)
         first = stage_one_mask(ids, key, stage_rel, self.prior_fraction)
-        noisy = randomize_binary_once(labels, ids, eps, key, stage_rel)
-        valid_noisy = randomize_binary_once(valid_labels, valid_ids, eps, key, stage_rel)  # plain RR, like stage one
+        noisy = randomize(labels, ids, stage_rel)
+        valid_noisy = randomize(valid_labels, valid_ids, stage_rel)  # plain RR, like stage one
         prior = prior_fn(first, np.where(first, noisy, 0))
         second = ~first
         params = {**stage_params, "stage_one_release": stage_rel, "prior_sha256": _prior_digest(prior[second])}
         rel = self._id(label_key, "rr_prior", params)
-        noisy2, k_star = rr_prior_once(labels[second], ids[second], prior[second], eps, key, rel)
+        noisy2, k_star = with_prior(labels[second], ids[second], prior[second], rel)
         noisy[second] = noisy2
         collapse = float(np.mean(k_star == 1)) if k_star.size else 0.0
         extra = {"debias": False, "stage_one_fraction": float(first.mean()), "collapse_fraction": collapse,
-                 "flipped_fraction_stage_two": float(np.mean(noisy2 != labels[second])) if second.any() else 0.0,
-                 "prior": "leader-only columns (LP-2ST stage one, Ghazi et al. 2021 Alg. 3)", "collapsed": collapse > 0.5}
-        return _Drawn(rel, "rr_prior", params, noisy, valid_noisy, extra)
-
-    def _lp2st_classes(self, labels, ids, label_key, prior_fn, valid_labels, valid_ids) -> _Drawn:
-        """LP-2ST over K classes: stage one gets k-ary RR (its own release); a split model of ALL parties trained on
-        it gives the priors of stage two (vfl/labeldp/prior.py)."""
-        key, eps, k = label_key.key, self.eps, self.num_classes
-        stage_params = {"eps": eps, "prior_fraction": self.prior_fraction, "labels": "multiclass",
-                        "num_classes": k, "prior": "all parties"}
-        stage_rel = self._id(label_key, "lp2st_stage_one", stage_params)
-        first = stage_one_mask(ids, key, stage_rel, self.prior_fraction)
-        noisy = randomize_classes_once(labels, ids, k, eps, key, stage_rel)
-        valid_noisy = randomize_classes_once(valid_labels, valid_ids, k, eps, key, stage_rel)
-        prior = prior_fn(first, np.where(first, noisy, 0))
-        second = ~first
-        params = {**stage_params, "stage_one_release": stage_rel, "prior_sha256": _prior_digest(prior[second])}
-        rel = self._id(label_key, "rr_prior", params)
-        noisy2, k_star = rr_prior_classes_once(labels[second], ids[second], prior[second], eps, key, rel)
-        noisy[second] = noisy2
-        collapse = float(np.mean(k_star == 1)) if k_star.size else 0.0
-        extra = {"debias": False, "num_classes": k, "stage_one_fraction": float(first.mean()),
-                 "collapse_fraction": collapse, "collapsed": collapse > 0.5,
-                 "mean_k_star": float(k_star.mean()) if k_star.size else 0.0,
-                 "stage_two_kept_in_set": float(np.mean(noisy2 == labels[second])) if second.any() else 0.0,
-                 "flipped_fraction_stage_two": float(np.mean(noisy2 != labels[second])) if second.any() else 0.0,
-                 "prior": "all parties (LP-2ST stage one as a split model on the stage-one rows, Ghazi et al. 2021 Alg. 3)"}
+                 "collapsed": collapse > 0.5,
+                 "flipped_fraction_stage_two": float(np.mean(noisy2 != labels[second])) if second.any() else 0.0}
+        if k is None:
+            extra["prior"] = "leader-only columns (LP-2ST stage one, Ghazi et al. 2021 Alg. 3)"
+        else:
+            extra.update(num_classes=k, mean_k_star=float(k_star.mean()) if k_star.size else 0.0,
+                         stage_two_kept_in_set=float(np.mean(noisy2 == labels[second])) if second.any() else 0.0,
+                         prior="all parties (LP-2ST stage one as a split model on the stage-one rows, "
+                               "Ghazi et al. 2021 Alg. 3)")
         return _Drawn(rel, "rr_prior", params, noisy, valid_noisy, extra)
 
 
