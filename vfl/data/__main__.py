@@ -14,6 +14,108 @@ from vfl.data.readers.criteo import DataError
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    commands = {"synth": _synth, "digits": _digits, "split": _split, "prepare": _prepare}
+    try:
+        return commands[args.cmd](args)
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _synth(args) -> int:
+    if args.classes != 2:
+        from vfl.data.synth.multiclass import write_synthetic_multiclass
+
+        meta = write_synthetic_multiclass(args.out, args.rows, args.classes, args.seed, args.max_vocab, args.label_seed)
+        print(f"wrote {args.out}: {meta['rows']} rows, {meta['classes']} classes, Bayes-optimal accuracy "
+              f"{meta['bayes_accuracy']:.4f}, {meta['rows'] / meta['seconds']:.0f} rows/s")
+        return 0
+    from vfl.data.synth.criteo import write_synthetic
+
+    meta = write_synthetic(args.out, args.rows, args.seed, args.max_vocab, args.label_seed)
+    print(f"wrote {args.out}: {meta['rows']} rows, positive rate {meta['positive_rate']:.4f}, "
+          f"{meta['rows'] / meta['seconds']:.0f} rows/s")
+    return 0
+
+
+def _digits(args) -> int:
+    from vfl.data.synth.digits import write_digits_shards
+
+    m = write_digits_shards(args.out, args.test_fraction, args.valid_fraction, args.seed, args.force)
+    print(f"prepared {args.out}: digits, 10 classes, train {m['rows']['train']} rows, valid {m['rows']['valid']} rows, "
+          f"test {m['rows']['test']} rows; leader holds the left 4 pixel columns, follower0 the right 4")
+    return 0
+
+
+def _parties_with_drops(args) -> list:
+    """The parties YAML (or the default two parties), each --drop PARTY=FRACTION applied."""
+    from dataclasses import replace
+
+    from vfl.data.parties import load_parties
+
+    parties = load_parties(args.parties)
+    for spec in args.drop:
+        name, _, frac = spec.partition("=")
+        match = [p for p in parties if p.name == name]
+        if not match:
+            raise DataError(f"--drop {spec}: unknown party {name!r}; parties: {[p.name for p in parties]}")
+        try:
+            value = float(frac)
+        except ValueError:
+            raise DataError(f"--drop {spec}: fraction must be a number in [0, 1)") from None
+        if not 0.0 <= value < 1.0:
+            raise DataError(f"--drop {spec}: fraction must be in [0, 1), got {value}")
+        parties = [replace(p, drop_fraction=value) if p.name == name else p for p in parties]
+    return parties
+
+
+def _split(args) -> int:
+    from vfl.data.raw_split import split_raw
+
+    parties = _parties_with_drops(args)
+    r = split_raw(args.input, args.out, parties, args.seed, args.strict, args.truth, args.num_classes)
+    print(f"split {args.input} into " + ", ".join(f"{f} ({r['rows'][n]} rows)" for n, f in r["files"].items())
+          + f" in {r['seconds']:.1f} s")
+    return 0
+
+
+def _prepare(args) -> int:
+    """prepare --party: one organisation's own file(s); without it, the local simulation on a combined file."""
+    if args.party is not None:
+        return _prepare_party(args)
+    from vfl.data.prepare import PrepareOptions, prepare
+
+    if len(args.input) > 1:
+        raise DataError(f"several --input files ({len(args.input)}) are prepared per party: add --party NAME "
+                        "(each organisation prepares its own files)")
+    args.input = args.input[0]
+    parties = _parties_with_drops(args)
+    opts = PrepareOptions(test_fraction=args.test_fraction, valid_fraction=args.valid_fraction, seed=args.seed, strict=args.strict,
+                          hash_buckets=args.hash_buckets, vocab_min_count=args.vocab_min_count,
+                          truth_path=args.truth, force=args.force, num_classes=args.num_classes)
+    if args.reuse and os.path.isdir(args.out):
+        from vfl.data.reuse import reusable
+
+        ok, why = reusable(args.out, args.input, parties, opts)
+        if ok:
+            print(f"reusing prepared shards in {args.out} ({why})")
+            return 0
+        print(f"preparing again: {why}")
+    m = prepare(args.input, args.out, parties, opts)
+    rows = m["rows"]
+    bayes = m.get("bayes_test_auc")
+    print(f"prepared {args.out}: train {rows['train']} rows, valid {rows['valid']} rows, test {rows['test']} rows, "
+          f"{m['source']['malformed_rows_skipped']} malformed skipped"
+          + (f", Bayes-optimal test AUC {bayes:.4f}" if bayes is not None else "")
+          + (f", Bayes-optimal test accuracy {m['bayes_test_accuracy']:.4f}" if m.get("bayes_test_accuracy") else ""))
+    print(f"throughput: {m['rows_per_second']:.0f} rows/s (read, transform, write), "
+          f"{m['seconds_total']:.2f} s in all, peak RSS {m['peak_rss_mib']:.0f} MiB")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The subcommands synth, digits, split and prepare with their flags."""
     ap = argparse.ArgumentParser(prog="python -m vfl.data", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("synth", help="write a synthetic Criteo-format TSV plus its truth file")
@@ -72,93 +174,13 @@ def main(argv: list[str] | None = None) -> int:
                         "otherwise prepare (with --force, replacing it)")
     p.add_argument("--num-classes", type=int, default=2,
                    help="2: the label is 0/1 (Criteo); K > 2: the label column holds class ids 0..K-1")
-    args = ap.parse_args(argv)
-    try:
-        if args.cmd == "synth" and args.classes != 2:
-            from vfl.data.synth.multiclass import write_synthetic_multiclass
-
-            meta = write_synthetic_multiclass(args.out, args.rows, args.classes, args.seed, args.max_vocab, args.label_seed)
-            print(f"wrote {args.out}: {meta['rows']} rows, {meta['classes']} classes, Bayes-optimal accuracy "
-                  f"{meta['bayes_accuracy']:.4f}, {meta['rows'] / meta['seconds']:.0f} rows/s")
-            return 0
-        if args.cmd == "digits":
-            from vfl.data.synth.digits import write_digits_shards
-
-            m = write_digits_shards(args.out, args.test_fraction, args.valid_fraction, args.seed, args.force)
-            print(f"prepared {args.out}: digits, 10 classes, train {m['rows']['train']} rows, valid {m['rows']['valid']} rows, "
-                  f"test {m['rows']['test']} rows; leader holds the left 4 pixel columns, follower0 the right 4")
-            return 0
-        if args.cmd == "synth":
-            from vfl.data.synth.criteo import write_synthetic
-
-            meta = write_synthetic(args.out, args.rows, args.seed, args.max_vocab, args.label_seed)
-            print(f"wrote {args.out}: {meta['rows']} rows, positive rate {meta['positive_rate']:.4f}, "
-                  f"{meta['rows'] / meta['seconds']:.0f} rows/s")
-            return 0
-        from dataclasses import replace
-
-        from vfl.data.parties import load_parties
-        from vfl.data.prepare import PrepareOptions, prepare
-
-        if args.cmd == "prepare" and args.party is not None:
-            return _prepare_party(args)
-        if args.cmd == "prepare":
-            if len(args.input) > 1:
-                raise DataError(f"several --input files ({len(args.input)}) are prepared per party: add --party NAME "
-                                "(each organisation prepares its own files)")
-            args.input = args.input[0]
-        parties = load_parties(args.parties)
-        for spec in args.drop:
-            name, _, frac = spec.partition("=")
-            match = [p for p in parties if p.name == name]
-            if not match:
-                raise DataError(f"--drop {spec}: unknown party {name!r}; parties: {[p.name for p in parties]}")
-            try:
-                value = float(frac)
-            except ValueError:
-                raise DataError(f"--drop {spec}: fraction must be a number in [0, 1)") from None
-            if not 0.0 <= value < 1.0:
-                raise DataError(f"--drop {spec}: fraction must be in [0, 1), got {value}")
-            parties = [replace(p, drop_fraction=value) if p.name == name else p for p in parties]
-        if args.cmd == "split":
-            from vfl.data.raw_split import split_raw
-
-            r = split_raw(args.input, args.out, parties, args.seed, args.strict, args.truth, args.num_classes)
-            print(f"split {args.input} into " + ", ".join(f"{f} ({r['rows'][n]} rows)" for n, f in r["files"].items())
-                  + f" in {r['seconds']:.1f} s")
-            return 0
-        opts = PrepareOptions(test_fraction=args.test_fraction, valid_fraction=args.valid_fraction, seed=args.seed, strict=args.strict,
-                              hash_buckets=args.hash_buckets, vocab_min_count=args.vocab_min_count,
-                              truth_path=args.truth, force=args.force, num_classes=args.num_classes)
-        if args.reuse and os.path.isdir(args.out):
-            from vfl.data.reuse import reusable
-
-            ok, why = reusable(args.out, args.input, parties, opts)
-            if ok:
-                print(f"reusing prepared shards in {args.out} ({why})")
-                return 0
-            print(f"preparing again: {why}")
-        m = prepare(args.input, args.out, parties, opts)
-        rows = m["rows"]
-        bayes = m.get("bayes_test_auc")
-        print(f"prepared {args.out}: train {rows['train']} rows, valid {rows['valid']} rows, test {rows['test']} rows, "
-              f"{m['source']['malformed_rows_skipped']} malformed skipped"
-              + (f", Bayes-optimal test AUC {bayes:.4f}" if bayes is not None else "")
-              + (f", Bayes-optimal test accuracy {m['bayes_test_accuracy']:.4f}" if m.get("bayes_test_accuracy") else ""))
-        print(f"throughput: {m['rows_per_second']:.0f} rows/s (read, transform, write), "
-              f"{m['seconds_total']:.2f} s in all, peak RSS {m['peak_rss_mib']:.0f} MiB")
-        return 0
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    return ap
 
 
 def _prepare_party(args) -> int:
-    import os
-
     from vfl.data.parties import PartyColumns, load_parties
-    from vfl.data.readers.party import PartySource
     from vfl.data.prepare import PrepareOptions, prepare_party
+    from vfl.data.readers.party import PartySource
 
     if args.drop:
         raise DataError("--drop simulates missing rows in the combined-file mode; a party's own file holds what it holds")
