@@ -18,15 +18,47 @@ if TYPE_CHECKING:  # imported after the arguments parse: `--help` stays instant
     from vfl.config.schema import PartyConfig
 
 
+def _aligned_parties(leader_cfg, follower_cfgs, device, log: RunLog) -> tuple:
+    """Every party's shard restricted to the ids all share (intersected in the clear: the reference holds every
+    shard; split runs agree on the same intersection privately, vfl/align/psi), checked to agree as HELLO would,
+    and each party's BottomParty: (the leader's shard, [leader, *followers])."""
+    import numpy as np
+
+    from vfl.align.handshake import hello_meta, hello_problems
+    from vfl.data.readers.criteo import DataError
+    from vfl.data.shards import PartyShard
+    from vfl.training.party import BottomParty
+
+    leader_shard = PartyShard(leader_cfg.data.path)
+    if not leader_shard.has_labels:
+        raise DataError(f"{leader_cfg.data.path} holds no labels; the leader config must point at the labelled shard")
+    shards = [PartyShard(fc.data.path) for fc in follower_cfgs]
+    common = leader_shard.all_ids()
+    for shard in shards:
+        common = np.intersect1d(common, shard.all_ids())
+    if common.size < leader_cfg.data.min_intersection:
+        raise DataError(f"the parties share {common.size} ids, below data.min_intersection={leader_cfg.data.min_intersection}")
+    for shard in (leader_shard, *shards):
+        shard.restrict(common)
+    log(f"centralized: intersection of the parties' ids: {common.size}")
+    parties = [BottomParty(leader_cfg, leader_shard, device)]
+    ours = hello_meta(leader_cfg, leader_shard)
+    problems = []
+    for fc, shard in zip(follower_cfgs, shards):
+        problems += hello_problems(fc.party, hello_meta(fc, shard), ours)
+        parties.append(BottomParty(fc, shard, device))
+    if problems:
+        raise DataError("; ".join(problems))
+    return leader_shard, parties
+
+
 def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig], out_dir: str, log: RunLog) -> dict:
     """Train all bottoms and the top in-process; write and return metrics.json."""
     import numpy as np
     import torch
 
-    from vfl.align.handshake import hello_meta, hello_problems
     from vfl.config.schema import ConfigError
-    from vfl.data.readers.criteo import DataError
-    from vfl.data.shards import PartyShard, eval_batches, steps_per_epoch
+    from vfl.data.shards import eval_batches, steps_per_epoch
     from vfl.labeldp.prior import LocalCutSource, fit_predict_all_parties, prior_config, prior_fn_for
     from vfl.labeldp.release import LabelDPRelease, bayes_accuracy_of, leader_training_labels, task_classes
     from vfl.obs.curves import RunCurves
@@ -46,29 +78,8 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     names = [f.party for f in follower_cfgs]
     if list(leader_cfg.network.followers) != names:
         raise ConfigError(f"follower configs {names} must match the leader's network.followers {list(leader_cfg.network.followers)} in order")
-    leader_shard = PartyShard(leader_cfg.data.path)
-    if not leader_shard.has_labels:
-        raise DataError(f"{leader_cfg.data.path} holds no labels; the leader config must point at the labelled shard")
-    # the reference holds every shard, so it intersects the ids in the clear (split runs agree on the
-    # same intersection privately, vfl/psi)
-    shards = [PartyShard(fc.data.path) for fc in follower_cfgs]
-    common = leader_shard.all_ids()
-    for shard in shards:
-        common = np.intersect1d(common, shard.all_ids())
-    if common.size < leader_cfg.data.min_intersection:
-        raise DataError(f"the parties share {common.size} ids, below data.min_intersection={leader_cfg.data.min_intersection}")
-    for shard in (leader_shard, *shards):
-        shard.restrict(common)
-    log(f"centralized: intersection of the parties' ids: {common.size}")
+    leader_shard, parties = _aligned_parties(leader_cfg, follower_cfgs, device, log)
     num_classes = task_classes(leader_cfg.train.task, leader_shard)
-    parties = [BottomParty(leader_cfg, leader_shard, device)]
-    ours = hello_meta(leader_cfg, leader_shard)
-    problems = []
-    for fc, shard in zip(follower_cfgs, shards):
-        problems += hello_problems(fc.party, hello_meta(fc, shard), ours)
-        parties.append(BottomParty(fc, shard, device))
-    if problems:
-        raise DataError("; ".join(problems))
     train = parties[0].train_split
     release = LabelDPRelease.from_config(leader_cfg.privacy.label_dp, num_classes)
     prior_fn = prior_fn_for(leader_cfg, release, parties[0])
