@@ -56,7 +56,7 @@ def body(cfg, log, state: dict) -> None:
     warn_if_emulated(cfg.train.precision, party.device, log)
     trainer = FollowerTrainer(cfg, channel, party, log, cfg.output.dir, ctx=ctx)
     welcome = trainer.handshake()
-    log(f"follower {cfg.party}: joined run {channel.run} ({welcome.get('epochs')} epochs x {welcome.get('steps_per_epoch')} steps)")
+    log(f"follower {cfg.party}: joined run {channel.run} ({welcome.epochs} epochs x {welcome.steps_per_epoch} steps)")
     with ctx.collectives("training (DistributedDataParallel's gradient all-reduce)"):
         trainer.run()
     state["steps"] = trainer.steps

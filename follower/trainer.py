@@ -3,25 +3,38 @@ from __future__ import annotations
 
 import errno
 import json
-import math
 import os
 import time
 
 import numpy as np
 import torch
 
-from vfl.align.handshake import hello_meta, new_nonce
-from vfl.training.checkpoint import checkpoint_tag, load_resume_checkpoint, save_checkpoint
+from vfl.align.handshake import hello_message, new_nonce
 from vfl.config.schema import PartyConfig
 from vfl.data.shards import batch_digest, batch_order
 from vfl.distributed.context import RankContext
 from vfl.distributed.pairing import rank_meta, rank_problems
-from vfl.obs.metrics import RunLog, loss_line
-from vfl.training.party import BottomParty
 from vfl.labeldp.prior import prior_config, prior_order
+from vfl.obs.metrics import RunLog, loss_line
+from vfl.training.checkpoint import checkpoint_tag, load_resume_checkpoint, save_checkpoint
 from vfl.training.microbatch import check_micro, micro_slices
+from vfl.training.party import BottomParty
 from vfl.training.step_timer import TIMER
 from vfl.wire import FollowerChannel, WireError
+from vfl.wire.messages import (
+    Bye,
+    Done,
+    Embedding,
+    Eval,
+    Forward,
+    Gradient,
+    Prior,
+    Restore,
+    Save,
+    Snapshot,
+    Wait,
+    Welcome,
+)
 
 
 class GradientRecorder:
@@ -73,6 +86,8 @@ class FollowerTrainer:
         self.prior: BottomParty | None = None  # LP-2ST stage-one bottom while the leader trains the all-party prior
         self.prior_rows: np.ndarray | None = None
         self._prior_orders: dict[int, list[np.ndarray]] = {}
+        self._done = False  # DONE was answered: run() returns
+        self._waited = 0.0  # seconds the last message was awaited
         if cfg.train.resume_from:
             ckpt = load_resume_checkpoint(cfg.train.resume_from, cfg.party, ("bottom",))
             party.load_state(ckpt["state"]["bottom"])
@@ -80,17 +95,18 @@ class FollowerTrainer:
         self.ctx.check_batches(len(party.train_split), cfg.train.batch_size)
         party.train_model = self.ctx.wrap(party.model)
 
-    def handshake(self) -> dict:
+    def handshake(self) -> Welcome:
         nonce = new_nonce()
-        self.ch.send("HELLO", {**hello_meta(self.cfg, self.party.shard, self.start_step, nonce), **rank_meta(self.ctx.env)})
-        welcome = self.ch.recv(("WELCOME",), f"WELCOME from the leader at {self.ch.endpoint} (is the leader running?)")
-        if welcome.meta.get("nonce") != nonce:
+        self.ch.post(hello_message(self.cfg, self.party.shard, self.start_step, nonce, rank_meta(self.ctx.env)))
+        welcome: Welcome = self.ch.expect(Welcome, what=f"WELCOME from the leader at {self.ch.endpoint} "
+                                                        "(is the leader running?)")
+        if welcome.nonce != nonce:
             raise WireError("WELCOME from the leader does not echo this follower's HELLO nonce: a replayed or foreign session")
-        problems = rank_problems("the leader", welcome.meta, self.ctx.env, f"follower {self.cfg.party}")
+        problems = rank_problems("the leader", welcome, self.ctx.env, f"follower {self.cfg.party}")
         if problems:
             raise WireError("handshake failed: " + "; ".join(problems))
-        self.ch.run = welcome.str_field("run", 64)
-        return welcome.meta
+        self.ch.run = welcome.run
+        return welcome
 
     def _rows(self, epoch: int, step: int) -> np.ndarray:
         if epoch not in self._orders:
@@ -101,63 +117,65 @@ class FollowerTrainer:
         return self.ctx.rows(order[step])  # this rank's slice of the global batch
 
     def run(self) -> None:
-        while True:
+        """Answer the leader's messages until DONE, each by the handler of its class."""
+        handlers = {Forward: self._on_forward, Eval: self._on_eval, Save: self._on_save, Snapshot: self._on_snapshot,
+                    Restore: self._on_restore, Wait: self._on_wait, Done: self._on_done, Prior: self._on_prior}
+        while not self._done:
             t0 = time.perf_counter()
-            msg = self.ch.recv(("FORWARD", "EVAL", "SAVE", "SNAPSHOT", "RESTORE", "WAIT", "DONE", "PRIOR"))
-            waited = time.perf_counter() - t0  # a step's time includes the wait for its FORWARD (not the first)
-            if msg.type == "WAIT":  # the leader is still preparing; a fresh deadline starts
-                continue
-            if msg.type == "PRIOR":
-                self._start_prior(msg)
-            elif msg.type == "FORWARD" and msg.meta.get("phase") == "prior":
-                self._train_step(msg.meta, prior=True)
-            elif msg.type == "FORWARD":
-                if self.prior is not None:
-                    self.log("LP-2ST stage one done; its bottom is dropped")
-                    self.prior, self.prior_rows, self._prior_orders = None, None, {}
-                if self.steps == 0:  # the breakdown covers the main training only, from its first FORWARD
-                    TIMER.reset()
-                    TIMER.watch(self.party.device)
-                    waited = 0.0
-                t1 = time.perf_counter()
-                self._train_step(msg.meta)
-                TIMER.parts["wire_wait"] = TIMER.parts.get("wire_wait", 0.0) + waited
-                TIMER.add_step(time.perf_counter() - t1 + waited)
-            elif msg.type == "EVAL":
-                self._eval_step(msg.meta)
-            elif msg.type in ("SNAPSHOT", "RESTORE"):
-                step = msg.int_field("step")
-                if msg.type == "SNAPSHOT":
-                    self.party.snapshot(step)
-                else:
-                    self.party.restore(step)
-                    self.log(f"restored the snapshot of global step {step} (the leader's choice on validation)")
-            elif msg.type == "SAVE":
-                self._save(checkpoint_tag(msg.str_field("tag", 64)), msg.int_field("epoch"), msg.int_field("step"))
-            else:
-                self._save("final", msg.int_field("epoch", -1), msg.int_field("step"))
-                if self.recorder:
-                    self.recorder.save()
-                self._save_breakdown()
-                self.ch.send("BYE", {"steps": self.steps,
-                                     "snapshot_bytes": self.party.best.nbytes if self.party.best is not None else 0})
-                return
+            msg = self.ch.expect(*handlers)
+            self._waited = time.perf_counter() - t0  # a step's time includes the wait for its FORWARD (not the first)
+            handlers[type(msg)](msg)
 
-    def _start_prior(self, msg) -> None:
-        """PRIOR{rows, epochs} + the stage-one row indices: build a fresh bottom for LP-2ST stage one."""
+    def _on_wait(self, msg: Wait) -> None:
+        """The leader is still preparing; a fresh deadline starts."""
+
+    def _on_forward(self, msg: Forward) -> None:
+        if msg.phase == "prior":
+            self._train_step(msg, prior=True)
+            return
+        if self.prior is not None:
+            self.log("LP-2ST stage one done; its bottom is dropped")
+            self.prior, self.prior_rows, self._prior_orders = None, None, {}
+        waited = self._waited
+        if self.steps == 0:  # the breakdown covers the main training only, from its first FORWARD
+            TIMER.reset()
+            TIMER.watch(self.party.device)
+            waited = 0.0
+        t1 = time.perf_counter()
+        self._train_step(msg)
+        TIMER.parts["wire_wait"] = TIMER.parts.get("wire_wait", 0.0) + waited
+        TIMER.add_step(time.perf_counter() - t1 + waited)
+
+    def _on_snapshot(self, msg: Snapshot) -> None:
+        self.party.snapshot(msg.step)
+
+    def _on_restore(self, msg: Restore) -> None:
+        self.party.restore(msg.step)
+        self.log(f"restored the snapshot of global step {msg.step} (the leader's choice on validation)")
+
+    def _on_save(self, msg: Save) -> None:
+        self._save(checkpoint_tag(msg.tag), msg.epoch, msg.step)
+
+    def _on_done(self, msg: Done) -> None:
+        self._save("final", msg.epoch, msg.step)
+        if self.recorder:
+            self.recorder.save()
+        self._save_breakdown()
+        self.ch.post(Bye(steps=self.steps, snapshot_bytes=self.party.best.nbytes if self.party.best is not None else 0))
+        self._done = True
+
+    def _on_prior(self, msg: Prior) -> None:
+        """PRIOR: the stage-one row indices (strictly increasing, by parse) and epochs: a fresh bottom for LP-2ST's
+        stage one."""
         n = len(self.party.train_split)
-        epochs = msg.meta.get("epochs")
-        if isinstance(epochs, bool) or not isinstance(epochs, int) or not 1 <= epochs <= 1000:
-            raise WireError(f"PRIOR from the leader: epochs must be an integer in [1, 1000], got {str(epochs)[:20]}")
-        rows = msg.tensors[0] if len(msg.tensors) == 1 else None
-        if (rows is None or rows.dtype != np.int64 or rows.ndim != 1 or rows.size != msg.meta.get("rows") or rows.size == 0
-                or rows[0] < 0 or rows[-1] >= n or (rows.size > 1 and np.any(np.diff(rows) <= 0))):
+        rows = msg.indices
+        if rows[-1] >= n:
             raise WireError(f"PRIOR from the leader must carry its stage-one rows as one increasing int64 vector "
-                            f"of {str(msg.meta.get('rows'))[:20]} indices in [0, {n})")
+                            f"of {rows.size} indices in [0, {n})")
         self.prior_rows = rows.copy()
-        self.prior = BottomParty(prior_config(self.cfg, epochs), self.party.shard, self.party.device)
+        self.prior = BottomParty(prior_config(self.cfg, msg.epochs), self.party.shard, self.party.device)
         self._prior_orders = {}
-        self.log(f"LP-2ST stage one: training a prior bottom on {rows.size} of {n} training rows for {epochs} epoch(s)")
+        self.log(f"LP-2ST stage one: training a prior bottom on {rows.size} of {n} training rows for {msg.epochs} epoch(s)")
 
     def _prior_batch(self, epoch: int, step: int) -> np.ndarray:
         if epoch not in self._prior_orders:
@@ -167,22 +185,20 @@ class FollowerTrainer:
             raise WireError(f"FORWARD (prior) for step {step} of epoch {epoch}, but stage one has {len(order)} steps")
         return order[step]
 
-    def _train_step(self, meta: dict, prior: bool = False) -> None:
-        epoch, step = meta.get("epoch"), meta.get("step")
-        if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in (epoch, step)):
-            raise WireError(f"FORWARD from the leader has no non-negative integer epoch/step: {str(meta)[:200]}")
+    def _train_step(self, msg: Forward, prior: bool = False) -> None:
+        epoch, step = msg.epoch, msg.step
         if prior and self.prior is None:
             raise WireError("FORWARD for the LP-2ST prior before any PRIOR message")
         rows = self._prior_batch(epoch, step) if prior else self._rows(epoch, step)
         party = self.prior if prior else self.party
         ids = self.party.train_split.ids[rows]
-        if batch_digest(ids) != meta.get("digest"):
+        if batch_digest(ids) != msg.digest:
             raise WireError(f"FORWARD epoch {epoch} step {step}: batch digest differs from the leader's; "
                             f"the shards or the seed disagree")
         if prior:  # stage one: whole batches, no logs per step, not recorded (the leakage attacks read the main training)
             out = party.forward_train(rows)
-            self.ch.send("EMBEDDING", {"epoch": epoch, "step": step}, [out.detach().cpu().numpy()])
-            party.apply_gradient(torch.from_numpy(self._gradient(step, None, tuple(out.shape))[0].copy()))
+            self.ch.post(Embedding(cut=out.detach().cpu().numpy(), epoch=epoch, step=step))
+            party.apply_gradient(torch.from_numpy(self._gradient(step, None, tuple(out.shape)).grad.copy()))
             return
         # every micro-batch's embedding goes out before the first gradient is awaited: the leader works on
         # micro-batch j while this party computes j + 1 (M = 1: one whole batch, as without micro-batches)
@@ -192,35 +208,35 @@ class FollowerTrainer:
             out = self.party.forward_train(rows[part])
             shapes.append(tuple(out.shape))
             with TIMER.part("wire_send"):
-                self.ch.send("EMBEDDING", {"epoch": epoch, "step": step, "micro": j}, [out.detach().cpu().numpy()])
+                self.ch.post(Embedding(cut=out.detach().cpu().numpy(), epoch=epoch, step=step, micro=j))
         loss = None
         for j, part in enumerate(parts):
-            grad, meta = self._gradient(step, j, shapes[j])
+            g = self._gradient(step, j, shapes[j])
             if self.recorder:
-                self.recorder.add(epoch, step, ids[part], grad)
-            self.party.accumulate_gradient(torch.from_numpy(grad.copy()), j)
-            loss = meta.get("loss", loss)
+                self.recorder.add(epoch, step, ids[part], g.grad)
+            self.party.accumulate_gradient(torch.from_numpy(g.grad.copy()), j)
+            loss = g.loss if g.loss is not None else loss
         self.party.step_optimizer()
         self.steps += 1
         steps = len(self._orders[epoch])
         if (step + 1) % self.cfg.train.log_every == 0 or step + 1 == steps:
-            if isinstance(loss, (int, float)) and not isinstance(loss, bool) and math.isfinite(loss):
+            if loss is not None:  # a finite number, by parse
                 self.log(loss_line(epoch, step + 1, steps, float(loss)))
             else:
                 self.log(f"epoch {epoch} step {step + 1}/{steps} gradient applied")
 
-    def _gradient(self, step: int, micro: int | None, shape: tuple) -> tuple[np.ndarray, dict]:
-        """The next GRADIENT, checked to answer `step` (and micro-batch `micro`) with a float32 tensor of `shape`."""
+    def _gradient(self, step: int, micro: int | None, shape: tuple) -> Gradient:
+        """The next GRADIENT, checked to answer `step` (and micro-batch `micro`) with a gradient of `shape` (float32,
+        by parse)."""
         with TIMER.part("wire_wait"):
-            g = self.ch.recv(("GRADIENT",), f"GRADIENT for step {step} from the leader")
-        if g.meta.get("step") != step or len(g.tensors) != 1:
-            raise WireError(f"GRADIENT: expected step {step} with 1 tensor, got step {g.meta.get('step')!r} with {len(g.tensors)}")
+            g: Gradient = self.ch.expect(Gradient, what=f"GRADIENT for step {step} from the leader")
+        if g.step != step:
+            raise WireError(f"GRADIENT: expected step {step}, got step {g.step!r}")
         if micro is not None:
-            check_micro(g.meta, micro, f"GRADIENT for step {step}", WireError)
-        grad = g.tensors[0]
-        if grad.dtype != np.float32 or tuple(grad.shape) != shape:
-            raise WireError(f"GRADIENT for step {step}: expected float32 {shape}, got {grad.dtype} {tuple(grad.shape)}")
-        return grad, g.meta
+            check_micro(g.micro, micro, f"GRADIENT for step {step}", WireError)
+        if tuple(g.grad.shape) != shape:
+            raise WireError(f"GRADIENT for step {step}: expected float32 {shape}, got {g.grad.dtype} {tuple(g.grad.shape)}")
+        return g
 
     def _save_breakdown(self) -> None:
         """OUT/<party>_step_breakdown.json: where this party's training steps spent their time."""
@@ -231,18 +247,18 @@ class FollowerTrainer:
                        "microbatches": self.cfg.train.microbatches, **TIMER.report()}, f, indent=2)
         os.replace(f"{path}.tmp", path)
 
-    def _eval_step(self, meta: dict) -> None:
-        split, start, stop = meta.get("split"), meta.get("start"), meta.get("stop")
-        prior = meta.get("phase") == "prior"
+    def _on_eval(self, msg: Eval) -> None:
+        split, start, stop = msg.split, msg.start, msg.stop
+        prior = msg.phase == "prior"
         if prior and (self.prior is None or split != "train"):
             raise WireError("EVAL for the LP-2ST prior must follow a PRIOR message and name the train split")
         if not prior and split not in ("valid", "test"):
-            raise WireError(f"EVAL split must be 'valid' or 'test', got {str(split)[:20]!r}")
+            raise WireError(f"EVAL split must be 'valid' or 'test', got {split!r}")
         n = len({"train": self.party.train_split, "valid": self.party.valid_split}.get(split, self.party.test_split))
-        if any(isinstance(v, bool) or not isinstance(v, int) for v in (start, stop)) or not 0 <= start < stop <= n:
-            raise WireError(f"EVAL range {str(start)[:20]}..{str(stop)[:20]} outside the {split} split of {n} rows")
+        if not start < stop <= n:
+            raise WireError(f"EVAL range {start}..{stop} outside the {split} split of {n} rows")
         out = (self.prior if prior else self.party).forward_eval(slice(start, stop), split)
-        self.ch.send("EMBEDDING", {"eval": [split, start, stop]}, [out.cpu().numpy()])
+        self.ch.post(Embedding(cut=out.cpu().numpy(), eval=(split, start, stop)))
 
     def _save(self, tag: str, epoch: int, step: int) -> None:
         if not self.ctx.is_main:  # every rank holds the same weights: rank 0 writes the party's checkpoint

@@ -9,7 +9,6 @@ from vfl.cli import party_main
 
 def body(cfg, log, state: dict) -> None:
     from leader.trainer import LeaderTrainer
-    from vfl.align.handshake import MAX_CUT_DIM
     from vfl.align.psi.protocol import MAX_FRAME_BYTES as PSI_MAX_FRAME_BYTES
     from vfl.align.psi.protocol import check_minimum, leader_psi
     from vfl.cli import check_rank_options, party_keys
@@ -26,6 +25,7 @@ def body(cfg, log, state: dict) -> None:
     from vfl.training.party import BottomParty, resolve_device, set_threads
     from vfl.wire import LeaderChannel
     from vfl.wire.frames import MAX_HEADER_BYTES
+    from vfl.wire.messages import MAX_CUT_DIM
 
     env = state.get("ranks") or rank_env()
     if env.distributed and cfg.privacy.label_dp is not None and cfg.privacy.label_dp.mechanism == "rr_prior":

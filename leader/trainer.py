@@ -8,23 +8,38 @@ import time
 import numpy as np
 import torch
 
-from vfl.align.handshake import hello_meta, hello_problems, new_nonce, nonce_problems, run_id
-from vfl.training.checkpoint import load_resume_checkpoint, save_checkpoint
+from vfl.align.handshake import hello_message, hello_problems, new_nonce, run_id
 from vfl.config.schema import PartyConfig
-from vfl.obs.curves import RunCurves
+from vfl.data.shards import batch_digest, eval_batches, steps_per_epoch
 from vfl.distributed.context import RankContext
 from vfl.distributed.pairing import rank_meta, rank_problems
-from vfl.obs.progress import track
-from vfl.data.shards import batch_digest, eval_batches, steps_per_epoch
-from vfl.labeldp.release import LabelDPRelease, bayes_accuracy_of, leader_training_labels, open_label_key, task_classes
 from vfl.labeldp.prior import LocalCutSource, fit_predict_all_parties, prior_config, prior_fn_for
-from vfl.training.loop import TrainingLoop
+from vfl.labeldp.release import LabelDPRelease, bayes_accuracy_of, leader_training_labels, open_label_key, task_classes
+from vfl.obs.curves import RunCurves
 from vfl.obs.metrics import RunLog
-from vfl.training.party import BottomParty
-from vfl.training.top import TopTrainer
+from vfl.obs.progress import track
+from vfl.training.checkpoint import load_resume_checkpoint, save_checkpoint
+from vfl.training.loop import TrainingLoop
 from vfl.training.microbatch import check_micro, micro_slices, weighted_loss
+from vfl.training.party import BottomParty
 from vfl.training.step_timer import TIMER
+from vfl.training.top import TopTrainer
 from vfl.wire import LeaderChannel, WireError
+from vfl.wire.messages import (
+    Bye,
+    Done,
+    Embedding,
+    Eval,
+    Forward,
+    Gradient,
+    Hello,
+    Prior,
+    Restore,
+    Save,
+    Snapshot,
+    Wait,
+    Welcome,
+)
 
 
 class HandshakeError(WireError):
@@ -71,29 +86,27 @@ class LeaderTrainer:
 
     # -- handshake ---------------------------------------------------------------------------
     def handshake(self) -> None:
-        ours = hello_meta(self.cfg, self.party.shard, self.start_step)
+        ours = hello_message(self.cfg, self.party.shard, self.start_step)
         problems = []
         nonces = {}
         for f in self.followers:
-            hello = self.ch.recv(f, "HELLO", f"HELLO from follower {f} (is it running and pointed at {self.cfg.network.bind}?)")
-            if hello.meta.get("party") != f:  # the key decides who it is, never the name it gives
+            hello: Hello = self.ch.expect(f, Hello, what=f"HELLO from follower {f} (is it running and pointed at "
+                                                         f"{self.cfg.network.bind}?)")
+            if hello.party != f:  # the key decides who it is, never the name it gives
                 raise HandshakeError(f"handshake refused: the party holding {f}'s key introduced itself as "
-                                     f"{str(hello.meta.get('party'))[:64]!r}")
-            problems += nonce_problems(f, hello.meta) + hello_problems(f, hello.meta, ours)
-            problems += rank_problems(f, hello.meta, self.ctx.env)
-            nonces[f] = hello.meta.get("nonce")
-            self.cut_dims[f] = hello.meta.get("cut_dim", 0)
-            timeout = hello.meta.get("timeout_s")
-            if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0:
-                # a follower chooses its deadline; at least 1 s, so it cannot make the leader send WAIT non-stop
-                self._keepalive_every = min(self._keepalive_every, max(float(timeout), 1.0) / 4)
+                                     f"{hello.party!r}")
+            problems += hello_problems(f, hello, ours) + rank_problems(f, hello, self.ctx.env)
+            nonces[f] = hello.nonce
+            self.cut_dims[f] = hello.cut_dim
+            # a follower chooses its deadline; at least 1 s, so it cannot make the leader send WAIT non-stop
+            self._keepalive_every = min(self._keepalive_every, max(float(hello.timeout_s), 1.0) / 4)
         if problems:
             raise HandshakeError("handshake failed: " + "; ".join(problems))
         steps = steps_per_epoch(len(self.party.train_split), self.cfg.train.batch_size)
         self.ch.run = run_id(new_nonce(), nonces)
         for f in self.followers:
-            self.ch.send(f, "WELCOME", {"run": self.ch.run, "nonce": nonces[f], "epochs": self.cfg.train.epochs,
-                                        "steps_per_epoch": steps, **rank_meta(self.ctx.env)})
+            self.ch.post(f, Welcome(run=self.ch.run, nonce=nonces[f], epochs=self.cfg.train.epochs,
+                                    steps_per_epoch=steps, **rank_meta(self.ctx.env)))
         self._last_sent = time.monotonic()
 
     def _keepalive(self) -> None:
@@ -101,7 +114,7 @@ class LeaderTrainer:
         now = time.monotonic()
         if now - self._last_sent >= self._keepalive_every:
             for f in self.followers:
-                self.ch.send(f, "WAIT", {})
+                self.ch.post(f, Wait())
             self._last_sent = now
 
     def prepare(self) -> None:
@@ -147,7 +160,7 @@ class LeaderTrainer:
         rows = np.flatnonzero(stage_one).astype(np.int64)
         pcfg = prior_config(self.cfg, self.release.prior_epochs)
         for f in self.followers:
-            self.ch.send(f, "PRIOR", {"rows": int(rows.size), "epochs": pcfg.train.epochs}, [rows])
+            self.ch.post(f, Prior(indices=rows, epochs=pcfg.train.epochs))
         self.log(f"LP-2ST: stage one on {rows.size} of {stage_one.size} training rows, all parties, "
                  f"{pcfg.train.epochs} epoch(s)")
         own = BottomParty(pcfg, self.party.shard, self.party.device)
@@ -179,7 +192,7 @@ class LeaderTrainer:
                 digest = batch_digest(train_ids[rows])
             with TIMER.part("wire_send"):
                 for f in self.followers:
-                    self.ch.send(f, "FORWARD", {"epoch": epoch, "step": i, "rows": int(rows.size), "digest": digest})
+                    self.ch.post(f, Forward(epoch=epoch, step=i, rows=int(rows.size), digest=digest))
             parts = micro_slices(rows.size, self.cfg.train.microbatches)
             value, total = 0.0, 0.0
             for j, part in enumerate(parts):  # M = 1: the whole batch, exactly as without micro-batches
@@ -219,38 +232,37 @@ class LeaderTrainer:
             for f, t in zip(self.followers, remote):
                 # the batch loss (on the training labels, noisy under label DP) lets followers log the same line;
                 # it is known with the last micro-batch
-                meta = {"epoch": epoch, "step": i, "micro": j, **({"loss": total} if last else {})}
-                self.ch.send(f, "GRADIENT", meta, [t.grad.detach().cpu().numpy()])
+                self.ch.post(f, Gradient(grad=t.grad.detach().cpu().numpy(), epoch=epoch, step=i, micro=j,
+                                         loss=float(total) if last else None))
         self.party.accumulate_gradient(own_leaf.grad, j)  # overlaps with the followers' backward passes
         return value, total
 
     def snapshot(self, step: int) -> int:
         """Every party keeps a copy of its weights and optimizer state at this (best so far) step."""
         for f in self.followers:
-            self.ch.send(f, "SNAPSHOT", {"step": step})
+            self.ch.post(f, Snapshot(step=step))
         return self.party.snapshot(step) + self.top.snapshot(step)
 
     def restore(self, step: int) -> None:
         """Every party goes back to its snapshot of the best step (chosen on randomized validation labels)."""
         for f in self.followers:
-            self.ch.send(f, "RESTORE", {"step": step})
+            self.ch.post(f, Restore(step=step))
         self.party.restore(step)
         self.top.restore(step)
 
     def _remote_cut(self, peer: str, key: str, value, rows: int, micro: int | None = None) -> torch.Tensor:
-        """The next EMBEDDING from peer, checked to answer meta[key] == value (and micro-batch `micro` of a
-        training step) with a float32 (rows, cut) tensor."""
-        msg = self.ch.recv(peer, "EMBEDDING")
-        if msg.meta.get(key) != value or len(msg.tensors) != 1:
-            raise WireError(f"EMBEDDING from {peer}: expected {key} {value!r} with 1 tensor, "
-                            f"got {key} {msg.meta.get(key)!r} with {len(msg.tensors)}")
+        """The next EMBEDDING from peer, checked to answer its `key` ("step", or "eval": (split, start, stop)) ==
+        value (and micro-batch `micro` of a training step) with a (rows, cut) cut (float32, by parse)."""
+        msg: Embedding = self.ch.expect(peer, Embedding)
+        got = msg.step if key == "step" else msg.eval
+        if got != value:
+            raise WireError(f"EMBEDDING from {peer}: expected {key} {value!r}, got {key} {got!r}")
         if micro is not None:
-            check_micro(msg.meta, micro, f"EMBEDDING from {peer} for step {value}", WireError)
-        arr = msg.tensors[0]
+            check_micro(msg.micro, micro, f"EMBEDDING from {peer} for step {value}", WireError)
         want = (rows, self.cut_dims[peer])
-        if tuple(arr.shape) != want or arr.dtype != np.float32:
-            raise WireError(f"EMBEDDING from {peer}: expected float32 {want}, got {arr.dtype} {tuple(arr.shape)}")
-        return torch.from_numpy(arr.copy()).to(self.party.device)
+        if tuple(msg.cut.shape) != want:
+            raise WireError(f"EMBEDDING from {peer}: expected float32 {want}, got {msg.cut.dtype} {tuple(msg.cut.shape)}")
+        return torch.from_numpy(msg.cut.copy()).to(self.party.device)
 
     @torch.no_grad()
     def evaluate(self, split: str) -> np.ndarray:
@@ -261,16 +273,16 @@ class LeaderTrainer:
         for part in track(eval_batches(hi - lo, self.cfg.train.eval_batch_size), desc=f"evaluate {split}", unit="batch"):
             sl = slice(lo + part.start, lo + part.stop)
             for f in self.followers:
-                self.ch.send(f, "EVAL", {"split": split, "start": sl.start, "stop": sl.stop})
+                self.ch.post(f, Eval(split=split, start=sl.start, stop=sl.stop))
             cuts = [self.party.forward_eval(sl, split)]
-            cuts += [self._remote_cut(f, "eval", [split, sl.start, sl.stop], sl.stop - sl.start) for f in self.followers]
+            cuts += [self._remote_cut(f, "eval", (split, sl.start, sl.stop), sl.stop - sl.start) for f in self.followers]
             probs[part] = self.top.predict(cuts)
         return self.ctx.gather_rows(probs, n)
 
     # -- end of run ----------------------------------------------------------------------------
     def checkpoint(self, epoch: int, step: int, tag: str) -> str:
         for f in self.followers:
-            self.ch.send(f, "SAVE", {"tag": tag, "epoch": epoch, "step": step})
+            self.ch.post(f, Save(tag=tag, epoch=epoch, step=step))
         path = os.path.join(self.out_dir, "checkpoints", f"{self.cfg.party}_{tag}.pt")
         if not self.ctx.is_main:  # every rank holds the same weights: rank 0 writes the party's checkpoint
             return path
@@ -284,13 +296,11 @@ class LeaderTrainer:
     def finish(self, epoch: int, step: int) -> None:
         self.checkpoint(epoch, step, "final")
         for f in self.followers:
-            self.ch.send(f, "DONE", {"epoch": epoch, "step": step})
+            self.ch.post(f, Done(epoch=epoch, step=step))
         self.ch.watch_disconnect = False  # followers leave once they said BYE
         for f in self.followers:
-            bye = self.ch.recv(f, "BYE")
-            nbytes = bye.meta.get("snapshot_bytes")
-            if isinstance(nbytes, int) and not isinstance(nbytes, bool) and nbytes >= 0:
-                self.follower_snapshot_bytes[f] = nbytes
+            bye: Bye = self.ch.expect(f, Bye)
+            self.follower_snapshot_bytes[f] = bye.snapshot_bytes
 
     def metrics(self) -> dict:
         n_train, n_test, evals = len(self.party.train_split), len(self.party.test_split), len(self.loop.history)
@@ -336,15 +346,13 @@ class _FollowerPriorSource:
     def forward(self, epoch: int, step: int, rows: np.ndarray) -> torch.Tensor:
         self.at = (epoch, step)
         digest = batch_digest(self.leader.party.train_split.ids[rows])
-        self.leader.ch.send(self.f, "FORWARD", {"phase": "prior", "epoch": epoch, "step": step, "rows": int(rows.size),
-                                                "digest": digest})
+        self.leader.ch.post(self.f, Forward(epoch=epoch, step=step, rows=int(rows.size), digest=digest, phase="prior"))
         return self.leader._remote_cut(self.f, "step", step, rows.size)
 
     def backward(self, grad: torch.Tensor) -> None:
         epoch, step = self.at
-        self.leader.ch.send(self.f, "GRADIENT", {"phase": "prior", "epoch": epoch, "step": step},
-                            [grad.detach().cpu().numpy()])
+        self.leader.ch.post(self.f, Gradient(grad=grad.detach().cpu().numpy(), epoch=epoch, step=step, phase="prior"))
 
     def evaluate(self, rows: slice) -> torch.Tensor:
-        self.leader.ch.send(self.f, "EVAL", {"phase": "prior", "split": "train", "start": rows.start, "stop": rows.stop})
-        return self.leader._remote_cut(self.f, "eval", ["train", rows.start, rows.stop], rows.stop - rows.start)
+        self.leader.ch.post(self.f, Eval(split="train", start=rows.start, stop=rows.stop, phase="prior"))
+        return self.leader._remote_cut(self.f, "eval", ("train", rows.start, rows.stop), rows.stop - rows.start)

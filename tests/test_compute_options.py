@@ -2,6 +2,7 @@
 the micro-batch index on the wire, and the per-party step-time breakdown."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -13,7 +14,8 @@ from tests.procs import party_configs, run_centralized, run_split
 from vfl.align.handshake import hello_problems
 from vfl.config.schema import ConfigError, load_config, parse_config
 from vfl.training.microbatch import check_micro, micro_slices, weighted_loss
-from vfl.wire import WireError
+from vfl.wire import PROTOCOL_VERSION, WireError
+from vfl.wire.messages import Hello
 
 # bf16 keeps 8 bits of mantissa: the same bf16 computation in two processes agrees to rounding of the cut
 # (the cut leaves the bottom in fp32 on both paths); losses over a 1-epoch run stay within 1e-3 relative
@@ -86,12 +88,14 @@ def test_weighted_micro_losses_give_the_full_batch_gradient():
 
 def test_micro_index_on_the_wire_is_checked_and_agreed_in_the_handshake():
     # Execute / Assert: a wrong, missing or non-integer micro index is refused with the expected one named
-    check_micro({"micro": 2}, 2, "GRADIENT for step 5", WireError)
-    for meta in ({"micro": 1}, {}, {"micro": "2"}, {"micro": True}):
+    check_micro(2, 2, "GRADIENT for step 5", WireError)
+    for got in (1, None, "2", True):
         with pytest.raises(WireError, match="GRADIENT for step 5: expected micro-batch 2"):
-            check_micro(meta, 2, "GRADIENT for step 5", WireError)
-    ours = {"protocol": None, "party": "f", "microbatches": 4}
-    problems = hello_problems("f", {**ours, "microbatches": 2}, ours)
+            check_micro(got, 2, "GRADIENT for step 5", WireError)
+    ours = Hello(nonce="", party="f", protocol=PROTOCOL_VERSION, id_digest={"train": "a", "valid": "b", "test": "c"},
+                 rows={"train": 8, "valid": 2, "test": 2}, batch_size=4, seed=0, cut_dim=2, microbatches=4,
+                 resume_step=0, timeout_s=60.0)
+    problems = hello_problems("f", dataclasses.replace(ours, microbatches=2), ours)
     assert any("train.microbatches=2 but the leader has train.microbatches=4" in p for p in problems)
 
 

@@ -199,6 +199,7 @@ def test_thousands_of_random_psi_metas_raise_only_psi_or_wire_errors(tmp_path):
 
     from vfl.align.psi.protocol import _range
     from vfl.wire.frames import Message, WireError
+    from vfl.wire.messages import parse
 
     rng = random.Random(11)
     values = [None, -1, 0, 1, 99, 100, 101, CHUNK_POINTS, CHUNK_POINTS + 1, 2**63, 1.5, True, "1", [1], {}]
@@ -207,7 +208,7 @@ def test_thousands_of_random_psi_metas_raise_only_psi_or_wire_errors(tmp_path):
         meta = {"op": "mask", "start": rng.choice(values), "stop": rng.choice(values)}
         msg = Message("PSI", "leader", "", 0, meta)
         try:
-            start, stop = _range(msg, "the leader", 100)
+            start, stop = _range(parse(msg), "the leader", 100)
         except WireError:
             continue
         assert isinstance(start, int) and 0 <= start < stop <= 100 and stop - start <= CHUNK_POINTS

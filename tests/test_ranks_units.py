@@ -9,6 +9,7 @@ import pytest
 from vfl.distributed.launch import LaunchError, RankEnv, rank_env
 from vfl.distributed.pairing import rank_endpoint, rank_meta, rank_problems
 from vfl.distributed.slicing import check_batches, loss_weight, rank_rows, slice_bounds
+from vfl.wire import WireError
 
 TORCHRUN = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": "29500"}
@@ -67,10 +68,20 @@ def test_each_rank_has_its_port_and_the_handshake_checks_n_and_the_pairing():
     with pytest.raises(ValueError, match="above 65535"):
         rank_endpoint("tcp://h:65535", 0, 2)
     assert rank_meta(RankEnv()) == {}  # one rank: HELLO and WELCOME are unchanged
-    assert rank_problems("follower0", {"rank": 1, "ranks": 2}, leader) == []
-    assert "runs 1 rank(s) but the leader runs 2" in rank_problems("follower0", {}, leader)[0]
-    assert "rank 0 reached rank 1" in rank_problems("follower0", {"rank": 0, "ranks": 2}, leader)[0]
-    assert "must be integers" in rank_problems("follower0", {"rank": True, "ranks": 2}, leader)[0]
+    assert rank_problems("follower0", _welcome(rank=1, ranks=2), leader) == []
+    assert "runs 1 rank(s) but the leader runs 2" in rank_problems("follower0", _welcome(), leader)[0]
+    assert "rank 0 reached rank 1" in rank_problems("follower0", _welcome(rank=0, ranks=2), leader)[0]
+    with pytest.raises(WireError, match="field 'rank' must be an integer"):  # the type is the message's to check
+        _welcome(rank=True, ranks=2, parse=True)
+
+
+def _welcome(parse: bool = False, **ranks):
+    """A WELCOME with these rank fields; parse: as the receiver sees it (checked field by field)."""
+    from vfl.wire.frames import Message
+    from vfl.wire.messages import Welcome
+
+    meta = {"run": "r" * 32, "nonce": "0" * 32, "epochs": 1, "steps_per_epoch": 3, **ranks}
+    return Welcome.from_wire(Message("WELCOME", "leader", "", 0, meta)) if parse else Welcome(**meta)
 
 
 def test_one_rank_context_starts_no_process_group():

@@ -298,10 +298,10 @@ def test_insider_garbage_ends_the_run_with_one_line_and_an_abort(garbage, needle
     # Prepare: the test itself is follower0 (its real key, a valid HELLO), then answers FORWARD with garbage
     import json
 
+    from vfl.align.handshake import hello_message, new_nonce
+    from vfl.align.psi.protocol import follower_psi
     from vfl.config.schema import load_config
     from vfl.data.shards import PartyShard
-    from vfl.align.handshake import hello_meta, new_nonce
-    from vfl.align.psi.protocol import follower_psi
     from vfl.wire import FollowerChannel, PeerAbort
     from vfl.wire.frames import MAGIC
     from vfl.wire.keys import load_follower_keys
@@ -316,7 +316,7 @@ def test_insider_garbage_ends_the_run_with_one_line_and_an_abort(garbage, needle
         common, _ = follower_psi(ch, shard.all_ids())
         shard.restrict(common)
         nonce = new_nonce()
-        ch.send("HELLO", hello_meta(cfg, shard, 0, nonce))
+        ch.post(hello_message(cfg, shard, 0, nonce))
         ch.run = ch.recv(("WELCOME",)).meta["run"]
         ch.recv(("FORWARD",))
         if garbage == "deep":

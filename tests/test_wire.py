@@ -9,6 +9,7 @@ from tests.procs import free_port, party_keys
 from vfl.wire import FollowerChannel, LeaderChannel, PeerAbort, PeerTimeout, WireError
 from vfl.wire.frames import MAGIC_PREFIX, PROTOCOL_VERSION, decode, encode
 from vfl.wire.keys import load_follower_keys, load_leader_keys
+from vfl.wire.messages import parse
 
 
 def _frames(tensors=(np.arange(6, dtype=np.float32).reshape(3, 2),), meta=None):
@@ -120,6 +121,30 @@ def test_channel_moves_messages_over_tcp_in_both_directions(pair):
     assert leader.bytes_received > x.nbytes
 
 
+def test_typed_messages_travel_over_tcp_and_are_checked_on_arrival(pair):
+    """post() sends a typed message, expect() returns it parsed, and refuses a message whose field is wrong."""
+    # Prepare
+    from vfl.wire.messages import Embedding, Hello, Snapshot, Wait, Welcome
+
+    leader, follower = pair
+    hello = Hello(nonce="ab" * 16, party="f0", protocol=PROTOCOL_VERSION, id_digest={"train": "a", "valid": "b", "test": "c"},
+                  rows={"train": 3, "valid": 1, "test": 1}, batch_size=2, seed=0, cut_dim=2, microbatches=1,
+                  resume_step=0, timeout_s=2.0)
+    cut = np.arange(6, dtype=np.float32).reshape(3, 2)
+    # Execute
+    follower.post(hello)
+    got_hello = leader.expect("f0", Hello)
+    leader.post("f0", Welcome(run=leader.run, nonce=got_hello.nonce, epochs=1, steps_per_epoch=2))
+    follower.run = follower.expect(Wait, Welcome).run
+    follower.post(Embedding(cut=cut, eval=("valid", 0, 3)))
+    emb = leader.expect("f0", Embedding)
+    leader.send("f0", "SNAPSHOT", {"step": "7"})  # a leader with a bug: the step as a string
+    # Assert
+    assert got_hello == hello and follower.run == "run-xyz" and emb == Embedding(cut=cut, eval=("valid", 0, 3))
+    with pytest.raises(WireError, match="SNAPSHOT from leader: field 'step' must be an integer"):
+        follower.expect(Snapshot)
+
+
 def test_replayed_message_is_rejected_by_sequence_number(pair):
     # Prepare: capture a valid frame sequence, then send it twice on a raw DEALER
     leader, follower = pair
@@ -204,7 +229,8 @@ def test_free_ports_lie_below_the_ephemeral_range_and_are_bindable():
     # connect to itself; ports below the range cannot collide that way.
     import socket
 
-    from vfl.ports import ephemeral_range, free_port as pick
+    from vfl.ports import ephemeral_range
+    from vfl.ports import free_port as pick
 
     lo, _ = ephemeral_range()
     for _ in range(20):
@@ -238,4 +264,4 @@ def test_message_fields_of_the_wrong_type_are_one_line_wire_errors(meta, needle)
     msg = decode([bytes(memoryview(f)) for f in encode("SAVE", "leader", "r", 0, meta)], "leader")
     # Execute / Assert
     with pytest.raises(WireError, match=needle):
-        msg.str_field("tag"), msg.int_field("epoch"), msg.int_field("step")
+        parse(msg)

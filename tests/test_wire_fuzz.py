@@ -1,4 +1,5 @@
-"""Decoder fuzzing: thousands of mutated frames from an authenticated peer raise only the wire's own error."""
+"""Decoder fuzzing: thousands of mutated frames from an authenticated peer raise only the wire's own error, in the
+decoder (frames.py) or when the decoded message is parsed into its typed class (messages.py)."""
 from __future__ import annotations
 
 import json
@@ -7,6 +8,7 @@ import random
 import numpy as np
 
 from vfl.wire.frames import Message, WireError, decode, encode
+from vfl.wire.messages import Embedding, Gradient, Save, parse
 
 GARBAGE_VALUES = [None, True, -1, 2**70, 1.5, float("1e308"), "", "x" * 300, [], ["float32"], {}, {"a": [1]},
                   [0, 2**40], [0] + [2**31] * 7, [2**31, 2**31], "float32", "int64", "object", [[[[]]]]]
@@ -18,6 +20,9 @@ def _valid() -> list[list[bytes]]:
             encode("GRADIENT", "leader", "r", 0, {"epoch": 0, "step": 2, "loss": 0.5}, tensors),
             encode("SAVE", "leader", "r", 9, {"tag": "final", "epoch": 1, "step": 4}),
             encode("HELLO", "follower0", "", 0, {"id_digest": {"train": "aa"}, "rows": {"train": 3}})]
+    typed = [Embedding(cut=tensors[0], epoch=0, step=1, micro=0), Gradient(grad=tensors[0], epoch=0, step=2, loss=0.5),
+             Save(tag="final", epoch=1, step=4)]  # messages that parse until a mutation hits them
+    msgs += [encode(m.TYPE, "follower0", "r", 3, *m.to_wire()) for m in typed]
     return [[bytes(memoryview(f)) for f in m] for m in msgs]
 
 
@@ -76,7 +81,7 @@ def test_thousands_of_mutated_frames_raise_only_wire_errors():
     # Prepare: seeded, so a failure reproduces
     rng = random.Random(20240519)
     valid = _valid()
-    outcomes = {"ok": 0, "refused": 0}
+    outcomes = {"ok": 0, "refused": 0, "parsed": 0, "unparsed": 0}
     # Execute
     for n in range(6000):
         frames = _mutate(rng, rng.choice(valid))
@@ -90,5 +95,12 @@ def test_thousands_of_mutated_frames_raise_only_wire_errors():
         else:  # any other exception fails the test with its traceback
             assert isinstance(msg, Message)
             outcomes["ok"] += 1
-    # Assert: the mutations mostly bite, and some survive (the fuzzer is not only feeding noise)
-    assert outcomes["refused"] > 4000 and outcomes["ok"] > 50, outcomes
+            try:
+                parse(msg)
+            except WireError as e:
+                assert "\n" not in str(e) and len(str(e)) < 600, (n, str(e)[:200])
+                outcomes["unparsed"] += 1
+            else:
+                outcomes["parsed"] += 1
+    # Assert: the mutations mostly bite, and some survive (the fuzzer is not only feeding noise), up to the typed class
+    assert outcomes["refused"] > 4000 and outcomes["ok"] > 50 and outcomes["parsed"] > 50, outcomes

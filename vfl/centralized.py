@@ -24,7 +24,7 @@ def _aligned_parties(leader_cfg, follower_cfgs, device, log: RunLog) -> tuple:
     and each party's BottomParty: (the leader's shard, [leader, *followers])."""
     import numpy as np
 
-    from vfl.align.handshake import hello_meta, hello_problems
+    from vfl.align.handshake import hello_message, hello_problems
     from vfl.data.readers.criteo import DataError
     from vfl.data.shards import PartyShard
     from vfl.training.party import BottomParty
@@ -42,10 +42,10 @@ def _aligned_parties(leader_cfg, follower_cfgs, device, log: RunLog) -> tuple:
         shard.restrict(common)
     log(f"centralized: intersection of the parties' ids: {common.size}")
     parties = [BottomParty(leader_cfg, leader_shard, device)]
-    ours = hello_meta(leader_cfg, leader_shard)
+    ours = hello_message(leader_cfg, leader_shard)
     problems = []
     for fc, shard in zip(follower_cfgs, shards):
-        problems += hello_problems(fc.party, hello_meta(fc, shard), ours)
+        problems += hello_problems(fc.party, hello_message(fc, shard), ours)
         parties.append(BottomParty(fc, shard, device))
     if problems:
         raise DataError("; ".join(problems))

@@ -9,7 +9,12 @@ rule hold per rank, and a follower rank that reaches another rank's port is refu
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from vfl.distributed.launch import RankEnv
+
+if TYPE_CHECKING:
+    from vfl.wire.messages import Hello, Welcome
 
 
 def rank_endpoint(endpoint: str, rank: int, ranks: int, explicit: tuple[str, ...] = ()) -> str:
@@ -28,15 +33,15 @@ def rank_endpoint(endpoint: str, rank: int, ranks: int, explicit: tuple[str, ...
 
 
 def rank_meta(env: RankEnv) -> dict:
-    """The fields a HELLO or WELCOME carries about ranks (none for one rank: the N = 1 messages are unchanged)."""
+    """The rank fields of a HELLO or WELCOME (none for one rank: the N = 1 messages are unchanged)."""
     return {"rank": env.rank, "ranks": env.ranks} if env.distributed else {}
 
 
-def rank_problems(peer: str, theirs: dict, env: RankEnv, my_role: str = "the leader") -> list[str]:
-    """Disagreements on N or on the pairing between a peer's message and this rank, as sentences."""
-    n, r = theirs.get("ranks", 1), theirs.get("rank", 0)
-    if isinstance(n, bool) or not isinstance(n, int) or isinstance(r, bool) or not isinstance(r, int):
-        return [f"{peer} announced rank {str(r)[:20]} of {str(n)[:20]}; both must be integers"]
+def rank_problems(peer: str, theirs: Hello | Welcome, env: RankEnv, my_role: str = "the leader") -> list[str]:
+    """Disagreements on N or on the pairing between a peer's HELLO or WELCOME (vfl/wire/messages.py, which checks
+    that rank and ranks are integers that come together) and this rank, as sentences. No rank fields: one rank."""
+    n = theirs.ranks if theirs.ranks is not None else 1
+    r = theirs.rank if theirs.rank is not None else 0
     if n != env.ranks:
         return [f"{peer} runs {n} rank(s) but {my_role} runs {env.ranks}; start every party with the same --ranks"]
     if r != env.rank:

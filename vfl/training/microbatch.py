@@ -33,9 +33,8 @@ def weighted_loss(loss: torch.Tensor, part_rows: int, batch_rows: int) -> torch.
     return loss if part_rows == batch_rows else loss * (part_rows / batch_rows)
 
 
-def check_micro(meta: dict, expected: int, what: str, error: type[Exception]) -> None:
-    """A peer's EMBEDDING or GRADIENT must name the micro-batch this side expects next."""
-    got = meta.get("micro")
+def check_micro(got: int | None, expected: int, what: str, error: type[Exception]) -> None:
+    """A peer's EMBEDDING or GRADIENT must name the micro-batch this side expects next (`got`: its micro field)."""
     if isinstance(got, bool) or not isinstance(got, int) or got != expected:
         raise error(f"{what}: expected micro-batch {expected} (an integer in [0, train.microbatches)), "
                     f"got micro {str(got)[:20]!r}")

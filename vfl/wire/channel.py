@@ -7,7 +7,9 @@ a name the message claims. A follower pins the leader's public key. A channel en
 sequence numbers, the run id and a deadline on every receive; it treats only the loss of an
 authenticated party's own connection as that party's loss (strangers' connects, closes and failed
 handshakes are ignored), and it buffers at most one message ahead per peer. It knows nothing
-about training.
+about training: the parties post() and expect() the typed messages of messages.py (parsed and
+checked field by field on arrival); send() and recv() move a type string and its meta, for the
+transport's own tests.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from zmq.utils.monitor import recv_monitor_message
 from vfl.wire.admission import Admission, guard, pin
 from vfl.wire.frames import MAGIC, Message, WireError, decode, encode
 from vfl.wire.keys import FollowerKeys, LeaderKeys, fingerprint
+from vfl.wire.messages import Abort, Hello, Welcome, WireMessage
 
 ZERO_COPY_MIN_BYTES = 1 << 16  # below this zmq copies anyway (pyzmq serialization docs)
 LINGER_MS = 2000
@@ -105,12 +108,15 @@ class _Endpoint:
         want = self._recv_seq.get(peer, 0)
         if msg.seq != want:
             raise WireError(f"{msg.type} from {peer} has sequence number {msg.seq}, expected {want} (replayed or lost message)")
-        if msg.type not in ("HELLO", "WELCOME", "ABORT") and msg.run != self.run:
+        if msg.type not in (Hello.TYPE, Welcome.TYPE, Abort.TYPE) and msg.run != self.run:
             raise WireError(f"{msg.type} from {peer} belongs to run {msg.run!r}, this run is {self.run!r}")
         self._recv_seq[peer] = want + 1
-        if msg.type == "ABORT":
-            reason = msg.meta.get("reason")
-            raise PeerAbort(f"{peer} aborted: {reason[:2000] if isinstance(reason, str) else 'no reason given'}")
+        if msg.type == Abort.TYPE:
+            try:
+                reason = Abort.from_wire(msg).reason
+            except WireError:
+                reason = "no reason given"
+            raise PeerAbort(f"{peer} aborted: {reason}")
         return msg
 
     def _track(self, peer: str, frame: zmq.Frame) -> None:
@@ -197,6 +203,7 @@ class LeaderChannel(_Endpoint):
         return set(self._route)
 
     def send(self, peer: str, type_: str, meta: dict | None = None, tensors=()) -> None:
+        """Send a message given as its type and meta (the transport's own tests; the parties post typed ones)."""
         if peer not in self._route:
             raise PeerLost(f"{peer} is not connected (sending {type_})")
         frames = self._frames(peer, type_, meta, tensors)
@@ -207,17 +214,30 @@ class LeaderChannel(_Endpoint):
         except PeerTimeout as e:
             raise PeerTimeout(f"sending {type_} to {peer}: {e}") from None
 
+    def post(self, peer: str, message: WireMessage) -> None:
+        """Send a typed message to `peer`."""
+        self.send(peer, message.TYPE, *message.to_wire())
+
+    def expect(self, peer: str, *classes: type[WireMessage], what: str | None = None) -> WireMessage:
+        """The next message from `peer`, which must be of one of `classes`, parsed and checked field by field."""
+        msg = self._receive(peer, tuple(c.TYPE for c in classes), what)
+        return next(c for c in classes if c.TYPE == msg.type).from_wire(msg)
+
     def recv(self, peer: str, type_: str, what: str | None = None) -> Message:
-        """The next message from `peer`, which must be of `type_`; other peers' messages are queued (one each)."""
-        awaiting = what or f"{type_} from {peer}"
+        """The next message from `peer`, which must be of `type_`, as a frames.Message (the transport's own tests)."""
+        return self._receive(peer, (type_,), what)
+
+    def _receive(self, peer: str, types: tuple[str, ...], what: str | None) -> Message:
+        """The next message from `peer`, of one of `types`; other peers' messages are queued (one each)."""
+        awaiting = what or f"{'/'.join(types)} from {peer}"
         deadline = time.monotonic() + self.timeout_s
         self._late_reads = 0
         while not self._inbox[peer]:
             if self._poll(deadline, awaiting):
                 self._read_one(awaiting)
         msg = self._inbox[peer].popleft()
-        if msg.type != type_:
-            raise WireError(f"expected {type_} from {peer}, got {msg.type}")
+        if msg.type not in types:
+            raise WireError(f"expected {'/'.join(types)} from {peer}, got {msg.type}")
         return msg
 
     def _read_one(self, awaiting: str) -> None:
@@ -246,7 +266,8 @@ class LeaderChannel(_Endpoint):
         reason = (f"party {party} is already connected to this run; a second connection with {party}'s key was "
                   f"refused (is another process of {party} running?)")
         try:  # never blocks: a duplicate that does not read cannot stall the run
-            self._sock.send_multipart([rid, *encode("ABORT", self.me, "", 0, {"reason": reason})], flags=zmq.DONTWAIT)
+            self._sock.send_multipart([rid, *encode(Abort.TYPE, self.me, "", 0, *Abort(reason).to_wire())],
+                                      flags=zmq.DONTWAIT)
         except (WireError, zmq.ZMQError):
             pass
 
@@ -255,7 +276,7 @@ class LeaderChannel(_Endpoint):
         self._sock.setsockopt(zmq.SNDTIMEO, ABORT_SEND_MS)
         for peer in list(self._route):
             try:
-                self.send(peer, "ABORT", {"reason": reason[:2000]})
+                self.post(peer, Abort(reason))
             except (WireError, ValueError, zmq.ZMQError):
                 pass
 
@@ -282,7 +303,17 @@ class FollowerChannel(_Endpoint):
         pin(self._sock, keys.public, keys.secret, keys.leader)
         self._sock.connect(connect)
 
+    def post(self, message: WireMessage) -> None:
+        """Send a typed message to the leader."""
+        self.send(message.TYPE, *message.to_wire())
+
+    def expect(self, *classes: type[WireMessage], what: str | None = None) -> WireMessage:
+        """The next message from the leader, which must be of one of `classes`, parsed and checked field by field."""
+        msg = self.recv(tuple(c.TYPE for c in classes), what)
+        return next(c for c in classes if c.TYPE == msg.type).from_wire(msg)
+
     def send(self, type_: str, meta: dict | None = None, tensors=()) -> None:
+        """Send a message given as its type and meta (the transport's own tests; the parties post typed ones)."""
         self._wait_writable(type_)
         _send(self._sock, self._frames(self.leader, type_, meta, tensors))
 
@@ -306,6 +337,7 @@ class FollowerChannel(_Endpoint):
                 return  # the send itself reports the timeout
 
     def recv(self, types: tuple[str, ...], what: str | None = None) -> Message:
+        """The next message from the leader, of one of `types`, as a frames.Message (the transport's own tests)."""
         awaiting = what or f"{'/'.join(types)} from the leader at {self.endpoint}"
         deadline = time.monotonic() + self.timeout_s
         self._late_reads = 0
@@ -340,7 +372,7 @@ class FollowerChannel(_Endpoint):
     def abort(self, reason: str) -> None:
         try:
             self._sock.setsockopt(zmq.SNDTIMEO, ABORT_SEND_MS)
-            self.send("ABORT", {"reason": reason[:2000]})
+            self.post(Abort(reason))
         except (WireError, ValueError, zmq.ZMQError):
             pass
 

@@ -43,22 +43,9 @@ class Message:
     tensors: list[np.ndarray] = field(default_factory=list)
     claimed: str = ""  # the header's "from" (a claim, checked against `sender` by the channel)
 
-    def int_field(self, key: str, lo: int = 0, hi: int = 2**62) -> int:
-        """meta[key] as an integer in [lo, hi], or WireError naming the sender, type and field."""
-        value = self.meta.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-            raise WireError(f"{self.type} from {self.sender}: field {key!r} must be an integer in [{lo}, {hi}], got {_short(value)}")
-        return value
 
-    def str_field(self, key: str, max_len: int = 256) -> str:
-        """meta[key] as a non-empty string of at most max_len characters."""
-        value = self.meta.get(key)
-        if not isinstance(value, str) or not 0 < len(value) <= max_len:
-            raise WireError(f"{self.type} from {self.sender}: field {key!r} must be a string of 1..{max_len} characters, got {_short(value)}")
-        return value
-
-
-def _short(value: Any, limit: int = 60) -> str:
+def short_repr(value: Any, limit: int = 60) -> str:
+    """repr(value), cut to about `limit` characters (a peer's value in an error text)."""
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "...'"
 
@@ -87,7 +74,7 @@ def encode(type_: str, sender: str, run: str, seq: int, meta: dict | None = None
         header = json.dumps({"type": type_, "from": sender, "run": run, "seq": seq, "meta": meta or {}, "tensors": descr},
                             separators=(",", ":"), allow_nan=False).encode()
     except ValueError as e:  # NaN / inf in meta
-        raise ValueError(f"{type_} meta cannot be sent ({e}): {_short(meta, 200)}") from None
+        raise ValueError(f"{type_} meta cannot be sent ({e}): {short_repr(meta, 200)}") from None
     return [MAGIC, header, *(memoryview(a).cast("B") if a.size else b"" for a in arrays)]
 
 
@@ -117,9 +104,9 @@ def decode(frames: list, peer: str) -> Message:
         raise WireError(f"header from {peer} must be a JSON object")
     for k, typ in (("type", str), ("from", str), ("run", str), ("seq", int), ("meta", dict), ("tensors", list)):
         if not isinstance(h.get(k), typ) or isinstance(h.get(k), bool):
-            raise WireError(f"header field {k!r} from {peer} must be {typ.__name__}, got {_short(h.get(k))}")
+            raise WireError(f"header field {k!r} from {peer} must be {typ.__name__}, got {short_repr(h.get(k))}")
     if h["type"] not in MESSAGE_TYPES:
-        raise WireError(f"unknown message type {_short(h['type'])} from {peer}; allowed: {', '.join(MESSAGE_TYPES)}")
+        raise WireError(f"unknown message type {short_repr(h['type'])} from {peer}; allowed: {', '.join(MESSAGE_TYPES)}")
     buffers = frames[2:]
     if len(h["tensors"]) != len(buffers):
         raise WireError(f"{h['type']} from {peer} declares {len(h['tensors'])} tensors but carries {len(buffers)} buffers")
@@ -129,22 +116,22 @@ def decode(frames: list, peer: str) -> Message:
 
 def _tensor(d: Any, buf, where: str) -> np.ndarray:
     if not isinstance(d, dict):
-        raise WireError(f"{where}: descriptor must be an object, got {_short(d)}")
+        raise WireError(f"{where}: descriptor must be an object, got {short_repr(d)}")
     name = d.get("dtype")
     dtype = ALLOWED_DTYPES.get(name) if isinstance(name, str) else None
     if dtype is None:
-        raise WireError(f"{where}: dtype {_short(name)} not allowed; allowed: {list(ALLOWED_DTYPES)}")
+        raise WireError(f"{where}: dtype {short_repr(name)} not allowed; allowed: {list(ALLOWED_DTYPES)}")
     shape = d.get("shape")
     if not isinstance(shape, list) or len(shape) > 8 or any(
             isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= MAX_DIM for s in shape):
-        raise WireError(f"{where}: shape must be a list of at most 8 integers in [0, {MAX_DIM}], got {_short(shape)}")
+        raise WireError(f"{where}: shape must be a list of at most 8 integers in [0, {MAX_DIM}], got {short_repr(shape)}")
     if math.prod(s for s in shape if s) > MAX_DIM:
         raise WireError(f"{where}: shape {shape} spans more than {MAX_DIM} elements")
     nbytes = memoryview(buf).nbytes
     expected = math.prod(shape) * dtype.itemsize
     declared = d.get("nbytes")
     if isinstance(declared, bool) or declared != expected or nbytes != expected:
-        raise WireError(f"{where}: declared nbytes {_short(declared)}, shape {shape} x {dtype.itemsize} B = {expected}, buffer {nbytes}")
+        raise WireError(f"{where}: declared nbytes {short_repr(declared)}, shape {shape} x {dtype.itemsize} B = {expected}, buffer {nbytes}")
     arr = np.frombuffer(buf, dtype=dtype).reshape(shape) if expected else np.zeros(shape, dtype)
     if arr.dtype.kind == "f" and not np.isfinite(arr).all():
         raise WireError(f"{where}: contains non-finite values (NaN or inf)")

@@ -28,7 +28,8 @@ import secrets
 
 import numpy as np
 from nacl import bindings as sodium
-from nacl.exceptions import CryptoError, RuntimeError as NaclRuntimeError
+from nacl.exceptions import CryptoError
+from nacl.exceptions import RuntimeError as NaclRuntimeError
 
 SUITE = "ecdh-psi/x25519-elligator2x2-sha512/v1"
 POINT_BYTES = 32

@@ -29,10 +29,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vfl.align.psi.ecdh import SUITE, PointError, as_wire, from_wire, hash_ids, new_exponent, point_set, raise_to
-from vfl.wire.frames import MAX_HEADER_BYTES, Message, WireError
+from vfl.wire.frames import MAX_HEADER_BYTES, WireError
+from vfl.wire.messages import PSI_CHUNK_POINTS, PSI_MAX_IDS, PSI_RESULT_CHUNK, Psi, Wait
 
-CHUNK_POINTS = 8192  # 256 KiB of points per message: a chunk's exponentiations stay well inside a deadline
-MAX_IDS = 1 << 27  # ids per party (134 M; the Kaggle Criteo set has 45.8 M)
+CHUNK_POINTS = PSI_CHUNK_POINTS  # 256 KiB of points per message: a chunk's exponentiations stay well inside a deadline
+MAX_IDS = PSI_MAX_IDS  # ids per party (134 M; the Kaggle Criteo set has 45.8 M)
 MAX_FRAME_BYTES = CHUNK_POINTS * 32 + MAX_HEADER_BYTES + 1024  # the largest PSI message
 
 
@@ -83,32 +84,31 @@ def _shuffle(n: int) -> np.ndarray:
     return np.random.default_rng(secrets.randbits(128)).permutation(n)
 
 
-def _range(msg: Message, who: str, n: int, want: tuple[int, int] | None = None) -> tuple[int, int]:
-    start, stop = msg.int_field("start", 0, n), msg.int_field("stop", 0, n)
-    if not start < stop or stop - start > CHUNK_POINTS or (want is not None and (start, stop) != want):
-        raise PSIError(f"PSI {msg.meta.get('op')} from {who}: range {start}..{stop} "
+def _range(msg: Psi, who: str, n: int, want: tuple[int, int] | None = None) -> tuple[int, int]:
+    """The chunk a mask / double / leader message names (a chunk of 1..CHUNK_POINTS by parse), within a set of n."""
+    start, stop = msg.start, msg.stop
+    if stop > n or (want is not None and (start, stop) != want):
+        raise PSIError(f"PSI {msg.op} from {who}: range {start}..{stop} "
                        + (f"is not the requested {want[0]}..{want[1]}" if want else f"is not a chunk of 1..{CHUNK_POINTS} of {n}"))
     return start, stop
 
 
-def _points(msg: Message, who: str, rows: int) -> np.ndarray:
-    if len(msg.tensors) != 1:
-        raise PSIError(f"PSI {msg.meta.get('op')} from {who}: expected 1 tensor, got {len(msg.tensors)}")
-    t = msg.tensors[0]
-    if t.dtype != np.dtype("<i8") or tuple(t.shape) != (rows, 4):
-        raise PSIError(f"PSI {msg.meta.get('op')} from {who}: expected int64 ({rows}, 4) points, got {t.dtype} {tuple(t.shape)}")
-    return from_wire(t)
+def _points(msg: Psi, who: str) -> np.ndarray:
+    """The message's points (int64 (stop - start, 4) when present, by parse) as bytes."""
+    if msg.payload is None:
+        raise PSIError(f"PSI {msg.op} from {who}: expected 1 tensor, got 0")
+    return from_wire(msg.payload)
 
 
-def _op(msg: Message, who: str, want: str) -> None:
-    if msg.type != "PSI" or msg.meta.get("op") != want:
-        raise PSIError(f"expected PSI {want} from {who}, got {msg.type} {str(msg.meta.get('op'))[:20]!r}")
+def _op(msg: Psi, who: str, want: str) -> None:
+    if msg.op != want:
+        raise PSIError(f"expected PSI {want} from {who}, got PSI {msg.op!r}")
 
 
-def _size(msg: Message, who: str) -> int:
-    if msg.meta.get("suite") != SUITE:
-        raise PSIError(f"{who} runs PSI suite {str(msg.meta.get('suite'))[:80]!r}, this party runs {SUITE!r}")
-    return msg.int_field("n", 1, MAX_IDS)
+def _size(msg: Psi, who: str) -> int:
+    if msg.suite != SUITE:
+        raise PSIError(f"{who} runs PSI suite {msg.suite[:80]!r}, this party runs {SUITE!r}")
+    return msg.n
 
 
 def _check_ids(ids: np.ndarray, who: str) -> np.ndarray:
@@ -128,7 +128,7 @@ def follower_psi(ch, ids: np.ndarray, log=None) -> tuple[np.ndarray, PSIReport]:
     perm = _shuffle(ids.size)
     y = ids[perm]
     b = new_exponent()
-    ch.send("PSI", {"op": "hello", "suite": SUITE, "n": int(y.size)})
+    ch.post(Psi.hello(SUITE, y.size))
     n_leader = _size(_recv(ch, "hello"), "the leader")
     y_ab = np.zeros((y.size, 32), np.uint8)
     got = np.zeros(y.size, bool)
@@ -139,40 +139,35 @@ def follower_psi(ch, ids: np.ndarray, log=None) -> tuple[np.ndarray, PSIReport]:
     progress = _Progress(log, "with the leader", y.size + n_leader)
     while True:
         msg = _recv(ch, None)
-        op = msg.meta.get("op")
-        if op == "mask":
+        if msg.op == "mask":
             start, stop = _range(msg, "the leader", y.size)
-            ch.send("PSI", {"op": "mask", "start": start, "stop": stop}, [as_wire(raise_to(hash_ids(y[start:stop]), b))])
+            ch.post(Psi.chunk("mask", start, stop, as_wire(raise_to(hash_ids(y[start:stop]), b))))
             progress.add(stop - start)
-        elif op == "double":
+        elif msg.op == "double":
             start, stop = _range(msg, "the leader", y.size)
-            y_ab[start:stop] = _points(msg, "the leader", stop - start)
+            y_ab[start:stop] = _points(msg, "the leader")
             got[start:stop] = True
-        elif op == "leader":
+        elif msg.op == "leader":
             start, stop = _range(msg, "the leader", n_leader)
             try:
-                out = raise_to(_points(msg, "the leader", stop - start), b)
+                out = raise_to(_points(msg, "the leader"), b)
             except PointError as e:
                 raise PSIError(f"PSI leader chunk {start}..{stop} from the leader: {e}") from None
             x_ab[start:stop] = out
             x_got[start:stop] = True
-            ch.send("PSI", {"op": "leader", "start": start, "stop": stop}, [as_wire(out)])
+            ch.post(Psi.chunk("leader", start, stop, as_wire(out)))
             progress.add(stop - start)
-        elif op == "result":
-            total = msg.int_field("total", 0, y.size)
-            start, stop = msg.int_field("start", 0, total), msg.int_field("stop", 0, total)
-            if start != expected_positions or not start < stop or stop - start > 4 * CHUNK_POINTS or len(msg.tensors) != 1:
-                raise PSIError(f"PSI result from the leader: chunk {start}..{stop} out of order or malformed")
-            pos = msg.tensors[0]
-            if pos.dtype != np.dtype("<i8") or tuple(pos.shape) != (stop - start,):
-                raise PSIError(f"PSI result from the leader: expected int64 ({stop - start},), got {pos.dtype} {tuple(pos.shape)}")
-            positions.append(pos.copy())
-            expected_positions = stop
-        elif op == "done":
-            size = msg.int_field("size", 0, y.size)
+        elif msg.op == "result":  # positions int64 (stop - start,), start < stop <= total (by parse)
+            if msg.start != expected_positions or msg.total > y.size:
+                raise PSIError(f"PSI result from the leader: chunk {msg.start}..{msg.stop} of {msg.total} out of order "
+                               f"or malformed")
+            positions.append(msg.payload.copy())
+            expected_positions = msg.stop
+        elif msg.op == "done":
+            size = msg.size
             break
         else:
-            raise PSIError(f"unexpected PSI op {str(op)[:20]!r} from the leader")
+            raise PSIError(f"unexpected PSI {msg.op} from the leader")
     pos = np.concatenate(positions) if positions else np.empty(0, np.int64)
     if pos.size != size:
         raise PSIError(f"PSI done from the leader announces {size} ids but named {pos.size} positions")
@@ -194,11 +189,11 @@ def follower_psi(ch, ids: np.ndarray, log=None) -> tuple[np.ndarray, PSIReport]:
     return final, report
 
 
-def _recv(ch, op: str | None) -> Message:
+def _recv(ch, op: str | None) -> Psi:
     while True:
-        msg = ch.recv(("PSI", "WAIT"), f"PSI {op or 'step'} from the leader at {ch.endpoint}"
-                                       + (" (is the leader running?)" if op == "hello" else ""))
-        if msg.type == "WAIT":
+        msg = ch.expect(Psi, Wait, what=f"PSI {op or 'step'} from the leader at {ch.endpoint}"
+                                        + (" (is the leader running?)" if op == "hello" else ""))
+        if isinstance(msg, Wait):
             continue
         if op is not None:
             _op(msg, "the leader", op)
@@ -235,7 +230,7 @@ def leader_psi(ch, followers: list[str], ids: np.ndarray, log=None,
             raise PSIError(f"{f} declares {sizes[f]} ids, above this leader's limit of {limit} "
                            f"(data.psi_max_peer_ids; default max(16 x the leader's {ids.size} ids, 2**20))")
     for f in followers:
-        ch.send(f, "PSI", {"op": "hello", "suite": SUITE, "n": int(ids.size)})
+        ch.post(f, Psi.hello(SUITE, ids.size))
         last[f] = time.monotonic()
     hashed = np.empty((ids.size, 32), np.uint8)  # H(x): a public function of the ids, computed once, chunk by chunk
     is_hashed = np.zeros(ids.size, bool)
@@ -252,7 +247,7 @@ def leader_psi(ch, followers: list[str], ids: np.ndarray, log=None,
         now = time.monotonic()
         for g in followers:
             if g != current and now - last[g] >= keepalive_every:
-                ch.send(g, "WAIT", {})
+                ch.post(g, Wait())
                 last[g] = now
 
     for f in followers:
@@ -261,23 +256,23 @@ def leader_psi(ch, followers: list[str], ids: np.ndarray, log=None,
         progress = _Progress(log, f"with {f}", n + ids.size)
         y_ab = np.empty((n, 32), np.uint8)
         for start, stop in _chunks(n):
-            ch.send(f, "PSI", {"op": "mask", "start": start, "stop": stop})
+            ch.post(f, Psi.chunk("mask", start, stop))
             msg = _leader_recv(ch, f, "mask")
             _range(msg, f, n, (start, stop))
             try:
-                y_ab[start:stop] = raise_to(_points(msg, f, stop - start), a)
+                y_ab[start:stop] = raise_to(_points(msg, f), a)
             except PointError as e:
                 raise PSIError(f"PSI mask chunk {start}..{stop} from {f}: {e}") from None
-            ch.send(f, "PSI", {"op": "double", "start": start, "stop": stop}, [as_wire(y_ab[start:stop])])
+            ch.post(f, Psi.chunk("double", start, stop, as_wire(y_ab[start:stop])))
             keepalive(f)
             progress.add(stop - start)
         perm = _shuffle(ids.size)
         x_ab = np.empty((ids.size, 32), np.uint8)
         for start, stop in _chunks(ids.size):
-            ch.send(f, "PSI", {"op": "leader", "start": start, "stop": stop}, [as_wire(raise_to(hashes(perm[start:stop]), a))])
+            ch.post(f, Psi.chunk("leader", start, stop, as_wire(raise_to(hashes(perm[start:stop]), a))))
             msg = _leader_recv(ch, f, "leader")
             _range(msg, f, ids.size, (start, stop))
-            x_ab[start:stop] = _points(msg, f, stop - start)
+            x_ab[start:stop] = _points(msg, f)
             keepalive(f)
             progress.add(stop - start)
         _distinct(y_ab, f"PSI mask values of {f}")
@@ -299,19 +294,18 @@ def leader_psi(ch, followers: list[str], ids: np.ndarray, log=None,
     for f in followers:
         rows, pos = matched[f]
         final_pos = np.sort(pos[keep[rows]])
-        for start in range(0, final_pos.size, 4 * CHUNK_POINTS):
-            stop = min(start + 4 * CHUNK_POINTS, final_pos.size)
-            ch.send(f, "PSI", {"op": "result", "start": start, "stop": stop, "total": int(final_pos.size)},
-                    [final_pos[start:stop]])
-        ch.send(f, "PSI", {"op": "done", "size": int(final_pos.size)})
+        for start in range(0, final_pos.size, PSI_RESULT_CHUNK):
+            stop = min(start + PSI_RESULT_CHUNK, final_pos.size)
+            ch.post(f, Psi.result(start, stop, final_pos.size, final_pos[start:stop]))
+        ch.post(f, Psi.done(final_pos.size))
     final = np.sort(ids[keep])
     report = PSIReport(int(final.size), int(ids.size), sizes, {f: int(matched[f][0].size) for f in followers},
                        time.perf_counter() - t0, ch.bytes_sent - sent0, ch.bytes_received - recv0)
     return final, report
 
 
-def _leader_recv(ch, peer: str, op: str, hint: str = "") -> Message:
-    msg = ch.recv(peer, "PSI", f"PSI {op} from follower {peer}{hint}")
+def _leader_recv(ch, peer: str, op: str, hint: str = "") -> Psi:
+    msg = ch.expect(peer, Psi, what=f"PSI {op} from follower {peer}{hint}")
     _op(msg, peer, op)
     return msg
 
