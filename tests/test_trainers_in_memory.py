@@ -1,0 +1,259 @@
+"""The leader's and the follower's trainers, built directly and joined by an in-memory channel pair: no process, no
+socket. Every message still goes through to_wire, frames.encode, frames.decode and parse, so what the trainers
+exchange is exactly what the wire carries; the follower runs in a thread, as its process would."""
+from __future__ import annotations
+
+import queue
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from tests.procs import party_configs
+from vfl.wire import PeerAbort, PeerTimeout, WireError
+from vfl.wire.frames import decode, encode
+from vfl.wire.messages import Abort, Embedding, Eval, Forward, Gradient, Prior, WireMessage, parse
+
+TIMEOUT_S = 20.0  # a receive deadline: a trainer that waits longer has lost its peer (the test fails, never hangs)
+
+
+class _Queues:
+    """One queue of frames per direction and follower, and the typed messages each side posted, in order."""
+
+    def __init__(self, followers: tuple[str, ...]):
+        self.to_follower = {f: queue.Queue() for f in followers}
+        self.to_leader = {f: queue.Queue() for f in followers}
+        self.posted: list[tuple[str, str, WireMessage]] = []  # (sender, receiver, message)
+
+
+class _MemoryEndpoint:
+    """What the trainers use of a channel: post / expect typed messages, the run id, byte counts."""
+
+    def __init__(self, me: str, queues: _Queues):
+        self.me, self.q = me, queues
+        self.run = ""
+        self.timeout_s = TIMEOUT_S
+        self.bytes_sent = self.bytes_received = 0
+        self.watch_disconnect = True
+
+    def _put(self, box: queue.Queue, peer: str, message: WireMessage) -> None:
+        meta, tensors = message.to_wire()
+        frames = [bytes(memoryview(f)) for f in encode(message.TYPE, self.me, self.run, 0, meta, tensors)]
+        self.bytes_sent += sum(len(f) for f in frames)
+        self.q.posted.append((self.me, peer, message))
+        box.put(frames)
+
+    def _take(self, box: queue.Queue, peer: str, classes: tuple[type[WireMessage], ...], what: str | None):
+        try:
+            frames = box.get(timeout=self.timeout_s)
+        except queue.Empty:
+            raise PeerTimeout(f"timed out after {self.timeout_s:g} s awaiting "
+                              f"{what or '/'.join(c.TYPE for c in classes)} from {peer}") from None
+        self.bytes_received += sum(len(f) for f in frames)
+        msg = decode(frames, peer)
+        if msg.type == Abort.TYPE:
+            raise PeerAbort(f"{peer} aborted: {parse(msg).reason}")
+        if msg.type not in [c.TYPE for c in classes]:
+            raise WireError(f"expected {'/'.join(c.TYPE for c in classes)} from {peer}, got {msg.type}")
+        return parse(msg)
+
+
+class MemoryLeaderChannel(_MemoryEndpoint):
+    """The leader's side of the in-memory pair (LeaderChannel's typed API)."""
+
+    def post(self, peer: str, message: WireMessage) -> None:
+        self._put(self.q.to_follower[peer], peer, message)
+
+    def expect(self, peer: str, *classes: type[WireMessage], what: str | None = None) -> WireMessage:
+        return self._take(self.q.to_leader[peer], peer, classes, what)
+
+    def abort_all(self, reason: str) -> None:
+        for f in self.q.to_follower:
+            self.post(f, Abort(reason))
+
+
+class MemoryFollowerChannel(_MemoryEndpoint):
+    """A follower's side of the in-memory pair (FollowerChannel's typed API)."""
+
+    endpoint = "memory://leader"
+
+    def post(self, message: WireMessage) -> None:
+        self._put(self.q.to_leader[self.me], "leader", message)
+
+    def expect(self, *classes: type[WireMessage], what: str | None = None) -> WireMessage:
+        return self._take(self.q.to_follower[self.me], "leader", classes, what)
+
+
+class Session:
+    """A leader and one follower trainer on restricted shards of `shards`, the follower in a thread."""
+
+    def __init__(self, tmp_path, shards, **config):
+        from follower.trainer import FollowerTrainer
+        from leader.trainer import LeaderTrainer
+        from vfl.config.schema import load_config
+        from vfl.obs.metrics import RunLog
+
+        paths = party_configs(str(tmp_path), str(shards), **config)
+        self.cfgs = {name: load_config(path) for name, path in paths.items()}
+        self.parties = {name: self.bottom(name) for name in self.cfgs}
+        queues = _Queues(("follower0",))
+        self.posted = queues.posted
+        self.leader_ch = MemoryLeaderChannel("leader", queues)
+        self.follower_ch = MemoryFollowerChannel("follower0", queues)
+        out = str(tmp_path / "out")
+        self.leader = LeaderTrainer(self.cfgs["leader"], self.leader_ch, self.parties["leader"],
+                                    RunLog(str(tmp_path / "leader.log"), "leader"), out)
+        self.follower = FollowerTrainer(self.cfgs["follower0"], self.follower_ch, self.parties["follower0"],
+                                        RunLog(str(tmp_path / "follower0.log"), "follower0"), out)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._follow, name="follower0", daemon=True)
+
+    def bottom(self, name: str):
+        """A fresh bottom of party `name` on its shard restricted to the ids every party holds (as after PSI)."""
+        from vfl.data.shards import PartyShard
+        from vfl.training.party import BottomParty
+
+        shards = {n: PartyShard(c.data.path) for n, c in self.cfgs.items()}
+        common = np.intersect1d(*[s.all_ids() for s in shards.values()])
+        shards[name].restrict(common)
+        return BottomParty(self.cfgs[name], shards[name], torch.device("cpu"))
+
+    def _follow(self) -> None:
+        try:
+            self.follower.handshake()
+            self.follower.run()
+        except BaseException as e:  # noqa: BLE001 - handed to the test thread
+            self.error = e
+
+    def __enter__(self) -> Session:
+        self.thread.start()
+        self.leader.handshake()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if exc[0] is not None:  # the leader failed: the follower is told, as leader/__main__.py tells it
+            self.leader_ch.abort_all(f"test failed: {exc[1]}")
+        self.thread.join(TIMEOUT_S + 5)
+        assert not self.thread.is_alive(), "the follower thread did not end"
+        if exc[0] is None and self.error is not None:
+            raise self.error
+
+    def sent(self, sender: str, cls: type[WireMessage]) -> list:
+        """The messages of class `cls` that `sender` posted, in order."""
+        return [m for s, _, m in self.posted if s == sender and isinstance(m, cls)]
+
+
+def _record_gradients(party) -> list[torch.Tensor]:
+    """Every gradient that reaches this bottom's backward pass, in order."""
+    got: list[torch.Tensor] = []
+    accumulate = party.accumulate_gradient
+
+    def record(grad: torch.Tensor, part: int = 0) -> None:
+        got.append(grad.detach().clone())
+        accumulate(grad, part)
+    party.accumulate_gradient = record
+    return got
+
+
+def _parameters(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def _changed(before: list[torch.Tensor], model: torch.nn.Module) -> bool:
+    return any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_one_training_step_returns_exactly_the_leaders_gradient_and_the_centralized_loss(tmp_path, shards_small):
+    """Handshake and one synchronous step (one batch holds every training row): the follower's bottom receives
+    bit for bit the gradient the leader posted, which equals d loss / d cut of the centralized step on the same
+    batch, and the loss equals the centralized loss; every optimizer stepped once."""
+    # Prepare: one epoch of one batch (batch_size above the training rows), evaluation every step
+    from vfl.data.shards import batch_order
+    from vfl.labeldp.release import leader_training_labels
+    from vfl.training.top import TopTrainer
+
+    s = Session(tmp_path, shards_small, train={"batch_size": 16000})
+    received = _record_gradients(s.parties["follower0"])
+    before = {n: _parameters(p.model) for n, p in s.parties.items()}
+    # the centralized step on the same batch, from the same seeded initialisation
+    ref = {n: s.bottom(n) for n in s.cfgs}
+    tr = s.cfgs["leader"].train
+    n_train = len(ref["leader"].train_split)
+    rows = batch_order(n_train, tr.batch_size, tr.seed, 0)[0]
+    labels = torch.from_numpy(leader_training_labels(None, ref["leader"].shard, None).labels)
+    top = TopTrainer(tr, s.cfgs["leader"].model.top, sum(p.cut_dim for p in ref.values()), torch.device("cpu"), None, 1)
+    cuts = [ref["leader"].forward_train(rows), ref["follower0"].forward_train(rows)]
+    cuts[1].retain_grad()
+    want_loss = top.loss(cuts, labels[rows])
+    want_loss.backward()
+    # Execute
+    with s:
+        s.leader.prepare()
+        top_before = _parameters(s.leader.top.model)
+        s.leader.train()
+        s.leader.finish(0, s.leader.loop.global_step)
+    # Assert: one FORWARD of every row, one GRADIENT back, applied unchanged
+    (forward,), (gradient,) = s.sent("leader", Forward), s.sent("leader", Gradient)
+    assert (forward.epoch, forward.step, forward.rows, forward.phase) == (0, 0, n_train, None)
+    assert (gradient.step, gradient.micro, gradient.phase) == (0, 0, None)
+    assert len(received) == 1 and torch.equal(received[0], torch.from_numpy(gradient.grad))
+    assert gradient.grad.shape == (n_train, s.cfgs["follower0"].model.bottom.cut_dim)
+    # the split step is the centralized step: the same loss and the same gradient at the follower's cut
+    assert np.isfinite(gradient.loss) and gradient.loss == pytest.approx(float(want_loss.detach()), rel=1e-6, abs=1e-7)
+    torch.testing.assert_close(received[0], cuts[1].grad, rtol=1e-5, atol=1e-8)
+    assert s.leader.loop.step_losses == [gradient.loss]
+    # every optimizer stepped: both bottoms and the top moved, the follower counted its step
+    assert all(_changed(before[n], p.model) for n, p in s.parties.items()) and _changed(top_before, s.leader.top.model)
+    assert s.follower.steps == 1 and "epoch 0 step 1/1 loss" in (tmp_path / "follower0.log").read_text()
+
+
+def test_one_evaluation_is_answered_with_the_cut_of_the_requested_rows(tmp_path, shards_small):
+    """EVAL of the valid split is answered by one EMBEDDING of that very range; the leader scores every row."""
+    # Prepare
+    s = Session(tmp_path, shards_small, train={"batch_size": 512, "eval_batch_size": 700})
+    # Execute
+    with s:
+        s.leader.prepare()
+        probs = s.leader.evaluate("valid")
+        s.leader.finish(0, 0)
+    # Assert: the valid split in batches of 700 rows, each request answered with its own range
+    n = len(s.parties["leader"].valid_split)
+    evals, cuts = s.sent("leader", Eval), s.sent("follower0", Embedding)
+    assert [(e.split, e.start, e.stop) for e in evals] == [("valid", a, min(a + 700, n)) for a in range(0, n, 700)]
+    assert [c.eval for c in cuts] == [(e.split, e.start, e.stop) for e in evals]
+    assert all(c.cut.shape == (e.stop - e.start, 2) and c.cut.dtype == np.float32 for c, e in zip(cuts, evals))
+    assert probs.shape == (n,) and np.all((probs >= 0) & (probs <= 1))
+    assert s.follower.steps == 0 and not s.sent("leader", Forward)
+
+
+def test_the_all_party_prior_of_lp_2st_runs_its_stage_one_through_the_follower(tmp_path, shards_k10):
+    """K classes under rr_prior: prepare() sends PRIOR with the stage-one rows, then trains the prior over both
+    parties with FORWARD / GRADIENT / EVAL of phase prior, which the follower answers with its stage-one bottom."""
+    # Prepare
+    s = Session(tmp_path, shards_k10, train={"batch_size": 1024}, leader_train={"task": "multiclass"},
+                model={"bottom": {"embedding_dim": 4, "hidden": [16], "cut_dim": 4}},
+                privacy={"label_dp": {"eps": 1.0, "mechanism": "rr_prior", "prior_epochs": 1}})
+    main_bottom = _parameters(s.parties["follower0"].model)
+    # Execute
+    with s:
+        s.leader.prepare()
+        s.leader.finish(0, 0)
+    # Assert: one PRIOR of strictly increasing training rows, about prior_fraction of them
+    (prior,) = s.sent("leader", Prior)
+    n_train = len(s.parties["leader"].train_split)
+    assert prior.epochs == 1 and 0.4 < prior.rows / n_train < 0.6 and np.all(np.diff(prior.indices) > 0)
+    # stage one: one epoch of FORWARD / GRADIENT pairs over the prior rows, every message of phase prior
+    forwards, grads = s.sent("leader", Forward), s.sent("leader", Gradient)
+    assert forwards and len(forwards) == len(grads) == -(-prior.rows // 1024)
+    assert all(m.phase == "prior" and m.micro is None for m in grads) and all(m.phase == "prior" for m in forwards)
+    assert sum(f.rows for f in forwards) == prior.rows
+    assert all(g.grad.shape == (f.rows, 4) for f, g in zip(forwards, grads))
+    # then it scores the training rows (the prior's predictions), each EVAL of phase prior answered with its range
+    evals = [e for e in s.sent("leader", Eval) if e.phase == "prior"]
+    assert evals and all(e.split == "train" for e in evals) and evals[-1].stop == n_train
+    cuts = [c for c in s.sent("follower0", Embedding) if c.eval is not None]
+    assert [c.eval for c in cuts] == [(e.split, e.start, e.stop) for e in evals]
+    # the main bottom is untouched (stage one trains its own), and the labels were drawn with the prior
+    assert not _changed(main_bottom, s.parties["follower0"].model)
+    assert s.leader.labels.report["mechanism"] == "rr_prior" and s.leader.labels.report["prior"].startswith("all parties")
