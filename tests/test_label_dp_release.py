@@ -304,3 +304,51 @@ def test_the_release_object_draws_exactly_what_the_keyed_mechanism_draws(tmp_pat
     rel = release_id(key.dataset, key.fingerprint, "binary_rr", {"eps": 0.7, "labels": "binary"})
     assert drawn.release == rel
     np.testing.assert_array_equal(drawn.labels, randomize_binary_once(train.labels, train.ids, 0.7, key.key, rel))
+
+
+def test_composition_charges_one_lp2st_run_once_and_each_new_prior_again():
+    """Noise-free: LP-2ST's stage one and its stage two randomize disjoint rows (parallel composition); a new prior is
+    a new stage-two release on the same rows; other releases add by basic composition; ledgers from before the stage
+    one was recorded keep their totals."""
+    # Prepare
+    from privacy.label.store import STAGE_ONE, composed_eps
+
+    stage = {"release_id": "s1", "mechanism": STAGE_ONE, "eps": 1.0, "params": {}}
+    second = [{"release_id": f"t{i}", "mechanism": "rr_prior", "eps": 1.0, "params": {"stage_one_release": "s1"}}
+              for i in range(2)]
+    plain = {"release_id": "b", "mechanism": "binary_rr", "eps": 2.0, "params": {"eps": 2.0}}
+    # Execute / Assert
+    assert composed_eps([stage]) == 1.0  # a run stopped during stage one
+    assert composed_eps([stage, second[0]]) == 1.0
+    assert composed_eps([stage, *second]) == 2.0
+    assert composed_eps([stage, *second, plain]) == 4.0
+    assert composed_eps([second[0]]) == 1.0 and composed_eps([plain, plain | {"release_id": "c"}]) == 4.0
+
+
+def test_the_ledger_holds_lp2st_stage_one_before_its_prior_is_trained(tmp_path, shards_small):
+    """A run that stops while the prior trains (with K classes the followers have then seen gradients of the
+    stage-one labels) has spent eps; the full run afterwards replays stage one and costs eps in all, not twice."""
+    # Prepare
+    from vfl.labeldp.release import open_label_key
+
+    shard = PartyShard(str(shards_small / "leader"))
+    train, valid = shard.split("train"), shard.split("valid")
+    release = LabelDPRelease.from_config(LabelDPConfig(eps=1.0, mechanism="rr_prior", store_dir=str(tmp_path)))
+
+    def stopped(first, noisy):
+        raise RuntimeError("follower0 aborted during stage one")
+
+    # Execute
+    with pytest.raises(RuntimeError, match="stage one"):
+        release.draw(train.labels, train.ids, open_label_key(str(tmp_path), None, shard.manifest), stopped,
+                     valid.labels, valid.ids)
+    after_stop = json.loads((tmp_path / "ledger.json").read_text())
+    full = release.draw(train.labels, train.ids, open_label_key(str(tmp_path), None, shard.manifest),
+                        lambda first, noisy: np.full(first.size, 0.5), valid.labels, valid.ids)
+    # Assert
+    assert [(r["mechanism"], r["eps"]) for r in after_stop["releases"]] == [("lp2st_stage_one", 1.0)]
+    assert after_stop["releases"][0]["rows"] == train.ids.size + valid.ids.size
+    ledger = json.loads((tmp_path / "ledger.json").read_text())
+    assert [r["mechanism"] for r in ledger["releases"]] == ["lp2st_stage_one", "rr_prior"]
+    assert ledger["releases"][0]["uses"] == 2
+    assert full.report["dataset_total_eps"] == 1.0 and full.report["dataset_releases"] == 2

@@ -35,6 +35,7 @@ from privacy.label.keyed_random import KEY_BYTES, keyed_words
 LEDGER_FORMAT = 2
 STORE_ENV = "VFL_LABEL_DP_STORE"
 SKETCH_K = 4096
+STAGE_ONE = "lp2st_stage_one"  # the mechanism name of LP-2ST's stage-one release in the ledger
 
 
 class LabelDPStoreError(ValueError):
@@ -178,6 +179,20 @@ def create_key(path: str) -> bytes:
     return key
 
 
+def composed_eps(releases: list[dict]) -> float:
+    """The eps of ledger releases by basic composition (Dwork & Roth 2014, Thm. 3.16), except within one LP-2ST run:
+    its stage one (mechanism STAGE_ONE) and the stage-two releases naming it in params.stage_one_release randomize
+    disjoint rows, so the group costs the larger of the two sides (parallel composition; Ghazi et al. 2021, Alg. 3
+    is eps-label-DP as a whole), and each further stage-two release (a new prior) adds its eps."""
+    groups: dict[str, list[float]] = {}
+    for r in releases:
+        params = r.get("params") if isinstance(r.get("params"), dict) else {}
+        group = params.get("stage_one_release") or r["release_id"]
+        side = groups.setdefault(str(group), [0.0, 0.0])
+        side[0 if r.get("mechanism") == STAGE_ONE else 1] += _eps(r["eps"])
+    return sum(max(stage_one, rest) for stage_one, rest in groups.values())
+
+
 @dataclass(frozen=True)
 class Release:
     """One randomization of a labelled dataset, as the ledger records it."""
@@ -287,7 +302,7 @@ class LabelDPStore:
             if other != dataset and estimated_overlap(mine["sketch"], mine["rows"], d["sketch"], d["rows"]) > 0:
                 overlapping.append(other)
         charged = [r for r in doc["releases"] if r.get("dataset") in (dataset, *overlapping)]
-        return {"total_eps": _jsonable(sum(_eps(r["eps"]) for r in charged)), "releases": len(charged),
+        return {"total_eps": _jsonable(composed_eps(charged)), "releases": len(charged),
                 "overlapping_datasets": overlapping}
 
     def _write(self, doc: dict) -> None:

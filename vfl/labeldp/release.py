@@ -26,7 +26,15 @@ from privacy.label.release_draws import (
     run_report,
     stage_one_mask,
 )
-from privacy.label.store import LabelDPStore, Release, dataset_id, default_store_dir, key_fingerprint, release_id
+from privacy.label.store import (
+    STAGE_ONE,
+    LabelDPStore,
+    Release,
+    dataset_id,
+    default_store_dir,
+    key_fingerprint,
+    release_id,
+)
 from vfl.config.schema import LabelDPConfig
 from vfl.data.readers.criteo import DataError
 from vfl.labeldp.losses import corrected_loss
@@ -212,10 +220,15 @@ class LabelDPRelease:
                             "num_classes": k, "prior": "all parties"}
             randomize = lambda y, i, rel: randomize_classes_once(y, i, k, eps, key, rel)
             with_prior = lambda y, i, prior, rel: rr_prior_classes_once(y, i, prior, eps, key, rel)
-        stage_rel = self._id(label_key, "lp2st_stage_one", stage_params)
+        stage_rel = self._id(label_key, STAGE_ONE, stage_params)
         first = stage_one_mask(ids, key, stage_rel, self.prior_fraction)
         noisy = randomize(labels, ids, stage_rel)
         valid_noisy = randomize(valid_labels, valid_ids, stage_rel)  # plain RR, like stage one
+        # the ledger holds stage one before its prior is trained: with K classes the followers receive gradients of
+        # the stage-one labels then, and a run that stops there has still spent them
+        label_key.store.record(Release(stage_rel, label_key.dataset, STAGE_ONE, eps, stage_params,
+                                       int(ids.size + valid_ids.size)),
+                               key, np.concatenate([ids, valid_ids]), label_key.source)
         prior = prior_fn(first, np.where(first, noisy, 0))
         second = ~first
         params = {**stage_params, "stage_one_release": stage_rel, "prior_sha256": _prior_digest(prior[second])}
