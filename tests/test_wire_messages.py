@@ -258,6 +258,19 @@ def test_a_json_number_that_overflows_to_infinity_is_refused():
         parse(msg)
 
 
+def test_an_integer_beyond_floats_range_is_refused_where_a_number_belongs():
+    """JSON integers may have thousands of digits; float() of one overflows. A GRADIENT whose loss is 10**400 is a
+    WireError naming the field, never an OverflowError (found by a hostile review)."""
+    # Prepare
+    frames = [bytes(memoryview(f)) for f in encode("GRADIENT", "leader", "r", 0, {"epoch": 0, "step": 0, "loss": 0.5},
+                                                      [CUT])]
+    frames[1] = frames[1].replace(b'"loss":0.5', b'"loss":1' + b"0" * 400)
+    msg = decode(frames, "leader")
+    # Execute / Assert
+    with pytest.raises(WireError, match="GRADIENT from leader: field 'loss' must be a finite number, got 1000"):
+        parse(msg)
+
+
 def test_an_abort_reason_travels_cut_to_its_limit():
     """ABORT carries at most MAX_REASON characters of its reason, however long the sender's text."""
     # Prepare

@@ -86,7 +86,13 @@ def Choice(name: str, values: tuple[str, ...], optional: bool = False) -> Field:
 def Real(name: str, lo: float = -math.inf, hi: float = math.inf, optional: bool = False) -> Field:
     """A finite number in (lo, hi] (an integer is a number; a bool is not). Kept as received: 60 stays 60."""
     def accepts(v: Any) -> bool:
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and lo < v <= hi
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return False
+        try:
+            f = float(v)  # an integer beyond float's range (JSON allows 4300 digits) is no finite number
+        except OverflowError:
+            return False
+        return math.isfinite(f) and lo < f <= hi
     bounds = "" if (lo, hi) == (-math.inf, math.inf) else f" in ({lo:g}, {hi:g}]"
     return Field(name, f"a finite number{bounds}", accepts, optional)
 
