@@ -198,7 +198,7 @@ class FollowerTrainer:
         if prior:  # stage one: whole batches, no logs per step, not recorded (the leakage attacks read the main training)
             out = party.forward_train(rows)
             self.ch.post(Embedding(cut=out.detach().cpu().numpy(), epoch=epoch, step=step))
-            party.apply_gradient(torch.from_numpy(self._gradient(step, None, tuple(out.shape)).grad.copy()))
+            party.apply_gradient(torch.from_numpy(self._gradient(epoch, step, None, tuple(out.shape), phase="prior").grad.copy()))
             return
         # every micro-batch's embedding goes out before the first gradient is awaited: the leader works on
         # micro-batch j while this party computes j + 1 (M = 1: one whole batch, as without micro-batches)
@@ -211,7 +211,7 @@ class FollowerTrainer:
                 self.ch.post(Embedding(cut=out.detach().cpu().numpy(), epoch=epoch, step=step, micro=j))
         loss = None
         for j, part in enumerate(parts):
-            g = self._gradient(step, j, shapes[j])
+            g = self._gradient(epoch, step, j, shapes[j])
             if self.recorder:
                 self.recorder.add(epoch, step, ids[part], g.grad)
             self.party.accumulate_gradient(torch.from_numpy(g.grad.copy()), j)
@@ -225,13 +225,14 @@ class FollowerTrainer:
             else:
                 self.log(f"epoch {epoch} step {step + 1}/{steps} gradient applied")
 
-    def _gradient(self, step: int, micro: int | None, shape: tuple) -> Gradient:
-        """The next GRADIENT, checked to answer `step` (and micro-batch `micro`) with a gradient of `shape` (float32,
-        by parse)."""
+    def _gradient(self, epoch: int, step: int, micro: int | None, shape: tuple, phase: str | None = None) -> Gradient:
+        """The next GRADIENT, checked to answer (epoch, step) of `phase` (and micro-batch `micro`) with a gradient of
+        `shape` (float32, by parse)."""
         with TIMER.part("wire_wait"):
             g: Gradient = self.ch.expect(Gradient, what=f"GRADIENT for step {step} from the leader")
-        if g.step != step:
-            raise WireError(f"GRADIENT: expected step {step}, got step {g.step!r}")
+        if (g.epoch, g.step, g.phase) != (epoch, step, phase):
+            raise WireError(f"GRADIENT: expected epoch {epoch} step {step} phase {phase}, "
+                            f"got epoch {g.epoch!r} step {g.step!r} phase {g.phase}")
         if micro is not None:
             check_micro(g.micro, micro, f"GRADIENT for step {step}", WireError)
         if tuple(g.grad.shape) != shape:

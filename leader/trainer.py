@@ -215,7 +215,7 @@ class LeaderTrainer:
         own = self.party.forward_train(rows)
         own_leaf = own.detach().requires_grad_(True)
         with TIMER.part("wire_wait"):
-            remote = [self._remote_cut(f, "step", i, rows.size, micro=j).requires_grad_(True) for f in self.followers]
+            remote = [self._remote_cut(f, "step", i, rows.size, micro=j, epoch=epoch).requires_grad_(True) for f in self.followers]
         with TIMER.part("top"):
             loss = self.top.loss([own_leaf, *remote], labels[rows])
             scaled = weighted_loss(loss, rows.size, batch_rows)
@@ -250,13 +250,16 @@ class LeaderTrainer:
         self.party.restore(step)
         self.top.restore(step)
 
-    def _remote_cut(self, peer: str, key: str, value, rows: int, micro: int | None = None) -> torch.Tensor:
+    def _remote_cut(self, peer: str, key: str, value, rows: int, micro: int | None = None,
+                    epoch: int | None = None) -> torch.Tensor:
         """The next EMBEDDING from peer, checked to answer its `key` ("step", or "eval": (split, start, stop)) ==
-        value (and micro-batch `micro` of a training step) with a (rows, cut) cut (float32, by parse)."""
+        value (of `epoch`, and micro-batch `micro` of a training step) with a (rows, cut) cut (float32, by parse)."""
         msg: Embedding = self.ch.expect(peer, Embedding)
         got = msg.step if key == "step" else msg.eval
-        if got != value:
-            raise WireError(f"EMBEDDING from {peer}: expected {key} {value!r}, got {key} {got!r}")
+        if got != value or (epoch is not None and msg.epoch != epoch):
+            raise WireError(f"EMBEDDING from {peer}: expected {key} {value!r}"
+                            + (f" of epoch {epoch}, got epoch {msg.epoch!r} " if epoch is not None else ", got ")
+                            + f"{key} {got!r}")
         if micro is not None:
             check_micro(msg.micro, micro, f"EMBEDDING from {peer} for step {value}", WireError)
         want = (rows, self.cut_dims[peer])
@@ -347,7 +350,7 @@ class _FollowerPriorSource:
         self.at = (epoch, step)
         digest = batch_digest(self.leader.party.train_split.ids[rows])
         self.leader.ch.post(self.f, Forward(epoch=epoch, step=step, rows=int(rows.size), digest=digest, phase="prior"))
-        return self.leader._remote_cut(self.f, "step", step, rows.size)
+        return self.leader._remote_cut(self.f, "step", step, rows.size, epoch=epoch)
 
     def backward(self, grad: torch.Tensor) -> None:
         epoch, step = self.at

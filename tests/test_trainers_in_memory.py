@@ -3,6 +3,7 @@ socket. Every message still goes through to_wire, frames.encode, frames.decode a
 exchange is exactly what the wire carries; the follower runs in a thread, as its process would."""
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 
@@ -125,6 +126,8 @@ class Session:
             self.follower.run()
         except BaseException as e:  # noqa: BLE001 - handed to the test thread
             self.error = e
+            if not isinstance(e, PeerAbort):  # as follower/__main__.py: the leader is told why
+                self.follower_ch.post(Abort(f"follower0: {e}"))
 
     def __enter__(self) -> Session:
         self.thread.start()
@@ -257,3 +260,42 @@ def test_the_all_party_prior_of_lp_2st_runs_its_stage_one_through_the_follower(t
     # the main bottom is untouched (stage one trains its own), and the labels were drawn with the prior
     assert not _changed(main_bottom, s.parties["follower0"].model)
     assert s.leader.labels.report["mechanism"] == "rr_prior" and s.leader.labels.report["prior"].startswith("all parties")
+
+
+def _tamper(channel, cls: type[WireMessage], **change) -> None:
+    """Make `channel` post every message of class `cls` with the fields in `change` replaced (a malicious peer)."""
+    post = channel.post
+
+    def tampered(*args) -> None:
+        *peer, message = args
+        post(*peer, dataclasses.replace(message, **change) if isinstance(message, cls) else message)
+    channel.post = tampered
+
+
+def test_a_follower_answering_another_epoch_is_refused_by_the_leader(tmp_path, shards_small):
+    """The leader checks every training EMBEDDING against the (epoch, step) it asked for, not the step alone."""
+    # Prepare: a follower whose cuts claim epoch 1 while the leader trains epoch 0
+    s = Session(tmp_path, shards_small, train={"batch_size": 16000})
+    _tamper(s.follower_ch, Embedding, epoch=1)
+    # Execute / Assert
+    with pytest.raises(WireError, match=r"EMBEDDING from follower0: expected step 0 of epoch 0, got epoch 1 step 0"):
+        with s:
+            s.leader.prepare()
+            s.leader.train()
+    assert isinstance(s.error, PeerAbort)
+
+
+@pytest.mark.parametrize("change, needle", [({"epoch": 1}, "got epoch 1 step 0 phase None"),
+                                            ({"phase": "prior"}, "got epoch 0 step 0 phase prior")])
+def test_a_gradient_for_another_epoch_or_phase_is_refused_by_the_follower(tmp_path, shards_small, change, needle):
+    """The follower checks every GRADIENT against the (epoch, step, phase) of the cut it sent."""
+    # Prepare: a leader whose gradients claim another epoch, or LP-2ST's stage one
+    s = Session(tmp_path, shards_small, train={"batch_size": 16000})
+    _tamper(s.leader_ch, Gradient, **change)
+    # Execute / Assert: the follower refuses and tells the leader, which stops with its reason
+    with pytest.raises(PeerAbort, match="GRADIENT: expected epoch 0 step 0 phase None, " + needle):
+        with s:
+            s.leader.prepare()
+            s.leader.train()
+            s.leader.finish(0, s.leader.loop.global_step)
+    assert isinstance(s.error, WireError)
