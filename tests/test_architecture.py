@@ -21,6 +21,8 @@ RULES = (
      "the transport knows nothing of training"),
     ("vfl.data", ("vfl.training", "vfl.wire", "vfl.labeldp", "vfl.models", "zmq"),
      "data preparation knows nothing of training or the wire"),
+    ("vfl.data", ("privacy.label", "privacy.federated", "privacy.attacks"),
+     "data uses only the public hashes (privacy.public_hash) and parameter domains, never a mechanism"),
 )
 # the split-learning path (everything but the FedAvg simulation itself) never imports horizontal
 HORIZONTAL = "vfl.horizontal"
@@ -120,16 +122,17 @@ def test_every_package_imports_only_what_its_layer_allows():
 
 
 def test_the_layer_rules_report_a_planted_violation():
-    """Power: a wire module importing training, data importing the wire, privacy importing vfl, a split module
-    importing horizontal are each reported."""
+    """Power: a wire module importing training, data importing the wire or a label mechanism, privacy importing vfl,
+    a split module importing horizontal are each reported."""
     # Prepare
     planted = {"vfl.wire.channel": {"vfl.training.loop"}, "vfl.data.prepare": {"vfl.wire.frames"},
+               "vfl.data.transforms": {"privacy.label.keyed_random"},
                "privacy.label.rr_prior": {"vfl.config.schema"}, "vfl.training.loop": {"vfl.horizontal.fedavg"},
                "vfl.horizontal.fedavg": {"vfl.horizontal.config"}}
     # Execute
     bad = violations(planted)
     # Assert
-    assert len(bad) == 4 and not any(b.startswith("vfl.horizontal.fedavg") for b in bad)
+    assert len(bad) == 5 and not any(b.startswith("vfl.horizontal.fedavg") for b in bad)
 
 
 def test_no_import_cycles():

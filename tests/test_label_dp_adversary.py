@@ -24,8 +24,8 @@ from privacy.attacks.follower_view import (
     release_difference_accuracy,
 )
 from privacy.attacks.gradient_scoring import follower_view_report
-from privacy.label.keyed_random import uniform_from_ids
 from privacy.label.randomized_response import binary_rr, flip_probability
+from privacy.public_hash import uniform_from_ids
 from tests.procs import party_configs
 from vfl.config.schema import LabelDPConfig
 from vfl.data.shards import PartyShard

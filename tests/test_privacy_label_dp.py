@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from privacy import LabelDP, flip_probability, keep_probability
-from privacy.label.keyed_random import uniform_from_ids
 from privacy.label.randomized_response import kary_rr
 from privacy.label.release_draws import randomize_binary_once, randomize_classes_once
+from privacy.public_hash import uniform_from_ids
 from tests.dp_stats import binomial_tolerance, dp_histogram_violations
 
 N = 200_000

@@ -20,8 +20,8 @@ import math
 
 import numpy as np
 
-from privacy.label.keyed_random import uniform_from_ids
 from privacy.label.randomized_response import flip_probability
+from privacy.public_hash import uniform_from_ids
 
 # Every public salt this code base has used for per-id draws: the pre-PRF label-DP salts (flip,
 # LP-2ST stage, keep, pick), prepare's split and drop salts, and 0.

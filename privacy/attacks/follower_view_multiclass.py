@@ -21,8 +21,8 @@ import numpy as np
 
 from privacy.attacks.follower_view import LEGACY_SALTS, candidate_seeds
 from privacy.attacks.gradient_multiclass import oracle_direction_guess
-from privacy.label.keyed_random import uniform_from_ids
 from privacy.label.randomized_response import keep_probability
+from privacy.public_hash import uniform_from_ids
 
 
 def undo_kary_rr(noisy: np.ndarray, k: int, eps: float, u_keep: np.ndarray, u_other: np.ndarray) -> np.ndarray:

@@ -1,9 +1,9 @@
-"""Counter-based randomness: public splitmix64 draws per id, and the leader's secret keyed PRF per id.
+"""The leader's secret keyed PRF per sample id: the only source of the draws that protect labels.
 
-Two kinds of per-sample draws live here, and they must never be confused:
+Two kinds of per-sample draws exist, and they must never be confused:
 
-* `uniform_from_ids(ids, seed, salt)` is a *public* hash. Anyone who knows the seed can recompute it.
-  It is right for decisions every party shares (the train/test split, simulated column drops) and
+* `uniform_from_ids(ids, seed, salt)` (privacy/public_hash.py) is a *public* hash. Anyone who knows the seed can
+  recompute it. It is right for decisions every party shares (the train/test split, simulated column drops) and
   wrong for anything that protects a label.
 * `keyed_uniforms(key, release, purpose, ids)` is the leader's PRF. It is AES-256 applied to the
   16-byte block (sample id, purpose tag) under a per-(release, purpose) subkey
@@ -23,24 +23,8 @@ import hmac
 import numpy as np
 
 _U64 = np.uint64
-_MASK64 = 0xFFFFFFFFFFFFFFFF
 KEY_BYTES = 32
 PRF_DOMAIN = b"vfl/label-dp/prf/v1"
-
-
-def splitmix64(x: np.ndarray) -> np.ndarray:
-    """SplitMix64 finaliser (Steele, Lea, Flood 2014): a bijective, well-mixing 64-bit hash."""
-    z = np.asarray(x, dtype=np.uint64) + _U64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> _U64(27))) * _U64(0x94D049BB133111EB)
-    return z ^ (z >> _U64(31))
-
-
-def uniform_from_ids(ids: np.ndarray, seed: int, salt: int = 0) -> np.ndarray:
-    """A public U[0, 1) draw per id (53 bits); a pure function of (id, seed, salt) that anyone can replay."""
-    key = splitmix64(np.asarray([(seed ^ (salt * 0x9E3779B97F4A7C15)) & _MASK64], dtype=np.uint64))[0]
-    h = splitmix64(np.asarray(ids).astype(np.int64).view(np.uint64) ^ key)
-    return (h >> _U64(11)).astype(np.float64) * (1.0 / (1 << 53))
 
 
 def _purpose_tag(purpose: str) -> int:

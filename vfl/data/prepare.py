@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from privacy.label.keyed_random import uniform_from_ids
+from privacy.public_hash import uniform_from_ids
 from vfl.data.ids import check_unique, id64_of_text
 from vfl.data.npy_stream import NpyAppender
 from vfl.data.parties import PartyColumns, unassigned_columns

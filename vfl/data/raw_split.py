@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from privacy.label.keyed_random import uniform_from_ids
+from privacy.public_hash import uniform_from_ids
 from vfl.data.parties import PartyColumns
 from vfl.data.readers.criteo import DataError, ReadStats, read_raw_blocks, warn_bad_lines
 from vfl.data.schema import CATEGORICAL_COLUMNS, DENSE_COLUMNS, LABEL

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from privacy.label.keyed_random import splitmix64
+from privacy.public_hash import splitmix64
 
 MISSING_ID = 0  # id 0 of every categorical field means "value missing"
 OOV_ID = 1  # with a vocabulary, id 1 means "seen fewer than min_count times"

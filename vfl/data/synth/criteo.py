@@ -32,7 +32,7 @@ from vfl.data.npy_stream import NpyAppender
 from vfl.data.readers.criteo import DataError
 from vfl.obs.progress import bar
 from vfl.data.schema import CATEGORICAL_COLUMNS, DENSE_COLUMNS
-from privacy.label.keyed_random import splitmix64
+from privacy.public_hash import splitmix64
 
 # Kaggle Criteo cardinalities of C1..C26, capped so the generator stays small.
 CRITEO_CARDINALITY = [1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,

@@ -15,7 +15,7 @@ import shutil
 
 import numpy as np
 
-from privacy.label.keyed_random import uniform_from_ids
+from privacy.public_hash import uniform_from_ids
 from vfl.data.parties import PartyColumns
 from vfl.data.prepare import (
     _SPLIT_SALT, FORMAT_VERSION, SPLITS, PrepareOptions, _commit, _validate, _write_json, id_digest_update, label_doc,
