@@ -1,4 +1,5 @@
 """`python -m follower --config follower.yaml`: run a feature party."""
+
 from __future__ import annotations
 
 import sys
@@ -29,24 +30,33 @@ def body(cfg, log, state: dict) -> None:
     set_threads(cfg.train.threads, 2 * env.local_ranks)
     shard = PartyShard(cfg.data.path)
     if shard.has_labels:
-        raise DataError(f"data.path {cfg.data.path} holds labels (it is the leader's shard {shard.name!r}); a follower must never read labels")
+        raise DataError(
+            f"data.path {cfg.data.path} holds labels (it is the leader's shard {shard.name!r}); a follower must never read labels"
+        )
     if shard.name != cfg.party:  # the shard records the party it was prepared for
-        raise DataError(f"data.path {cfg.data.path} is the shard of party {shard.name!r}, not of {cfg.party!r}; "
-                        f"give each party its own directory OUT/<party> of `python -m vfl.data prepare`")
+        raise DataError(
+            f"data.path {cfg.data.path} is the shard of party {shard.name!r}, not of {cfg.party!r}; "
+            f"give each party its own directory OUT/<party> of `python -m vfl.data prepare`"
+        )
     shard.check_columns(cfg.data.dense, cfg.data.categorical)
     # the largest frame the leader may send: the gradient of one training batch at this party's cut, or a PSI chunk
     max_frame = max(cfg.train.batch_size * cfg.model.bottom.cut_dim * 4 + MAX_HEADER_BYTES + 1024, PSI_MAX_FRAME_BYTES)
     device = resolve_device(cfg.train.device)
     ctx = state["ctx"] = start_ranks(cfg, env, device, log)
     connect = rank_endpoint(cfg.network.connect, env.rank, env.ranks, cfg.network.rank_endpoints)
-    channel = state["channel"] = FollowerChannel(connect, cfg.party, keys, cfg.network.timeout_s,
-                                                 max_frame_bytes=max_frame)
-    log(f"follower {cfg.party}: connecting to {connect}; "
-        + (f"private set intersection of {len(shard.all_ids())} ids" if env.is_main else "rank 0 runs the PSI"))
+    channel = state["channel"] = FollowerChannel(
+        connect, cfg.party, keys, cfg.network.timeout_s, max_frame_bytes=max_frame
+    )
+    log(
+        f"follower {cfg.party}: connecting to {connect}; "
+        + (f"private set intersection of {len(shard.all_ids())} ids" if env.is_main else "rank 0 runs the PSI")
+    )
     if env.is_main:  # N ranks: rank 0 intersects the ids and shares them within the party
         common, psi = follower_psi(channel, shard.all_ids(), log)
-        log(f"follower {cfg.party}: PSI intersection {psi.intersection} ids (this party {psi.own_ids}, leader {psi.peer_ids['leader']}, "
-            f"shared pairwise {psi.pairwise['leader']}), {psi.seconds:.1f} s, {psi.bytes_sent + psi.bytes_received} bytes")
+        log(
+            f"follower {cfg.party}: PSI intersection {psi.intersection} ids (this party {psi.own_ids}, leader {psi.peer_ids['leader']}, "
+            f"shared pairwise {psi.pairwise['leader']}), {psi.seconds:.1f} s, {psi.bytes_sent + psi.bytes_received} bytes"
+        )
         check_minimum(psi, cfg.data.min_intersection, cfg.party)
     common = ctx.share_ids(common if env.is_main else None)
     shard.restrict(common)

@@ -1,4 +1,5 @@
 """The follower's loop: answer FORWARD with an embedding, apply the GRADIENT, answer EVAL, save on SAVE/DONE."""
+
 from __future__ import annotations
 
 import errno
@@ -57,22 +58,37 @@ class GradientRecorder:
         os.makedirs(os.path.dirname(os.path.abspath(self.path)) or ".", exist_ok=True)
         tmp = f"{self.path}.tmp-{os.getpid()}.npz"
         try:
-            np.savez(tmp, ids=np.concatenate(self.ids), epoch=np.concatenate(self.epochs), step=np.concatenate(self.steps),
-                     grad=np.concatenate(self.grads))
+            np.savez(
+                tmp,
+                ids=np.concatenate(self.ids),
+                epoch=np.concatenate(self.epochs),
+                step=np.concatenate(self.steps),
+                grad=np.concatenate(self.grads),
+            )
             os.replace(tmp, self.path)
         except OSError as e:
             if os.path.exists(tmp):
                 os.unlink(tmp)
             where = os.path.dirname(os.path.abspath(self.path))
-            raise OSError(f"no space left on {where}: {self.path} not written" if e.errno == errno.ENOSPC
-                          else f"cannot write {self.path}: {e.strerror or e}") from None
+            raise OSError(
+                f"no space left on {where}: {self.path} not written"
+                if e.errno == errno.ENOSPC
+                else f"cannot write {self.path}: {e.strerror or e}"
+            ) from None
 
 
 class FollowerTrainer:
     """Reacts to the leader; never decides anything about the schedule itself."""
 
-    def __init__(self, cfg: PartyConfig, channel: FollowerChannel, party: BottomParty, log: RunLog, out_dir: str,
-                 ctx: RankContext | None = None):
+    def __init__(
+        self,
+        cfg: PartyConfig,
+        channel: FollowerChannel,
+        party: BottomParty,
+        log: RunLog,
+        out_dir: str,
+        ctx: RankContext | None = None,
+    ):
         self.cfg = cfg
         self.ctx = ctx or RankContext()  # N ranks: this rank's slice of every batch, DDP
         self.ch = channel
@@ -98,10 +114,13 @@ class FollowerTrainer:
     def handshake(self) -> Welcome:
         nonce = new_nonce()
         self.ch.post(hello_message(self.cfg, self.party.shard, self.start_step, nonce, rank_meta(self.ctx.env)))
-        welcome: Welcome = self.ch.expect(Welcome, what=f"WELCOME from the leader at {self.ch.endpoint} "
-                                                        "(is the leader running?)")
+        welcome: Welcome = self.ch.expect(
+            Welcome, what=f"WELCOME from the leader at {self.ch.endpoint} (is the leader running?)"
+        )
         if welcome.nonce != nonce:
-            raise WireError("WELCOME from the leader does not echo this follower's HELLO nonce: a replayed or foreign session")
+            raise WireError(
+                "WELCOME from the leader does not echo this follower's HELLO nonce: a replayed or foreign session"
+            )
         problems = rank_problems("the leader", welcome, self.ctx.env, f"follower {self.cfg.party}")
         if problems:
             raise WireError("handshake failed: " + "; ".join(problems))
@@ -110,7 +129,9 @@ class FollowerTrainer:
 
     def _rows(self, epoch: int, step: int) -> np.ndarray:
         if epoch not in self._orders:
-            self._orders = {epoch: batch_order(len(self.party.train_split), self.cfg.train.batch_size, self.cfg.train.seed, epoch)}
+            self._orders = {
+                epoch: batch_order(len(self.party.train_split), self.cfg.train.batch_size, self.cfg.train.seed, epoch)
+            }
         order = self._orders[epoch]
         if not 0 <= step < len(order):
             raise WireError(f"FORWARD for step {step} of epoch {epoch}, but an epoch has {len(order)} steps")
@@ -118,8 +139,16 @@ class FollowerTrainer:
 
     def run(self) -> None:
         """Answer the leader's messages until DONE, each by the handler of its class."""
-        handlers = {Forward: self._on_forward, Eval: self._on_eval, Save: self._on_save, Snapshot: self._on_snapshot,
-                    Restore: self._on_restore, Wait: self._on_wait, Done: self._on_done, Prior: self._on_prior}
+        handlers = {
+            Forward: self._on_forward,
+            Eval: self._on_eval,
+            Save: self._on_save,
+            Snapshot: self._on_snapshot,
+            Restore: self._on_restore,
+            Wait: self._on_wait,
+            Done: self._on_done,
+            Prior: self._on_prior,
+        }
         while not self._done:
             t0 = time.perf_counter()
             msg = self.ch.expect(*handlers)
@@ -170,16 +199,22 @@ class FollowerTrainer:
         n = len(self.party.train_split)
         rows = msg.indices
         if rows[-1] >= n:
-            raise WireError(f"PRIOR from the leader must carry its stage-one rows as one increasing int64 vector "
-                            f"of {rows.size} indices in [0, {n})")
+            raise WireError(
+                f"PRIOR from the leader must carry its stage-one rows as one increasing int64 vector "
+                f"of {rows.size} indices in [0, {n})"
+            )
         self.prior_rows = rows.copy()
         self.prior = BottomParty(prior_config(self.cfg, msg.epochs), self.party.shard, self.party.device)
         self._prior_orders = {}
-        self.log(f"LP-2ST stage one: training a prior bottom on {rows.size} of {n} training rows for {msg.epochs} epoch(s)")
+        self.log(
+            f"LP-2ST stage one: training a prior bottom on {rows.size} of {n} training rows for {msg.epochs} epoch(s)"
+        )
 
     def _prior_batch(self, epoch: int, step: int) -> np.ndarray:
         if epoch not in self._prior_orders:
-            self._prior_orders = {epoch: prior_order(self.prior_rows, self.cfg.train.batch_size, self.cfg.train.seed, epoch)}
+            self._prior_orders = {
+                epoch: prior_order(self.prior_rows, self.cfg.train.batch_size, self.cfg.train.seed, epoch)
+            }
         order = self._prior_orders[epoch]
         if not 0 <= step < len(order):
             raise WireError(f"FORWARD (prior) for step {step} of epoch {epoch}, but stage one has {len(order)} steps")
@@ -193,12 +228,18 @@ class FollowerTrainer:
         party = self.prior if prior else self.party
         ids = self.party.train_split.ids[rows]
         if batch_digest(ids) != msg.digest:
-            raise WireError(f"FORWARD epoch {epoch} step {step}: batch digest differs from the leader's; "
-                            f"the shards or the seed disagree")
-        if prior:  # stage one: whole batches, no logs per step, not recorded (the leakage attacks read the main training)
+            raise WireError(
+                f"FORWARD epoch {epoch} step {step}: batch digest differs from the leader's; "
+                f"the shards or the seed disagree"
+            )
+        if (
+            prior
+        ):  # stage one: whole batches, no logs per step, not recorded (the leakage attacks read the main training)
             out = party.forward_train(rows)
             self.ch.post(Embedding(cut=out.detach().cpu().numpy(), epoch=epoch, step=step))
-            party.apply_gradient(torch.from_numpy(self._gradient(epoch, step, None, tuple(out.shape), phase="prior").grad.copy()))
+            party.apply_gradient(
+                torch.from_numpy(self._gradient(epoch, step, None, tuple(out.shape), phase="prior").grad.copy())
+            )
             return
         # every micro-batch's embedding goes out before the first gradient is awaited: the leader works on
         # micro-batch j while this party computes j + 1 (M = 1: one whole batch, as without micro-batches)
@@ -231,12 +272,16 @@ class FollowerTrainer:
         with TIMER.part("wire_wait"):
             g: Gradient = self.ch.expect(Gradient, what=f"GRADIENT for step {step} from the leader")
         if (g.epoch, g.step, g.phase) != (epoch, step, phase):
-            raise WireError(f"GRADIENT: expected epoch {epoch} step {step} phase {phase}, "
-                            f"got epoch {g.epoch!r} step {g.step!r} phase {g.phase}")
+            raise WireError(
+                f"GRADIENT: expected epoch {epoch} step {step} phase {phase}, "
+                f"got epoch {g.epoch!r} step {g.step!r} phase {g.phase}"
+            )
         if micro is not None:
             check_micro(g.micro, micro, f"GRADIENT for step {step}", WireError)
         if tuple(g.grad.shape) != shape:
-            raise WireError(f"GRADIENT for step {step}: expected float32 {shape}, got {g.grad.dtype} {tuple(g.grad.shape)}")
+            raise WireError(
+                f"GRADIENT for step {step}: expected float32 {shape}, got {g.grad.dtype} {tuple(g.grad.shape)}"
+            )
         return g
 
     def _save_breakdown(self) -> None:
@@ -244,8 +289,16 @@ class FollowerTrainer:
         os.makedirs(self.out_dir, exist_ok=True)
         path = os.path.join(self.out_dir, f"{self.cfg.party}_step_breakdown.json")
         with open(f"{path}.tmp", "w") as f:
-            json.dump({"party": self.cfg.party, "precision": self.cfg.train.precision,
-                       "microbatches": self.cfg.train.microbatches, **TIMER.report()}, f, indent=2)
+            json.dump(
+                {
+                    "party": self.cfg.party,
+                    "precision": self.cfg.train.precision,
+                    "microbatches": self.cfg.train.microbatches,
+                    **TIMER.report(),
+                },
+                f,
+                indent=2,
+            )
         os.replace(f"{path}.tmp", path)
 
     def _on_eval(self, msg: Eval) -> None:

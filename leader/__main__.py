@@ -1,4 +1,5 @@
 """`python -m leader --config leader.yaml`: run the label party."""
+
 from __future__ import annotations
 
 import os
@@ -29,8 +30,9 @@ def body(cfg, log, state: dict) -> None:
 
     env = state.get("ranks") or rank_env()
     if env.distributed and cfg.privacy.label_dp is not None and cfg.privacy.label_dp.mechanism == "rr_prior":
-        raise ConfigError("privacy.label_dp.mechanism rr_prior (LP-2ST) runs on one rank only; use rr with --ranks N, "
-                          "or --ranks 1")
+        raise ConfigError(
+            "privacy.label_dp.mechanism rr_prior (LP-2ST) runs on one rank only; use rr with --ranks N, or --ranks 1"
+        )
     check_rank_options(cfg, env.distributed)
     keys = party_keys(cfg)
     if env.is_main:
@@ -38,10 +40,14 @@ def body(cfg, log, state: dict) -> None:
     set_threads(cfg.train.threads, (1 + len(cfg.network.followers)) * env.local_ranks)
     shard = PartyShard(cfg.data.path)
     if not shard.has_labels:
-        raise DataError(f"data.path {cfg.data.path} is the shard of {shard.name!r}, which holds no labels; the leader needs the labelled shard")
+        raise DataError(
+            f"data.path {cfg.data.path} is the shard of {shard.name!r}, which holds no labels; the leader needs the labelled shard"
+        )
     if shard.name != cfg.party:  # the shard records the party it was prepared for
-        raise DataError(f"data.path {cfg.data.path} is the shard of party {shard.name!r}, not of {cfg.party!r}; "
-                        f"give each party its own directory OUT/<party> of `python -m vfl.data prepare`")
+        raise DataError(
+            f"data.path {cfg.data.path} is the shard of party {shard.name!r}, not of {cfg.party!r}; "
+            f"give each party its own directory OUT/<party> of `python -m vfl.data prepare`"
+        )
     task_classes(cfg.train.task, shard)  # train.task against the data, before any follower connects
     shard.check_columns(cfg.data.dense, cfg.data.categorical)
     device = resolve_device(cfg.train.device)
@@ -55,17 +61,23 @@ def body(cfg, log, state: dict) -> None:
         label_key = open_label_key(ld.store_dir, ld.key_file, shard.manifest)
     bind = rank_endpoint(cfg.network.bind, env.rank, env.ranks)
     # the largest frame a follower may send: an embedding of the largest batch at the widest cut, or a PSI chunk
-    max_frame = max(max(cfg.train.batch_size, cfg.train.eval_batch_size) * MAX_CUT_DIM * 4 + MAX_HEADER_BYTES,
-                    PSI_MAX_FRAME_BYTES)
-    channel = state["channel"] = LeaderChannel(bind, cfg.network.followers, keys, cfg.network.timeout_s,
-                                               cfg.party, max_frame_bytes=max_frame)
-    log(f"leader {cfg.party}: listening on {bind} (CurveZMQ), waiting for {list(cfg.network.followers)}; "
-        + (f"private set intersection of {len(shard.all_ids())} ids" if env.is_main else "rank 0 runs the PSI"))
+    max_frame = max(
+        max(cfg.train.batch_size, cfg.train.eval_batch_size) * MAX_CUT_DIM * 4 + MAX_HEADER_BYTES, PSI_MAX_FRAME_BYTES
+    )
+    channel = state["channel"] = LeaderChannel(
+        bind, cfg.network.followers, keys, cfg.network.timeout_s, cfg.party, max_frame_bytes=max_frame
+    )
+    log(
+        f"leader {cfg.party}: listening on {bind} (CurveZMQ), waiting for {list(cfg.network.followers)}; "
+        + (f"private set intersection of {len(shard.all_ids())} ids" if env.is_main else "rank 0 runs the PSI")
+    )
     psi = None
     if env.is_main:  # N ranks: rank 0 intersects the ids and shares them within the party
         common, psi = leader_psi(channel, list(cfg.network.followers), shard.all_ids(), log, cfg.data.psi_max_peer_ids)
-        log(f"leader {cfg.party}: PSI intersection {psi.intersection} ids (leader {psi.own_ids}, followers {psi.peer_ids}, "
-            f"pairwise {psi.pairwise}), {psi.seconds:.1f} s, {psi.bytes_sent + psi.bytes_received} bytes")
+        log(
+            f"leader {cfg.party}: PSI intersection {psi.intersection} ids (leader {psi.own_ids}, followers {psi.peer_ids}, "
+            f"pairwise {psi.pairwise}), {psi.seconds:.1f} s, {psi.bytes_sent + psi.bytes_received} bytes"
+        )
         check_minimum(psi, cfg.data.min_intersection, cfg.party)
     common = ctx.share_ids(common if env.is_main else None)
     shard.restrict(common)

@@ -1,4 +1,5 @@
 """The leader's synchronous training loop: ask for embeddings, run the top, return gradients, evaluate."""
+
 from __future__ import annotations
 
 import math
@@ -49,8 +50,16 @@ class HandshakeError(WireError):
 class LeaderTrainer:
     """Drives every step; followers only react to FORWARD / EVAL / SAVE / WAIT / DONE."""
 
-    def __init__(self, cfg: PartyConfig, channel: LeaderChannel, party: BottomParty, log: RunLog, out_dir: str,
-                 label_key=None, ctx: RankContext | None = None):
+    def __init__(
+        self,
+        cfg: PartyConfig,
+        channel: LeaderChannel,
+        party: BottomParty,
+        log: RunLog,
+        out_dir: str,
+        label_key=None,
+        ctx: RankContext | None = None,
+    ):
         self.cfg = cfg
         self.ctx = ctx or RankContext()  # N ranks: this rank's slice of every batch, DDP, collectives
         self.local_samples = 0
@@ -81,8 +90,11 @@ class LeaderTrainer:
         # every number label DP needs (eps, mechanism, flip probability or transition, prior), read once from the config
         self.release = LabelDPRelease.from_config(cfg.privacy.label_dp, self.num_classes)
         rel = self.release
-        self.label_key = label_key if label_key is not None or rel is None else \
-            open_label_key(rel.store_dir, rel.key_file, party.shard.manifest)
+        self.label_key = (
+            label_key
+            if label_key is not None or rel is None
+            else open_label_key(rel.store_dir, rel.key_file, party.shard.manifest)
+        )
 
     # -- handshake ---------------------------------------------------------------------------
     def handshake(self) -> None:
@@ -90,11 +102,13 @@ class LeaderTrainer:
         problems = []
         nonces = {}
         for f in self.followers:
-            hello: Hello = self.ch.expect(f, Hello, what=f"HELLO from follower {f} (is it running and pointed at "
-                                                         f"{self.cfg.network.bind}?)")
+            hello: Hello = self.ch.expect(
+                f, Hello, what=f"HELLO from follower {f} (is it running and pointed at {self.cfg.network.bind}?)"
+            )
             if hello.party != f:  # the key decides who it is, never the name it gives
-                raise HandshakeError(f"handshake refused: the party holding {f}'s key introduced itself as "
-                                     f"{hello.party!r}")
+                raise HandshakeError(
+                    f"handshake refused: the party holding {f}'s key introduced itself as {hello.party!r}"
+                )
             problems += hello_problems(f, hello, ours) + rank_problems(f, hello, self.ctx.env)
             nonces[f] = hello.nonce
             self.cut_dims[f] = hello.cut_dim
@@ -105,8 +119,16 @@ class LeaderTrainer:
         steps = steps_per_epoch(len(self.party.train_split), self.cfg.train.batch_size)
         self.ch.run = run_id(new_nonce(), nonces)
         for f in self.followers:
-            self.ch.post(f, Welcome(run=self.ch.run, nonce=nonces[f], epochs=self.cfg.train.epochs,
-                                    steps_per_epoch=steps, **rank_meta(self.ctx.env)))
+            self.ch.post(
+                f,
+                Welcome(
+                    run=self.ch.run,
+                    nonce=nonces[f],
+                    epochs=self.cfg.train.epochs,
+                    steps_per_epoch=steps,
+                    **rank_meta(self.ctx.env),
+                ),
+            )
         self._last_sent = time.monotonic()
 
     def _keepalive(self) -> None:
@@ -122,27 +144,47 @@ class LeaderTrainer:
         in_dim = self.party.cut_dim + sum(self.cut_dims[f] for f in self.followers)
         rel = self.release
         all_parties = self.num_classes is not None and rel is not None and rel.uses_prior
-        prior_fn = (lambda first, noisy: self._all_party_prior(first, noisy, in_dim)) if all_parties else \
-            prior_fn_for(self.cfg, rel, self.party, self._keepalive)
+        prior_fn = (
+            (lambda first, noisy: self._all_party_prior(first, noisy, in_dim))
+            if all_parties
+            else prior_fn_for(self.cfg, rel, self.party, self._keepalive)
+        )
         self.labels = leader_training_labels(rel, self.party.shard, prior_fn, self.label_key)
         for w in self.labels.warnings:
             self.log(w)
         if self.labels.report is not None:
             r = self.labels.report
-            self.log(f"label DP: {r['mechanism']} eps={r['eps']} once per sample for this release "
-                     f"({'new' if r['new_release'] else 'reused'} release {r['release_id'][:12]}, key {r['key_fingerprint']}); "
-                     f"flipped {r['flipped_fraction']:.4f} of training labels; debias={r.get('debias', False)}; "
-                     f"dataset total eps {r['dataset_total_eps']} over {r['dataset_releases']} release(s)")
+            self.log(
+                f"label DP: {r['mechanism']} eps={r['eps']} once per sample for this release "
+                f"({'new' if r['new_release'] else 'reused'} release {r['release_id'][:12]}, key {r['key_fingerprint']}); "
+                f"flipped {r['flipped_fraction']:.4f} of training labels; debias={r.get('debias', False)}; "
+                f"dataset total eps {r['dataset_total_eps']} over {r['dataset_releases']} release(s)"
+            )
         self._check_resume_release()
         self.label_digests = self.ctx.same_on_every_rank(
             "the training labels (noisy under label DP)",
-            np.ascontiguousarray(self.labels.labels, "<f4").tobytes() + np.ascontiguousarray(self.labels.valid, "<i8").tobytes())
+            np.ascontiguousarray(self.labels.labels, "<f4").tobytes()
+            + np.ascontiguousarray(self.labels.valid, "<i8").tobytes(),
+        )
         tr = self.cfg.train
-        self.top = TopTrainer(tr, self.cfg.model.top, in_dim, self.party.device,
-                              rel.training_loss() if rel is not None else None,
-                              tr.epochs * steps_per_epoch(len(self.party.train_split), tr.batch_size), self.num_classes)
-        self.loop = TrainingLoop(tr, len(self.party.train_split), self.party.test_split.labels, self.log,
-                                 self.labels.valid, rel.eps if rel is not None else None, self.num_classes)
+        self.top = TopTrainer(
+            tr,
+            self.cfg.model.top,
+            in_dim,
+            self.party.device,
+            rel.training_loss() if rel is not None else None,
+            tr.epochs * steps_per_epoch(len(self.party.train_split), tr.batch_size),
+            self.num_classes,
+        )
+        self.loop = TrainingLoop(
+            tr,
+            len(self.party.train_split),
+            self.party.test_split.labels,
+            self.log,
+            self.labels.valid,
+            rel.eps if rel is not None else None,
+            self.num_classes,
+        )
         if self.resume:
             self.top.load_state(self.resume["state"]["top"])
             self.loop.load_state((self.resume.get("extra") or {}).get("loop") or {})
@@ -161,12 +203,15 @@ class LeaderTrainer:
         pcfg = prior_config(self.cfg, self.release.prior_epochs)
         for f in self.followers:
             self.ch.post(f, Prior(indices=rows, epochs=pcfg.train.epochs))
-        self.log(f"LP-2ST: stage one on {rows.size} of {stage_one.size} training rows, all parties, "
-                 f"{pcfg.train.epochs} epoch(s)")
+        self.log(
+            f"LP-2ST: stage one on {rows.size} of {stage_one.size} training rows, all parties, "
+            f"{pcfg.train.epochs} epoch(s)"
+        )
         own = BottomParty(pcfg, self.party.shard, self.party.device)
         sources = [LocalCutSource(own), *(_FollowerPriorSource(self, f) for f in self.followers)]
-        return fit_predict_all_parties(self.cfg, self.release, sources, in_dim, self.party.device, stage_one.size,
-                                       stage_one, noisy, self.log)
+        return fit_predict_all_parties(
+            self.cfg, self.release, sources, in_dim, self.party.device, stage_one.size, stage_one, noisy, self.log
+        )
 
     def _check_resume_release(self) -> None:
         """A resumed run must train on the very release its checkpoint was trained on."""
@@ -175,9 +220,11 @@ class LeaderTrainer:
         saved = (self.resume.get("extra") or {}).get("label_dp_release")
         now = self.labels.release
         if saved != now:
-            raise ValueError(f"train.resume_from {self.cfg.train.resume_from!r} was trained on label-DP release {saved!r}, "
-                             f"but this run's labels are release {now!r} (another key, eps, mechanism or prior); "
-                             "resuming would mix two releases of the same labels: start a fresh run instead")
+            raise ValueError(
+                f"train.resume_from {self.cfg.train.resume_from!r} was trained on label-DP release {saved!r}, "
+                f"but this run's labels are release {now!r} (another key, eps, mechanism or prior); "
+                "resuming would mix two releases of the same labels: start a fresh run instead"
+            )
 
     # -- training ----------------------------------------------------------------------------
     def train(self) -> None:
@@ -196,26 +243,46 @@ class LeaderTrainer:
             parts = micro_slices(rows.size, self.cfg.train.microbatches)
             value, total = 0.0, 0.0
             for j, part in enumerate(parts):  # M = 1: the whole batch, exactly as without micro-batches
-                share, total = self._micro_step(epoch, i, j, rows[part], rows.size, batch.size, labels,
-                                                j + 1 == len(parts), value)
+                share, total = self._micro_step(
+                    epoch, i, j, rows[part], rows.size, batch.size, labels, j + 1 == len(parts), value
+                )
                 value += share
             self.top.step()
             self.party.step_optimizer()
             self.local_samples += rows.size
             return total
 
-        self.loop.run(step, self.evaluate, lambda epoch, gs: self.checkpoint(epoch, gs, f"step{gs}"), self.start_step,
-                      self.snapshot, self.restore)
+        self.loop.run(
+            step,
+            self.evaluate,
+            lambda epoch, gs: self.checkpoint(epoch, gs, f"step{gs}"),
+            self.start_step,
+            self.snapshot,
+            self.restore,
+        )
 
-    def _micro_step(self, epoch: int, i: int, j: int, rows: np.ndarray, batch_rows: int, global_rows: int,
-                    labels: torch.Tensor, last: bool, loss_so_far: float) -> tuple[float, float]:
+    def _micro_step(
+        self,
+        epoch: int,
+        i: int,
+        j: int,
+        rows: np.ndarray,
+        batch_rows: int,
+        global_rows: int,
+        labels: torch.Tensor,
+        last: bool,
+        loss_so_far: float,
+    ) -> tuple[float, float]:
         """Micro-batch j of step i: own bottom, the followers' cuts j, the top; gradients j go back at once.
         batch_rows: this rank's slice of the global batch of global_rows. Returns (this micro-batch's share of
         the slice's loss, the global batch's mean loss once known: with the last micro-batch, else nan)."""
         own = self.party.forward_train(rows)
         own_leaf = own.detach().requires_grad_(True)
         with TIMER.part("wire_wait"):
-            remote = [self._remote_cut(f, "step", i, rows.size, micro=j, epoch=epoch).requires_grad_(True) for f in self.followers]
+            remote = [
+                self._remote_cut(f, "step", i, rows.size, micro=j, epoch=epoch).requires_grad_(True)
+                for f in self.followers
+            ]
         with TIMER.part("top"):
             loss = self.top.loss([own_leaf, *remote], labels[rows])
             scaled = weighted_loss(loss, rows.size, batch_rows)
@@ -223,8 +290,9 @@ class LeaderTrainer:
             # N ranks: the mean over the global batch (an all-reduce every rank joins; identity for one rank)
             total = self.ctx.global_loss(loss_so_far + value, batch_rows, global_rows) if last else math.nan
             if not math.isfinite(total if last else value):  # before anything is sent: the followers get a clean ABORT
-                raise FloatingPointError(f"training loss became {total if last else value} at epoch {epoch} step {i + 1}; "
-                                         "lower train.lr")
+                raise FloatingPointError(
+                    f"training loss became {total if last else value} at epoch {epoch} step {i + 1}; lower train.lr"
+                )
             if self.ctx.ranks > 1:  # N n_r / B: DDP's average over ranks is then the global batch's gradient
                 scaled = scaled * self.ctx.loss_weight(batch_rows, global_rows)
             scaled.backward()  # top only: the followers' gradients are ready before the leader's bottom runs
@@ -232,8 +300,16 @@ class LeaderTrainer:
             for f, t in zip(self.followers, remote):
                 # the batch loss (on the training labels, noisy under label DP) lets followers log the same line;
                 # it is known with the last micro-batch
-                self.ch.post(f, Gradient(grad=t.grad.detach().cpu().numpy(), epoch=epoch, step=i, micro=j,
-                                         loss=float(total) if last else None))
+                self.ch.post(
+                    f,
+                    Gradient(
+                        grad=t.grad.detach().cpu().numpy(),
+                        epoch=epoch,
+                        step=i,
+                        micro=j,
+                        loss=float(total) if last else None,
+                    ),
+                )
         self.party.accumulate_gradient(own_leaf.grad, j)  # overlaps with the followers' backward passes
         return value, total
 
@@ -250,21 +326,26 @@ class LeaderTrainer:
         self.party.restore(step)
         self.top.restore(step)
 
-    def _remote_cut(self, peer: str, key: str, value, rows: int, micro: int | None = None,
-                    epoch: int | None = None) -> torch.Tensor:
+    def _remote_cut(
+        self, peer: str, key: str, value, rows: int, micro: int | None = None, epoch: int | None = None
+    ) -> torch.Tensor:
         """The next EMBEDDING from peer, checked to answer its `key` ("step", or "eval": (split, start, stop)) ==
         value (of `epoch`, and micro-batch `micro` of a training step) with a (rows, cut) cut (float32, by parse)."""
         msg: Embedding = self.ch.expect(peer, Embedding)
         got = msg.step if key == "step" else msg.eval
         if got != value or (epoch is not None and msg.epoch != epoch):
-            raise WireError(f"EMBEDDING from {peer}: expected {key} {value!r}"
-                            + (f" of epoch {epoch}, got epoch {msg.epoch!r} " if epoch is not None else ", got ")
-                            + f"{key} {got!r}")
+            raise WireError(
+                f"EMBEDDING from {peer}: expected {key} {value!r}"
+                + (f" of epoch {epoch}, got epoch {msg.epoch!r} " if epoch is not None else ", got ")
+                + f"{key} {got!r}"
+            )
         if micro is not None:
             check_micro(msg.micro, micro, f"EMBEDDING from {peer} for step {value}", WireError)
         want = (rows, self.cut_dims[peer])
         if tuple(msg.cut.shape) != want:
-            raise WireError(f"EMBEDDING from {peer}: expected float32 {want}, got {msg.cut.dtype} {tuple(msg.cut.shape)}")
+            raise WireError(
+                f"EMBEDDING from {peer}: expected float32 {want}, got {msg.cut.dtype} {tuple(msg.cut.shape)}"
+            )
         return torch.from_numpy(msg.cut.copy()).to(self.party.device)
 
     @torch.no_grad()
@@ -273,12 +354,16 @@ class LeaderTrainer:
         n = len(self.party.valid_split if split == "valid" else self.party.test_split)
         lo, hi = self.ctx.eval_range(n)  # N ranks: each scores its contiguous part, gathered below
         probs = np.empty(hi - lo if self.num_classes is None else (hi - lo, self.num_classes))
-        for part in track(eval_batches(hi - lo, self.cfg.train.eval_batch_size), desc=f"evaluate {split}", unit="batch"):
+        for part in track(
+            eval_batches(hi - lo, self.cfg.train.eval_batch_size), desc=f"evaluate {split}", unit="batch"
+        ):
             sl = slice(lo + part.start, lo + part.stop)
             for f in self.followers:
                 self.ch.post(f, Eval(split=split, start=sl.start, stop=sl.stop))
             cuts = [self.party.forward_eval(sl, split)]
-            cuts += [self._remote_cut(f, "eval", (split, sl.start, sl.stop), sl.stop - sl.start) for f in self.followers]
+            cuts += [
+                self._remote_cut(f, "eval", (split, sl.start, sl.stop), sl.stop - sl.start) for f in self.followers
+            ]
             probs[part] = self.top.predict(cuts)
         return self.ctx.gather_rows(probs, n)
 
@@ -290,9 +375,11 @@ class LeaderTrainer:
         if not self.ctx.is_main:  # every rank holds the same weights: rank 0 writes the party's checkpoint
             return path
         state = {"bottom": self.party.state(), "top": self.top.state()}
-        extra = {"label_dp_release": self.labels.release,
-                 "label_dp_key": self.labels.report["key_fingerprint"] if self.labels.report else None,
-                 "loop": self.loop.state()}
+        extra = {
+            "label_dp_release": self.labels.release,
+            "label_dp_key": self.labels.report["key_fingerprint"] if self.labels.report else None,
+            "loop": self.loop.state(),
+        }
         save_checkpoint(path, self.cfg.party, state, epoch, step, extra)
         return path
 
@@ -319,9 +406,12 @@ class LeaderTrainer:
             "cut_dims": {self.cfg.party: self.party.cut_dim, **self.cut_dims},
             "rows": {"train": n_train, "valid": n_valid, "test": n_test},
             "snapshot_bytes": {self.cfg.party: self.loop.snapshot_bytes, **self.follower_snapshot_bytes},
-            "wire": {"bytes_from_leader": sent, "bytes_to_leader": received,
-                     "bytes_from_leader_per_sample": sent / max(samples_moved, 1),
-                     "bytes_to_leader_per_sample": received / max(samples_moved, 1)},
+            "wire": {
+                "bytes_from_leader": sent,
+                "bytes_to_leader": received,
+                "bytes_from_leader_per_sample": sent / max(samples_moved, 1),
+                "bytes_to_leader_per_sample": received / max(samples_moved, 1),
+            },
             "run_id": self.ch.run,
             "mode": "split",
             "precision": self.cfg.train.precision,
@@ -334,9 +424,13 @@ class LeaderTrainer:
         """ranks, per-rank and total samples/s, wire bytes of every rank (collectives: every rank calls it)."""
         seconds = max(self.loop.train_seconds, 1e-9)
         per_rank = self.ctx.per_rank(self.local_samples / seconds)
-        return {"ranks": self.ctx.ranks, "samples_per_second_per_rank": per_rank,
-                "samples_per_second_total": sum(per_rank), "label_digests_per_rank": self.label_digests,
-                "wire_bytes_all_ranks": self.ctx.total(self.ch.bytes_sent + self.ch.bytes_received)}
+        return {
+            "ranks": self.ctx.ranks,
+            "samples_per_second_per_rank": per_rank,
+            "samples_per_second_total": sum(per_rank),
+            "label_digests_per_rank": self.label_digests,
+            "wire_bytes_all_ranks": self.ctx.total(self.ch.bytes_sent + self.ch.bytes_received),
+        }
 
 
 class _FollowerPriorSource:

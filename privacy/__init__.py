@@ -1,11 +1,17 @@
 """Differential-privacy and secure-aggregation mechanisms (numpy/torch only; no sockets, no vfl)."""
+
 from __future__ import annotations
 
 import importlib
 
-_EXPORTS = {"LabelDP": "privacy.label.label_dp", "binary_rr": "privacy.label.randomized_response",
-            "debias_count": "privacy.label.randomized_response", "flip_probability": "privacy.label.randomized_response",
-            "kary_rr": "privacy.label.randomized_response", "keep_probability": "privacy.label.randomized_response"}
+_EXPORTS = {
+    "LabelDP": "privacy.label.label_dp",
+    "binary_rr": "privacy.label.randomized_response",
+    "debias_count": "privacy.label.randomized_response",
+    "flip_probability": "privacy.label.randomized_response",
+    "kary_rr": "privacy.label.randomized_response",
+    "keep_probability": "privacy.label.randomized_response",
+}
 __all__ = list(_EXPORTS)
 
 

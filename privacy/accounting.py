@@ -5,6 +5,7 @@ that touch the same data. Uses on disjoint data (different clients in one round,
 compose in parallel and are recorded per scope, so totals are per scope: e.g. "per client" sums a
 client's spending over all rounds.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -18,8 +19,15 @@ class PrivacyLedger:
     entries: list[dict] = field(default_factory=list)
 
     def spend(self, mechanism: str, cost: dict, count: int = 1, scope: str = "per client") -> None:
-        self.entries.append({"mechanism": mechanism, "eps": float(cost["eps"]), "delta": float(cost["delta"]),
-                             "count": int(count), "scope": scope})
+        self.entries.append(
+            {
+                "mechanism": mechanism,
+                "eps": float(cost["eps"]),
+                "delta": float(cost["delta"]),
+                "count": int(count),
+                "scope": scope,
+            }
+        )
 
     def totals(self) -> dict:
         """{scope: {eps, delta, by_mechanism}} with eps and delta summed over the scope's uses."""

@@ -5,6 +5,7 @@ Every numeric or enumerated setting (party YAML, FedAvg YAML, mechanism paramete
 message names the field, the allowed domain and the value. Numbers accept YAML 1.2 spellings that
 PyYAML (YAML 1.1) leaves as strings: `1e-4`, `inf`, `-inf`, `1_000`.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -53,8 +54,9 @@ def _fail(message: str):
     return PydanticCustomError(DOMAIN_ERROR, "{message}", {"message": message})
 
 
-def domain_error(name: str, value, lo=None, hi=None, lo_open: bool = False, hi_open: bool = False,
-                 integer: bool = False) -> str | None:
+def domain_error(
+    name: str, value, lo=None, hi=None, lo_open: bool = False, hi_open: bool = False, integer: bool = False
+) -> str | None:
     """None when value is a number inside the domain, else the sentence quoting both (the one message format)."""
     leaf = name.rsplit(".", 1)[-1]
     value = yaml12_number(value)
@@ -64,11 +66,15 @@ def domain_error(name: str, value, lo=None, hi=None, lo_open: bool = False, hi_o
     if isinstance(value, bool) or not kind_ok:
         hint = " (write .inf or 1e308 for infinity)" if isinstance(value, str) and "inf" in value.lower() else ""
         kind = "an integer" if integer else "a number"
-        allowed = f" (allowed: {kind} {domain_text(lo, hi, lo_open, hi_open)})" if lo is not None or hi is not None else ""
+        allowed = (
+            f" (allowed: {kind} {domain_text(lo, hi, lo_open, hi_open)})" if lo is not None or hi is not None else ""
+        )
         return f"{name} must be {kind}, got {value!r}{hint}{allowed}"
     if isinstance(value, float) and math.isnan(value):
         return f"{name} must not be NaN"
-    if (lo is not None and (value <= lo if lo_open else value < lo)) or (hi is not None and (value >= hi if hi_open else value > hi)):
+    if (lo is not None and (value <= lo if lo_open else value < lo)) or (
+        hi is not None and (value >= hi if hi_open else value > hi)
+    ):
         return f"{name} must be {'an integer ' if integer else ''}{domain_text(lo, hi, lo_open, hi_open)}, got {leaf}={value!r}"
     return None
 
@@ -112,7 +118,9 @@ def IntList(lo: int = 1):
             raise _fail(f"{info.field_name} must be a list of integers >= {lo}, got {value!r}")
         return tuple(value)
 
-    return Annotated[tuple[int, ...], BeforeValidator(check), Field(json_schema_extra={"items": {"type": "integer", "minimum": lo}})]
+    return Annotated[
+        tuple[int, ...], BeforeValidator(check), Field(json_schema_extra={"items": {"type": "integer", "minimum": lo}})
+    ]
 
 
 def Text(pattern: str | None = None, rule: str = "be a non-empty string"):
@@ -126,7 +134,11 @@ def Text(pattern: str | None = None, rule: str = "be a non-empty string"):
             raise _fail(f"{info.field_name} must {rule}, got {value!r}")
         return value
 
-    return Annotated[str, BeforeValidator(check), Field(json_schema_extra={"minLength": 1, **({"pattern": pattern} if pattern else {})})]
+    return Annotated[
+        str,
+        BeforeValidator(check),
+        Field(json_schema_extra={"minLength": 1, **({"pattern": pattern} if pattern else {})}),
+    ]
 
 
 def Flag():

@@ -4,6 +4,7 @@ Right for decisions every party shares and may replay (the train/valid/test spli
 values, simulated column drops, synthetic data); wrong for anything that protects a label, which draws from the
 leader's keyed PRF (privacy/label/keyed_random.py). The label-leakage attacks replay these hashes to show that.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -7,6 +7,7 @@ flat tensor, as DistributedDataParallel's buckets do), (2) gloo's sparse all-red
 gradients (an all-gather of indices and values, so its bytes grow with N), (3) a whole DDP backward against
 the same backward without DDP. Rank 0 prints the figures with the CPU model and the load average.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -73,10 +74,14 @@ def main() -> None:
     sparse_bytes = sum(int(g.indices().shape[1]) * (8 + g.values()[0].numel() * 4) for g in sparse)
     if rank == 0:
         print(f"{n} ranks (gloo), {cpu_model()}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-        print(f"per rank: {rows} rows, dense gradients {dense_grads.numel() / 1e6:.2f} M floats "
-              f"({dense_grads.numel() * 4 / 2**20:.1f} MiB), sparse embedding rows {nnz_rows} ({sparse_bytes / 2**20:.1f} MiB)")
-        print(f"dense all_reduce {t_dense * 1e3:.1f} ms; sparse all_reduce (gloo, all-gather of rows) {t_sparse * 1e3:.1f} ms; "
-              f"backward {plain * 1e3:.0f} ms alone vs {with_ddp * 1e3:.0f} ms with DDP")
+        print(
+            f"per rank: {rows} rows, dense gradients {dense_grads.numel() / 1e6:.2f} M floats "
+            f"({dense_grads.numel() * 4 / 2**20:.1f} MiB), sparse embedding rows {nnz_rows} ({sparse_bytes / 2**20:.1f} MiB)"
+        )
+        print(
+            f"dense all_reduce {t_dense * 1e3:.1f} ms; sparse all_reduce (gloo, all-gather of rows) {t_sparse * 1e3:.1f} ms; "
+            f"backward {plain * 1e3:.0f} ms alone vs {with_ddp * 1e3:.0f} ms with DDP"
+        )
     dist.destroy_process_group()
 
 

@@ -4,6 +4,7 @@ the per-party step-time breakdown, and the micro-batch pipeline curve with the p
 Run through scripts/bench_compute.sh (it builds the venv). Every figure comes from this one run; the CPU
 model and the load average are printed beside them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,7 +34,9 @@ def matmul_gflops(m: int, k: int, n: int, dtype, device, budget_s: float = 3.0) 
     import torch
 
     a = torch.randn(m, k, device=device).to(dtype)
-    w = torch.randn(n, k, device=device).to(dtype)  # F.linear, the kernel nn.Linear runs (bf16 `@` is 15x slower on AVX2)
+    w = torch.randn(n, k, device=device).to(
+        dtype
+    )  # F.linear, the kernel nn.Linear runs (bf16 `@` is 15x slower on AVX2)
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     torch.nn.functional.linear(a, w)
     sync()
@@ -76,16 +79,23 @@ def prepare_data(py: str, rows: int, work: str, name: str = "shards", parties: s
     data = os.path.join(REPO, "data", "synthetic", f"criteo_synth_{rows}.tsv")
     if not os.path.exists(data):
         say(f"== synthesizing {rows} rows -> {data}")
-        subprocess.run([py, "-m", "vfl.data", "synth", "--rows", str(rows), "--out", data], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [py, "-m", "vfl.data", "synth", "--rows", str(rows), "--out", data], check=True, stdout=subprocess.DEVNULL
+        )
     shards = os.path.join(work, name)
     say(f"== preparing the two parties' shards of {rows} rows")
-    subprocess.run([py, "-m", "vfl.data", "prepare", "--input", data, "--out", shards, "--hash-buckets", "20000"]
-                   + (["--parties", parties] if parties else []), check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [py, "-m", "vfl.data", "prepare", "--input", data, "--out", shards, "--hash-buckets", "20000"]
+        + (["--parties", parties] if parties else []),
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     return shards
 
 
-def write_configs(py: str, work: str, shards: str, tag: str, model: dict, train: dict,
-                  leader_model: dict | None = None) -> dict[str, str]:
+def write_configs(
+    py: str, work: str, shards: str, tag: str, model: dict, train: dict, leader_model: dict | None = None
+) -> dict[str, str]:
     """The two parties' YAML for one run; leader_model (bottom and top) defaults to model with a linear top."""
     import yaml
 
@@ -98,15 +108,35 @@ def write_configs(py: str, work: str, shards: str, tag: str, model: dict, train:
     port = free_port()
     out = os.path.join(work, tag)
     net = {"timeout_s": 600}
-    leader = {"role": "leader", "party": "leader",
-              "network": {**net, "bind": f"tcp://127.0.0.1:{port}", "followers": ["follower0"],
-                          "secret_key_file": f"{keys}/leader.key_secret", "follower_keys": {"follower0": f"{keys}/follower0.key"}},
-              "data": {"path": f"{shards}/leader"}, "model": leader_model or {**model, "top": {"name": "linear"}}, "train": train,
-              "output": {"dir": out}}
-    follower = {"role": "follower", "party": "follower0",
-                "network": {**net, "connect": f"tcp://127.0.0.1:{port}", "secret_key_file": f"{keys}/follower0.key_secret",
-                            "leader_key_file": f"{keys}/leader.key"},
-                "data": {"path": f"{shards}/follower0"}, "model": model, "train": train, "output": {"dir": out}}
+    leader = {
+        "role": "leader",
+        "party": "leader",
+        "network": {
+            **net,
+            "bind": f"tcp://127.0.0.1:{port}",
+            "followers": ["follower0"],
+            "secret_key_file": f"{keys}/leader.key_secret",
+            "follower_keys": {"follower0": f"{keys}/follower0.key"},
+        },
+        "data": {"path": f"{shards}/leader"},
+        "model": leader_model or {**model, "top": {"name": "linear"}},
+        "train": train,
+        "output": {"dir": out},
+    }
+    follower = {
+        "role": "follower",
+        "party": "follower0",
+        "network": {
+            **net,
+            "connect": f"tcp://127.0.0.1:{port}",
+            "secret_key_file": f"{keys}/follower0.key_secret",
+            "leader_key_file": f"{keys}/leader.key",
+        },
+        "data": {"path": f"{shards}/follower0"},
+        "model": model,
+        "train": train,
+        "output": {"dir": out},
+    }
     paths = {}
     for name, doc in (("leader", leader), ("follower0", follower)):
         paths[name] = os.path.join(work, f"{tag}_{name}.yaml")
@@ -120,11 +150,18 @@ def run_split(py: str, cfgs: dict, pin: bool) -> dict:
     """Leader and follower processes (each on its own core with taskset when pin); the leader's metrics plus
     the follower's breakdown."""
     cmd = lambda core, mod, cfg: (["taskset", "-c", str(core)] if pin else []) + [py, "-m", mod, "--config", cfg, "-q"]
-    logs = {p: open(os.path.join(os.path.dirname(cfgs["leader"]), f"{os.path.basename(cfgs['out'])}_{p}.out"), "w")
-            for p in ("leader", "follower0")}
-    procs = {"leader": subprocess.Popen(cmd(0, "leader", cfgs["leader"]), cwd=REPO, stdout=logs["leader"], stderr=subprocess.STDOUT),
-             "follower0": subprocess.Popen(cmd(1, "follower", cfgs["follower0"]), cwd=REPO, stdout=logs["follower0"],
-                                           stderr=subprocess.STDOUT)}
+    logs = {
+        p: open(os.path.join(os.path.dirname(cfgs["leader"]), f"{os.path.basename(cfgs['out'])}_{p}.out"), "w")
+        for p in ("leader", "follower0")
+    }
+    procs = {
+        "leader": subprocess.Popen(
+            cmd(0, "leader", cfgs["leader"]), cwd=REPO, stdout=logs["leader"], stderr=subprocess.STDOUT
+        ),
+        "follower0": subprocess.Popen(
+            cmd(1, "follower", cfgs["follower0"]), cwd=REPO, stdout=logs["follower0"], stderr=subprocess.STDOUT
+        ),
+    }
     try:
         for name, p in procs.items():
             if p.wait(timeout=3600) != 0:
@@ -140,8 +177,23 @@ def run_split(py: str, cfgs: dict, pin: bool) -> dict:
 
 
 def run_central(py: str, cfgs: dict) -> dict:
-    r = subprocess.run([py, "-m", "vfl.centralized", "--config", cfgs["leader"], "--follower-config", cfgs["follower0"],
-                        "--out", cfgs["out"], "-q"], cwd=REPO, capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            py,
+            "-m",
+            "vfl.centralized",
+            "--config",
+            cfgs["leader"],
+            "--follower-config",
+            cfgs["follower0"],
+            "--out",
+            cfgs["out"],
+            "-q",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     if r.returncode != 0:
         raise RuntimeError("centralized failed:\n" + r.stderr[-3000:])
     return json.load(open(os.path.join(cfgs["out"], "metrics.json")))
@@ -159,11 +211,19 @@ def local_parties(shards: str, model: dict, train: dict, device: str = "cpu") ->
     dev = torch.device(device)
     parties, cfgs = [], []
     for name, role in (("leader", "leader"), ("follower0", "follower")):
-        doc = {"role": role, "party": name, "data": {"path": f"{shards}/{name}"}, "model": model, "train": train,
-               "network": {"connect": "tcp://127.0.0.1:1"}}
+        doc = {
+            "role": role,
+            "party": name,
+            "data": {"path": f"{shards}/{name}"},
+            "model": model,
+            "train": train,
+            "network": {"connect": "tcp://127.0.0.1:1"},
+        }
         if role == "leader":
-            doc.update(network={"bind": "tcp://127.0.0.1:1", "followers": ["follower0"]},
-                       model={**model, "top": {"name": "linear"}})
+            doc.update(
+                network={"bind": "tcp://127.0.0.1:1", "followers": ["follower0"]},
+                model={**model, "top": {"name": "linear"}},
+            )
         cfgs.append(parse_config(doc))
         parties.append(BottomParty(cfgs[-1], PartyShard(f"{shards}/{name}"), dev))
     return parties, TopTrainer(cfgs[0].train, cfgs[0].model.top, sum(p.cut_dim for p in parties), dev)
@@ -210,8 +270,10 @@ def breakdown_table(name: str, b: dict) -> list[str]:
     lines = [f"  {name}: {b['steps']} steps, {1e3 * b['step_seconds'] / steps:.1f} ms/step"]
     for part, s in b["parts"].items():
         lines.append(f"    {part:16s} {1e3 * s / steps:9.2f} ms  {100 * s / max(b['step_seconds'], 1e-12):5.1f}%")
-    lines.append(f"    {'(sum of parts)':16s} {1e3 * b['parts_seconds'] / steps:9.2f} ms; residual "
-                 f"{100 * b['residual_fraction']:+.1f}% of the step (target within 10%)")
+    lines.append(
+        f"    {'(sum of parts)':16s} {1e3 * b['parts_seconds'] / steps:9.2f} ms; residual "
+        f"{100 * b['residual_fraction']:+.1f}% of the step (target within 10%)"
+    )
     lines.append(f"    {'evaluation':16s} {b['evaluation_seconds']:9.2f} s in all, outside the steps")
     return lines
 
@@ -226,13 +288,23 @@ def main() -> int:
     ap.add_argument("--microbatches", default="1,2,4,8", help="the pipeline curve's M values")
     ap.add_argument("--quick", action="store_true", help="batch 2000, smaller peak sizes, 1 s per peak shape")
     ap.add_argument("--no-bf16", action="store_true", help="skip the bf16 training runs (the peak is still measured)")
-    ap.add_argument("--bf16-rows", type=int, default=None,
-                    help="rows of the bf16 training runs; default: --rows where bf16 is native, else 1500 (emulated bf16 "
-                         "trains at tens of samples/s)")
-    ap.add_argument("--bf16-batch", type=int, default=None, help="batch of the bf16 runs; default: --batch, else 250 when emulated")
-    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
-                    help="cuda: both parties and the centralized run on the one GPU, batches gathered on the device; "
-                         "MFU against the measured CUDA peak")
+    ap.add_argument(
+        "--bf16-rows",
+        type=int,
+        default=None,
+        help="rows of the bf16 training runs; default: --rows where bf16 is native, else 1500 (emulated bf16 "
+        "trains at tens of samples/s)",
+    )
+    ap.add_argument(
+        "--bf16-batch", type=int, default=None, help="batch of the bf16 runs; default: --batch, else 250 when emulated"
+    )
+    ap.add_argument(
+        "--device",
+        default="cpu",
+        choices=("cpu", "cuda"),
+        help="cuda: both parties and the centralized run on the one GPU, batches gathered on the device; "
+        "MFU against the measured CUDA peak",
+    )
     ap.add_argument("--json", default=None, help="write every figure here")
     args = ap.parse_args()
     batch = args.batch or (2000 if args.quick else 16000)
@@ -253,28 +325,53 @@ def main() -> int:
     native, why = bf16_native(args.device)
     cpu = cpu_model()
     gpu = torch.cuda.get_device_name(0) if cuda else None
-    say(f"== machine: {cpu}, {cores} cores" + (f", {gpu}" if gpu else "") + f"; bf16 native: {native} ({why}); "
-        f"torch {torch.__version__}; load {load_avg()}")
+    say(
+        f"== machine: {cpu}, {cores} cores" + (f", {gpu}" if gpu else "") + f"; bf16 native: {native} ({why}); "
+        f"torch {torch.__version__}; load {load_avg()}"
+    )
     model = {"bottom": {"embedding_dim": args.emb, "hidden": hidden, "cut_dim": 2}}
-    train = {"epochs": args.epochs, "batch_size": batch, "seed": 0, "log_every": 10**6, "lr": 0.001,
-             "eval_batch_size": 65536}
+    train = {
+        "epochs": args.epochs,
+        "batch_size": batch,
+        "seed": 0,
+        "log_every": 10**6,
+        "lr": 0.001,
+        "eval_batch_size": 65536,
+    }
     work = tempfile.mkdtemp(prefix="bench_compute_")
-    result: dict = {"cpu": cpu, "cores": cores, "device": gpu or "cpu", "bf16_native": native, "bf16_native_reason": why, "torch": torch.__version__,
-                    "sizes": {"rows": args.rows, "batch": batch, "embedding_dim": args.emb, "hidden": hidden,
-                              "epochs": args.epochs}, "load_average": {}}
+    result: dict = {
+        "cpu": cpu,
+        "cores": cores,
+        "device": gpu or "cpu",
+        "bf16_native": native,
+        "bf16_native_reason": why,
+        "torch": torch.__version__,
+        "sizes": {
+            "rows": args.rows,
+            "batch": batch,
+            "embedding_dim": args.emb,
+            "hidden": hidden,
+            "epochs": args.epochs,
+        },
+        "load_average": {},
+    }
     try:
         shards = prepare_data(py, args.rows, work)
         fps, widest = flop_per_sample(shards, model, train)
         result["flop_per_sample"] = fps
         result["largest_layer"] = list(widest)
-        say(f"== model: {fps / 1e6:.2f} MFLOP per sample (forward + backward, both parties; torch.utils.flop_counter); "
-            f"largest layer {widest[0]}x{widest[1]}x{widest[2]}")
+        say(
+            f"== model: {fps / 1e6:.2f} MFLOP per sample (forward + backward, both parties; torch.utils.flop_counter); "
+            f"largest layer {widest[0]}x{widest[1]}x{widest[2]}"
+        )
         if cuda:
             say(f"== matmul peak on {gpu} (F.linear; fp32 without TF32, as training runs it)")
             result["peak_gflops"] = peaks(1, widest, args.quick, True, "cuda")
             result["peak_gflops"]["cuda"] = {k: result["peak_gflops"][k] for k in ("fp32", "bf16")}
         else:
-            say(f"== matmul peak on {cores} threads (the threads training uses: 1 per party in split, {cores} centralized)")
+            say(
+                f"== matmul peak on {cores} threads (the threads training uses: 1 per party in split, {cores} centralized)"
+            )
             result["peak_gflops"] = peaks(cores, widest, args.quick, native)
             if torch.cuda.is_available():
                 result["peak_gflops"]["cuda"] = peaks(1, widest, args.quick, True, "cuda")
@@ -285,20 +382,31 @@ def main() -> int:
         def figures(m: dict, precision: str) -> dict:
             sps = m["samples_per_second"]
             g = sps * fps / 1e9
-            return {"samples_per_second": round(sps, 1), "gflops": round(g, 2),
-                    "mfu": round(g / result["peak_gflops"][precision], 4), "test_auc": m["test_auc"],
-                    "load_average": load_avg()}
+            return {
+                "samples_per_second": round(sps, 1),
+                "gflops": round(g, 2),
+                "mfu": round(g / result["peak_gflops"][precision], 4),
+                "test_auc": m["test_auc"],
+                "load_average": load_avg(),
+            }
 
         result["split"], result["centralized"] = {}, {}
         bf16_rows = args.bf16_rows or (args.rows if native else 1500)
         bf16_batch = args.bf16_batch or (batch if native else 250)
         bf16_shards = shards if bf16_rows == args.rows else prepare_data(py, bf16_rows, work, "shards_bf16")
         if (bf16_rows, bf16_batch) != (args.rows, batch) and not args.no_bf16:
-            say(f"== bf16 is emulated here: its runs use {bf16_rows} rows and batch {bf16_batch} (fp32: {args.rows}, {batch})")
+            say(
+                f"== bf16 is emulated here: its runs use {bf16_rows} rows and batch {bf16_batch} (fp32: {args.rows}, {batch})"
+            )
         result["sizes"]["bf16_runs"] = {"rows": bf16_rows, "batch": bf16_batch}
         pin = shutil.which("taskset") is not None and cores >= 2 and not cuda
-        where = ("both parties on one GPU, not pinned" if cuda else
-                 "leader pinned to core 0, follower0 to core 1 (taskset)" if pin else "NOT pinned (taskset missing or one core)")
+        where = (
+            "both parties on one GPU, not pinned"
+            if cuda
+            else "leader pinned to core 0, follower0 to core 1 (taskset)"
+            if pin
+            else "NOT pinned (taskset missing or one core)"
+        )
         if cuda:
             train.update(device="cuda", threads=2)
         for precision in ("fp32",) + (() if args.no_bf16 else ("bf16",)):
@@ -322,45 +430,74 @@ def main() -> int:
         say(f"== pipeline: split fp32 over M in {ms}, 1 thread each, {where}; M=1 is the split fp32 run above")
         curve = {}
         for m in ms:
-            s = split_fp32_run if m == 1 else run_split(py, write_configs(py, work, shards, f"pipe_m{m}", model,
-                                                                          {**train, "microbatches": m,
-                                                                           "threads": 2 if cuda else 1}), pin=pin)
-            curve[m] = {"samples_per_second": round(s["samples_per_second"], 1), "test_auc": s["test_auc"],
-                        "load_average": load_avg()}
+            s = (
+                split_fp32_run
+                if m == 1
+                else run_split(
+                    py,
+                    write_configs(
+                        py, work, shards, f"pipe_m{m}", model, {**train, "microbatches": m, "threads": 2 if cuda else 1}
+                    ),
+                    pin=pin,
+                )
+            )
+            curve[m] = {
+                "samples_per_second": round(s["samples_per_second"], 1),
+                "test_auc": s["test_auc"],
+                "load_average": load_avg(),
+            }
             say(f"  M={m}: {s['samples_per_second']:9.0f} samples/s  test AUC {s['test_auc']:.4f}  (load {load_avg()})")
         best = max(curve, key=lambda m: curve[m]["samples_per_second"])
         base = curve.get(1, curve[ms[0]])["samples_per_second"]
-        result["pipeline"] = {"pinned": pin, "curve": {f"m{m}": v for m, v in curve.items()},
-                              "m1": curve.get(1, curve[ms[0]]), "best": {**curve[best], "microbatches": best},
-                              "best_over_m1": round(curve[best]["samples_per_second"] / base, 3),
-                              "bound_from_idle": pipeline_bound(result["breakdown"])}
+        result["pipeline"] = {
+            "pinned": pin,
+            "curve": {f"m{m}": v for m, v in curve.items()},
+            "m1": curve.get(1, curve[ms[0]]),
+            "best": {**curve[best], "microbatches": best},
+            "best_over_m1": round(curve[best]["samples_per_second"] / base, 3),
+            "bound_from_idle": pipeline_bound(result["breakdown"]),
+        }
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result["load_average"]["end"] = load_avg()
 
     say("")
-    say(f"machine: {cpu} ({cores} cores)" + (f", {gpu}" if gpu else "") + f"; bf16 native: {native}; "
-        f"load average at the end {load_avg()}")
-    say(f"model: Wide&Deep embedding {args.emb}, MLP {args.hidden}, batch {batch}, {args.rows} rows; "
-        f"{fps / 1e6:.2f} MFLOP/sample")
+    say(
+        f"machine: {cpu} ({cores} cores)" + (f", {gpu}" if gpu else "") + f"; bf16 native: {native}; "
+        f"load average at the end {load_avg()}"
+    )
+    say(
+        f"model: Wide&Deep embedding {args.emb}, MLP {args.hidden}, batch {batch}, {args.rows} rows; "
+        f"{fps / 1e6:.2f} MFLOP/sample"
+    )
     pk = result["peak_gflops"]
-    say(f"matmul peak ({gpu if cuda else f'{cores} threads'}): fp32 {pk['fp32']:.1f} GFLOP/s, bf16 {pk['bf16']:.1f} GFLOP/s"
-        + (f"; CUDA fp32 {pk['cuda']['fp32']:.0f}, bf16 {pk['cuda']['bf16']:.0f}" if "cuda" in pk else ""))
+    say(
+        f"matmul peak ({gpu if cuda else f'{cores} threads'}): fp32 {pk['fp32']:.1f} GFLOP/s, bf16 {pk['bf16']:.1f} GFLOP/s"
+        + (f"; CUDA fp32 {pk['cuda']['fp32']:.0f}, bf16 {pk['cuda']['bf16']:.0f}" if "cuda" in pk else "")
+    )
     say(f"{'run':22s} {'samples/s':>10s} {'GFLOP/s':>9s} {'MFU':>7s} {'test AUC':>9s}")
     for mode in ("split", "centralized"):
         for precision, f in result[mode].items():
-            say(f"{mode + ' ' + precision:22s} {f['samples_per_second']:10.0f} {f['gflops']:9.1f} {100 * f['mfu']:6.1f}% "
-                f"{f['test_auc']:9.4f}")
+            say(
+                f"{mode + ' ' + precision:22s} {f['samples_per_second']:10.0f} {f['gflops']:9.1f} {100 * f['mfu']:6.1f}% "
+                f"{f['test_auc']:9.4f}"
+            )
     if "bf16" in result["split"]:
         r = result["split"]["bf16"]["samples_per_second"] / result["split"]["fp32"]["samples_per_second"]
         result["bf16_over_fp32"] = round(r, 3)
         say(f"bf16 / fp32 split samples/s: {r:.2f}x (target >= 2.5x where bf16 is native; native here: {native})")
     say(f"split fp32 MFU {100 * result['split']['fp32']['mfu']:.1f}% of the fp32 peak (target >= 70%)")
     p = result["pipeline"]
-    say("pipeline (" + ("pinned: leader core 0, follower0 core 1" if p["pinned"] else "not pinned") + "): "
+    say(
+        "pipeline ("
+        + ("pinned: leader core 0, follower0 core 1" if p["pinned"] else "not pinned")
+        + "): "
         + ", ".join(f"M={k[1:]} {v['samples_per_second']:.0f}/s" for k, v in p["curve"].items())
-        + f"; best M={p['best']['microbatches']} is {p['best_over_m1']:.2f}x M=1 (target >= 1.5x)")
-    say(f"  micro-batches can only fill a party's idle time (its wire wait at M=1): at most {p['bound_from_idle']:.2f}x here")
+        + f"; best M={p['best']['microbatches']} is {p['best_over_m1']:.2f}x M=1 (target >= 1.5x)"
+    )
+    say(
+        f"  micro-batches can only fill a party's idle time (its wire wait at M=1): at most {p['bound_from_idle']:.2f}x here"
+    )
     say("where a split fp32 step goes (ms per step; parts timed with perf_counter, nested parts excluded):")
     for name, b in result["breakdown"].items():
         for line in breakdown_table(name, b):

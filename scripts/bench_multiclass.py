@@ -6,6 +6,7 @@ computes the same steps, tested) with the example's selection on randomized vali
 Usage: python scripts/bench_multiclass.py --example multiclass|digits --shards DIR --out DIR [--eps 1,2]
        [--methods none,plain,forward,rr_prior] [--seeds 0] [--prior-epochs E]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,7 +20,11 @@ import time
 import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-METHODS = {"plain": {"mechanism": "rr"}, "forward": {"mechanism": "rr", "debias": True}, "rr_prior": {"mechanism": "rr_prior"}}
+METHODS = {
+    "plain": {"mechanism": "rr"},
+    "forward": {"mechanism": "rr", "debias": True},
+    "rr_prior": {"mechanism": "rr_prior"},
+}
 
 
 def cpu_name() -> str:
@@ -78,25 +83,37 @@ def main(argv=None) -> int:
             m = run(args.example, args.shards, out, privacy, seed)
             runs.append(m)
         ld = runs[0]["label_dp"] or {}
-        row = {"method": method, "eps": eps, "seeds": len(runs),
-               **{k: statistics.mean(r[k] for r in runs) for k in ("test_accuracy", "test_auc", "test_logloss")},
-               "accuracy_sd": statistics.stdev([r["test_accuracy"] for r in runs]) if len(runs) > 1 else 0.0,
-               "collapse_fraction": ld.get("collapse_fraction"), "mean_k_star": ld.get("mean_k_star"),
-               "train_label_correct": None if not ld else 1.0 - ld["flipped_fraction"],
-               "bayes_test_accuracy": runs[0].get("bayes_test_accuracy")}
+        row = {
+            "method": method,
+            "eps": eps,
+            "seeds": len(runs),
+            **{k: statistics.mean(r[k] for r in runs) for k in ("test_accuracy", "test_auc", "test_logloss")},
+            "accuracy_sd": statistics.stdev([r["test_accuracy"] for r in runs]) if len(runs) > 1 else 0.0,
+            "collapse_fraction": ld.get("collapse_fraction"),
+            "mean_k_star": ld.get("mean_k_star"),
+            "train_label_correct": None if not ld else 1.0 - ld["flipped_fraction"],
+            "bayes_test_accuracy": runs[0].get("bayes_test_accuracy"),
+        }
         rows.append(row)
         done = time.perf_counter() - t0
-        print(f"[{i + 1}/{len(cells)}] {method} eps={eps}: test accuracy {row['test_accuracy']:.4f} "
-              f"({done:.0f} s, ETA {done / (i + 1) * (len(cells) - i - 1):.0f} s)", flush=True)
-    print(f"\n{args.example}: centralized reference, seeds {args.seeds}, {cpu_name()}, {time.perf_counter() - t0:.0f} s")
+        print(
+            f"[{i + 1}/{len(cells)}] {method} eps={eps}: test accuracy {row['test_accuracy']:.4f} "
+            f"({done:.0f} s, ETA {done / (i + 1) * (len(cells) - i - 1):.0f} s)",
+            flush=True,
+        )
+    print(
+        f"\n{args.example}: centralized reference, seeds {args.seeds}, {cpu_name()}, {time.perf_counter() - t0:.0f} s"
+    )
     print("| method | eps | test accuracy | macro AUC | logloss | train labels correct | collapse | mean k* |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         opt = lambda v: "" if v is None else f"{v:.4f}"  # noqa: E731
         acc = f"{r['test_accuracy']:.4f}" + (f" ± {r['accuracy_sd']:.4f}" if r["seeds"] > 1 else "")
         kstar = "" if r["mean_k_star"] is None else f"{r['mean_k_star']:.2f}"
-        print(f"| {r['method']} | {'none' if r['eps'] is None else r['eps']} | {acc} | {r['test_auc']:.4f} | "
-              f"{r['test_logloss']:.4f} | {opt(r['train_label_correct'])} | {opt(r['collapse_fraction'])} | {kstar} |")
+        print(
+            f"| {r['method']} | {'none' if r['eps'] is None else r['eps']} | {acc} | {r['test_auc']:.4f} | "
+            f"{r['test_logloss']:.4f} | {opt(r['train_label_correct'])} | {opt(r['collapse_fraction'])} | {kstar} |"
+        )
     if rows and rows[0].get("bayes_test_accuracy"):
         print(f"Bayes-optimal test accuracy of this data: {rows[0]['bayes_test_accuracy']:.4f}")
     with open(os.path.join(args.out, "bench_multiclass.json"), "w") as f:

@@ -11,6 +11,7 @@ as two machines would run it. The bound is the busier party's own work: step(M=1
 
 Run through scripts/bench_pipeline.sh (it builds the venv); prints the curve, the CPU model and the load average.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,13 @@ def write_parties(path: str) -> str:
     """The leader: labels and 3 dense columns; follower0: the other 10 dense and all 26 categorical columns."""
     from vfl.data.schema import CATEGORICAL_COLUMNS, DENSE_COLUMNS
 
-    doc = {"leader": {"dense": LEADER_DENSE, "categorical": [], "label": True},
-           "follower0": {"dense": [c for c in DENSE_COLUMNS if c not in LEADER_DENSE], "categorical": list(CATEGORICAL_COLUMNS)}}
+    doc = {
+        "leader": {"dense": LEADER_DENSE, "categorical": [], "label": True},
+        "follower0": {
+            "dense": [c for c in DENSE_COLUMNS if c not in LEADER_DENSE],
+            "categorical": list(CATEGORICAL_COLUMNS),
+        },
+    }
     with open(path, "w") as f:
         yaml.safe_dump(doc, f)
     return path
@@ -60,22 +66,37 @@ def main() -> int:
     py, cpu = sys.executable, cpu_model()
     say(f"== machine: {cpu}, {os.cpu_count()} cores; load {load_avg()}")
     follower_model = {"bottom": {"embedding_dim": 80, "hidden": [1024, 512, 256, 128], "cut_dim": args.cut_dim}}
-    leader_model = {"bottom": {"embedding_dim": 80, "hidden": [64], "cut_dim": args.cut_dim},
-                    "top": {"name": "mlp", "hidden": top_hidden}}
-    train = {"epochs": 1, "batch_size": args.batch, "seed": 0, "log_every": 10**6, "lr": 0.001,
-             "eval_batch_size": 65536, "threads": 1}
+    leader_model = {
+        "bottom": {"embedding_dim": 80, "hidden": [64], "cut_dim": args.cut_dim},
+        "top": {"name": "mlp", "hidden": top_hidden},
+    }
+    train = {
+        "epochs": 1,
+        "batch_size": args.batch,
+        "seed": 0,
+        "log_every": 10**6,
+        "lr": 0.001,
+        "eval_batch_size": 65536,
+        "threads": 1,
+    }
     work = tempfile.mkdtemp(prefix="bench_pipeline_")
     curve, breakdown = {}, None
     try:
         shards = prepare_data(py, args.rows, work, parties=write_parties(os.path.join(work, "parties.yaml")))
-        say(f"== leader: labels + {len(LEADER_DENSE)} dense columns, bottom MLP [64], top MLP {top_hidden}; follower0: "
-            f"36 columns, bottom MLP 1024-512-256-128; cut {args.cut_dim} each; batch {args.batch}; pinned to cores 0 / 1")
+        say(
+            f"== leader: labels + {len(LEADER_DENSE)} dense columns, bottom MLP [64], top MLP {top_hidden}; follower0: "
+            f"36 columns, bottom MLP 1024-512-256-128; cut {args.cut_dim} each; batch {args.batch}; pinned to cores 0 / 1"
+        )
         for m in ms:
-            cfgs = write_configs(py, work, shards, f"m{m}", follower_model, {**train, "microbatches": m},
-                                 leader_model=leader_model)
+            cfgs = write_configs(
+                py, work, shards, f"m{m}", follower_model, {**train, "microbatches": m}, leader_model=leader_model
+            )
             s = run_split(py, cfgs, pin=True)
-            curve[m] = {"samples_per_second": round(s["samples_per_second"], 1), "test_auc": s["test_auc"],
-                        "load_average": load_avg()}
+            curve[m] = {
+                "samples_per_second": round(s["samples_per_second"], 1),
+                "test_auc": s["test_auc"],
+                "load_average": load_avg(),
+            }
             if m == 1:
                 breakdown = {"leader": s["step_breakdown"], "follower0": s["follower_breakdown"]}
             say(f"  M={m}: {s['samples_per_second']:9.0f} samples/s  test AUC {s['test_auc']:.4f}  (load {load_avg()})")
@@ -85,17 +106,29 @@ def main() -> int:
 
     best = max(curve, key=lambda m: curve[m]["samples_per_second"])
     gain = curve[best]["samples_per_second"] / curve[1]["samples_per_second"]
-    result = {"cpu": cpu, "sizes": vars(args), "curve": {f"m{m}": v for m, v in curve.items()},
-              "best": {**curve[best], "microbatches": best}, "best_over_m1": round(gain, 3),
-              "bound_from_idle": pipeline_bound(breakdown), "breakdown_m1": breakdown, "load_average_end": load_avg()}
+    result = {
+        "cpu": cpu,
+        "sizes": vars(args),
+        "curve": {f"m{m}": v for m, v in curve.items()},
+        "best": {**curve[best], "microbatches": best},
+        "best_over_m1": round(gain, 3),
+        "bound_from_idle": pipeline_bound(breakdown),
+        "breakdown_m1": breakdown,
+        "load_average_end": load_avg(),
+    }
     say("")
     say(f"machine: {cpu}; load average at the end {load_avg()}")
-    say("pipeline (top-heavy leader, pinned): " + ", ".join(f"M={m} {v['samples_per_second']:.0f}/s" for m, v in curve.items())
-        + f"; best M={best} is {gain:.2f}x M=1; the idle-time bound at M=1 is {result['bound_from_idle']:.2f}x")
+    say(
+        "pipeline (top-heavy leader, pinned): "
+        + ", ".join(f"M={m} {v['samples_per_second']:.0f}/s" for m, v in curve.items())
+        + f"; best M={best} is {gain:.2f}x M=1; the idle-time bound at M=1 is {result['bound_from_idle']:.2f}x"
+    )
     for name, b in breakdown.items():
         steps = max(b["steps"], 1)
-        say(f"  M=1 {name}: {1e3 * b['step_seconds'] / steps:.0f} ms/step, waiting on the wire "
-            f"{1e3 * b['parts'].get('wire_wait', 0.0) / steps:.0f} ms")
+        say(
+            f"  M=1 {name}: {1e3 * b['step_seconds'] / steps:.0f} ms/step, waiting on the wire "
+            f"{1e3 * b['parts'].get('wire_wait', 0.0) / steps:.0f} ms"
+        )
     write_json(args.json, result)
     return 0
 

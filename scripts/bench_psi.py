@@ -1,4 +1,5 @@
 """PSI benchmark: time and bytes of the leader/follower ECDH-PSI over CurveZMQ on 127.0.0.1, two processes."""
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,13 @@ def _follower(endpoint: str, keys: dict, ids: np.ndarray, out) -> None:
     from vfl.wire import FollowerChannel
     from vfl.wire.keys import load_follower_keys
 
-    ch = FollowerChannel(endpoint, "follower0", load_follower_keys(keys["follower0"][1], keys["leader"][0]), 120.0,
-                         max_frame_bytes=1 << 22)
+    ch = FollowerChannel(
+        endpoint,
+        "follower0",
+        load_follower_keys(keys["follower0"][1], keys["leader"][0]),
+        120.0,
+        max_frame_bytes=1 << 22,
+    )
     try:
         common, report = follower_psi(ch, ids)
         out.put((int(common.size), report.seconds))
@@ -46,10 +52,16 @@ def run(n: int, keys: dict) -> dict:
 
     rng = np.random.default_rng(n)
     universe = rng.choice(2**62, size=n + n // 2, replace=False).astype(np.int64)
-    lead, fol = rng.permutation(universe[:n]), rng.permutation(universe[n // 2:])
+    lead, fol = rng.permutation(universe[:n]), rng.permutation(universe[n // 2 :])
     endpoint = f"tcp://127.0.0.1:{free_port()}"
-    ch = LeaderChannel(endpoint, ("follower0",), load_leader_keys(keys["leader"][1], {"follower0": keys["follower0"][0]}),
-                       120.0, "leader", max_frame_bytes=1 << 22)
+    ch = LeaderChannel(
+        endpoint,
+        ("follower0",),
+        load_leader_keys(keys["leader"][1], {"follower0": keys["follower0"][0]}),
+        120.0,
+        "leader",
+        max_frame_bytes=1 << 22,
+    )
     out = mp.get_context("fork").Queue()
     child = mp.get_context("fork").Process(target=_follower, args=(endpoint, keys, fol, out))
     t0 = time.perf_counter()
@@ -64,7 +76,12 @@ def run(n: int, keys: dict) -> dict:
         ch.close()
     wall = time.perf_counter() - t0
     assert common.size == f_size == n // 2, (common.size, f_size)
-    return {"n": n, "seconds": wall, "bytes": report.bytes_sent + report.bytes_received, "intersection": int(common.size)}
+    return {
+        "n": n,
+        "seconds": wall,
+        "bytes": report.bytes_sent + report.bytes_received,
+        "intersection": int(common.size),
+    }
 
 
 def openmined_reference(n: int) -> dict | None:
@@ -90,7 +107,9 @@ def openmined_reference(n: int) -> dict | None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--sizes", default="100000,1000000", help="ids per side, comma-separated")
-    ap.add_argument("--reference-size", type=int, default=10000, help="ids per side for the openmined-psi reference (0: skip)")
+    ap.add_argument(
+        "--reference-size", type=int, default=10000, help="ids per side for the openmined-psi reference (0: skip)"
+    )
     args = ap.parse_args()
     from vfl.align.psi.ecdh import SUITE
     from vfl.wire.keys import create_key_pair, key_paths
@@ -104,17 +123,21 @@ def main() -> int:
             keys[p] = key_paths(os.path.join(tmp, "keys"), p)
         for n in (int(x) for x in args.sizes.split(",") if x):
             r = run(n, keys)
-            print(f"vfl PSI     {n:>9} ids/side: {r['seconds']:8.1f} s  {r['bytes'] / 2**20:8.1f} MiB "
-                  f"({r['bytes'] / (2 * n):.0f} B/id)  {r['seconds'] / (2 * n) * 1e6:.0f} us/id  intersection {r['intersection']}",
-                  flush=True)
+            print(
+                f"vfl PSI     {n:>9} ids/side: {r['seconds']:8.1f} s  {r['bytes'] / 2**20:8.1f} MiB "
+                f"({r['bytes'] / (2 * n):.0f} B/id)  {r['seconds'] / (2 * n) * 1e6:.0f} us/id  intersection {r['intersection']}",
+                flush=True,
+            )
     if args.reference_size:
         ref = openmined_reference(args.reference_size)
         if ref is None:
             print("openmined-psi not installed (pip install openmined-psi==2.0.6) for the reference line")
         else:
-            print(f"openmined-psi {ref['n']:>7} ids/side: {ref['seconds']:8.1f} s  {ref['bytes'] / 2**20:8.1f} MiB "
-                  f"({ref['bytes'] / (2 * ref['n']):.0f} B/id)  {ref['seconds'] / (2 * ref['n']) * 1e6:.0f} us/id "
-                  f"(P-256, RAW setup, reveal intersection, one process, same CPU)")
+            print(
+                f"openmined-psi {ref['n']:>7} ids/side: {ref['seconds']:8.1f} s  {ref['bytes'] / 2**20:8.1f} MiB "
+                f"({ref['bytes'] / (2 * ref['n']):.0f} B/id)  {ref['seconds'] / (2 * ref['n']) * 1e6:.0f} us/id "
+                f"(P-256, RAW setup, reveal intersection, one process, same CPU)"
+            )
     return 0
 
 

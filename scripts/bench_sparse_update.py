@@ -6,6 +6,7 @@ the median milliseconds per update. `--device cuda` times with CUDA events. Prin
 Usage: python scripts/bench_sparse_update.py [--device cpu|cuda] [--fields 13] [--buckets 20000] [--dim 80]
        [--batch 16000] [--repeats 20] [--threads N] [--missing 0.4]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,8 +27,12 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=16000)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--missing", type=float, default=0.4,
-                    help="share of lookups that hit the field's 'missing' id (Criteo: up to ~80%% in some fields)")
+    ap.add_argument(
+        "--missing",
+        type=float,
+        default=0.4,
+        help="share of lookups that hit the field's 'missing' id (Criteo: up to ~80%% in some fields)",
+    )
     args = ap.parse_args()
     for name in ("fields", "buckets", "dim", "batch", "repeats", "threads"):
         if getattr(args, name) < 1:
@@ -53,13 +58,17 @@ def main() -> int:
     probs = (1.0 / ranks) / (1.0 / ranks).sum()
     ids = []
     for _ in range(4):
-        per_field = torch.multinomial(probs, args.batch * args.fields, replacement=True, generator=g).view(args.batch, args.fields)
+        per_field = torch.multinomial(probs, args.batch * args.fields, replacement=True, generator=g).view(
+            args.batch, args.fields
+        )
         per_field[torch.rand(per_field.shape, generator=g) < args.missing] = 0  # one very frequent id per field
         ids.append(per_field + torch.arange(args.fields) * args.buckets)
     ids = [i.to(dev) for i in ids]
     setups = {}
     for name, cls in (("SparseAdam", torch.optim.SparseAdam), ("LazyAdam", LazyAdam)):
-        tables = [torch.nn.Embedding.from_pretrained(t.clone(), freeze=False, sparse=True).to(dev) for t in init.values()]
+        tables = [
+            torch.nn.Embedding.from_pretrained(t.clone(), freeze=False, sparse=True).to(dev) for t in init.values()
+        ]
         setups[name] = (tables, cls([t.weight for t in tables], lr=1e-3))
     sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
     times = {name: [] for name in setups}
@@ -78,11 +87,15 @@ def main() -> int:
     diff = max(float((x.weight - y.weight).detach().abs().max()) for x, y in zip(a, b))
     unique = int(torch.unique(ids[0]).numel())
     med = {n: 1e3 * statistics.median(t) for n, t in times.items()}
-    print(f"{args.fields} fields x {args.buckets} buckets, dim {args.dim} + wide 1, batch {args.batch}, {args.missing:.0%} missing "
-          f"({unique} unique rows a batch); median of {args.repeats} updates:")
+    print(
+        f"{args.fields} fields x {args.buckets} buckets, dim {args.dim} + wide 1, batch {args.batch}, {args.missing:.0%} missing "
+        f"({unique} unique rows a batch); median of {args.repeats} updates:"
+    )
     for n, ms in med.items():
         print(f"  {n:10s} {ms:8.2f} ms")
-    print(f"  LazyAdam / SparseAdam: {med['SparseAdam'] / med['LazyAdam']:.2f}x faster; max |table difference| {diff:.3g}")
+    print(
+        f"  LazyAdam / SparseAdam: {med['SparseAdam'] / med['LazyAdam']:.2f}x faster; max |table difference| {diff:.3g}"
+    )
     return 0
 
 

@@ -9,6 +9,7 @@ cell reports the method and the selected step. A logistic regression on the same
 
 Usage: python scripts/bench_utility.py --out DIR [--rows N] [--seeds K] [--eps 0.5,1,2,4,8,inf] [--epochs E]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,16 +21,32 @@ import sys
 import tempfile
 import time
 
-REAL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data", "criteo_raw_1k.tsv")
-METHODS = {"plain": {"mechanism": "rr", "debias": False}, "forward": {"mechanism": "rr", "debias": True},
-           "posterior": {"mechanism": "rr", "debias": True, "correction": "posterior"}, "rr_prior": {"mechanism": "rr_prior"}}
+REAL = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data", "criteo_raw_1k.tsv"
+)
+METHODS = {
+    "plain": {"mechanism": "rr", "debias": False},
+    "forward": {"mechanism": "rr", "debias": True},
+    "posterior": {"mechanism": "rr", "debias": True, "correction": "posterior"},
+    "rr_prior": {"mechanism": "rr_prior"},
+}
 
 
 EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "wide_deep_criteo")
 
 
-def configs(shards: str, out: str, privacy: dict | None, seed: int, epochs: int, eval_every: int, batch: int | None,
-            lr: float | None = None, early_stopping: dict | None = None, wide_cut: bool = False):
+def configs(
+    shards: str,
+    out: str,
+    privacy: dict | None,
+    seed: int,
+    epochs: int,
+    eval_every: int,
+    batch: int | None,
+    lr: float | None = None,
+    early_stopping: dict | None = None,
+    wide_cut: bool = False,
+):
     """The example configs (examples/wide_deep_criteo: model sizes, lr, early stopping) with this cell's data,
     output, seed, epochs, evaluation interval, privacy, and (where given) batch size, lr and early-stopping fields.
     wide_cut: cut_dim 8 on every party and an MLP top (hidden [64]), so the top can learn cross-party interactions."""
@@ -86,18 +103,36 @@ def logistic_baseline(shards: str, train_labels, seed: int) -> float:
         cols_tr = (c + np.arange(c.shape[1]) * width).ravel()
         cols_te = (c2 + np.arange(c2.shape[1]) * width).ravel()
         shape = c.shape[1] * width
-        oh_tr = sparse.csr_matrix((np.ones(cols_tr.size), (np.repeat(np.arange(c.shape[0]), c.shape[1]), cols_tr)), (c.shape[0], shape))
-        oh_te = sparse.csr_matrix((np.ones(cols_te.size), (np.repeat(np.arange(c2.shape[0]), c2.shape[1]), cols_te)), (c2.shape[0], shape))
+        oh_tr = sparse.csr_matrix(
+            (np.ones(cols_tr.size), (np.repeat(np.arange(c.shape[0]), c.shape[1]), cols_tr)), (c.shape[0], shape)
+        )
+        oh_te = sparse.csr_matrix(
+            (np.ones(cols_te.size), (np.repeat(np.arange(c2.shape[0]), c2.shape[1]), cols_te)), (c2.shape[0], shape)
+        )
         mats_tr += [sparse.csr_matrix(np.hstack([d, m])), oh_tr]
         mats_te += [sparse.csr_matrix(np.hstack([d2, m2])), oh_te]
     x_tr, x_te = sparse.hstack(mats_tr).tocsr(), sparse.hstack(mats_te).tocsr()
     y_te = PartyShard(f"{shards}/leader").split("test").labels
-    lr = LogisticRegression(C=0.1, solver="liblinear", max_iter=200, random_state=seed).fit(x_tr, np.asarray(train_labels))
+    lr = LogisticRegression(C=0.1, solver="liblinear", max_iter=200, random_state=seed).fit(
+        x_tr, np.asarray(train_labels)
+    )
     return float(roc_auc_score(y_te, lr.predict_proba(x_te)[:, 1]))
 
 
-def run_dataset(name: str, shards: str, out: str, eps_list, seeds: int, epochs: int, eval_every: int, batch: int | None,
-                progress, methods: list[str], lr: float | None = None, wide_cut: bool = False) -> list[dict]:
+def run_dataset(
+    name: str,
+    shards: str,
+    out: str,
+    eps_list,
+    seeds: int,
+    epochs: int,
+    eval_every: int,
+    batch: int | None,
+    progress,
+    methods: list[str],
+    lr: float | None = None,
+    wide_cut: bool = False,
+) -> list[dict]:
     from vfl.centralized import train_centralized
     from vfl.config.schema import LabelDPConfig
     from vfl.data.shards import PartyShard
@@ -112,8 +147,17 @@ def run_dataset(name: str, shards: str, out: str, eps_list, seeds: int, epochs: 
         runs = []
         for seed in range(seeds):
             privacy = None if math.isinf(eps) else {"eps": eps, **METHODS[meth]}
-            lc, fc = configs(shards, f"{out}/{name}/{meth}_{eps}_{seed}", privacy, seed, epochs, eval_every, batch, lr,
-                             wide_cut=wide_cut)
+            lc, fc = configs(
+                shards,
+                f"{out}/{name}/{meth}_{eps}_{seed}",
+                privacy,
+                seed,
+                epochs,
+                eval_every,
+                batch,
+                lr,
+                wide_cut=wide_cut,
+            )
             m = train_centralized(lc, [fc], lc.output.dir, quiet)
             runs.append(m)
             progress(f"{name} eps={eps} {meth} seed {seed}: test AUC {m['test_auc']:.4f} at step {m['model_step']}")
@@ -126,14 +170,23 @@ def run_dataset(name: str, shards: str, out: str, eps_list, seeds: int, epochs: 
         # the oracle: the best test AUC any evaluated step reached (reported only; selection never reads test)
         oracle = [max(h["test_auc"] for h in r["history"]) for r in runs]
         lls = [r["test_logloss"] for r in runs]
-        cells.append({"dataset": name, "eps": "none" if math.isinf(eps) else eps, "method": meth,
-                      "test_auc_mean": statistics.mean(aucs), "test_auc_sd": statistics.pstdev(aucs),
-                      "test_logloss_mean": statistics.mean(lls), "test_logloss_sd": statistics.pstdev(lls),
-                      "oracle_test_auc_mean": statistics.mean(oracle),
-                      "max_gap_to_oracle": max(o - a for o, a in zip(oracle, aucs)),
-                      "selected_steps": [r["model_step"] for r in runs], "steps_trained": [r["steps"] for r in runs],
-                      "logistic_regression_auc": floors[(eps, mech)],
-                      "bayes_test_auc": runs[0].get("bayes_test_auc")})
+        cells.append(
+            {
+                "dataset": name,
+                "eps": "none" if math.isinf(eps) else eps,
+                "method": meth,
+                "test_auc_mean": statistics.mean(aucs),
+                "test_auc_sd": statistics.pstdev(aucs),
+                "test_logloss_mean": statistics.mean(lls),
+                "test_logloss_sd": statistics.pstdev(lls),
+                "oracle_test_auc_mean": statistics.mean(oracle),
+                "max_gap_to_oracle": max(o - a for o, a in zip(oracle, aucs)),
+                "selected_steps": [r["model_step"] for r in runs],
+                "steps_trained": [r["steps"] for r in runs],
+                "logistic_regression_auc": floors[(eps, mech)],
+                "bayes_test_auc": runs[0].get("bayes_test_auc"),
+            }
+        )
     return cells
 
 
@@ -147,15 +200,28 @@ def main(argv=None) -> int:
     ap.add_argument("--eval-every", type=int, default=0, help="synthetic: evaluate every N steps (default rows/1000)")
     ap.add_argument("--methods", default=",".join(METHODS), help=f"subset of {','.join(METHODS)}")
     ap.add_argument("--datasets", default="synthetic,real", help="subset of synthetic,real")
-    ap.add_argument("--real-min-count", type=int, default=10,
-                    help="real sample: vocabulary of values seen >= N times, rarer ones share one id (0 = hash 1000 "
-                         "buckets); 10 as in the BARS Criteo preprocessing (Zhu et al., CIKM 2021)")
-    ap.add_argument("--lr", type=float, default=None, help="the learning rate of every run (default: the example configs')")
-    ap.add_argument("--synth-min-count", type=int, default=10,
-                    help="synthetic data: vocabulary of values seen >= N times (0 = hash 20000 buckets); 10 as the "
-                         "front door (run_vfl_train_local.sh) prepares it")
-    ap.add_argument("--wide-cut", action="store_true",
-                    help="cut_dim 8 on every party and an MLP top (hidden [64]) instead of the examples' 2-value cut and linear top")
+    ap.add_argument(
+        "--real-min-count",
+        type=int,
+        default=10,
+        help="real sample: vocabulary of values seen >= N times, rarer ones share one id (0 = hash 1000 "
+        "buckets); 10 as in the BARS Criteo preprocessing (Zhu et al., CIKM 2021)",
+    )
+    ap.add_argument(
+        "--lr", type=float, default=None, help="the learning rate of every run (default: the example configs')"
+    )
+    ap.add_argument(
+        "--synth-min-count",
+        type=int,
+        default=10,
+        help="synthetic data: vocabulary of values seen >= N times (0 = hash 20000 buckets); 10 as the "
+        "front door (run_vfl_train_local.sh) prepares it",
+    )
+    ap.add_argument(
+        "--wide-cut",
+        action="store_true",
+        help="cut_dim 8 on every party and an MLP top (hidden [64]) instead of the examples' 2-value cut and linear top",
+    )
     args = ap.parse_args(argv)
     eps_list = [float(e) for e in args.eps.split(",")]
     methods = [m for m in args.methods.split(",") if m]
@@ -170,8 +236,17 @@ def main(argv=None) -> int:
         if getattr(args, flag) < 0:
             print(f"error: --{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}", file=sys.stderr)
             return 2
-    if args.rows < 1000 or args.seeds < 1 or args.epochs < 1 or any(e <= 0 for e in eps_list) or (args.lr is not None and not args.lr > 0):
-        print(f"error: need --rows >= 1000, --seeds >= 1, --epochs >= 1, every eps > 0, --lr > 0; got {vars(args)}", file=sys.stderr)
+    if (
+        args.rows < 1000
+        or args.seeds < 1
+        or args.epochs < 1
+        or any(e <= 0 for e in eps_list)
+        or (args.lr is not None and not args.lr > 0)
+    ):
+        print(
+            f"error: need --rows >= 1000, --seeds >= 1, --epochs >= 1, every eps > 0, --lr > 0; got {vars(args)}",
+            file=sys.stderr,
+        )
         return 2
     os.makedirs(args.out, exist_ok=True)
     os.environ.setdefault("VFL_LABEL_DP_STORE", tempfile.mkdtemp(prefix="bench-label-dp-store-"))  # a throwaway ledger
@@ -185,36 +260,69 @@ def main(argv=None) -> int:
         synth = os.path.join(args.out, f"synth_{args.rows}.tsv")
         if not os.path.exists(synth):
             write_synthetic(synth, args.rows, seed=0)
-        prepare(synth, os.path.join(args.out, "shards_synth"), load_parties(None), PrepareOptions(hash_buckets=20_000, vocab_min_count=args.synth_min_count or None, force=True))
-        datasets.append(("synthetic", os.path.join(args.out, "shards_synth"), args.eval_every or max(args.rows // 10_000, 1) * 10, None))
+        prepare(
+            synth,
+            os.path.join(args.out, "shards_synth"),
+            load_parties(None),
+            PrepareOptions(hash_buckets=20_000, vocab_min_count=args.synth_min_count or None, force=True),
+        )
+        datasets.append(
+            (
+                "synthetic",
+                os.path.join(args.out, "shards_synth"),
+                args.eval_every or max(args.rows // 10_000, 1) * 10,
+                None,
+            )
+        )
     if "real" in datasets_wanted and os.path.exists(REAL):
         opts = PrepareOptions(hash_buckets=1_000, vocab_min_count=args.real_min_count or None, force=True)
         prepare(REAL, os.path.join(args.out, "shards_real"), load_parties(None), opts)
         datasets.append(("real 1k sample", os.path.join(args.out, "shards_real"), 0, 64))
     elif "real" in datasets_wanted:
         print(f"real sample absent ({REAL}): synthetic only")
-    total = sum(args.seeds * (sum(len(methods) for e in eps_list if not math.isinf(e)) + sum(1 for e in eps_list if math.isinf(e)))
-                for _ in datasets)
+    total = sum(
+        args.seeds
+        * (sum(len(methods) for e in eps_list if not math.isinf(e)) + sum(1 for e in eps_list if math.isinf(e)))
+        for _ in datasets
+    )
     done, t0 = [0], time.perf_counter()
 
     def progress(line: str) -> None:
         done[0] += 1
         rate = done[0] / (time.perf_counter() - t0)
-        print(f"[{done[0]}/{total}] {line}  ({rate * 60:.1f} runs/min, ETA {(total - done[0]) / rate:.0f} s)", flush=True)
+        print(
+            f"[{done[0]}/{total}] {line}  ({rate * 60:.1f} runs/min, ETA {(total - done[0]) / rate:.0f} s)", flush=True
+        )
 
     cells = []
     for name, shards, eval_every, batch in datasets:
-        cells += run_dataset(name, shards, args.out, eps_list, args.seeds, args.epochs, eval_every, batch, progress,
-                             methods, args.lr, args.wide_cut)
+        cells += run_dataset(
+            name,
+            shards,
+            args.out,
+            eps_list,
+            args.seeds,
+            args.epochs,
+            eval_every,
+            batch,
+            progress,
+            methods,
+            args.lr,
+            args.wide_cut,
+        )
     json.dump(cells, open(os.path.join(args.out, "utility.json"), "w"), indent=2)
-    print("\n| data | eps | method | test AUC (mean ± sd) | best-step test AUC (oracle) | max gap | test logloss | "
-          "selected steps | LR baseline AUC | Bayes AUC |")
+    print(
+        "\n| data | eps | method | test AUC (mean ± sd) | best-step test AUC (oracle) | max gap | test logloss | "
+        "selected steps | LR baseline AUC | Bayes AUC |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for c in cells:
         bayes = f"{c['bayes_test_auc']:.4f}" if c["bayes_test_auc"] else "-"
-        print(f"| {c['dataset']} | {c['eps']} | {c['method']} | {c['test_auc_mean']:.4f} ± {c['test_auc_sd']:.4f} | {c['oracle_test_auc_mean']:.4f} | "
-              f"{c['max_gap_to_oracle']:.4f} | {c['test_logloss_mean']:.4f} ± {c['test_logloss_sd']:.4f} | {c['selected_steps']} of {c['steps_trained']} | "
-              f"{c['logistic_regression_auc']:.4f} | {bayes} |")
+        print(
+            f"| {c['dataset']} | {c['eps']} | {c['method']} | {c['test_auc_mean']:.4f} ± {c['test_auc_sd']:.4f} | {c['oracle_test_auc_mean']:.4f} | "
+            f"{c['max_gap_to_oracle']:.4f} | {c['test_logloss_mean']:.4f} ± {c['test_logloss_sd']:.4f} | {c['selected_steps']} of {c['steps_trained']} | "
+            f"{c['logistic_regression_auc']:.4f} | {bayes} |"
+        )
     print(f"\nwrote {os.path.join(args.out, 'utility.json')} ({time.perf_counter() - t0:.0f} s)")
     return 0
 

@@ -7,6 +7,7 @@ bench_compute's split and centralized runs. MindSpore Federated's sizes (embeddi
 batch 16000). Prints the CPU (and GPU) model.
 Usage: python scripts/profile_step.py [--device cpu|cuda] [--rows 60000] [--precision fp32|bf16] [--steps 20]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,10 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=20)
     args = ap.parse_args()
     if args.batch < 1 or args.steps < 1 or args.rows < 4 * args.batch:
-        ap.error(f"--batch and --steps must be >= 1 and --rows >= 4 x --batch, got rows={args.rows} batch={args.batch} "
-                 f"steps={args.steps}")
+        ap.error(
+            f"--batch and --steps must be >= 1 and --rows >= 4 x --batch, got rows={args.rows} batch={args.batch} "
+            f"steps={args.steps}"
+        )
     import numpy as np
     import torch
     from bench_compute import local_parties
@@ -43,18 +46,45 @@ def main() -> int:
     dev = torch.device(args.device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda: torch sees no CUDA device")
-    print(f"machine: {cpu_model()}" + (f", {torch.cuda.get_device_name(dev)}" if dev.type == "cuda" else "")
-          + f"; torch {torch.__version__}", flush=True)
+    print(
+        f"machine: {cpu_model()}"
+        + (f", {torch.cuda.get_device_name(dev)}" if dev.type == "cuda" else "")
+        + f"; torch {torch.__version__}",
+        flush=True,
+    )
     work = tempfile.mkdtemp(prefix="profile_step_")
     raw = f"{work}/synth.tsv"
     print(f"== synthesizing and preparing {args.rows} rows", flush=True)
-    subprocess.run([sys.executable, "-m", "vfl.data", "synth", "--rows", str(args.rows), "--out", raw], check=True,
-                   stdout=subprocess.DEVNULL)
-    subprocess.run([sys.executable, "-m", "vfl.data", "prepare", "--input", raw, "--out", f"{work}/shards",
-                    "--hash-buckets", "20000"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "vfl.data", "synth", "--rows", str(args.rows), "--out", raw],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vfl.data",
+            "prepare",
+            "--input",
+            raw,
+            "--out",
+            f"{work}/shards",
+            "--hash-buckets",
+            "20000",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     model = {"bottom": {"embedding_dim": 80, "hidden": [1024, 512, 256, 128], "cut_dim": 2}}
-    train = {"epochs": 1, "batch_size": args.batch, "seed": 0, "lr": 0.001, "precision": args.precision,
-             "device": dev.type}
+    train = {
+        "epochs": 1,
+        "batch_size": args.batch,
+        "seed": 0,
+        "lr": 0.001,
+        "precision": args.precision,
+        "device": dev.type,
+    }
     parties, top = local_parties(f"{work}/shards", model, train, args.device)
     labels = torch.from_numpy(parties[0].train_split.labels.astype(np.float32))
     n = len(parties[0].train_split)
@@ -83,9 +113,12 @@ def main() -> int:
         sync()
         dt = (time.perf_counter() - t0) / args.steps
         parts = TIMER.report()["parts"]
-        print(f"{dev.type} {args.precision}, parts synchronised={synced}: {1e3 * dt:.2f} ms/step, "
-              f"{args.batch / dt:.0f} samples/s; parts (ms/step): "
-              + ", ".join(f"{k} {1e3 * v / args.steps:.2f}" for k, v in parts.items()), flush=True)
+        print(
+            f"{dev.type} {args.precision}, parts synchronised={synced}: {1e3 * dt:.2f} ms/step, "
+            f"{args.batch / dt:.0f} samples/s; parts (ms/step): "
+            + ", ".join(f"{k} {1e3 * v / args.steps:.2f}" for k, v in parts.items()),
+            flush=True,
+        )
     TIMER.watch("cpu")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
     with profile(activities=activities) as prof:

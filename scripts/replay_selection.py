@@ -9,6 +9,7 @@ and restoring it gives that evaluation's model (tested in test_model_selection).
 Usage: python scripts/replay_selection.py --out DIR [--dataset real|synthetic] [--seeds 10] [--epochs 30]
        [--eps 1,inf] [--rows N] (synthetic) [--eval-every N] (synthetic)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -72,15 +73,33 @@ def record(args) -> dict:
     for eps in eps_list:
         for seed in range(args.seeds):
             privacy = None if math.isinf(eps) else {"eps": eps, **bu.METHODS["forward"]}
-            lc, fc = bu.configs(shards, f"{args.out}/run_{eps}_{seed}", privacy, seed, args.epochs, every, batch,
-                                early_stopping={"patience": 10**4})
+            lc, fc = bu.configs(
+                shards,
+                f"{args.out}/run_{eps}_{seed}",
+                privacy,
+                seed,
+                args.epochs,
+                every,
+                batch,
+                early_stopping={"patience": 10**4},
+            )
             m = train_centralized(lc, [fc], lc.output.dir, quiet)
-            curves[f"{eps}/{seed}"] = [{"step": h["step"], "test_auc": h["test_auc"], "valid_auc": h["valid"]["auc"],
-                                        "valid_logloss": h["valid"]["logloss"]} for h in m["history"]]
+            curves[f"{eps}/{seed}"] = [
+                {
+                    "step": h["step"],
+                    "test_auc": h["test_auc"],
+                    "valid_auc": h["valid"]["auc"],
+                    "valid_logloss": h["valid"]["logloss"],
+                }
+                for h in m["history"]
+            ]
             done = len(curves)
             rate = done / (time.perf_counter() - t0)
-            print(f"[{done}/{total}] eps={eps} seed {seed}: oracle test AUC "
-                  f"{max(e['test_auc'] for e in curves[f'{eps}/{seed}']):.4f}  (ETA {(total - done) / rate:.0f} s)", flush=True)
+            print(
+                f"[{done}/{total}] eps={eps} seed {seed}: oracle test AUC "
+                f"{max(e['test_auc'] for e in curves[f'{eps}/{seed}']):.4f}  (ETA {(total - done) / rate:.0f} s)",
+                flush=True,
+            )
     return curves
 
 
@@ -92,9 +111,11 @@ def report(curves: dict) -> list[dict]:
         valid = np.array([[e["valid_auc"] for e in c] for c in runs])
         corr = statistics.mean(float(np.corrcoef(t, v)[0, 1]) for t, v in zip(test, valid))
         oracle = test.max(axis=1)
-        print(f"\neps {eps}: {len(runs)} seeds; test oracle {oracle.mean():.4f}, last evaluation {test[:, -1].mean():.4f}; "
-              f"validation-test correlation over evaluations {corr:+.2f}; best evaluation by validation AUC at "
-              f"{valid.mean(0).argmax()} and by test AUC at {test.mean(0).argmax()} (mean curves)")
+        print(
+            f"\neps {eps}: {len(runs)} seeds; test oracle {oracle.mean():.4f}, last evaluation {test[:, -1].mean():.4f}; "
+            f"validation-test correlation over evaluations {corr:+.2f}; best evaluation by validation AUC at "
+            f"{valid.mean(0).argmax()} and by test AUC at {test.mean(0).argmax()} (mean curves)"
+        )
         print("| metric | patience | window | reported test AUC | mean gap to oracle | max gap |")
         print("|---|---|---|---|---|---|")
         for metric in METRICS:
@@ -102,10 +123,21 @@ def report(curves: dict) -> list[dict]:
                 for window in WINDOWS:
                     picked = np.array([c[select(c, metric, patience, window)]["test_auc"] for c in runs])
                     gaps = oracle - picked
-                    rows.append({"eps": eps, "metric": metric, "patience": patience, "window": window,
-                                 "reported": float(picked.mean()), "mean_gap": float(gaps.mean()), "max_gap": float(gaps.max())})
-                    print(f"| {metric} | {patience} | {window} | {picked.mean():.4f} ± {picked.std():.4f} | "
-                          f"{gaps.mean():.4f} | {gaps.max():.4f} |")
+                    rows.append(
+                        {
+                            "eps": eps,
+                            "metric": metric,
+                            "patience": patience,
+                            "window": window,
+                            "reported": float(picked.mean()),
+                            "mean_gap": float(gaps.mean()),
+                            "max_gap": float(gaps.max()),
+                        }
+                    )
+                    print(
+                        f"| {metric} | {patience} | {window} | {picked.mean():.4f} ± {picked.std():.4f} | "
+                        f"{gaps.mean():.4f} | {gaps.max():.4f} |"
+                    )
     return rows
 
 
@@ -124,8 +156,11 @@ def main(argv=None) -> int:
     except ValueError:
         eps_ok = False
     if args.seeds < 1 or args.epochs < 1 or args.rows < 1000 or args.eval_every < 1 or not eps_ok:
-        print(f"error: need --seeds >= 1, --epochs >= 1, --rows >= 1000, --eval-every >= 1 and every eps > 0 "
-              f"(comma-separated, inf for none); got {vars(args)}", file=sys.stderr)
+        print(
+            f"error: need --seeds >= 1, --epochs >= 1, --rows >= 1000, --eval-every >= 1 and every eps > 0 "
+            f"(comma-separated, inf for none); got {vars(args)}",
+            file=sys.stderr,
+        )
         return 2
     os.makedirs(args.out, exist_ok=True)
     os.environ.setdefault("VFL_LABEL_DP_STORE", tempfile.mkdtemp(prefix="replay-label-dp-store-"))

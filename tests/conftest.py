@@ -1,4 +1,5 @@
 """Shared fixtures: paths to the real Criteo sample, small synthetic data sets and prepared shards."""
+
 from __future__ import annotations
 
 import os
@@ -93,9 +94,11 @@ def shards_three(synth_small, tmp_path_factory) -> pathlib.Path:
     from vfl.data.parties import parse_parties
     from vfl.data.prepare import PrepareOptions, prepare
 
-    doc = {"leader": {"dense": ["I1", "I2", "I3", "I4"], "categorical": [f"C{i}" for i in range(1, 10)], "label": True},
-           "follower0": {"dense": ["I5", "I6", "I7", "I8"], "categorical": [f"C{i}" for i in range(10, 19)]},
-           "follower1": {"dense": ["I9", "I10", "I11", "I12", "I13"], "categorical": [f"C{i}" for i in range(19, 27)]}}
+    doc = {
+        "leader": {"dense": ["I1", "I2", "I3", "I4"], "categorical": [f"C{i}" for i in range(1, 10)], "label": True},
+        "follower0": {"dense": ["I5", "I6", "I7", "I8"], "categorical": [f"C{i}" for i in range(10, 19)]},
+        "follower1": {"dense": ["I9", "I10", "I11", "I12", "I13"], "categorical": [f"C{i}" for i in range(19, 27)]},
+    }
     out = tmp_path_factory.mktemp("shards3") / "criteo"
     prepare(str(synth_small), str(out), parse_parties(doc), PrepareOptions(hash_buckets=2_000))
     return out
@@ -135,13 +138,18 @@ def vertical_raw(synth_small, tmp_path_factory) -> dict:
 
     lead["id"], fol["id"] = lead["id"].map(rename), fol["id"].map(rename)
     n = len(lead)
-    lead = lead.iloc[: int(n * 0.9)].sample(frac=1.0, random_state=1)   # rows 0 .. 0.9 n
-    fol = fol.iloc[int(n * 0.15):].sample(frac=1.0, random_state=2)     # rows 0.15 n .. n
+    lead = lead.iloc[: int(n * 0.9)].sample(frac=1.0, random_state=1)  # rows 0 .. 0.9 n
+    fol = fol.iloc[int(n * 0.15) :].sample(frac=1.0, random_state=2)  # rows 0.15 n .. n
     (root / "own").mkdir()
     lead.to_csv(root / "own/leader.tsv", sep="\t", index=False)
     fol.to_csv(root / "own/follower0.csv", sep=",", index=False)
     common = sorted(set(lead["id"]) & set(fol["id"]))
-    return {"dir": root / "own", "leader": root / "own/leader.tsv", "follower0": root / "own/follower0.csv", "common": common}
+    return {
+        "dir": root / "own",
+        "leader": root / "own/leader.tsv",
+        "follower0": root / "own/follower0.csv",
+        "common": common,
+    }
 
 
 @pytest.fixture(scope="session")
@@ -153,6 +161,10 @@ def vertical_shards(vertical_raw, tmp_path_factory) -> pathlib.Path:
 
     out = tmp_path_factory.mktemp("vshards")
     for p in load_parties(None):
-        prepare_party(PartySource(str(vertical_raw[p.name]), p.dense, p.categorical, p.label), str(out / p.name), p,
-                      PrepareOptions(hash_buckets=2_000))
+        prepare_party(
+            PartySource(str(vertical_raw[p.name]), p.dense, p.categorical, p.label),
+            str(out / p.name),
+            p,
+            PrepareOptions(hash_buckets=2_000),
+        )
     return out

@@ -1,4 +1,5 @@
 """Statistical helpers for testing randomized mechanisms with a stated false-failure bound."""
+
 from __future__ import annotations
 
 import math
@@ -16,7 +17,9 @@ def hoeffding_slack(n: int, beta: float) -> float:
     return math.sqrt(math.log(2.0 / beta) / (2.0 * n))
 
 
-def dp_histogram_violations(out_a: np.ndarray, out_b: np.ndarray, eps: float, bins: int, beta: float = 1e-8) -> list[str]:
+def dp_histogram_violations(
+    out_a: np.ndarray, out_b: np.ndarray, eps: float, bins: int, beta: float = 1e-8
+) -> list[str]:
     """Bins o where the empirical histograms of neighbouring inputs break P_a(o) <= e^eps P_b(o) (and back)
     by more than sampling error allows (the approach of Google differential-privacy
     statistical_tests_utils, with Hoeffding slack). With 2*bins estimates at beta each, a correct

@@ -1,4 +1,5 @@
 """Helpers for integration tests: party configs on a free port, real processes, cleanup by PID."""
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,19 @@ def party_keys(tmp, parties) -> dict[str, tuple[str, str]]:
     return out
 
 
-def party_configs(tmp, shards, followers=("follower0",), port=None, timeout_s=20, train=None, model=None,
-                  top=None, privacy=None, follower_debug=None, leader_train=None) -> dict[str, str]:
+def party_configs(
+    tmp,
+    shards,
+    followers=("follower0",),
+    port=None,
+    timeout_s=20,
+    train=None,
+    model=None,
+    top=None,
+    privacy=None,
+    follower_debug=None,
+    leader_train=None,
+) -> dict[str, str]:
     """Write leader/follower YAMLs under tmp; return {party: path}. leader_train: train keys of the leader only (task)."""
     port = port or free_port()
     endpoint = f"tcp://127.0.0.1:{port}"
@@ -42,21 +54,44 @@ def party_configs(tmp, shards, followers=("follower0",), port=None, timeout_s=20
     model = {**SMALL_MODEL, **(model or {})}
     keys = party_keys(tmp, ("leader", *followers))
     paths = {}
-    leader = {"role": "leader", "party": "leader",
-              "network": {"bind": endpoint, "followers": list(followers), "timeout_s": timeout_s,
-                          "secret_key_file": keys["leader"][1], "follower_keys": {f: keys[f][0] for f in followers}},
-              "data": {"path": os.path.join(shards, "leader")},
-              "model": {**model, "top": top or {"name": "linear"}}, "train": {**train, **(leader_train or {})},
-              "output": {"dir": os.path.join(tmp, "out")}}
+    leader = {
+        "role": "leader",
+        "party": "leader",
+        "network": {
+            "bind": endpoint,
+            "followers": list(followers),
+            "timeout_s": timeout_s,
+            "secret_key_file": keys["leader"][1],
+            "follower_keys": {f: keys[f][0] for f in followers},
+        },
+        "data": {"path": os.path.join(shards, "leader")},
+        "model": {**model, "top": top or {"name": "linear"}},
+        "train": {**train, **(leader_train or {})},
+        "output": {"dir": os.path.join(tmp, "out")},
+    }
     if privacy:
         leader["privacy"] = privacy
     for name, doc in [("leader", leader)] + [
-        (f, {"role": "follower", "party": f,
-             "network": {"connect": endpoint, "timeout_s": timeout_s, "secret_key_file": keys[f][1],
-                         "leader_key_file": keys["leader"][0]},
-             "data": {"path": os.path.join(shards, f)}, "model": model, "train": train,
-             "output": {"dir": os.path.join(tmp, "out")},
-             **({"debug": follower_debug} if follower_debug else {})}) for f in followers]:
+        (
+            f,
+            {
+                "role": "follower",
+                "party": f,
+                "network": {
+                    "connect": endpoint,
+                    "timeout_s": timeout_s,
+                    "secret_key_file": keys[f][1],
+                    "leader_key_file": keys["leader"][0],
+                },
+                "data": {"path": os.path.join(shards, f)},
+                "model": model,
+                "train": train,
+                "output": {"dir": os.path.join(tmp, "out")},
+                **({"debug": follower_debug} if follower_debug else {}),
+            },
+        )
+        for f in followers
+    ]:
         p = os.path.join(tmp, f"{name}.yaml")
         with open(p, "w") as fh:
             yaml.safe_dump(doc, fh)
@@ -98,9 +133,15 @@ class Procs:
         self.procs: dict[str, subprocess.Popen] = {}
 
     def start(self, name: str, module: str, config: str, *extra: str, env: dict | None = None) -> subprocess.Popen:
-        p = subprocess.Popen([sys.executable, "-m", module, "--config", config, *extra], cwd=REPO,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env={**os.environ, **(env or {})}, start_new_session=True)
+        p = subprocess.Popen(
+            [sys.executable, "-m", module, "--config", config, *extra],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
         self.procs[name] = p
         return p
 

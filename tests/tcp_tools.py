@@ -1,4 +1,5 @@
 """Loopback TCP tools for the attack tests: a recording forwarder, a replaying server, a stranger's frames."""
+
 from __future__ import annotations
 
 import socket

@@ -3,6 +3,7 @@
 Every import counts, including the lazy ones inside functions: a cycle through a function-level import is still a
 cycle a reader has to untangle. Each rule has a power test that plants a violation and sees it reported.
 """
+
 from __future__ import annotations
 
 import ast
@@ -17,12 +18,21 @@ RULES = (
     ("vfl", ("leader", "follower"), "the framework never imports a role"),
     ("leader", ("follower",), "a role never imports another role"),
     ("follower", ("leader",), "a role never imports another role"),
-    ("vfl.wire", ("vfl.training", "vfl.labeldp", "vfl.models", "vfl.data", "torch"),
-     "the transport knows nothing of training"),
-    ("vfl.data", ("vfl.training", "vfl.wire", "vfl.labeldp", "vfl.models", "zmq"),
-     "data preparation knows nothing of training or the wire"),
-    ("vfl.data", ("privacy.label", "privacy.federated", "privacy.attacks"),
-     "data uses only the public hashes (privacy.public_hash) and parameter domains, never a mechanism"),
+    (
+        "vfl.wire",
+        ("vfl.training", "vfl.labeldp", "vfl.models", "vfl.data", "torch"),
+        "the transport knows nothing of training",
+    ),
+    (
+        "vfl.data",
+        ("vfl.training", "vfl.wire", "vfl.labeldp", "vfl.models", "zmq"),
+        "data preparation knows nothing of training or the wire",
+    ),
+    (
+        "vfl.data",
+        ("privacy.label", "privacy.federated", "privacy.attacks"),
+        "data uses only the public hashes (privacy.public_hash) and parameter domains, never a mechanism",
+    ),
 )
 # the split-learning path (everything but the FedAvg simulation itself) never imports horizontal
 HORIZONTAL = "vfl.horizontal"
@@ -71,8 +81,11 @@ def violations(modules: dict[str, set[str]]) -> list[str]:
             if _under(name, prefix):
                 bad += [f"{name} imports {i} ({why})" for i in sorted(imported) if any(_under(i, b) for b in banned)]
         if not _under(name, HORIZONTAL):
-            bad += [f"{name} imports {i} (the split path never imports horizontal)"
-                    for i in sorted(imported) if _under(i, HORIZONTAL)]
+            bad += [
+                f"{name} imports {i} (the split path never imports horizontal)"
+                for i in sorted(imported)
+                if _under(i, HORIZONTAL)
+            ]
     return bad
 
 
@@ -125,10 +138,14 @@ def test_the_layer_rules_report_a_planted_violation():
     """Power: a wire module importing training, data importing the wire or a label mechanism, privacy importing vfl,
     a split module importing horizontal are each reported."""
     # Prepare
-    planted = {"vfl.wire.channel": {"vfl.training.loop"}, "vfl.data.prepare": {"vfl.wire.frames"},
-               "vfl.data.transforms": {"privacy.label.keyed_random"},
-               "privacy.label.rr_prior": {"vfl.config.schema"}, "vfl.training.loop": {"vfl.horizontal.fedavg"},
-               "vfl.horizontal.fedavg": {"vfl.horizontal.config"}}
+    planted = {
+        "vfl.wire.channel": {"vfl.training.loop"},
+        "vfl.data.prepare": {"vfl.wire.frames"},
+        "vfl.data.transforms": {"privacy.label.keyed_random"},
+        "privacy.label.rr_prior": {"vfl.config.schema"},
+        "vfl.training.loop": {"vfl.horizontal.fedavg"},
+        "vfl.horizontal.fedavg": {"vfl.horizontal.config"},
+    }
     # Execute
     bad = violations(planted)
     # Assert
@@ -146,9 +163,11 @@ def test_no_import_cycles():
 
 def test_a_planted_cycle_is_found_even_through_a_lazy_import():
     # Prepare: b imports a inside a function
-    modules = {"m.a": imports_of("from m.b import f\n", "m.a", False),
-               "m.b": imports_of("def f():\n    from m import a\n", "m.b", False),
-               "m.c": imports_of("import m.a\n", "m.c", False)}
+    modules = {
+        "m.a": imports_of("from m.b import f\n", "m.a", False),
+        "m.b": imports_of("def f():\n    from m import a\n", "m.b", False),
+        "m.c": imports_of("import m.a\n", "m.c", False),
+    }
     # Execute
     found = cycles(modules)
     # Assert
@@ -156,6 +175,10 @@ def test_a_planted_cycle_is_found_even_through_a_lazy_import():
 
 
 def test_every_module_starts_with_a_docstring():
-    missing = [str(p.relative_to(ROOT)) for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
-               if ast.get_docstring(ast.parse(p.read_text())) is None]
+    missing = [
+        str(p.relative_to(ROOT))
+        for pkg in PACKAGES
+        for p in (ROOT / pkg).rglob("*.py")
+        if ast.get_docstring(ast.parse(p.read_text())) is None
+    ]
     assert missing == []

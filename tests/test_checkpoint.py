@@ -1,4 +1,5 @@
 """Checkpoints: checksummed and refused when altered; failed saves leave no debris; tags are plain names."""
+
 from __future__ import annotations
 
 import errno
@@ -67,7 +68,11 @@ def test_disk_full_names_the_directory_and_leaves_no_temporary_file(tmp_path, mo
         def write(self, data):
             raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(builtins, "open", lambda p, m="r", *a, **k: Full(real_open(p, m, *a, **k)) if ".tmp-" in str(p) else real_open(p, m, *a, **k))
+    monkeypatch.setattr(
+        builtins,
+        "open",
+        lambda p, m="r", *a, **k: Full(real_open(p, m, *a, **k)) if ".tmp-" in str(p) else real_open(p, m, *a, **k),
+    )
     # Execute
     with pytest.raises(OSError) as e:
         _save(tmp_path / "ck" / "c.pt")

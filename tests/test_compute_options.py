@@ -1,5 +1,6 @@
 """train.precision and train.microbatches: config domains, micro-batch accumulation, bf16 split vs centralized,
 the micro-batch index on the wire, and the per-party step-time breakdown."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,17 +28,29 @@ CUDA_CPU_BF16_LOSS_RTOL = 1e-2
 
 
 def _leader(**train):
-    return {"role": "leader", "party": "leader", "network": {"bind": "tcp://127.0.0.1:5560", "followers": ["follower0"]},
-            "data": {"path": "data/criteo/leader"}, "model": {"top": {"name": "linear"}}, "train": train}
+    return {
+        "role": "leader",
+        "party": "leader",
+        "network": {"bind": "tcp://127.0.0.1:5560", "followers": ["follower0"]},
+        "data": {"path": "data/criteo/leader"},
+        "model": {"top": {"name": "linear"}},
+        "train": train,
+    }
 
 
-@pytest.mark.parametrize("train, needle", [
-    ({"precision": "fp16"}, "train.precision must be one of ['fp32', 'bf16'], got 'fp16'"),
-    ({"microbatches": 0}, "train.microbatches must be an integer in [1, 1000000], got microbatches=0"),
-    ({"microbatches": "four"}, "train.microbatches must be an integer, got 'four' (allowed: an integer in [1, 1000000])"),
-    ({"microbatches": 600, "batch_size": 512}, "train.microbatches=600 exceeds train.batch_size=512"),
-    ({"microbatches": 20000}, "train.microbatches=20000 exceeds train.batch_size=16000"),
-])
+@pytest.mark.parametrize(
+    "train, needle",
+    [
+        ({"precision": "fp16"}, "train.precision must be one of ['fp32', 'bf16'], got 'fp16'"),
+        ({"microbatches": 0}, "train.microbatches must be an integer in [1, 1000000], got microbatches=0"),
+        (
+            {"microbatches": "four"},
+            "train.microbatches must be an integer, got 'four' (allowed: an integer in [1, 1000000])",
+        ),
+        ({"microbatches": 600, "batch_size": 512}, "train.microbatches=600 exceeds train.batch_size=512"),
+        ({"microbatches": 20000}, "train.microbatches=20000 exceeds train.batch_size=16000"),
+    ],
+)
 def test_bad_precision_or_microbatches_is_refused_naming_value_and_domain(train, needle):
     # Execute
     with pytest.raises(ConfigError) as e:
@@ -92,9 +105,19 @@ def test_micro_index_on_the_wire_is_checked_and_agreed_in_the_handshake():
     for got in (1, None, "2", True):
         with pytest.raises(WireError, match="GRADIENT for step 5: expected micro-batch 2"):
             check_micro(got, 2, "GRADIENT for step 5", WireError)
-    ours = Hello(nonce="", party="f", protocol=PROTOCOL_VERSION, id_digest={"train": "a", "valid": "b", "test": "c"},
-                 rows={"train": 8, "valid": 2, "test": 2}, batch_size=4, seed=0, cut_dim=2, microbatches=4,
-                 resume_step=0, timeout_s=60.0)
+    ours = Hello(
+        nonce="",
+        party="f",
+        protocol=PROTOCOL_VERSION,
+        id_digest={"train": "a", "valid": "b", "test": "c"},
+        rows={"train": 8, "valid": 2, "test": 2},
+        batch_size=4,
+        seed=0,
+        cut_dim=2,
+        microbatches=4,
+        resume_step=0,
+        timeout_s=60.0,
+    )
     problems = hello_problems("f", dataclasses.replace(ours, microbatches=2), ours)
     assert any("train.microbatches=2 but the leader has train.microbatches=4" in p for p in problems)
 
@@ -131,7 +154,9 @@ def _centralized(tmp_path, shards, name, **train):
     out = str(tmp_path / name / "central")
     os.makedirs(out, exist_ok=True)
     leader = load_config(cfgs["leader"])
-    return train_centralized(leader, [load_config(cfgs["follower0"])], out, RunLog(os.path.join(out, "c.log"), "centralized"))
+    return train_centralized(
+        leader, [load_config(cfgs["follower0"])], out, RunLog(os.path.join(out, "c.log"), "centralized")
+    )
 
 
 def test_microbatch_accumulation_equals_the_full_batch(tmp_path, shards_small):
@@ -161,8 +186,16 @@ def test_split_with_microbatches_equals_centralized_exactly_and_reports_its_brea
         # step the untimed Python takes is a timing, not checked here: it is ~5-10% at these 20 ms steps on a loaded
         # 2-core machine; test_step_timer checks the accounting exactly on a scripted clock.)
         assert -1e-6 <= b["residual_seconds"] and b["parts_seconds"] > 0.5 * b["step_seconds"], b
-    assert {"data", "bottom_forward", "wire_wait", "wire_send", "top", "backward", "dense_optimizer",
-            "sparse_update"} <= set(split["step_breakdown"]["parts"])
+    assert {
+        "data",
+        "bottom_forward",
+        "wire_wait",
+        "wire_send",
+        "top",
+        "backward",
+        "dense_optimizer",
+        "sparse_update",
+    } <= set(split["step_breakdown"]["parts"])
     assert {"wire_wait", "wire_send", "backward", "sparse_update"} <= set(follower["parts"])
 
 
@@ -190,7 +223,9 @@ def test_cuda_bf16_centralized_follows_the_cpu_run(tmp_path, shards_small):
     assert abs(gpu["test_auc"] - cpu["test_auc"]) < 0.01
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: device-resident batches are not exercised here")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device: device-resident batches are not exercised here"
+)
 def test_cuda_batches_gathered_on_the_device_equal_host_gathered_batches(shards_small):
     # Prepare
     from vfl.data.shards import PartyShard

@@ -1,4 +1,5 @@
 """Config validation reports every problem at once, with the allowed domain and a suggestion."""
+
 from __future__ import annotations
 
 import math
@@ -9,9 +10,14 @@ from vfl.config.schema import ConfigError, parse_config
 
 
 def _leader(**over):
-    doc = {"role": "leader", "party": "leader",
-           "network": {"bind": "tcp://127.0.0.1:5560", "followers": ["follower0"]},
-           "data": {"path": "data/criteo/leader"}, "model": {"top": {"name": "linear"}}, "train": {}}
+    doc = {
+        "role": "leader",
+        "party": "leader",
+        "network": {"bind": "tcp://127.0.0.1:5560", "followers": ["follower0"]},
+        "data": {"path": "data/criteo/leader"},
+        "model": {"top": {"name": "linear"}},
+        "train": {},
+    }
     for k, v in over.items():
         doc[k] = v
     return doc
@@ -28,7 +34,9 @@ def test_valid_leader_config_gets_defaults():
 
 def test_all_errors_are_reported_together_with_domains():
     # Prepare
-    doc = _leader(train={"epochs": 0, "lr": "fast", "optimizer": "adamw"}, network={"bind": "127.0.0.1:5560", "followers": []})
+    doc = _leader(
+        train={"epochs": 0, "lr": "fast", "optimizer": "adamw"}, network={"bind": "127.0.0.1:5560", "followers": []}
+    )
     # Execute
     with pytest.raises(ConfigError) as e:
         parse_config(doc)
@@ -43,7 +51,9 @@ def test_all_errors_are_reported_together_with_domains():
 
 def test_unknown_keys_suggest_nearest_and_inline_secrets_are_refused():
     # Prepare
-    doc = _leader(privacy={"label_dp": {"epsilon": 1}}, network={"bind": "tcp://127.0.0.1:1", "followers": ["f"], "secret": "x"})
+    doc = _leader(
+        privacy={"label_dp": {"epsilon": 1}}, network={"bind": "tcp://127.0.0.1:1", "followers": ["f"], "secret": "x"}
+    )
     # Execute
     with pytest.raises(ConfigError) as e:
         parse_config(doc)
@@ -66,8 +76,14 @@ def test_label_dp_eps_domain_and_infinity():
 
 def test_follower_may_not_carry_leader_only_settings():
     # Prepare
-    doc = {"role": "follower", "party": "follower0", "network": {"connect": "tcp://h:1", "followers": ["x"]},
-           "data": {"path": "p"}, "model": {"top": {"name": "linear"}}, "privacy": {"label_dp": {"eps": 1}}}
+    doc = {
+        "role": "follower",
+        "party": "follower0",
+        "network": {"connect": "tcp://h:1", "followers": ["x"]},
+        "data": {"path": "p"},
+        "model": {"top": {"name": "linear"}},
+        "privacy": {"label_dp": {"eps": 1}},
+    }
     # Execute
     with pytest.raises(ConfigError) as e:
         parse_config(doc)
@@ -80,8 +96,14 @@ def test_follower_may_not_carry_leader_only_settings():
 
 def test_key_files_are_checked_by_role_and_follower_name():
     # Prepare
-    doc = _leader(network={"bind": "tcp://127.0.0.1:1", "followers": ["f"], "leader_key_file": "k",
-                           "follower_keys": {"f": "f.key", "g": "g.key"}})
+    doc = _leader(
+        network={
+            "bind": "tcp://127.0.0.1:1",
+            "followers": ["f"],
+            "leader_key_file": "k",
+            "follower_keys": {"f": "f.key", "g": "g.key"},
+        }
+    )
     # Execute
     with pytest.raises(ConfigError) as e:
         parse_config(doc)
@@ -109,12 +131,18 @@ def test_a_yaml_file_that_is_not_a_mapping_is_a_clear_error(tmp_path):
         load_config(str(p), {"network.bind": "tcp://127.0.0.1:1"})
 
 
-@pytest.mark.parametrize("content, needle", [
-    (bytes(range(256)) * 4, "not valid YAML"),
-    (b"a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
-     b"c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n", "aliases"),
-    (b"[" * 100000 + b"]" * 100000, "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (bytes(range(256)) * 4, "not valid YAML"),
+        (
+            b"a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+            b"c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n",
+            "aliases",
+        ),
+        (b"[" * 100000 + b"]" * 100000, "not valid YAML"),
+    ],
+)
 def test_garbage_config_files_are_one_line_errors(tmp_path, content, needle):
     # Prepare
     from vfl.config.schema import load_config
@@ -141,8 +169,13 @@ def test_output_dir_that_is_a_file_is_a_one_line_error(tmp_path, shards_small):
     cfgs = party_configs(str(tmp_path), str(shards_small))
     (tmp_path / "afile").write_text("x")
     # Execute
-    r = subprocess.run([sys.executable, "-m", "follower", "--config", cfgs["follower0"], "--out", str(tmp_path / "afile")],
-                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "follower", "--config", cfgs["follower0"], "--out", str(tmp_path / "afile")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     # Assert
     assert r.returncode == 2 and "output.dir" in r.stderr and "cannot be used for writing" in r.stderr
     assert r.stderr.count("\n") == 1, r.stderr
@@ -151,8 +184,13 @@ def test_output_dir_that_is_a_file_is_a_one_line_error(tmp_path, shards_small):
 
 def test_task_is_a_leader_setting_with_a_domain_and_accuracy_selection_needs_multiclass():
     # Prepare
-    follower = {"role": "follower", "party": "follower0", "network": {"connect": "tcp://127.0.0.1:5560"},
-                "data": {"path": "d"}, "train": {"task": "multiclass"}}
+    follower = {
+        "role": "follower",
+        "party": "follower0",
+        "network": {"connect": "tcp://127.0.0.1:5560"},
+        "data": {"path": "d"},
+        "train": {"task": "multiclass"},
+    }
     # Execute
     default = parse_config(_leader())
     multi = parse_config(_leader(train={"task": "multiclass", "early_stopping": {"metric": "accuracy"}}))
@@ -163,6 +201,8 @@ def test_task_is_a_leader_setting_with_a_domain_and_accuracy_selection_needs_mul
     # Assert
     assert default.train.task == "binary" and multi.train.task == "multiclass"
     assert multi.train.early_stopping.metric == "accuracy"
-    assert "train.task must be one of ['binary', 'multiclass'], got 'multiclas' (did you mean 'multiclass'?)" in str(bad.value)
+    assert "train.task must be one of ['binary', 'multiclass'], got 'multiclas' (did you mean 'multiclass'?)" in str(
+        bad.value
+    )
     assert "early_stopping.metric accuracy needs train.task: multiclass" in str(bad.value)
     assert "train.task is set on the leader only" in str(on_follower.value)

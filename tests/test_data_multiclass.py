@@ -1,5 +1,6 @@
 """Multi-class data: K-class label columns in prepare, the K-class synthetic generator with its Bayes
 accuracy, the digits shards, and the leader's check of train.task against its shard."""
+
 from __future__ import annotations
 
 import json
@@ -24,9 +25,11 @@ def test_class_id_labels_parse_below_k_and_others_are_named_bad_lines():
     binary, bad_binary = parse_block("".join(x + "\n" for x in lines).encode(), 0, False)
     # Assert: 0, 9, 10 are class ids of an 11-class label; 12, x and an empty label are refused
     assert block.label.tolist() == [0, 9, 10]
-    assert [(b.line_index, b.reason) for b in bad] == [(2, "label must be a class id in 0..10"),
-                                                        (4, "label must be a class id in 0..10"),
-                                                        (5, "label must be a class id in 0..10")]
+    assert [(b.line_index, b.reason) for b in bad] == [
+        (2, "label must be a class id in 0..10"),
+        (4, "label must be a class id in 0..10"),
+        (5, "label must be a class id in 0..10"),
+    ]
     assert binary.label.tolist() == [0] and len(bad_binary) == 5  # the binary parser is unchanged
     with pytest.raises(ValueError, match=r"num_classes must be in \[2, 127\], got 500"):
         parse_block(b"", 0, False, num_classes=500)

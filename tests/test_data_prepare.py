@@ -1,4 +1,5 @@
 """prepare writes aligned, memory-mappable party shards atomically and rejects bad input clearly."""
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,9 @@ from vfl.data.readers.criteo import DataError
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "vfl.data", *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "vfl.data", *args], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_default_shards_hold_mindspore_columns_and_labels_only_on_the_leader(shards_small):
@@ -37,7 +40,10 @@ def test_parties_are_aligned_sorted_and_split_near_the_test_fraction(shards_smal
     # Prepare
     m = json.loads((shards_small / "manifest.json").read_text())
     # Execute
-    ids = {p: {s: np.load(shards_small / p / s / "ids.npy") for s in ("train", "valid", "test")} for p in ("leader", "follower0")}
+    ids = {
+        p: {s: np.load(shards_small / p / s / "ids.npy") for s in ("train", "valid", "test")}
+        for p in ("leader", "follower0")
+    }
     # Assert
     for s in ("train", "valid", "test"):
         np.testing.assert_array_equal(ids["leader"][s], ids["follower0"][s])
@@ -108,7 +114,9 @@ def test_empty_or_missing_input_is_a_clear_error(tmp_path, content, needle):
 def test_unknown_column_in_parties_yaml_suggests_the_nearest(tmp_path, real_1k):
     # Prepare
     y = tmp_path / "parties.yaml"
-    y.write_text("leader: {dense: [I1], categorical: [C1], label: true}\nfollower0: {dense: [I99], categorical: [c2]}\n")
+    y.write_text(
+        "leader: {dense: [I1], categorical: [C1], label: true}\nfollower0: {dense: [I99], categorical: [c2]}\n"
+    )
     # Execute
     r = _cli("prepare", "--input", str(real_1k), "--out", str(tmp_path / "out"), "--parties", str(y))
     # Assert
@@ -127,8 +135,11 @@ def test_parties_yaml_rejects_two_label_parties_and_shared_columns():
 
 def test_three_parties_get_their_own_columns(tmp_path, real_1k):
     # Prepare
-    doc = {"leader": {"dense": ["I1"], "categorical": ["C1"], "label": True},
-           "f0": {"dense": ["I2", "I3"]}, "f1": {"categorical": ["C5", "C6", "C7"]}}
+    doc = {
+        "leader": {"dense": ["I1"], "categorical": ["C1"], "label": True},
+        "f0": {"dense": ["I2", "I3"]},
+        "f1": {"categorical": ["C5", "C6", "C7"]},
+    }
     # Execute
     m = prepare(str(real_1k), str(tmp_path / "o"), parse_parties(doc), PrepareOptions(test_fraction=0.2))
     # Assert
@@ -189,13 +200,15 @@ def test_memory_mapped_and_in_memory_shards_give_the_same_batches(shards_small):
 
 def test_a_party_prepares_its_own_file_opening_no_other_party_file(vertical_raw, tmp_path):
     # Prepare: follower0's preparation, every file open of the process audited (sys.addaudithook)
-    code = ("import json, sys\n"
-            "opened = []\n"
-            "sys.addaudithook(lambda e, a: opened.append(str(a[0])) if e == 'open' and isinstance(a[0], (str, bytes)) else None)\n"
-            "from vfl.data.__main__ import main\n"
-            f"rc = main(['prepare', '--party', 'follower0', '--input', {str(vertical_raw['follower0'])!r}, '--out', {str(tmp_path)!r},"
-            " '--hash-buckets', '500'])\n"
-            "print(json.dumps({'rc': rc, 'opened': opened}))\n")
+    code = (
+        "import json, sys\n"
+        "opened = []\n"
+        "sys.addaudithook(lambda e, a: opened.append(str(a[0])) if e == 'open' and isinstance(a[0], (str, bytes)) else None)\n"
+        "from vfl.data.__main__ import main\n"
+        f"rc = main(['prepare', '--party', 'follower0', '--input', {str(vertical_raw['follower0'])!r}, '--out', {str(tmp_path)!r},"
+        " '--hash-buckets', '500'])\n"
+        "print(json.dumps({'rc': rc, 'opened': opened}))\n"
+    )
     # Execute
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     # Assert: the only raw file it touched is its own; its shard and manifest hold nothing from labels
@@ -245,15 +258,28 @@ def test_a_missing_column_in_a_party_file_is_named_with_the_nearest(tmp_path):
     # Prepare
     src = write_lines(tmp_path / "f.tsv", ["id\tI1\tC1", "1\t1\t68fd1e64"])
     # Execute
-    r = _cli("prepare", "--party", "f", "--input", src, "--out", str(tmp_path / "o"), "--dense", "i1", "--categorical", "C1")
+    r = _cli(
+        "prepare", "--party", "f", "--input", src, "--out", str(tmp_path / "o"), "--dense", "i1", "--categorical", "C1"
+    )
     # Assert
-    assert r.returncode == 2 and "dense column 'i1' is not in the header" in r.stderr and "did you mean 'I1'" in r.stderr
+    assert (
+        r.returncode == 2 and "dense column 'i1' is not in the header" in r.stderr and "did you mean 'I1'" in r.stderr
+    )
 
 
 def test_hash_buckets_and_a_vocabulary_are_alternatives_not_a_silent_choice(tmp_path, real_1k):
     # Execute
-    r = _cli("prepare", "--input", str(real_1k), "--out", str(tmp_path / "o"), "--hash-buckets", "1000",
-             "--vocab-min-count", "10")
+    r = _cli(
+        "prepare",
+        "--input",
+        str(real_1k),
+        "--out",
+        str(tmp_path / "o"),
+        "--hash-buckets",
+        "1000",
+        "--vocab-min-count",
+        "10",
+    )
     # Assert: a one-line error naming both flags, and nothing written
     assert r.returncode == 2 and "--vocab-min-count: not allowed with argument --hash-buckets" in r.stderr
     assert not (tmp_path / "o").exists()

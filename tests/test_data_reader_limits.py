@@ -1,4 +1,5 @@
 """Raw input that is not Criteo TSV (one endless line, a fake or truncated .gz) ends in one line, in bounded memory."""
+
 from __future__ import annotations
 
 import gzip
@@ -12,12 +13,16 @@ from tests.conftest import REPO, raw_line
 
 def _prepare(path, out) -> subprocess.CompletedProcess:
     # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the forking (large) test process
-    code = ("import runpy, sys\n"
-            "sys.argv = ['vfl.data', 'prepare', '--input', sys.argv[1], '--out', sys.argv[2]]\n"
-            "try:\n    runpy.run_module('vfl.data', run_name='__main__')\n"
-            "finally:\n    hwm = [ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('VmHWM:')][0]\n"
-            "    print('maxrss_kib', hwm, file=sys.stderr)\n")
-    return subprocess.run([sys.executable, "-c", code, str(path), str(out)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    code = (
+        "import runpy, sys\n"
+        "sys.argv = ['vfl.data', 'prepare', '--input', sys.argv[1], '--out', sys.argv[2]]\n"
+        "try:\n    runpy.run_module('vfl.data', run_name='__main__')\n"
+        "finally:\n    hwm = [ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('VmHWM:')][0]\n"
+        "    print('maxrss_kib', hwm, file=sys.stderr)\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, str(path), str(out)], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
 
 
 def _rss_kib(stderr: str) -> int:

@@ -1,4 +1,5 @@
 """The synthetic generator writes Criteo-shaped raw data whose signal needs both parties."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -74,7 +75,12 @@ def test_synth_command_rejects_bad_sizes(tmp_path):
 
     from tests.conftest import REPO
 
-    r = subprocess.run([sys.executable, "-m", "vfl.data", "synth", "--rows", "0", "--out", str(tmp_path / "x.tsv")],
-                       cwd=REPO, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "vfl.data", "synth", "--rows", "0", "--out", str(tmp_path / "x.tsv")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "--rows must be >= 1, got 0" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "x.tsv").exists()

@@ -1,4 +1,5 @@
 """The raw Criteo tokenizer parses every quirk of the real format and names malformed lines."""
+
 from __future__ import annotations
 
 import numpy as np

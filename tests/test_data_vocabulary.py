@@ -1,4 +1,5 @@
 """The streaming vocabulary counter: exact per-field counts whatever the chunking and merge schedule."""
+
 from __future__ import annotations
 
 from collections import Counter

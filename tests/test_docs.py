@@ -1,5 +1,6 @@
 """The README is a short front door and docs/ builds: mkdocs --strict (broken links and anchors fail it), every page
 in the navigation, and every repository path, module and launch command the Markdown names exists."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -19,8 +20,9 @@ TOP_DIRS = ("vfl", "privacy", "leader", "follower", "scripts", "examples", "test
 PATH_PATTERN = re.compile(r"(?<![\w/.-])((?:%s)/[\w./-]*\w)" % "|".join(TOP_DIRS))
 MODULE_PATTERN = re.compile(r"python -m ([A-Za-z_][\w.]*)")
 LINK_PATTERN = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
-needs_mkdocs = pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None,
-                                  reason="mkdocs is a test extra (scripts/setup.sh installs it)")
+needs_mkdocs = pytest.mark.skipif(
+    importlib.util.find_spec("mkdocs") is None, reason="mkdocs is a test extra (scripts/setup.sh installs it)"
+)
 
 
 def markdown_files() -> list[pathlib.Path]:
@@ -30,15 +32,23 @@ def markdown_files() -> list[pathlib.Path]:
 def missing_references(text: str, root: pathlib.Path = ROOT) -> list[str]:
     """Repository paths and `python -m` modules that `text` names but the tree does not hold."""
     missing = [p for p in PATH_PATTERN.findall(text) if not (root / p).exists()]
-    missing += [f"python -m {m}" for m in MODULE_PATTERN.findall(text)
-                if m.split(".")[0] in ("vfl", "privacy", "leader", "follower") and importlib.util.find_spec(m) is None]
+    missing += [
+        f"python -m {m}"
+        for m in MODULE_PATTERN.findall(text)
+        if m.split(".")[0] in ("vfl", "privacy", "leader", "follower") and importlib.util.find_spec(m) is None
+    ]
     return missing
 
 
 def _mkdocs_build(config: pathlib.Path, site: pathlib.Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site)],
-                          cwd=config.parent, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site)],
+        cwd=config.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
 
 
 @needs_mkdocs
@@ -78,8 +88,12 @@ def test_the_readme_is_a_front_door():
     text = (ROOT / "README.md").read_text()
     # Assert
     assert len(text.splitlines()) <= README_MAX_LINES
-    for needed in ("bash scripts/run_vfl_train_local.sh", "bash scripts/test.sh", "privacy.label_dp.eps",
-                   "from vfl.api import"):
+    for needed in (
+        "bash scripts/run_vfl_train_local.sh",
+        "bash scripts/test.sh",
+        "privacy.label_dp.eps",
+        "from vfl.api import",
+    ):
         assert needed in text, needed
     assert "(docs/" in text  # the map of the documentation
 
@@ -87,8 +101,11 @@ def test_the_readme_is_a_front_door():
 @pytest.mark.parametrize("page", markdown_files(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_point_at_files(page):
     # Prepare / Execute
-    broken = [link for link in LINK_PATTERN.findall(page.read_text())
-              if "://" not in link and not (page.parent / link).exists()]
+    broken = [
+        link
+        for link in LINK_PATTERN.findall(page.read_text())
+        if "://" not in link and not (page.parent / link).exists()
+    ]
     # Assert
     assert not broken, f"{page.name}: {broken}"
 

@@ -1,4 +1,5 @@
 """The FedAvg example runs every mechanism end to end and reproduces the seeds' claims in miniature."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,14 @@ from tests.conftest import REPO
 from vfl.horizontal.config import FedConfigError, parse_fed_config
 from vfl.horizontal.fedavg import run_fedavg
 
-SMALL = {"clients": 6, "rounds": 4, "local_batch_size": 32, "local_lr": 0.1, "seed": 1,
-         "data": {"rows": 4000, "hash_buckets": 50, "test_fraction": 0.25}}
+SMALL = {
+    "clients": 6,
+    "rounds": 4,
+    "local_batch_size": 32,
+    "local_lr": 0.1,
+    "seed": 1,
+    "data": {"rows": 4000, "hash_buckets": 50, "test_fraction": 0.25},
+}
 
 
 def _run(tmp_path, name, kind, mechanisms=None, **extra):
@@ -38,7 +45,9 @@ def test_signds_uploads_h_plus_one_numbers_and_learns(tmp_path):
     assert max(uploads) < m["model_dimension"] / 20
     assert m["final_test_auc"] > 0.55
     per_client = m["privacy"]["per client"]
-    assert per_client["by_mechanism"]["signds"]["eps"] == 100.0 * 10 and per_client["by_mechanism"]["magrr"]["uses"] == 10
+    assert (
+        per_client["by_mechanism"]["signds"]["eps"] == 100.0 * 10 and per_client["by_mechanism"]["magrr"]["uses"] == 10
+    )
 
 
 def test_gaussian_dp_distortion_shrinks_as_eps_grows_and_is_accounted(tmp_path):
@@ -47,8 +56,15 @@ def test_gaussian_dp_distortion_shrinks_as_eps_grows_and_is_accounted(tmp_path):
 
     plain = _run(tmp_path, "plain", "NOT_ENCRYPT")
     w_plain = np.load(tmp_path / "plain/model.npy")
-    runs = {eps: _run(tmp_path, f"dp{eps}", "DP_ENCRYPT", mechanisms={"dp": {"dp_eps": eps, "dp_delta": 1e-5, "dp_norm_clip": 1.0}})
-            for eps in (0.05, 5.0, 5000.0)}
+    runs = {
+        eps: _run(
+            tmp_path,
+            f"dp{eps}",
+            "DP_ENCRYPT",
+            mechanisms={"dp": {"dp_eps": eps, "dp_delta": 1e-5, "dp_norm_clip": 1.0}},
+        )
+        for eps in (0.05, 5.0, 5000.0)
+    }
     # Execute
     err = {eps: float(np.linalg.norm(np.load(tmp_path / f"dp{eps}/model.npy") - w_plain)) for eps in runs}
     # Assert: sigma is 115, 0.93 and 0.02 per coordinate; the distortion follows by orders of magnitude
@@ -60,7 +76,12 @@ def test_gaussian_dp_distortion_shrinks_as_eps_grows_and_is_accounted(tmp_path):
 
 
 def test_nbafl_runs_and_reports_the_run_level_budget(tmp_path):
-    m = _run(tmp_path, "nbafl", "NBAFL", mechanisms={"nbafl": {"epsilon": 50.0, "delta": 0.01, "w_clip": 50.0, "grad_clip": 5.0}})
+    m = _run(
+        tmp_path,
+        "nbafl",
+        "NBAFL",
+        mechanisms={"nbafl": {"epsilon": 50.0, "delta": 0.01, "w_clip": 50.0, "grad_clip": 5.0}},
+    )
     assert m["privacy"]["per client (whole run)"]["eps"] == 50.0
     assert len(m["rounds"]) == 4
 
@@ -73,13 +94,16 @@ def test_laplace_eval_reports_clustering_scores_of_protected_outputs(tmp_path):
     assert m["privacy"]["per released output"]["eps"] == 2.0
 
 
-@pytest.mark.parametrize("doc, needle", [
-    ({"encrypt": {"encrypt_train_type": "SIGNDS", "signds": {"sign_k": 0.5}}}, "sign_k must be in (0, 0.25]"),
-    ({"encrypt": {"dp": {"dp_delta": 2}}}, "dp_delta must be in (0, 1)"),
-    ({"encrypt": {"encrypt_train_type": "HE"}}, "encrypt_train_type must be one of"),
-    ({"encrypt": {"nbafl": {"w_clip": 0}}}, "nbafl.w_clip must be > 0"),
-    ({"cleints": 5}, "did you mean 'clients'"),
-])
+@pytest.mark.parametrize(
+    "doc, needle",
+    [
+        ({"encrypt": {"encrypt_train_type": "SIGNDS", "signds": {"sign_k": 0.5}}}, "sign_k must be in (0, 0.25]"),
+        ({"encrypt": {"dp": {"dp_delta": 2}}}, "dp_delta must be in (0, 1)"),
+        ({"encrypt": {"encrypt_train_type": "HE"}}, "encrypt_train_type must be one of"),
+        ({"encrypt": {"nbafl": {"w_clip": 0}}}, "nbafl.w_clip must be > 0"),
+        ({"cleints": 5}, "did you mean 'clients'"),
+    ],
+)
 def test_out_of_domain_values_quote_the_domain(doc, needle):
     with pytest.raises(FedConfigError) as e:
         parse_fed_config(doc)
@@ -91,8 +115,25 @@ def test_command_line_writes_metrics(tmp_path):
     import yaml
 
     yaml.safe_dump({**SMALL, "rounds": 2}, open(cfg, "w"))
-    r = subprocess.run([sys.executable, "-m", "vfl.horizontal", "--encrypt", "NOT_ENCRYPT", "--config", str(cfg),
-                        "--out", str(tmp_path / "o")], cwd=REPO, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vfl.horizontal",
+            "--encrypt",
+            "NOT_ENCRYPT",
+            "--config",
+            str(cfg),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     m = json.loads((tmp_path / "o/metrics.json").read_text())
-    assert {"final_test_auc", "rounds", "privacy"} <= set(m) and m["rounds"][0]["upload_numbers_per_client"] == m["model_dimension"]
+    assert {"final_test_auc", "rounds", "privacy"} <= set(m) and m["rounds"][0]["upload_numbers_per_client"] == m[
+        "model_dimension"
+    ]

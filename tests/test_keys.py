@@ -1,4 +1,5 @@
 """CurveZMQ keys: owner-only secret files, strict loading, and admission that never falls open."""
+
 from __future__ import annotations
 
 import os
@@ -21,13 +22,20 @@ def _mode(path) -> int:
 
 def test_key_tool_writes_secret_0600_in_a_0700_directory(tmp_path):
     # Execute
-    r = subprocess.run([sys.executable, "-m", "vfl.keys", "new", "follower0", "--dir", str(tmp_path / "k")],
-                       cwd=REPO, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "vfl.keys", "new", "follower0", "--dir", str(tmp_path / "k")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     # Assert
     assert r.returncode == 0, r.stderr
     assert _mode(tmp_path / "k") == 0o700 and _mode(tmp_path / "k/follower0.key_secret") == 0o600
     public, secret = zmq.auth.load_certificate(str(tmp_path / "k/follower0.key_secret"))  # zmq.auth's own format
-    assert zmq.auth.load_certificate(str(tmp_path / "k/follower0.key"))[1] is None and zmq.curve_public(secret) == public
+    assert (
+        zmq.auth.load_certificate(str(tmp_path / "k/follower0.key"))[1] is None and zmq.curve_public(secret) == public
+    )
 
 
 def test_key_tool_refuses_to_overwrite_or_to_use_an_open_directory(tmp_path):
@@ -52,10 +60,13 @@ def test_secret_key_readable_by_others_is_refused_naming_path_and_mode(tmp_path,
         load_secret_key(secret)
 
 
-@pytest.mark.parametrize("content, needle", [
-    (b"\x00\xff\xfe binary garbage", "holds no public-key line"),
-    (b'curve\n    public-key = "short"\n', "not a 40-character Z85 CURVE key"),
-])
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (b"\x00\xff\xfe binary garbage", "holds no public-key line"),
+        (b'curve\n    public-key = "short"\n', "not a 40-character Z85 CURVE key"),
+    ],
+)
 def test_garbage_key_files_are_refused_in_one_sentence(tmp_path, content, needle):
     # Prepare
     path = tmp_path / "x.key"

@@ -8,6 +8,7 @@ Tolerances: on `shards_medium` (~36k training labels, ~25% positive) a balanced 
 sd <= 0.0028; TOL = 0.017 is a 6-sigma one-sided margin (P < 1e-9 per guess), and the union over the
 ~100 guesses keeps a false failure below 1e-7. A planted leak of the true label on 10% of rows raises
 the balanced accuracy by 0.027 > TOL, so the margin cannot hide it."""
+
 from __future__ import annotations
 
 import json
@@ -54,7 +55,7 @@ def _record_from_noisy(ids: np.ndarray, noisy: np.ndarray, epochs: int = 3, batc
     for e in range(epochs):
         order = rng.permutation(ids.size)
         for s in range(0, ids.size, batch):
-            r = order[s:s + batch]
+            r = order[s : s + batch]
             p = rng.uniform(0.05, 0.6, r.size)
             rec["ids"].append(ids[r])
             rec["epoch"].append(np.full(r.size, e))
@@ -66,9 +67,13 @@ def _record_from_noisy(ids: np.ndarray, noisy: np.ndarray, epochs: int = 3, batc
 def test_follower_view_attack_on_a_real_run_gets_no_more_than_1_minus_rho(tmp_path, shards_medium, procs):
     # Prepare: the leader trains 3 epochs at eps = 1; the follower records every gradient it receives
     eps = 1.0
-    cfgs = party_configs(str(tmp_path), str(shards_medium), train={"epochs": 3, "seed": 0},
-                         privacy={"label_dp": {"eps": eps}},
-                         follower_debug={"record_gradients": str(tmp_path / "grads.npz")})
+    cfgs = party_configs(
+        str(tmp_path),
+        str(shards_medium),
+        train={"epochs": 3, "seed": 0},
+        privacy={"label_dp": {"eps": eps}},
+        follower_debug={"record_gradients": str(tmp_path / "grads.npz")},
+    )
     procs.start("leader", "leader", cfgs["leader"])
     procs.start("follower0", "follower", cfgs["follower0"])
     for name in ("leader", "follower0"):
@@ -104,7 +109,10 @@ def test_the_same_attack_on_keyed_labels_gets_no_more_than_1_minus_rho(tmp_path,
     # Prepare
     eps = 1.0
     train = PartyShard(str(shards_medium / "leader")).split("train")
-    noisy = leader_training_labels(LabelDPRelease.from_config(LabelDPConfig(eps=eps, store_dir=str(tmp_path))), PartyShard(str(shards_medium / "leader")))
+    noisy = leader_training_labels(
+        LabelDPRelease.from_config(LabelDPConfig(eps=eps, store_dir=str(tmp_path))),
+        PartyShard(str(shards_medium / "leader")),
+    )
     record = _record_from_noisy(train.ids, noisy.labels.astype(np.int64))
     # Execute
     _, acc = best_accuracy(follower_view_attack(record, train.ids, eps, follower_seed=0), train.labels.astype(np.int64))
@@ -126,7 +134,10 @@ def test_per_epoch_re_randomization_is_caught_by_the_vote_and_once_per_release_i
         for k in per_epoch:
             per_epoch[k].append(np.full(rec["ids"].size, e) if k == "epoch" else rec[k])
     per_epoch = {k: np.concatenate(v) for k, v in per_epoch.items()}
-    ours = leader_training_labels(LabelDPRelease.from_config(LabelDPConfig(eps=eps, store_dir=str(tmp_path))), PartyShard(str(shards_medium / "leader")))
+    ours = leader_training_labels(
+        LabelDPRelease.from_config(LabelDPConfig(eps=eps, store_dir=str(tmp_path))),
+        PartyShard(str(shards_medium / "leader")),
+    )
     once = _record_from_noisy(train.ids, ours.labels.astype(np.int64), epochs=epochs)
     # Execute
     vote_fresh = follower_view_attack(per_epoch, train.ids, eps, 0)["majority vote over epochs"]
@@ -140,7 +151,9 @@ def test_two_releases_at_eps_1_and_2_do_not_nest(tmp_path, shards_medium):
     # Prepare: one key, two releases of the same labelled data
     shard = PartyShard(str(shards_medium / "leader"))
     truth = shard.split("train").labels.astype(np.int64)
-    low = leader_training_labels(LabelDPRelease.from_config(LabelDPConfig(eps=1.0, store_dir=str(tmp_path))), shard).labels.astype(np.int64)
+    low = leader_training_labels(
+        LabelDPRelease.from_config(LabelDPConfig(eps=1.0, store_dir=str(tmp_path))), shard
+    ).labels.astype(np.int64)
     high = leader_training_labels(LabelDPRelease.from_config(LabelDPConfig(eps=2.0, store_dir=str(tmp_path))), shard)
     # Execute
     acc, n_disagree = release_difference_accuracy(low, high.labels.astype(np.int64), truth)
@@ -172,13 +185,36 @@ def test_attack_cli_reports_the_follower_view_and_two_releases(tmp_path, shards_
     shard = PartyShard(str(shards_medium / "leader"))
     train = shard.split("train")
     for eps in (1.0, 2.0):
-        noisy = leader_training_labels(LabelDPRelease.from_config(LabelDPConfig(eps=eps, store_dir=str(tmp_path))), shard).labels.astype(np.int64)
+        noisy = leader_training_labels(
+            LabelDPRelease.from_config(LabelDPConfig(eps=eps, store_dir=str(tmp_path))), shard
+        ).labels.astype(np.int64)
         np.savez(tmp_path / f"g{eps}.npz", **_record_from_noisy(train.ids, noisy, epochs=2))
     # Execute
-    r = subprocess.run([sys.executable, "-m", "privacy.attacks", "--gradients", str(tmp_path / "g1.0.npz"),
-                        "--labels", str(shards_medium / "leader/train"), "--eps", "1", "--follower-seed", "0",
-                        "--compare-gradients", str(tmp_path / "g2.0.npz"), "--compare-eps", "2",
-                        "--out", str(tmp_path / "leak.json")], cwd=REPO, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "privacy.attacks",
+            "--gradients",
+            str(tmp_path / "g1.0.npz"),
+            "--labels",
+            str(shards_medium / "leader/train"),
+            "--eps",
+            "1",
+            "--follower-seed",
+            "0",
+            "--compare-gradients",
+            str(tmp_path / "g2.0.npz"),
+            "--compare-eps",
+            "2",
+            "--out",
+            str(tmp_path / "leak.json"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     # Assert
     assert r.returncode == 0, r.stderr
     rep = json.loads((tmp_path / "leak.json").read_text())
@@ -193,7 +229,9 @@ def test_a_planted_partial_leak_is_caught_by_the_tolerance(tmp_path, shards_medi
     shard = PartyShard(str(shards_medium / "leader"))
     train = shard.split("train")
     truth = train.labels.astype(np.int64)
-    noisy = leader_training_labels(LabelDPRelease.from_config(LabelDPConfig(eps=eps, store_dir=str(tmp_path))), shard).labels.astype(np.int64)
+    noisy = leader_training_labels(
+        LabelDPRelease.from_config(LabelDPConfig(eps=eps, store_dir=str(tmp_path))), shard
+    ).labels.astype(np.int64)
     leak = np.random.default_rng(9).random(truth.size) < 0.10
     record = _record_from_noisy(train.ids, np.where(leak, truth, noisy))
     # Execute
@@ -225,8 +263,13 @@ def test_rr_and_rr_prior_releases_at_one_eps_draw_independently(tmp_path, shards
     train = shard.split("train")
     key = open_label_key(str(tmp_path), None, shard.manifest)
     rr = training_labels(train.labels, train.ids, LabelDPRelease.from_config(LabelDPConfig(eps=eps)), key)
-    prior = training_labels(train.labels, train.ids, LabelDPRelease.from_config(LabelDPConfig(eps=eps, mechanism="rr_prior")), key,
-                            _FlatPrior())
+    prior = training_labels(
+        train.labels,
+        train.ids,
+        LabelDPRelease.from_config(LabelDPConfig(eps=eps, mechanism="rr_prior")),
+        key,
+        _FlatPrior(),
+    )
     # Execute
     differ = rr.labels != prior.labels
     # Assert: both are plain RR at eps here (k* = 2 everywhere), so independent draws disagree at

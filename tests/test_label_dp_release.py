@@ -2,6 +2,7 @@
 one release per parameter set, reproduced exactly; a new release for any change, drawn independently
 and added to the ledger; loose or damaged key files refused; followers' files free of label aggregates.
 Statistical checks use 5.5-sigma binomial bounds (false failure < 4e-8 each)."""
+
 from __future__ import annotations
 
 import json
@@ -124,7 +125,9 @@ def test_a_re_exported_source_is_charged_with_the_releases_of_the_overlapping_on
     second = _labels(tmp_path / "b", tmp_path / "store")
     # Assert: a new dataset (new release), but the ledger charges the overlapping dataset's release to it
     assert second.report["dataset_id"] != first.report["dataset_id"] and second.report["new_release"] is True
-    assert second.report["dataset_total_eps"] == 2.0 and second.report["overlapping_datasets"] == [first.report["dataset_id"]]
+    assert second.report["dataset_total_eps"] == 2.0 and second.report["overlapping_datasets"] == [
+        first.report["dataset_id"]
+    ]
     assert any("shares sample ids" in w for w in second.warnings)
 
 
@@ -157,7 +160,9 @@ def test_a_key_file_others_can_read_is_refused_naming_path_and_mode(tmp_path, sh
     assert str(key) in str(e.value) and "mode 0644" in str(e.value) and "chmod 600" in str(e.value)
 
 
-@pytest.mark.parametrize("content, needle", [("zz" * 32, "64 hex digits"), ("ab" * 8, "64 hex digits"), ("", "64 hex digits")])
+@pytest.mark.parametrize(
+    "content, needle", [("zz" * 32, "64 hex digits"), ("ab" * 8, "64 hex digits"), ("", "64 hex digits")]
+)
 def test_a_damaged_key_file_is_refused(tmp_path, shards_small, content, needle):
     # Prepare
     key = tmp_path / "leader.key"
@@ -314,8 +319,10 @@ def test_composition_charges_one_lp2st_run_once_and_each_new_prior_again():
     from privacy.label.store import STAGE_ONE, composed_eps
 
     stage = {"release_id": "s1", "mechanism": STAGE_ONE, "eps": 1.0, "params": {}}
-    second = [{"release_id": f"t{i}", "mechanism": "rr_prior", "eps": 1.0, "params": {"stage_one_release": "s1"}}
-              for i in range(2)]
+    second = [
+        {"release_id": f"t{i}", "mechanism": "rr_prior", "eps": 1.0, "params": {"stage_one_release": "s1"}}
+        for i in range(2)
+    ]
     plain = {"release_id": "b", "mechanism": "binary_rr", "eps": 2.0, "params": {"eps": 2.0}}
     # Execute / Assert
     assert composed_eps([stage]) == 1.0  # a run stopped during stage one
@@ -340,11 +347,23 @@ def test_the_ledger_holds_lp2st_stage_one_before_its_prior_is_trained(tmp_path, 
 
     # Execute
     with pytest.raises(RuntimeError, match="stage one"):
-        release.draw(train.labels, train.ids, open_label_key(str(tmp_path), None, shard.manifest), stopped,
-                     valid.labels, valid.ids)
+        release.draw(
+            train.labels,
+            train.ids,
+            open_label_key(str(tmp_path), None, shard.manifest),
+            stopped,
+            valid.labels,
+            valid.ids,
+        )
     after_stop = json.loads((tmp_path / "ledger.json").read_text())
-    full = release.draw(train.labels, train.ids, open_label_key(str(tmp_path), None, shard.manifest),
-                        lambda first, noisy: np.full(first.size, 0.5), valid.labels, valid.ids)
+    full = release.draw(
+        train.labels,
+        train.ids,
+        open_label_key(str(tmp_path), None, shard.manifest),
+        lambda first, noisy: np.full(first.size, 0.5),
+        valid.labels,
+        valid.ids,
+    )
     # Assert
     assert [(r["mechanism"], r["eps"]) for r in after_stop["releases"]] == [("lp2st_stage_one", 1.0)]
     assert after_stop["releases"][0]["rows"] == train.ids.size + valid.ids.size

@@ -1,5 +1,6 @@
 """Label DP in a real split run: accounted once per sample, identical in split and centralized runs,
 and the gradients a follower receives leak at most the noisy label (bound e^eps/(1+e^eps))."""
+
 from __future__ import annotations
 
 import json
@@ -26,7 +27,9 @@ def _leakage(tmp_path, shards, eps):
 
 def test_label_dp_run_is_reported_and_equals_centralized(tmp_path, shards_small, procs):
     # Prepare
-    cfgs = party_configs(str(tmp_path), str(shards_small), train={"epochs": 2}, privacy={"label_dp": {"eps": 1.0, "debias": True}})
+    cfgs = party_configs(
+        str(tmp_path), str(shards_small), train={"epochs": 2}, privacy={"label_dp": {"eps": 1.0, "debias": True}}
+    )
     # Execute
     split = run_split(procs, cfgs)
     central = run_centralized(cfgs, str(tmp_path / "c"))
@@ -42,13 +45,29 @@ def test_label_dp_run_is_reported_and_equals_centralized(tmp_path, shards_small,
 
 def test_without_dp_the_sign_of_the_gradient_is_the_label(tmp_path, shards_small, procs):
     # Prepare
-    cfgs = party_configs(str(tmp_path), str(shards_small), follower_debug={"record_gradients": str(tmp_path / "grads.npz")})
+    cfgs = party_configs(
+        str(tmp_path), str(shards_small), follower_debug={"record_gradients": str(tmp_path / "grads.npz")}
+    )
     # Execute
     run_split(procs, cfgs)
     report = _leakage(tmp_path, shards_small, None)
-    cli = subprocess.run([sys.executable, "-m", "privacy.attacks", "--gradients", str(tmp_path / "grads.npz"),
-                          "--labels", str(shards_small / "leader/train"), "--out", str(tmp_path / "leakage.json")],
-                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "privacy.attacks",
+            "--gradients",
+            str(tmp_path / "grads.npz"),
+            "--labels",
+            str(shards_small / "leader/train"),
+            "--out",
+            str(tmp_path / "leakage.json"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     # Assert
     assert report["attacks"]["sign"]["max_auc"] > 0.999
     assert report["attacks"]["oracle"]["max_auc"] > 0.999
@@ -62,8 +81,13 @@ def test_without_dp_the_sign_of_the_gradient_is_the_label(tmp_path, shards_small
 def test_with_dp_direction_attacks_stay_below_the_randomized_response_bound(tmp_path, shards_small, procs):
     # Prepare
     eps = 1.0
-    cfgs = party_configs(str(tmp_path), str(shards_small), train={"epochs": 2}, privacy={"label_dp": {"eps": eps}},
-                         follower_debug={"record_gradients": str(tmp_path / "grads.npz")})
+    cfgs = party_configs(
+        str(tmp_path),
+        str(shards_small),
+        train={"epochs": 2},
+        privacy={"label_dp": {"eps": eps}},
+        follower_debug={"record_gradients": str(tmp_path / "grads.npz")},
+    )
     # Execute
     run_split(procs, cfgs)
     report = _leakage(tmp_path, shards_small, eps)
@@ -79,8 +103,12 @@ def test_with_dp_direction_attacks_stay_below_the_randomized_response_bound(tmp_
 def test_rr_prior_run_keeps_followers_alive_while_the_prior_trains(tmp_path, shards_small, procs):
     # Prepare: stage one takes longer than the follower's 4 s deadline (which must still cover one PSI chunk
     # of 8192 exponentiations on a loaded machine)
-    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=60,
-                         privacy={"label_dp": {"eps": 2.0, "mechanism": "rr_prior", "prior_epochs": 200}})
+    cfgs = party_configs(
+        str(tmp_path),
+        str(shards_small),
+        timeout_s=60,
+        privacy={"label_dp": {"eps": 2.0, "mechanism": "rr_prior", "prior_epochs": 200}},
+    )
     doc = yaml.safe_load(open(cfgs["follower0"]))
     doc["network"]["timeout_s"] = 4.0
     yaml.safe_dump(doc, open(cfgs["follower0"], "w"))
@@ -103,10 +131,14 @@ def test_rr_prior_run_keeps_followers_alive_while_the_prior_trains(tmp_path, sha
 def test_multiclass_kary_rr_with_forward_correction_equals_centralized(tmp_path, shards_k10, procs):
     # Prepare: K = 10 classes, k-ary RR at eps = 1 (keep p1 = e/(9 + e) = 0.232), forward correction,
     # selection on the randomized validation labels by debiased accuracy
-    cfgs = party_configs(str(tmp_path), str(shards_k10), model={"bottom": {"embedding_dim": 8, "hidden": [32], "cut_dim": 8}},
-                         train={"epochs": 2, "eval_every_steps": 5},
-                         leader_train={"task": "multiclass", "early_stopping": {"metric": "accuracy", "patience": 10}},
-                         privacy={"label_dp": {"eps": 1.0, "debias": True}})
+    cfgs = party_configs(
+        str(tmp_path),
+        str(shards_k10),
+        model={"bottom": {"embedding_dim": 8, "hidden": [32], "cut_dim": 8}},
+        train={"epochs": 2, "eval_every_steps": 5},
+        leader_train={"task": "multiclass", "early_stopping": {"metric": "accuracy", "patience": 10}},
+        privacy={"label_dp": {"eps": 1.0, "debias": True}},
+    )
     # Execute
     split = run_split(procs, cfgs)
     central = run_centralized(cfgs, str(tmp_path / "c"))
@@ -125,11 +157,17 @@ def test_multiclass_kary_rr_with_forward_correction_equals_centralized(tmp_path,
     assert "label DP: kary_rr eps=1.0" in (tmp_path / "out/leader.log").read_text()
 
 
-def test_multiclass_rr_prior_trains_its_prior_over_all_parties_identically_split_and_centralized(tmp_path, shards_k10, procs):
+def test_multiclass_rr_prior_trains_its_prior_over_all_parties_identically_split_and_centralized(
+    tmp_path, shards_k10, procs
+):
     # Prepare: LP-2ST at K = 10, eps = 1: stage one (k-ary RR) trains a split model of leader AND follower
-    cfgs = party_configs(str(tmp_path), str(shards_k10), model={"bottom": {"embedding_dim": 8, "hidden": [32], "cut_dim": 8}},
-                         leader_train={"task": "multiclass"},
-                         privacy={"label_dp": {"eps": 1.0, "mechanism": "rr_prior", "prior_epochs": 2}})
+    cfgs = party_configs(
+        str(tmp_path),
+        str(shards_k10),
+        model={"bottom": {"embedding_dim": 8, "hidden": [32], "cut_dim": 8}},
+        leader_train={"task": "multiclass"},
+        privacy={"label_dp": {"eps": 1.0, "mechanism": "rr_prior", "prior_epochs": 2}},
+    )
     # Execute
     split = run_split(procs, cfgs)
     central = run_centralized(cfgs, str(tmp_path / "c"))
@@ -156,10 +194,14 @@ def test_ten_class_gradient_attacks_find_the_label_without_dp_and_stay_at_p1_wit
     reports = {}
     for name, privacy in (("clear", None), ("dp", {"label_dp": {"eps": 1.0}})):
         (tmp_path / name).mkdir()
-        cfgs = party_configs(str(tmp_path / name), str(shards_k10),
-                             model={"bottom": {"embedding_dim": 8, "hidden": [32], "cut_dim": 8}},
-                             leader_train={"task": "multiclass"}, privacy=privacy,
-                             follower_debug={"record_gradients": str(tmp_path / name / "grads.npz")})
+        cfgs = party_configs(
+            str(tmp_path / name),
+            str(shards_k10),
+            model={"bottom": {"embedding_dim": 8, "hidden": [32], "cut_dim": 8}},
+            leader_train={"task": "multiclass"},
+            privacy=privacy,
+            follower_debug={"record_gradients": str(tmp_path / name / "grads.npz")},
+        )
         # Execute
         run_split(procs, cfgs)
         procs.cleanup()

@@ -1,4 +1,5 @@
 """LazyAdam (row-indexed lazy Adam) against torch.optim.SparseAdam: the same update, bit for bit on a CPU."""
+
 from __future__ import annotations
 
 import copy
@@ -28,7 +29,9 @@ def _train(opt_cls, init, batches, targets, **kw):
     return emb.weight.detach(), opt
 
 
-@pytest.mark.parametrize("kw", [{"lr": 1e-3}, {"lr": 0.05, "betas": (0.8, 0.95), "eps": 1e-6}, {"lr": 1e-2, "maximize": True}])
+@pytest.mark.parametrize(
+    "kw", [{"lr": 1e-3}, {"lr": 0.05, "betas": (0.8, 0.95), "eps": 1e-6}, {"lr": 1e-2, "maximize": True}]
+)
 def test_lazy_adam_equals_sparse_adam_bit_for_bit(kw):
     # Prepare
     init, batches, targets = _table_and_batches(0)
@@ -40,7 +43,9 @@ def test_lazy_adam_equals_sparse_adam_bit_for_bit(kw):
     for p_ref, p_lazy in zip(ref.param_groups[0]["params"], lazy.param_groups[0]["params"]):
         s_ref, s_lazy = ref.state[p_ref], lazy.state[p_lazy]
         assert s_ref["step"] == s_lazy["step"] == len(batches)
-        assert torch.equal(s_ref["exp_avg"], s_lazy["exp_avg"]) and torch.equal(s_ref["exp_avg_sq"], s_lazy["exp_avg_sq"])
+        assert torch.equal(s_ref["exp_avg"], s_lazy["exp_avg"]) and torch.equal(
+            s_ref["exp_avg_sq"], s_lazy["exp_avg_sq"]
+        )
     assert torch.equal(got[250:], init[250:])
     assert not torch.equal(got[:250], init[:250])
 
@@ -99,12 +104,16 @@ def test_lazy_adam_refuses_a_dense_gradient_naming_what_it_takes():
         opt.step()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the CUDA row summation is not exercised here")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device: the CUDA row summation is not exercised here"
+)
 def test_lazy_adam_on_cuda_follows_sparse_adam_with_a_heavily_repeated_id():
     # Prepare: id 0 in 80% of the lookups (a missing value), as in Criteo's sparsest fields
     init, batches, targets = _table_and_batches(2)
-    batches = [torch.where(torch.rand(b.shape, generator=torch.Generator().manual_seed(i)) < 0.8, 0, b)
-               for i, b in enumerate(batches)]
+    batches = [
+        torch.where(torch.rand(b.shape, generator=torch.Generator().manual_seed(i)) < 0.8, 0, b)
+        for i, b in enumerate(batches)
+    ]
     # Execute
     want, _ = _train(torch.optim.SparseAdam, init, batches, targets, lr=1e-2)
     emb = torch.nn.Embedding.from_pretrained(init.clone().cuda(), freeze=False, sparse=True)

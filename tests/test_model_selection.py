@@ -2,6 +2,7 @@
 best-step restore over the protocol, LR schedules; and what followers receive depends on the true
 labels only through the randomized training and validation labels.
 Statistical checks: n = 400k, bounds of 5.5 standard errors (false failure < 4e-8 each)."""
+
 from __future__ import annotations
 
 import math
@@ -97,13 +98,20 @@ def _run(procs, cfgs, env=None):
     return run_split(procs, _leader_only_selection(cfgs), env)
 
 
-ES = {"epochs": 6, "lr": 0.05, "early_stopping": {"metric": "auc", "patience": 2}, "eval_every_steps": 10,
-      "lr_schedule": {"name": "cosine", "warmup_steps": 5}}
+ES = {
+    "epochs": 6,
+    "lr": 0.05,
+    "early_stopping": {"metric": "auc", "patience": 2},
+    "eval_every_steps": 10,
+    "lr_schedule": {"name": "cosine", "warmup_steps": 5},
+}
 
 
 def test_split_early_stopping_restores_the_best_step_like_the_centralized_reference(tmp_path, shards_small, procs):
     # Prepare: a high learning rate overfits the small set, so validation AUC peaks and falls
-    cfgs = _leader_only_selection(party_configs(str(tmp_path), str(shards_small), train=ES, privacy={"label_dp": {"eps": 2.0}}))
+    cfgs = _leader_only_selection(
+        party_configs(str(tmp_path), str(shards_small), train=ES, privacy={"label_dp": {"eps": 2.0}})
+    )
     # Execute
     split = _run(procs, cfgs)
     central = run_centralized(cfgs, str(tmp_path / "c"))
@@ -114,7 +122,9 @@ def test_split_early_stopping_restores_the_best_step_like_the_centralized_refere
     assert split["test_auc"] == pytest.approx(best["test_auc"], abs=1e-9)  # the restored model is the best step's
     assert max(h["valid"]["auc"] for h in split["history"]) == sel["best_value"]
     np.testing.assert_allclose(split["step_losses"], central["step_losses"], rtol=1e-5)
-    assert central["selection"]["best_step"] == sel["best_step"] and central["test_auc"] == pytest.approx(split["test_auc"], abs=1e-6)
+    assert central["selection"]["best_step"] == sel["best_step"] and central["test_auc"] == pytest.approx(
+        split["test_auc"], abs=1e-6
+    )
     # one extra copy of weights and optimizer state per party, reported
     assert 0 < split["snapshot_bytes"]["leader"] and 0 < split["snapshot_bytes"]["follower0"]
     assert "restored the snapshot of global step" in (tmp_path / "out/follower0.log").read_text()
@@ -134,7 +144,9 @@ def test_what_followers_receive_depends_on_true_labels_only_through_the_randomiz
     shard_b = tmp_path / "shards_b"
     shutil.copytree(shards_small, shard_b)
     a = PartyShard(str(shards_small / "leader"))
-    noisy_a = leader_training_labels(LabelDPRelease.from_config(LabelDPConfig(eps=eps, store_dir=str(tmp_path / "store_a"))), a)
+    noisy_a = leader_training_labels(
+        LabelDPRelease.from_config(LabelDPConfig(eps=eps, store_dir=str(tmp_path / "store_a"))), a
+    )
     key_b = open_label_key(str(tmp_path / "store_b"), None, a.manifest)
     rel_b = release_id(key_b.dataset, key_b.fingerprint, "binary_rr", {"eps": eps, "labels": "binary"})
     rho = flip_probability(eps)
@@ -148,8 +160,13 @@ def test_what_followers_receive_depends_on_true_labels_only_through_the_randomiz
     runs = {}
     for name, shards in (("a", shards_small), ("b", shard_b)):
         (tmp_path / name).mkdir()
-        cfgs = party_configs(str(tmp_path / name), str(shards), train=ES, privacy={"label_dp": {"eps": eps}},
-                             follower_debug={"record_gradients": str(tmp_path / name / "grads.npz")})
+        cfgs = party_configs(
+            str(tmp_path / name),
+            str(shards),
+            train=ES,
+            privacy={"label_dp": {"eps": eps}},
+            follower_debug={"record_gradients": str(tmp_path / name / "grads.npz")},
+        )
         # Execute
         runs[name] = _run(procs, cfgs, env={"VFL_LABEL_DP_STORE": str(tmp_path / f"store_{name}")})
         procs.cleanup()

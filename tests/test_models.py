@@ -1,4 +1,5 @@
 """The Wide&Deep bottom's first layer without the concatenation is nn.Linear on the concatenation."""
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """Fail fast: --data given a dataset, a shard, a raw file or nothing; resume/epochs; sizes; --help without torch."""
+
 from __future__ import annotations
 
 import json
@@ -20,17 +21,29 @@ from vfl.preflight import (
 
 
 def _cfg(path="d", **train):
-    return parse_config({"role": "leader", "party": "leader", "data": {"path": str(path)}, "train": train,
-                         "network": {"bind": "tcp://127.0.0.1:1", "followers": ["follower0"]},
-                         "model": {"bottom": {"embedding_dim": 16, "hidden": [8]}}})
+    return parse_config(
+        {
+            "role": "leader",
+            "party": "leader",
+            "data": {"path": str(path)},
+            "train": train,
+            "network": {"bind": "tcp://127.0.0.1:1", "followers": ["follower0"]},
+            "model": {"bottom": {"embedding_dim": 16, "hidden": [8]}},
+        }
+    )
 
 
 def _party(cfgs_dir, shards, *extra, module="leader"):
     from tests.procs import party_configs
 
     cfgs = party_configs(str(cfgs_dir), str(shards))
-    return subprocess.run([sys.executable, "-m", module, "--config", cfgs["leader" if module == "leader" else "follower0"],
-                           *extra], cwd=REPO, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", module, "--config", cfgs["leader" if module == "leader" else "follower0"], *extra],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_data_path_forms_resolve_or_say_what_to_do(shards_small, synth_small, tmp_path):
@@ -42,7 +55,10 @@ def test_data_path_forms_resolve_or_say_what_to_do(shards_small, synth_small, tm
     path, note = resolve_data_path(str(shards_small), "follower0")
     assert path == os.path.join(str(shards_small), "follower0") and "using" in note
     # a raw TSV says to prepare it
-    with pytest.raises(DataError, match=r"is a raw data file, not a party shard: prepare it first with `python -m vfl.data prepare --input"):
+    with pytest.raises(
+        DataError,
+        match=r"is a raw data file, not a party shard: prepare it first with `python -m vfl.data prepare --input",
+    ):
         resolve_data_path(str(synth_small), "leader")
     # a missing path says so, and what it must be
     with pytest.raises(DataError, match=r"does not exist: give this party's shard directory DIR/leader"):
@@ -55,10 +71,13 @@ def test_data_path_forms_resolve_or_say_what_to_do(shards_small, synth_small, tm
         resolve_data_path(str(tmp_path / "empty"), "leader")
 
 
-@pytest.mark.parametrize("what, needle", [
-    ("raw", "is a raw data file, not a party shard"),
-    ("missing", "does not exist"),
-])
+@pytest.mark.parametrize(
+    "what, needle",
+    [
+        ("raw", "is a raw data file, not a party shard"),
+        ("missing", "does not exist"),
+    ],
+)
 def test_party_cli_rejects_bad_data_before_importing_torch(tmp_path, shards_small, synth_small, what, needle):
     # Prepare
     data = str(synth_small) if what == "raw" else str(tmp_path / "missing")
@@ -95,7 +114,10 @@ def test_resume_past_the_last_epoch_is_refused_before_torch(tmp_path, shards_sma
     manifest = json.loads((shards_small / "leader" / "manifest.json").read_text())
     spe = -(-manifest["rows"]["train"] // 1024)
     # Execute / Assert
-    with pytest.raises(ConfigError, match=rf"is at global step 20, but train.epochs=2 x {spe} steps ends at step {2 * spe}: pass --epochs {20 // spe + 1}"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"is at global step 20, but train.epochs=2 x {spe} steps ends at step {2 * spe}: pass --epochs {20 // spe + 1}",
+    ):
         check_resume(_cfg(shards_small / "leader", epochs=2, batch_size=1024, resume_from=str(ckpt)), manifest)
     check_resume(_cfg(shards_small / "leader", epochs=20 // spe + 1, batch_size=1024, resume_from=str(ckpt)), manifest)
     other = tmp_path / "f.pt"
@@ -126,17 +148,31 @@ def test_projected_checkpoint_size_matches_a_real_checkpoint_and_large_ones_warn
     assert projected == 3 * actual_weights
     assert os.path.getsize(tmp_path / "c.pt") >= actual_weights
     assert size_warning(cfg, shard.manifest) is None
-    big = {**shard.manifest, "party": {**shard.manifest["party"],
-                                       "field_sizes": {c: 1_000_000 for c in shard.manifest["party"]["categorical"]}}}
+    big = {
+        **shard.manifest,
+        "party": {
+            **shard.manifest["party"],
+            "field_sizes": {c: 1_000_000 for c in shard.manifest["party"]["categorical"]},
+        },
+    }
     text = size_warning(cfg, big)
-    assert projected_checkpoint_bytes(cfg, big) > CHECKPOINT_WARN_BYTES and "GiB" in text and "--vocab-min-count" in text
+    assert (
+        projected_checkpoint_bytes(cfg, big) > CHECKPOINT_WARN_BYTES and "GiB" in text and "--vocab-min-count" in text
+    )
 
 
-@pytest.mark.parametrize("module", ["leader", "follower", "vfl.centralized", "vfl.data", "vfl.config", "vfl.horizontal"])
+@pytest.mark.parametrize(
+    "module", ["leader", "follower", "vfl.centralized", "vfl.data", "vfl.config", "vfl.horizontal"]
+)
 def test_help_never_imports_torch(module):
     # Execute
-    r = subprocess.run([sys.executable, "-X", "importtime", "-m", module, "--help"], cwd=REPO, capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", module, "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     # Assert
     imported = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
     assert r.returncode == 0 and "usage:" in r.stdout
@@ -145,18 +181,23 @@ def test_help_never_imports_torch(module):
         assert "pydantic" not in imported
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--epochs"], "error: --epochs needs a value"),
-    (["--epochs", "--centralized"], "error: --epochs needs a value"),
-    (["--data"], "error: --data needs a value"),
-    (["--out"], "error: --out needs a value"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--epochs"], "error: --epochs needs a value"),
+        (["--epochs", "--centralized"], "error: --epochs needs a value"),
+        (["--data"], "error: --data needs a value"),
+        (["--out"], "error: --out needs a value"),
+    ],
+)
 def test_shell_script_value_flags_without_a_value_are_clear_errors(args, needle):
     # Execute
-    r = subprocess.run(["bash", "scripts/run_vfl_train_local.sh", *args], cwd=REPO, capture_output=True, text=True,
-                       timeout=60)
-    lp = subprocess.run(["bash", "scripts/run_vfl_train_local_label_dp.sh", *args], cwd=REPO, capture_output=True,
-                        text=True, timeout=60)
+    r = subprocess.run(
+        ["bash", "scripts/run_vfl_train_local.sh", *args], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    lp = subprocess.run(
+        ["bash", "scripts/run_vfl_train_local_label_dp.sh", *args], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     # Assert
     for res in (r, lp):
         assert res.returncode == 2 and needle in res.stderr and "unbound variable" not in res.stderr
@@ -168,7 +209,9 @@ def test_reading_the_dataset_directory_as_a_shard_is_a_data_error_not_a_key_erro
     from vfl.data.shards import PartyShard
 
     # Execute / Assert
-    with pytest.raises(DataError, match=r"is the prepared dataset, not one party's shard: .* \['follower0', 'leader'\]"):
+    with pytest.raises(
+        DataError, match=r"is the prepared dataset, not one party's shard: .* \['follower0', 'leader'\]"
+    ):
         PartyShard(str(shards_small))
 
 
@@ -178,8 +221,14 @@ def test_shard_role_owner_and_columns_are_checked_from_the_manifest(shards_small
     from vfl.preflight import check_shard, read_manifest
 
     follower_dir, leader_dir = str(shards_small / "follower0"), str(shards_small / "leader")
-    follower = parse_config({"role": "follower", "party": "follower0", "data": {"path": follower_dir, "dense": ["I1"]},
-                             "network": {"connect": "tcp://127.0.0.1:1"}})
+    follower = parse_config(
+        {
+            "role": "follower",
+            "party": "follower0",
+            "data": {"path": follower_dir, "dense": ["I1"]},
+            "network": {"connect": "tcp://127.0.0.1:1"},
+        }
+    )
     # Execute / Assert
     with pytest.raises(DataError, match="which holds no labels; the leader needs the labelled shard"):
         check_shard(_cfg(follower_dir), follower_dir, read_manifest(follower_dir))

@@ -1,6 +1,7 @@
 """Horizontal mechanisms: exact where noise-free, statistical where noisy (5.5-sigma or Hoeffding
 beta=1e-8 bounds; the module fails by chance with probability < 1e-6), eps-LDP of SignDS by exact
 enumeration, and every domain error."""
+
 from __future__ import annotations
 
 import itertools
@@ -144,13 +145,19 @@ def test_signds_server_average_is_exact():
     np.testing.assert_allclose(agg, [0.25, 0, 0, -0.25, 0])
 
 
-@pytest.mark.parametrize("kw, needle", [
-    ({"sign_k": 0.3}, "sign_k must be in (0, 0.25]"), ({"sign_k": 0}, "sign_k"),
-    ({"sign_eps": 0}, "sign_eps must be in (0, 100]"), ({"sign_eps": 101}, "sign_eps"),
-    ({"sign_thr_ratio": 0.4}, "sign_thr_ratio must be in [0.5, 1]"),
-    ({"sign_global_lr": 0}, "sign_global_lr must be > 0"),
-    ({"sign_dim_out": 51}, "sign_dim_out must be an integer in [0, 50]"), ({"sign_dim_out": 1.5}, "sign_dim_out"),
-])
+@pytest.mark.parametrize(
+    "kw, needle",
+    [
+        ({"sign_k": 0.3}, "sign_k must be in (0, 0.25]"),
+        ({"sign_k": 0}, "sign_k"),
+        ({"sign_eps": 0}, "sign_eps must be in (0, 100]"),
+        ({"sign_eps": 101}, "sign_eps"),
+        ({"sign_thr_ratio": 0.4}, "sign_thr_ratio must be in [0.5, 1]"),
+        ({"sign_global_lr": 0}, "sign_global_lr must be > 0"),
+        ({"sign_dim_out": 51}, "sign_dim_out must be an integer in [0, 50]"),
+        ({"sign_dim_out": 1.5}, "sign_dim_out"),
+    ],
+)
 def test_signds_domain_errors(kw, needle):
     with pytest.raises(ValueError) as e:
         SignDSParams(**kw)
@@ -208,8 +215,14 @@ def test_clipping_is_exact_and_noise_has_the_calibrated_sd():
     assert abs(resid.std() / params.sigma - 1) < 0.039
 
 
-@pytest.mark.parametrize("kw, needle", [({"dp_eps": 0}, "dp_eps must be > 0"), ({"dp_delta": 1}, "dp_delta must be in (0, 1)"),
-                                        ({"dp_norm_clip": -1}, "dp_norm_clip must be > 0")])
+@pytest.mark.parametrize(
+    "kw, needle",
+    [
+        ({"dp_eps": 0}, "dp_eps must be > 0"),
+        ({"dp_delta": 1}, "dp_delta must be in (0, 1)"),
+        ({"dp_norm_clip": -1}, "dp_norm_clip must be > 0"),
+    ],
+)
 def test_gaussian_domain_errors(kw, needle):
     with pytest.raises(ValueError, match=needle.replace("(", r"\(").replace(")", r"\)")):
         GaussianParams(**kw)

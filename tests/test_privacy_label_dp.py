@@ -3,6 +3,7 @@ at eps = inf, and rejects bad input naming the value. Statistical checks use 5.5
 bounds (false failure < 4e-8 each) or Hoeffding bounds at beta = 1e-8 per bin; the whole module
 (with the K = 10 keyed k-ary RR checks: 40 binomial bounds and 20 histogram bins) fails by chance with
 probability < 3e-6."""
+
 from __future__ import annotations
 
 import math
@@ -134,26 +135,32 @@ def test_release_noise_is_a_function_of_key_release_and_sample_id():
     assert np.mean(full != other_release) > 0.3
 
 
-@pytest.mark.parametrize("eps, exc, needle", [
-    (True, TypeError, "real number, got bool"),
-    ("1.0", TypeError, "real number, got str"),
-    (-1.0, ValueError, "eps must be >= 0 (or inf for no noise), got eps=-1.0"),
-    (float("nan"), ValueError, "got eps=nan"),
-])
+@pytest.mark.parametrize(
+    "eps, exc, needle",
+    [
+        (True, TypeError, "real number, got bool"),
+        ("1.0", TypeError, "real number, got str"),
+        (-1.0, ValueError, "eps must be >= 0 (or inf for no noise), got eps=-1.0"),
+        (float("nan"), ValueError, "got eps=nan"),
+    ],
+)
 def test_bad_eps_raises_quoting_the_value(eps, exc, needle):
     with pytest.raises(exc) as e:
         LabelDP(eps)
     assert needle in str(e.value)
 
 
-@pytest.mark.parametrize("labels, needle", [
-    (np.array([0, 1, 2, 1]), "row 2 is 2"),
-    (np.array([[1, 0, 0], [1, 1, 0], [0, 0, 0]]), "row 1 is [1, 1, 0]"),
-    (np.array([[1, 0, 0], [0, 0, 0]]), "row 1 is [0, 0, 0]"),
-    (np.array([[0.5, 0.5], [1, 0]]), "row 0"),
-    (np.zeros((2, 2, 2)), "ndim=3"),
-    (np.zeros((3, 0)), "K >= 2"),
-])
+@pytest.mark.parametrize(
+    "labels, needle",
+    [
+        (np.array([0, 1, 2, 1]), "row 2 is 2"),
+        (np.array([[1, 0, 0], [1, 1, 0], [0, 0, 0]]), "row 1 is [1, 1, 0]"),
+        (np.array([[1, 0, 0], [0, 0, 0]]), "row 1 is [0, 0, 0]"),
+        (np.array([[0.5, 0.5], [1, 0]]), "row 0"),
+        (np.zeros((2, 2, 2)), "ndim=3"),
+        (np.zeros((3, 0)), "K >= 2"),
+    ],
+)
 def test_bad_labels_raise_naming_the_first_bad_row(labels, needle):
     with pytest.raises(ValueError) as e:
         LabelDP(1.0)(labels)
@@ -191,7 +198,7 @@ def test_keyed_labeldp_draws_independently_for_another_label_set_or_eps(tmp_path
     dp2 = LabelDP(2.0, dataset="clicks", store_dir=str(tmp_path))
     clicks2 = dp2(labels, ids=ids)
     # Assert: independent draws disagree at r1 (1 - r2) + r2 (1 - r1)
-    r1, r2 = 1 / (1 + math.e), 1 / (1 + math.e ** 2)
+    r1, r2 = 1 / (1 + math.e), 1 / (1 + math.e**2)
     for other, ra in ((buys, r1), (clicks2, r2)):
         want = r1 * (1 - ra) + ra * (1 - r1)
         assert abs(np.mean(clicks != other) - want) < binomial_tolerance(ids.size, want)
@@ -225,13 +232,16 @@ def test_keyed_class_ids_keep_their_class_with_p1():
     assert abs(np.mean(out == cls) - p1) < binomial_tolerance(N, p1)
 
 
-@pytest.mark.parametrize("kwargs, call, needle", [
-    ({}, {"ids": np.arange(4)}, "dataset=NAME"),
-    ({"dataset": "d", "key": bytes(32)}, {"ids": np.arange(3)}, "ids must be 4 integer sample ids"),
-    ({"dataset": "d", "key": bytes(32)}, {"ids": np.array([0, 1, 1, 2])}, "ids must be unique"),
-    ({"dataset": "d", "key": b"short"}, None, "32 secret random bytes"),
-    ({"num_classes": 1}, None, "num_classes must be an integer >= 2"),
-])
+@pytest.mark.parametrize(
+    "kwargs, call, needle",
+    [
+        ({}, {"ids": np.arange(4)}, "dataset=NAME"),
+        ({"dataset": "d", "key": bytes(32)}, {"ids": np.arange(3)}, "ids must be 4 integer sample ids"),
+        ({"dataset": "d", "key": bytes(32)}, {"ids": np.array([0, 1, 1, 2])}, "ids must be unique"),
+        ({"dataset": "d", "key": b"short"}, None, "32 secret random bytes"),
+        ({"num_classes": 1}, None, "num_classes must be an integer >= 2"),
+    ],
+)
 def test_keyed_labeldp_rejects_bad_arguments_naming_them(kwargs, call, needle):
     with pytest.raises(ValueError) as e:
         LabelDP(1.0, **kwargs)(np.array([0, 1, 1, 0]), **(call or {}))

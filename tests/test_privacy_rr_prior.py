@@ -1,6 +1,7 @@
 """RRWithPrior follows Ghazi et al. 2021 Algorithm 2: exact weights, eps-DP on neighbouring labels,
 collapse detection; the forward-corrected loss recovers clean probabilities. Statistical checks use
 Hoeffding bounds at beta = 1e-8 per bin (module false failure < 1e-6)."""
+
 from __future__ import annotations
 
 import math
@@ -77,7 +78,9 @@ def test_forward_correction_is_plain_bce_without_noise_and_recovers_clean_probab
     logits = torch.linspace(-3, 3, 7)
     y = torch.tensor([0, 1, 1, 0, 1, 0, 1], dtype=torch.float32)
     # Execute / Assert: rho = 0 is exactly BCE
-    torch.testing.assert_close(forward_corrected_bce(logits, y, 0.0), F.binary_cross_entropy_with_logits(logits, y), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        forward_corrected_bce(logits, y, 0.0), F.binary_cross_entropy_with_logits(logits, y), rtol=1e-5, atol=1e-6
+    )
     # a constant model fitted on noisy labels of a p = 0.2 source predicts ~0.2 with correction, ~0.34 without
     rho, p = 1 / (1 + math.e), 0.2
     rng = np.random.default_rng(5)

@@ -1,4 +1,5 @@
 """Private set intersection of sample ids: exact over real CurveZMQ channels, and refusing every malformed PSI message."""
+
 from __future__ import annotations
 
 import threading
@@ -27,12 +28,20 @@ def _channels(tmp_path, followers=("follower0",), timeout=10.0):
 
     keys = party_keys(str(tmp_path), ("leader", *followers))
     endpoint = f"tcp://127.0.0.1:{free_port()}"
-    leader = LeaderChannel(endpoint, tuple(followers), load_leader_keys(keys["leader"][1], {f: keys[f][0] for f in followers}),
-                           timeout, "leader", max_frame_bytes=1 << 22)
+    leader = LeaderChannel(
+        endpoint,
+        tuple(followers),
+        load_leader_keys(keys["leader"][1], {f: keys[f][0] for f in followers}),
+        timeout,
+        "leader",
+        max_frame_bytes=1 << 22,
+    )
 
     def follower(name):
-        return FollowerChannel(endpoint, name, load_follower_keys(keys[name][1], keys["leader"][0]), timeout,
-                               max_frame_bytes=1 << 22)
+        return FollowerChannel(
+            endpoint, name, load_follower_keys(keys[name][1], keys["leader"][0]), timeout, max_frame_bytes=1 << 22
+        )
+
     return leader, follower
 
 
@@ -44,6 +53,7 @@ def _in_thread(fn, *args):
             box["value"] = fn(*args)
         except BaseException as e:  # noqa: BLE001 - handed to the test thread
             box["error"] = e
+
     t = threading.Thread(target=run, daemon=True)
     t.start()
     return t, box
@@ -63,7 +73,9 @@ def test_hashing_and_exponents_commute_and_match_only_equal_ids():
     assert len(set(point_set(hash_ids(x)))) == 300
 
 
-@pytest.mark.parametrize("value", [bytes(32), bytes([1]) + bytes(31), b"\xff" * 32, (2**255 - 19).to_bytes(32, "little")])
+@pytest.mark.parametrize(
+    "value", [bytes(32), bytes([1]) + bytes(31), b"\xff" * 32, (2**255 - 19).to_bytes(32, "little")]
+)
 def test_small_order_and_non_canonical_points_are_refused(value):
     # Execute / Assert: zero, the order-1/2 points and encodings >= p never reach an exponentiation result
     with pytest.raises(PointError):
@@ -75,7 +87,7 @@ def test_two_followers_with_overlapping_sets_agree_on_exactly_the_common_ids(tmp
     rng = np.random.default_rng(5)
     universe = rng.choice(2**62, size=CHUNK_POINTS + 3000, replace=False).astype(np.int64)
     lead = rng.permutation(universe[: CHUNK_POINTS + 1500])
-    f0 = rng.permutation(universe[1000: CHUNK_POINTS + 2500])
+    f0 = rng.permutation(universe[1000 : CHUNK_POINTS + 2500])
     f1 = rng.permutation(np.concatenate([universe[::3], [-5, 7]]))
     want = np.intersect1d(np.intersect1d(lead, f0), f1)
     leader, follower = _channels(tmp_path, ("follower0", "follower1"))
@@ -130,24 +142,30 @@ def _bad_follower(ch, step: str):
     elif step == "repeated":  # one id's point for every row: would match one leader id to many rows
         ch.send("PSI", {"op": "mask", "start": 0, "stop": 100}, [np.repeat(good[:1], 100, axis=0)])
         ch.recv(("PSI",))
-        ch.send("PSI", {"op": "leader", "start": 0, "stop": 100},
-                [as_wire(mask_ids(np.arange(50, 150, dtype=np.int64), new_exponent()))])
+        ch.send(
+            "PSI",
+            {"op": "leader", "start": 0, "stop": 100},
+            [as_wire(mask_ids(np.arange(50, 150, dtype=np.int64), new_exponent()))],
+        )
     elif step == "op":
         ch.send("PSI", {"op": "leader", "start": req.meta["start"], "stop": req.meta["stop"]}, [good])
     ch.recv(("PSI",), "the abort")  # the leader's ABORT (or nothing) ends the thread
 
 
-@pytest.mark.parametrize("step, needle", [
-    ("suite", "runs PSI suite 'rsa-psi'"),
-    ("too_many", f"field 'n' must be an integer in [1, {MAX_IDS}]"),
-    ("oversized", "declares 1048577 ids, above this leader's limit of 1048576"),
-    ("repeated", "PSI mask values of follower0 holds repeated points"),
-    ("shape", "expected int64 (100, 4) points"),
-    ("range", "is not the requested 0..100"),
-    ("dtype", "expected int64 (100, 4) points, got float64"),
-    ("point", "point of small order"),
-    ("op", "expected PSI mask from follower0, got PSI 'leader'"),
-])
+@pytest.mark.parametrize(
+    "step, needle",
+    [
+        ("suite", "runs PSI suite 'rsa-psi'"),
+        ("too_many", f"field 'n' must be an integer in [1, {MAX_IDS}]"),
+        ("oversized", "declares 1048577 ids, above this leader's limit of 1048576"),
+        ("repeated", "PSI mask values of follower0 holds repeated points"),
+        ("shape", "expected int64 (100, 4) points"),
+        ("range", "is not the requested 0..100"),
+        ("dtype", "expected int64 (100, 4) points, got float64"),
+        ("point", "point of small order"),
+        ("op", "expected PSI mask from follower0, got PSI 'leader'"),
+    ],
+)
 def test_leader_refuses_each_malformed_psi_message_naming_it(tmp_path, step, needle):
     # Prepare
     from vfl.wire import WireError
@@ -157,7 +175,9 @@ def test_leader_refuses_each_malformed_psi_message_naming_it(tmp_path, step, nee
     # Execute
     t, _ = _in_thread(_bad_follower, ch, step)
     try:
-        with pytest.raises(WireError, match=needle.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
+        with pytest.raises(
+            WireError, match=needle.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")
+        ):
             leader_psi(leader, ["follower0"], np.arange(50, 150, dtype=np.int64))
     finally:
         leader.abort_all("test over")
@@ -180,7 +200,9 @@ def test_follower_refuses_a_leader_that_names_an_id_outside_the_intersection(tmp
         leader.send("follower0", "PSI", {"op": "mask", "start": 0, "stop": n})
         yb = from_wire(leader.recv("follower0", "PSI").tensors[0])
         leader.send("follower0", "PSI", {"op": "double", "start": 0, "stop": n}, [as_wire(raise_to(yb, a))])
-        leader.send("follower0", "PSI", {"op": "leader", "start": 0, "stop": 10}, [as_wire(mask_ids(np.arange(1000, 1010), a))])
+        leader.send(
+            "follower0", "PSI", {"op": "leader", "start": 0, "stop": 10}, [as_wire(mask_ids(np.arange(1000, 1010), a))]
+        )
         leader.recv("follower0", "PSI")
         # Execute: no id is shared, yet the leader names position 3
         leader.send("follower0", "PSI", {"op": "result", "start": 0, "stop": 1, "total": 1}, [np.array([3], np.int64)])

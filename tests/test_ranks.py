@@ -1,4 +1,5 @@
 """N ranks per party under torch.distributed (gloo): equal to one rank, paired rank to rank, failing together."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,15 @@ LEADER_TRAIN = {"early_stopping": {"metric": "auc", "patience": 2}}
 
 def rank_env(rank: int, ranks: int, master_port: int) -> dict:
     """What torchrun sets for each rank of one party on one machine."""
-    return {"RANK": str(rank), "WORLD_SIZE": str(ranks), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(ranks),
-            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port), "OMP_NUM_THREADS": "1"}
+    return {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(ranks),
+        "LOCAL_RANK": str(rank),
+        "LOCAL_WORLD_SIZE": str(ranks),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(master_port),
+        "OMP_NUM_THREADS": "1",
+    }
 
 
 def start_ranks(procs, cfgs: dict[str, str], ranks: int) -> list[str]:
@@ -54,7 +62,9 @@ def test_two_ranks_per_party_equal_one_rank_with_label_dp(tmp_path, shards_small
     assert [h["step"] for h in m2["history"]] == [h["step"] for h in m1["history"]]
     # the same noisy labels on every rank, equal to the 1-rank run's; the ledger holds the release once
     assert m2["ranks"] == RANKS and m1["ranks"] == 1
-    assert len(m2["label_digests_per_rank"]) == RANKS and set(m2["label_digests_per_rank"]) == set(m1["label_digests_per_rank"])
+    assert len(m2["label_digests_per_rank"]) == RANKS and set(m2["label_digests_per_rank"]) == set(
+        m1["label_digests_per_rank"]
+    )
     assert m2["label_dp"]["release_id"] == m1["label_dp"]["release_id"]
     assert len(m2["samples_per_second_per_rank"]) == RANKS and min(m2["samples_per_second_per_rank"]) > 0
     out = tmp_path / "two" / "out"
@@ -63,8 +73,10 @@ def test_two_ranks_per_party_equal_one_rank_with_label_dp(tmp_path, shards_small
     ledger = json.loads(open(m2["label_dp"]["ledger"]).read())
     uses = [r["uses"] for r in ledger["releases"] if r["release_id"] == m2["label_dp"]["release_id"]]
     assert uses == [2]  # the 1-rank run, then rank 0 of the 2-rank run: ranks r > 0 never write the ledger
-    print(f"max relative loss difference {np.max(np.abs(b - a) / np.abs(a)):.2e}; test AUC {m1['test_auc']:.6f} vs "
-          f"{m2['test_auc']:.6f}")
+    print(
+        f"max relative loss difference {np.max(np.abs(b - a) / np.abs(a)):.2e}; test AUC {m1['test_auc']:.6f} vs "
+        f"{m2['test_auc']:.6f}"
+    )
 
 
 def test_killing_one_rank_ends_every_process_of_every_party(tmp_path, shards_small, procs):
@@ -90,8 +102,13 @@ def test_killing_one_rank_ends_every_process_of_every_party(tmp_path, shards_sma
     assert procs.procs["follower0.1"].returncode == -9
     for p in procs.procs.values():
         assert p.poll() is not None
-    print(f"all ended {elapsed:.1f} s after the kill: " + " | ".join(
-        f"{n} exit {c}: {[x for x in e.splitlines() if x.startswith('error: ')][0][:160]}" for n, (c, _, e) in results.items()))
+    print(
+        f"all ended {elapsed:.1f} s after the kill: "
+        + " | ".join(
+            f"{n} exit {c}: {[x for x in e.splitlines() if x.startswith('error: ')][0][:160]}"
+            for n, (c, _, e) in results.items()
+        )
+    )
 
 
 def test_parties_with_different_rank_counts_are_refused_at_the_handshake(tmp_path, shards_small, procs):

@@ -1,4 +1,5 @@
 """The pieces of N ranks per party that need no process group: torchrun's environment, slices, weights, pairing."""
+
 from __future__ import annotations
 
 import re
@@ -11,8 +12,14 @@ from vfl.distributed.pairing import rank_endpoint, rank_meta, rank_problems
 from vfl.distributed.slicing import check_batches, loss_weight, rank_rows, slice_bounds
 from vfl.wire import WireError
 
-TORCHRUN = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": "29500"}
+TORCHRUN = {
+    "RANK": "1",
+    "WORLD_SIZE": "2",
+    "LOCAL_RANK": "1",
+    "LOCAL_WORLD_SIZE": "2",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29500",
+}
 
 
 def test_one_rank_without_torchrun_and_its_log_names():
@@ -24,9 +31,15 @@ def test_one_rank_without_torchrun_and_its_log_names():
     assert env.log_name("leader") == "leader.rank1.log"
 
 
-@pytest.mark.parametrize("change, needle", [({"RANK": "2"}, "RANK=2 is outside [0, 1]"), ({"RANK": "x"}, "not an integer"),
-                                            ({"MASTER_PORT": ""}, "MASTER_PORT is not set"),
-                                            ({"RANK": None}, "RANK is not set")])
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        ({"RANK": "2"}, "RANK=2 is outside [0, 1]"),
+        ({"RANK": "x"}, "not an integer"),
+        ({"MASTER_PORT": ""}, "MASTER_PORT is not set"),
+        ({"RANK": None}, "RANK is not set"),
+    ],
+)
 def test_bad_torchrun_environment_is_named(change, needle):
     # Prepare
     env = {k: v for k, v in {**TORCHRUN, **change}.items() if v is not None}
@@ -54,7 +67,9 @@ def test_slices_cover_the_batch_and_weights_give_the_global_mean():
 def test_a_global_batch_smaller_than_the_ranks_is_refused():
     # Execute / Assert: 1001 rows at batch 500 leave a last batch of 1 row
     check_batches(1001, 500, 1)
-    with pytest.raises(ValueError, match=re.escape("last batch of an epoch of 1001 training rows at train.batch_size=500 has 1")):
+    with pytest.raises(
+        ValueError, match=re.escape("last batch of an epoch of 1001 training rows at train.batch_size=500 has 1")
+    ):
         check_batches(1001, 500, 2)
 
 
@@ -92,8 +107,9 @@ def test_one_rank_context_starts_no_process_group():
     from vfl.config.schema import parse_config
     from vfl.distributed.context import RankContext, start_ranks
 
-    cfg = parse_config({"role": "follower", "party": "f", "network": {"connect": "tcp://127.0.0.1:5000"},
-                        "data": {"path": "x"}})
+    cfg = parse_config(
+        {"role": "follower", "party": "f", "network": {"connect": "tcp://127.0.0.1:5000"}, "data": {"path": "x"}}
+    )
     # Execute
     ctx = start_ranks(cfg, RankEnv(), torch.device("cpu"))
     # Assert

@@ -1,4 +1,5 @@
 """What a run leaves and shows: logging levels, progress bars, metrics.csv / TensorBoard / PNG, reused shards, the API."""
+
 from __future__ import annotations
 
 import os
@@ -40,8 +41,12 @@ def test_run_log_console_levels_and_timestamped_file(tmp_path, capsys, verbosity
     # Assert: INFO lines exactly as written on stdout, warnings on stderr, DEBUG and file_only in the file only
     assert normal.out == "epoch 0 step 1/2 loss: 0.500000\n" and normal.err == "warning: big\n"
     lines = (tmp_path / "p.log").read_text().splitlines()
-    assert [message_of(x) for x in lines] == ["epoch 0 step 1/2 loss: 0.500000", "details", "warning: big",
-                                              "Traceback (most recent call last): ..."]
+    assert [message_of(x) for x in lines] == [
+        "epoch 0 step 1/2 loss: 0.500000",
+        "details",
+        "warning: big",
+        "Traceback (most recent call last): ...",
+    ]
     assert lines[0][:2] == "20" and " INFO " in lines[0] and " DEBUG " in lines[1] and " WARNING " in lines[2]
     assert q.out == "" and q.err == "error: shown\n"
 
@@ -49,10 +54,22 @@ def test_run_log_console_levels_and_timestamped_file(tmp_path, capsys, verbosity
 def test_progress_bar_shows_rate_when_forced_and_stays_silent_in_a_pipe(tmp_path):
     # Execute
     cmd = [sys.executable, "-m", "vfl.data", "synth", "--rows", "3000", "--seed", "1"]
-    forced = subprocess.run(cmd + ["--out", str(tmp_path / "a.tsv")], cwd=REPO, capture_output=True, text=True,
-                            timeout=120, env={**os.environ, "VFL_PROGRESS": "1"})
-    piped = subprocess.run(cmd + ["--out", str(tmp_path / "b.tsv")], cwd=REPO, capture_output=True, text=True,
-                           timeout=120, env={k: v for k, v in os.environ.items() if k != "VFL_PROGRESS"})
+    forced = subprocess.run(
+        cmd + ["--out", str(tmp_path / "a.tsv")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "VFL_PROGRESS": "1"},
+    )
+    piped = subprocess.run(
+        cmd + ["--out", str(tmp_path / "b.tsv")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "VFL_PROGRESS"},
+    )
     # Assert
     assert forced.returncode == 0 and "synth: 100%" in forced.stderr and "rows/s" in forced.stderr
     assert piped.returncode == 0 and piped.stderr == ""
@@ -63,8 +80,15 @@ def test_curves_csv_tensorboard_png_and_a_resume_continues_the_history(tmp_path)
     from vfl.obs.curves import RunCurves, read_metrics_csv
 
     def entry(epoch, step):
-        return {"epoch": epoch, "step": step, "train_loss": 0.5, "valid": {"auc": 0.7, "auc_noisy": 0.6, "logloss": 0.4},
-                "test_auc": 0.71, "test_logloss": 0.41, "samples_per_second": 100.0}
+        return {
+            "epoch": epoch,
+            "step": step,
+            "train_loss": 0.5,
+            "valid": {"auc": 0.7, "auc_noisy": 0.6, "logloss": 0.4},
+            "test_auc": 0.71,
+            "test_logloss": 0.41,
+            "samples_per_second": 100.0,
+        }
 
     first = RunCurves(str(tmp_path), "leader")
     for s in range(1, 7):  # an attempt that got to step 6, evaluated at 3 and 6
@@ -94,9 +118,27 @@ def test_prepare_reuse_keeps_matching_shards_and_redoes_changed_ones(tmp_path, s
     src.write_text("".join(synth_small.read_text().splitlines(keepends=True)[:3000]))
 
     def prepare(*extra):
-        return subprocess.run([sys.executable, "-m", "vfl.data", "prepare", "--input", str(src), "--out",
-                               str(tmp_path / "o"), "--hash-buckets", "500", "--force", "--reuse", *extra],
-                              cwd=REPO, capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "vfl.data",
+                "prepare",
+                "--input",
+                str(src),
+                "--out",
+                str(tmp_path / "o"),
+                "--hash-buckets",
+                "500",
+                "--force",
+                "--reuse",
+                *extra,
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     # Execute
     made, kept, other_seed = prepare(), prepare(), prepare("--seed", "3")
@@ -106,15 +148,25 @@ def test_prepare_reuse_keeps_matching_shards_and_redoes_changed_ones(tmp_path, s
     changed = prepare("--seed", "3")
     # Assert
     assert made.returncode == 0 and made.stdout.startswith("prepared")
-    assert kept.returncode == 0 and kept.stdout.startswith("reusing prepared shards") and "options and parties match" in kept.stdout
+    assert (
+        kept.returncode == 0
+        and kept.stdout.startswith("reusing prepared shards")
+        and "options and parties match" in kept.stdout
+    )
     assert "preparing again: prepare options differ" in other_seed.stdout and "seed" in other_seed.stdout
     assert "preparing again:" in changed.stdout and "other content" in changed.stdout, changed.stdout + changed.stderr
 
 
 def test_notebook_example_trains_through_the_api_and_leaves_curves(tmp_path):
     # Execute: examples/notebook/train_with_api.py on 6000 synthetic rows
-    r = subprocess.run([sys.executable, "examples/notebook/train_with_api.py"], cwd=REPO, capture_output=True, text=True,
-                       timeout=400, env={**os.environ, "VFL_EXAMPLE_ROWS": "6000", "VFL_EXAMPLE_OUT": str(tmp_path)})
+    r = subprocess.run(
+        [sys.executable, "examples/notebook/train_with_api.py"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env={**os.environ, "VFL_EXAMPLE_ROWS": "6000", "VFL_EXAMPLE_OUT": str(tmp_path)},
+    )
     # Assert
     assert r.returncode == 0, r.stderr[-3000:]
     assert "final test AUC" in r.stdout and "steps, first losses" in r.stdout
@@ -129,8 +181,14 @@ def test_simulate_names_the_party_that_failed(tmp_path, shards_small):
 
     # Execute
     with pytest.raises(RuntimeError) as e:
-        simulate(str(REPO / "examples/wide_deep_criteo/leader.yaml"), [str(REPO / "examples/wide_deep_criteo/follower.yaml")],
-                 data=str(shards_small), out=str(tmp_path), overrides={"data.dense": ["I1"]}, timeout_s=120)
+        simulate(
+            str(REPO / "examples/wide_deep_criteo/leader.yaml"),
+            [str(REPO / "examples/wide_deep_criteo/follower.yaml")],
+            data=str(shards_small),
+            out=str(tmp_path),
+            overrides={"data.dense": ["I1"]},
+            timeout_s=120,
+        )
     # Assert: the first party to fail is named with its one-line reason, and no process is left
     assert "exited with status" in str(e.value) and "does not match the shard's columns" in str(e.value)
 

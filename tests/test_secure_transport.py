@@ -4,6 +4,7 @@ Attackers: a stranger (can reach the port, holds at most the leader's public key
 using its own key under another party's name, a forged leader, a recorder replaying a session, and an
 admitted follower sending garbage (it ends the run with one line, never a traceback).
 """
+
 from __future__ import annotations
 
 import socket
@@ -69,8 +70,18 @@ def test_loopback_capture_of_a_whole_run_holds_no_plaintext(recorded_run):
     for name, (code, _, err) in recorded_run["codes"].items():
         assert code == 0, f"{name}: {err}"
     assert len(up) > 50_000 and len(down) > 50_000
-    for needle in (b'"type"', b"FORWARD", b"EMBEDDING", b"GRADIENT", b"VFLW", b"follower0", b'"run"',
-                   b'"nonce"', b"id_digest", b'"tensors"'):
+    for needle in (
+        b'"type"',
+        b"FORWARD",
+        b"EMBEDDING",
+        b"GRADIENT",
+        b"VFLW",
+        b"follower0",
+        b'"run"',
+        b'"nonce"',
+        b"id_digest",
+        b'"tensors"',
+    ):
         assert needle not in up and needle not in down, needle
 
 
@@ -255,7 +266,11 @@ def test_forged_leader_delivers_no_message_to_a_follower(tmp_path, shards_small,
         ctx.term()
     # Assert: no CURVE session formed, so nothing could be sent either way
     assert not got_message
-    assert code == 1 and "timed out after 4 s awaiting PSI hello from the leader" in err and "closed during the CURVE handshake" in err
+    assert (
+        code == 1
+        and "timed out after 4 s awaiting PSI hello from the leader" in err
+        and "closed during the CURVE handshake" in err
+    )
     assert not list(tmp_path.glob("**/*.pt"))
 
 
@@ -297,11 +312,14 @@ def test_follower_started_first_behind_a_forwarder_waits_for_the_leader(tmp_path
         assert code == 0, f"{name}: {err}"
 
 
-@pytest.mark.parametrize("garbage, needle", [
-    ({"dtype": ["float32"], "shape": [512, 2], "nbytes": 4096}, "dtype ['float32'] not allowed"),
-    ({"dtype": "float32", "shape": [0] + [2**31] * 7, "nbytes": 0}, "spans more than"),
-    ("deep", "nests JSON too deeply"),
-])
+@pytest.mark.parametrize(
+    "garbage, needle",
+    [
+        ({"dtype": ["float32"], "shape": [512, 2], "nbytes": 4096}, "dtype ['float32'] not allowed"),
+        ({"dtype": "float32", "shape": [0] + [2**31] * 7, "nbytes": 0}, "spans more than"),
+        ("deep", "nests JSON too deeply"),
+    ],
+)
 def test_insider_garbage_ends_the_run_with_one_line_and_an_abort(garbage, needle, tmp_path, shards_small, procs):
     # Prepare: the test itself is follower0 (its real key, a valid HELLO), then answers FORWARD with garbage
     import json
@@ -317,8 +335,12 @@ def test_insider_garbage_ends_the_run_with_one_line_and_an_abort(garbage, needle
     cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=20)
     cfg = load_config(cfgs["follower0"])
     procs.start("leader", "leader", cfgs["leader"])
-    ch = FollowerChannel(cfg.network.connect, "follower0",
-                         load_follower_keys(cfg.network.secret_key_file, cfg.network.leader_key_file), 30)
+    ch = FollowerChannel(
+        cfg.network.connect,
+        "follower0",
+        load_follower_keys(cfg.network.secret_key_file, cfg.network.leader_key_file),
+        30,
+    )
     try:
         shard = PartyShard(cfg.data.path)
         common, _ = follower_psi(ch, shard.all_ids())
@@ -332,7 +354,14 @@ def test_insider_garbage_ends_the_run_with_one_line_and_an_abort(garbage, needle
             frames = [MAGIC, header]
         else:
             seq = ch._send_seq["leader"]
-            header = {"type": "EMBEDDING", "from": "follower0", "run": ch.run, "seq": seq, "meta": {"step": 0}, "tensors": [garbage]}
+            header = {
+                "type": "EMBEDDING",
+                "from": "follower0",
+                "run": ch.run,
+                "seq": seq,
+                "meta": {"step": 0},
+                "tensors": [garbage],
+            }
             frames = [MAGIC, json.dumps(header).encode(), b""]
         # Execute
         ch._sock.send_multipart(frames)
@@ -352,9 +381,14 @@ def test_a_flooding_duplicate_connection_cannot_make_the_leader_blame_an_honest_
 
     keys = party_keys(str(tmp_path), ("leader", "follower0", "follower1"))
     port = free_port()
-    leader = LeaderChannel(f"tcp://127.0.0.1:{port}", ("follower0", "follower1"),
-                           load_leader_keys(keys["leader"][1], {f: keys[f][0] for f in ("follower0", "follower1")}),
-                           4.0, "leader", max_frame_bytes=1 << 20)
+    leader = LeaderChannel(
+        f"tcp://127.0.0.1:{port}",
+        ("follower0", "follower1"),
+        load_leader_keys(keys["leader"][1], {f: keys[f][0] for f in ("follower0", "follower1")}),
+        4.0,
+        "leader",
+        max_frame_bytes=1 << 20,
+    )
     ctx = zmq.Context()
 
     def dealer(party, rcvhwm=1000):
@@ -374,7 +408,9 @@ def test_a_flooding_duplicate_connection_cannot_make_the_leader_blame_an_honest_
     for _ in range(20_000):
         duplicate.send_multipart(encode("HELLO", "follower0", "", 0, {}))
     honest1 = dealer("follower1")
-    give_up = time.monotonic() + 20.0  # the leader meets the duplicate first (on a loaded machine its handshake is slow)
+    give_up = (
+        time.monotonic() + 20.0
+    )  # the leader meets the duplicate first (on a loaded machine its handshake is slow)
     while leader.duplicates_refused == 0 and time.monotonic() < give_up:
         if leader._sock.poll(100, zmq.POLLIN):
             leader._read_one("the duplicate's flood")

@@ -1,4 +1,5 @@
 """Several raw files of one party prepared in parallel (one shard set per file, .gz too) read as one dataset."""
+
 from __future__ import annotations
 
 import gzip
@@ -20,8 +21,8 @@ def _cut(raw: str, out_dir, pieces: int, gz_last: bool = True) -> list[str]:
     for i in range(pieces):
         gz = gz_last and i == pieces - 1
         path = str(out_dir / (f"part{i}.tsv" + (".gz" if gz else "")))
-        data = (header + "".join(body[bounds[i]:bounds[i + 1]])).encode()
-        with (gzip.open(path, "wb") if gz else open(path, "wb")) as f:
+        data = (header + "".join(body[bounds[i] : bounds[i + 1]])).encode()
+        with gzip.open(path, "wb") if gz else open(path, "wb") as f:
             f.write(data)
         paths.append(path)
     return paths
@@ -30,15 +31,38 @@ def _cut(raw: str, out_dir, pieces: int, gz_last: bool = True) -> list[str]:
 def _prepare(inputs: list[str], out, party: str = "leader", extra=()) -> subprocess.CompletedProcess:
     """prepare with 500 hash buckets, or with the categorical encoding `extra` names (the two are alternatives)."""
     encoding = () if "--vocab-min-count" in extra else ("--hash-buckets", "500")
-    return subprocess.run([sys.executable, "-m", "vfl.data", "prepare", "--party", party, "--input", *inputs, "--out",
-                           str(out), *encoding, *extra], cwd=REPO, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vfl.data",
+            "prepare",
+            "--party",
+            party,
+            "--input",
+            *inputs,
+            "--out",
+            str(out),
+            *encoding,
+            *extra,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.fixture(scope="module")
 def raw_parties(synth_small, tmp_path_factory):
     out = tmp_path_factory.mktemp("raw")
-    r = subprocess.run([sys.executable, "-m", "vfl.data", "split", "--input", str(synth_small), "--out", str(out)],
-                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "vfl.data", "split", "--input", str(synth_small), "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     return out
 

@@ -1,4 +1,5 @@
 """Every bad input to a split run ends in a clear one-line error, a non-zero exit and no hang."""
+
 from __future__ import annotations
 
 import os
@@ -53,7 +54,9 @@ def test_missing_data_path_is_named(tmp_path, shards_small, procs):
     assert err.count("\n") == 1  # one line
 
 
-def test_follower_prepared_with_another_split_seed_is_refused_at_the_handshake(tmp_path, shards_small, synth_small, procs):
+def test_follower_prepared_with_another_split_seed_is_refused_at_the_handshake(
+    tmp_path, shards_small, synth_small, procs
+):
     # Prepare: the follower's shard comes from a preparation with another --seed, so its splits differ
     from vfl.data.parties import load_parties
     from vfl.data.prepare import PrepareOptions, prepare

@@ -1,4 +1,5 @@
 """Split training over real processes and tcp: it equals the centralized reference and writes its outputs."""
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,13 @@ def test_two_followers_train_and_matchrun_centralized(tmp_path, shards_three, pr
 
 def test_wide_cut_with_mlp_top_trains(tmp_path, shards_small, procs):
     # Prepare
-    cfgs = party_configs(str(tmp_path), str(shards_small), model={"bottom": {"embedding_dim": 8, "hidden": [32], "cut_dim": 6}},
-                         top={"name": "mlp", "hidden": [16]}, train={"epochs": 3})
+    cfgs = party_configs(
+        str(tmp_path),
+        str(shards_small),
+        model={"bottom": {"embedding_dim": 8, "hidden": [32], "cut_dim": 6}},
+        top={"name": "mlp", "hidden": [16]},
+        train={"epochs": 3},
+    )
     # Execute
     split = run_split(procs, cfgs)
     # Assert
@@ -61,8 +67,9 @@ def test_outputs_metrics_logs_and_weights_only_checkpoints(tmp_path, shards_smal
     log = (out / "leader.log").read_text()
     assert "epoch 0 step 5/" in log and "loss: " in log
     follower_log = (out / "follower0.log").read_text()
-    assert [message_of(x) for x in log.splitlines() if " step " in x] == \
-        [message_of(x) for x in follower_log.splitlines() if " step " in x]
+    assert [message_of(x) for x in log.splitlines() if " step " in x] == [
+        message_of(x) for x in follower_log.splitlines() if " step " in x
+    ]
     final = load_checkpoint(str(out / "checkpoints" / "leader_final.pt"))
     assert set(final["state"]) == {"bottom", "top"} and final["party"] == "leader"
     f10 = load_checkpoint(str(out / "checkpoints" / "follower0_step10.pt"))
@@ -106,7 +113,9 @@ def test_parties_resuming_from_different_steps_are_refused(tmp_path, shards_smal
     ck = tmp_path / "out/checkpoints"
     # Execute
     procs.start("leader", "leader", cfgs["leader"], "--resume", str(ck / "leader_step5.pt"), "--epochs", "2")
-    procs.start("follower0", "follower", cfgs["follower0"], "--resume", str(ck / "follower0_step10.pt"), "--epochs", "2")
+    procs.start(
+        "follower0", "follower", cfgs["follower0"], "--resume", str(ck / "follower0_step10.pt"), "--epochs", "2"
+    )
     code, _, err = procs.wait("leader", 120)
     # Assert
     assert code == 1 and "follower0 resumes at global step 10 but the leader at 5" in err
@@ -120,8 +129,9 @@ def test_resuming_on_another_label_dp_release_is_refused(tmp_path, shards_small,
     run_split(procs, first)
     procs.cleanup()
     ckpts = tmp_path / "first/out/checkpoints"
-    second = party_configs(str(tmp_path / "second"), str(shards_small), train={"epochs": 2},
-                           privacy={"label_dp": {"eps": 2.0}})
+    second = party_configs(
+        str(tmp_path / "second"), str(shards_small), train={"epochs": 2}, privacy={"label_dp": {"eps": 2.0}}
+    )
     # Execute: resume it on the eps = 2 release, which would mix two releases of the same labels
     procs.start("leader", "leader", second["leader"], "--resume", str(ckpts / "leader_final.pt"))
     procs.start("follower0", "follower", second["follower0"], "--resume", str(ckpts / "follower0_final.pt"))
@@ -134,8 +144,13 @@ def test_resuming_on_another_label_dp_release_is_refused(tmp_path, shards_small,
 
 def test_multiclass_split_losses_equal_centralized_per_step(tmp_path, shards_k10, procs):
     # Prepare: a 10-class label on the leader; the follower's config names no task and holds no labels
-    cfgs = party_configs(str(tmp_path), str(shards_k10), model={"bottom": {"embedding_dim": 8, "hidden": [32], "cut_dim": 8}},
-                         train={"epochs": 2}, leader_train={"task": "multiclass"})
+    cfgs = party_configs(
+        str(tmp_path),
+        str(shards_k10),
+        model={"bottom": {"embedding_dim": 8, "hidden": [32], "cut_dim": 8}},
+        train={"epochs": 2},
+        leader_train={"task": "multiclass"},
+    )
     # Execute
     split = run_split(procs, cfgs)
     central = run_centralized(cfgs, str(tmp_path / "central"))
@@ -152,8 +167,9 @@ def test_multiclass_split_losses_equal_centralized_per_step(tmp_path, shards_k10
     assert "test_accuracy: " in log and "final test_accuracy: " in log
 
 
-def test_parties_with_their_own_files_train_on_exactly_the_intersection_like_centralized(tmp_path, vertical_raw,
-                                                                                        vertical_shards, procs):
+def test_parties_with_their_own_files_train_on_exactly_the_intersection_like_centralized(
+    tmp_path, vertical_raw, vertical_shards, procs
+):
     # Prepare: shards each party prepared from its own file (string and integer ids, other orders, unequal sets)
     from vfl.data.ids import ids64
     from vfl.data.prepare import PrepareOptions, split_of

@@ -1,5 +1,6 @@
 """StepTimer's accounting on a scripted clock: nested parts exclude their children, parts add up to the step less
 the untimed Python between them, and each thread keeps its own timer."""
+
 from __future__ import annotations
 
 import threading
@@ -26,6 +27,7 @@ def clock(monkeypatch):
         c = ScriptedClock(times)
         monkeypatch.setattr(step_timer.time, "perf_counter", c)
         return c
+
     return install
 
 

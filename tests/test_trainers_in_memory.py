@@ -1,6 +1,7 @@
 """The leader's and the follower's trainers, built directly and joined by an in-memory channel pair: no process, no
 socket. Every message still goes through to_wire, frames.encode, frames.decode and parse, so what the trainers
 exchange is exactly what the wire carries; the follower runs in a thread, as its process would."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -49,8 +50,9 @@ class _MemoryEndpoint:
         try:
             frames = box.get(timeout=self.timeout_s)
         except queue.Empty:
-            raise PeerTimeout(f"timed out after {self.timeout_s:g} s awaiting "
-                              f"{what or '/'.join(c.TYPE for c in classes)} from {peer}") from None
+            raise PeerTimeout(
+                f"timed out after {self.timeout_s:g} s awaiting {what or '/'.join(c.TYPE for c in classes)} from {peer}"
+            ) from None
         self.bytes_received += sum(len(f) for f in frames)
         msg = decode(frames, peer)
         if msg.type == Abort.TYPE:
@@ -103,10 +105,20 @@ class Session:
         self.leader_ch = MemoryLeaderChannel("leader", queues)
         self.follower_ch = MemoryFollowerChannel("follower0", queues)
         out = str(tmp_path / "out")
-        self.leader = LeaderTrainer(self.cfgs["leader"], self.leader_ch, self.parties["leader"],
-                                    RunLog(str(tmp_path / "leader.log"), "leader"), out)
-        self.follower = FollowerTrainer(self.cfgs["follower0"], self.follower_ch, self.parties["follower0"],
-                                        RunLog(str(tmp_path / "follower0.log"), "follower0"), out)
+        self.leader = LeaderTrainer(
+            self.cfgs["leader"],
+            self.leader_ch,
+            self.parties["leader"],
+            RunLog(str(tmp_path / "leader.log"), "leader"),
+            out,
+        )
+        self.follower = FollowerTrainer(
+            self.cfgs["follower0"],
+            self.follower_ch,
+            self.parties["follower0"],
+            RunLog(str(tmp_path / "follower0.log"), "follower0"),
+            out,
+        )
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._follow, name="follower0", daemon=True)
 
@@ -155,6 +167,7 @@ def _record_gradients(party) -> list[torch.Tensor]:
     def record(grad: torch.Tensor, part: int = 0) -> None:
         got.append(grad.detach().clone())
         accumulate(grad, part)
+
     party.accumulate_gradient = record
     return got
 
@@ -234,9 +247,14 @@ def test_the_all_party_prior_of_lp_2st_runs_its_stage_one_through_the_follower(t
     """K classes under rr_prior: prepare() sends PRIOR with the stage-one rows, then trains the prior over both
     parties with FORWARD / GRADIENT / EVAL of phase prior, which the follower answers with its stage-one bottom."""
     # Prepare
-    s = Session(tmp_path, shards_k10, train={"batch_size": 1024}, leader_train={"task": "multiclass"},
-                model={"bottom": {"embedding_dim": 4, "hidden": [16], "cut_dim": 4}},
-                privacy={"label_dp": {"eps": 1.0, "mechanism": "rr_prior", "prior_epochs": 1}})
+    s = Session(
+        tmp_path,
+        shards_k10,
+        train={"batch_size": 1024},
+        leader_train={"task": "multiclass"},
+        model={"bottom": {"embedding_dim": 4, "hidden": [16], "cut_dim": 4}},
+        privacy={"label_dp": {"eps": 1.0, "mechanism": "rr_prior", "prior_epochs": 1}},
+    )
     main_bottom = _parameters(s.parties["follower0"].model)
     # Execute
     with s:
@@ -259,7 +277,9 @@ def test_the_all_party_prior_of_lp_2st_runs_its_stage_one_through_the_follower(t
     assert [c.eval for c in cuts] == [(e.split, e.start, e.stop) for e in evals]
     # the main bottom is untouched (stage one trains its own), and the labels were drawn with the prior
     assert not _changed(main_bottom, s.parties["follower0"].model)
-    assert s.leader.labels.report["mechanism"] == "rr_prior" and s.leader.labels.report["prior"].startswith("all parties")
+    assert s.leader.labels.report["mechanism"] == "rr_prior" and s.leader.labels.report["prior"].startswith(
+        "all parties"
+    )
 
 
 def _tamper(channel, cls: type[WireMessage], **change) -> None:
@@ -269,6 +289,7 @@ def _tamper(channel, cls: type[WireMessage], **change) -> None:
     def tampered(*args) -> None:
         *peer, message = args
         post(*peer, dataclasses.replace(message, **change) if isinstance(message, cls) else message)
+
     channel.post = tampered
 
 
@@ -285,8 +306,10 @@ def test_a_follower_answering_another_epoch_is_refused_by_the_leader(tmp_path, s
     assert isinstance(s.error, PeerAbort)
 
 
-@pytest.mark.parametrize("change, needle", [({"epoch": 1}, "got epoch 1 step 0 phase None"),
-                                            ({"phase": "prior"}, "got epoch 0 step 0 phase prior")])
+@pytest.mark.parametrize(
+    "change, needle",
+    [({"epoch": 1}, "got epoch 1 step 0 phase None"), ({"phase": "prior"}, "got epoch 0 step 0 phase prior")],
+)
 def test_a_gradient_for_another_epoch_or_phase_is_refused_by_the_follower(tmp_path, shards_small, change, needle):
     """The follower checks every GRADIENT against the (epoch, step, phase) of the cut it sent."""
     # Prepare: a leader whose gradients claim another epoch, or LP-2ST's stage one

@@ -1,4 +1,5 @@
 """The wire validates every field of every frame, and its channels enforce keys, order and deadlines over tcp."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,7 +14,9 @@ from vfl.wire.messages import parse
 
 
 def _frames(tensors=(np.arange(6, dtype=np.float32).reshape(3, 2),), meta=None):
-    return [bytes(memoryview(f)) for f in encode("EMBEDDING", "follower0", "run1", 4, meta or {"step": 1}, list(tensors))]
+    return [
+        bytes(memoryview(f)) for f in encode("EMBEDDING", "follower0", "run1", 4, meta or {"step": 1}, list(tensors))
+    ]
 
 
 def test_round_trip_keeps_type_meta_and_tensors_bit_for_bit():
@@ -49,14 +52,17 @@ def _forge(header_edit):
     return frames
 
 
-@pytest.mark.parametrize("edit, needle", [
-    (lambda h: h["tensors"][0].update(dtype="object"), "dtype 'object' not allowed"),
-    (lambda h: h["tensors"][0].update(shape=[2, 2]), "declared nbytes"),
-    (lambda h: h["tensors"][0].update(nbytes=999), "declared nbytes"),
-    (lambda h: h.update(type="EXEC"), "unknown message type 'EXEC'"),
-    (lambda h: h.update(seq="4"), "'seq'"),
-    (lambda h: h["tensors"].append(h["tensors"][0]), "declares 2 tensors but carries 1"),
-])
+@pytest.mark.parametrize(
+    "edit, needle",
+    [
+        (lambda h: h["tensors"][0].update(dtype="object"), "dtype 'object' not allowed"),
+        (lambda h: h["tensors"][0].update(shape=[2, 2]), "declared nbytes"),
+        (lambda h: h["tensors"][0].update(nbytes=999), "declared nbytes"),
+        (lambda h: h.update(type="EXEC"), "unknown message type 'EXEC'"),
+        (lambda h: h.update(seq="4"), "'seq'"),
+        (lambda h: h["tensors"].append(h["tensors"][0]), "declares 2 tensors but carries 1"),
+    ],
+)
 def test_invalid_headers_from_an_authenticated_peer_are_rejected_by_field(edit, needle):
     with pytest.raises(WireError, match=needle):
         decode(_forge(edit), "follower0")
@@ -97,7 +103,9 @@ def pair(keys):
     port = free_port()
     lk = load_leader_keys(keys["leader"][1], {"f0": keys["f0"][0]})
     leader = LeaderChannel(f"tcp://127.0.0.1:{port}", ("f0",), lk, 2.0, "leader", "run-xyz")
-    follower = FollowerChannel(f"tcp://127.0.0.1:{port}", "f0", load_follower_keys(keys["f0"][1], keys["leader"][0]), 2.0)
+    follower = FollowerChannel(
+        f"tcp://127.0.0.1:{port}", "f0", load_follower_keys(keys["f0"][1], keys["leader"][0]), 2.0
+    )
     yield leader, follower
     follower.close()
     leader.close()
@@ -127,9 +135,19 @@ def test_typed_messages_travel_over_tcp_and_are_checked_on_arrival(pair):
     from vfl.wire.messages import Embedding, Hello, Snapshot, Wait, Welcome
 
     leader, follower = pair
-    hello = Hello(nonce="ab" * 16, party="f0", protocol=PROTOCOL_VERSION, id_digest={"train": "a", "valid": "b", "test": "c"},
-                  rows={"train": 3, "valid": 1, "test": 1}, batch_size=2, seed=0, cut_dim=2, microbatches=1,
-                  resume_step=0, timeout_s=2.0)
+    hello = Hello(
+        nonce="ab" * 16,
+        party="f0",
+        protocol=PROTOCOL_VERSION,
+        id_digest={"train": "a", "valid": "b", "test": "c"},
+        rows={"train": 3, "valid": 1, "test": 1},
+        batch_size=2,
+        seed=0,
+        cut_dim=2,
+        microbatches=1,
+        resume_step=0,
+        timeout_s=2.0,
+    )
     cut = np.arange(6, dtype=np.float32).reshape(3, 2)
     # Execute
     follower.post(hello)
@@ -254,11 +272,14 @@ def test_unsendable_meta_uses_up_no_sequence_number_so_the_abort_still_arrives(p
         follower.recv(("GRADIENT",))
 
 
-@pytest.mark.parametrize("meta, needle", [
-    ({"tag": ["x"], "epoch": 0, "step": 0}, "field 'tag' must be a string"),
-    ({"tag": "final", "epoch": "0", "step": 0}, "field 'epoch' must be an integer"),
-    ({"tag": "final", "epoch": 0, "step": True}, "field 'step' must be an integer"),
-])
+@pytest.mark.parametrize(
+    "meta, needle",
+    [
+        ({"tag": ["x"], "epoch": 0, "step": 0}, "field 'tag' must be a string"),
+        ({"tag": "final", "epoch": "0", "step": 0}, "field 'epoch' must be an integer"),
+        ({"tag": "final", "epoch": 0, "step": True}, "field 'step' must be an integer"),
+    ],
+)
 def test_message_fields_of_the_wrong_type_are_one_line_wire_errors(meta, needle):
     # Prepare
     msg = decode([bytes(memoryview(f)) for f in encode("SAVE", "leader", "r", 0, meta)], "leader")

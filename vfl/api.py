@@ -10,6 +10,7 @@ schema, pre-flight checks, CurveZMQ keys, the same training body) and raise inst
 `simulate` starts the leader and every follower as local processes over tcp on 127.0.0.1 (the two
 CLI commands), waits for them with a deadline, and returns the leader's history.
 """
+
 from __future__ import annotations
 
 import json
@@ -50,8 +51,9 @@ class History:
         return os.path.join(self.out_dir, "metrics.csv")
 
 
-def _config(config: ConfigLike, overrides: dict[str, Any] | None, keys: str | None, data: str | None,
-            out: str | None) -> PartyConfig:
+def _config(
+    config: ConfigLike, overrides: dict[str, Any] | None, keys: str | None, data: str | None, out: str | None
+) -> PartyConfig:
     over = dict(overrides or {})
     if data is not None:
         over["data.path"] = str(data)
@@ -77,8 +79,16 @@ def _config(config: ConfigLike, overrides: dict[str, Any] | None, keys: str | No
 class _Party:
     role = ""
 
-    def __init__(self, config: ConfigLike, *, keys: str | None = None, data: str | None = None, out: str | None = None,
-                 overrides: dict[str, Any] | None = None, **dotted: Any):
+    def __init__(
+        self,
+        config: ConfigLike,
+        *,
+        keys: str | None = None,
+        data: str | None = None,
+        out: str | None = None,
+        overrides: dict[str, Any] | None = None,
+        **dotted: Any,
+    ):
         """config: a YAML path, a dict or a PartyConfig; keys: a --keys DIR; overrides / keyword
         arguments: config keys (`train__lr=1e-4` is `train.lr`)."""
         over = {**(overrides or {}), **{k.replace("__", "."): v for k, v in dotted.items()}}
@@ -152,9 +162,17 @@ def _yaml_path(config: ConfigLike, where: str, name: str) -> str:
     return path
 
 
-def simulate(leader: ConfigLike, followers: list[ConfigLike], *, data: str | None = None, out: str = "runs/simulate",
-             keys: str | None = None, overrides: dict[str, Any] | None = None, timeout_s: float = 3600,
-             quiet: bool = True) -> History:
+def simulate(
+    leader: ConfigLike,
+    followers: list[ConfigLike],
+    *,
+    data: str | None = None,
+    out: str = "runs/simulate",
+    keys: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    timeout_s: float = 3600,
+    quiet: bool = True,
+) -> History:
     """Run the leader and followers as local processes (the CLI commands) over tcp on 127.0.0.1.
 
     data: a prepared dataset directory (OUT of `python -m vfl.data prepare`; each party uses OUT/<party>)
@@ -180,12 +198,26 @@ def simulate(leader: ConfigLike, followers: list[ConfigLike], *, data: str | Non
     try:
         for i, (name, path) in enumerate(zip(names, configs)):
             role = "leader" if i == 0 else "follower"
-            cmd = [sys.executable, "-m", role, "--config", path, "--bind" if i == 0 else "--connect", endpoint,
-                   "--keys", keys, "--out", out, *(["--data", os.path.join(data, name)] if data else []),
-                   *(["--quiet"] if quiet else []), *pairs]
+            cmd = [
+                sys.executable,
+                "-m",
+                role,
+                "--config",
+                path,
+                "--bind" if i == 0 else "--connect",
+                endpoint,
+                "--keys",
+                keys,
+                "--out",
+                out,
+                *(["--data", os.path.join(data, name)] if data else []),
+                *(["--quiet"] if quiet else []),
+                *pairs,
+            ]
             with open(os.path.join(out, f"{name}.stderr"), "w") as err_file:  # a file: a pipe could fill and block
-                procs[name] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL if quiet else None, stderr=err_file,
-                                               start_new_session=True)
+                procs[name] = subprocess.Popen(
+                    cmd, stdout=subprocess.DEVNULL if quiet else None, stderr=err_file, start_new_session=True
+                )
         deadline = time.monotonic() + timeout_s
         while any(p.poll() is None for p in procs.values()):
             failed = [n for n, p in procs.items() if p.poll() not in (None, 0)]

@@ -5,6 +5,7 @@ builds every party's bottom exactly as the split run does (same per-party seeds,
 order, same optimizers, same label function) so that its per-step losses are the anchor that
 split training must reproduce.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,7 +38,9 @@ def _aligned_parties(leader_cfg, follower_cfgs, device, log: RunLog) -> tuple:
     for shard in shards:
         common = np.intersect1d(common, shard.all_ids())
     if common.size < leader_cfg.data.min_intersection:
-        raise DataError(f"the parties share {common.size} ids, below data.min_intersection={leader_cfg.data.min_intersection}")
+        raise DataError(
+            f"the parties share {common.size} ids, below data.min_intersection={leader_cfg.data.min_intersection}"
+        )
     for shard in (leader_shard, *shards):
         shard.restrict(common)
     log(f"centralized: intersection of the parties' ids: {common.size}")
@@ -77,28 +80,48 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     warn_if_emulated(leader_cfg.train.precision, device, log)
     names = [f.party for f in follower_cfgs]
     if list(leader_cfg.network.followers) != names:
-        raise ConfigError(f"follower configs {names} must match the leader's network.followers {list(leader_cfg.network.followers)} in order")
+        raise ConfigError(
+            f"follower configs {names} must match the leader's network.followers {list(leader_cfg.network.followers)} in order"
+        )
     leader_shard, parties = _aligned_parties(leader_cfg, follower_cfgs, device, log)
     num_classes = task_classes(leader_cfg.train.task, leader_shard)
     train = parties[0].train_split
     release = LabelDPRelease.from_config(leader_cfg.privacy.label_dp, num_classes)
     prior_fn = prior_fn_for(leader_cfg, release, parties[0])
     if num_classes is not None and release is not None and release.uses_prior:
+
         def prior_fn(first, noisy):  # LP-2ST stage one over all parties, exactly as the split leader runs it
-            sources = [LocalCutSource(BottomParty(prior_config(c, release.prior_epochs), p.shard, device))
-                       for c, p in zip((leader_cfg, *follower_cfgs), parties)]
-            return fit_predict_all_parties(leader_cfg, release, sources, sum(p.cut_dim for p in parties), device,
-                                           first.size, first, noisy, log)
+            sources = [
+                LocalCutSource(BottomParty(prior_config(c, release.prior_epochs), p.shard, device))
+                for c, p in zip((leader_cfg, *follower_cfgs), parties)
+            ]
+            return fit_predict_all_parties(
+                leader_cfg, release, sources, sum(p.cut_dim for p in parties), device, first.size, first, noisy, log
+            )
+
     labels_info = leader_training_labels(release, leader_shard, prior_fn)
     for w in labels_info.warnings:
         log(w)
     labels = torch.from_numpy(labels_info.labels)
     tr = leader_cfg.train
-    top = TopTrainer(tr, leader_cfg.model.top, sum(p.cut_dim for p in parties), device,
-                     release.training_loss() if release is not None else None, tr.epochs * steps_per_epoch(len(train), tr.batch_size),
-                     num_classes)
-    loop = TrainingLoop(tr, len(train), parties[0].test_split.labels, log, labels_info.valid,
-                        release.eps if release is not None else None, num_classes)
+    top = TopTrainer(
+        tr,
+        leader_cfg.model.top,
+        sum(p.cut_dim for p in parties),
+        device,
+        release.training_loss() if release is not None else None,
+        tr.epochs * steps_per_epoch(len(train), tr.batch_size),
+        num_classes,
+    )
+    loop = TrainingLoop(
+        tr,
+        len(train),
+        parties[0].test_split.labels,
+        log,
+        labels_info.valid,
+        release.eps if release is not None else None,
+        num_classes,
+    )
     loop.curves = RunCurves(out_dir, "centralized", log=log)
 
     def step(epoch: int, i: int, rows: np.ndarray) -> float:
@@ -135,12 +158,19 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     TIMER.watch(device)
     loop.run(step, evaluate, None, 0, snapshot, restore)
     loop.curves.close()
-    metrics = {**loop.summary(), "label_dp": labels_info.report, "bayes_test_auc": leader_shard.manifest.get("bayes_test_auc"),
-               **bayes_accuracy_of(leader_shard.manifest),
-               "parties": [p.name for p in parties], "cut_dims": {p.name: p.cut_dim for p in parties},
-               "rows": {"train": len(train), "valid": len(parties[0].valid_split), "test": len(parties[0].test_split)},
-               "mode": "centralized", "precision": tr.precision, "microbatches": tr.microbatches,
-               "step_breakdown": TIMER.report()}
+    metrics = {
+        **loop.summary(),
+        "label_dp": labels_info.report,
+        "bayes_test_auc": leader_shard.manifest.get("bayes_test_auc"),
+        **bayes_accuracy_of(leader_shard.manifest),
+        "parties": [p.name for p in parties],
+        "cut_dims": {p.name: p.cut_dim for p in parties},
+        "rows": {"train": len(train), "valid": len(parties[0].valid_split), "test": len(parties[0].test_split)},
+        "mode": "centralized",
+        "precision": tr.precision,
+        "microbatches": tr.microbatches,
+        "step_breakdown": TIMER.report(),
+    }
     write_json(os.path.join(out_dir, "metrics.json"), metrics)
     return metrics
 
@@ -148,7 +178,9 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m vfl.centralized", description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True, help="the leader's YAML")
-    ap.add_argument("--follower-config", action="append", required=True, help="each follower's YAML, in network.followers order")
+    ap.add_argument(
+        "--follower-config", action="append", required=True, help="each follower's YAML, in network.followers order"
+    )
     ap.add_argument("--out", default=None)
     ap.add_argument("--epochs", type=int, default=None)
     ap.add_argument("-q", "--quiet", action="store_true", help="console: warnings and errors only")
@@ -159,7 +191,10 @@ def main(argv: list[str] | None = None) -> int:
     from vfl.config.schema import ConfigError, dotted_overrides, load_config
 
     try:
-        overrides = {**({"train.epochs": args.epochs} if args.epochs is not None else {}), **dotted_overrides(args.overrides)}
+        overrides = {
+            **({"train.epochs": args.epochs} if args.epochs is not None else {}),
+            **dotted_overrides(args.overrides),
+        }
         leader_cfg = load_config(args.config, {**overrides, **({"output.dir": args.out} if args.out else {})})
         follower_cfgs = [load_config(p, overrides) for p in args.follower_config]
     except ConfigError as e:

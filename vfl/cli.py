@@ -1,4 +1,5 @@
 """What both party entry points share: arguments, config overrides, and the one-line fatal exit."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,23 +12,44 @@ if TYPE_CHECKING:  # the schema (pydantic) is imported after the arguments parse
 
 
 def party_arguments(prog: str, endpoint_flag: str) -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=prog, epilog="Any config key can be set after the flags as key.path=value, "
-                                 "e.g. train.lr=1e-4 privacy.label_dp.eps=0.5 (`python -m vfl.config schema` lists them).")
+    ap = argparse.ArgumentParser(
+        prog=prog,
+        epilog="Any config key can be set after the flags as key.path=value, "
+        "e.g. train.lr=1e-4 privacy.label_dp.eps=0.5 (`python -m vfl.config schema` lists them).",
+    )
     ap.add_argument("--config", required=True, help="party YAML")
-    ap.add_argument("overrides", nargs="*", metavar="key.path=value", help="set any config key (after the YAML and flags)")
-    ap.add_argument("--set", dest="set_pairs", action="append", default=[], metavar="key.path=value",
-                    help="the same as a positional key.path=value (repeatable)")
-    ap.add_argument("-q", "--quiet", action="store_true", help="console: warnings and errors only (the log file keeps all)")
+    ap.add_argument(
+        "overrides", nargs="*", metavar="key.path=value", help="set any config key (after the YAML and flags)"
+    )
+    ap.add_argument(
+        "--set",
+        dest="set_pairs",
+        action="append",
+        default=[],
+        metavar="key.path=value",
+        help="the same as a positional key.path=value (repeatable)",
+    )
+    ap.add_argument(
+        "-q", "--quiet", action="store_true", help="console: warnings and errors only (the log file keeps all)"
+    )
     ap.add_argument("-v", "--verbose", action="store_true", help="console: debug lines too, with timestamps")
     ap.add_argument("--out", default=None, help="output directory (overrides output.dir)")
-    ap.add_argument(endpoint_flag, dest="endpoint", default=None, help="ZeroMQ endpoint tcp://HOST:PORT (overrides the YAML)")
+    ap.add_argument(
+        endpoint_flag, dest="endpoint", default=None, help="ZeroMQ endpoint tcp://HOST:PORT (overrides the YAML)"
+    )
     ap.add_argument("--data", default=None, help="this party's shard directory (overrides data.path)")
-    ap.add_argument("--keys", default=None, metavar="DIR",
-                    help="CurveZMQ key directory from `python -m vfl.keys new`: DIR/<party>.key_secret and the peers' "
-                         "DIR/<name>.key (overrides network.secret_key_file, follower_keys, leader_key_file)")
+    ap.add_argument(
+        "--keys",
+        default=None,
+        metavar="DIR",
+        help="CurveZMQ key directory from `python -m vfl.keys new`: DIR/<party>.key_secret and the peers' "
+        "DIR/<name>.key (overrides network.secret_key_file, follower_keys, leader_key_file)",
+    )
     ap.add_argument("--epochs", type=int, default=None, help="overrides train.epochs")
     ap.add_argument("--timeout", type=float, default=None, help="overrides network.timeout_s")
-    ap.add_argument("--resume", default=None, help="this party's checkpoint to continue from (overrides train.resume_from)")
+    ap.add_argument(
+        "--resume", default=None, help="this party's checkpoint to continue from (overrides train.resume_from)"
+    )
     return ap
 
 
@@ -35,9 +57,14 @@ def load_party_config(args, endpoint_key: str) -> PartyConfig:
     from vfl.config.schema import dotted_overrides, load_config
 
     overrides = {}
-    for key, value in ((f"network.{endpoint_key}", args.endpoint), ("output.dir", args.out), ("data.path", args.data),
-                       ("train.epochs", args.epochs),
-                       ("network.timeout_s", args.timeout), ("train.resume_from", args.resume)):
+    for key, value in (
+        (f"network.{endpoint_key}", args.endpoint),
+        ("output.dir", args.out),
+        ("data.path", args.data),
+        ("train.epochs", args.epochs),
+        ("network.timeout_s", args.timeout),
+        ("train.resume_from", args.resume),
+    ):
         if value is not None:
             overrides[key] = value
     overrides.update(dotted_overrides([*getattr(args, "overrides", []), *getattr(args, "set_pairs", [])]))
@@ -56,8 +83,10 @@ def party_keys(cfg: PartyConfig):
     elif not net.leader_key_file:
         missing.append("network.leader_key_file (the leader's public key)")
     if missing:
-        raise ConfigError(f"{cfg.party} has no CurveZMQ keys configured: set {', '.join(missing)}, or pass --keys DIR "
-                          f"(create key pairs with `python -m vfl.keys new PARTY --dir DIR`; see README, Security)")
+        raise ConfigError(
+            f"{cfg.party} has no CurveZMQ keys configured: set {', '.join(missing)}, or pass --keys DIR "
+            f"(create key pairs with `python -m vfl.keys new PARTY --dir DIR`; see README, Security)"
+        )
     try:
         if cfg.is_leader:
             return load_leader_keys(net.secret_key_file, {f: net.follower_keys[f] for f in net.followers})
@@ -71,7 +100,9 @@ def check_rank_options(cfg: PartyConfig, distributed: bool) -> None:
     from vfl.config.schema import ConfigError
 
     if distributed and cfg.train.microbatches > 1:  # DDP all-reduces on every backward: one per step only
-        raise ConfigError(f"train.microbatches={cfg.train.microbatches} needs --ranks 1; with N ranks use microbatches: 1")
+        raise ConfigError(
+            f"train.microbatches={cfg.train.microbatches} needs --ranks 1; with N ranks use microbatches: 1"
+        )
 
 
 def one_line(e: BaseException) -> str:

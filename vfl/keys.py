@@ -1,4 +1,5 @@
 """`python -m vfl.keys new PARTY --dir DIR`: create a party's CurveZMQ key pair (see vfl/wire/keys.py)."""
+
 from __future__ import annotations
 
 import argparse
@@ -20,8 +21,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "new":
             pub, sec = create_key_pair(args.party, args.dir, args.force)
-            print(f"{args.party}: public key {pub} (give it to the peers), secret key {sec} (mode 0600, keep it here); "
-                  f"fingerprint {fingerprint(load_public_key(pub))}")
+            print(
+                f"{args.party}: public key {pub} (give it to the peers), secret key {sec} (mode 0600, keep it here); "
+                f"fingerprint {fingerprint(load_public_key(pub))}"
+            )
         else:
             print(fingerprint(load_public_key(args.path)))
     except KeyFileError as e:

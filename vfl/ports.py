@@ -5,6 +5,7 @@ the leader has bound it can be handed that very port as its own source port and 
 (TCP simultaneous open); the leader's bind then fails with "address already in use". Ports below
 the ephemeral range are never used as source ports, so that race cannot happen.
 """
+
 from __future__ import annotations
 
 import random

@@ -4,6 +4,7 @@ Each returns quickly (JSON and file headers only) so that a wrong `--data`, a ch
 be resumed with these epochs, or a model whose checkpoints would fill the disk is reported in well
 under a second, before the party imports torch, binds a socket or waits for its peers.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,15 +44,19 @@ def resolve_data_path(path: str, party: str) -> tuple[str, str | None]:
 
     prepare = "python -m vfl.data prepare --input RAW.tsv --out DIR"
     if not os.path.exists(path):
-        raise DataError(f"data.path {path!r} does not exist: give this party's shard directory DIR/{party} "
-                          f"written by `{prepare}`")
+        raise DataError(
+            f"data.path {path!r} does not exist: give this party's shard directory DIR/{party} written by `{prepare}`"
+        )
     if os.path.isfile(path):
         if _looks_like_raw_data(path):
-            raise DataError(f"data.path {path!r} is a raw data file, not a party shard: prepare it first with "
-                              f"`python -m vfl.data prepare --input {path} --out DIR`, then pass --data DIR/{party} "
-                              f"(or DIR)")
-        raise DataError(f"data.path {path!r} is a file; it must be this party's shard directory DIR/{party} "
-                          f"written by `{prepare}`")
+            raise DataError(
+                f"data.path {path!r} is a raw data file, not a party shard: prepare it first with "
+                f"`python -m vfl.data prepare --input {path} --out DIR`, then pass --data DIR/{party} "
+                f"(or DIR)"
+            )
+        raise DataError(
+            f"data.path {path!r} is a file; it must be this party's shard directory DIR/{party} written by `{prepare}`"
+        )
     manifest = os.path.join(path, "manifest.json")
     if os.path.isfile(manifest):
         try:
@@ -63,15 +68,21 @@ def resolve_data_path(path: str, party: str) -> tuple[str, str | None]:
             return path, None
         parties = _party_dirs(path)
         if party in parties:  # the dataset directory of prepare: pick this party's part
-            return os.path.join(path, party), f"data.path {path} holds the shards of {parties}; using {os.path.join(path, party)}"
-        raise DataError(f"data.path {path!r} is a prepared dataset with the shards of {parties}, none of them "
-                          f"{party!r}: pass --data {os.path.join(path, parties[0]) if parties else 'DIR/' + party} "
-                          f"for the party it was prepared for, or prepare with a parties file naming {party!r}")
+            return os.path.join(
+                path, party
+            ), f"data.path {path} holds the shards of {parties}; using {os.path.join(path, party)}"
+        raise DataError(
+            f"data.path {path!r} is a prepared dataset with the shards of {parties}, none of them "
+            f"{party!r}: pass --data {os.path.join(path, parties[0]) if parties else 'DIR/' + party} "
+            f"for the party it was prepared for, or prepare with a parties file naming {party!r}"
+        )
     parties = _party_dirs(path)
     if party in parties:
         return os.path.join(path, party), f"using {os.path.join(path, party)} inside data.path {path}"
-    raise DataError(f"data.path {path!r} has no manifest.json: it is not a party shard written by `{prepare}`"
-                      + (f" (it holds the shards of {parties})" if parties else ""))
+    raise DataError(
+        f"data.path {path!r} has no manifest.json: it is not a party shard written by `{prepare}`"
+        + (f" (it holds the shards of {parties})" if parties else "")
+    )
 
 
 def read_manifest(shard_dir: str) -> dict:
@@ -95,7 +106,9 @@ def check_resume(cfg: PartyConfig, manifest: dict) -> None:
     if not path:
         return
     if not os.path.isfile(path):
-        raise ConfigError(f"train.resume_from {path!r} does not exist (a checkpoints/<party>_<tag>.pt of an earlier run)")
+        raise ConfigError(
+            f"train.resume_from {path!r} does not exist (a checkpoints/<party>_<tag>.pt of an earlier run)"
+        )
     meta = checkpoint_meta(path)
     if meta is None:
         return  # an older checkpoint without a sidecar: checked when loaded
@@ -108,8 +121,10 @@ def check_resume(cfg: PartyConfig, manifest: dict) -> None:
         total = cfg.train.epochs * spe
         if step >= total:
             need = step // spe + 1
-            raise ConfigError(f"train.resume_from {path!r} is at global step {step}, but train.epochs={cfg.train.epochs} "
-                              f"x {spe} steps ends at step {total}: pass --epochs {need} (or more) to train further")
+            raise ConfigError(
+                f"train.resume_from {path!r} is at global step {step}, but train.epochs={cfg.train.epochs} "
+                f"x {spe} steps ends at step {total}: pass --epochs {need} (or more) to train further"
+            )
 
 
 def check_shard(cfg: PartyConfig, shard_dir: str, manifest: dict) -> None:
@@ -119,12 +134,18 @@ def check_shard(cfg: PartyConfig, shard_dir: str, manifest: dict) -> None:
     party = manifest.get("party") or {}
     name, has_labels = party.get("name"), bool(party.get("has_labels"))
     if cfg.is_leader and not has_labels:
-        raise DataError(f"data.path {shard_dir} is the shard of {name!r}, which holds no labels; the leader needs the labelled shard")
+        raise DataError(
+            f"data.path {shard_dir} is the shard of {name!r}, which holds no labels; the leader needs the labelled shard"
+        )
     if not cfg.is_leader and has_labels:
-        raise DataError(f"data.path {shard_dir} holds labels (it is the leader's shard {name!r}); a follower must never read labels")
+        raise DataError(
+            f"data.path {shard_dir} holds labels (it is the leader's shard {name!r}); a follower must never read labels"
+        )
     if name != cfg.party:
-        raise DataError(f"data.path {shard_dir} is the shard of party {name!r}, not of {cfg.party!r}; "
-                        f"give each party its own directory OUT/<party> of `python -m vfl.data prepare`")
+        raise DataError(
+            f"data.path {shard_dir} is the shard of party {name!r}, not of {cfg.party!r}; "
+            f"give each party its own directory OUT/<party> of `python -m vfl.data prepare`"
+        )
     for want, key in ((cfg.data.dense, "dense"), (cfg.data.categorical, "categorical")):
         have = party.get(key)
         if want is not None and list(want) != list(have or []):
@@ -154,9 +175,11 @@ def size_warning(cfg: PartyConfig, manifest: dict) -> str | None:
         return None
     ids = sum(int(v) for v in ((manifest.get("party") or {}).get("field_sizes") or {}).values())
     count = 1 + (cfg.train.checkpoint_every > 0)
-    return (f"each checkpoint of {cfg.party} will take about {nbytes / 2**30:.1f} GiB ({ids:,} embedding rows x "
-            f"{cfg.model.bottom.embedding_dim + 1} floats, with optimizer state){' and more every checkpoint_every steps' if count > 1 else ''}; "
-            f"prepare with fewer --hash-buckets or with --vocab-min-count N, or lower model.bottom.embedding_dim")
+    return (
+        f"each checkpoint of {cfg.party} will take about {nbytes / 2**30:.1f} GiB ({ids:,} embedding rows x "
+        f"{cfg.model.bottom.embedding_dim + 1} floats, with optimizer state){' and more every checkpoint_every steps' if count > 1 else ''}; "
+        f"prepare with fewer --hash-buckets or with --vocab-min-count N, or lower model.bottom.embedding_dim"
+    )
 
 
 def preflight(cfg: PartyConfig, log=None) -> PartyConfig:

@@ -2,6 +2,7 @@
 
 Usage and attacks: privacy/attacks/gradient_scoring.py.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,7 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eps", type=float, default=None)
     ap.add_argument("--out", default=None)
     ap.add_argument("--extra", default=None, help="JSON object merged into the report (e.g. the model's test AUC)")
-    ap.add_argument("--follower-seed", type=int, default=None, help="the follower's train.seed: run the full-view attack")
+    ap.add_argument(
+        "--follower-seed", type=int, default=None, help="the follower's train.seed: run the full-view attack"
+    )
     ap.add_argument("--compare-gradients", default=None, help="a second recorded release of the same data")
     ap.add_argument("--compare-eps", type=float, default=None)
     args = ap.parse_args(argv)

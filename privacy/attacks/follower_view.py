@@ -14,6 +14,7 @@ The scorer (tests, `python -m privacy.attacks --follower-seed`) grants the attac
 candidates by balanced accuracy against the true labels; under a correct eps-label-DP release none
 can exceed 1 - rho beyond sampling error (see `balanced_accuracy`).
 """
+
 from __future__ import annotations
 
 import math
@@ -47,7 +48,9 @@ def replay_flips(ids: np.ndarray, rows: np.ndarray, eps: float, seeds: list[int]
             out[f"uniform_from_ids(seed={seed}, salt={salt:#x})"] = uniform_from_ids(ids, seed, salt) < rho
         out[f"numpy.default_rng({seed}) in row order"] = np.random.default_rng(seed).random(n_rows)[rows] < rho
         gen = torch.Generator().manual_seed(seed)
-        out[f"torch.Generator({seed}) in row order"] = torch.rand(n_rows, generator=gen, dtype=torch.float64).numpy()[rows] < rho
+        out[f"torch.Generator({seed}) in row order"] = (
+            torch.rand(n_rows, generator=gen, dtype=torch.float64).numpy()[rows] < rho
+        )
     return out
 
 
@@ -75,8 +78,9 @@ def per_epoch_guesses(record: dict) -> tuple[np.ndarray, np.ndarray]:
     return ids, guesses
 
 
-def follower_view_attack(record: dict, train_ids: np.ndarray, eps: float, follower_seed: int,
-                         extra_seeds: tuple[int, ...] = ()) -> dict[str, np.ndarray]:
+def follower_view_attack(
+    record: dict, train_ids: np.ndarray, eps: float, follower_seed: int, extra_seeds: tuple[int, ...] = ()
+) -> dict[str, np.ndarray]:
     """Every label guess the follower can make, by name (ids in sorted order, see per_epoch_guesses)."""
     ids, guesses = per_epoch_guesses(record)
     rows = np.searchsorted(np.sort(train_ids), ids)

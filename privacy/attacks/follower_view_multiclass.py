@@ -13,6 +13,7 @@ salt and generator in this code, replayed against k-ary randomized response.
    c, (K-1) S <= e^eps (K - S) for S = sum_c P_c(A_c), so S / K <= p1 (the K-ary form of the binary
    balanced-accuracy bound in privacy/attacks/follower_view.py).
 """
+
 from __future__ import annotations
 
 import math
@@ -59,8 +60,9 @@ def macro_recall(guess: np.ndarray, truth: np.ndarray, k: int) -> float:
     return float(np.mean(recalls)) if recalls else math.nan
 
 
-def follower_view_attack_multiclass(record: dict, train_ids: np.ndarray, truth_of_record: np.ndarray, k: int,
-                                    eps: float, follower_seed: int) -> dict[str, np.ndarray]:
+def follower_view_attack_multiclass(
+    record: dict, train_ids: np.ndarray, truth_of_record: np.ndarray, k: int, eps: float, follower_seed: int
+) -> dict[str, np.ndarray]:
     """Every class guess for the samples of the first recorded epoch, by name. truth_of_record (the
     true class of each recorded row) only names the gradient directions, as the oracle attack does."""
     first = record["epoch"] == np.min(record["epoch"])

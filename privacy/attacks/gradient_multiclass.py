@@ -13,6 +13,7 @@ Under eps-label-DP by k-ary RR an attack that recovers the training label y~ exa
 p1 = e^eps / (K - 1 + e^eps) against the true label; both attacks recover at most y~, so p1 bounds them
 (up to what the features predict about y through the model's confidence, as for the binary attacks).
 """
+
 from __future__ import annotations
 
 import math
@@ -62,7 +63,14 @@ def multiclass_leakage_report(record: dict, ids: np.ndarray, labels: np.ndarray,
         per["oracle"].append(float(np.mean(oracle_direction_guess(g, y[m], k) == y[m])))
         per["cluster"].append(float(np.mean(cluster_guess(g, y[m], k) == y[m])))
     bound = 1.0 if eps is None or math.isinf(eps) else 1.0 / (1.0 + (k - 1) * math.exp(-eps))
-    return {"eps": eps, "num_classes": k, "bound": bound, "rows": int(y.size),
-            "majority_class": float(np.bincount(y, minlength=k).max() / max(y.size, 1)),
-            "attacks": {name: {"mean_accuracy": float(np.mean(v)), "max_accuracy": float(np.max(v)), "per_epoch": v}
-                        for name, v in per.items()}}
+    return {
+        "eps": eps,
+        "num_classes": k,
+        "bound": bound,
+        "rows": int(y.size),
+        "majority_class": float(np.bincount(y, minlength=k).max() / max(y.size, 1)),
+        "attacks": {
+            name: {"mean_accuracy": float(np.mean(v)), "max_accuracy": float(np.max(v)), "per_epoch": v}
+            for name, v in per.items()
+        },
+    }

@@ -18,6 +18,7 @@ attack of privacy/attacks/follower_view.py (replay of every public seed and salt
 as true-label accuracy; --compare-gradients adds the two-release attack against a second recorded
 release of the same data.
 """
+
 from __future__ import annotations
 
 import math
@@ -47,7 +48,9 @@ def attack_scores(grad: np.ndarray, steps: np.ndarray, y: np.ndarray) -> dict[st
         rows = np.flatnonzero(steps == s)
         ref = grad[rows[np.argmax(norms[rows])]]
         cosine[rows] = _cos(grad[rows], np.broadcast_to(ref, grad[rows].shape))
-    direction = grad[y == 1].mean(axis=0) - grad[y == 0].mean(axis=0) if 0 < y.sum() < y.size else np.zeros(grad.shape[1])
+    direction = (
+        grad[y == 1].mean(axis=0) - grad[y == 0].mean(axis=0) if 0 < y.sum() < y.size else np.zeros(grad.shape[1])
+    )
     return {
         "sign": -np.sign(grad[:, 0]),
         "norm": norms,
@@ -73,7 +76,9 @@ def leakage_report(record: dict, ids: np.ndarray, labels: np.ndarray, eps: float
     return {
         "eps": eps,
         "bound": bound,
-        "attacks": {k: {"mean_auc": float(np.mean(v)), "max_auc": float(np.max(v)), "per_epoch": v} for k, v in per.items()},
+        "attacks": {
+            k: {"mean_auc": float(np.mean(v)), "max_auc": float(np.max(v)), "per_epoch": v} for k, v in per.items()
+        },
         "samples_per_epoch": int(np.sum(record["epoch"] == record["epoch"][0])),
     }
 
@@ -83,8 +88,15 @@ def _true_labels(ids: np.ndarray, labels: np.ndarray, wanted: np.ndarray) -> np.
     return labels[order][np.searchsorted(ids[order], wanted)].astype(np.int64)
 
 
-def follower_view_report(record: dict, ids: np.ndarray, labels: np.ndarray, eps: float, follower_seed: int,
-                         second: dict | None = None, second_eps: float | None = None) -> dict:
+def follower_view_report(
+    record: dict,
+    ids: np.ndarray,
+    labels: np.ndarray,
+    eps: float,
+    follower_seed: int,
+    second: dict | None = None,
+    second_eps: float | None = None,
+) -> dict:
     """The full-view attacks scored against the true labels, beside the bound 1 - rho."""
     from privacy.attacks.follower_view import (
         balanced_accuracy,
@@ -98,11 +110,17 @@ def follower_view_report(record: dict, ids: np.ndarray, labels: np.ndarray, eps:
     seen, _ = per_epoch_guesses(record)
     truth = _true_labels(ids, labels, seen)
     name, acc = best_accuracy(guesses, truth)
-    out = {"follower_view": {"metric": "balanced accuracy (TPR + TNR) / 2 against the true labels, better polarity",
-                             "bound": math.exp(eps) / (1 + math.exp(eps)) if math.isfinite(eps) else 1.0,
-                             "gradient_sign_accuracy": balanced_accuracy(guesses["gradient sign (epoch 0)"], truth),
-                             "vote_accuracy": balanced_accuracy(guesses["majority vote over epochs"], truth),
-                             "best_accuracy": acc, "best_attack": name, "candidates": len(guesses)}}
+    out = {
+        "follower_view": {
+            "metric": "balanced accuracy (TPR + TNR) / 2 against the true labels, better polarity",
+            "bound": math.exp(eps) / (1 + math.exp(eps)) if math.isfinite(eps) else 1.0,
+            "gradient_sign_accuracy": balanced_accuracy(guesses["gradient sign (epoch 0)"], truth),
+            "vote_accuracy": balanced_accuracy(guesses["majority vote over epochs"], truth),
+            "best_accuracy": acc,
+            "best_attack": name,
+            "candidates": len(guesses),
+        }
+    }
     if second is not None and second_eps is not None:
         seen2, g2 = per_epoch_guesses(second)
         common, i1, i2 = np.intersect1d(seen, seen2, return_indices=True)
@@ -111,8 +129,11 @@ def follower_view_report(record: dict, ids: np.ndarray, labels: np.ndarray, eps:
             lo, hi = hi, lo
         d = lo != hi
         acc_hi = float(np.mean(hi[d] == truth[i1][d])) if d.any() else math.nan
-        out["two_releases"] = {"eps": sorted([eps, second_eps]), "disagree_fraction": float(d.mean()),
-                               "high_eps_accuracy_where_they_disagree": max(acc_hi, 1 - acc_hi),
-                               "independent_draws_allow": independent_disagreement_accuracy(min(eps, second_eps), max(eps, second_eps)),
-                               "nested_draws_give": 1.0}
+        out["two_releases"] = {
+            "eps": sorted([eps, second_eps]),
+            "disagree_fraction": float(d.mean()),
+            "high_eps_accuracy_where_they_disagree": max(acc_hi, 1 - acc_hi),
+            "independent_draws_allow": independent_disagreement_accuracy(min(eps, second_eps), max(eps, second_eps)),
+            "nested_draws_give": 1.0,
+        }
     return out

@@ -6,6 +6,7 @@ finds the smallest sigma with
     Phi(D/(2 sigma) - eps sigma/D) - e^eps Phi(-D/(2 sigma) - eps sigma/D) <= delta     (Theorem 8)
 for L2 sensitivity D. Unlike the classical sqrt(2 ln(1.25/delta)) D / eps it is exact for any eps.
 """
+
 from __future__ import annotations
 
 import math
@@ -54,10 +55,18 @@ def analytic_gaussian_sigma(eps: float, delta: float, sensitivity: float = 1.0, 
         alpha = 1.0
     else:
         if delta > delta0:
-            f, stop, to_alpha = case_a, (lambda s: case_a(s) >= delta), (lambda s: math.sqrt(1 + s / 2) - math.sqrt(s / 2))
+            f, stop, to_alpha = (
+                case_a,
+                (lambda s: case_a(s) >= delta),
+                (lambda s: math.sqrt(1 + s / 2) - math.sqrt(s / 2)),
+            )
             go_left = lambda s: case_a(s) > delta  # noqa: E731
         else:
-            f, stop, to_alpha = case_b, (lambda s: case_b(s) <= delta), (lambda s: math.sqrt(1 + s / 2) + math.sqrt(s / 2))
+            f, stop, to_alpha = (
+                case_b,
+                (lambda s: case_b(s) <= delta),
+                (lambda s: math.sqrt(1 + s / 2) + math.sqrt(s / 2)),
+            )
             go_left = lambda s: case_b(s) < delta  # noqa: E731
         lo, hi = 0.0, 1.0
         for _ in range(200):  # doubling

@@ -6,6 +6,7 @@ small the noise is: P(|X| < t) = 1 - exp(-eps t) for X ~ Lap(1/eps). The seed's
 example laplace_eval_eps = 230260 gives, for t = 1e-5, 1 - exp(-2.3026) = 1 - 0.1000 = 0.90:
 the noise stays below 1e-5 with 90% probability (ln 10 / 1e-5 = 230258.5, rounded up).
 """
+
 from __future__ import annotations
 
 import math

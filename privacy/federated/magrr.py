@@ -10,6 +10,7 @@ takes the plurality B. Growth: B = 0 multiplies r_est by `growth`; B = 1 counts 
 The global learning rate for SignDS is 2 * r_est * num_clients.
 Constants follow MindSpore Federated: r_est0 = 1e-5, eps_rr = 5, growth x5, switch after 10 reaches.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

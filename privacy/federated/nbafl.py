@@ -11,6 +11,7 @@ of FederatedScope's wrap_nbafl_trainer / wrap_nbafl_server:
 The (eps, delta) calibrated here is the guarantee of the whole T-round run (the paper's Theorem 1
 composes over T exposures inside scale_u).
 """
+
 from __future__ import annotations
 
 import math
@@ -42,7 +43,9 @@ def downlink_scale(p: NbAFLParams, rounds: int, num_clients: int, sampled: int, 
     """scale_d, or 0 when T <= sqrt(N) * L (no downlink noise needed)."""
     if rounds <= math.sqrt(num_clients) * sampled:
         return 0.0
-    return 2.0 * p.c * p.w_clip * math.sqrt(rounds**2 - sampled**2 * num_clients) / (min_n_train * num_clients * p.epsilon)
+    return (
+        2.0 * p.c * p.w_clip * math.sqrt(rounds**2 - sampled**2 * num_clients) / (min_n_train * num_clients * p.epsilon)
+    )
 
 
 def clip_weights(weights: np.ndarray, w_clip: float) -> np.ndarray:
@@ -51,14 +54,23 @@ def clip_weights(weights: np.ndarray, w_clip: float) -> np.ndarray:
     return weights / max(1.0, norm / w_clip)
 
 
-def nbafl_client(weights: np.ndarray, p: NbAFLParams, rounds: int, n_train: int, rng: np.random.Generator) -> np.ndarray:
+def nbafl_client(
+    weights: np.ndarray, p: NbAFLParams, rounds: int, n_train: int, rng: np.random.Generator
+) -> np.ndarray:
     """Clip the local weights and add the uplink noise."""
     clipped = clip_weights(np.asarray(weights, dtype=np.float64), p.w_clip)
     return clipped + rng.normal(0.0, uplink_scale(p, rounds, n_train), size=clipped.shape)
 
 
-def nbafl_server(aggregate: np.ndarray, p: NbAFLParams, rounds: int, num_clients: int, sampled: int, min_n_train: int,
-                 rng: np.random.Generator) -> np.ndarray:
+def nbafl_server(
+    aggregate: np.ndarray,
+    p: NbAFLParams,
+    rounds: int,
+    num_clients: int,
+    sampled: int,
+    min_n_train: int,
+    rng: np.random.Generator,
+) -> np.ndarray:
     """Add the downlink noise to the aggregate when the theorem requires it."""
     s = downlink_scale(p, rounds, num_clients, sampled, min_n_train)
     return aggregate + rng.normal(0.0, s, size=aggregate.shape) if s > 0 else aggregate.copy()

@@ -9,6 +9,7 @@ server's sum and the result equals the plain sum up to the quantisation step 2^-
 A client that masked but did not upload leaves its masks in the sum: the server detects the missing
 uploads and refuses the round with a clear error naming the dropped clients.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -31,7 +32,9 @@ def encode_fixed(x: np.ndarray, frac_bits: int = FRAC_BITS, n_clients: int = 1) 
     x = np.asarray(x, dtype=np.float64)
     limit = 2.0 ** (63 - frac_bits) / max(n_clients, 1)
     if not np.all(np.isfinite(x)) or np.any(np.abs(x) >= limit):
-        raise SecureAggregationError(f"values must be finite with |x| < {limit:.3g} to sum {n_clients} clients in fixed point")
+        raise SecureAggregationError(
+            f"values must be finite with |x| < {limit:.3g} to sum {n_clients} clients in fixed point"
+        )
     return np.round(x * (1 << frac_bits)).astype(np.int64).view(np.uint64)
 
 
@@ -48,8 +51,9 @@ def pair_seed(private: X25519PrivateKey, peer_public: bytes, u: int, v: int, rou
     """A 256-bit seed shared by clients u and v for this round (X25519 + HKDF-SHA256)."""
     shared = private.exchange(X25519PublicKey.from_public_bytes(peer_public))
     lo, hi = min(u, v), max(u, v)
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
-                info=f"vfl-pw-mask/round={round_id}/pair={lo}-{hi}".encode()).derive(shared)
+    return HKDF(
+        algorithm=hashes.SHA256(), length=32, salt=None, info=f"vfl-pw-mask/round={round_id}/pair={lo}-{hi}".encode()
+    ).derive(shared)
 
 
 def mask_stream(seed: bytes, d: int) -> np.ndarray:
@@ -69,8 +73,9 @@ class MaskingClient:
     def public(self) -> bytes:
         return public_bytes(self.private.public_key())
 
-    def mask(self, update: np.ndarray, peers: dict[int, bytes], round_id: int, n_clients: int,
-             frac_bits: int = FRAC_BITS) -> np.ndarray:
+    def mask(
+        self, update: np.ndarray, peers: dict[int, bytes], round_id: int, n_clients: int, frac_bits: int = FRAC_BITS
+    ) -> np.ndarray:
         """fixed(update) + sum_{v > u} mask_uv - sum_{v < u} mask_vu  (mod 2^64)."""
         y = encode_fixed(update, frac_bits, n_clients).copy()
         for v, pub in peers.items():
@@ -85,8 +90,10 @@ def aggregate_masked(uploads: dict[int, np.ndarray], participants: list[int], fr
     """Sum of the clients' real-valued updates; refuses the round if a participant did not upload."""
     missing = sorted(set(participants) - set(uploads))
     if missing:
-        raise SecureAggregationError(f"round refused: clients {missing} masked their updates but did not upload "
-                                     f"(dropped); their pairwise masks would not cancel")
+        raise SecureAggregationError(
+            f"round refused: clients {missing} masked their updates but did not upload "
+            f"(dropped); their pairwise masks would not cancel"
+        )
     unknown = sorted(set(uploads) - set(participants))
     if unknown:
         raise SecureAggregationError(f"uploads from clients {unknown} that did not take part in the key agreement")

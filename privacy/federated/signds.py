@@ -18,6 +18,7 @@ their Sec. 4, as deployed in MindSpore Federated). Client side:
   8. upload (indices, sign): h + 1 numbers instead of d floats.
 Server: each client's update is rebuilt as g * sign on its indices; the updates are averaged.
 """
+
 from __future__ import annotations
 
 import math

@@ -15,6 +15,7 @@ Two kinds of per-sample draws exist, and they must never be confused:
   key) draw independently, so their flips never nest.
 Both are pure functions: the same inputs give the same draws, in any order and for any subset of ids.
 """
+
 from __future__ import annotations
 
 import hashlib

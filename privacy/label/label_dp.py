@@ -17,6 +17,7 @@ the other K-1 classes.
 Unlike MindSpore: eps is not capped at 100 (eps = inf returns the labels exactly), every row is
 validated (not just the total count of ones), and a generator makes results reproducible.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -59,7 +60,9 @@ def _numpy_generator(generator) -> np.random.Generator:
     if isinstance(generator, torch.Generator):
         seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
         return np.random.default_rng(seed)
-    raise TypeError(f"generator must be a numpy Generator, a torch Generator or an int seed, got {type(generator).__name__}")
+    raise TypeError(
+        f"generator must be a numpy Generator, a torch Generator or an int seed, got {type(generator).__name__}"
+    )
 
 
 def label_kind(labels: np.ndarray, num_classes: int | None = None) -> str:
@@ -78,8 +81,10 @@ def label_kind(labels: np.ndarray, num_classes: int | None = None) -> str:
         flat = values.reshape(-1)
         bad = np.flatnonzero((flat != 0) & (flat != 1))
         if bad.size:
-            raise ValueError(f"binary labels must be 0 or 1; row {bad[0]} is {labels.reshape(-1)[bad[0]].item()!r} "
-                             "(for class ids pass num_classes=K)")
+            raise ValueError(
+                f"binary labels must be 0 or 1; row {bad[0]} is {labels.reshape(-1)[bad[0]].item()!r} "
+                "(for class ids pass num_classes=K)"
+            )
         return "binary"
     k = labels.shape[1]
     if k < 2:
@@ -88,14 +93,18 @@ def label_kind(labels: np.ndarray, num_classes: int | None = None) -> str:
     not_one = values.sum(axis=1) != 1
     bad = np.flatnonzero(not01 | not_one)
     if bad.size:
-        raise ValueError(f"one-hot labels need exactly one 1 (and K-1 zeros) per row; row {bad[0]} is {labels[bad[0]].tolist()}")
+        raise ValueError(
+            f"one-hot labels need exactly one 1 (and K-1 zeros) per row; row {bad[0]} is {labels[bad[0]].tolist()}"
+        )
     return "onehot"
 
 
 def _check_ids(ids, n: int) -> np.ndarray:
     arr, _ = _to_numpy(ids)
     if arr.ndim != 1 or arr.shape[0] != n or not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"ids must be {n} integer sample ids, one per label row; got dtype {arr.dtype} shape {arr.shape}")
+        raise ValueError(
+            f"ids must be {n} integer sample ids, one per label row; got dtype {arr.dtype} shape {arr.shape}"
+        )
     if np.unique(arr).size != n:
         raise ValueError("ids must be unique: two rows with one id would share one draw")
     return arr.astype(np.int64)
@@ -104,14 +113,23 @@ def _check_ids(ids, n: int) -> np.ndarray:
 class LabelDP:
     """eps-label-DP randomized response; once per sample when given sample ids (keyed mode)."""
 
-    def __init__(self, eps: float, dataset: str | None = None, store_dir: str | None = None, key_file: str | None = None,
-                 key: bytes | None = None, num_classes: int | None = None):
+    def __init__(
+        self,
+        eps: float,
+        dataset: str | None = None,
+        store_dir: str | None = None,
+        key_file: str | None = None,
+        key: bytes | None = None,
+        num_classes: int | None = None,
+    ):
         self.eps = check_eps(eps)
         if key is not None and (store_dir is not None or key_file is not None):
             raise ValueError("pass key (no ledger) or store_dir/key_file (key and ledger on disk), not both")
         if key is not None and (not isinstance(key, (bytes, bytearray)) or len(key) != KEY_BYTES):
             raise ValueError(f"key must be {KEY_BYTES} secret random bytes (secrets.token_bytes({KEY_BYTES}))")
-        if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2):
+        if num_classes is not None and (
+            isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2
+        ):
             raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
         self.dataset = dataset
         self.store_dir, self.key_file = store_dir, key_file
@@ -132,24 +150,41 @@ class LabelDP:
         """The release this object draws for this dataset, label kind and K (public; names no key bits)."""
         from privacy.label.store import key_fingerprint, named_dataset_id, release_id
 
-        return release_id(named_dataset_id(self.dataset), key_fingerprint(self._secret()), f"labeldp/{kind}",
-                          {"eps": self.eps, "k": k})
+        return release_id(
+            named_dataset_id(self.dataset),
+            key_fingerprint(self._secret()),
+            f"labeldp/{kind}",
+            {"eps": self.eps, "k": k},
+        )
 
     def _keyed(self, kind: str, k: int, ids: np.ndarray, draw) -> np.ndarray:
         from privacy.label.store import Release, named_dataset_id
 
         if self.dataset is None:
-            raise ValueError("once-per-sample randomization (ids=...) needs LabelDP(eps, dataset=NAME): the name of "
-                             "the label set, so that two label sets on the same ids never share coins")
+            raise ValueError(
+                "once-per-sample randomization (ids=...) needs LabelDP(eps, dataset=NAME): the name of "
+                "the label set, so that two label sets on the same ids never share coins"
+            )
         rel = self.release_id(kind, k)
         out = draw(self._secret(), rel)
         self.last_release = {"release_id": rel, "eps": self.eps, "mechanism": f"labeldp/{kind}"}
         if self._store is not None:
-            is_new, summary = self._store.record(Release(rel, named_dataset_id(self.dataset), f"labeldp/{kind}", self.eps,
-                                                         {"eps": self.eps, "k": k}, int(ids.size)),
-                                                 self._key, ids, {"name": self.dataset})
-            self.last_release.update(new_release=is_new, dataset_total_eps=summary["total_eps"],
-                                     ledger=self._store.ledger_path)
+            is_new, summary = self._store.record(
+                Release(
+                    rel,
+                    named_dataset_id(self.dataset),
+                    f"labeldp/{kind}",
+                    self.eps,
+                    {"eps": self.eps, "k": k},
+                    int(ids.size),
+                ),
+                self._key,
+                ids,
+                {"name": self.dataset},
+            )
+            self.last_release.update(
+                new_release=is_new, dataset_total_eps=summary["total_eps"], ledger=self._store.ledger_path
+            )
         return out
 
     def __call__(self, labels, generator=None, ids=None):
@@ -170,11 +205,15 @@ class LabelDP:
         # two classes are binary whatever their encoding: one mechanism (keep e^eps/(1+e^eps)), one release
         if k == 2:
             if ids is not None:
-                noisy = self._keyed("binary", 2, ids, lambda key, rel: randomize_binary_once(cls, ids, self.eps, key, rel))
+                noisy = self._keyed(
+                    "binary", 2, ids, lambda key, rel: randomize_binary_once(cls, ids, self.eps, key, rel)
+                )
             else:
                 noisy = binary_rr(cls, self.eps, _numpy_generator(generator))
         elif ids is not None:
-            noisy = self._keyed("classes", k, ids, lambda key, rel: randomize_classes_once(cls, ids, k, self.eps, key, rel))
+            noisy = self._keyed(
+                "classes", k, ids, lambda key, rel: randomize_classes_once(cls, ids, k, self.eps, key, rel)
+            )
         else:
             noisy = kary_rr(cls, k, self.eps, _numpy_generator(generator))
         if label_type == "onehot":

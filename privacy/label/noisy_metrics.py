@@ -24,6 +24,7 @@ K classes under k-ary RR (keep p1 = e^eps/(K-1+e^eps), move to each other class 
   Robust to Label Noise: a Loss Correction Approach", Theorem 1), l^(p, y~) = (T^-1 l(p))_{y~} with
   T the k-ary RR channel, is unbiased for the true-label loss.
 """
+
 from __future__ import annotations
 
 import math
@@ -94,8 +95,15 @@ def noisy_validation_metrics(noisy: np.ndarray, probs: np.ndarray, eps: float | 
         auc = 0.5 + (auc_noisy - 0.5) / scale
         ll = debiased_logloss(y, p, eps)
     half = 1.96 * se / scale if not math.isnan(se) else math.nan
-    return {"auc_noisy": auc_noisy, "auc": auc, "auc_ci95": [auc - half, auc + half], "logloss_noisy": ll_noisy,
-            "logloss": ll, "class_prior": float(pi), "rows": int(y.size)}
+    return {
+        "auc_noisy": auc_noisy,
+        "auc": auc,
+        "auc_ci95": [auc - half, auc + half],
+        "logloss_noisy": ll_noisy,
+        "logloss": ll,
+        "class_prior": float(pi),
+        "rows": int(y.size),
+    }
 
 
 def _per_class_auc(y: np.ndarray, p: np.ndarray) -> np.ndarray:
@@ -132,8 +140,16 @@ def noisy_multiclass_validation_metrics(noisy: np.ndarray, probs: np.ndarray, ep
     ll_noisy = float(np.mean(-np.log(p[np.arange(n), y]))) if n else math.nan
     freq = np.bincount(y, minlength=k) / max(n, 1)
     if eps is None or math.isinf(eps):
-        return {"accuracy_noisy": acc_noisy, "accuracy": acc_noisy, "auc_noisy": auc_noisy, "auc": auc_noisy,
-                "logloss_noisy": ll_noisy, "logloss": ll_noisy, "class_prior": freq.tolist(), "rows": int(n)}
+        return {
+            "accuracy_noisy": acc_noisy,
+            "accuracy": acc_noisy,
+            "auc_noisy": auc_noisy,
+            "auc": auc_noisy,
+            "logloss_noisy": ll_noisy,
+            "logloss": ll_noisy,
+            "class_prior": freq.tolist(),
+            "rows": int(n),
+        }
     p1 = keep_probability(eps, k)
     q = (1.0 - p1) / (k - 1)
     if p1 - q <= 0:
@@ -143,7 +159,13 @@ def noisy_multiclass_validation_metrics(noisy: np.ndarray, probs: np.ndarray, ep
     b = pi * (1 - p1) / (pi * (1 - p1) + (1 - pi) * (1 - q))
     # clipped to [0, 1]: a class whose estimated prior is near 0 (few rows, small eps) has a - b near 0
     auc_hat = np.clip(0.5 + (auc_c - 0.5) / np.maximum(a - b, 1e-12), 0.0, 1.0)
-    return {"accuracy_noisy": acc_noisy, "accuracy": (acc_noisy - q) / (p1 - q), "auc_noisy": auc_noisy,
-            "auc": float(np.nanmean(auc_hat)) if np.isfinite(auc_hat).any() else math.nan,
-            "logloss_noisy": ll_noisy, "logloss": debiased_multiclass_logloss(y, p, eps, k) if n else math.nan,
-            "class_prior": pi.tolist(), "rows": int(n)}
+    return {
+        "accuracy_noisy": acc_noisy,
+        "accuracy": (acc_noisy - q) / (p1 - q),
+        "auc_noisy": auc_noisy,
+        "auc": float(np.nanmean(auc_hat)) if np.isfinite(auc_hat).any() else math.nan,
+        "logloss_noisy": ll_noisy,
+        "logloss": debiased_multiclass_logloss(y, p, eps, k) if n else math.nan,
+        "class_prior": pi.tolist(),
+        "rows": int(n),
+    }

@@ -4,6 +4,7 @@ Warner 1965; k-ary ("generalized") RR as in Kairouz, Oh, Viswanath 2016 and Ghaz
 (RR is Algorithm 1 there). Each use on one record is eps-DP for that record (pure DP, delta = 0).
 Every function is pure: randomness comes in as a numpy Generator or as pre-drawn uniforms.
 """
+
 from __future__ import annotations
 
 import math
@@ -46,7 +47,9 @@ def kary_transition(k: int, eps: float) -> np.ndarray:
     return t
 
 
-def binary_rr(bits: np.ndarray, eps: float, rng: np.random.Generator | None = None, u: np.ndarray | None = None) -> np.ndarray:
+def binary_rr(
+    bits: np.ndarray, eps: float, rng: np.random.Generator | None = None, u: np.ndarray | None = None
+) -> np.ndarray:
     """Flip each 0/1 value with probability rho(eps); `u` (uniforms, same shape) replaces `rng`."""
     bits = np.asarray(bits)
     rho = flip_probability(eps)
@@ -60,8 +63,14 @@ def binary_rr(bits: np.ndarray, eps: float, rng: np.random.Generator | None = No
     return np.where(flip, 1 - bits, bits).astype(bits.dtype)
 
 
-def kary_rr(classes: np.ndarray, k: int, eps: float, rng: np.random.Generator | None = None,
-            u_keep: np.ndarray | None = None, u_other: np.ndarray | None = None) -> np.ndarray:
+def kary_rr(
+    classes: np.ndarray,
+    k: int,
+    eps: float,
+    rng: np.random.Generator | None = None,
+    u_keep: np.ndarray | None = None,
+    u_other: np.ndarray | None = None,
+) -> np.ndarray:
     """Keep each class index with p1 = e^eps/(k-1+e^eps), else move to one of the other k-1 uniformly."""
     classes = np.asarray(classes)
     p1 = keep_probability(eps, k)

@@ -10,6 +10,7 @@ eps, mechanism, prior or key) draws independently, so two releases never nest. E
 eps-label-DP (one eps-DP mechanism per label; anything computed from the noisy labels afterwards is
 post-processing); the per-dataset ledger (privacy/label/store.py) adds up the releases.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -37,10 +38,17 @@ def randomize_binary_once(labels: np.ndarray, ids: np.ndarray, eps: float, key: 
     return binary_rr(np.asarray(labels).astype(np.int64), eps, u=keyed_uniforms(key, release, PURPOSE_FLIP, ids))
 
 
-def randomize_classes_once(classes: np.ndarray, ids: np.ndarray, k: int, eps: float, key: bytes, release: str) -> np.ndarray:
+def randomize_classes_once(
+    classes: np.ndarray, ids: np.ndarray, k: int, eps: float, key: bytes, release: str
+) -> np.ndarray:
     """k-ary RR on class ids in [0, k) with keyed uniforms per sample (Ghazi et al. 2021, Alg. 1)."""
-    return kary_rr(np.asarray(classes).astype(np.int64), k, eps, u_keep=keyed_uniforms(key, release, PURPOSE_KARY_KEEP, ids),
-                   u_other=keyed_uniforms(key, release, PURPOSE_KARY_OTHER, ids))
+    return kary_rr(
+        np.asarray(classes).astype(np.int64),
+        k,
+        eps,
+        u_keep=keyed_uniforms(key, release, PURPOSE_KARY_KEEP, ids),
+        u_other=keyed_uniforms(key, release, PURPOSE_KARY_OTHER, ids),
+    )
 
 
 def stage_one_mask(ids: np.ndarray, key: bytes, release: str, fraction: float) -> np.ndarray:
@@ -48,32 +56,51 @@ def stage_one_mask(ids: np.ndarray, key: bytes, release: str, fraction: float) -
     return keyed_uniforms(key, release, PURPOSE_STAGE, ids) < fraction
 
 
-def rr_prior_once(labels: np.ndarray, ids: np.ndarray, prior_positive: np.ndarray, eps: float, key: bytes, release: str):
+def rr_prior_once(
+    labels: np.ndarray, ids: np.ndarray, prior_positive: np.ndarray, eps: float, key: bytes, release: str
+):
     """RRWithPrior on binary labels with prior P(y=1) per sample; keyed uniforms per sample id."""
     p = np.clip(np.asarray(prior_positive, dtype=np.float64), 0.0, 1.0)
     prior = np.stack([1.0 - p, p], axis=1)
-    return rr_with_prior(np.asarray(labels).astype(np.int64), prior, eps,
-                         u_keep=keyed_uniforms(key, release, PURPOSE_KEEP, ids),
-                         u_pick=keyed_uniforms(key, release, PURPOSE_PICK, ids))
+    return rr_with_prior(
+        np.asarray(labels).astype(np.int64),
+        prior,
+        eps,
+        u_keep=keyed_uniforms(key, release, PURPOSE_KEEP, ids),
+        u_pick=keyed_uniforms(key, release, PURPOSE_PICK, ids),
+    )
 
 
-def rr_prior_classes_once(classes: np.ndarray, ids: np.ndarray, prior: np.ndarray, eps: float, key: bytes, release: str):
+def rr_prior_classes_once(
+    classes: np.ndarray, ids: np.ndarray, prior: np.ndarray, eps: float, key: bytes, release: str
+):
     """RRWithPrior on class ids in [0, K) with a prior (n, K) per sample; keyed uniforms per sample id.
     Returns (noisy classes, k* per row)."""
-    return rr_with_prior(np.asarray(classes).astype(np.int64), np.asarray(prior, dtype=np.float64), eps,
-                         u_keep=keyed_uniforms(key, release, PURPOSE_KEEP, ids),
-                         u_pick=keyed_uniforms(key, release, PURPOSE_PICK, ids))
+    return rr_with_prior(
+        np.asarray(classes).astype(np.int64),
+        np.asarray(prior, dtype=np.float64),
+        eps,
+        u_keep=keyed_uniforms(key, release, PURPOSE_KEEP, ids),
+        u_pick=keyed_uniforms(key, release, PURPOSE_PICK, ids),
+    )
 
 
-def run_report(true: np.ndarray, noisy: np.ndarray, eps: float, mechanism: str, num_classes: int | None = None,
-               **extra) -> dict:
+def run_report(
+    true: np.ndarray, noisy: np.ndarray, eps: float, mechanism: str, num_classes: int | None = None, **extra
+) -> dict:
     """What metrics.json records about the run's label DP (num_classes: K for class ids, None for 0/1 labels)."""
     true, noisy = np.asarray(true).astype(np.int64), np.asarray(noisy).astype(np.int64)
     if num_classes is None:
-        rates = {"flip_probability": flip_probability(eps), "noisy_positive_rate": float(noisy.mean()) if noisy.size else 0.0}
+        rates = {
+            "flip_probability": flip_probability(eps),
+            "noisy_positive_rate": float(noisy.mean()) if noisy.size else 0.0,
+        }
     else:
-        rates = {"num_classes": num_classes, "keep_probability": keep_probability(eps, num_classes),
-                 "flip_probability": 1.0 - keep_probability(eps, num_classes)}
+        rates = {
+            "num_classes": num_classes,
+            "keep_probability": keep_probability(eps, num_classes),
+            "flip_probability": 1.0 - keep_probability(eps, num_classes),
+        }
     return {
         "eps": eps if np.isfinite(eps) else "inf",
         "delta": 0.0,
@@ -81,7 +108,7 @@ def run_report(true: np.ndarray, noisy: np.ndarray, eps: float, mechanism: str, 
         "flipped_fraction": float(np.mean(true != noisy)) if true.size else 0.0,
         **rates,
         "accounting": "each label randomized once per release by the leader's secret PRF at (key, release, sample id): "
-                      f"this release is {eps}-label-DP whatever the number of epochs, runs and resumes; "
-                      "the dataset's ledger adds the eps of every distinct release",
+        f"this release is {eps}-label-DP whatever the number of epochs, runs and resumes; "
+        "the dataset's ledger adds the eps of every distinct release",
         **extra,
     }

@@ -14,6 +14,7 @@ Binary CTR at small eps: with K = 2, w_1 = max(p) and w_2 = e^eps/(e^eps+1), so 
 top class has more mass than e^eps/(1+e^eps) the mechanism outputs the prior's argmax whatever
 the label ("collapse"); the fraction of such rows is reported as `collapse_fraction`.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,8 +32,14 @@ def top_k_weights(prior: np.ndarray, eps: float) -> np.ndarray:
     return keep[None, :] * mass
 
 
-def rr_with_prior(labels: np.ndarray, prior: np.ndarray, eps: float, rng: np.random.Generator | None = None,
-                  u_keep: np.ndarray | None = None, u_pick: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def rr_with_prior(
+    labels: np.ndarray,
+    prior: np.ndarray,
+    eps: float,
+    rng: np.random.Generator | None = None,
+    u_keep: np.ndarray | None = None,
+    u_pick: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Noisy class indices and the chosen k* per row. labels: (N,) ints in [0, K); prior: (N, K)."""
     labels = np.asarray(labels, dtype=np.int64)
     prior = np.asarray(prior, dtype=np.float64)

@@ -15,6 +15,7 @@ also keeps a bottom-k sketch of each dataset's sample ids (k = 4096 smallest key
 1997, "On the resemblance and containment of documents") and charges every release of an overlapping
 dataset to a new one: the total it reports is that of the most exposed sample id, not of one file.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -53,8 +54,10 @@ def default_store_dir() -> str:
 def dataset_id(source_sha256: str) -> str:
     """The name of a labelled dataset: a digest of its labelled source file's sha256."""
     if not isinstance(source_sha256, str) or len(source_sha256) != 64:
-        raise LabelDPStoreError(f"the labelled source's sha256 must be 64 hex digits, got {source_sha256!r} "
-                                "(re-run `python -m vfl.data prepare`: older manifests lack source.sha256)")
+        raise LabelDPStoreError(
+            f"the labelled source's sha256 must be 64 hex digits, got {source_sha256!r} "
+            "(re-run `python -m vfl.data prepare`: older manifests lack source.sha256)"
+        )
     return hashlib.sha256(b"vfl/labelled-dataset/v1|" + source_sha256.encode()).hexdigest()[:32]
 
 
@@ -72,8 +75,12 @@ def key_fingerprint(key: bytes) -> str:
 
 def release_id(dataset: str, fingerprint: str, mechanism: str, params: dict) -> str:
     """Digest of everything that defines a release: dataset, key, mechanism and its parameters."""
-    doc = {"dataset": dataset, "key": fingerprint, "mechanism": mechanism,
-           "params": {k: _jsonable(v) for k, v in sorted(params.items())}}
+    doc = {
+        "dataset": dataset,
+        "key": fingerprint,
+        "mechanism": mechanism,
+        "params": {k: _jsonable(v) for k, v in sorted(params.items())},
+    }
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -84,7 +91,7 @@ def id_sketch(key: bytes, ids: np.ndarray) -> str:
 
 
 def _sketch_set(sketch: str) -> set[int]:
-    return {int(sketch[i:i + 16], 16) for i in range(0, len(sketch), 16)}
+    return {int(sketch[i : i + 16], 16) for i in range(0, len(sketch), 16)}
 
 
 def estimated_overlap(a: str, n_a: int, b: str, n_b: int) -> float:
@@ -119,11 +126,15 @@ def _now() -> str:
 def _check_private(path: str, what: str) -> os.stat_result:
     st = os.stat(path)
     if st.st_uid != os.getuid():
-        raise LabelDPStoreError(f"{what} {path} is owned by uid {st.st_uid}, not by this user ({os.getuid()}); "
-                                "the leader's secret must belong to the leader's account")
+        raise LabelDPStoreError(
+            f"{what} {path} is owned by uid {st.st_uid}, not by this user ({os.getuid()}); "
+            "the leader's secret must belong to the leader's account"
+        )
     if st.st_mode & 0o077:
-        raise LabelDPStoreError(f"{what} {path} has mode {stat.S_IMODE(st.st_mode):04o}; it must be readable by its "
-                                f"owner only (chmod {'700' if stat.S_ISDIR(st.st_mode) else '600'} {path})")
+        raise LabelDPStoreError(
+            f"{what} {path} has mode {stat.S_IMODE(st.st_mode):04o}; it must be readable by its "
+            f"owner only (chmod {'700' if stat.S_ISDIR(st.st_mode) else '600'} {path})"
+        )
     return st
 
 
@@ -134,9 +145,11 @@ def _check_ancestors(path: str) -> None:
     while True:
         st = os.stat(cur)
         if st.st_uid not in (0, os.getuid()) or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
-            raise LabelDPStoreError(f"label-DP store {path}: its parent directory {cur} can be modified by other users "
-                                    f"(owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}); they could replace "
-                                    "the key or the ledger: put the store in a directory only you control")
+            raise LabelDPStoreError(
+                f"label-DP store {path}: its parent directory {cur} can be modified by other users "
+                f"(owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}); they could replace "
+                "the key or the ledger: put the store in a directory only you control"
+            )
         parent = os.path.dirname(cur)
         if parent == cur:
             return
@@ -158,8 +171,10 @@ def read_key(path: str) -> bytes:
     except ValueError:
         key = b""
     if len(key) != KEY_BYTES:
-        raise LabelDPStoreError(f"label-DP key file {path} must hold {KEY_BYTES} bytes as {2 * KEY_BYTES} hex digits; "
-                                "it is damaged (restore it from a backup; a new key is a new release that adds to the ledger)")
+        raise LabelDPStoreError(
+            f"label-DP key file {path} must hold {KEY_BYTES} bytes as {2 * KEY_BYTES} hex digits; "
+            "it is damaged (restore it from a backup; a new key is a new release that adds to the ledger)"
+        )
     return key
 
 
@@ -217,14 +232,18 @@ class LabelDPStore:
         try:
             os.makedirs(self.dir, mode=0o700, exist_ok=True)
         except OSError as e:
-            raise LabelDPStoreError(f"label-DP store {self.dir} cannot be created: {e.strerror} "
-                                    "(set privacy.label_dp.store_dir to a writable directory)") from None
+            raise LabelDPStoreError(
+                f"label-DP store {self.dir} cannot be created: {e.strerror} "
+                "(set privacy.label_dp.store_dir to a writable directory)"
+            ) from None
         _check_private(self.dir, "label-DP store directory")
         _check_ancestors(self.dir)
         if self.created:
-            self.warnings.append(f"label DP: created a new key store {self.dir}; it cannot count releases made under "
-                                 "another store: if these labels were released before, point privacy.label_dp.store_dir "
-                                 "(or $VFL_LABEL_DP_STORE) at that store instead")
+            self.warnings.append(
+                f"label DP: created a new key store {self.dir}; it cannot count releases made under "
+                "another store: if these labels were released before, point privacy.label_dp.store_dir "
+                "(or $VFL_LABEL_DP_STORE) at that store instead"
+            )
 
     @contextlib.contextmanager
     def _locked(self):
@@ -243,10 +262,16 @@ class LabelDPStore:
             with open(self.ledger_path) as f:
                 doc = json.load(f)
         except (OSError, ValueError) as e:
-            raise LabelDPStoreError(f"label-DP ledger {self.ledger_path} cannot be read ({e}); it is the only record of "
-                                    "what these labels have spent: restore it rather than delete it") from None
-        if not isinstance(doc, dict) or doc.get("format") != LEDGER_FORMAT or not isinstance(doc.get("releases"), list) \
-                or not isinstance(doc.get("datasets"), dict):
+            raise LabelDPStoreError(
+                f"label-DP ledger {self.ledger_path} cannot be read ({e}); it is the only record of "
+                "what these labels have spent: restore it rather than delete it"
+            ) from None
+        if (
+            not isinstance(doc, dict)
+            or doc.get("format") != LEDGER_FORMAT
+            or not isinstance(doc.get("releases"), list)
+            or not isinstance(doc.get("datasets"), dict)
+        ):
             raise LabelDPStoreError(f"label-DP ledger {self.ledger_path} is not a format-{LEDGER_FORMAT} ledger")
         return doc
 
@@ -262,7 +287,8 @@ class LabelDPStore:
                 self.warnings.append(
                     f"label DP: created a new key {key_fingerprint(key)} in a store whose ledger already has releases "
                     f"under {len(old)} other key(s); new releases are independent of them and add their eps "
-                    f"(see {self.ledger_path})")
+                    f"(see {self.ledger_path})"
+                )
             return key
 
     def record(self, release: Release, key: bytes, ids: np.ndarray, source: dict | None = None) -> tuple[bool, dict]:
@@ -273,14 +299,27 @@ class LabelDPStore:
             doc = self.ledger()
             ds = doc["datasets"].get(release.dataset)
             if ds is None:
-                ds = doc["datasets"][release.dataset] = {"rows": int(np.asarray(ids).size), "first_seen": _now(),
-                                                         "source": source or {}, "sketch": id_sketch(key, ids)}
+                ds = doc["datasets"][release.dataset] = {
+                    "rows": int(np.asarray(ids).size),
+                    "first_seen": _now(),
+                    "source": source or {},
+                    "sketch": id_sketch(key, ids),
+                }
             found = next((r for r in doc["releases"] if r["release_id"] == release.release_id), None)
             if found is None:
-                doc["releases"].append({"release_id": release.release_id, "dataset": release.dataset,
-                                        "mechanism": release.mechanism, "eps": _jsonable(release.eps),
-                                        "params": {k: _jsonable(v) for k, v in release.params.items()},
-                                        "key_fingerprint": fp, "rows": release.rows, "created": _now(), "uses": 1})
+                doc["releases"].append(
+                    {
+                        "release_id": release.release_id,
+                        "dataset": release.dataset,
+                        "mechanism": release.mechanism,
+                        "eps": _jsonable(release.eps),
+                        "params": {k: _jsonable(v) for k, v in release.params.items()},
+                        "key_fingerprint": fp,
+                        "rows": release.rows,
+                        "created": _now(),
+                        "uses": 1,
+                    }
+                )
             else:
                 found["uses"] = int(found.get("uses", 1)) + 1
                 found["last_used"] = _now()
@@ -290,8 +329,11 @@ class LabelDPStore:
                     f"label DP: dataset {release.dataset} shares sample ids with {len(summary['overlapping_datasets'])} "
                     f"dataset(s) released before (re-exported or overlapping data); their releases are charged to it: "
                     f"total eps {summary['total_eps']} (see {self.ledger_path}). Where sample ids are line numbers (no id "
-                    f"column), every file shares them: give the data an id column for exact accounting")
-            doc["composition"] = "basic sequential composition over releases; overlapping datasets charged to each other"
+                    f"column), every file shares them: give the data an id column for exact accounting"
+                )
+            doc["composition"] = (
+                "basic sequential composition over releases; overlapping datasets charged to each other"
+            )
             self._write(doc)
             return found is None, summary
 
@@ -302,8 +344,11 @@ class LabelDPStore:
             if other != dataset and estimated_overlap(mine["sketch"], mine["rows"], d["sketch"], d["rows"]) > 0:
                 overlapping.append(other)
         charged = [r for r in doc["releases"] if r.get("dataset") in (dataset, *overlapping)]
-        return {"total_eps": _jsonable(composed_eps(charged)), "releases": len(charged),
-                "overlapping_datasets": overlapping}
+        return {
+            "total_eps": _jsonable(composed_eps(charged)),
+            "releases": len(charged),
+            "overlapping_datasets": overlapping,
+        }
 
     def _write(self, doc: dict) -> None:
         tmp = f"{self.ledger_path}.tmp-{os.getpid()}"

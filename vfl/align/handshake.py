@@ -6,6 +6,7 @@ answer no new HELLO and no message of an old run fits a new one. The HELLO's fie
 domains (the nonce's 32 hex digits, cut_dim in [2, MAX_CUT_DIM], ...) are vfl/wire/messages.Hello's; here
 are only the comparisons with the leader's own values.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -28,8 +29,9 @@ def run_id(leader_nonce: str, follower_nonces: dict[str, str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def hello_message(cfg: PartyConfig, shard: PartyShard, resume_step: int = 0, nonce: str = "",
-                  rank_fields: dict | None = None) -> Hello:
+def hello_message(
+    cfg: PartyConfig, shard: PartyShard, resume_step: int = 0, nonce: str = "", rank_fields: dict | None = None
+) -> Hello:
     """What a party announces about itself (followers send it; the leader builds its own to compare with).
     rank_fields: vfl.distributed.pairing.rank_meta of this rank (none for one rank)."""
     return Hello(
@@ -61,12 +63,17 @@ def hello_problems(peer: str, theirs: Hello, ours: Hello) -> list[str]:
             problems.append(
                 f"{peer}'s {split} sample ids after the private set intersection differ from the leader's (its digest "
                 f"{theirs.id_digest[split][:12]}, rows {theirs.rows[split]} vs {ours.rows[split]}): the parties must "
-                f"prepare with the same --seed, --test-fraction and --valid-fraction (a sample's split is a function of its id)")
+                f"prepare with the same --seed, --test-fraction and --valid-fraction (a sample's split is a function of its id)"
+            )
     if theirs.resume_step != ours.resume_step:
-        problems.append(f"{peer} resumes at global step {theirs.resume_step} but the leader at "
-                        f"{ours.resume_step!r}; resume every party from checkpoints of the same step")
+        problems.append(
+            f"{peer} resumes at global step {theirs.resume_step} but the leader at "
+            f"{ours.resume_step!r}; resume every party from checkpoints of the same step"
+        )
     for key in ("batch_size", "seed", "microbatches"):
         if getattr(theirs, key) != getattr(ours, key):
-            problems.append(f"{peer} has train.{key}={str(getattr(theirs, key))[:20]} but the leader has "
-                            f"train.{key}={getattr(ours, key)!r}")
+            problems.append(
+                f"{peer} has train.{key}={str(getattr(theirs, key))[:20]} but the leader has "
+                f"train.{key}={getattr(ours, key)!r}"
+            )
     return problems

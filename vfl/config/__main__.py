@@ -1,4 +1,5 @@
 """`python -m vfl.config`: print the party YAML's JSON Schema, or check a party YAML and print it with its defaults."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """Schema problems in words: a pydantic ValidationError as one sentence per problem, and `key.path=value` overrides."""
+
 from __future__ import annotations
 
 import difflib

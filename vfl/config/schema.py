@@ -5,6 +5,7 @@ unknown key suggests the nearest valid one. Keys never live in YAML: `network.se
 `network.follower_keys` (leader) and `network.leader_key_file` (follower) name CurveZMQ certificate
 files (vfl/wire/keys.py). `python -m vfl.config schema` prints the JSON Schema for editors.
 """
+
 from __future__ import annotations
 
 import copy
@@ -54,7 +55,9 @@ class DataConfig(_Section):
     categorical: Optional[tuple[str, ...]] = None
     # leader: refuse a follower declaring more ids for the PSI; unset: max(16 x the leader's ids, 2**20)
     psi_max_peer_ids: Optional[Number(1, 2**27, integer=True)] = None
-    min_intersection: Number(1, 2**40, integer=True) = 100  # refuse to train when the ids' private set intersection is smaller
+    min_intersection: Number(1, 2**40, integer=True) = (
+        100  # refuse to train when the ids' private set intersection is smaller
+    )
 
 
 class BottomConfig(_Section):
@@ -76,7 +79,9 @@ class ModelConfig(_Section):
 
 
 class EarlyStoppingConfig(_Section):
-    metric: Choice("auc", "logloss", "accuracy") = "auc"  # accuracy: multiclass only; on the validation split (randomized labels under label DP, debiased)
+    metric: Choice("auc", "logloss", "accuracy") = (
+        "auc"  # accuracy: multiclass only; on the validation split (randomized labels under label DP, debiased)
+    )
     patience: Number(1, 10_000, integer=True) = 3  # evaluations without a gain of more than min_delta
     min_delta: Number(0.0, 1.0) = 0.0
 
@@ -103,8 +108,12 @@ class TrainConfig(_Section):
     early_stopping: Optional[EarlyStoppingConfig] = None  # leader: select the best step on valid, restore it
     lr_schedule: LRScheduleConfig = Field(default_factory=LRScheduleConfig)
     task: Choice("binary", "multiclass") = "binary"  # leader: one sigmoid output | K softmax outputs (K from the shard)
-    precision: Choice("fp32", "bf16") = "fp32"  # bf16: autocast forward passes, fp32 master weights (vfl/training/precision.py)
-    microbatches: Number(1, 1_000_000, integer=True) = 1  # M micro-batches per batch, pipelined between parties; every party the same
+    precision: Choice("fp32", "bf16") = (
+        "fp32"  # bf16: autocast forward passes, fp32 master weights (vfl/training/precision.py)
+    )
+    microbatches: Number(1, 1_000_000, integer=True) = (
+        1  # M micro-batches per batch, pipelined between parties; every party the same
+    )
 
 
 class LabelDPConfig(_Section):
@@ -116,9 +125,10 @@ class LabelDPConfig(_Section):
     correction: Choice("forward", "posterior") = "forward"  # with debias: Patrini et al. 2017 | ALIBI-style soft labels
     prior_fraction: Number(0.0, 1.0, lo_open=True, hi_open=True) = 0.5  # rr_prior: share of ids training the prior
     prior_epochs: Number(1, 1000, integer=True) = 1
-    store_dir: Optional[Path] = None  # per-dataset key + ledger; None: $VFL_LABEL_DP_STORE or ~/.local/share/vfl/label_dp
+    store_dir: Optional[Path] = (
+        None  # per-dataset key + ledger; None: $VFL_LABEL_DP_STORE or ~/.local/share/vfl/label_dp
+    )
     key_file: Optional[Path] = None  # the leader's secret PRF key; None: <store_dir>/<dataset>/key
-
 
     @model_validator(mode="after")
     def _mechanism_default_debias(self) -> "LabelDPConfig":
@@ -130,8 +140,12 @@ class LabelDPConfig(_Section):
 class DistributedConfig(_Section):
     """N ranks per party under torchrun (WORLD_SIZE > 1); ignored by one rank."""
 
-    backend: Choice("auto", "gloo", "nccl") = "auto"  # auto: nccl on cuda, gloo on cpu (sparse embedding gradients need gloo)
-    timeout_s: Number(1, 86400) = 600.0  # a collective within the party fails after this (set it above rank 0's PSI time)
+    backend: Choice("auto", "gloo", "nccl") = (
+        "auto"  # auto: nccl on cuda, gloo on cpu (sparse embedding gradients need gloo)
+    )
+    timeout_s: Number(1, 86400) = (
+        600.0  # a collective within the party fails after this (set it above rank 0's PSI time)
+    )
 
 
 class PrivacyConfig(_Section):
@@ -186,8 +200,11 @@ def _role_problems(doc: dict) -> list[str]:
     mine, other = ("bind", "connect") if leader else ("connect", "bind")
     if not _has(doc, "network", mine) or _get(doc, "network", mine) is None:
         errors.append(f"network.{mine} is required for a {role} (tcp://HOST:PORT)")
-    elif isinstance(ep := _get(doc, "network", mine), str) and ep.rsplit(":", 1)[-1].isdigit() \
-            and not 1 <= int(ep.rsplit(":", 1)[1]) <= 65535:
+    elif (
+        isinstance(ep := _get(doc, "network", mine), str)
+        and ep.rsplit(":", 1)[-1].isdigit()
+        and not 1 <= int(ep.rsplit(":", 1)[1]) <= 65535
+    ):
         errors.append(f"network.{mine} port must be in [1, 65535], got {ep!r}")
     if _has(doc, "network", other):
         errors.append(f"network.{other} is not used by a {role} (it uses network.{mine})")
@@ -195,7 +212,11 @@ def _role_problems(doc: dict) -> list[str]:
     if leader:
         import re
 
-        if not isinstance(fl, list) or not fl or any(not isinstance(f, str) or not re.match(PARTY_PATTERN, f) for f in fl):
+        if (
+            not isinstance(fl, list)
+            or not fl
+            or any(not isinstance(f, str) or not re.match(PARTY_PATTERN, f) for f in fl)
+        ):
             errors.append(f"network.followers must be a non-empty list of party names, got {fl!r}")
         elif len(set(fl)) != len(fl) or doc.get("party") in fl:
             errors.append(f"network.followers must be distinct names other than the leader's, got {fl!r}")
@@ -205,7 +226,9 @@ def _role_problems(doc: dict) -> list[str]:
             if stray:
                 errors.append(f"network.follower_keys names {stray}, which are not in network.followers {fl}")
         if _has(doc, "network", "rank_endpoints"):
-            errors.append("network.rank_endpoints is only used by a follower (the leader binds network.bind's port + rank)")
+            errors.append(
+                "network.rank_endpoints is only used by a follower (the leader binds network.bind's port + rank)"
+            )
         if _has(doc, "network", "leader_key_file"):
             errors.append("network.leader_key_file is only used by a follower")
         if _has(doc, "debug", "record_gradients") and _get(doc, "debug", "record_gradients"):
@@ -225,16 +248,28 @@ def _role_problems(doc: dict) -> list[str]:
         if _has(doc, "privacy", "label_dp"):
             errors.append("privacy.label_dp is set on the leader only (it holds the labels)")
         if _has(doc, "train", "task"):
-            errors.append("train.task is set on the leader only (it holds the labels; followers train the same bottoms "
-                          "for either task)")
+            errors.append(
+                "train.task is set on the leader only (it holds the labels; followers train the same bottoms "
+                "for either task)"
+            )
     mb, bs = _get(doc, "train", "microbatches"), _get(doc, "train", "batch_size")
     bs = TrainConfig.model_fields["batch_size"].default if bs is None else bs
-    if isinstance(mb, int) and isinstance(bs, int) and not isinstance(mb, bool) and not isinstance(bs, bool) and mb > bs >= 1:
-        errors.append(f"train.microbatches={mb} exceeds train.batch_size={bs}: a micro-batch needs at least one row "
-                      f"(allowed: an integer in [1, {bs}])")
+    if (
+        isinstance(mb, int)
+        and isinstance(bs, int)
+        and not isinstance(mb, bool)
+        and not isinstance(bs, bool)
+        and mb > bs >= 1
+    ):
+        errors.append(
+            f"train.microbatches={mb} exceeds train.batch_size={bs}: a micro-batch needs at least one row "
+            f"(allowed: an integer in [1, {bs}])"
+        )
     es = _get(doc, "train", "early_stopping")
     if isinstance(es, dict) and es.get("metric") == "accuracy" and _get(doc, "train", "task") != "multiclass":
-        errors.append("train.early_stopping.metric accuracy needs train.task: multiclass (binary selects on auc or logloss)")
+        errors.append(
+            "train.early_stopping.metric accuracy needs train.task: multiclass (binary selects on auc or logloss)"
+        )
     ld = _get(doc, "privacy", "label_dp")
     if _has(doc, "privacy", "label_dp") and isinstance(ld, dict):  # (an empty `label_dp:` is {} by now)
         if "eps" not in ld:
@@ -245,8 +280,14 @@ def _role_problems(doc: dict) -> list[str]:
 
 
 def _secret_hint(key: str) -> str:
-    return (" (secrets never go in YAML: name CurveZMQ key files with network.secret_key_file and "
-            "network.follower_keys / network.leader_key_file, or pass --keys DIR)") if "secret" in key else ""
+    return (
+        (
+            " (secrets never go in YAML: name CurveZMQ key files with network.secret_key_file and "
+            "network.follower_keys / network.leader_key_file, or pass --keys DIR)"
+        )
+        if "secret" in key
+        else ""
+    )
 
 
 def parse_config(doc: Any, source: str = "config") -> PartyConfig:
@@ -283,7 +324,9 @@ def load_config(path: str, overrides: dict[str, Any] | None = None, keys_dir: st
     """
     doc = read_yaml(path, ConfigError, "config file")
     if not isinstance(doc, dict):
-        raise ConfigError(f"{path}: expected a YAML mapping of sections (role, party, network, ...), got {type(doc).__name__}")
+        raise ConfigError(
+            f"{path}: expected a YAML mapping of sections (role, party, network, ...), got {type(doc).__name__}"
+        )
     if keys_dir:
         overrides = {**_keys_overrides(doc, keys_dir), **(overrides or {})}
     return parse_config(apply_overrides(doc, overrides or {}), path)
@@ -321,6 +364,26 @@ def _keys_overrides(doc: dict, keys_dir: str) -> dict[str, Any]:
     return out
 
 
-__all__ = ["ConfigError", "PartyConfig", "NetworkConfig", "DataConfig", "BottomConfig", "TopConfig", "ModelConfig",
-           "EarlyStoppingConfig", "LRScheduleConfig", "TrainConfig", "LabelDPConfig", "PrivacyConfig", "DistributedConfig", "OutputConfig",
-           "DebugConfig", "parse_config", "load_config", "dotted_overrides", "json_schema", "read_yaml", "domain_error"]
+__all__ = [
+    "ConfigError",
+    "PartyConfig",
+    "NetworkConfig",
+    "DataConfig",
+    "BottomConfig",
+    "TopConfig",
+    "ModelConfig",
+    "EarlyStoppingConfig",
+    "LRScheduleConfig",
+    "TrainConfig",
+    "LabelDPConfig",
+    "PrivacyConfig",
+    "DistributedConfig",
+    "OutputConfig",
+    "DebugConfig",
+    "parse_config",
+    "load_config",
+    "dotted_overrides",
+    "json_schema",
+    "read_yaml",
+    "domain_error",
+]

@@ -1,4 +1,5 @@
 """Reading small YAML files safely: bounded size, no aliases (no alias bombs), one-line errors."""
+
 from __future__ import annotations
 
 import yaml

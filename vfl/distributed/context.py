@@ -6,6 +6,7 @@ DistributedDataParallel (dense and sparse embedding gradients averaged within th
 sparse tensors), sums the global-batch loss, gathers evaluation outputs, and broadcasts rank 0's model
 selection. A collective that fails (a rank died, or the backend's timeout passed) raises RankLost with one line.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -105,8 +106,13 @@ class DistributedContext(RankContext):
             self.device = torch.device("cuda", env.local_rank)
         self.timeout_s = timeout_s
         with self.collectives("start-up (init_process_group)"):
-            dist.init_process_group(self.backend, init_method="env://", rank=env.rank, world_size=env.ranks,
-                                    timeout=timedelta(seconds=timeout_s))
+            dist.init_process_group(
+                self.backend,
+                init_method="env://",
+                rank=env.rank,
+                world_size=env.ranks,
+                timeout=timedelta(seconds=timeout_s),
+            )
 
     def _where(self) -> str:
         return f"{self.party} rank {self.rank} of {self.ranks}"
@@ -122,8 +128,10 @@ class DistributedContext(RankContext):
             if not _is_distributed_error(e):
                 raise
             detail = " ".join(str(e).split())[:300]
-            raise RankLost(f"{self._where()}: another rank of {self.party} stopped or did not answer within "
-                           f"distributed.timeout_s={self.timeout_s:g} during {what} ({self.backend}: {detail})") from None
+            raise RankLost(
+                f"{self._where()}: another rank of {self.party} stopped or did not answer within "
+                f"distributed.timeout_s={self.timeout_s:g} during {what} ({self.backend}: {detail})"
+            ) from None
 
     def _tensor(self, array):
         import torch
@@ -153,28 +161,42 @@ class DistributedContext(RankContext):
 
         longest = -(-n // self.ranks)
         padded = np.zeros((longest, *part.shape[1:]), np.float64)
-        padded[:len(part)] = part
+        padded[: len(part)] = part
         mine = self._tensor(padded)
         parts = [torch.empty_like(mine) for _ in range(self.ranks)]
         with self.collectives("gathering evaluation outputs (all_gather)"):
             self.dist.all_gather(parts, mine)
-        out = [p.cpu().numpy()[: hi - lo] for p, (lo, hi) in
-               ((p, slice_bounds(n, r, self.ranks)) for r, p in enumerate(parts))]
+        out = [
+            p.cpu().numpy()[: hi - lo]
+            for p, (lo, hi) in ((p, slice_bounds(n, r, self.ranks)) for r, p in enumerate(parts))
+        ]
         return np.concatenate(out, axis=0)
 
     def agree_selection(self, selection, is_best: bool) -> bool:
         """Rank 0's selection state and best-step decision, broadcast to every rank (which adopt it)."""
         s = selection
-        state = np.array([np.nan if s.best_value is None else s.best_value,
-                          -1 if s.best_step is None else s.best_step, -1 if s.best_epoch is None else s.best_epoch,
-                          s.evals_without_gain, float(is_best)], np.float64)
+        state = np.array(
+            [
+                np.nan if s.best_value is None else s.best_value,
+                -1 if s.best_step is None else s.best_step,
+                -1 if s.best_epoch is None else s.best_epoch,
+                s.evals_without_gain,
+                float(is_best),
+            ],
+            np.float64,
+        )
         t = self._tensor(state)
         with self.collectives("broadcasting rank 0's model selection"):
             self.dist.broadcast(t, 0)
         v = t.cpu().numpy()
-        s.load_state({"best_value": None if np.isnan(v[0]) else float(v[0]),
-                      "best_step": None if v[1] < 0 else int(v[1]), "best_epoch": None if v[2] < 0 else int(v[2]),
-                      "evals_without_gain": int(v[3])})
+        s.load_state(
+            {
+                "best_value": None if np.isnan(v[0]) else float(v[0]),
+                "best_step": None if v[1] < 0 else int(v[1]),
+                "best_epoch": None if v[2] < 0 else int(v[2]),
+                "evals_without_gain": int(v[3]),
+            }
+        )
         return bool(v[4])
 
     def share_ids(self, ids: np.ndarray | None) -> np.ndarray:
@@ -185,8 +207,11 @@ class DistributedContext(RankContext):
         with self.collectives("receiving rank 0's private set intersection"):
             self.dist.broadcast(count, 0)
             n = int(count.cpu()[0])
-            buf = self._tensor(np.ascontiguousarray(ids, np.int64)) if self.is_main else \
-                self._tensor(torch.empty(max(n, 0), dtype=torch.int64))
+            buf = (
+                self._tensor(np.ascontiguousarray(ids, np.int64))
+                if self.is_main
+                else self._tensor(torch.empty(max(n, 0), dtype=torch.int64))
+            )
             self.dist.broadcast(buf, 0)
         return buf.cpu().numpy()
 
@@ -196,8 +221,12 @@ class DistributedContext(RankContext):
 
         unused = getattr(module, "n_fields", 1) == 0  # a bottom without categorical columns leaves its tables unused
         with self.collectives("wrapping the model (DistributedDataParallel)"):
-            return DistributedDataParallel(module, device_ids=[self.device.index] if self.backend == "nccl" else None,
-                                           find_unused_parameters=unused, **_no_buffer_sync())
+            return DistributedDataParallel(
+                module,
+                device_ids=[self.device.index] if self.backend == "nccl" else None,
+                find_unused_parameters=unused,
+                **_no_buffer_sync(),
+            )
 
     def in_order(self, fn):
         if self.is_main:
@@ -223,8 +252,10 @@ class DistributedContext(RankContext):
         hexes = [bytes(p.cpu().numpy()).hex() for p in parts]
         if len(set(hexes)) > 1:
             odd = [r for r, h in enumerate(hexes) if h != hexes[0]]
-            raise RankLost(f"{self._where()}: {what} differ between ranks (ranks {odd} differ from rank 0); every rank "
-                           f"of {self.party} must read the same data and keys")
+            raise RankLost(
+                f"{self._where()}: {what} differ between ranks (ranks {odd} differ from rank 0); every rank "
+                f"of {self.party} must read the same data and keys"
+            )
         return hexes
 
     def per_rank(self, value: float) -> list[float]:
@@ -255,8 +286,19 @@ def _is_distributed_error(e: BaseException) -> bool:
 
     kinds = tuple(k for k in (getattr(dist, "DistError", None), getattr(dist, "DistBackendError", None)) if k)
     text = str(e)
-    return isinstance(e, kinds) or any(w in text for w in ("gloo", "Gloo", "NCCL", "Connection closed", "timed out",
-                                                          "Timed out", "Connection reset", "DistNetworkError"))
+    return isinstance(e, kinds) or any(
+        w in text
+        for w in (
+            "gloo",
+            "Gloo",
+            "NCCL",
+            "Connection closed",
+            "timed out",
+            "Timed out",
+            "Connection reset",
+            "DistNetworkError",
+        )
+    )
 
 
 def start_ranks(cfg, env: RankEnv, device, log=None) -> RankContext:
@@ -265,8 +307,10 @@ def start_ranks(cfg, env: RankEnv, device, log=None) -> RankContext:
         return RankContext()
     d = cfg.distributed
     if log is not None:
-        log(f"{cfg.party}: rank {env.rank} of {env.ranks} (local {env.local_rank} of {env.local_ranks}); "
-            f"joining the party's process group ({d.backend}, timeout {d.timeout_s:g} s)")
+        log(
+            f"{cfg.party}: rank {env.rank} of {env.ranks} (local {env.local_rank} of {env.local_ranks}); "
+            f"joining the party's process group ({d.backend}, timeout {d.timeout_s:g} s)"
+        )
     return DistributedContext(env, cfg.party, d.backend, d.timeout_s, device)
 
 

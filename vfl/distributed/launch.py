@@ -1,4 +1,5 @@
 """torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE), read and checked without importing torch."""
+
 from __future__ import annotations
 
 import os
@@ -37,8 +38,10 @@ def _int(env: dict, name: str, default: int | None, lo: int, hi: int) -> int:
     text = env.get(name)
     if text is None or text == "":
         if default is None:
-            raise LaunchError(f"{name} is not set; start every rank with torchrun (it sets RANK, WORLD_SIZE, "
-                              f"MASTER_ADDR and MASTER_PORT), or set none of them for one rank")
+            raise LaunchError(
+                f"{name} is not set; start every rank with torchrun (it sets RANK, WORLD_SIZE, "
+                f"MASTER_ADDR and MASTER_PORT), or set none of them for one rank"
+            )
         return default
     try:
         value = int(text)
@@ -60,6 +63,8 @@ def rank_env(env: dict | None = None) -> RankEnv:
     local_rank = _int(env, "LOCAL_RANK", 0, 0, local_ranks - 1)
     for name in ("MASTER_ADDR", "MASTER_PORT"):
         if not env.get(name):
-            raise LaunchError(f"WORLD_SIZE={ranks} but {name} is not set; start the ranks with torchrun "
-                              f"(scripts/run_leader.sh / run_follower.sh --ranks N)")
+            raise LaunchError(
+                f"WORLD_SIZE={ranks} but {name} is not set; start the ranks with torchrun "
+                f"(scripts/run_leader.sh / run_follower.sh --ranks N)"
+            )
     return RankEnv(rank, ranks, local_rank, local_ranks)

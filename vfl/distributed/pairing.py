@@ -7,6 +7,7 @@ every cut, a hop and a bottleneck, and it could not span machines. Each rank's c
 session with the party's own key (vfl/wire/channel.py), so the admission and the one-connection-per-party
 rule hold per rank, and a follower rank that reaches another rank's port is refused by the handshake.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -45,6 +46,8 @@ def rank_problems(peer: str, theirs: Hello | Welcome, env: RankEnv, my_role: str
     if n != env.ranks:
         return [f"{peer} runs {n} rank(s) but {my_role} runs {env.ranks}; start every party with the same --ranks"]
     if r != env.rank:
-        return [f"{peer}'s rank {r} reached rank {env.rank} of {my_role}; rank r must pair with rank r (check the "
-                f"port of each rank: the base port + r, or network.rank_endpoints)"]
+        return [
+            f"{peer}'s rank {r} reached rank {env.rank} of {my_role}; rank r must pair with rank r (check the "
+            f"port of each rank: the base port + r, or network.rank_endpoints)"
+        ]
     return []

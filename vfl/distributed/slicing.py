@@ -6,6 +6,7 @@ the same rows. With mean losses L_r over n_r rows of a global batch of B rows, r
 w_r L_r with w_r = N n_r / B: DistributedDataParallel averages gradients over the N ranks, so the
 result is sum_r n_r grad(L_r) / B, the gradient of the global-batch mean even when the slices differ in size.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -38,6 +39,8 @@ def check_batches(n_train: int, batch_size: int, ranks: int) -> None:
     """Every rank must hold at least one row of every global batch (a mean over no rows is undefined)."""
     small = smallest_batch(n_train, batch_size)
     if ranks > 1 and small < ranks:
-        raise ValueError(f"with {ranks} ranks every global batch needs at least {ranks} rows, but the last batch of an "
-                         f"epoch of {n_train} training rows at train.batch_size={batch_size} has {small}; "
-                         f"change train.batch_size")
+        raise ValueError(
+            f"with {ranks} ranks every global batch needs at least {ranks} rows, but the last batch of an "
+            f"epoch of {n_train} training rows at train.batch_size={batch_size} has {small}; "
+            f"change train.batch_size"
+        )

@@ -1,4 +1,5 @@
 """`python -m vfl.horizontal --encrypt TYPE [--laplace-eval-eps E] [--config YAML] [--out DIR]`."""
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"final test_auc: {m['final_test_auc']:.4f}; privacy totals: {m['privacy'] or 'none'}")
     if "laplace_eval" in m:
         le = m["laplace_eval"]
-        print(f"laplace eval eps={le['laplace_eval_eps']}: AUC clean {le['clean']['auc']:.4f} protected {le['protected']['auc']:.4f}; "
-              f"silhouette clean {le['clean']['silhouette']:.4f} protected {le['protected']['silhouette']:.4f}")
+        print(
+            f"laplace eval eps={le['laplace_eval_eps']}: AUC clean {le['clean']['auc']:.4f} protected {le['protected']['auc']:.4f}; "
+            f"silhouette clean {le['clean']['silhouette']:.4f} protected {le['protected']['silhouette']:.4f}"
+        )
     return 0
 
 

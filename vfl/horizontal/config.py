@@ -1,4 +1,5 @@
 """FedAvg example configuration (the seeds' shape): one pydantic schema, quoted domains, every error once."""
+
 from __future__ import annotations
 
 import copy
@@ -86,8 +87,12 @@ class FedConfig:
     laplace_eval_eps: float = 230260.0
 
 
-_OVERRIDE_KEYS = {"rounds": "rounds", "encrypt_train_type": "encrypt.encrypt_train_type",
-                  "privacy_eval_type": "privacy_eval_type", "laplace_eval_eps": "laplace_eval.laplace_eval_eps"}
+_OVERRIDE_KEYS = {
+    "rounds": "rounds",
+    "encrypt_train_type": "encrypt.encrypt_train_type",
+    "privacy_eval_type": "privacy_eval_type",
+    "laplace_eval_eps": "laplace_eval.laplace_eval_eps",
+}
 
 
 def parse_fed_config(doc: Any, source: str = "config", overrides: dict | None = None) -> FedConfig:
@@ -95,20 +100,35 @@ def parse_fed_config(doc: Any, source: str = "config", overrides: dict | None = 
     doc = copy.deepcopy(doc) if doc is not None else {}
     if not isinstance(doc, dict):
         raise FedConfigError(f"{source}: 1 problem(s):\n  - top level: expected a mapping, got {doc!r}")
-    doc = apply_overrides(fill_empty_sections(FedFile, doc),
-                          {_OVERRIDE_KEYS.get(k, k): v for k, v in (overrides or {}).items() if v is not None})
+    doc = apply_overrides(
+        fill_empty_sections(FedFile, doc),
+        {_OVERRIDE_KEYS.get(k, k): v for k, v in (overrides or {}).items() if v is not None},
+    )
     try:
         f = FedFile.model_validate(doc)
     except ValidationError as e:
         errors = problems(FedFile, e)
         raise FedConfigError(f"{source}: {len(errors)} problem(s):\n  - " + "\n  - ".join(errors)) from None
     s = f.encrypt.signds
-    return FedConfig(clients=f.clients, rounds=f.rounds, local_epochs=f.local_epochs, local_batch_size=f.local_batch_size,
-                     local_lr=f.local_lr, seed=f.seed, rows=f.data.rows, path=f.data.path, hash_buckets=f.data.hash_buckets,
-                     test_fraction=f.data.test_fraction, encrypt_train_type=f.encrypt.encrypt_train_type,
-                     signds=SignDSParams(**s.model_dump(exclude={"magrr"})), magrr=s.magrr, dp=f.encrypt.dp,
-                     nbafl=f.encrypt.nbafl, privacy_eval_type=f.privacy_eval_type,
-                     laplace_eval_eps=f.laplace_eval.laplace_eval_eps)
+    return FedConfig(
+        clients=f.clients,
+        rounds=f.rounds,
+        local_epochs=f.local_epochs,
+        local_batch_size=f.local_batch_size,
+        local_lr=f.local_lr,
+        seed=f.seed,
+        rows=f.data.rows,
+        path=f.data.path,
+        hash_buckets=f.data.hash_buckets,
+        test_fraction=f.data.test_fraction,
+        encrypt_train_type=f.encrypt.encrypt_train_type,
+        signds=SignDSParams(**s.model_dump(exclude={"magrr"})),
+        magrr=s.magrr,
+        dp=f.encrypt.dp,
+        nbafl=f.encrypt.nbafl,
+        privacy_eval_type=f.privacy_eval_type,
+        laplace_eval_eps=f.laplace_eval.laplace_eval_eps,
+    )
 
 
 def load_fed_config(path: str | None, overrides: dict | None = None) -> FedConfig:

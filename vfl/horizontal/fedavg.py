@@ -5,6 +5,7 @@ the server around aggregation.
 Model: logistic regression over hashed categoricals (one weight per field bucket), dense values
 and their missing flags; parameters flattened to one vector of dimension d = 1 + 26 + 26 * buckets.
 """
+
 from __future__ import annotations
 
 import json
@@ -62,9 +63,21 @@ def load_data(cfg: FedConfig, work: str):
             # horizontal clients hold their own labels: a reproducible label model is fine here
             write_synthetic(src, cfg.rows, seed=cfg.seed, label_seed=cfg.seed)
     shards = os.path.join(work, "shards")
-    parties = parse_parties({"all": {"dense": list(DENSE_COLUMNS), "categorical": list(CATEGORICAL_COLUMNS), "label": True}})
-    prepare(src, shards, parties, PrepareOptions(test_fraction=cfg.test_fraction, valid_fraction=0.0, seed=cfg.seed,
-                                                 hash_buckets=cfg.hash_buckets, force=True))
+    parties = parse_parties(
+        {"all": {"dense": list(DENSE_COLUMNS), "categorical": list(CATEGORICAL_COLUMNS), "label": True}}
+    )
+    prepare(
+        src,
+        shards,
+        parties,
+        PrepareOptions(
+            test_fraction=cfg.test_fraction,
+            valid_fraction=0.0,
+            seed=cfg.seed,
+            hash_buckets=cfg.hash_buckets,
+            force=True,
+        ),
+    )
     shard = PartyShard(os.path.join(shards, "all"))
 
     def arrays(split):
@@ -75,8 +88,9 @@ def load_data(cfg: FedConfig, work: str):
     return arrays("train"), arrays("test")
 
 
-def local_training(model: LogisticModel, w: np.ndarray, data, cfg: FedConfig, rng: np.random.Generator,
-                   grad_clip: float | None) -> np.ndarray:
+def local_training(
+    model: LogisticModel, w: np.ndarray, data, cfg: FedConfig, rng: np.random.Generator, grad_clip: float | None
+) -> np.ndarray:
     dense, cat, y = data
     w = w.copy()
     for _ in range(cfg.local_epochs):
@@ -109,8 +123,10 @@ def run_fedavg(cfg: FedConfig, out_dir: str, log=print) -> dict:
     log(f"FedAvg: {cfg.clients} clients, {cfg.rounds} rounds, d = {model.dim} parameters, encrypt_train_type = {kind}")
     if kind == "NBAFL":
         ledger.spend("nbafl", nbafl_cost(cfg.nbafl), scope="per client (whole run)")
-        log(f"NbAFL: uplink noise scale {uplink_scale(cfg.nbafl, cfg.rounds, int(sizes.min())):.4g}, downlink "
-            f"{downlink_scale(cfg.nbafl, cfg.rounds, cfg.clients, cfg.clients, int(sizes.min())):.4g}")
+        log(
+            f"NbAFL: uplink noise scale {uplink_scale(cfg.nbafl, cfg.rounds, int(sizes.min())):.4g}, downlink "
+            f"{downlink_scale(cfg.nbafl, cfg.rounds, cfg.clients, cfg.clients, int(sizes.min())):.4g}"
+        )
     t0 = time.perf_counter()
     for r in range(cfg.rounds):
         grad_clip = cfg.nbafl.grad_clip if kind == "NBAFL" else None
@@ -131,7 +147,9 @@ def run_fedavg(cfg: FedConfig, out_dir: str, log=print) -> dict:
             ledger.spend("gaussian", gaussian_cost(cfg.dp))
         elif kind == "NBAFL":
             noisy = [nbafl_client(lw, cfg.nbafl, cfg.rounds, int(n), rng) for lw, n in zip(local, sizes)]
-            w = nbafl_server(np.mean(noisy, axis=0), cfg.nbafl, cfg.rounds, cfg.clients, cfg.clients, int(sizes.min()), rng)
+            w = nbafl_server(
+                np.mean(noisy, axis=0), cfg.nbafl, cfg.rounds, cfg.clients, cfg.clients, int(sizes.min()), rng
+            )
         elif kind == "SIGNDS":
             ups = [signds_client(u, cfg.signds, rng) for u in updates]
             upload = int(np.mean([u.upload_numbers for u in ups]))
@@ -139,16 +157,29 @@ def run_fedavg(cfg: FedConfig, out_dir: str, log=print) -> dict:
             w = w + signds_aggregate([(u.indices, u.sign) for u in ups], model.dim, lr)
             ledger.spend("signds", signds_cost(cfg.signds))
             if cfg.magrr:
-                magrr.update([magrr_client_bit(u.topk_mean_abs, magrr.r_est, magrr.phase, magrr.eps_rr, rng) for u in ups])
+                magrr.update(
+                    [magrr_client_bit(u.topk_mean_abs, magrr.r_est, magrr.phase, magrr.eps_rr, rng) for u in ups]
+                )
                 ledger.spend("magrr", magrr.cost())
         probs = expit(model.logits(w, te_dense, te_cat))
-        entry = {"round": r, "test_auc": auc(te_y, probs), "test_logloss": logloss(te_y, probs), "upload_numbers_per_client": upload}
+        entry = {
+            "round": r,
+            "test_auc": auc(te_y, probs),
+            "test_logloss": logloss(te_y, probs),
+            "upload_numbers_per_client": upload,
+        }
         if kind == "SIGNDS" and cfg.magrr:
             entry["magrr_r_est"] = magrr.r_est
         rounds.append(entry)
         log(f"round {r} test_auc: {entry['test_auc']:.4f} upload numbers per client: {upload}")
-    metrics = {"encrypt_train_type": kind, "final_test_auc": rounds[-1]["test_auc"], "rounds": rounds,
-               "model_dimension": model.dim, "clients": cfg.clients, "seconds": round(time.perf_counter() - t0, 2)}
+    metrics = {
+        "encrypt_train_type": kind,
+        "final_test_auc": rounds[-1]["test_auc"],
+        "rounds": rounds,
+        "model_dimension": model.dim,
+        "clients": cfg.clients,
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
     if kind == "PW_ENCRYPT":
         metrics["secure_aggregation"] = {"max_abs_diff_vs_plain_sum": secure_diff, "quantisation_step": 2.0**-24}
     if cfg.privacy_eval_type == "LAPLACE":
@@ -172,9 +203,14 @@ def laplace_evaluation(probs: np.ndarray, y: np.ndarray, eps: float, rng: np.ran
     return {
         "laplace_eval_eps": eps,
         "noise_below_1e-5_probability": 1 - math.exp(-eps * 1e-5),
-        "clean": {"auc": auc(y, clean[:, 1]), "silhouette": float(silhouette_score(clean, labels, sample_size=n, random_state=0)),
-                  "calinski_harabasz": float(calinski_harabasz_score(clean, labels))},
-        "protected": {"auc": auc(y, protected[:, 1]),
-                      "silhouette": float(silhouette_score(protected, labels, sample_size=n, random_state=0)),
-                      "calinski_harabasz": float(calinski_harabasz_score(protected, labels))},
+        "clean": {
+            "auc": auc(y, clean[:, 1]),
+            "silhouette": float(silhouette_score(clean, labels, sample_size=n, random_state=0)),
+            "calinski_harabasz": float(calinski_harabasz_score(clean, labels)),
+        },
+        "protected": {
+            "auc": auc(y, protected[:, 1]),
+            "silhouette": float(silhouette_score(protected, labels, sample_size=n, random_state=0)),
+            "calinski_harabasz": float(calinski_harabasz_score(protected, labels)),
+        },
     }

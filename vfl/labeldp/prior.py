@@ -18,6 +18,7 @@ Two forms:
 Privacy, both forms: the prior of a stage-two row is a function of features and of other rows' noisy labels, never of
 its own label, so RRWithPrior on it is eps-label-DP (Ghazi et al. 2021, Thm 5 / Alg. 2).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -77,9 +78,17 @@ class LocalCutSource:
         return self.party.forward_eval(rows, "train")
 
 
-def fit_predict_all_parties(cfg: PartyConfig, release: LabelDPRelease, sources: list[CutSource], in_dim: int,
-                            device: torch.device, n_train: int, stage_one: np.ndarray, noisy: np.ndarray,
-                            log: Callable[[str], None] | None = None) -> np.ndarray:
+def fit_predict_all_parties(
+    cfg: PartyConfig,
+    release: LabelDPRelease,
+    sources: list[CutSource],
+    in_dim: int,
+    device: torch.device,
+    n_train: int,
+    stage_one: np.ndarray,
+    noisy: np.ndarray,
+    log: Callable[[str], None] | None = None,
+) -> np.ndarray:
     """Train the stage-one split model on rows where stage_one is True (labels `noisy`, k-ary RR of the
     release) and return its class probabilities (n_train, K) on every training row."""
     num_classes = release.num_classes
@@ -87,8 +96,9 @@ def fit_predict_all_parties(cfg: PartyConfig, release: LabelDPRelease, sources: 
     rows = np.flatnonzero(stage_one)
     t = torch.from_numpy(release.transition).to(device)
     spe = -(-rows.size // tr.batch_size)
-    top = TopTrainer(tr, cfg.model.top, in_dim, device, lambda z, y: forward_corrected_ce(z, y, t), tr.epochs * spe,
-                     num_classes)
+    top = TopTrainer(
+        tr, cfg.model.top, in_dim, device, lambda z, y: forward_corrected_ce(z, y, t), tr.epochs * spe, num_classes
+    )
     labels = torch.from_numpy(np.asarray(noisy, dtype=np.int64))
     for epoch in range(tr.epochs):
         order = prior_order(rows, tr.batch_size, tr.seed, epoch)
@@ -97,7 +107,9 @@ def fit_predict_all_parties(cfg: PartyConfig, release: LabelDPRelease, sources: 
             loss = top.loss(cuts, labels[r])
             value = float(loss.detach())
             if not np.isfinite(value):
-                raise FloatingPointError(f"LP-2ST stage-one loss became {value} at epoch {epoch} step {i + 1}; lower train.lr")
+                raise FloatingPointError(
+                    f"LP-2ST stage-one loss became {value} at epoch {epoch} step {i + 1}; lower train.lr"
+                )
             loss.backward()
             for s, c in zip(sources, cuts):
                 s.backward(c.grad)
@@ -120,8 +132,13 @@ class _PriorNet(nn.Module):
         return self.head(self.bottom(*features)).squeeze(1)
 
 
-def leader_prior_fn(cfg: PartyConfig, release: LabelDPRelease, shard: PartyShard, device: torch.device,
-                    tick: Callable[[], None] | None = None):
+def leader_prior_fn(
+    cfg: PartyConfig,
+    release: LabelDPRelease,
+    shard: PartyShard,
+    device: torch.device,
+    tick: Callable[[], None] | None = None,
+):
     """fit_predict(stage_one_mask, noisy_labels) -> P(y=1) for every training row; tick() after every batch."""
     train = shard.split("train")
     epochs = release.prior_epochs
@@ -148,14 +165,17 @@ def leader_prior_fn(cfg: PartyConfig, release: LabelDPRelease, shard: PartyShard
         out = np.empty(len(train))
         with torch.no_grad():
             for sl in eval_batches(len(train), cfg.train.eval_batch_size):
-                out[sl] = torch.sigmoid(net(*train.features(np.arange(sl.start, sl.stop), device))).double().cpu().numpy()
+                out[sl] = (
+                    torch.sigmoid(net(*train.features(np.arange(sl.start, sl.stop), device))).double().cpu().numpy()
+                )
         return out
 
     return fit_predict
 
 
-def prior_fn_for(cfg: PartyConfig, release: LabelDPRelease | None, party,
-                 tick: Callable[[], None] | None = None) -> Callable | None:
+def prior_fn_for(
+    cfg: PartyConfig, release: LabelDPRelease | None, party, tick: Callable[[], None] | None = None
+) -> Callable | None:
     """The stage-one prior of the leader's BottomParty when the release is LP-2ST (rr_prior), else None."""
     if release is None or not release.uses_prior:
         return None

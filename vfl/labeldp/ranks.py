@@ -6,6 +6,7 @@ any label crossing between ranks. Ranks r > 0 read the store's key but never wri
 is spent once per run, however many ranks train on it. The trainer then compares a digest of the noisy
 labels across ranks (a rank with another key file fails the run).
 """
+
 from __future__ import annotations
 
 import numpy as np

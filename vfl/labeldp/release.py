@@ -9,6 +9,7 @@ mechanism's parameters, draws the noisy training and validation labels with the 
 (privacy/label/release_draws.py), and records the release in the ledger (privacy/label/store.py). Nothing here uses
 `train.seed` or any other value a follower knows.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -47,11 +48,15 @@ def task_classes(task: str, shard) -> int | None:
     shard disagree. Checked before any follower connects: followers never learn K."""
     k = shard.num_classes
     if task == "binary" and k != 2:
-        raise DataError(f"train.task is binary but the leader's shard {shard.path} holds {k}-class labels "
-                        f"(class ids 0..{k - 1}); set train.task: multiclass")
+        raise DataError(
+            f"train.task is binary but the leader's shard {shard.path} holds {k}-class labels "
+            f"(class ids 0..{k - 1}); set train.task: multiclass"
+        )
     if task == "multiclass" and k < 3:
-        raise DataError(f"train.task is multiclass but the leader's shard {shard.path} holds 0/1 labels; prepare a "
-                        "K-class label column with `python -m vfl.data prepare --num-classes K` (K >= 3), or set train.task: binary")
+        raise DataError(
+            f"train.task is multiclass but the leader's shard {shard.path} holds 0/1 labels; prepare a "
+            "K-class label column with `python -m vfl.data prepare --num-classes K` (K >= 3), or set train.task: binary"
+        )
     return None if task == "binary" else k
 
 
@@ -130,8 +135,17 @@ class LabelDPRelease:
         """None when label DP is off. Every mechanism of the config's domain serves binary and K-class labels."""
         if label_dp is None:
             return None
-        return cls(float(label_dp.eps), label_dp.mechanism, num_classes, bool(label_dp.debias), label_dp.correction,
-                   float(label_dp.prior_fraction), int(label_dp.prior_epochs), label_dp.store_dir, label_dp.key_file)
+        return cls(
+            float(label_dp.eps),
+            label_dp.mechanism,
+            num_classes,
+            bool(label_dp.debias),
+            label_dp.correction,
+            float(label_dp.prior_fraction),
+            int(label_dp.prior_epochs),
+            label_dp.store_dir,
+            label_dp.key_file,
+        )
 
     @property
     def flip_probability(self) -> float:
@@ -157,8 +171,15 @@ class LabelDPRelease:
             return corrected_loss(self.correction, rho=self.flip_probability)
         return corrected_loss(self.correction, transition=self.transition)
 
-    def draw(self, labels: np.ndarray, sample_ids: np.ndarray, label_key: LabelKey, prior_fn: PriorFn | None = None,
-             valid_labels: np.ndarray | None = None, valid_ids: np.ndarray | None = None) -> TrainingLabels:
+    def draw(
+        self,
+        labels: np.ndarray,
+        sample_ids: np.ndarray,
+        label_key: LabelKey,
+        prior_fn: PriorFn | None = None,
+        valid_labels: np.ndarray | None = None,
+        valid_ids: np.ndarray | None = None,
+    ) -> TrainingLabels:
         """The noisy labels of this release. Validation labels (when given) are randomized in the same release,
         once per sample, so that model selection on them is post-processing; the ledger counts them with the
         training labels."""
@@ -174,15 +195,30 @@ class LabelDPRelease:
         released_ids = np.concatenate([np.asarray(sample_ids, np.int64), valid_ids])
         is_new, summary = label_key.store.record(
             Release(d.release, label_key.dataset, d.mechanism, self.eps, d.params, int(released_ids.size)),
-            label_key.key, released_ids, label_key.source)
-        report = run_report(labels, d.noisy, self.eps, d.mechanism, **d.extra, release_id=d.release, new_release=is_new,
-                            key_fingerprint=label_key.fingerprint, dataset_id=label_key.dataset,
-                            ledger=label_key.store.ledger_path, dataset_releases=summary["releases"],
-                            dataset_total_eps=summary["total_eps"], overlapping_datasets=summary["overlapping_datasets"],
-                            valid_rows=int(valid_ids.size),
-                            valid_flipped_fraction=float(np.mean(d.valid_noisy != valid_labels)) if valid_ids.size else 0.0)
-        return TrainingLabels(d.noisy.astype(np.float32), report, d.release, tuple(label_key.store.warnings),
-                              d.valid_noisy)
+            label_key.key,
+            released_ids,
+            label_key.source,
+        )
+        report = run_report(
+            labels,
+            d.noisy,
+            self.eps,
+            d.mechanism,
+            **d.extra,
+            release_id=d.release,
+            new_release=is_new,
+            key_fingerprint=label_key.fingerprint,
+            dataset_id=label_key.dataset,
+            ledger=label_key.store.ledger_path,
+            dataset_releases=summary["releases"],
+            dataset_total_eps=summary["total_eps"],
+            overlapping_datasets=summary["overlapping_datasets"],
+            valid_rows=int(valid_ids.size),
+            valid_flipped_fraction=float(np.mean(d.valid_noisy != valid_labels)) if valid_ids.size else 0.0,
+        )
+        return TrainingLabels(
+            d.noisy.astype(np.float32), report, d.release, tuple(label_key.store.warnings), d.valid_noisy
+        )
 
     # -- one function per mechanism; each names its release by (dataset, key, mechanism, parameters) -------------------
     def _id(self, label_key: LabelKey, mechanism: str, params: dict) -> str:
@@ -194,16 +230,27 @@ class LabelDPRelease:
     def _binary_rr(self, labels, ids, label_key, prior_fn, valid_labels, valid_ids) -> _Drawn:
         params = {"eps": self.eps, "labels": "binary"}
         rel = self._id(label_key, "binary_rr", params)
-        return _Drawn(rel, "binary_rr", params, randomize_binary_once(labels, ids, self.eps, label_key.key, rel),
-                      randomize_binary_once(valid_labels, valid_ids, self.eps, label_key.key, rel), self._corrected())
+        return _Drawn(
+            rel,
+            "binary_rr",
+            params,
+            randomize_binary_once(labels, ids, self.eps, label_key.key, rel),
+            randomize_binary_once(valid_labels, valid_ids, self.eps, label_key.key, rel),
+            self._corrected(),
+        )
 
     def _kary_rr(self, labels, ids, label_key, prior_fn, valid_labels, valid_ids) -> _Drawn:
         k = self.num_classes
         params = {"eps": self.eps, "labels": "multiclass", "num_classes": k}
         rel = self._id(label_key, "kary_rr", params)
-        return _Drawn(rel, "kary_rr", params, randomize_classes_once(labels, ids, k, self.eps, label_key.key, rel),
-                      randomize_classes_once(valid_labels, valid_ids, k, self.eps, label_key.key, rel),
-                      {**self._corrected(), "num_classes": k})
+        return _Drawn(
+            rel,
+            "kary_rr",
+            params,
+            randomize_classes_once(labels, ids, k, self.eps, label_key.key, rel),
+            randomize_classes_once(valid_labels, valid_ids, k, self.eps, label_key.key, rel),
+            {**self._corrected(), "num_classes": k},
+        )
 
     def _lp2st(self, labels, ids, label_key, prior_fn, valid_labels, valid_ids) -> _Drawn:
         """LP-2ST (Ghazi et al. 2021, Alg. 3): stage one gets plain RR, binary or k-ary (its own release); its model's
@@ -216,8 +263,13 @@ class LabelDPRelease:
             randomize = lambda y, i, rel: randomize_binary_once(y, i, eps, key, rel)
             with_prior = lambda y, i, prior, rel: rr_prior_once(y, i, prior, eps, key, rel)
         else:
-            stage_params = {"eps": eps, "prior_fraction": self.prior_fraction, "labels": "multiclass",
-                            "num_classes": k, "prior": "all parties"}
+            stage_params = {
+                "eps": eps,
+                "prior_fraction": self.prior_fraction,
+                "labels": "multiclass",
+                "num_classes": k,
+                "prior": "all parties",
+            }
             randomize = lambda y, i, rel: randomize_classes_once(y, i, k, eps, key, rel)
             with_prior = lambda y, i, prior, rel: rr_prior_classes_once(y, i, prior, eps, key, rel)
         stage_rel = self._id(label_key, STAGE_ONE, stage_params)
@@ -226,9 +278,12 @@ class LabelDPRelease:
         valid_noisy = randomize(valid_labels, valid_ids, stage_rel)  # plain RR, like stage one
         # the ledger holds stage one before its prior is trained: with K classes the followers receive gradients of
         # the stage-one labels then, and a run that stops there has still spent them
-        label_key.store.record(Release(stage_rel, label_key.dataset, STAGE_ONE, eps, stage_params,
-                                       int(ids.size + valid_ids.size)),
-                               key, np.concatenate([ids, valid_ids]), label_key.source)
+        label_key.store.record(
+            Release(stage_rel, label_key.dataset, STAGE_ONE, eps, stage_params, int(ids.size + valid_ids.size)),
+            key,
+            np.concatenate([ids, valid_ids]),
+            label_key.source,
+        )
         prior = prior_fn(first, np.where(first, noisy, 0))
         second = ~first
         params = {**stage_params, "stage_one_release": stage_rel, "prior_sha256": _prior_digest(prior[second])}
@@ -236,22 +291,34 @@ class LabelDPRelease:
         noisy2, k_star = with_prior(labels[second], ids[second], prior[second], rel)
         noisy[second] = noisy2
         collapse = float(np.mean(k_star == 1)) if k_star.size else 0.0
-        extra = {"debias": False, "stage_one_fraction": float(first.mean()), "collapse_fraction": collapse,
-                 "collapsed": collapse > 0.5,
-                 "flipped_fraction_stage_two": float(np.mean(noisy2 != labels[second])) if second.any() else 0.0}
+        extra = {
+            "debias": False,
+            "stage_one_fraction": float(first.mean()),
+            "collapse_fraction": collapse,
+            "collapsed": collapse > 0.5,
+            "flipped_fraction_stage_two": float(np.mean(noisy2 != labels[second])) if second.any() else 0.0,
+        }
         if k is None:
             extra["prior"] = "leader-only columns (LP-2ST stage one, Ghazi et al. 2021 Alg. 3)"
         else:
-            extra.update(num_classes=k, mean_k_star=float(k_star.mean()) if k_star.size else 0.0,
-                         stage_two_kept_in_set=float(np.mean(noisy2 == labels[second])) if second.any() else 0.0,
-                         prior="all parties (LP-2ST stage one as a split model on the stage-one rows, "
-                               "Ghazi et al. 2021 Alg. 3)")
+            extra.update(
+                num_classes=k,
+                mean_k_star=float(k_star.mean()) if k_star.size else 0.0,
+                stage_two_kept_in_set=float(np.mean(noisy2 == labels[second])) if second.any() else 0.0,
+                prior="all parties (LP-2ST stage one as a split model on the stage-one rows, Ghazi et al. 2021 Alg. 3)",
+            )
         return _Drawn(rel, "rr_prior", params, noisy, valid_noisy, extra)
 
 
-def training_labels(labels: np.ndarray, sample_ids: np.ndarray, release: LabelDPRelease | None,
-                    label_key: LabelKey | None = None, prior_fn: PriorFn | None = None,
-                    valid_labels: np.ndarray | None = None, valid_ids: np.ndarray | None = None) -> TrainingLabels:
+def training_labels(
+    labels: np.ndarray,
+    sample_ids: np.ndarray,
+    release: LabelDPRelease | None,
+    label_key: LabelKey | None = None,
+    prior_fn: PriorFn | None = None,
+    valid_labels: np.ndarray | None = None,
+    valid_ids: np.ndarray | None = None,
+) -> TrainingLabels:
     """True labels when label DP is off (release None); otherwise the noisy labels of the release."""
     if release is None:
         valid = np.zeros(0, np.int64) if valid_labels is None else np.asarray(valid_labels).astype(np.int64)
@@ -259,8 +326,9 @@ def training_labels(labels: np.ndarray, sample_ids: np.ndarray, release: LabelDP
     return release.draw(labels, sample_ids, label_key, prior_fn, valid_labels, valid_ids)
 
 
-def leader_training_labels(release: LabelDPRelease | None, shard, prior_fn: PriorFn | None = None,
-                           label_key: LabelKey | None = None) -> TrainingLabels:
+def leader_training_labels(
+    release: LabelDPRelease | None, shard, prior_fn: PriorFn | None = None, label_key: LabelKey | None = None
+) -> TrainingLabels:
     """The training labels of the leader's labelled shard (a PartyShard); opens the key unless given."""
     train, valid = shard.split("train"), shard.split("valid")
     if release is not None and label_key is None:

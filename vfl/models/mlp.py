@@ -2,6 +2,7 @@
 
 The top outputs one logit (binary: BCE-with-logits) or K class logits (train.task multiclass: cross-entropy).
 """
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """Model registry: bottoms and tops by config name, built with seeded, per-party initialisation."""
+
 from __future__ import annotations
 
 import hashlib

@@ -7,6 +7,7 @@ Bottom (one per party, over that party's columns only):
 The leader's tops (Linear, or an MLP when the cut is wider) are in vfl/models/mlp.py.
 Each field has its own id range in one shared table (offsets), so one lookup serves all fields.
 """
+
 from __future__ import annotations
 
 import torch
@@ -19,15 +20,26 @@ from vfl.models.mlp import mlp
 class WideDeepBottom(nn.Module):
     """One party's bottom model; forward(dense, dense_missing, cat) -> (batch, cut_dim)."""
 
-    def __init__(self, field_sizes: list[int], n_dense: int, embedding_dim: int = 80,
-                 hidden: tuple[int, ...] = (1024, 512, 256, 128), cut_dim: int = 2, dropout: float = 0.0):
+    def __init__(
+        self,
+        field_sizes: list[int],
+        n_dense: int,
+        embedding_dim: int = 80,
+        hidden: tuple[int, ...] = (1024, 512, 256, 128),
+        cut_dim: int = 2,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         if cut_dim < 2:
             raise ValueError(f"cut_dim must be >= 2 (one wide value and at least one deep value), got {cut_dim}")
         self.n_fields = len(field_sizes)
         self.n_dense = n_dense
         self.cut_dim = cut_dim
-        offsets = torch.tensor([0] + list(field_sizes[:-1]), dtype=torch.int64).cumsum(0) if field_sizes else torch.zeros(0, dtype=torch.int64)
+        offsets = (
+            torch.tensor([0] + list(field_sizes[:-1]), dtype=torch.int64).cumsum(0)
+            if field_sizes
+            else torch.zeros(0, dtype=torch.int64)
+        )
         self.register_buffer("offsets", offsets, persistent=False)
         total = int(sum(field_sizes))
         # sparse=True: each step touches only the rows of the batch (lazy Adam), as CTR systems do

@@ -4,14 +4,27 @@ A resumed run continues the same files: rows after the resume step are dropped (
 interrupted attempt), new rows are appended, TensorBoard purges events past the resume step, and the
 PNG is redrawn from the whole CSV at the end.
 """
+
 from __future__ import annotations
 
 import csv
 import math
 import os
 
-COLUMNS = ("kind", "epoch", "step", "loss", "valid_auc", "valid_auc_noisy", "valid_logloss", "test_auc", "test_logloss",
-           "samples_per_second", "valid_accuracy", "test_accuracy")  # accuracy: train.task multiclass
+COLUMNS = (
+    "kind",
+    "epoch",
+    "step",
+    "loss",
+    "valid_auc",
+    "valid_auc_noisy",
+    "valid_logloss",
+    "test_auc",
+    "test_logloss",
+    "samples_per_second",
+    "valid_accuracy",
+    "test_accuracy",
+)  # accuracy: train.task multiclass
 
 
 def _cell(value) -> str:
@@ -49,7 +62,11 @@ class RunCurves:
         os.makedirs(out_dir, exist_ok=True)
         kept: list[dict] = []
         if start_step > 0 and os.path.exists(self.csv_path):
-            kept = [r for r in read_metrics_csv(self.csv_path) if r.get("step", "").isdigit() and int(r["step"]) <= start_step]
+            kept = [
+                r
+                for r in read_metrics_csv(self.csv_path)
+                if r.get("step", "").isdigit() and int(r["step"]) <= start_step
+            ]
         self._f = open(self.csv_path, "w", newline="", buffering=1)
         self._w = csv.DictWriter(self._f, fieldnames=COLUMNS, extrasaction="ignore")
         self._w.writeheader()
@@ -63,7 +80,9 @@ class RunCurves:
                 self.tb = SummaryWriter(self.tb_dir, purge_step=start_step if start_step > 0 else None)
             except ImportError:  # tensorboard is a dependency; an install without it still gets CSV and PNG
                 if log is not None:
-                    log.warning("warning: tensorboard is not installed: no TensorBoard events (pip install tensorboard)")
+                    log.warning(
+                        "warning: tensorboard is not installed: no TensorBoard events (pip install tensorboard)"
+                    )
 
     def step(self, epoch: int, step: int, loss: float) -> None:
         self._w.writerow({"kind": "step", "epoch": epoch, "step": step, "loss": _cell(loss)})
@@ -72,11 +91,20 @@ class RunCurves:
 
     def evaluation(self, entry: dict) -> None:
         valid = entry.get("valid") or {}
-        row = {"kind": "eval", "epoch": entry["epoch"], "step": entry["step"], "loss": _cell(entry.get("train_loss")),
-               "valid_auc": _cell(valid.get("auc")), "valid_auc_noisy": _cell(valid.get("auc_noisy")),
-               "valid_logloss": _cell(valid.get("logloss")), "test_auc": _cell(entry.get("test_auc")),
-               "test_logloss": _cell(entry.get("test_logloss")), "samples_per_second": _cell(entry.get("samples_per_second")),
-               "valid_accuracy": _cell(valid.get("accuracy")), "test_accuracy": _cell(entry.get("test_accuracy"))}
+        row = {
+            "kind": "eval",
+            "epoch": entry["epoch"],
+            "step": entry["step"],
+            "loss": _cell(entry.get("train_loss")),
+            "valid_auc": _cell(valid.get("auc")),
+            "valid_auc_noisy": _cell(valid.get("auc_noisy")),
+            "valid_logloss": _cell(valid.get("logloss")),
+            "test_auc": _cell(entry.get("test_auc")),
+            "test_logloss": _cell(entry.get("test_logloss")),
+            "samples_per_second": _cell(entry.get("samples_per_second")),
+            "valid_accuracy": _cell(valid.get("accuracy")),
+            "test_accuracy": _cell(entry.get("test_accuracy")),
+        }
         self._w.writerow(row)
         if self.tb is not None:
             for key, value in row.items():

@@ -6,6 +6,7 @@ errors only, `--verbose` adds DEBUG lines and timestamps. The file (`<out>/<part
 line at DEBUG and above as `2026-11-23T18:40:01.123 INFO message`. Lines are written around any
 progress bar (tqdm) so bars and logs never overwrite each other.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -68,8 +69,9 @@ class RunLog:
         self.logger.setLevel(logging.DEBUG)
         self.logger.propagate = False
         console = _Console(level=_console_level)
-        console.setFormatter(logging.Formatter(FILE_FORMAT if _console_level <= logging.DEBUG else "%(message)s",
-                                               DATE_FORMAT))
+        console.setFormatter(
+            logging.Formatter(FILE_FORMAT if _console_level <= logging.DEBUG else "%(message)s", DATE_FORMAT)
+        )
         console.addFilter(_FileOnly())
         self.logger.addHandler(console)
         self._file = None

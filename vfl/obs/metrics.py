@@ -1,4 +1,5 @@
 """Evaluation metrics (scikit-learn) and the seed's loss-line format (the run log itself is vfl/obs/logs.py)."""
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,11 @@ def multiclass_auc(labels: np.ndarray, probs: np.ndarray) -> float:
     """Macro one-vs-rest ROC AUC over the classes present with both outcomes (scikit-learn's
     roc_auc_score(multi_class="ovr", average="macro") when every class occurs); NaN when none does."""
     labels = np.asarray(labels, dtype=np.int64)
-    per_class = [roc_auc_score(labels == c, probs[:, c]) for c in range(probs.shape[1])
-                 if 0 < int(np.sum(labels == c)) < labels.size]
+    per_class = [
+        roc_auc_score(labels == c, probs[:, c])
+        for c in range(probs.shape[1])
+        if 0 < int(np.sum(labels == c)) < labels.size
+    ]
     return float(np.mean(per_class)) if per_class else math.nan
 
 
@@ -54,8 +58,11 @@ def test_metrics(labels: np.ndarray, probs: np.ndarray) -> dict:
         return {"test_auc": auc(labels, probs), "test_logloss": logloss(labels, probs)}
     labels = np.asarray(labels, dtype=np.int64)
     accuracy = float(np.mean(np.argmax(probs, axis=1) == labels)) if labels.size else math.nan
-    return {"test_accuracy": accuracy, "test_auc": multiclass_auc(labels, probs),
-            "test_logloss": multiclass_logloss(labels, probs)}
+    return {
+        "test_accuracy": accuracy,
+        "test_auc": multiclass_auc(labels, probs),
+        "test_logloss": multiclass_logloss(labels, probs),
+    }
 
 
 def metrics_text(m: dict, prefix: str = "test_") -> str:
@@ -67,10 +74,15 @@ def metrics_text(m: dict, prefix: str = "test_") -> str:
 def final_line(m: dict) -> str:
     """The last line of a run: the selected model's test metrics next to the data's Bayes-optimal ones."""
     bayes_auc, bayes_acc = m.get("bayes_test_auc"), m.get("bayes_test_accuracy")
-    return ("final " + metrics_text(m)
-            + (f" (Bayes-optimal test AUC {bayes_auc:.6f})" if bayes_auc is not None else "")
-            + (f" (Bayes-optimal test accuracy {bayes_acc:.6f})" if bayes_acc is not None else "")
-            + f" samples/s: {m['samples_per_second']:.0f}")
+    return (
+        "final "
+        + metrics_text(m)
+        + (f" (Bayes-optimal test AUC {bayes_auc:.6f})" if bayes_auc is not None else "")
+        + (f" (Bayes-optimal test accuracy {bayes_acc:.6f})" if bayes_acc is not None else "")
+        + f" samples/s: {m['samples_per_second']:.0f}"
+    )
+
+
 def loss_line(epoch: int, step: int, steps: int, loss: float) -> str:
     """The seed's format: `epoch 0 step 100/2582 loss: 0.588637` (step counts from 1)."""
     return f"epoch {epoch} step {step}/{steps} loss: {loss:.6f}"

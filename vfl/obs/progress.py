@@ -1,4 +1,5 @@
 """Progress bars (tqdm) with rate and ETA on a terminal, silent otherwise (pipes, logs, --quiet, VFL_PROGRESS=0)."""
+
 from __future__ import annotations
 
 import os
@@ -24,14 +25,29 @@ def bar(total: int | float | None = None, desc: str = "", unit: str = "it", leav
     """A tqdm bar (a no-op one when disabled): `.update(n)`, `.set_postfix_str(s)`, `.close()`."""
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit=unit, leave=leave, disable=not enabled(), dynamic_ncols=True,
-                unit_scale=unit in ("B", "rows"), mininterval=0.5, **kw)
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit=unit,
+        leave=leave,
+        disable=not enabled(),
+        dynamic_ncols=True,
+        unit_scale=unit in ("B", "rows"),
+        mininterval=0.5,
+        **kw,
+    )
 
 
-def track(items: Iterable[T], total: int | None = None, desc: str = "", unit: str = "it", leave: bool = False) -> Iterator[T]:
+def track(
+    items: Iterable[T], total: int | None = None, desc: str = "", unit: str = "it", leave: bool = False
+) -> Iterator[T]:
     """Iterate items with a bar."""
-    with bar(total=total if total is not None else (len(items) if hasattr(items, "__len__") else None),
-             desc=desc, unit=unit, leave=leave) as b:
+    with bar(
+        total=total if total is not None else (len(items) if hasattr(items, "__len__") else None),
+        desc=desc,
+        unit=unit,
+        leave=leave,
+    ) as b:
         for item in items:
             yield item
             b.update(1)

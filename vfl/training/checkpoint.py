@@ -8,6 +8,7 @@ the same point (the handshake compares the steps; `<path>.json` repeats party, e
 that a resume is checked before torch is imported); the torch RNG state travels with it so that
 dropout continues as if the run had never stopped.
 """
+
 from __future__ import annotations
 
 import errno
@@ -35,8 +36,17 @@ def save_checkpoint(path: str, party: str, state: dict, epoch: int, step: int, e
     """Write {party, epoch, step, state, torch_rng, extra} to path via a temporary file and a rename."""
     directory = os.path.dirname(os.path.abspath(path))
     buf = io.BytesIO()
-    torch.save({"party": party, "epoch": epoch, "step": step, "state": state, "torch_rng": torch.get_rng_state(),
-                "extra": extra or {}}, buf)
+    torch.save(
+        {
+            "party": party,
+            "epoch": epoch,
+            "step": step,
+            "state": state,
+            "torch_rng": torch.get_rng_state(),
+            "extra": extra or {},
+        },
+        buf,
+    )
     payload = buf.getbuffer()
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
@@ -62,7 +72,11 @@ def load_checkpoint(path: str) -> dict:
     """Read a checkpoint after checking its checksum; weights_only=True never unpickles arbitrary objects."""
     with open(path, "rb") as f:
         data = f.read()
-    head, digest, payload = data[:len(CKPT_MAGIC)], data[len(CKPT_MAGIC):len(CKPT_MAGIC) + 32], memoryview(data)[len(CKPT_MAGIC) + 32:]
+    head, digest, payload = (
+        data[: len(CKPT_MAGIC)],
+        data[len(CKPT_MAGIC) : len(CKPT_MAGIC) + 32],
+        memoryview(data)[len(CKPT_MAGIC) + 32 :],
+    )
     if head != CKPT_MAGIC:
         raise ValueError("not a checkpoint of this project (no VFLCKPT1 header)")
     if hashlib.sha256(payload).digest() != digest:

@@ -8,6 +8,7 @@ floating-point operations, with `index_select` and `index_add_` on the gradient'
 bit-identical to SparseAdam on a CPU (tests/test_lazy_adam.py) and keeps its state layout (step, exp_avg,
 exp_avg_sq), so checkpoints load into either. On CUDA the duplicates are summed without coalesce (`unique_rows`).
 """
+
 from __future__ import annotations
 
 import math
@@ -36,8 +37,19 @@ def sum_duplicate_rows(indices: torch.Tensor, values: torch.Tensor) -> tuple[tor
     return rows, summed.index_add_(0, inverse, values)
 
 
-def lazy_adam_rows(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, step: int,
-                   *, lr: float | torch.Tensor, beta1: float, beta2: float, eps: float, maximize: bool = False) -> None:
+def lazy_adam_rows(
+    param: torch.Tensor,
+    grad: torch.Tensor,
+    exp_avg: torch.Tensor,
+    exp_avg_sq: torch.Tensor,
+    step: int,
+    *,
+    lr: float | torch.Tensor,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    maximize: bool = False,
+) -> None:
     """One lazy Adam update of the rows of `param` present in the sparse `grad` (torch's sparse_adam, row-wise).
 
     Per touched row r with gradient g (duplicates summed by coalesce):
@@ -55,7 +67,7 @@ def lazy_adam_rows(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tenso
     exp_avg_sq.index_add_(0, rows, v_update)
     numer = m_update.add_(old_m)  # the new m of these rows: old + update, as SparseAdam computes it
     denom = v_update.add_(old_v).sqrt_().add_(eps)
-    step_size = lr * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
+    step_size = lr * math.sqrt(1 - beta2**step) / (1 - beta1**step)
     param.index_add_(0, rows, -step_size * numer.div_(denom))
 
 
@@ -73,10 +85,14 @@ class LazyAdam(torch.optim.SparseAdam):
                 if p.grad is None:
                     continue
                 if not p.grad.is_sparse:
-                    raise RuntimeError("LazyAdam takes sparse gradients only (nn.Embedding(sparse=True)); use Adam for dense ones")
+                    raise RuntimeError(
+                        "LazyAdam takes sparse gradients only (nn.Embedding(sparse=True)); use Adam for dense ones"
+                    )
                 if p.dim() != 2 or p.grad.sparse_dim() != 1:
-                    raise RuntimeError(f"LazyAdam updates rows of a 2-D table from a row-sparse gradient, got a parameter of "
-                                       f"shape {tuple(p.shape)} with {p.grad.sparse_dim()} sparse dimensions")
+                    raise RuntimeError(
+                        f"LazyAdam updates rows of a 2-D table from a row-sparse gradient, got a parameter of "
+                        f"shape {tuple(p.shape)} with {p.grad.sparse_dim()} sparse dimensions"
+                    )
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
             lr = group["lr"]  # a tensor lr stays a (0-d) tensor, as in SparseAdam
@@ -91,6 +107,16 @@ class LazyAdam(torch.optim.SparseAdam):
                     state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                     state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 state["step"] += 1
-                lazy_adam_rows(p, p.grad, state["exp_avg"], state["exp_avg_sq"], state["step"], lr=lr, beta1=beta1,
-                               beta2=beta2, eps=group["eps"], maximize=group.get("maximize", False))
+                lazy_adam_rows(
+                    p,
+                    p.grad,
+                    state["exp_avg"],
+                    state["exp_avg_sq"],
+                    state["step"],
+                    lr=lr,
+                    beta1=beta1,
+                    beta2=beta2,
+                    eps=group["eps"],
+                    maximize=group.get("maximize", False),
+                )
         return loss

@@ -4,6 +4,7 @@ evaluation cadence, early stopping on the validation split, best-step restore, h
 Selection reads only the validation labels the loop is given (randomized under label DP) through
 `privacy.label.noisy_metrics`; the test split is evaluated for the record and never chooses anything.
 """
+
 from __future__ import annotations
 
 import time
@@ -25,8 +26,16 @@ Evaluate = Callable[[str], np.ndarray]  # split name ("valid" | "test") -> click
 class TrainingLoop:
     """Calls step(epoch, step, rows) for every batch and evaluates at the configured cadence."""
 
-    def __init__(self, train: TrainConfig, n_train: int, test_labels: np.ndarray, log: RunLog,
-                 valid_labels: np.ndarray | None = None, valid_eps: float | None = None, num_classes: int | None = None):
+    def __init__(
+        self,
+        train: TrainConfig,
+        n_train: int,
+        test_labels: np.ndarray,
+        log: RunLog,
+        valid_labels: np.ndarray | None = None,
+        valid_eps: float | None = None,
+        num_classes: int | None = None,
+    ):
         """valid_labels: what selection may read (the randomized ones under label DP, whose eps is valid_eps);
         num_classes: None for a binary task, K for class probabilities (n, K)."""
         self.num_classes = num_classes
@@ -49,7 +58,9 @@ class TrainingLoop:
         self.curves = None  # a vfl.obs.curves.RunCurves: metrics.csv, TensorBoard, curves.png
         self.agree = None  # N ranks: (selection, is_best) -> rank 0's is_best, its selection state adopted
         if self.selection is not None and (self.valid_labels is None or self.valid_labels.size == 0):
-            raise ValueError("train.early_stopping needs a validation split with rows (prepare with --valid-fraction > 0)")
+            raise ValueError(
+                "train.early_stopping needs a validation split with rows (prepare with --valid-fraction > 0)"
+            )
 
     def steps_per_epoch(self) -> int:
         return steps_per_epoch(self.n_train, self.train.batch_size)
@@ -62,27 +73,41 @@ class TrainingLoop:
             return self.global_step % every == 0
         return i + 1 == spe
 
-    def run(self, step: Callable[[int, int, np.ndarray], float], evaluate: Evaluate,
-            checkpoint: Callable[[int, int], None] | None = None, start_step: int = 0,
-            snapshot: Callable[[int], int] | None = None, restore: Callable[[int], None] | None = None) -> None:
+    def run(
+        self,
+        step: Callable[[int, int, np.ndarray], float],
+        evaluate: Evaluate,
+        checkpoint: Callable[[int, int], None] | None = None,
+        start_step: int = 0,
+        snapshot: Callable[[int], int] | None = None,
+        restore: Callable[[int], None] | None = None,
+    ) -> None:
         """Train from global step `start_step`; snapshot(step) keeps the best model, restore(step) brings it back."""
         tr = self.train
         spe = self.steps_per_epoch()
         total = tr.epochs * spe
         if not 0 <= start_step < total:
-            raise ValueError(f"resuming at global step {start_step}, but the run has {tr.epochs} epochs x {spe} steps; "
-                             f"raise train.epochs to train further")
+            raise ValueError(
+                f"resuming at global step {start_step}, but the run has {tr.epochs} epochs x {spe} steps; "
+                f"raise train.epochs to train further"
+            )
         first_epoch, first_i = divmod(start_step, spe)
         self.global_step = start_step
         window_loss, window_steps, window_samples, window_seconds = 0.0, 0, 0, 0.0
         epoch = first_epoch
         if self.valid_eps is not None:
-            self.log(f"label DP: the training loss below is computed on the randomized (noisy) training labels "
-                     f"(eps={self.valid_eps}); validation metrics are debiased from randomized validation labels")
+            self.log(
+                f"label DP: the training loss below is computed on the randomized (noisy) training labels "
+                f"(eps={self.valid_eps}); validation metrics are debiased from randomized validation labels"
+            )
         for epoch in range(first_epoch, tr.epochs):
             order = batch_order(self.n_train, tr.batch_size, tr.seed, epoch)
-            progress = bar(total=len(order), desc=f"epoch {epoch + 1}/{tr.epochs}", unit="step",
-                           initial=first_i if epoch == first_epoch else 0)
+            progress = bar(
+                total=len(order),
+                desc=f"epoch {epoch + 1}/{tr.epochs}",
+                unit="step",
+                initial=first_i if epoch == first_epoch else 0,
+            )
             for i, rows in enumerate(order):
                 if epoch == first_epoch and i < first_i:
                     continue
@@ -91,7 +116,9 @@ class TrainingLoop:
                 seconds = time.perf_counter() - t0
                 TIMER.add_step(seconds)
                 if not np.isfinite(value):
-                    raise FloatingPointError(f"training loss became {value} at epoch {epoch} step {i + 1}; lower train.lr")
+                    raise FloatingPointError(
+                        f"training loss became {value} at epoch {epoch} step {i + 1}; lower train.lr"
+                    )
                 self.step_losses.append(value)
                 window_loss += value
                 window_steps += 1
@@ -99,8 +126,9 @@ class TrainingLoop:
                 window_seconds += seconds
                 self.global_step += 1
                 progress.update(1)
-                progress.set_postfix_str(f"loss {value:.4f}" + (" (noisy labels)" if self.valid_eps is not None else ""),
-                                         refresh=False)
+                progress.set_postfix_str(
+                    f"loss {value:.4f}" + (" (noisy labels)" if self.valid_eps is not None else ""), refresh=False
+                )
                 if self.curves is not None:
                     self.curves.step(epoch, self.global_step, value)
                 if (i + 1) % tr.log_every == 0 or i + 1 == len(order):
@@ -111,31 +139,45 @@ class TrainingLoop:
                     self.train_seconds += window_seconds
                     self.samples += window_samples
                     t_eval = time.perf_counter()
-                    self._evaluate(epoch, evaluate, snapshot, window_loss / max(window_steps, 1),
-                                   window_seconds, window_samples)
+                    self._evaluate(
+                        epoch, evaluate, snapshot, window_loss / max(window_steps, 1), window_seconds, window_samples
+                    )
                     TIMER.add_evaluation(time.perf_counter() - t_eval)
                     window_loss, window_steps, window_samples, window_seconds = 0.0, 0, 0, 0.0
                     if self.selection is not None and self.selection.should_stop:
                         self.stopped_early = self.global_step < total
-                        self.log(f"early stopping at global step {self.global_step}: no gain in validation "
-                                 f"{self.selection.metric} for {self.selection.patience} evaluations; best step "
-                                 f"{self.selection.best_step}")
+                        self.log(
+                            f"early stopping at global step {self.global_step}: no gain in validation "
+                            f"{self.selection.metric} for {self.selection.patience} evaluations; best step "
+                            f"{self.selection.best_step}"
+                        )
                         break
             progress.close()
             if self.stopped_early:
                 break
         self._finish(evaluate, restore)
 
-    def _evaluate(self, epoch: int, evaluate: Evaluate, snapshot, train_loss: float, seconds: float, samples: int) -> None:
-        entry = {"epoch": epoch, "step": self.global_step, "train_loss": train_loss, "train_seconds": round(seconds, 3),
-                 "samples_per_second": samples / max(seconds, 1e-9)}
+    def _evaluate(
+        self, epoch: int, evaluate: Evaluate, snapshot, train_loss: float, seconds: float, samples: int
+    ) -> None:
+        entry = {
+            "epoch": epoch,
+            "step": self.global_step,
+            "train_loss": train_loss,
+            "train_seconds": round(seconds, 3),
+            "samples_per_second": samples / max(seconds, 1e-9),
+        }
         if self.valid_labels is not None and self.valid_labels.size:
             if self.num_classes is None:
                 v = noisy_validation_metrics(self.valid_labels, evaluate("valid"), self.valid_eps)
             else:
-                v = noisy_multiclass_validation_metrics(self.valid_labels, evaluate("valid"), self.valid_eps, self.num_classes)
+                v = noisy_multiclass_validation_metrics(
+                    self.valid_labels, evaluate("valid"), self.valid_eps, self.num_classes
+                )
             entry["valid"] = v
-            best = self.selection is not None and self.selection.update(v[self.selection.metric], self.global_step, epoch)
+            best = self.selection is not None and self.selection.update(
+                v[self.selection.metric], self.global_step, epoch
+            )
             if self.selection is not None and self.agree is not None:
                 best = self.agree(self.selection, best)
             if best:
@@ -146,12 +188,20 @@ class TrainingLoop:
         if self.curves is not None:
             self.curves.evaluation(entry)
         valid = entry.get("valid")
-        self.log(f"epoch {epoch} evaluation at global_step={self.global_step}: "
-                 + (f"valid_accuracy: {valid['accuracy']:.6f} (noisy {valid['accuracy_noisy']:.6f}) "
-                    if valid and "accuracy" in valid else "")
-                 + (f"valid_auc: {valid['auc']:.6f} (noisy {valid['auc_noisy']:.6f}) valid_logloss: {valid['logloss']:.6f} "
-                    if valid else "")
-                 + metrics_text(entry))
+        self.log(
+            f"epoch {epoch} evaluation at global_step={self.global_step}: "
+            + (
+                f"valid_accuracy: {valid['accuracy']:.6f} (noisy {valid['accuracy_noisy']:.6f}) "
+                if valid and "accuracy" in valid
+                else ""
+            )
+            + (
+                f"valid_auc: {valid['auc']:.6f} (noisy {valid['auc_noisy']:.6f}) valid_logloss: {valid['logloss']:.6f} "
+                if valid
+                else ""
+            )
+            + metrics_text(entry)
+        )
 
     def _finish(self, evaluate: Evaluate, restore) -> None:
         """Restore the best step (when selection is on and it is not the last one) and score the final model."""
@@ -162,8 +212,10 @@ class TrainingLoop:
                 raise RuntimeError("early stopping chose an earlier step but this loop cannot restore models")
             restore(sel.best_step)
             scores = test_metrics(self.test_labels, evaluate("test"))
-            self.log(f"restored the best step {sel.best_step} (validation {sel.metric} {sel.best_value:.6f}): "
-                     + metrics_text(scores))
+            self.log(
+                f"restored the best step {sel.best_step} (validation {sel.metric} {sel.best_value:.6f}): "
+                + metrics_text(scores)
+            )
         else:
             scores = {k: v for k, v in self.history[-1].items() if k in ("test_accuracy", "test_auc", "test_logloss")}
         self.final = {**scores, "restored": restored, "model_step": sel.best_step if restored else self.global_step}
@@ -178,13 +230,23 @@ class TrainingLoop:
             "test_logloss": self.final["test_logloss"],
             "model_step": self.final["model_step"],
             "history": self.history,
-            "selection": None if sel is None else {
-                "metric": sel.metric, "patience": sel.patience, "min_delta": sel.min_delta,
-                "best_step": sel.best_step, "best_epoch": sel.best_epoch, "best_value": sel.best_value,
-                "valid_at_best": best.get("valid") if best else None, "stopped_early": self.stopped_early,
-                "restored": self.final["restored"], "snapshot_bytes_this_process": self.snapshot_bytes,
+            "selection": None
+            if sel is None
+            else {
+                "metric": sel.metric,
+                "patience": sel.patience,
+                "min_delta": sel.min_delta,
+                "best_step": sel.best_step,
+                "best_epoch": sel.best_epoch,
+                "best_value": sel.best_value,
+                "valid_at_best": best.get("valid") if best else None,
+                "stopped_early": self.stopped_early,
+                "restored": self.final["restored"],
+                "snapshot_bytes_this_process": self.snapshot_bytes,
                 "labels": "randomized validation labels (label DP), debiased with class priors estimated from them"
-                          if self.valid_eps is not None else "validation labels"},
+                if self.valid_eps is not None
+                else "validation labels",
+            },
             "samples_per_second": self.samples / max(self.train_seconds, 1e-9),
             "train_seconds": self.train_seconds,
             "steps": self.global_step,
@@ -193,8 +255,12 @@ class TrainingLoop:
 
     def state(self) -> dict:
         """What a checkpoint needs to continue selection exactly after a resume."""
-        return {"selection": None if self.selection is None else self.selection.state(), "history": self.history,
-                "snapshot_bytes": self.snapshot_bytes, "step_losses": self.step_losses}
+        return {
+            "selection": None if self.selection is None else self.selection.state(),
+            "history": self.history,
+            "snapshot_bytes": self.snapshot_bytes,
+            "step_losses": self.step_losses,
+        }
 
     def load_state(self, state: dict) -> None:
         if self.selection is not None and state.get("selection"):

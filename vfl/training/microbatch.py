@@ -7,6 +7,7 @@ the full batch's mean-loss gradient up to float summation order (and exactly the
 The follower sends all M embeddings before it waits for the first gradient: the leader runs the top of
 micro-batch j while the follower still computes j + 1.
 """
+
 from __future__ import annotations
 
 import torch
@@ -36,5 +37,7 @@ def weighted_loss(loss: torch.Tensor, part_rows: int, batch_rows: int) -> torch.
 def check_micro(got: int | None, expected: int, what: str, error: type[Exception]) -> None:
     """A peer's EMBEDDING or GRADIENT must name the micro-batch this side expects next (`got`: its micro field)."""
     if isinstance(got, bool) or not isinstance(got, int) or got != expected:
-        raise error(f"{what}: expected micro-batch {expected} (an integer in [0, train.microbatches)), "
-                    f"got micro {str(got)[:20]!r}")
+        raise error(
+            f"{what}: expected micro-batch {expected} (an integer in [0, train.microbatches)), "
+            f"got micro {str(got)[:20]!r}"
+        )

@@ -1,4 +1,5 @@
 """Optimizers for split models: lazy (sparse) updates for embedding tables, dense ones elsewhere."""
+
 from __future__ import annotations
 
 import torch
@@ -58,7 +59,9 @@ class ScheduledOptimizer:
     def step(self) -> None:
         from vfl.training.schedule import lr_factor
 
-        self.optimizer.set_lr_factor(lr_factor(self.updates, self.total_steps, self.schedule.name, self.schedule.warmup_steps))
+        self.optimizer.set_lr_factor(
+            lr_factor(self.updates, self.total_steps, self.schedule.name, self.schedule.warmup_steps)
+        )
         self.optimizer.step()
         self.updates += 1
 

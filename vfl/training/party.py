@@ -1,4 +1,5 @@
 """One party's trainable bottom: its shard, model and optimizer, used by leader, follower and centralized."""
+
 from __future__ import annotations
 
 import os
@@ -35,7 +36,9 @@ class BottomParty(SnapshotTrainable):
         self.train_split = shard.split("train")
         self.valid_split = shard.split("valid")
         self.test_split = shard.split("test")
-        self.model = build_bottom(cfg.model.bottom, shard.field_sizes, shard.n_dense, cfg.train.seed, cfg.party).to(device)
+        self.model = build_bottom(cfg.model.bottom, shard.field_sizes, shard.n_dense, cfg.train.seed, cfg.party).to(
+            device
+        )
         self.train_model = self.model  # with N ranks, the DistributedDataParallel wrapper of self.model
         total = cfg.train.epochs * steps_per_epoch(len(self.train_split), cfg.train.batch_size)
         self.optimizer = ScheduledOptimizer(build_optimizer(self.model, cfg.train), cfg.train, total)

@@ -5,6 +5,7 @@ forward pass in bf16 and autograd returns fp32 gradients for the fp32 parameters
 AMX or AVX512-BF16 on a CPU (read from /proc/cpuinfo), or a CUDA device that supports it; elsewhere
 torch emulates bf16 and a run is slower than fp32, so it warns once.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -71,8 +72,10 @@ def warn_if_emulated(precision: str, device: torch.device, log) -> bool:
     if native or key in _warned:
         return False
     _warned.add(key)
-    log.warning(f"train.precision bf16: bf16 is not native on this machine ({why}); torch emulates it and "
-                f"training will be slower than fp32 (use fp32 here)")
+    log.warning(
+        f"train.precision bf16: bf16 is not native on this machine ({why}); torch emulates it and "
+        f"training will be slower than fp32 (use fp32 here)"
+    )
     return True
 
 
@@ -98,4 +101,5 @@ def _fp32_forward(module: torch.nn.Linear):
     def forward(x: torch.Tensor) -> torch.Tensor:
         with torch.autocast(device_type=x.device.type, enabled=False):
             return torch.nn.functional.linear(x.float(), module.weight, module.bias)
+
     return forward

@@ -3,6 +3,7 @@
 Every party applies its own config's schedule at its own global step, so split training and the
 centralized reference see the same learning rate at every step.
 """
+
 from __future__ import annotations
 
 import math

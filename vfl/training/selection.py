@@ -6,6 +6,7 @@ best step, the stopping step, hence what the followers are told to restore) is p
 the release. `min_delta` is in the units of the debiased metric, whose scale uses the class prior
 estimated from the noisy labels, never the true one.
 """
+
 from __future__ import annotations
 
 import math
@@ -48,8 +49,12 @@ class EarlyStopping:
         return self.evals_without_gain >= self.patience
 
     def state(self) -> dict:
-        return {"best_value": self.best_value, "best_step": self.best_step, "best_epoch": self.best_epoch,
-                "evals_without_gain": self.evals_without_gain}
+        return {
+            "best_value": self.best_value,
+            "best_step": self.best_step,
+            "best_epoch": self.best_epoch,
+            "evals_without_gain": self.evals_without_gain,
+        }
 
     def load_state(self, state: dict) -> None:
         self.best_value = state.get("best_value")

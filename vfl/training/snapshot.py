@@ -1,4 +1,5 @@
 """Best-step snapshots: one in-memory copy of a model's and optimizer's state, for best-model restore."""
+
 from __future__ import annotations
 
 import copy

@@ -5,6 +5,7 @@ simulate does, each in its own thread). Parts nest: a part's time excludes the p
 parts of a step add up to the step's wall time less the untimed Python between them (the residual).
 On CUDA, kernels run asynchronously: set `sync` (torch.cuda.synchronize) so a part ends when its kernels do.
 """
+
 from __future__ import annotations
 
 import threading
@@ -75,10 +76,15 @@ class StepTimer:
         parts = {p: round(self.parts[p], 6) for p in names}
         total = sum(self.parts.values())
         residual = self.step_seconds - total
-        return {"steps": self.steps, "step_seconds": round(self.step_seconds, 6), "parts": parts,
-                "parts_seconds": round(total, 6), "residual_seconds": round(residual, 6),
-                "residual_fraction": residual / self.step_seconds if self.step_seconds > 0 else 0.0,
-                "evaluation_seconds": round(self.evaluation_seconds, 6)}
+        return {
+            "steps": self.steps,
+            "step_seconds": round(self.step_seconds, 6),
+            "parts": parts,
+            "parts_seconds": round(total, 6),
+            "residual_seconds": round(residual, 6),
+            "residual_fraction": residual / self.step_seconds if self.step_seconds > 0 else 0.0,
+            "evaluation_seconds": round(self.evaluation_seconds, 6),
+        }
 
 
 class _PerThread(threading.local):

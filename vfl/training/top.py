@@ -1,4 +1,5 @@
 """The leader's top model step, shared verbatim by split training and the centralized reference."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -29,8 +30,16 @@ def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 class TopTrainer(SnapshotTrainable):
     """Concatenate the parties' cuts (leader first, then followers in config order), score, and learn."""
 
-    def __init__(self, train: TrainConfig, top: TopConfig, in_dim: int, device: torch.device, loss_fn: LossFn | None = None,
-                 total_steps: int = 1, num_classes: int | None = None):
+    def __init__(
+        self,
+        train: TrainConfig,
+        top: TopConfig,
+        in_dim: int,
+        device: torch.device,
+        loss_fn: LossFn | None = None,
+        total_steps: int = 1,
+        num_classes: int | None = None,
+    ):
         """num_classes None: binary (one logit, BCE); K: K logits, softmax cross-entropy."""
         self.num_classes = num_classes
         self.model = build_top(top, in_dim, train.seed, num_classes or 1).to(device)

@@ -5,6 +5,7 @@ the socket it guards (its default, Context.instance(), is another one: libzmq th
 and, without ZAP_ENFORCE_DOMAIN, admits every CURVE client). The party name it returns becomes each
 message's `User-Id` property, which is the only sender identity the leader trusts.
 """
+
 from __future__ import annotations
 
 import logging

@@ -11,6 +11,7 @@ about training: the parties post() and expect() the typed messages of messages.p
 checked field by field on arrival); send() and recv() move a type string and its meta, for the
 transport's own tests.
 """
+
 from __future__ import annotations
 
 import time
@@ -55,7 +56,9 @@ def _send(sock: zmq.Socket, frames: list, prefix: list | None = None) -> None:
         for i, (part, copy) in enumerate(zip(parts, copy_flags)):
             sock.send(part, zmq.SNDMORE if i < len(parts) - 1 else 0, copy=copy)
     except zmq.Again:
-        raise PeerTimeout(f"send timed out after {sock.getsockopt(zmq.SNDTIMEO) / 1000:g} s (peer not connected or not reading)") from None
+        raise PeerTimeout(
+            f"send timed out after {sock.getsockopt(zmq.SNDTIMEO) / 1000:g} s (peer not connected or not reading)"
+        ) from None
     except zmq.ZMQError as e:
         if e.errno == zmq.EHOSTUNREACH:
             raise PeerLost("peer is not connected") from None
@@ -107,7 +110,9 @@ class _Endpoint:
             raise WireError(f"a message authenticated as {peer} claims to be from {msg.claimed!r}; refused")
         want = self._recv_seq.get(peer, 0)
         if msg.seq != want:
-            raise WireError(f"{msg.type} from {peer} has sequence number {msg.seq}, expected {want} (replayed or lost message)")
+            raise WireError(
+                f"{msg.type} from {peer} has sequence number {msg.seq}, expected {want} (replayed or lost message)"
+            )
         if msg.type not in (Hello.TYPE, Welcome.TYPE, Abort.TYPE) and msg.run != self.run:
             raise WireError(f"{msg.type} from {peer} belongs to run {msg.run!r}, this run is {self.run!r}")
         self._recv_seq[peer] = want + 1
@@ -144,7 +149,9 @@ class _Endpoint:
             self._late_reads += 1  # input that already arrived is read before a timeout is declared (bounded)
             return True
         if remaining <= 0:
-            raise PeerTimeout(f"timed out after {self.timeout_s:g} s awaiting {awaiting} (network.timeout_s){self._why_silent()}")
+            raise PeerTimeout(
+                f"timed out after {self.timeout_s:g} s awaiting {awaiting} (network.timeout_s){self._why_silent()}"
+            )
         events = dict(self._poller.poll(max(1, int(remaining * 1000))))
         if self._sock in events:  # messages that arrived before a disconnect are read first (an ABORT, say)
             return True
@@ -172,13 +179,23 @@ class _Endpoint:
 class LeaderChannel(_Endpoint):
     """The leader's ROUTER socket: a CURVE server admitting exactly the configured follower keys."""
 
-    def __init__(self, bind: str, followers: tuple[str, ...], keys: LeaderKeys, timeout_s: float, me: str,
-                 run: str = "", max_frame_bytes: int = MAX_FRAME_BYTES):
+    def __init__(
+        self,
+        bind: str,
+        followers: tuple[str, ...],
+        keys: LeaderKeys,
+        timeout_s: float,
+        me: str,
+        run: str = "",
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+    ):
         super().__init__(me, timeout_s, max_frame_bytes)
         self.followers = tuple(followers)
         missing = [f for f in self.followers if f not in keys.followers.values()]
         if missing or len(keys.followers) != len(self.followers):
-            raise WireError(f"follower keys {sorted(keys.followers.values())} do not match the followers {list(self.followers)}")
+            raise WireError(
+                f"follower keys {sorted(keys.followers.values())} do not match the followers {list(self.followers)}"
+            )
         self.run = run
         self._auth = Admission(self._ctx, keys.followers)
         self._auth.start()
@@ -191,7 +208,9 @@ class LeaderChannel(_Endpoint):
         except zmq.ZMQError as e:
             self.close()
             if e.errno == zmq.EADDRINUSE:
-                raise WireError(f"cannot bind {bind}: address already in use (another leader? pick a free port in network.bind)") from None
+                raise WireError(
+                    f"cannot bind {bind}: address already in use (another leader? pick a free port in network.bind)"
+                ) from None
             raise WireError(f"cannot bind {bind}: {e}") from None
         self._inbox: dict[str, deque[Message]] = {f: deque() for f in self.followers}
         self._route: dict[str, bytes] = {}  # party -> routing id of its (first) authenticated connection
@@ -255,19 +274,24 @@ class LeaderChannel(_Endpoint):
                 self._refuse_duplicate(party, rid)
             return
         if self._inbox[party]:
-            raise WireError(f"{party} sent a message while its previous {self._inbox[party][0].type} was unread "
-                            f"(a party may be at most one message ahead)")
+            raise WireError(
+                f"{party} sent a message while its previous {self._inbox[party][0].type} was unread "
+                f"(a party may be at most one message ahead)"
+            )
         self._inbox[party].append(self._accept(party, body))
 
     def _refuse_duplicate(self, party: str, rid: bytes) -> None:
         """A second connection with an admitted party's key: tell it why and carry on with the first."""
         self.duplicates_refused += 1
         self._refused.add(rid)
-        reason = (f"party {party} is already connected to this run; a second connection with {party}'s key was "
-                  f"refused (is another process of {party} running?)")
+        reason = (
+            f"party {party} is already connected to this run; a second connection with {party}'s key was "
+            f"refused (is another process of {party} running?)"
+        )
         try:  # never blocks: a duplicate that does not read cannot stall the run
-            self._sock.send_multipart([rid, *encode(Abort.TYPE, self.me, "", 0, *Abort(reason).to_wire())],
-                                      flags=zmq.DONTWAIT)
+            self._sock.send_multipart(
+                [rid, *encode(Abort.TYPE, self.me, "", 0, *Abort(reason).to_wire())], flags=zmq.DONTWAIT
+            )
         except (WireError, zmq.ZMQError):
             pass
 
@@ -284,15 +308,26 @@ class LeaderChannel(_Endpoint):
         self._auth.stop()
 
 
-_FOLLOWER_EVENTS = (zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
-                    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+_FOLLOWER_EVENTS = (
+    zmq.EVENT_DISCONNECTED
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+)
 
 
 class FollowerChannel(_Endpoint):
     """A follower's DEALER socket: a CURVE client that talks only to the holder of the pinned leader key."""
 
-    def __init__(self, connect: str, me: str, keys: FollowerKeys, timeout_s: float, leader_name: str = "leader",
-                 max_frame_bytes: int = MAX_FRAME_BYTES):
+    def __init__(
+        self,
+        connect: str,
+        me: str,
+        keys: FollowerKeys,
+        timeout_s: float,
+        leader_name: str = "leader",
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+    ):
         super().__init__(me, timeout_s, max_frame_bytes)
         self.endpoint = connect
         self.leader = leader_name
@@ -353,11 +388,15 @@ class FollowerChannel(_Endpoint):
     def _on_event(self, evt: dict, awaiting: str) -> None:
         kind = evt["event"]
         if kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
-            raise WireError(f"the leader at {self.endpoint} refused this party's key (fingerprint {fingerprint(self._public)}): "
-                            f"is this follower's public key listed as {self.me} in the leader's network.follower_keys?")
+            raise WireError(
+                f"the leader at {self.endpoint} refused this party's key (fingerprint {fingerprint(self._public)}): "
+                f"is this follower's public key listed as {self.me} in the leader's network.follower_keys?"
+            )
         if kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
-            raise WireError(f"the server at {self.endpoint} failed the CURVE handshake: it does not hold the leader key "
-                            f"pinned in network.leader_key_file, or it replays a recorded session")
+            raise WireError(
+                f"the server at {self.endpoint} failed the CURVE handshake: it does not hold the leader key "
+                f"pinned in network.leader_key_file, or it replays a recorded session"
+            )
         if kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
             self._broken_handshakes += 1
             return
@@ -366,8 +405,10 @@ class FollowerChannel(_Endpoint):
     def _why_silent(self) -> str:
         if not self._broken_handshakes:
             return ""
-        return (f"; {self._broken_handshakes} connection(s) to {self.endpoint} closed during the CURVE handshake "
-                f"(no leader there yet, or a server without the pinned leader key)")
+        return (
+            f"; {self._broken_handshakes} connection(s) to {self.endpoint} closed during the CURVE handshake "
+            f"(no leader there yet, or a server without the pinned leader key)"
+        )
 
     def abort(self, reason: str) -> None:
         try:

@@ -3,6 +3,7 @@
 messages.py declares each message type's FIELDS and TENSORS with these; `Field.read` and `check_tensor` raise the
 one form of error, `TYPE from SENDER: field 'key' must be DOMAIN, got VALUE`.
 """
+
 from __future__ import annotations
 
 import math
@@ -16,6 +17,7 @@ from vfl.wire.frames import Message, WireError, short_repr
 
 MAX_INT = 2**62  # the default upper bound of a counter (epoch, step, bytes)
 SPLITS = ("train", "valid", "test")  # the splits of a shard (the same names as vfl.data.shards.SPLITS)
+
 
 class _Missing:
     def __repr__(self) -> str:
@@ -70,21 +72,28 @@ def Int(name: str, lo: int = 0, hi: int = MAX_INT, optional: bool = False) -> Fi
     return Field(name, f"an integer in [{lo}, {hi}]", lambda v: is_int(v, lo, hi), optional)
 
 
-def Text(name: str, max_len: int = 256, optional: bool = False, pattern: re.Pattern | None = None,
-         domain: str | None = None) -> Field:
+def Text(
+    name: str, max_len: int = 256, optional: bool = False, pattern: re.Pattern | None = None, domain: str | None = None
+) -> Field:
     """A string of 1..max_len characters, matching `pattern` if given."""
-    return Field(name, domain or f"a string of 1..{max_len} characters",
-                 lambda v: is_text(v, max_len) and (pattern is None or bool(pattern.match(v))), optional)
+    return Field(
+        name,
+        domain or f"a string of 1..{max_len} characters",
+        lambda v: is_text(v, max_len) and (pattern is None or bool(pattern.match(v))),
+        optional,
+    )
 
 
 def Choice(name: str, values: tuple[str, ...], optional: bool = False) -> Field:
     """One of a few strings."""
-    return Field(name, "one of " + ", ".join(repr(v) for v in values), lambda v: isinstance(v, str) and v in values,
-                 optional)
+    return Field(
+        name, "one of " + ", ".join(repr(v) for v in values), lambda v: isinstance(v, str) and v in values, optional
+    )
 
 
 def Real(name: str, lo: float = -math.inf, hi: float = math.inf, optional: bool = False) -> Field:
     """A finite number in (lo, hi] (an integer is a number; a bool is not). Kept as received: 60 stays 60."""
+
     def accepts(v: Any) -> bool:
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             return False
@@ -93,25 +102,45 @@ def Real(name: str, lo: float = -math.inf, hi: float = math.inf, optional: bool 
         except OverflowError:
             return False
         return math.isfinite(f) and lo < f <= hi
+
     bounds = "" if (lo, hi) == (-math.inf, math.inf) else f" in ({lo:g}, {hi:g}]"
     return Field(name, f"a finite number{bounds}", accepts, optional)
 
 
 def PerSplit(name: str, inner: Field) -> Field:
     """An object with exactly the keys train, valid, test, each value in `inner`'s domain."""
+
     def accepts(v: Any) -> bool:
         return isinstance(v, dict) and sorted(v) == sorted(SPLITS) and all(inner.accepts(v[s]) for s in SPLITS)
-    return Field(name, f"an object mapping each of {', '.join(SPLITS)} to {inner.domain}", accepts,
-                 decode=lambda v: {s: v[s] for s in SPLITS})
+
+    return Field(
+        name,
+        f"an object mapping each of {', '.join(SPLITS)} to {inner.domain}",
+        accepts,
+        decode=lambda v: {s: v[s] for s in SPLITS},
+    )
 
 
 def EvalRange(name: str, optional: bool = False) -> Field:
     """[split, start, stop]: a split's name and two row indices (a tuple in Python, a list on the wire)."""
+
     def accepts(v: Any) -> bool:
-        return (isinstance(v, list) and len(v) == 3 and v[0] in SPLITS and is_int(v[1], 0, MAX_INT)
-                and is_int(v[2], 0, MAX_INT))
-    return Field(name, f"a list [split, start, stop] of a split ({', '.join(SPLITS)}) and two integers in [0, {MAX_INT}]",
-                 accepts, optional, decode=tuple, encode=list)
+        return (
+            isinstance(v, list)
+            and len(v) == 3
+            and v[0] in SPLITS
+            and is_int(v[1], 0, MAX_INT)
+            and is_int(v[2], 0, MAX_INT)
+        )
+
+    return Field(
+        name,
+        f"a list [split, start, stop] of a split ({', '.join(SPLITS)}) and two integers in [0, {MAX_INT}]",
+        accepts,
+        optional,
+        decode=tuple,
+        encode=list,
+    )
 
 
 @dataclass(frozen=True)
@@ -125,10 +154,13 @@ class Tensor:
 
 
 def check_tensor(msg: Message, spec: Tensor, arr: np.ndarray) -> np.ndarray:
-    if (spec.dtype is not None and arr.dtype != np.dtype(spec.dtype)) or (spec.ndim is not None and arr.ndim != spec.ndim):
+    if (spec.dtype is not None and arr.dtype != np.dtype(spec.dtype)) or (
+        spec.ndim is not None and arr.ndim != spec.ndim
+    ):
         want = " ".join(x for x in (spec.dtype, f"with {spec.ndim} dimension(s)" if spec.ndim is not None else "") if x)
-        raise WireError(f"{msg.type} from {msg.sender}: tensor {spec.name!r} must be {want}, "
-                        f"got {arr.dtype} {tuple(arr.shape)}")
+        raise WireError(
+            f"{msg.type} from {msg.sender}: tensor {spec.name!r} must be {want}, got {arr.dtype} {tuple(arr.shape)}"
+        )
     return arr
 
 

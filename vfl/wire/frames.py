@@ -6,6 +6,7 @@ MAC of their own. Nothing from a peer is ever unpickled: the header is JSON, ten
 little-endian buffers rebuilt with numpy.frombuffer after dtype, shape, byte count and finiteness
 have been validated. Whatever bytes arrive, decode() either returns a Message or raises WireError.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,23 @@ MAX_HEADER_BYTES = 1 << 16
 MAX_TENSORS = 16
 MAX_DIM = 1 << 31
 ALLOWED_DTYPES = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8"), "int64": np.dtype("<i8")}
-MESSAGE_TYPES = ("PSI", "HELLO", "WELCOME", "FORWARD", "EMBEDDING", "GRADIENT", "EVAL", "SAVE", "SNAPSHOT", "RESTORE", "WAIT",
-                 "DONE", "BYE", "ABORT", "PRIOR")
+MESSAGE_TYPES = (
+    "PSI",
+    "HELLO",
+    "WELCOME",
+    "FORWARD",
+    "EMBEDDING",
+    "GRADIENT",
+    "EVAL",
+    "SAVE",
+    "SNAPSHOT",
+    "RESTORE",
+    "WAIT",
+    "DONE",
+    "BYE",
+    "ABORT",
+    "PRIOR",
+)
 
 
 class WireError(RuntimeError):
@@ -50,8 +66,9 @@ def short_repr(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit] + "...'"
 
 
-def encode(type_: str, sender: str, run: str, seq: int, meta: dict | None = None,
-           tensors: list[np.ndarray] | tuple = ()) -> list:
+def encode(
+    type_: str, sender: str, run: str, seq: int, meta: dict | None = None, tensors: list[np.ndarray] | tuple = ()
+) -> list:
     """Frames of one message; large tensor buffers are passed through without copying.
 
     Raises ValueError (before anything is sent) for an unknown type, a dtype that cannot travel,
@@ -71,8 +88,11 @@ def encode(type_: str, sender: str, run: str, seq: int, meta: dict | None = None
         arrays.append(a)
         descr.append({"dtype": name, "shape": list(a.shape), "nbytes": int(a.nbytes)})
     try:
-        header = json.dumps({"type": type_, "from": sender, "run": run, "seq": seq, "meta": meta or {}, "tensors": descr},
-                            separators=(",", ":"), allow_nan=False).encode()
+        header = json.dumps(
+            {"type": type_, "from": sender, "run": run, "seq": seq, "meta": meta or {}, "tensors": descr},
+            separators=(",", ":"),
+            allow_nan=False,
+        ).encode()
     except ValueError as e:  # NaN / inf in meta
         raise ValueError(f"{type_} meta cannot be sent ({e}): {short_repr(meta, 200)}") from None
     return [MAGIC, header, *(memoryview(a).cast("B") if a.size else b"" for a in arrays)]
@@ -89,7 +109,9 @@ def decode(frames: list, peer: str) -> Message:
     magic = bytes(frames[0])
     if magic != MAGIC:
         if magic.startswith(MAGIC_PREFIX) and len(magic) == len(MAGIC):
-            raise WireError(f"protocol version mismatch with {peer}: peer speaks v{magic[-1]}, we speak v{PROTOCOL_VERSION}")
+            raise WireError(
+                f"protocol version mismatch with {peer}: peer speaks v{magic[-1]}, we speak v{PROTOCOL_VERSION}"
+            )
         raise WireError(f"malformed message from {peer}: not a VFL frame (bad magic {magic[:8]!r})")
     raw_header = bytes(frames[1])
     if len(raw_header) > MAX_HEADER_BYTES:
@@ -106,11 +128,18 @@ def decode(frames: list, peer: str) -> Message:
         if not isinstance(h.get(k), typ) or isinstance(h.get(k), bool):
             raise WireError(f"header field {k!r} from {peer} must be {typ.__name__}, got {short_repr(h.get(k))}")
     if h["type"] not in MESSAGE_TYPES:
-        raise WireError(f"unknown message type {short_repr(h['type'])} from {peer}; allowed: {', '.join(MESSAGE_TYPES)}")
+        raise WireError(
+            f"unknown message type {short_repr(h['type'])} from {peer}; allowed: {', '.join(MESSAGE_TYPES)}"
+        )
     buffers = frames[2:]
     if len(h["tensors"]) != len(buffers):
-        raise WireError(f"{h['type']} from {peer} declares {len(h['tensors'])} tensors but carries {len(buffers)} buffers")
-    tensors = [_tensor(d, buf, f"tensor {i} of {h['type']} from {peer}") for i, (d, buf) in enumerate(zip(h["tensors"], buffers))]
+        raise WireError(
+            f"{h['type']} from {peer} declares {len(h['tensors'])} tensors but carries {len(buffers)} buffers"
+        )
+    tensors = [
+        _tensor(d, buf, f"tensor {i} of {h['type']} from {peer}")
+        for i, (d, buf) in enumerate(zip(h["tensors"], buffers))
+    ]
     return Message(h["type"], peer, h["run"], h["seq"], h["meta"], tensors, claimed=h["from"])
 
 
@@ -122,16 +151,23 @@ def _tensor(d: Any, buf, where: str) -> np.ndarray:
     if dtype is None:
         raise WireError(f"{where}: dtype {short_repr(name)} not allowed; allowed: {list(ALLOWED_DTYPES)}")
     shape = d.get("shape")
-    if not isinstance(shape, list) or len(shape) > 8 or any(
-            isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= MAX_DIM for s in shape):
-        raise WireError(f"{where}: shape must be a list of at most 8 integers in [0, {MAX_DIM}], got {short_repr(shape)}")
+    if (
+        not isinstance(shape, list)
+        or len(shape) > 8
+        or any(isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= MAX_DIM for s in shape)
+    ):
+        raise WireError(
+            f"{where}: shape must be a list of at most 8 integers in [0, {MAX_DIM}], got {short_repr(shape)}"
+        )
     if math.prod(s for s in shape if s) > MAX_DIM:
         raise WireError(f"{where}: shape {shape} spans more than {MAX_DIM} elements")
     nbytes = memoryview(buf).nbytes
     expected = math.prod(shape) * dtype.itemsize
     declared = d.get("nbytes")
     if isinstance(declared, bool) or declared != expected or nbytes != expected:
-        raise WireError(f"{where}: declared nbytes {short_repr(declared)}, shape {shape} x {dtype.itemsize} B = {expected}, buffer {nbytes}")
+        raise WireError(
+            f"{where}: declared nbytes {short_repr(declared)}, shape {shape} x {dtype.itemsize} B = {expected}, buffer {nbytes}"
+        )
     arr = np.frombuffer(buf, dtype=dtype).reshape(shape) if expected else np.zeros(shape, dtype)
     if arr.dtype.kind == "f" and not np.isfinite(arr).all():
         raise WireError(f"{where}: contains non-finite values (NaN or inf)")

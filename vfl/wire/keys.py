@@ -4,6 +4,7 @@ A party's key pair is two zmq.auth certificate files: `<party>.key` (public, giv
 and `<party>.key_secret` (public + secret key, never leaves its host). A secret key file that any
 other user could read is refused, and so is a public key that two parties would share.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -51,12 +52,22 @@ def key_paths(directory: str, party: str) -> tuple[str, str]:
 
 def _certificate(public: bytes, secret: bytes | None, party: str) -> str:
     kind = "Secret" if secret else "Public"
-    lines = [f"#   ZeroMQ CURVE {kind} Certificate of party {party} (python -m vfl.keys, {datetime.date.today()})",
-             "#   " + ("KEEP THIS FILE PRIVATE: mode 0600, never copied to another host." if secret
-                      else "Give this file to the peers of this party."),
-             "", "metadata", f"    party = \"{party}\"", "curve", f"    public-key = \"{public.decode()}\""]
+    lines = [
+        f"#   ZeroMQ CURVE {kind} Certificate of party {party} (python -m vfl.keys, {datetime.date.today()})",
+        "#   "
+        + (
+            "KEEP THIS FILE PRIVATE: mode 0600, never copied to another host."
+            if secret
+            else "Give this file to the peers of this party."
+        ),
+        "",
+        "metadata",
+        f'    party = "{party}"',
+        "curve",
+        f'    public-key = "{public.decode()}"',
+    ]
     if secret:
-        lines.append(f"    secret-key = \"{secret.decode()}\"")
+        lines.append(f'    secret-key = "{secret.decode()}"')
     return "\n".join(lines) + "\n"
 
 
@@ -71,8 +82,10 @@ def _private_directory(directory: str) -> None:
         raise KeyFileError(f"--dir {directory} exists and is not a directory")
     mode = stat.S_IMODE(os.stat(directory).st_mode)
     if mode & 0o077:
-        raise KeyFileError(f"key directory {directory} has mode {mode:04o}; secret keys need a directory only "
-                           f"its owner can open (chmod 700 {directory})")
+        raise KeyFileError(
+            f"key directory {directory} has mode {mode:04o}; secret keys need a directory only "
+            f"its owner can open (chmod 700 {directory})"
+        )
 
 
 def create_key_pair(party: str, directory: str, force: bool = False) -> tuple[str, str]:
@@ -103,8 +116,9 @@ def _read_certificate(path: str, what: str) -> tuple[bytes, bytes | None]:
         with open(path, "rb") as f:
             data = f.read(_MAX_CERT_BYTES + 1)
     except FileNotFoundError:
-        raise KeyFileError(f"{what} {path} does not exist; create key pairs with "
-                           f"`python -m vfl.keys new PARTY --dir DIR`") from None
+        raise KeyFileError(
+            f"{what} {path} does not exist; create key pairs with `python -m vfl.keys new PARTY --dir DIR`"
+        ) from None
     except OSError as e:
         raise KeyFileError(f"{what} {path} cannot be read: {e.strerror}") from None
     return _parse_certificate(data, path, what)
@@ -124,8 +138,10 @@ def _parse_certificate(data: bytes, path: str, what: str) -> tuple[bytes, bytes 
         if key is not None and not _Z85_KEY.match(key):
             raise KeyFileError(f"{what} {path}: the {label} key is not a 40-character Z85 CURVE key")
     if public is None:
-        raise KeyFileError(f"{what} {path} holds no public-key line: not a zmq.auth certificate "
-                           f"(create one with `python -m vfl.keys new PARTY --dir DIR`)")
+        raise KeyFileError(
+            f"{what} {path} holds no public-key line: not a zmq.auth certificate "
+            f"(create one with `python -m vfl.keys new PARTY --dir DIR`)"
+        )
     return public, secret
 
 
@@ -134,22 +150,28 @@ def load_secret_key(path: str) -> tuple[bytes, bytes]:
     try:  # the checks and the read are on one open file: no window between them, no symlink followed
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
-        raise KeyFileError(f"secret key file {path} does not exist; create it with "
-                           f"`python -m vfl.keys new PARTY --dir DIR`") from None
+        raise KeyFileError(
+            f"secret key file {path} does not exist; create it with `python -m vfl.keys new PARTY --dir DIR`"
+        ) from None
     except OSError as e:
-        raise KeyFileError(f"secret key file {path} cannot be read: {e.strerror} (a symbolic link is refused)") from None
+        raise KeyFileError(
+            f"secret key file {path} cannot be read: {e.strerror} (a symbolic link is refused)"
+        ) from None
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
         mode = stat.S_IMODE(st.st_mode)
         if st.st_uid != os.geteuid():
             raise KeyFileError(f"secret key file {path} is owned by uid {st.st_uid}, not by this user ({os.geteuid()})")
         if mode & 0o077:
-            raise KeyFileError(f"secret key file {path} has mode {mode:04o}; it must be readable by its owner only "
-                               f"(chmod 600 {path})")
+            raise KeyFileError(
+                f"secret key file {path} has mode {mode:04o}; it must be readable by its owner only (chmod 600 {path})"
+            )
         data = f.read(_MAX_CERT_BYTES + 1)
     public, secret = _parse_certificate(data, path, "secret key file")
     if secret is None:
-        raise KeyFileError(f"secret key file {path} holds only a public key (give the {SECRET_SUFFIX} file, not {PUBLIC_SUFFIX})")
+        raise KeyFileError(
+            f"secret key file {path} holds only a public key (give the {SECRET_SUFFIX} file, not {PUBLIC_SUFFIX})"
+        )
     if zmq.curve_public(secret) != public:
         raise KeyFileError(f"secret key file {path}: its public key does not belong to its secret key")
     return public, secret
@@ -169,8 +191,9 @@ def load_leader_keys(secret_file: str, follower_files: dict[str, str]) -> Leader
         if key == public:
             raise KeyFileError(f"public key file {path} of {party} holds the leader's own public key")
         if key in followers:
-            raise KeyFileError(f"{followers[key]} and {party} have the same public key ({path}); "
-                               f"every party needs its own key pair")
+            raise KeyFileError(
+                f"{followers[key]} and {party} have the same public key ({path}); every party needs its own key pair"
+            )
         followers[key] = party
     return LeaderKeys(public, secret, followers)
 

@@ -8,6 +8,7 @@ where an integer belongs, a string over its cap, a tensor of the wrong count, dt
 step or on the receiver's data (shapes against the batch, a range against a split's size, a digest against the
 receiver's ids, agreement with the receiver's own settings) is checked by the receiver, after parse().
 """
+
 from __future__ import annotations
 
 import re
@@ -67,13 +68,18 @@ class WireMessage:
         names = [f.name for f in cls.FIELDS]
         unknown = [k for k in msg.meta if k not in names]
         if unknown:
-            raise fail(msg, f"unknown field {unknown[0][:40]!r} (a {cls.TYPE} carries {', '.join(names) or 'no fields'})")
+            raise fail(
+                msg, f"unknown field {unknown[0][:40]!r} (a {cls.TYPE} carries {', '.join(names) or 'no fields'})"
+            )
         values = {f.name: f.read(msg) for f in cls.FIELDS}
         required = sum(not t.optional for t in cls.TENSORS)
         if not required <= len(msg.tensors) <= len(cls.TENSORS):
             count = str(required) if required == len(cls.TENSORS) else f"{required}..{len(cls.TENSORS)}"
-            raise fail(msg, f"expected {count} tensor(s) ({', '.join(t.name for t in cls.TENSORS) or 'none'}), "
-                             f"got {len(msg.tensors)}")
+            raise fail(
+                msg,
+                f"expected {count} tensor(s) ({', '.join(t.name for t in cls.TENSORS) or 'none'}), "
+                f"got {len(msg.tensors)}",
+            )
         for i, spec in enumerate(cls.TENSORS):
             values[spec.name] = check_tensor(msg, spec, msg.tensors[i]) if i < len(msg.tensors) else None
         return cls._make(values, msg)
@@ -89,8 +95,12 @@ class WireMessage:
         for f in fields(self):
             a, b = getattr(self, f.name), getattr(other, f.name)
             if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-                if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
-                        and np.array_equal(a, b)):
+                if not (
+                    isinstance(a, np.ndarray)
+                    and isinstance(b, np.ndarray)
+                    and a.dtype == b.dtype
+                    and np.array_equal(a, b)
+                ):
                     return False
             elif a != b:
                 return False
@@ -110,10 +120,22 @@ def _ranks_together(msg: Message, rank: int | None, ranks: int | None) -> None:
 
 
 PSI_OPS = ("hello", "mask", "double", "leader", "result", "done")
-_PSI_FIELDS = {"hello": ("suite", "n"), "mask": ("start", "stop"), "double": ("start", "stop"),
-               "leader": ("start", "stop"), "result": ("start", "stop", "total"), "done": ("size",)}
-_PSI_PAYLOAD = {"hello": "none", "mask": "optional", "double": "points", "leader": "points", "result": "positions",
-                "done": "none"}  # mask: the leader's request has none, the follower's answer has its points
+_PSI_FIELDS = {
+    "hello": ("suite", "n"),
+    "mask": ("start", "stop"),
+    "double": ("start", "stop"),
+    "leader": ("start", "stop"),
+    "result": ("start", "stop", "total"),
+    "done": ("size",),
+}
+_PSI_PAYLOAD = {
+    "hello": "none",
+    "mask": "optional",
+    "double": "points",
+    "leader": "points",
+    "result": "positions",
+    "done": "none",
+}  # mask: the leader's request has none, the follower's answer has its points
 
 
 @_message
@@ -130,9 +152,15 @@ class Psi(WireMessage):
     total: int | None = None
     size: int | None = None
     payload: np.ndarray | None = None
-    FIELDS = (Choice("op", PSI_OPS), Text("suite", 128, optional=True), Int("n", 1, PSI_MAX_IDS, optional=True),
-              Int("start", 0, PSI_MAX_IDS, optional=True), Int("stop", 0, PSI_MAX_IDS, optional=True),
-              Int("total", 0, PSI_MAX_IDS, optional=True), Int("size", 0, PSI_MAX_IDS, optional=True))
+    FIELDS = (
+        Choice("op", PSI_OPS),
+        Text("suite", 128, optional=True),
+        Int("n", 1, PSI_MAX_IDS, optional=True),
+        Int("start", 0, PSI_MAX_IDS, optional=True),
+        Int("stop", 0, PSI_MAX_IDS, optional=True),
+        Int("total", 0, PSI_MAX_IDS, optional=True),
+        Int("size", 0, PSI_MAX_IDS, optional=True),
+    )
     TENSORS = (Tensor("payload", optional=True),)
 
     @classmethod
@@ -169,8 +197,10 @@ class Psi(WireMessage):
             start, stop = values["start"], values["stop"]
             limit = PSI_RESULT_CHUNK if op == "result" else PSI_CHUNK_POINTS
             if not start < stop <= start + limit or (op == "result" and stop > values["total"]):
-                raise WireError(f"{where}: range {start}..{stop} is not a chunk of 1..{limit}"
-                                + (f" within the total {values['total']}" if op == "result" else ""))
+                raise WireError(
+                    f"{where}: range {start}..{stop} is not a chunk of 1..{limit}"
+                    + (f" within the total {values['total']}" if op == "result" else "")
+                )
             want = (stop - start, 4) if kind != "positions" else (stop - start,)
             if payload is not None and (payload.dtype != np.dtype("<i8") or tuple(payload.shape) != want):
                 what = "points" if kind != "positions" else "positions"
@@ -197,11 +227,21 @@ class Hello(WireMessage):
     timeout_s: float
     rank: int | None = None
     ranks: int | None = None
-    FIELDS = (Text("nonce", 32, pattern=NONCE_PATTERN, domain="32 hex digits (a fresh nonce)"), Text("party", 64),
-              Int("protocol", 0, 255), PerSplit("id_digest", Text("digest", 128)), PerSplit("rows", Int("rows")),
-              Int("batch_size", 1), Int("seed", 0, 2**63 - 1), Int("cut_dim", 2, MAX_CUT_DIM), Int("microbatches", 1),
-              Int("resume_step"), Real("timeout_s", 0, 86400), Int("rank", 0, MAX_RANKS - 1, optional=True),
-              Int("ranks", 1, MAX_RANKS, optional=True))
+    FIELDS = (
+        Text("nonce", 32, pattern=NONCE_PATTERN, domain="32 hex digits (a fresh nonce)"),
+        Text("party", 64),
+        Int("protocol", 0, 255),
+        PerSplit("id_digest", Text("digest", 128)),
+        PerSplit("rows", Int("rows")),
+        Int("batch_size", 1),
+        Int("seed", 0, 2**63 - 1),
+        Int("cut_dim", 2, MAX_CUT_DIM),
+        Int("microbatches", 1),
+        Int("resume_step"),
+        Real("timeout_s", 0, 86400),
+        Int("rank", 0, MAX_RANKS - 1, optional=True),
+        Int("ranks", 1, MAX_RANKS, optional=True),
+    )
 
     @classmethod
     def _make(cls, values: dict[str, Any], msg: Message) -> Hello:
@@ -220,8 +260,14 @@ class Welcome(WireMessage):
     steps_per_epoch: int
     rank: int | None = None
     ranks: int | None = None
-    FIELDS = (Text("run", 64), Text("nonce", 64), Int("epochs", 1), Int("steps_per_epoch"),
-              Int("rank", 0, MAX_RANKS - 1, optional=True), Int("ranks", 1, MAX_RANKS, optional=True))
+    FIELDS = (
+        Text("run", 64),
+        Text("nonce", 64),
+        Int("epochs", 1),
+        Int("steps_per_epoch"),
+        Int("rank", 0, MAX_RANKS - 1, optional=True),
+        Int("ranks", 1, MAX_RANKS, optional=True),
+    )
 
     @classmethod
     def _make(cls, values: dict[str, Any], msg: Message) -> Welcome:
@@ -240,8 +286,13 @@ class Forward(WireMessage):
     rows: int
     digest: str
     phase: str | None = None
-    FIELDS = (Choice("phase", PHASES, optional=True), Int("epoch"), Int("step"), Int("rows", 1, MAX_DIM),
-              Text("digest", 64))
+    FIELDS = (
+        Choice("phase", PHASES, optional=True),
+        Int("epoch"),
+        Int("step"),
+        Int("rows", 1, MAX_DIM),
+        Text("digest", 64),
+    )
 
 
 @_message
@@ -255,16 +306,27 @@ class Embedding(WireMessage):
     step: int | None = None
     micro: int | None = None
     eval: tuple[str, int, int] | None = None
-    FIELDS = (Int("epoch", optional=True), Int("step", optional=True), Int("micro", optional=True),
-              EvalRange("eval", optional=True))
+    FIELDS = (
+        Int("epoch", optional=True),
+        Int("step", optional=True),
+        Int("micro", optional=True),
+        EvalRange("eval", optional=True),
+    )
     TENSORS = (Tensor("cut", "float32", 2),)
 
     @classmethod
     def _make(cls, values: dict[str, Any], msg: Message) -> Embedding:
         training = values["step"] is not None
         if training == (values["eval"] is not None):
-            raise fail(msg, "carries " + ("both a training 'step' and an 'eval' range" if training
-                                           else "neither a training 'step' nor an 'eval' range"))
+            raise fail(
+                msg,
+                "carries "
+                + (
+                    "both a training 'step' and an 'eval' range"
+                    if training
+                    else "neither a training 'step' nor an 'eval' range"
+                ),
+            )
         if training != (values["epoch"] is not None) or (values["micro"] is not None and not training):
             raise fail(msg, "fields 'epoch', 'step' (and 'micro') come together, without 'eval'")
         return cls(**values)
@@ -282,8 +344,13 @@ class Gradient(WireMessage):
     micro: int | None = None
     loss: float | None = None
     phase: str | None = None
-    FIELDS = (Choice("phase", PHASES, optional=True), Int("epoch"), Int("step"), Int("micro", optional=True),
-              Real("loss", optional=True))
+    FIELDS = (
+        Choice("phase", PHASES, optional=True),
+        Int("epoch"),
+        Int("step"),
+        Int("micro", optional=True),
+        Real("loss", optional=True),
+    )
     TENSORS = (Tensor("grad", "float32", 2),)
 
 
@@ -361,8 +428,15 @@ class Abort(WireMessage):
 
     TYPE = "ABORT"
     reason: str
-    FIELDS = (Field("reason", "a string of 1..65536 characters", lambda v: is_text(v, MAX_HEADER_BYTES),
-                    decode=lambda v: v[:MAX_REASON], encode=lambda v: v[:MAX_REASON]),)
+    FIELDS = (
+        Field(
+            "reason",
+            "a string of 1..65536 characters",
+            lambda v: is_text(v, MAX_HEADER_BYTES),
+            decode=lambda v: v[:MAX_REASON],
+            encode=lambda v: v[:MAX_REASON],
+        ),
+    )
 
 
 @_message
@@ -385,13 +459,34 @@ class Prior(WireMessage):
     def _make(cls, values: dict[str, Any], msg: Message) -> Prior:
         rows, idx = values.pop("rows"), values["indices"]
         if idx.size != rows or idx[0] < 0 or (idx.size > 1 and np.any(np.diff(idx) <= 0)):
-            raise fail(msg, f"tensor 'indices' must hold the {rows} stage-one rows as strictly increasing indices >= 0, "
-                             f"got {idx.size} values")
+            raise fail(
+                msg,
+                f"tensor 'indices' must hold the {rows} stage-one rows as strictly increasing indices >= 0, "
+                f"got {idx.size} values",
+            )
         return cls(**values)
 
 
-MESSAGE_CLASSES: dict[str, type[WireMessage]] = {c.TYPE: c for c in (
-    Psi, Hello, Welcome, Forward, Embedding, Gradient, Eval, Save, Snapshot, Restore, Wait, Done, Bye, Abort, Prior)}
+MESSAGE_CLASSES: dict[str, type[WireMessage]] = {
+    c.TYPE: c
+    for c in (
+        Psi,
+        Hello,
+        Welcome,
+        Forward,
+        Embedding,
+        Gradient,
+        Eval,
+        Save,
+        Snapshot,
+        Restore,
+        Wait,
+        Done,
+        Bye,
+        Abort,
+        Prior,
+    )
+}
 
 
 def parse(msg: Message) -> WireMessage:
@@ -402,5 +497,23 @@ def parse(msg: Message) -> WireMessage:
     return cls.from_wire(msg)
 
 
-__all__ = ["MESSAGE_CLASSES", "Abort", "Bye", "Done", "Embedding", "Eval", "Forward", "Gradient", "Hello", "Prior",
-           "Psi", "Restore", "Save", "Snapshot", "Wait", "Welcome", "WireMessage", "parse"]
+__all__ = [
+    "MESSAGE_CLASSES",
+    "Abort",
+    "Bye",
+    "Done",
+    "Embedding",
+    "Eval",
+    "Forward",
+    "Gradient",
+    "Hello",
+    "Prior",
+    "Psi",
+    "Restore",
+    "Save",
+    "Snapshot",
+    "Wait",
+    "Welcome",
+    "WireMessage",
+    "parse",
+]

@@ -19,6 +19,7 @@ PyNaCl 1.6 does not bind libsodium's ristretto255 functions; its Ed25519 point m
 re-checks subgroup membership) measured 3x slower here than X25519, which is why the exponentiations
 run on the Montgomery form.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -84,7 +85,7 @@ def _hash_ids(ids: np.ndarray) -> np.ndarray:
     from_uniform, add = sodium.crypto_core_ed25519_from_uniform, sodium.crypto_core_ed25519_add
     mask = (1 << 255) - 1
     for i in range(ids.size):
-        h = hashlib.sha512(_DOMAIN + raw[8 * i: 8 * i + 8]).digest()
+        h = hashlib.sha512(_DOMAIN + raw[8 * i : 8 * i + 8]).digest()
         y = int.from_bytes(add(from_uniform(h[:32]), from_uniform(h[32:])), "little") & mask
         if y == 1:  # the identity: probability 2**-252
             raise PointError(f"id {int(ids[i])} hashes to the identity")
@@ -99,7 +100,7 @@ def _raise_to(points: np.ndarray, exponent: bytes) -> np.ndarray:
     raw = points.tobytes()
     mult = sodium.crypto_scalarmult
     for i in range(points.shape[0]):
-        u = raw[POINT_BYTES * i: POINT_BYTES * (i + 1)]
+        u = raw[POINT_BYTES * i : POINT_BYTES * (i + 1)]
         if int.from_bytes(u, "little") >= _P:
             raise PointError(f"value {i} is not a canonical u-coordinate (>= 2**255 - 19)")
         try:
@@ -127,4 +128,4 @@ def from_wire(arr: np.ndarray) -> np.ndarray:
 def point_set(points: np.ndarray) -> dict[bytes, int]:
     """{encoded point: its row} for exact matching."""
     raw = np.ascontiguousarray(points, dtype=np.uint8).tobytes()
-    return {raw[POINT_BYTES * i: POINT_BYTES * (i + 1)]: i for i in range(len(raw) // POINT_BYTES)}
+    return {raw[POINT_BYTES * i : POINT_BYTES * (i + 1)]: i for i in range(len(raw) // POINT_BYTES)}

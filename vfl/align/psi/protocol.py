@@ -20,6 +20,7 @@ L: its ids whose H(x)^ab matched). A point is 32 bytes (carried as 4 int64), a m
 CHUNK_POINTS points; a set above MAX_IDS ids is refused before anything is computed. Every receive
 has the channel's deadline; the leader sends WAIT to followers that wait for their turn.
 """
+
 from __future__ import annotations
 
 import secrets
@@ -54,9 +55,16 @@ class PSIReport:
     bytes_received: int = 0
 
     def as_dict(self) -> dict:
-        return {"suite": SUITE, "intersection": self.intersection, "own_ids": self.own_ids, "peer_ids": self.peer_ids,
-                "pairwise": self.pairwise, "seconds": round(self.seconds, 3), "bytes_sent": self.bytes_sent,
-                "bytes_received": self.bytes_received}
+        return {
+            "suite": SUITE,
+            "intersection": self.intersection,
+            "own_ids": self.own_ids,
+            "peer_ids": self.peer_ids,
+            "pairwise": self.pairwise,
+            "seconds": round(self.seconds, 3),
+            "bytes_sent": self.bytes_sent,
+            "bytes_received": self.bytes_received,
+        }
 
 
 class _Progress:
@@ -71,8 +79,10 @@ class _Progress:
         now = time.monotonic()
         if self.log is not None and now - self.last >= 10.0:
             rate = self.done / max(now - self.t0, 1e-9)
-            self.log(f"PSI {self.what}: {self.done}/{self.total} points, {rate:.0f}/s, "
-                     f"ETA {(self.total - self.done) / max(rate, 1e-9):.0f} s")
+            self.log(
+                f"PSI {self.what}: {self.done}/{self.total} points, {rate:.0f}/s, "
+                f"ETA {(self.total - self.done) / max(rate, 1e-9):.0f} s"
+            )
             self.last = now
 
 
@@ -88,8 +98,10 @@ def _range(msg: Psi, who: str, n: int, want: tuple[int, int] | None = None) -> t
     """The chunk a mask / double / leader message names (a chunk of 1..CHUNK_POINTS by parse), within a set of n."""
     start, stop = msg.start, msg.stop
     if stop > n or (want is not None and (start, stop) != want):
-        raise PSIError(f"PSI {msg.op} from {who}: range {start}..{stop} "
-                       + (f"is not the requested {want[0]}..{want[1]}" if want else f"is not a chunk of 1..{CHUNK_POINTS} of {n}"))
+        raise PSIError(
+            f"PSI {msg.op} from {who}: range {start}..{stop} "
+            + (f"is not the requested {want[0]}..{want[1]}" if want else f"is not a chunk of 1..{CHUNK_POINTS} of {n}")
+        )
     return start, stop
 
 
@@ -159,8 +171,10 @@ def follower_psi(ch, ids: np.ndarray, log=None) -> tuple[np.ndarray, PSIReport]:
             progress.add(stop - start)
         elif msg.op == "result":  # positions int64 (stop - start,), start < stop <= total (by parse)
             if msg.start != expected_positions or msg.total > y.size:
-                raise PSIError(f"PSI result from the leader: chunk {msg.start}..{msg.stop} of {msg.total} out of order "
-                               f"or malformed")
+                raise PSIError(
+                    f"PSI result from the leader: chunk {msg.start}..{msg.stop} of {msg.total} out of order "
+                    f"or malformed"
+                )
             positions.append(msg.payload.copy())
             expected_positions = msg.stop
         elif msg.op == "done":
@@ -180,19 +194,32 @@ def follower_psi(ch, ids: np.ndarray, log=None) -> tuple[np.ndarray, PSIReport]:
     pairwise = sum(1 for k in ours if k in theirs)
     raw = y_ab.tobytes()
     for p in pos:
-        if raw[32 * p: 32 * p + 32] not in theirs:
-            raise PSIError(f"the leader named position {int(p)} as shared, but that id is not in the intersection "
-                           f"this party computed; refused")
+        if raw[32 * p : 32 * p + 32] not in theirs:
+            raise PSIError(
+                f"the leader named position {int(p)} as shared, but that id is not in the intersection "
+                f"this party computed; refused"
+            )
     final = np.sort(y[pos])
-    report = PSIReport(int(final.size), int(y.size), {"leader": n_leader}, {"leader": pairwise},
-                       time.perf_counter() - t0, ch.bytes_sent - sent0, ch.bytes_received - recv0)
+    report = PSIReport(
+        int(final.size),
+        int(y.size),
+        {"leader": n_leader},
+        {"leader": pairwise},
+        time.perf_counter() - t0,
+        ch.bytes_sent - sent0,
+        ch.bytes_received - recv0,
+    )
     return final, report
 
 
 def _recv(ch, op: str | None) -> Psi:
     while True:
-        msg = ch.expect(Psi, Wait, what=f"PSI {op or 'step'} from the leader at {ch.endpoint}"
-                                        + (" (is the leader running?)" if op == "hello" else ""))
+        msg = ch.expect(
+            Psi,
+            Wait,
+            what=f"PSI {op or 'step'} from the leader at {ch.endpoint}"
+            + (" (is the leader running?)" if op == "hello" else ""),
+        )
         if isinstance(msg, Wait):
             continue
         if op is not None:
@@ -215,8 +242,9 @@ def _distinct(points: np.ndarray, what: str) -> None:
         raise PSIError(f"{what} holds repeated points (one id each is the protocol)")
 
 
-def leader_psi(ch, followers: list[str], ids: np.ndarray, log=None,
-               max_peer_ids: int | None = None) -> tuple[np.ndarray, PSIReport]:
+def leader_psi(
+    ch, followers: list[str], ids: np.ndarray, log=None, max_peer_ids: int | None = None
+) -> tuple[np.ndarray, PSIReport]:
     """Run L's side with every follower in turn; return the ids every party holds (ascending) and the report."""
     t0, sent0, recv0 = time.perf_counter(), ch.bytes_sent, ch.bytes_received
     ids = _check_ids(ids, ch.me)
@@ -227,8 +255,10 @@ def leader_psi(ch, followers: list[str], ids: np.ndarray, log=None,
         sizes[f] = _size(_leader_recv(ch, f, "hello", " (is it running and pointed at this leader?)"), f)
         limit = peer_limit(ids.size, max_peer_ids)
         if sizes[f] > limit:
-            raise PSIError(f"{f} declares {sizes[f]} ids, above this leader's limit of {limit} "
-                           f"(data.psi_max_peer_ids; default max(16 x the leader's {ids.size} ids, 2**20))")
+            raise PSIError(
+                f"{f} declares {sizes[f]} ids, above this leader's limit of {limit} "
+                f"(data.psi_max_peer_ids; default max(16 x the leader's {ids.size} ids, 2**20))"
+            )
     for f in followers:
         ch.post(f, Psi.hello(SUITE, ids.size))
         last[f] = time.monotonic()
@@ -241,6 +271,7 @@ def leader_psi(ch, followers: list[str], ids: np.ndarray, log=None,
             hashed[todo] = hash_ids(ids[todo])
             is_hashed[todo] = True
         return hashed[rows]
+
     matched: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # follower -> (leader rows, follower positions)
 
     def keepalive(current: str) -> None:
@@ -281,7 +312,7 @@ def leader_psi(ch, followers: list[str], ids: np.ndarray, log=None,
         raw = x_ab.tobytes()
         rows, pos = [], []
         for i in range(ids.size):
-            j = theirs.get(raw[32 * i: 32 * i + 32])
+            j = theirs.get(raw[32 * i : 32 * i + 32])
             if j is not None:
                 rows.append(perm[i])
                 pos.append(j)
@@ -299,8 +330,15 @@ def leader_psi(ch, followers: list[str], ids: np.ndarray, log=None,
             ch.post(f, Psi.result(start, stop, final_pos.size, final_pos[start:stop]))
         ch.post(f, Psi.done(final_pos.size))
     final = np.sort(ids[keep])
-    report = PSIReport(int(final.size), int(ids.size), sizes, {f: int(matched[f][0].size) for f in followers},
-                       time.perf_counter() - t0, ch.bytes_sent - sent0, ch.bytes_received - recv0)
+    report = PSIReport(
+        int(final.size),
+        int(ids.size),
+        sizes,
+        {f: int(matched[f][0].size) for f in followers},
+        time.perf_counter() - t0,
+        ch.bytes_sent - sent0,
+        ch.bytes_received - recv0,
+    )
     return final, report
 
 
@@ -313,5 +351,7 @@ def _leader_recv(ch, peer: str, op: str, hint: str = "") -> Psi:
 def check_minimum(report: PSIReport, minimum: int, me: str) -> None:
     """Refuse to train on an intersection smaller than data.min_intersection."""
     if report.intersection < minimum:
-        raise PSIError(f"{me}: the private set intersection holds {report.intersection} ids, below data.min_intersection="
-                       f"{minimum}; refusing to train (do the parties hold the same kind of ids?)")
+        raise PSIError(
+            f"{me}: the private set intersection holds {report.intersection} ids, below data.min_intersection="
+            f"{minimum}; refusing to train (do the parties hold the same kind of ids?)"
+        )
