@@ -65,6 +65,7 @@ class LeaderTrainer:
         self.local_samples = 0
         self.label_digests: list[str] = []
         self.ch = channel
+        self._wire_at_start = (channel.bytes_sent, channel.bytes_received)  # PSI's bytes are reported apart (`psi`)
         self.party = party
         self.log = log
         self.out_dir = out_dir
@@ -395,7 +396,7 @@ class LeaderTrainer:
     def metrics(self) -> dict:
         n_train, n_test, evals = len(self.party.train_split), len(self.party.test_split), len(self.loop.history)
         n_valid = len(self.party.valid_split)
-        sent, received = self.ch.bytes_sent, self.ch.bytes_received
+        sent, received = self.ch.bytes_sent - self._wire_at_start[0], self.ch.bytes_received - self._wire_at_start[1]
         samples_moved = self.loop.samples + (n_valid + n_test) * evals
         return {
             **self.loop.summary(),
