@@ -55,108 +55,116 @@ def _aligned_parties(leader_cfg, follower_cfgs, device, log: RunLog) -> tuple:
     return leader_shard, parties
 
 
+class _Reference:
+    """Every party's bottom and the top in one process: the split run's step, evaluation and snapshots, no wire."""
+
+    def __init__(self, parties: list, top, labels, train_cfg, num_classes: int | None):
+        self.parties, self.top, self.labels, self.tr, self.num_classes = parties, top, labels, train_cfg, num_classes
+
+    def step(self, epoch: int, i: int, rows):
+        """One synchronous step on batch `rows`, cut into the split run's micro-batches; the batch's mean loss."""
+        from vfl.training.microbatch import micro_slices, weighted_loss
+        from vfl.training.step_timer import TIMER
+
+        value = 0.0
+        for part in micro_slices(rows.size, self.tr.microbatches):  # as the split parties cut the batch
+            cuts = [p.forward_train(rows[part]) for p in self.parties]
+            with TIMER.part("top"):
+                loss = weighted_loss(self.top.loss(cuts, self.labels[rows[part]]), rows[part].size, rows.size)
+            with TIMER.part("backward"):
+                loss.backward()
+            value += float(loss.detach())
+        for p in self.parties:
+            p.step_optimizer()
+        self.top.step()
+        return value
+
+    def evaluate(self, split: str):
+        """Predicted probabilities on the valid or test split, (n,) or (n, K)."""
+        import numpy as np
+        import torch
+
+        from vfl.data.shards import eval_batches
+
+        n = len(self.parties[0].valid_split if split == "valid" else self.parties[0].test_split)
+        probs = np.empty(n if self.num_classes is None else (n, self.num_classes))
+        with torch.no_grad():
+            for sl in eval_batches(n, self.tr.eval_batch_size):
+                probs[sl] = self.top.predict([p.forward_eval(sl, split) for p in self.parties])
+        return probs
+
+    def snapshot(self, step: int) -> int:
+        return sum(p.snapshot(step) for p in self.parties) + self.top.snapshot(step)
+
+    def restore(self, step: int) -> None:
+        for p in self.parties:
+            p.restore(step)
+        self.top.restore(step)
+
+
+def _training_labels(leader_cfg, follower_cfgs, leader_shard, parties, num_classes, device, log):
+    """The release and the leader's training labels, with LP-2ST's stage one over all parties for K classes, exactly
+    as the split leader runs it."""
+    from vfl.labeldp.prior import LocalCutSource, fit_predict_all_parties, prior_config, prior_fn_for
+    from vfl.labeldp.release import LabelDPRelease, leader_training_labels
+    from vfl.training.party import BottomParty
+
+    release = LabelDPRelease.from_config(leader_cfg.privacy.label_dp, num_classes)
+    prior_fn = prior_fn_for(leader_cfg, release, parties[0])
+    if num_classes is not None and release is not None and release.uses_prior:
+
+        def prior_fn(first, noisy):
+            sources = [
+                LocalCutSource(BottomParty(prior_config(c, release.prior_epochs), p.shard, device))
+                for c, p in zip((leader_cfg, *follower_cfgs), parties)
+            ]
+            cut = sum(p.cut_dim for p in parties)
+            return fit_predict_all_parties(leader_cfg, release, sources, cut, device, first.size, first, noisy, log)
+
+    labels_info = leader_training_labels(release, leader_shard, prior_fn)
+    for w in labels_info.warnings:
+        log(w)
+    return release, labels_info
+
+
 def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig], out_dir: str, log: RunLog) -> dict:
     """Train all bottoms and the top in-process; write and return metrics.json."""
-    import numpy as np
     import torch
 
     from vfl.config.schema import ConfigError
-    from vfl.data.shards import eval_batches, steps_per_epoch
-    from vfl.labeldp.prior import LocalCutSource, fit_predict_all_parties, prior_config, prior_fn_for
-    from vfl.labeldp.release import LabelDPRelease, bayes_accuracy_of, leader_training_labels, task_classes
+    from vfl.data.shards import steps_per_epoch
+    from vfl.labeldp.release import bayes_accuracy_of, task_classes
     from vfl.obs.curves import RunCurves
     from vfl.obs.metrics import write_json
     from vfl.training.loop import TrainingLoop
-    from vfl.training.microbatch import micro_slices, weighted_loss
-    from vfl.training.party import BottomParty, resolve_device, set_threads
+    from vfl.training.party import resolve_device, set_threads
     from vfl.training.precision import warn_if_emulated
     from vfl.training.step_timer import TIMER
     from vfl.training.top import TopTrainer
 
     if any(c.train.resume_from for c in (leader_cfg, *follower_cfgs)):
         raise ConfigError("train.resume_from is for split runs; the centralized reference always starts from step 0")
-    set_threads(leader_cfg.train.threads, 1)
-    device = resolve_device(leader_cfg.train.device)
-    warn_if_emulated(leader_cfg.train.precision, device, log)
-    names = [f.party for f in follower_cfgs]
-    if list(leader_cfg.network.followers) != names:
-        raise ConfigError(
-            f"follower configs {names} must match the leader's network.followers {list(leader_cfg.network.followers)} in order"
-        )
-    leader_shard, parties = _aligned_parties(leader_cfg, follower_cfgs, device, log)
-    num_classes = task_classes(leader_cfg.train.task, leader_shard)
-    train = parties[0].train_split
-    release = LabelDPRelease.from_config(leader_cfg.privacy.label_dp, num_classes)
-    prior_fn = prior_fn_for(leader_cfg, release, parties[0])
-    if num_classes is not None and release is not None and release.uses_prior:
-
-        def prior_fn(first, noisy):  # LP-2ST stage one over all parties, exactly as the split leader runs it
-            sources = [
-                LocalCutSource(BottomParty(prior_config(c, release.prior_epochs), p.shard, device))
-                for c, p in zip((leader_cfg, *follower_cfgs), parties)
-            ]
-            return fit_predict_all_parties(
-                leader_cfg, release, sources, sum(p.cut_dim for p in parties), device, first.size, first, noisy, log
-            )
-
-    labels_info = leader_training_labels(release, leader_shard, prior_fn)
-    for w in labels_info.warnings:
-        log(w)
-    labels = torch.from_numpy(labels_info.labels)
+    names, expected = [f.party for f in follower_cfgs], list(leader_cfg.network.followers)
+    if expected != names:
+        raise ConfigError(f"follower configs {names} must match the leader's network.followers {expected} in order")
     tr = leader_cfg.train
-    top = TopTrainer(
-        tr,
-        leader_cfg.model.top,
-        sum(p.cut_dim for p in parties),
-        device,
-        release.training_loss() if release is not None else None,
-        tr.epochs * steps_per_epoch(len(train), tr.batch_size),
-        num_classes,
-    )
-    loop = TrainingLoop(
-        tr,
-        len(train),
-        parties[0].test_split.labels,
-        log,
-        labels_info.valid,
-        release.eps if release is not None else None,
-        num_classes,
-    )
+    set_threads(tr.threads, 1)
+    device = resolve_device(tr.device)
+    warn_if_emulated(tr.precision, device, log)
+    leader_shard, parties = _aligned_parties(leader_cfg, follower_cfgs, device, log)
+    num_classes = task_classes(tr.task, leader_shard)
+    release, labels_info = _training_labels(leader_cfg, follower_cfgs, leader_shard, parties, num_classes, device, log)
+    train, valid, test = parties[0].train_split, parties[0].valid_split, parties[0].test_split
+    loss = release.training_loss() if release is not None else None
+    steps = tr.epochs * steps_per_epoch(len(train), tr.batch_size)
+    top = TopTrainer(tr, leader_cfg.model.top, sum(p.cut_dim for p in parties), device, loss, steps, num_classes)
+    eps = release.eps if release is not None else None
+    loop = TrainingLoop(tr, len(train), test.labels, log, labels_info.valid, eps, num_classes)
     loop.curves = RunCurves(out_dir, "centralized", log=log)
-
-    def step(epoch: int, i: int, rows: np.ndarray) -> float:
-        value = 0.0
-        for part in micro_slices(rows.size, tr.microbatches):  # as the split parties cut the batch
-            cuts = [p.forward_train(rows[part]) for p in parties]
-            with TIMER.part("top"):
-                loss = weighted_loss(top.loss(cuts, labels[rows[part]]), rows[part].size, rows.size)
-            with TIMER.part("backward"):
-                loss.backward()
-            value += float(loss.detach())
-        for p in parties:
-            p.step_optimizer()
-        top.step()
-        return value
-
-    @torch.no_grad()
-    def evaluate(split: str) -> np.ndarray:
-        n = len(parties[0].valid_split if split == "valid" else parties[0].test_split)
-        probs = np.empty(n if num_classes is None else (n, num_classes))
-        for sl in eval_batches(n, leader_cfg.train.eval_batch_size):
-            probs[sl] = top.predict([p.forward_eval(sl, split) for p in parties])
-        return probs
-
-    def snapshot(step: int) -> int:
-        return sum(p.snapshot(step) for p in parties) + top.snapshot(step)
-
-    def restore(step: int) -> None:
-        for p in parties:
-            p.restore(step)
-        top.restore(step)
-
+    ref = _Reference(parties, top, torch.from_numpy(labels_info.labels), tr, num_classes)
     TIMER.reset()
     TIMER.watch(device)
-    loop.run(step, evaluate, None, 0, snapshot, restore)
+    loop.run(ref.step, ref.evaluate, None, 0, ref.snapshot, ref.restore)
     loop.curves.close()
     metrics = {
         **loop.summary(),
@@ -165,7 +173,7 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
         **bayes_accuracy_of(leader_shard.manifest),
         "parties": [p.name for p in parties],
         "cut_dims": {p.name: p.cut_dim for p in parties},
-        "rows": {"train": len(train), "valid": len(parties[0].valid_split), "test": len(parties[0].test_split)},
+        "rows": {"train": len(train), "valid": len(valid), "test": len(test)},
         "mode": "centralized",
         "precision": tr.precision,
         "microbatches": tr.microbatches,
