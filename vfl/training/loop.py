@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,6 +22,22 @@ from vfl.training.selection import EarlyStopping
 from vfl.training.step_timer import TIMER
 
 Evaluate = Callable[[str], np.ndarray]  # split name ("valid" | "test") -> click (n,) or class (n, K) probabilities
+
+
+@dataclass
+class _Window:
+    """The steps since the last evaluation: their summed loss, count, samples and seconds."""
+
+    loss: float = 0.0
+    steps: int = 0
+    samples: int = 0
+    seconds: float = 0.0
+
+    def add(self, loss: float, samples: int, seconds: float) -> None:
+        self.loss += loss
+        self.steps += 1
+        self.samples += samples
+        self.seconds += seconds
 
 
 class TrainingLoop:
@@ -93,8 +110,7 @@ class TrainingLoop:
             )
         first_epoch, first_i = divmod(start_step, spe)
         self.global_step = start_step
-        window_loss, window_steps, window_samples, window_seconds = 0.0, 0, 0, 0.0
-        epoch = first_epoch
+        window = _Window()
         if self.valid_eps is not None:
             self.log(
                 f"label DP: the training loss below is computed on the randomized (noisy) training labels "
@@ -102,60 +118,63 @@ class TrainingLoop:
             )
         for epoch in range(first_epoch, tr.epochs):
             order = batch_order(self.n_train, tr.batch_size, tr.seed, epoch)
-            progress = bar(
-                total=len(order),
-                desc=f"epoch {epoch + 1}/{tr.epochs}",
-                unit="step",
-                initial=first_i if epoch == first_epoch else 0,
-            )
+            skip = first_i if epoch == first_epoch else 0
+            progress = bar(total=len(order), desc=f"epoch {epoch + 1}/{tr.epochs}", unit="step", initial=skip)
             for i, rows in enumerate(order):
-                if epoch == first_epoch and i < first_i:
+                if i < skip:
                     continue
                 t0 = time.perf_counter()
                 value = step(epoch, i, rows)
                 seconds = time.perf_counter() - t0
-                TIMER.add_step(seconds)
-                if not np.isfinite(value):
-                    raise FloatingPointError(
-                        f"training loss became {value} at epoch {epoch} step {i + 1}; lower train.lr"
-                    )
-                self.step_losses.append(value)
-                window_loss += value
-                window_steps += 1
-                window_samples += rows.size
-                window_seconds += seconds
-                self.global_step += 1
-                progress.update(1)
-                progress.set_postfix_str(
-                    f"loss {value:.4f}" + (" (noisy labels)" if self.valid_eps is not None else ""), refresh=False
-                )
-                if self.curves is not None:
-                    self.curves.step(epoch, self.global_step, value)
-                if (i + 1) % tr.log_every == 0 or i + 1 == len(order):
-                    self.log(loss_line(epoch, i + 1, len(order), value))
+                self._record_step(epoch, i, len(order), value, seconds, progress)
+                window.add(value, rows.size, seconds)
                 if checkpoint and tr.checkpoint_every and self.global_step % tr.checkpoint_every == 0:
                     checkpoint(epoch, self.global_step)
                 if self._eval_due(i, spe, self.global_step == total):
-                    self.train_seconds += window_seconds
-                    self.samples += window_samples
-                    t_eval = time.perf_counter()
-                    self._evaluate(
-                        epoch, evaluate, snapshot, window_loss / max(window_steps, 1), window_seconds, window_samples
-                    )
-                    TIMER.add_evaluation(time.perf_counter() - t_eval)
-                    window_loss, window_steps, window_samples, window_seconds = 0.0, 0, 0, 0.0
-                    if self.selection is not None and self.selection.should_stop:
-                        self.stopped_early = self.global_step < total
-                        self.log(
-                            f"early stopping at global step {self.global_step}: no gain in validation "
-                            f"{self.selection.metric} for {self.selection.patience} evaluations; best step "
-                            f"{self.selection.best_step}"
-                        )
+                    self._evaluate_window(epoch, evaluate, snapshot, window)
+                    window = _Window()
+                    if self._stops_early(total):
                         break
             progress.close()
             if self.stopped_early:
                 break
         self._finish(evaluate, restore)
+
+    def _record_step(self, epoch: int, i: int, n_steps: int, value: float, seconds: float, progress) -> None:
+        """One step's loss into the history, the timer, the progress bar, the curves and the log."""
+        TIMER.add_step(seconds)
+        if not np.isfinite(value):
+            raise FloatingPointError(f"training loss became {value} at epoch {epoch} step {i + 1}; lower train.lr")
+        self.step_losses.append(value)
+        self.global_step += 1
+        progress.update(1)
+        progress.set_postfix_str(
+            f"loss {value:.4f}" + (" (noisy labels)" if self.valid_eps is not None else ""), refresh=False
+        )
+        if self.curves is not None:
+            self.curves.step(epoch, self.global_step, value)
+        if (i + 1) % self.train.log_every == 0 or i + 1 == n_steps:
+            self.log(loss_line(epoch, i + 1, n_steps, value))
+
+    def _evaluate_window(self, epoch: int, evaluate: Evaluate, snapshot, window: _Window) -> None:
+        """Evaluate now; the steps since the last evaluation count towards the training time and samples."""
+        self.train_seconds += window.seconds
+        self.samples += window.samples
+        t_eval = time.perf_counter()
+        self._evaluate(epoch, evaluate, snapshot, window.loss / max(window.steps, 1), window.seconds, window.samples)
+        TIMER.add_evaluation(time.perf_counter() - t_eval)
+
+    def _stops_early(self, total: int) -> bool:
+        """Whether early stopping ends the run here (logged once)."""
+        if self.selection is None or not self.selection.should_stop:
+            return False
+        self.stopped_early = self.global_step < total
+        self.log(
+            f"early stopping at global step {self.global_step}: no gain in validation "
+            f"{self.selection.metric} for {self.selection.patience} evaluations; best step "
+            f"{self.selection.best_step}"
+        )
+        return True
 
     def _evaluate(
         self, epoch: int, evaluate: Evaluate, snapshot, train_loss: float, seconds: float, samples: int
