@@ -8,25 +8,90 @@ import sys
 from vfl.cli import party_main
 
 
-def body(cfg, log, state: dict) -> None:
-    from leader.trainer import LeaderTrainer
-    from vfl.align.psi.protocol import MAX_FRAME_BYTES as PSI_MAX_FRAME_BYTES
-    from vfl.align.psi.protocol import check_minimum, leader_psi
-    from vfl.cli import check_rank_options, party_keys
-    from vfl.config.schema import ConfigError
+def _labelled_shard(cfg):
+    """The leader's own labelled shard, checked against the config before any follower connects."""
     from vfl.data.readers.criteo import DataError
     from vfl.data.shards import PartyShard
-    from vfl.distributed.context import start_ranks
-    from vfl.distributed.launch import rank_env
-    from vfl.distributed.pairing import rank_endpoint
+    from vfl.labeldp.release import task_classes
+
+    shard = PartyShard(cfg.data.path)
+    if not shard.has_labels:
+        raise DataError(
+            f"data.path {cfg.data.path} is the shard of {shard.name!r}, which holds no labels; the leader needs the labelled shard"
+        )
+    if shard.name != cfg.party:  # the shard records the party it was prepared for
+        raise DataError(
+            f"data.path {cfg.data.path} is the shard of party {shard.name!r}, not of {cfg.party!r}; "
+            f"give each party its own directory OUT/<party> of `python -m vfl.data prepare`"
+        )
+    task_classes(cfg.train.task, shard)  # train.task against the data
+    shard.check_columns(cfg.data.dense, cfg.data.categorical)
+    return shard
+
+
+def _label_key(cfg, env, ctx, shard):
+    """The leader's label-DP key and ledger (None without label DP), opened before any follower connects."""
     from vfl.labeldp.ranks import open_label_key_ranks
-    from vfl.labeldp.release import open_label_key, task_classes
-    from vfl.obs.curves import preload_tensorboard
-    from vfl.obs.metrics import final_line, write_json
-    from vfl.training.party import BottomParty, resolve_device, set_threads
+    from vfl.labeldp.release import open_label_key
+
+    ld = cfg.privacy.label_dp
+    if ld is None:
+        return None
+    if env.distributed:  # rank 0 creates the key and writes the ledger; the others only read the key
+        return open_label_key_ranks(ctx, ld.store_dir, ld.key_file, shard.manifest)
+    return open_label_key(ld.store_dir, ld.key_file, shard.manifest)
+
+
+def _listen(cfg, env, keys, shard, log):
+    """The leader's CurveZMQ channel, its frames capped at what an admitted follower may send."""
+    from vfl.align.psi.protocol import MAX_FRAME_BYTES as PSI_MAX_FRAME_BYTES
+    from vfl.distributed.pairing import rank_endpoint
     from vfl.wire import LeaderChannel
     from vfl.wire.frames import MAX_HEADER_BYTES
     from vfl.wire.messages import MAX_CUT_DIM
+
+    bind = rank_endpoint(cfg.network.bind, env.rank, env.ranks)
+    # the largest frame a follower may send: an embedding of the largest batch at the widest cut, or a PSI chunk
+    max_frame = max(
+        max(cfg.train.batch_size, cfg.train.eval_batch_size) * MAX_CUT_DIM * 4 + MAX_HEADER_BYTES, PSI_MAX_FRAME_BYTES
+    )
+    channel = LeaderChannel(
+        bind, cfg.network.followers, keys, cfg.network.timeout_s, cfg.party, max_frame_bytes=max_frame
+    )
+    log(
+        f"leader {cfg.party}: listening on {bind} (CurveZMQ), waiting for {list(cfg.network.followers)}; "
+        + (f"private set intersection of {len(shard.all_ids())} ids" if env.is_main else "rank 0 runs the PSI")
+    )
+    return channel
+
+
+def _intersect(cfg, env, ctx, channel, shard, log):
+    """PSI with every follower (rank 0; shared within the party); the shard is restricted to the intersection.
+    Returns the PSI report (None on other ranks)."""
+    from vfl.align.psi.protocol import check_minimum, leader_psi
+
+    psi = common = None
+    if env.is_main:  # N ranks: rank 0 intersects the ids and shares them within the party
+        common, psi = leader_psi(channel, list(cfg.network.followers), shard.all_ids(), log, cfg.data.psi_max_peer_ids)
+        log(
+            f"leader {cfg.party}: PSI intersection {psi.intersection} ids (leader {psi.own_ids}, followers {psi.peer_ids}, "
+            f"pairwise {psi.pairwise}), {psi.seconds:.1f} s, {psi.bytes_sent + psi.bytes_received} bytes"
+        )
+        check_minimum(psi, cfg.data.min_intersection, cfg.party)
+    shard.restrict(ctx.share_ids(common))
+    return psi
+
+
+def body(cfg, log, state: dict) -> None:
+    from leader.trainer import LeaderTrainer
+    from vfl.cli import check_rank_options, party_keys
+    from vfl.config.schema import ConfigError
+    from vfl.distributed.context import start_ranks
+    from vfl.distributed.launch import rank_env
+    from vfl.obs.curves import preload_tensorboard
+    from vfl.obs.metrics import final_line, write_json
+    from vfl.training.party import BottomParty, resolve_device, set_threads
+    from vfl.training.precision import warn_if_emulated
 
     env = state.get("ranks") or rank_env()
     if env.distributed and cfg.privacy.label_dp is not None and cfg.privacy.label_dp.mechanism == "rr_prior":
@@ -38,51 +103,12 @@ def body(cfg, log, state: dict) -> None:
     if env.is_main:
         preload_tensorboard()
     set_threads(cfg.train.threads, (1 + len(cfg.network.followers)) * env.local_ranks)
-    shard = PartyShard(cfg.data.path)
-    if not shard.has_labels:
-        raise DataError(
-            f"data.path {cfg.data.path} is the shard of {shard.name!r}, which holds no labels; the leader needs the labelled shard"
-        )
-    if shard.name != cfg.party:  # the shard records the party it was prepared for
-        raise DataError(
-            f"data.path {cfg.data.path} is the shard of party {shard.name!r}, not of {cfg.party!r}; "
-            f"give each party its own directory OUT/<party> of `python -m vfl.data prepare`"
-        )
-    task_classes(cfg.train.task, shard)  # train.task against the data, before any follower connects
-    shard.check_columns(cfg.data.dense, cfg.data.categorical)
+    shard = _labelled_shard(cfg)
     device = resolve_device(cfg.train.device)
     ctx = state["ctx"] = start_ranks(cfg, env, device, log)
-    ld = cfg.privacy.label_dp
-    if ld is None:
-        label_key = None
-    elif env.distributed:  # rank 0 creates the key and writes the ledger; the others only read the key
-        label_key = open_label_key_ranks(ctx, ld.store_dir, ld.key_file, shard.manifest)
-    else:
-        label_key = open_label_key(ld.store_dir, ld.key_file, shard.manifest)
-    bind = rank_endpoint(cfg.network.bind, env.rank, env.ranks)
-    # the largest frame a follower may send: an embedding of the largest batch at the widest cut, or a PSI chunk
-    max_frame = max(
-        max(cfg.train.batch_size, cfg.train.eval_batch_size) * MAX_CUT_DIM * 4 + MAX_HEADER_BYTES, PSI_MAX_FRAME_BYTES
-    )
-    channel = state["channel"] = LeaderChannel(
-        bind, cfg.network.followers, keys, cfg.network.timeout_s, cfg.party, max_frame_bytes=max_frame
-    )
-    log(
-        f"leader {cfg.party}: listening on {bind} (CurveZMQ), waiting for {list(cfg.network.followers)}; "
-        + (f"private set intersection of {len(shard.all_ids())} ids" if env.is_main else "rank 0 runs the PSI")
-    )
-    psi = None
-    if env.is_main:  # N ranks: rank 0 intersects the ids and shares them within the party
-        common, psi = leader_psi(channel, list(cfg.network.followers), shard.all_ids(), log, cfg.data.psi_max_peer_ids)
-        log(
-            f"leader {cfg.party}: PSI intersection {psi.intersection} ids (leader {psi.own_ids}, followers {psi.peer_ids}, "
-            f"pairwise {psi.pairwise}), {psi.seconds:.1f} s, {psi.bytes_sent + psi.bytes_received} bytes"
-        )
-        check_minimum(psi, cfg.data.min_intersection, cfg.party)
-    common = ctx.share_ids(common if env.is_main else None)
-    shard.restrict(common)
-    from vfl.training.precision import warn_if_emulated
-
+    label_key = _label_key(cfg, env, ctx, shard)
+    channel = state["channel"] = _listen(cfg, env, keys, shard, log)
+    psi = _intersect(cfg, env, ctx, channel, shard, log)
     party = BottomParty(cfg, shard, device)
     warn_if_emulated(cfg.train.precision, party.device, log)
     trainer = LeaderTrainer(cfg, channel, party, log, cfg.output.dir, label_key=label_key, ctx=ctx)
