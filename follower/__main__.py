@@ -7,50 +7,44 @@ import sys
 from vfl.cli import party_main
 
 
-def body(cfg, log, state: dict) -> None:
-    from follower.trainer import FollowerTrainer
-    from vfl.align.psi.protocol import MAX_FRAME_BYTES as PSI_MAX_FRAME_BYTES
-    from vfl.align.psi.protocol import check_minimum, follower_psi
-    from vfl.cli import check_rank_options, party_keys
-    from vfl.config.schema import ConfigError
+def _feature_shard(cfg):
+    """This party's own shard, checked to hold no labels and to be this party's, before connecting."""
+    from vfl.cli import check_own_shard
     from vfl.data.readers.criteo import DataError
     from vfl.data.shards import PartyShard
-    from vfl.distributed.context import start_ranks
-    from vfl.distributed.launch import rank_env
-    from vfl.distributed.pairing import rank_endpoint
-    from vfl.training.party import BottomParty, resolve_device, set_threads
-    from vfl.wire import FollowerChannel
-    from vfl.wire.frames import MAX_HEADER_BYTES
 
-    env = state.get("ranks") or rank_env()
-    check_rank_options(cfg, env.distributed)
-    if env.distributed and cfg.debug.record_gradients:
-        raise ConfigError("debug.record_gradients records one process's view; run it with --ranks 1")
-    keys = party_keys(cfg)
-    set_threads(cfg.train.threads, 2 * env.local_ranks)
     shard = PartyShard(cfg.data.path)
     if shard.has_labels:
         raise DataError(
             f"data.path {cfg.data.path} holds labels (it is the leader's shard {shard.name!r}); a follower must never read labels"
         )
-    if shard.name != cfg.party:  # the shard records the party it was prepared for
-        raise DataError(
-            f"data.path {cfg.data.path} is the shard of party {shard.name!r}, not of {cfg.party!r}; "
-            f"give each party its own directory OUT/<party> of `python -m vfl.data prepare`"
-        )
-    shard.check_columns(cfg.data.dense, cfg.data.categorical)
+    check_own_shard(cfg, shard)
+    return shard
+
+
+def _connect(cfg, env, keys, shard, log):
+    """The follower's CurveZMQ channel to the leader, its frames capped at what the leader may send."""
+    from vfl.align.psi.protocol import MAX_FRAME_BYTES as PSI_MAX_FRAME_BYTES
+    from vfl.distributed.pairing import rank_endpoint
+    from vfl.wire import FollowerChannel
+    from vfl.wire.frames import MAX_HEADER_BYTES
+
     # the largest frame the leader may send: the gradient of one training batch at this party's cut, or a PSI chunk
     max_frame = max(cfg.train.batch_size * cfg.model.bottom.cut_dim * 4 + MAX_HEADER_BYTES + 1024, PSI_MAX_FRAME_BYTES)
-    device = resolve_device(cfg.train.device)
-    ctx = state["ctx"] = start_ranks(cfg, env, device, log)
     connect = rank_endpoint(cfg.network.connect, env.rank, env.ranks, cfg.network.rank_endpoints)
-    channel = state["channel"] = FollowerChannel(
-        connect, cfg.party, keys, cfg.network.timeout_s, max_frame_bytes=max_frame
-    )
+    channel = FollowerChannel(connect, cfg.party, keys, cfg.network.timeout_s, max_frame_bytes=max_frame)
     log(
         f"follower {cfg.party}: connecting to {connect}; "
         + (f"private set intersection of {len(shard.all_ids())} ids" if env.is_main else "rank 0 runs the PSI")
     )
+    return channel
+
+
+def _intersect(cfg, env, ctx, channel, shard, log) -> None:
+    """PSI with the leader (rank 0; shared within the party); the shard is restricted to the intersection."""
+    from vfl.align.psi.protocol import check_minimum, follower_psi
+
+    common = None
     if env.is_main:  # N ranks: rank 0 intersects the ids and shares them within the party
         common, psi = follower_psi(channel, shard.all_ids(), log)
         log(
@@ -58,10 +52,29 @@ def body(cfg, log, state: dict) -> None:
             f"shared pairwise {psi.pairwise['leader']}), {psi.seconds:.1f} s, {psi.bytes_sent + psi.bytes_received} bytes"
         )
         check_minimum(psi, cfg.data.min_intersection, cfg.party)
-    common = ctx.share_ids(common if env.is_main else None)
-    shard.restrict(common)
+    shard.restrict(ctx.share_ids(common))
+
+
+def body(cfg, log, state: dict) -> None:
+    from follower.trainer import FollowerTrainer
+    from vfl.cli import check_rank_options, party_keys
+    from vfl.config.schema import ConfigError
+    from vfl.distributed.context import start_ranks
+    from vfl.distributed.launch import rank_env
+    from vfl.training.party import BottomParty, resolve_device, set_threads
     from vfl.training.precision import warn_if_emulated
 
+    env = state.get("ranks") or rank_env()
+    check_rank_options(cfg, env.distributed)
+    if env.distributed and cfg.debug.record_gradients:
+        raise ConfigError("debug.record_gradients records one process's view; run it with --ranks 1")
+    keys = party_keys(cfg)
+    set_threads(cfg.train.threads, 2 * env.local_ranks)
+    shard = _feature_shard(cfg)
+    device = resolve_device(cfg.train.device)
+    ctx = state["ctx"] = start_ranks(cfg, env, device, log)
+    channel = state["channel"] = _connect(cfg, env, keys, shard, log)
+    _intersect(cfg, env, ctx, channel, shard, log)
     party = BottomParty(cfg, shard, device)
     warn_if_emulated(cfg.train.precision, party.device, log)
     trainer = FollowerTrainer(cfg, channel, party, log, cfg.output.dir, ctx=ctx)

@@ -10,6 +10,7 @@ from vfl.cli import party_main
 
 def _labelled_shard(cfg):
     """The leader's own labelled shard, checked against the config before any follower connects."""
+    from vfl.cli import check_own_shard
     from vfl.data.readers.criteo import DataError
     from vfl.data.shards import PartyShard
     from vfl.labeldp.release import task_classes
@@ -19,13 +20,8 @@ def _labelled_shard(cfg):
         raise DataError(
             f"data.path {cfg.data.path} is the shard of {shard.name!r}, which holds no labels; the leader needs the labelled shard"
         )
-    if shard.name != cfg.party:  # the shard records the party it was prepared for
-        raise DataError(
-            f"data.path {cfg.data.path} is the shard of party {shard.name!r}, not of {cfg.party!r}; "
-            f"give each party its own directory OUT/<party> of `python -m vfl.data prepare`"
-        )
+    check_own_shard(cfg, shard)
     task_classes(cfg.train.task, shard)  # train.task against the data
-    shard.check_columns(cfg.data.dense, cfg.data.categorical)
     return shard
 
 

@@ -95,6 +95,18 @@ def party_keys(cfg: PartyConfig):
         raise ConfigError(str(e)) from None
 
 
+def check_own_shard(cfg: PartyConfig, shard) -> None:
+    """The shard at data.path was prepared for this party (it records the party's name) and holds its columns."""
+    from vfl.data.readers.criteo import DataError
+
+    if shard.name != cfg.party:
+        raise DataError(
+            f"data.path {cfg.data.path} is the shard of party {shard.name!r}, not of {cfg.party!r}; "
+            f"give each party its own directory OUT/<party> of `python -m vfl.data prepare`"
+        )
+    shard.check_columns(cfg.data.dense, cfg.data.categorical)
+
+
 def check_rank_options(cfg: PartyConfig, distributed: bool) -> None:
     """Options that need one process per party: a ConfigError under N ranks (both roles check the same)."""
     from vfl.config.schema import ConfigError
