@@ -247,92 +247,20 @@ def leader_psi(
 ) -> tuple[np.ndarray, PSIReport]:
     """Run L's side with every follower in turn; return the ids every party holds (ascending) and the report."""
     t0, sent0, recv0 = time.perf_counter(), ch.bytes_sent, ch.bytes_received
-    ids = _check_ids(ids, ch.me)
-    keepalive_every = ch.timeout_s / 4
-    last = {f: time.monotonic() for f in followers}
-    sizes = {}
-    for f in followers:
-        sizes[f] = _size(_leader_recv(ch, f, "hello", " (is it running and pointed at this leader?)"), f)
-        limit = peer_limit(ids.size, max_peer_ids)
-        if sizes[f] > limit:
-            raise PSIError(
-                f"{f} declares {sizes[f]} ids, above this leader's limit of {limit} "
-                f"(data.psi_max_peer_ids; default max(16 x the leader's {ids.size} ids, 2**20))"
-            )
-    for f in followers:
-        ch.post(f, Psi.hello(SUITE, ids.size))
-        last[f] = time.monotonic()
-    hashed = np.empty((ids.size, 32), np.uint8)  # H(x): a public function of the ids, computed once, chunk by chunk
-    is_hashed = np.zeros(ids.size, bool)
-
-    def hashes(rows: np.ndarray) -> np.ndarray:
-        todo = rows[~is_hashed[rows]]
-        if todo.size:
-            hashed[todo] = hash_ids(ids[todo])
-            is_hashed[todo] = True
-        return hashed[rows]
-
-    matched: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # follower -> (leader rows, follower positions)
-
-    def keepalive(current: str) -> None:
-        now = time.monotonic()
-        for g in followers:
-            if g != current and now - last[g] >= keepalive_every:
-                ch.post(g, Wait())
-                last[g] = now
-
-    for f in followers:
-        a = new_exponent()
-        n = sizes[f]
-        progress = _Progress(log, f"with {f}", n + ids.size)
-        y_ab = np.empty((n, 32), np.uint8)
-        for start, stop in _chunks(n):
-            ch.post(f, Psi.chunk("mask", start, stop))
-            msg = _leader_recv(ch, f, "mask")
-            _range(msg, f, n, (start, stop))
-            try:
-                y_ab[start:stop] = raise_to(_points(msg, f), a)
-            except PointError as e:
-                raise PSIError(f"PSI mask chunk {start}..{stop} from {f}: {e}") from None
-            ch.post(f, Psi.chunk("double", start, stop, as_wire(y_ab[start:stop])))
-            keepalive(f)
-            progress.add(stop - start)
-        perm = _shuffle(ids.size)
-        x_ab = np.empty((ids.size, 32), np.uint8)
-        for start, stop in _chunks(ids.size):
-            ch.post(f, Psi.chunk("leader", start, stop, as_wire(raise_to(hashes(perm[start:stop]), a))))
-            msg = _leader_recv(ch, f, "leader")
-            _range(msg, f, ids.size, (start, stop))
-            x_ab[start:stop] = _points(msg, f)
-            keepalive(f)
-            progress.add(stop - start)
-        _distinct(y_ab, f"PSI mask values of {f}")
-        _distinct(x_ab, f"PSI leader replies of {f}")
-        theirs = point_set(y_ab)
-        raw = x_ab.tobytes()
-        rows, pos = [], []
-        for i in range(ids.size):
-            j = theirs.get(raw[32 * i : 32 * i + 32])
-            if j is not None:
-                rows.append(perm[i])
-                pos.append(j)
-        matched[f] = (np.asarray(rows, np.int64), np.asarray(pos, np.int64))
-    keep = np.ones(ids.size, bool)
-    for f in followers:
-        hit = np.zeros(ids.size, bool)
-        hit[matched[f][0]] = True
+    run = _LeaderPSI(ch, followers, _check_ids(ids, ch.me), log)
+    sizes = run.agree_sizes(max_peer_ids)
+    matched = {f: run.match_with(f, sizes[f]) for f in followers}  # follower -> (leader rows, follower positions)
+    keep = np.ones(run.ids.size, bool)
+    for rows, _ in matched.values():
+        hit = np.zeros(run.ids.size, bool)
+        hit[rows] = True
         keep &= hit
-    for f in followers:
-        rows, pos = matched[f]
-        final_pos = np.sort(pos[keep[rows]])
-        for start in range(0, final_pos.size, PSI_RESULT_CHUNK):
-            stop = min(start + PSI_RESULT_CHUNK, final_pos.size)
-            ch.post(f, Psi.result(start, stop, final_pos.size, final_pos[start:stop]))
-        ch.post(f, Psi.done(final_pos.size))
-    final = np.sort(ids[keep])
+    for f, (rows, pos) in matched.items():
+        run.send_result(f, np.sort(pos[keep[rows]]))
+    final = np.sort(run.ids[keep])
     report = PSIReport(
         int(final.size),
-        int(ids.size),
+        int(run.ids.size),
         sizes,
         {f: int(matched[f][0].size) for f in followers},
         time.perf_counter() - t0,
@@ -340,6 +268,97 @@ def leader_psi(
         ch.bytes_received - recv0,
     )
     return final, report
+
+
+class _LeaderPSI:
+    """L's side of the protocol with its followers, one at a time: the hashes of its ids (computed once, chunk by
+    chunk) and a WAIT to every follower not being served, so none times out."""
+
+    def __init__(self, ch, followers: list[str], ids: np.ndarray, log):
+        self.ch, self.followers, self.ids, self.log = ch, followers, ids, log
+        self.keepalive_every = ch.timeout_s / 4
+        self.last = {f: time.monotonic() for f in followers}
+        self.hashed = np.empty((ids.size, 32), np.uint8)  # H(x): a public function of the ids
+        self.is_hashed = np.zeros(ids.size, bool)
+
+    def agree_sizes(self, max_peer_ids: int | None) -> dict[str, int]:
+        """Every follower's HELLO (its set size, within this leader's limit), then this leader's HELLO to each."""
+        sizes = {}
+        for f in self.followers:
+            sizes[f] = _size(_leader_recv(self.ch, f, "hello", " (is it running and pointed at this leader?)"), f)
+            limit = peer_limit(self.ids.size, max_peer_ids)
+            if sizes[f] > limit:
+                raise PSIError(
+                    f"{f} declares {sizes[f]} ids, above this leader's limit of {limit} "
+                    f"(data.psi_max_peer_ids; default max(16 x the leader's {self.ids.size} ids, 2**20))"
+                )
+        for f in self.followers:
+            self.ch.post(f, Psi.hello(SUITE, self.ids.size))
+            self.last[f] = time.monotonic()
+        return sizes
+
+    def hashes(self, rows: np.ndarray) -> np.ndarray:
+        todo = rows[~self.is_hashed[rows]]
+        if todo.size:
+            self.hashed[todo] = hash_ids(self.ids[todo])
+            self.is_hashed[todo] = True
+        return self.hashed[rows]
+
+    def keepalive(self, current: str) -> None:
+        now = time.monotonic()
+        for g in self.followers:
+            if g != current and now - self.last[g] >= self.keepalive_every:
+                self.ch.post(g, Wait())
+                self.last[g] = now
+
+    def match_with(self, f: str, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The protocol with follower f (n ids): (this leader's rows, f's positions) of the ids both hold."""
+        a = new_exponent()
+        progress = _Progress(self.log, f"with {f}", n + self.ids.size)
+        y_ab = self._double_masks(f, n, a, progress)
+        perm = _shuffle(self.ids.size)
+        x_ab = np.empty((self.ids.size, 32), np.uint8)
+        for start, stop in _chunks(self.ids.size):
+            self.ch.post(f, Psi.chunk("leader", start, stop, as_wire(raise_to(self.hashes(perm[start:stop]), a))))
+            msg = _leader_recv(self.ch, f, "leader")
+            _range(msg, f, self.ids.size, (start, stop))
+            x_ab[start:stop] = _points(msg, f)
+            self.keepalive(f)
+            progress.add(stop - start)
+        _distinct(y_ab, f"PSI mask values of {f}")
+        _distinct(x_ab, f"PSI leader replies of {f}")
+        theirs = point_set(y_ab)
+        raw = x_ab.tobytes()
+        rows, pos = [], []
+        for i in range(self.ids.size):
+            j = theirs.get(raw[32 * i : 32 * i + 32])
+            if j is not None:
+                rows.append(perm[i])
+                pos.append(j)
+        return np.asarray(rows, np.int64), np.asarray(pos, np.int64)
+
+    def _double_masks(self, f: str, n: int, a, progress) -> np.ndarray:
+        """f's masked hashes H(y)^b, chunk by chunk, raised to a and returned to f: H(y)^ab, in f's order."""
+        y_ab = np.empty((n, 32), np.uint8)
+        for start, stop in _chunks(n):
+            self.ch.post(f, Psi.chunk("mask", start, stop))
+            msg = _leader_recv(self.ch, f, "mask")
+            _range(msg, f, n, (start, stop))
+            try:
+                y_ab[start:stop] = raise_to(_points(msg, f), a)
+            except PointError as e:
+                raise PSIError(f"PSI mask chunk {start}..{stop} from {f}: {e}") from None
+            self.ch.post(f, Psi.chunk("double", start, stop, as_wire(y_ab[start:stop])))
+            self.keepalive(f)
+            progress.add(stop - start)
+        return y_ab
+
+    def send_result(self, f: str, final_pos: np.ndarray) -> None:
+        """f's positions of the ids every party holds (ascending), in chunks, then DONE with their count."""
+        for start in range(0, final_pos.size, PSI_RESULT_CHUNK):
+            stop = min(start + PSI_RESULT_CHUNK, final_pos.size)
+            self.ch.post(f, Psi.result(start, stop, final_pos.size, final_pos[start:stop]))
+        self.ch.post(f, Psi.done(final_pos.size))
 
 
 def _leader_recv(ch, peer: str, op: str, hint: str = "") -> Psi:
