@@ -137,79 +137,105 @@ def follower_psi(ch, ids: np.ndarray, log=None) -> tuple[np.ndarray, PSIReport]:
     """Run F's side over a FollowerChannel; return the ids of the final intersection (ascending) and the report."""
     t0, sent0, recv0 = time.perf_counter(), ch.bytes_sent, ch.bytes_received
     ids = _check_ids(ids, ch.me)
-    perm = _shuffle(ids.size)
-    y = ids[perm]
-    b = new_exponent()
+    y = ids[_shuffle(ids.size)]
     ch.post(Psi.hello(SUITE, y.size))
-    n_leader = _size(_recv(ch, "hello"), "the leader")
-    y_ab = np.zeros((y.size, 32), np.uint8)
-    got = np.zeros(y.size, bool)
-    x_ab = np.zeros((n_leader, 32), np.uint8)
-    x_got = np.zeros(n_leader, bool)
-    positions: list[np.ndarray] = []
-    expected_positions = 0
-    progress = _Progress(log, "with the leader", y.size + n_leader)
-    while True:
-        msg = _recv(ch, None)
-        if msg.op == "mask":
-            start, stop = _range(msg, "the leader", y.size)
-            ch.post(Psi.chunk("mask", start, stop, as_wire(raise_to(hash_ids(y[start:stop]), b))))
-            progress.add(stop - start)
-        elif msg.op == "double":
-            start, stop = _range(msg, "the leader", y.size)
-            y_ab[start:stop] = _points(msg, "the leader")
-            got[start:stop] = True
-        elif msg.op == "leader":
-            start, stop = _range(msg, "the leader", n_leader)
-            try:
-                out = raise_to(_points(msg, "the leader"), b)
-            except PointError as e:
-                raise PSIError(f"PSI leader chunk {start}..{stop} from the leader: {e}") from None
-            x_ab[start:stop] = out
-            x_got[start:stop] = True
-            ch.post(Psi.chunk("leader", start, stop, as_wire(out)))
-            progress.add(stop - start)
-        elif msg.op == "result":  # positions int64 (stop - start,), start < stop <= total (by parse)
-            if msg.start != expected_positions or msg.total > y.size:
-                raise PSIError(
-                    f"PSI result from the leader: chunk {msg.start}..{msg.stop} of {msg.total} out of order "
-                    f"or malformed"
-                )
-            positions.append(msg.payload.copy())
-            expected_positions = msg.stop
-        elif msg.op == "done":
-            size = msg.size
-            break
-        else:
-            raise PSIError(f"unexpected PSI {msg.op} from the leader")
-    pos = np.concatenate(positions) if positions else np.empty(0, np.int64)
-    if pos.size != size:
-        raise PSIError(f"PSI done from the leader announces {size} ids but named {pos.size} positions")
-    if not got.all() or not x_got.all():
-        raise PSIError("the leader ended the PSI before every chunk was exchanged")
-    if pos.size and (pos.min() < 0 or pos.max() >= y.size or np.any(np.diff(pos) <= 0)):
-        raise PSIError("PSI result from the leader: positions must be strictly increasing indices of this party's set")
-    theirs = point_set(x_ab)
-    ours = point_set(y_ab)
-    pairwise = sum(1 for k in ours if k in theirs)
-    raw = y_ab.tobytes()
-    for p in pos:
-        if raw[32 * p : 32 * p + 32] not in theirs:
-            raise PSIError(
-                f"the leader named position {int(p)} as shared, but that id is not in the intersection "
-                f"this party computed; refused"
-            )
+    run = _FollowerPSI(ch, y, _size(_recv(ch, "hello"), "the leader"), log)
+    pos, pairwise = run.checked_positions(run.answer_until_done())
     final = np.sort(y[pos])
     report = PSIReport(
         int(final.size),
         int(y.size),
-        {"leader": n_leader},
+        {"leader": run.n_leader},
         {"leader": pairwise},
         time.perf_counter() - t0,
         ch.bytes_sent - sent0,
         ch.bytes_received - recv0,
     )
     return final, report
+
+
+class _FollowerPSI:
+    """F's side: answers the leader's PSI steps by op (a table of handlers) until DONE, then checks every position
+    the leader names against the intersection this party computed itself."""
+
+    def __init__(self, ch, y: np.ndarray, n_leader: int, log):
+        self.ch, self.y, self.n_leader = ch, y, n_leader
+        self.b = new_exponent()
+        self.y_ab = np.zeros((y.size, 32), np.uint8)
+        self.got = np.zeros(y.size, bool)
+        self.x_ab = np.zeros((n_leader, 32), np.uint8)
+        self.x_got = np.zeros(n_leader, bool)
+        self.positions: list[np.ndarray] = []
+        self.expected_positions = 0
+        self.progress = _Progress(log, "with the leader", y.size + n_leader)
+
+    def answer_until_done(self) -> int:
+        """Answer mask / double / leader / result until DONE; the size DONE announces."""
+        handlers = {
+            "mask": self._on_mask,
+            "double": self._on_double,
+            "leader": self._on_leader,
+            "result": self._on_result,
+        }
+        while True:
+            msg = _recv(self.ch, None)
+            if msg.op == "done":
+                return msg.size
+            if msg.op not in handlers:
+                raise PSIError(f"unexpected PSI {msg.op} from the leader")
+            handlers[msg.op](msg)
+
+    def _on_mask(self, msg: Psi) -> None:
+        start, stop = _range(msg, "the leader", self.y.size)
+        self.ch.post(Psi.chunk("mask", start, stop, as_wire(raise_to(hash_ids(self.y[start:stop]), self.b))))
+        self.progress.add(stop - start)
+
+    def _on_double(self, msg: Psi) -> None:
+        start, stop = _range(msg, "the leader", self.y.size)
+        self.y_ab[start:stop] = _points(msg, "the leader")
+        self.got[start:stop] = True
+
+    def _on_leader(self, msg: Psi) -> None:
+        start, stop = _range(msg, "the leader", self.n_leader)
+        try:
+            out = raise_to(_points(msg, "the leader"), self.b)
+        except PointError as e:
+            raise PSIError(f"PSI leader chunk {start}..{stop} from the leader: {e}") from None
+        self.x_ab[start:stop] = out
+        self.x_got[start:stop] = True
+        self.ch.post(Psi.chunk("leader", start, stop, as_wire(out)))
+        self.progress.add(stop - start)
+
+    def _on_result(self, msg: Psi) -> None:  # positions int64 (stop - start,), start < stop <= total (by parse)
+        if msg.start != self.expected_positions or msg.total > self.y.size:
+            raise PSIError(
+                f"PSI result from the leader: chunk {msg.start}..{msg.stop} of {msg.total} out of order or malformed"
+            )
+        self.positions.append(msg.payload.copy())
+        self.expected_positions = msg.stop
+
+    def checked_positions(self, size: int) -> tuple[np.ndarray, int]:
+        """The positions the leader named, each checked to be an id this party found shared; and the pairwise
+        intersection's size."""
+        pos = np.concatenate(self.positions) if self.positions else np.empty(0, np.int64)
+        if pos.size != size:
+            raise PSIError(f"PSI done from the leader announces {size} ids but named {pos.size} positions")
+        if not self.got.all() or not self.x_got.all():
+            raise PSIError("the leader ended the PSI before every chunk was exchanged")
+        if pos.size and (pos.min() < 0 or pos.max() >= self.y.size or np.any(np.diff(pos) <= 0)):
+            raise PSIError(
+                "PSI result from the leader: positions must be strictly increasing indices of this party's set"
+            )
+        theirs = point_set(self.x_ab)
+        pairwise = sum(1 for k in point_set(self.y_ab) if k in theirs)
+        raw = self.y_ab.tobytes()
+        for p in pos:
+            if raw[32 * p : 32 * p + 32] not in theirs:
+                raise PSIError(
+                    f"the leader named position {int(p)} as shared, but that id is not in the intersection "
+                    f"this party computed; refused"
+                )
+        return pos, pairwise
 
 
 def _recv(ch, op: str | None) -> Psi:
