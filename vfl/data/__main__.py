@@ -4,6 +4,7 @@ prepare --party NAME --input OWN_FILE: one organisation prepares its own raw fil
 columns, the label only for the leader; TSV or CSV with a header) into OUT/NAME. Without --party,
 prepare is the local simulation: the combined file is split into OUT/raw/<party>.tsv and each party
 is prepared from its own file (what `split` and `prepare --party` do one by one)."""
+
 from __future__ import annotations
 
 import argparse
@@ -28,14 +29,18 @@ def _synth(args) -> int:
         from vfl.data.synth.multiclass import write_synthetic_multiclass
 
         meta = write_synthetic_multiclass(args.out, args.rows, args.classes, args.seed, args.max_vocab, args.label_seed)
-        print(f"wrote {args.out}: {meta['rows']} rows, {meta['classes']} classes, Bayes-optimal accuracy "
-              f"{meta['bayes_accuracy']:.4f}, {meta['rows'] / meta['seconds']:.0f} rows/s")
+        print(
+            f"wrote {args.out}: {meta['rows']} rows, {meta['classes']} classes, Bayes-optimal accuracy "
+            f"{meta['bayes_accuracy']:.4f}, {meta['rows'] / meta['seconds']:.0f} rows/s"
+        )
         return 0
     from vfl.data.synth.criteo import write_synthetic
 
     meta = write_synthetic(args.out, args.rows, args.seed, args.max_vocab, args.label_seed)
-    print(f"wrote {args.out}: {meta['rows']} rows, positive rate {meta['positive_rate']:.4f}, "
-          f"{meta['rows'] / meta['seconds']:.0f} rows/s")
+    print(
+        f"wrote {args.out}: {meta['rows']} rows, positive rate {meta['positive_rate']:.4f}, "
+        f"{meta['rows'] / meta['seconds']:.0f} rows/s"
+    )
     return 0
 
 
@@ -43,8 +48,10 @@ def _digits(args) -> int:
     from vfl.data.synth.digits import write_digits_shards
 
     m = write_digits_shards(args.out, args.test_fraction, args.valid_fraction, args.seed, args.force)
-    print(f"prepared {args.out}: digits, 10 classes, train {m['rows']['train']} rows, valid {m['rows']['valid']} rows, "
-          f"test {m['rows']['test']} rows; leader holds the left 4 pixel columns, follower0 the right 4")
+    print(
+        f"prepared {args.out}: digits, 10 classes, train {m['rows']['train']} rows, valid {m['rows']['valid']} rows, "
+        f"test {m['rows']['test']} rows; leader holds the left 4 pixel columns, follower0 the right 4"
+    )
     return 0
 
 
@@ -75,8 +82,11 @@ def _split(args) -> int:
 
     parties = _parties_with_drops(args)
     r = split_raw(args.input, args.out, parties, args.seed, args.strict, args.truth, args.num_classes)
-    print(f"split {args.input} into " + ", ".join(f"{f} ({r['rows'][n]} rows)" for n, f in r["files"].items())
-          + f" in {r['seconds']:.1f} s")
+    print(
+        f"split {args.input} into "
+        + ", ".join(f"{f} ({r['rows'][n]} rows)" for n, f in r["files"].items())
+        + f" in {r['seconds']:.1f} s"
+    )
     return 0
 
 
@@ -87,13 +97,23 @@ def _prepare(args) -> int:
     from vfl.data.prepare import PrepareOptions, prepare
 
     if len(args.input) > 1:
-        raise DataError(f"several --input files ({len(args.input)}) are prepared per party: add --party NAME "
-                        "(each organisation prepares its own files)")
+        raise DataError(
+            f"several --input files ({len(args.input)}) are prepared per party: add --party NAME "
+            "(each organisation prepares its own files)"
+        )
     args.input = args.input[0]
     parties = _parties_with_drops(args)
-    opts = PrepareOptions(test_fraction=args.test_fraction, valid_fraction=args.valid_fraction, seed=args.seed, strict=args.strict,
-                          hash_buckets=args.hash_buckets, vocab_min_count=args.vocab_min_count,
-                          truth_path=args.truth, force=args.force, num_classes=args.num_classes)
+    opts = PrepareOptions(
+        test_fraction=args.test_fraction,
+        valid_fraction=args.valid_fraction,
+        seed=args.seed,
+        strict=args.strict,
+        hash_buckets=args.hash_buckets,
+        vocab_min_count=args.vocab_min_count,
+        truth_path=args.truth,
+        force=args.force,
+        num_classes=args.num_classes,
+    )
     if args.reuse and os.path.isdir(args.out):
         from vfl.data.reuse import reusable
 
@@ -105,12 +125,16 @@ def _prepare(args) -> int:
     m = prepare(args.input, args.out, parties, opts)
     rows = m["rows"]
     bayes = m.get("bayes_test_auc")
-    print(f"prepared {args.out}: train {rows['train']} rows, valid {rows['valid']} rows, test {rows['test']} rows, "
-          f"{m['source']['malformed_rows_skipped']} malformed skipped"
-          + (f", Bayes-optimal test AUC {bayes:.4f}" if bayes is not None else "")
-          + (f", Bayes-optimal test accuracy {m['bayes_test_accuracy']:.4f}" if m.get("bayes_test_accuracy") else ""))
-    print(f"throughput: {m['rows_per_second']:.0f} rows/s (read, transform, write), "
-          f"{m['seconds_total']:.2f} s in all, peak RSS {m['peak_rss_mib']:.0f} MiB")
+    print(
+        f"prepared {args.out}: train {rows['train']} rows, valid {rows['valid']} rows, test {rows['test']} rows, "
+        f"{m['source']['malformed_rows_skipped']} malformed skipped"
+        + (f", Bayes-optimal test AUC {bayes:.4f}" if bayes is not None else "")
+        + (f", Bayes-optimal test accuracy {m['bayes_test_accuracy']:.4f}" if m.get("bayes_test_accuracy") else "")
+    )
+    print(
+        f"throughput: {m['rows_per_second']:.0f} rows/s (read, transform, write), "
+        f"{m['seconds_total']:.2f} s in all, peak RSS {m['peak_rss_mib']:.0f} MiB"
+    )
     return 0
 
 
@@ -120,15 +144,27 @@ def _parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("synth", help="write a synthetic Criteo-format TSV plus its truth file")
     s.add_argument("--rows", type=int, required=True)
-    s.add_argument("--out", required=True, help="FILE.tsv (FILE.tsv.truth.npy and FILE.tsv.meta.json are written beside it)")
+    s.add_argument(
+        "--out", required=True, help="FILE.tsv (FILE.tsv.truth.npy and FILE.tsv.meta.json are written beside it)"
+    )
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--max-vocab", type=int, default=20_000, help="cap on each categorical's cardinality")
-    s.add_argument("--label-seed", type=int, default=None,
-                   help="seed of the label model and label draws; default: secret, from the OS, not recorded "
-                        "(a follower that re-runs synth must not regenerate the labels)")
-    s.add_argument("--classes", type=int, default=2,
-                   help="K > 2: a K-class label (class ids 0..K-1) instead of a click; the truth file then holds P(y=c|x), (rows, K)")
-    dg = sub.add_parser("digits", help="scikit-learn's bundled 8x8 digits (10 classes) -> two-party shards, left/right halves")
+    s.add_argument(
+        "--label-seed",
+        type=int,
+        default=None,
+        help="seed of the label model and label draws; default: secret, from the OS, not recorded "
+        "(a follower that re-runs synth must not regenerate the labels)",
+    )
+    s.add_argument(
+        "--classes",
+        type=int,
+        default=2,
+        help="K > 2: a K-class label (class ids 0..K-1) instead of a click; the truth file then holds P(y=c|x), (rows, K)",
+    )
+    dg = sub.add_parser(
+        "digits", help="scikit-learn's bundled 8x8 digits (10 classes) -> two-party shards, left/right halves"
+    )
     dg.add_argument("--out", required=True)
     dg.add_argument("--test-fraction", type=float, default=0.2)
     dg.add_argument("--valid-fraction", type=float, default=0.2)
@@ -141,39 +177,80 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--seed", type=int, default=0, help="seed of the public drop rule")
     sp.add_argument("--strict", action="store_true")
     sp.add_argument("--truth", default=None)
-    sp.add_argument("--drop", action="append", default=[], metavar="PARTY=FRACTION",
-                    help="that party's file lacks this fraction of ids (repeatable)")
+    sp.add_argument(
+        "--drop",
+        action="append",
+        default=[],
+        metavar="PARTY=FRACTION",
+        help="that party's file lacks this fraction of ids (repeatable)",
+    )
     sp.add_argument("--num-classes", type=int, default=2, help="2: a 0/1 label; K > 2: class ids 0..K-1")
-    p = sub.add_parser("prepare", help="a party's own raw file (--party) or a combined file (local simulation) -> shards")
-    p.add_argument("--input", required=True, nargs="+",
-                   help="the raw file; with --party, several files (.gz too: Criteo's day files) are prepared in parallel "
-                        "processes, one shard set per file, read by training as one dataset")
+    p = sub.add_parser(
+        "prepare", help="a party's own raw file (--party) or a combined file (local simulation) -> shards"
+    )
+    p.add_argument(
+        "--input",
+        required=True,
+        nargs="+",
+        help="the raw file; with --party, several files (.gz too: Criteo's day files) are prepared in parallel "
+        "processes, one shard set per file, read by training as one dataset",
+    )
     p.add_argument("--workers", type=int, default=0, help="with several --input files: processes (0: one per core)")
     p.add_argument("--out", required=True, help="output root: the shard lands in OUT/<party>")
-    p.add_argument("--party", default=None, help="prepare only this party's own file (its columns from --parties or the flags below)")
-    p.add_argument("--parties", default=None, help="YAML {party: {dense: [...], categorical: [...], label: bool, drop_fraction: f}}")
-    p.add_argument("--dense", default=None, help="with --party: comma-separated dense column names of the file's header")
+    p.add_argument(
+        "--party",
+        default=None,
+        help="prepare only this party's own file (its columns from --parties or the flags below)",
+    )
+    p.add_argument(
+        "--parties",
+        default=None,
+        help="YAML {party: {dense: [...], categorical: [...], label: bool, drop_fraction: f}}",
+    )
+    p.add_argument(
+        "--dense", default=None, help="with --party: comma-separated dense column names of the file's header"
+    )
     p.add_argument("--categorical", default=None, help="with --party: comma-separated categorical column names")
     p.add_argument("--label", action="store_true", help="with --party and column flags: this party holds the labels")
     p.add_argument("--id-column", default="id", help="with --party: name of the id column (default id)")
     p.add_argument("--label-column", default="label", help="with --party: name of the label column (default label)")
     p.add_argument("--test-fraction", type=float, default=0.1, help="share of ids in the test split (reporting only)")
-    p.add_argument("--valid-fraction", type=float, default=0.1, help="share of ids in the validation split (model selection)")
+    p.add_argument(
+        "--valid-fraction", type=float, default=0.1, help="share of ids in the validation split (model selection)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--strict", action="store_true", help="a malformed line is an error instead of being skipped")
     categorical = p.add_mutually_exclusive_group()  # two encodings of the same columns: one or the other
-    categorical.add_argument("--hash-buckets", type=int, default=100_000, help="ids per categorical field in hash mode (default)")
-    categorical.add_argument("--vocab-min-count", type=int, default=None,
-                             help="vocabulary mode: keep values seen at least this often, rarer ones share one id")
+    categorical.add_argument(
+        "--hash-buckets", type=int, default=100_000, help="ids per categorical field in hash mode (default)"
+    )
+    categorical.add_argument(
+        "--vocab-min-count",
+        type=int,
+        default=None,
+        help="vocabulary mode: keep values seen at least this often, rarer ones share one id",
+    )
     p.add_argument("--truth", default=None, help="true probabilities (.npy); default INPUT.truth.npy when present")
-    p.add_argument("--drop", action="append", default=[], metavar="PARTY=FRACTION",
-                   help="simulate a party missing this fraction of rows (repeatable)")
+    p.add_argument(
+        "--drop",
+        action="append",
+        default=[],
+        metavar="PARTY=FRACTION",
+        help="simulate a party missing this fraction of rows (repeatable)",
+    )
     p.add_argument("--force", action="store_true", help="replace an existing output directory")
-    p.add_argument("--reuse", action="store_true",
-                   help="keep an existing output directory whose source content (sha256), options and parties match; "
-                        "otherwise prepare (with --force, replacing it)")
-    p.add_argument("--num-classes", type=int, default=2,
-                   help="2: the label is 0/1 (Criteo); K > 2: the label column holds class ids 0..K-1")
+    p.add_argument(
+        "--reuse",
+        action="store_true",
+        help="keep an existing output directory whose source content (sha256), options and parties match; "
+        "otherwise prepare (with --force, replacing it)",
+    )
+    p.add_argument(
+        "--num-classes",
+        type=int,
+        default=2,
+        help="2: the label is 0/1 (Criteo); K > 2: the label column holds class ids 0..K-1",
+    )
     return ap
 
 
@@ -183,7 +260,9 @@ def _prepare_party(args) -> int:
     from vfl.data.readers.party import PartySource
 
     if args.drop:
-        raise DataError("--drop simulates missing rows in the combined-file mode; a party's own file holds what it holds")
+        raise DataError(
+            "--drop simulates missing rows in the combined-file mode; a party's own file holds what it holds"
+        )
     if args.dense is not None or args.categorical is not None:
         split = lambda v: tuple(c.strip() for c in v.split(",") if c.strip()) if v else ()
         party = PartyColumns(args.party, split(args.dense), split(args.categorical), args.label)
@@ -193,27 +272,51 @@ def _prepare_party(args) -> int:
         match = [p for p in load_parties(args.parties) if p.name == args.party]
         if not match:
             names = [p.name for p in load_parties(args.parties)]
-            raise DataError(f"--party {args.party!r} is not in {args.parties or 'the default parties'} ({names}); "
-                            f"name one of them, or give its columns with --dense/--categorical/--label")
+            raise DataError(
+                f"--party {args.party!r} is not in {args.parties or 'the default parties'} ({names}); "
+                f"name one of them, or give its columns with --dense/--categorical/--label"
+            )
         party = match[0]
-    sources = [PartySource(path, party.dense, party.categorical, party.label, args.id_column, args.label_column,
-                           num_classes=args.num_classes) for path in args.input]
-    opts = PrepareOptions(test_fraction=args.test_fraction, valid_fraction=args.valid_fraction, seed=args.seed,
-                          strict=args.strict, hash_buckets=args.hash_buckets, vocab_min_count=args.vocab_min_count,
-                          truth_path=args.truth, force=args.force, num_classes=args.num_classes)
+    sources = [
+        PartySource(
+            path,
+            party.dense,
+            party.categorical,
+            party.label,
+            args.id_column,
+            args.label_column,
+            num_classes=args.num_classes,
+        )
+        for path in args.input
+    ]
+    opts = PrepareOptions(
+        test_fraction=args.test_fraction,
+        valid_fraction=args.valid_fraction,
+        seed=args.seed,
+        strict=args.strict,
+        hash_buckets=args.hash_buckets,
+        vocab_min_count=args.vocab_min_count,
+        truth_path=args.truth,
+        force=args.force,
+        num_classes=args.num_classes,
+    )
     out = os.path.join(args.out, args.party)
     if len(sources) > 1:
         from vfl.data.shard_sets import prepare_files
 
         if args.truth:
-            raise DataError("--truth names one file's true probabilities; with several --input files each FILE.truth.npy "
-                            "beside its file is used")
+            raise DataError(
+                "--truth names one file's true probabilities; with several --input files each FILE.truth.npy "
+                "beside its file is used"
+            )
         if args.workers < 0:
             raise DataError(f"--workers must be >= 0 (0: one per core), got {args.workers}")
         m = prepare_files(sources, out, party, opts, args.workers)
         rows = m["rows"]
-        print(f"prepared {out} from {len(sources)} files in {m['workers']} processes: train {rows['train']} rows, "
-              f"valid {rows['valid']} rows, test {rows['test']} rows")
+        print(
+            f"prepared {out} from {len(sources)} files in {m['workers']} processes: train {rows['train']} rows, "
+            f"valid {rows['valid']} rows, test {rows['test']} rows"
+        )
         print(f"throughput: {m['rows_per_second']:.0f} rows/s, {m['seconds_total']:.2f} s in all")
         return 0
     src = sources[0]
@@ -221,10 +324,14 @@ def _prepare_party(args) -> int:
     m = prepare_party(src, out, party, opts)
     rows = m["rows"]
     bayes = m.get("bayes_test_auc")
-    print(f"prepared {out} from {args.input} alone: train {rows['train']} rows, valid {rows['valid']} rows, "
-          f"test {rows['test']} rows, {m['source']['malformed_rows_skipped']} malformed skipped"
-          + (f", Bayes-optimal test AUC {bayes:.4f}" if bayes is not None else ""))
-    print(f"throughput: {m['rows_per_second']:.0f} rows/s, {m['seconds_total']:.2f} s in all, peak RSS {m['peak_rss_mib']:.0f} MiB")
+    print(
+        f"prepared {out} from {args.input} alone: train {rows['train']} rows, valid {rows['valid']} rows, "
+        f"test {rows['test']} rows, {m['source']['malformed_rows_skipped']} malformed skipped"
+        + (f", Bayes-optimal test AUC {bayes:.4f}" if bayes is not None else "")
+    )
+    print(
+        f"throughput: {m['rows_per_second']:.0f} rows/s, {m['seconds_total']:.2f} s in all, peak RSS {m['peak_rss_mib']:.0f} MiB"
+    )
     return 0
 
 

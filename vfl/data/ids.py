@@ -6,6 +6,7 @@ read as a little-endian int64. The mapping is per value and party-independent, s
 hold the same id text hold the same int64 id. Distinct texts that meet in int64 (probability about
 n^2 / 2^65 for n ids) are refused as duplicates, never merged silently.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -51,5 +52,7 @@ def check_unique(ids: np.ndarray, where: str, texts_of=None) -> None:
         first = int(s[dup[0]])
         named = texts_of(first) if texts_of is not None else None
         shown = f"{named}" if named else f"{first}"
-        raise DataError(f"{where}: sample id {shown} appears more than once ({dup.size} duplicate(s) in all); "
-                        f"each id must name one row (de-duplicate the file)")
+        raise DataError(
+            f"{where}: sample id {shown} appears more than once ({dup.size} duplicate(s) in all); "
+            f"each id must name one row (de-duplicate the file)"
+        )

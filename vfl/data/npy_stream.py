@@ -1,4 +1,5 @@
 """Append rows to a .npy file whose length is unknown until the end (memory stays constant)."""
+
 from __future__ import annotations
 
 import os

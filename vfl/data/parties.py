@@ -1,4 +1,5 @@
 """Which party holds which raw columns: parsing and validation of the parties YAML."""
+
 from __future__ import annotations
 
 import re
@@ -52,14 +53,18 @@ def parse_parties(doc: dict, source: str = "parties") -> list[PartyColumns]:
         try:
             spec = PartySpec.model_validate({} if raw is None else raw)
         except ValidationError as e:
-            errors += [f"{name}: {p.replace('allowed in top level', f'allowed in {name}')}" for p in problems(PartySpec, e)]
+            errors += [
+                f"{name}: {p.replace('allowed in top level', f'allowed in {name}')}" for p in problems(PartySpec, e)
+            ]
             continue
         cols: dict[str, list[str]] = {}
         for kind, allowed in (("dense", DENSE_COLUMNS), ("categorical", CATEGORICAL_COLUMNS)):
             values = getattr(spec, kind)
             for col in values:
                 if col not in allowed:
-                    errors.append(f"{name}.{kind}: unknown column {col!r}{suggest(col, allowed)}; allowed: {allowed[0]}..{allowed[-1]}")
+                    errors.append(
+                        f"{name}.{kind}: unknown column {col!r}{suggest(col, allowed)}; allowed: {allowed[0]}..{allowed[-1]}"
+                    )
                 elif col in seen:
                     errors.append(f"{name}.{kind}: column {col} is already held by party {seen[col]}")
                 else:
@@ -67,8 +72,9 @@ def parse_parties(doc: dict, source: str = "parties") -> list[PartyColumns]:
             cols[kind] = [c for c in values if c in allowed]
         if not cols["dense"] and not cols["categorical"] and not spec.label:
             errors.append(f"{name}: holds no columns")
-        parties.append(PartyColumns(name, tuple(cols["dense"]), tuple(cols["categorical"]), spec.label,
-                                    float(spec.drop_fraction)))
+        parties.append(
+            PartyColumns(name, tuple(cols["dense"]), tuple(cols["categorical"]), spec.label, float(spec.drop_fraction))
+        )
     labelled = [p.name for p in parties if p.label]
     if len(labelled) != 1 and len(parties) == len(doc):  # (a party whose keys are wrong may be the labelled one)
         errors.append(f"exactly one party must have label: true (the leader), got {labelled}")

@@ -14,6 +14,7 @@ A sample's split is a public function of its id (uniform_from_ids), so after the
 intersection every party's splits agree without another message. Vocabularies and hash salts are
 fitted on the party's own file only.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,9 +32,9 @@ from privacy.public_hash import uniform_from_ids
 from vfl.data.ids import check_unique, id64_of_text
 from vfl.data.npy_stream import NpyAppender
 from vfl.data.parties import PartyColumns, unassigned_columns
-from vfl.data.readers.party import PartyBlock, PartySource, read_party_blocks
 from vfl.data.raw_split import hash_name, split_raw
 from vfl.data.readers.criteo import DataError, ReadStats, warn_bad_lines
+from vfl.data.readers.party import PartyBlock, PartySource, read_party_blocks
 from vfl.data.readers.tokenizer import MAX_CLASSES
 from vfl.data.transforms import (
     DENSE_TRANSFORM_DOC,
@@ -69,17 +70,22 @@ def _validate(opts: PrepareOptions) -> None:
     if not 0.0 <= opts.test_fraction < 1.0:
         errors.append(f"test_fraction must be in [0, 1), got {opts.test_fraction}")
     if not 0.0 <= opts.valid_fraction < 1.0 or opts.test_fraction + opts.valid_fraction >= 1.0:
-        errors.append(f"valid_fraction must be in [0, 1) with test_fraction + valid_fraction < 1, "
-                      f"got valid_fraction={opts.valid_fraction} (test_fraction={opts.test_fraction})")
+        errors.append(
+            f"valid_fraction must be in [0, 1) with test_fraction + valid_fraction < 1, "
+            f"got valid_fraction={opts.valid_fraction} (test_fraction={opts.test_fraction})"
+        )
     if opts.hash_buckets < 3 or opts.hash_buckets > 2**31 - 1:
         errors.append(f"hash_buckets must be in [3, 2**31-1], got {opts.hash_buckets}")
-    if isinstance(opts.num_classes, bool) or not isinstance(opts.num_classes, int) or not 2 <= opts.num_classes <= MAX_CLASSES:
+    if (
+        isinstance(opts.num_classes, bool)
+        or not isinstance(opts.num_classes, int)
+        or not 2 <= opts.num_classes <= MAX_CLASSES
+    ):
         errors.append(f"num_classes must be an integer in [2, {MAX_CLASSES}], got {opts.num_classes!r}")
     if opts.vocab_min_count is not None and opts.vocab_min_count < 1:
         errors.append(f"vocab_min_count must be >= 1, got {opts.vocab_min_count}")
     if errors:
         raise DataError("; ".join(errors))
-
 
 
 class _SplitWriter:
@@ -201,8 +207,16 @@ def _id_texts(src: PartySource, id64: int) -> str | None:
 
     sep, _ = sniff_header(src.path)
     found = []
-    for df in pd.read_csv(src.path, sep=sep, dtype=str, usecols=[src.id_column], keep_default_na=False,
-                          chunksize=200_000, quoting=3 if sep == "\t" else 0, encoding_errors="surrogateescape"):
+    for df in pd.read_csv(
+        src.path,
+        sep=sep,
+        dtype=str,
+        usecols=[src.id_column],
+        keep_default_na=False,
+        chunksize=200_000,
+        quoting=3 if sep == "\t" else 0,
+        encoding_errors="surrogateescape",
+    ):
         for t in df[src.id_column]:
             if id64_of_text(t) == id64:
                 found.append(t)
@@ -241,13 +255,18 @@ def prepare_party(src: PartySource, out_dir: str, party: PartyColumns, opts: Pre
     test_rows: list[np.ndarray] = []
     test_labels: list[np.ndarray] = []
     try:
-        writers = [_SplitWriter(os.path.join(tmp, s), len(party.dense), len(party.categorical), party.label) for s in SPLITS]
+        writers = [
+            _SplitWriter(os.path.join(tmp, s), len(party.dense), len(party.categorical), party.label) for s in SPLITS
+        ]
         last_note = time.perf_counter()
         for b in read_party_blocks(src, opts.strict, stats):
             if time.perf_counter() - last_note >= 10.0:  # long files show progress on stderr
                 last_note = time.perf_counter()
-                print(f"prepare {party.name}: {stats.good_rows} rows, {stats.good_rows / (last_note - t0):.0f} rows/s",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"prepare {party.name}: {stats.good_rows} rows, {stats.good_rows / (last_note - t0):.0f} rows/s",
+                    file=sys.stderr,
+                    flush=True,
+                )
             which = split_of(b.sample_id, opts)
             for k, w in enumerate(writers):
                 rows = np.flatnonzero(which == k)
@@ -277,7 +296,9 @@ def prepare_party(src: PartySource, out_dir: str, party: PartyColumns, opts: Pre
             if party.label:
                 lab = np.load(w.labels.path)
                 positives[s] = int(lab.sum())
-                class_counts[s] = np.bincount(lab.astype(np.int64), minlength=opts.num_classes)[:opts.num_classes].tolist()
+                class_counts[s] = np.bincount(lab.astype(np.int64), minlength=opts.num_classes)[
+                    : opts.num_classes
+                ].tolist()
         manifest = _party_manifest(src, party, enc, writers, digests, positives, opts, stats, class_counts)
         if truth_path is not None and opts.num_classes > 2:
             manifest["bayes_test_accuracy"] = bayes_accuracy(truth_path, test_rows, test_labels, opts.num_classes)
@@ -307,18 +328,34 @@ def _party_manifest(src, party, enc, writers, digests, positives, opts, stats, c
     rows = {s: w.rows for s, w in zip(SPLITS, writers)}
     doc = {
         "format_version": FORMAT_VERSION,
-        "source": {"path": os.path.abspath(src.path), "sha256": stats.sha256, "bytes": stats.bytes_read,
-                   "lines": stats.lines, "good_rows": stats.good_rows, "malformed_rows_skipped": stats.bad_rows},
-        "split": {"test_fraction": opts.test_fraction, "valid_fraction": opts.valid_fraction, "seed": opts.seed,
-                  "rule": "u = splitmix64(sample_id ^ key(seed)) / 2**64; test iff u < test_fraction; "
-                          "valid iff test_fraction <= u < test_fraction + valid_fraction; else train"},
+        "source": {
+            "path": os.path.abspath(src.path),
+            "sha256": stats.sha256,
+            "bytes": stats.bytes_read,
+            "lines": stats.lines,
+            "good_rows": stats.good_rows,
+            "malformed_rows_skipped": stats.bad_rows,
+        },
+        "split": {
+            "test_fraction": opts.test_fraction,
+            "valid_fraction": opts.valid_fraction,
+            "seed": opts.seed,
+            "rule": "u = splitmix64(sample_id ^ key(seed)) / 2**64; test iff u < test_fraction; "
+            "valid iff test_fraction <= u < test_fraction + valid_fraction; else train",
+        },
         "transforms": _transforms_doc(opts),
         "sample_ids": f"column {src.id_column!r} of the party's own file: decimal integers as themselves, "
-                      "other text hashed to an int64 (vfl/data/ids.py)",
+        "other text hashed to an int64 (vfl/data/ids.py)",
         "id_digest": digests,
         "rows": rows,
-        "party": {"name": party.name, "dense": list(party.dense), "categorical": list(party.categorical),
-                  "has_labels": party.label, "field_sizes": enc.field_sizes(), "rows": rows},
+        "party": {
+            "name": party.name,
+            "dense": list(party.dense),
+            "categorical": list(party.categorical),
+            "has_labels": party.label,
+            "field_sizes": enc.field_sizes(),
+            "rows": rows,
+        },
         "options": asdict(opts),
     }
     if party.label:
@@ -332,8 +369,8 @@ def _transforms_doc(opts: PrepareOptions) -> dict:
         "dense": DENSE_TRANSFORM_DOC,
         "categorical": (
             f"hash: id = 2 + splitmix64(key ^ salt(column)) mod (hash_buckets - 2); 0 = missing; hash_buckets = {opts.hash_buckets}"
-            if opts.vocab_min_count is None else
-            f"vocabulary (fitted on this party's own file): values seen >= {opts.vocab_min_count} times get ids 2.. "
+            if opts.vocab_min_count is None
+            else f"vocabulary (fitted on this party's own file): values seen >= {opts.vocab_min_count} times get ids 2.. "
             f"in sorted key order; 1 = out of vocabulary; 0 = missing"
         ),
         "categorical_mode": "hash" if opts.vocab_min_count is None else "vocabulary",
@@ -341,7 +378,9 @@ def _transforms_doc(opts: PrepareOptions) -> dict:
     }
 
 
-def prepare(input_path: str, out_dir: str, parties: list[PartyColumns], opts: PrepareOptions = PrepareOptions()) -> dict:
+def prepare(
+    input_path: str, out_dir: str, parties: list[PartyColumns], opts: PrepareOptions = PrepareOptions()
+) -> dict:
     """The local simulation: split one combined file into per-party raw files (OUT/raw/<party>.tsv), then
     prepare each party from its own file alone (OUT/<party>), exactly as separate organisations would.
 
@@ -359,8 +398,9 @@ def prepare(input_path: str, out_dir: str, parties: list[PartyColumns], opts: Pr
     tmp = os.path.join(parent, f".{os.path.basename(out_dir)}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        summary = split_raw(input_path, os.path.join(tmp, "raw"), parties, opts.seed, opts.strict, opts.truth_path,
-                            opts.num_classes)
+        summary = split_raw(
+            input_path, os.path.join(tmp, "raw"), parties, opts.seed, opts.strict, opts.truth_path, opts.num_classes
+        )
         inner = PrepareOptions(**{**asdict(opts), "truth_path": None, "force": False})
         docs = {}
         for p in parties:
@@ -384,7 +424,9 @@ def prepare(input_path: str, out_dir: str, parties: list[PartyColumns], opts: Pr
     return manifest
 
 
-def _simulation_manifest(root: str, summary: dict, parties: list[PartyColumns], docs: dict, opts: PrepareOptions) -> dict:
+def _simulation_manifest(
+    root: str, summary: dict, parties: list[PartyColumns], docs: dict, opts: PrepareOptions
+) -> dict:
     label = next(p for p in parties if p.label)
     ids = {p.name: {s: np.load(os.path.join(root, p.name, s, "ids.npy")) for s in SPLITS} for p in parties}
     common = {s: ids[label.name][s] for s in SPLITS}
@@ -396,7 +438,9 @@ def _simulation_manifest(root: str, summary: dict, parties: list[PartyColumns], 
         lab = np.load(os.path.join(root, label.name, s, "labels.npy"))
         keep = np.isin(ids[label.name][s], common[s])
         positives[s] = int(lab[keep].sum())
-        class_counts[s] = np.bincount(lab[keep].astype(np.int64), minlength=opts.num_classes)[:opts.num_classes].tolist()
+        class_counts[s] = np.bincount(lab[keep].astype(np.int64), minlength=opts.num_classes)[
+            : opts.num_classes
+        ].tolist()
     party_docs = {}
     for p in parties:
         d = dict(docs[p.name]["party"])
@@ -433,7 +477,9 @@ FOLLOWER_MANIFEST_KEYS = ("format_version", "split", "transforms", "sample_ids",
 
 def party_manifest_of(manifest: dict, party: PartyColumns) -> dict:
     """One party's manifest.json: everything for the labelled party, an allow-list for the others."""
-    own = manifest["party"] if "party" in manifest else manifest["parties"][party.name]  # one party's, or a combined one
+    own = (
+        manifest["party"] if "party" in manifest else manifest["parties"][party.name]
+    )  # one party's, or a combined one
     if party.label:
         doc = {k: v for k, v in manifest.items() if k != "parties"}
     else:

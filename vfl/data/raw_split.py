@@ -8,6 +8,7 @@ equal, and the private set intersection at training time has something to find. 
 file's truth probabilities (INPUT.truth.npy) travel to the labelled party only, row for row
 (<leader>.tsv.truth.npy). Nothing is half-written: files are renamed into place when complete.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -35,8 +36,15 @@ def party_file(out_dir: str, party: PartyColumns) -> str:
     return os.path.join(out_dir, f"{party.name}.tsv")
 
 
-def split_raw(input_path: str, out_dir: str, parties: list[PartyColumns], seed: int = 0, strict: bool = False,
-              truth_path: str | None = None, num_classes: int = 2) -> dict:
+def split_raw(
+    input_path: str,
+    out_dir: str,
+    parties: list[PartyColumns],
+    seed: int = 0,
+    strict: bool = False,
+    truth_path: str | None = None,
+    num_classes: int = 2,
+) -> dict:
     """Write OUT/<party>.tsv for every party (and the labelled party's truth file); return a summary."""
     t0 = time.perf_counter()
     if truth_path is None and os.path.exists(input_path + ".truth.npy"):
@@ -62,8 +70,12 @@ def split_raw(input_path: str, out_dir: str, parties: list[PartyColumns], seed: 
             if now - last_note >= 10.0 and not input_path.endswith(".gz"):  # progress, rate and ETA on stderr
                 last_note = now
                 rate = stats.bytes_read / (now - t0)
-                print(f"split: {stats.bytes_read / 2**20:.0f}/{total / 2**20:.0f} MiB, {rate / 2**20:.1f} MiB/s, "
-                      f"ETA {(total - stats.bytes_read) / max(rate, 1):.0f} s", file=sys.stderr, flush=True)
+                print(
+                    f"split: {stats.bytes_read / 2**20:.0f}/{total / 2**20:.0f} MiB, {rate / 2**20:.1f} MiB/s, "
+                    f"ETA {(total - stats.bytes_read) / max(rate, 1):.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
             lines = data.decode("utf-8", errors="surrogateescape").replace("\r\n", "\n").split("\n")
             offsets = block.line_index - first_line
             ids = block.sample_id if block.sample_id is not None else block.line_index
@@ -71,9 +83,11 @@ def split_raw(input_path: str, out_dir: str, parties: list[PartyColumns], seed: 
             fields = [lines[int(o)].split("\t") for o in offsets]
             for p in parties:
                 held = uniform_from_ids(ids, seed, _DROP_SALT + hash_name(p.name)) >= p.drop_fraction
-                cols = ([off + 1 + DENSE_COLUMNS.index(c) for c in p.dense]
-                        + [off + 1 + len(DENSE_COLUMNS) + CATEGORICAL_COLUMNS.index(c) for c in p.categorical]
-                        + ([off] if p.label else []))
+                cols = (
+                    [off + 1 + DENSE_COLUMNS.index(c) for c in p.dense]
+                    + [off + 1 + len(DENSE_COLUMNS) + CATEGORICAL_COLUMNS.index(c) for c in p.categorical]
+                    + ([off] if p.label else [])
+                )
                 out = files[p.name]
                 buf = []
                 for r in np.flatnonzero(held):
@@ -106,9 +120,17 @@ def split_raw(input_path: str, out_dir: str, parties: list[PartyColumns], seed: 
                 if os.path.exists(x):
                     os.unlink(x)
         raise
-    return {"files": paths, "rows": rows, "source": {"path": os.path.abspath(input_path), "sha256": stats.sha256,
-            "bytes": stats.bytes_read, "lines": stats.lines, "good_rows": stats.good_rows,
-            "malformed_rows_skipped": stats.bad_rows},
-            "sample_ids": "leading id column" if stats.has_id_column else "0-based line number of the input",
-            "seconds": time.perf_counter() - t0}
-
+    return {
+        "files": paths,
+        "rows": rows,
+        "source": {
+            "path": os.path.abspath(input_path),
+            "sha256": stats.sha256,
+            "bytes": stats.bytes_read,
+            "lines": stats.lines,
+            "good_rows": stats.good_rows,
+            "malformed_rows_skipped": stats.bad_rows,
+        },
+        "sample_ids": "leading id column" if stats.has_id_column else "0-based line number of the input",
+        "seconds": time.perf_counter() - t0,
+    }

@@ -1,4 +1,5 @@
 """Reusing prepared shards: an output directory is kept when its source content hash, options and parties match."""
+
 from __future__ import annotations
 
 import hashlib
@@ -26,8 +27,15 @@ def source_sha256(path: str, block_bytes: int = 1 << 20) -> str:
 
 
 def _parties_doc(parties: list[PartyColumns]) -> dict:
-    return {p.name: {"dense": list(p.dense), "categorical": list(p.categorical), "has_labels": p.label,
-                     "drop_fraction": p.drop_fraction} for p in parties}
+    return {
+        p.name: {
+            "dense": list(p.dense),
+            "categorical": list(p.categorical),
+            "has_labels": p.label,
+            "drop_fraction": p.drop_fraction,
+        }
+        for p in parties
+    }
 
 
 def reusable(out_dir: str, input_path: str, parties: list[PartyColumns], opts) -> tuple[bool, str]:
@@ -54,12 +62,18 @@ def reusable(out_dir: str, input_path: str, parties: list[PartyColumns], opts) -
     if changed:
         return False, f"prepare options differ from {manifest_path}: {', '.join(changed)}"
     mine = _parties_doc(parties)
-    theirs = {n: {k: d.get(k) for k in ("dense", "categorical", "has_labels", "drop_fraction")} for n, d in old_parties.items()}
+    theirs = {
+        n: {k: d.get(k) for k in ("dense", "categorical", "has_labels", "drop_fraction")}
+        for n, d in old_parties.items()
+    }
     if mine != theirs:
         return False, f"the parties' columns differ from {manifest_path}"
     if not input_path.endswith(".gz") and os.path.getsize(input_path) != source.get("bytes"):
         return False, f"{input_path} has another size than the prepared source"
     digest = source_sha256(input_path)
     if digest != source.get("sha256"):
-        return False, f"{input_path} has other content (sha256 {digest[:12]}) than the prepared source ({str(source.get('sha256'))[:12]})"
+        return (
+            False,
+            f"{input_path} has other content (sha256 {digest[:12]}) than the prepared source ({str(source.get('sha256'))[:12]})",
+        )
     return True, f"source sha256 {digest[:12]}, options and parties match"

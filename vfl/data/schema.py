@@ -1,4 +1,5 @@
 """Column names of the raw Criteo format and the default assignment of columns to parties."""
+
 from __future__ import annotations
 
 LABEL = "label"

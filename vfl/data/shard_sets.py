@@ -9,6 +9,7 @@ would not. A sample's split is a keyed function of its id, so each part's splits
 PartyShard reads such a directory as the concatenation of its parts, each split in ascending id order (the
 order a single shard has), so a party's row order is independent of the order of its files.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -39,8 +40,10 @@ def prepare_files(sources: list, out_dir: str, party, opts, workers: int = 0) ->
     """Prepare each PartySource into out_dir/parts/part-NNNNN in up to `workers` processes (0: one per core);
     write out_dir/manifest.json listing them. Nothing is left half-written."""
     if opts.vocab_min_count is not None:
-        raise DataError("several input files need hash mode (--hash-buckets): a vocabulary fitted per file would give "
-                        "the same value different ids in different parts")
+        raise DataError(
+            "several input files need hash mode (--hash-buckets): a vocabulary fitted per file would give "
+            "the same value different ids in different parts"
+        )
     paths = [s.path for s in sources]
     if len(set(map(os.path.abspath, paths))) != len(paths):
         raise DataError(f"--input names a file twice: {paths}")
@@ -63,8 +66,11 @@ def prepare_files(sources: list, out_dir: str, party, opts, workers: int = 0) ->
             for done, (i, info, seconds) in enumerate(pool.map(_one, jobs), 1):
                 parts[i] = {"name": names[i], "input": os.path.basename(paths[i]), "seconds": round(seconds, 2), **info}
                 rows = sum(parts[i]["rows"].values())
-                print(f"prepare {party.name}: part {done}/{len(jobs)} ({paths[i]}): {rows} rows in {seconds:.1f} s",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"prepare {party.name}: part {done}/{len(jobs)} ({paths[i]}): {rows} rows in {seconds:.1f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
         manifest = _combined_manifest(tmp, parts)
         manifest["seconds_total"] = time.perf_counter() - t0
         manifest["rows_per_second"] = sum(sum(p["rows"].values()) for p in parts) / max(manifest["seconds_total"], 1e-9)
@@ -100,10 +106,12 @@ def _combined_manifest(root: str, parts: list[dict]) -> dict:
     if isinstance(first.get("party"), dict) and "rows" in first["party"]:
         out["party"] = {**first["party"], "rows": out["rows"]}
     if first.get("source") is not None:  # the labelled party: the dataset (label-DP ledger) is the list of files
-        out["source"] = {"sha256": hashlib.sha256("".join(d["source"]["sha256"] for d in docs).encode()).hexdigest(),
-                         "lines": int(sum(d["source"].get("lines") or 0 for d in docs)),
-                         "files": [p["input"] for p in parts], "malformed_rows_skipped":
-                             int(sum(d["source"].get("malformed_rows_skipped", 0) for d in docs))}
+        out["source"] = {
+            "sha256": hashlib.sha256("".join(d["source"]["sha256"] for d in docs).encode()).hexdigest(),
+            "lines": int(sum(d["source"].get("lines") or 0 for d in docs)),
+            "files": [p["input"] for p in parts],
+            "malformed_rows_skipped": int(sum(d["source"].get("malformed_rows_skipped", 0) for d in docs)),
+        }
     for key in ("bayes_test_auc", "bayes_test_accuracy", "seconds_total", "rows_per_second", "peak_rss_mib"):
         out.pop(key, None)
     out["parts"] = [{"name": p["name"], "input": p["input"], "seconds": p["seconds"]} for p in parts]

@@ -1,4 +1,5 @@
 """Reading a party's prepared shard for training: memory-mapped splits, batch order, batch digests."""
+
 from __future__ import annotations
 
 import hashlib
@@ -60,8 +61,13 @@ class ShardSplit:
         """The rows sel (ascending) of this split: ids and labels in memory, features gathered per batch."""
         if sel.size == len(self) and (sel.size == 0 or sel[-1] == sel.size - 1):
             return self
-        return ShardSplit(np.array(self.ids[sel]), RowSubset(self.dense, sel), RowSubset(self.dense_missing, sel),
-                          RowSubset(self.cat, sel), np.array(self.labels[sel]) if self.labels is not None else None)
+        return ShardSplit(
+            np.array(self.ids[sel]),
+            RowSubset(self.dense, sel),
+            RowSubset(self.dense_missing, sel),
+            RowSubset(self.cat, sel),
+            np.array(self.labels[sel]) if self.labels is not None else None,
+        )
 
     def features(self, rows: np.ndarray | slice, device: torch.device | str = "cpu") -> tuple[torch.Tensor, ...]:
         """(dense float32, dense_missing float32, cat int64) tensors of the given rows.
@@ -88,9 +94,14 @@ class ShardSplit:
         if str(device) not in cache:
             need = len(self) * (self.dense.shape[1] * 8 + self.cat.shape[1] * 4)
             free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else 0
-            cache[str(device)] = None if need > DEVICE_RESIDENT_FRACTION * free else tuple(
-                torch.from_numpy(_owned(np.asarray(a), dt)).to(device)
-                for a, dt in ((self.dense, np.float32), (self.dense_missing, np.float32), (self.cat, np.int32)))
+            cache[str(device)] = (
+                None
+                if need > DEVICE_RESIDENT_FRACTION * free
+                else tuple(
+                    torch.from_numpy(_owned(np.asarray(a), dt)).to(device)
+                    for a, dt in ((self.dense, np.float32), (self.dense_missing, np.float32), (self.cat, np.int32))
+                )
+            )
         return cache[str(device)]
 
 
@@ -103,15 +114,21 @@ class PartyShard:
         self.path = path
         manifest_path = os.path.join(path, "manifest.json")
         if not os.path.isdir(path):
-            raise DataError(f"data.path {path!r} does not exist or is not a directory (run `python -m vfl.data prepare` first)")
+            raise DataError(
+                f"data.path {path!r} does not exist or is not a directory (run `python -m vfl.data prepare` first)"
+            )
         if not os.path.exists(manifest_path):
-            raise DataError(f"data.path {path!r} has no manifest.json: it is not a party shard written by `python -m vfl.data prepare`")
+            raise DataError(
+                f"data.path {path!r} has no manifest.json: it is not a party shard written by `python -m vfl.data prepare`"
+            )
         with open(manifest_path) as f:
             self.manifest = json.load(f)
         if not isinstance(self.manifest, dict) or not isinstance(self.manifest.get("party"), dict):
             parties = sorted((self.manifest.get("parties") or {}) if isinstance(self.manifest, dict) else {})
-            raise DataError(f"data.path {path!r} is the prepared dataset, not one party's shard: use its party directory "
-                            f"{os.path.join(path, '<party>')} (one of {parties})")
+            raise DataError(
+                f"data.path {path!r} is the prepared dataset, not one party's shard: use its party directory "
+                f"{os.path.join(path, '<party>')} (one of {parties})"
+            )
         party = self.manifest["party"]
         self.name: str = party["name"]
         self.dense_columns: list[str] = party["dense"]
@@ -124,8 +141,10 @@ class PartyShard:
         self.num_classes: int | None = int(label.get("num_classes", 2)) if self.has_labels else None
         missing = [s for s in SPLITS if s not in self.id_digest]
         if missing:
-            raise DataError(f"shard {path} has no {'/'.join(missing)} split (it was prepared by an older version): "
-                            "re-run `python -m vfl.data prepare`")
+            raise DataError(
+                f"shard {path} has no {'/'.join(missing)} split (it was prepared by an older version): "
+                "re-run `python -m vfl.data prepare`"
+            )
         if in_memory is None:
             size = sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(path) for f in files)
             in_memory = size < IN_MEMORY_LIMIT
@@ -156,7 +175,9 @@ class PartyShard:
 
     def split(self, name: str) -> ShardSplit:
         if name not in self._splits and self.manifest.get("parts"):  # several files' shard sets (shard_sets.py)
-            self._splits[name] = read_parts(self.path, [p["name"] for p in self.manifest["parts"]], name, self._in_memory)
+            self._splits[name] = read_parts(
+                self.path, [p["name"] for p in self.manifest["parts"]], name, self._in_memory
+            )
         if name not in self._splits:
             root = os.path.join(self.path, name)
             mode = None if self._in_memory else "r"
@@ -169,21 +190,35 @@ class PartyShard:
                     return None
                 return np.load(p, mmap_mode=mode, allow_pickle=False)
 
-            s = ShardSplit(load("ids.npy"), load("dense.npy"), load("dense_missing.npy"), load("cat.npy"),
-                           load("labels.npy", required=self.has_labels))
+            s = ShardSplit(
+                load("ids.npy"),
+                load("dense.npy"),
+                load("dense_missing.npy"),
+                load("cat.npy"),
+                load("labels.npy", required=self.has_labels),
+            )
             n = len(s)
             for arr, what in ((s.dense, "dense"), (s.dense_missing, "dense_missing"), (s.cat, "cat")):
                 if arr.shape[0] != n:
                     raise DataError(f"shard {self.path}/{name}: {what}.npy has {arr.shape[0]} rows, ids.npy has {n}")
-            if s.labels is not None and s.labels.size and not 0 <= int(s.labels.min()) <= int(s.labels.max()) < self.num_classes:
-                raise DataError(f"shard {self.path}/{name}: labels.npy holds values in [{int(s.labels.min())}, "
-                                f"{int(s.labels.max())}], but the manifest says {self.num_classes} classes (0..{self.num_classes - 1})")
+            if (
+                s.labels is not None
+                and s.labels.size
+                and not 0 <= int(s.labels.min()) <= int(s.labels.max()) < self.num_classes
+            ):
+                raise DataError(
+                    f"shard {self.path}/{name}: labels.npy holds values in [{int(s.labels.min())}, "
+                    f"{int(s.labels.max())}], but the manifest says {self.num_classes} classes (0..{self.num_classes - 1})"
+                )
             self._splits[name] = s
         return self._splits[name]
 
     def check_columns(self, dense: tuple[str, ...] | None, categorical: tuple[str, ...] | None) -> None:
         """The config's optional column lists must match the shard's."""
-        for want, have, key in ((dense, self.dense_columns, "dense"), (categorical, self.categorical_columns, "categorical")):
+        for want, have, key in (
+            (dense, self.dense_columns, "dense"),
+            (categorical, self.categorical_columns, "categorical"),
+        ):
             if want is not None and list(want) != list(have):
                 raise DataError(f"data.{key} {list(want)} does not match the shard's columns {have} in {self.path}")
 

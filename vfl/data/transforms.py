@@ -1,4 +1,5 @@
 """Feature transforms: dense log transform, per-field hashing of categoricals, min-count vocabularies."""
+
 from __future__ import annotations
 
 import numpy as np

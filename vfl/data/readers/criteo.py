@@ -1,4 +1,5 @@
 """Streaming reader of raw Criteo TSV files (plain or .gz) in bounded-memory blocks."""
+
 from __future__ import annotations
 
 import gzip
@@ -9,8 +10,8 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from vfl.data.schema import N_RAW_FIELDS
 from vfl.data.readers.tokenizer import BadLine, ParsedBlock, parse_block
+from vfl.data.schema import N_RAW_FIELDS
 
 BLOCK_BYTES = 1 << 20  # numpy temporaries stay in cache; measured fastest on 2 cores
 MAX_BAD_LINES_NAMED = 5
@@ -54,8 +55,10 @@ def _read(f, path: str, n: int = -1, line: bool = False) -> bytes:
 
 
 def _too_long(path: str, line_number: int) -> DataError:
-    return DataError(f"{path}: line {line_number} is longer than {MAX_LINE_BYTES} bytes with no newline; "
-                     f"a raw Criteo line is a few hundred bytes (is this the right file?)")
+    return DataError(
+        f"{path}: line {line_number} is longer than {MAX_LINE_BYTES} bytes with no newline; "
+        f"a raw Criteo line is a few hundred bytes (is this the right file?)"
+    )
 
 
 def detect_id_column(path: str) -> bool:
@@ -77,15 +80,17 @@ def detect_id_column(path: str) -> bool:
     )
 
 
-def read_blocks(path: str, strict: bool, stats: ReadStats, block_bytes: int = BLOCK_BYTES,
-                num_classes: int = 2) -> Iterator[ParsedBlock]:
+def read_blocks(
+    path: str, strict: bool, stats: ReadStats, block_bytes: int = BLOCK_BYTES, num_classes: int = 2
+) -> Iterator[ParsedBlock]:
     """Yield parsed blocks of good rows; bad lines are counted (or raise with strict)."""
     for _, _, block in read_raw_blocks(path, strict, stats, block_bytes, num_classes):
         yield block
 
 
-def read_raw_blocks(path: str, strict: bool, stats: ReadStats, block_bytes: int = BLOCK_BYTES,
-                    num_classes: int = 2) -> Iterator[tuple[bytes, int, ParsedBlock]]:
+def read_raw_blocks(
+    path: str, strict: bool, stats: ReadStats, block_bytes: int = BLOCK_BYTES, num_classes: int = 2
+) -> Iterator[tuple[bytes, int, ParsedBlock]]:
     """Yield (the block's raw bytes, the file line index of its first line, its parsed good rows)."""
     has_id = detect_id_column(path)
     stats.has_id_column = has_id
@@ -120,10 +125,12 @@ def read_raw_blocks(path: str, strict: bool, stats: ReadStats, block_bytes: int 
             if bad:
                 if strict:
                     b = bad[0]
-                    raise DataError(f"{path}: line {b.line_index + 1}: {b.reason} (run without --strict to skip malformed lines)")
+                    raise DataError(
+                        f"{path}: line {b.line_index + 1}: {b.reason} (run without --strict to skip malformed lines)"
+                    )
                 stats.bad_rows += len(bad)
                 room = MAX_BAD_LINES_NAMED - len(stats.first_bad)
-                stats.first_bad.extend(bad[:max(room, 0)])
+                stats.first_bad.extend(bad[: max(room, 0)])
             stats.good_rows += block.label.size
             if block.label.size:
                 yield data, first_line, block

@@ -7,6 +7,7 @@ CRC-based key above 2**32), so a party's shard equals the one the combined path 
 label must be 0 or 1. A row with a bad value is skipped with a warning naming its line (an error
 with strict); a line with the wrong number of fields is an error.
 """
+
 from __future__ import annotations
 
 import csv
@@ -74,7 +75,9 @@ def sniff_header(path: str) -> tuple[str, list[str]]:
     if not first.strip():
         raise DataError(f"input file is empty: {path}")
     sep = "\t" if "\t" in first else ","
-    names = next(csv.reader([first.rstrip("\r\n")], delimiter=sep, quoting=csv.QUOTE_NONE if sep == "\t" else csv.QUOTE_MINIMAL))
+    names = next(
+        csv.reader([first.rstrip("\r\n")], delimiter=sep, quoting=csv.QUOTE_NONE if sep == "\t" else csv.QUOTE_MINIMAL)
+    )
     names = [n.strip() for n in names]
     if len(set(names)) != len(names):
         raise DataError(f"{path}: the header names a column twice: {names}")
@@ -87,8 +90,11 @@ def _missing(path: str, want: list[str], have: list[str], what: str) -> list[str
         if c not in have:
             same_case = [h for h in have if h.lower() == c.lower()]
             near = same_case or difflib.get_close_matches(c, have, n=1)
-            errors.append(f"{what} column {c!r} is not in the header of {path}" + (f" (did you mean {near[0]!r}?)" if near else "")
-                          + f"; the header has {have[:50]}")
+            errors.append(
+                f"{what} column {c!r} is not in the header of {path}"
+                + (f" (did you mean {near[0]!r}?)" if near else "")
+                + f"; the header has {have[:50]}"
+            )
     return errors
 
 
@@ -107,7 +113,9 @@ def _cat_keys(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return keys[inv], miss[inv]
 
 
-def read_party_blocks(src: PartySource, strict: bool, stats: ReadStats, chunk_rows: int = CHUNK_ROWS) -> Iterator[PartyBlock]:
+def read_party_blocks(
+    src: PartySource, strict: bool, stats: ReadStats, chunk_rows: int = CHUNK_ROWS
+) -> Iterator[PartyBlock]:
     """Yield the parsed good rows of a party file, chunk by chunk; bad rows are counted (or raise with strict)."""
     import pandas as pd
 
@@ -128,9 +136,20 @@ def read_party_blocks(src: PartySource, strict: bool, stats: ReadStats, chunk_ro
     cols = [src.id_column, *src.dense, *src.categorical, *([src.label_column] if src.label else [])]
     row0 = 0
     try:
-        reader = pd.read_csv(src.path, sep=sep, dtype=str, usecols=cols, keep_default_na=False, na_filter=False,
-                             chunksize=chunk_rows, quoting=csv.QUOTE_NONE if sep == "\t" else csv.QUOTE_MINIMAL,
-                             encoding="utf-8", encoding_errors="surrogateescape", compression="infer", engine="c")
+        reader = pd.read_csv(
+            src.path,
+            sep=sep,
+            dtype=str,
+            usecols=cols,
+            keep_default_na=False,
+            na_filter=False,
+            chunksize=chunk_rows,
+            quoting=csv.QUOTE_NONE if sep == "\t" else csv.QUOTE_MINIMAL,
+            encoding="utf-8",
+            encoding_errors="surrogateescape",
+            compression="infer",
+            engine="c",
+        )
         for df in reader:
             yield from _block(src, df, row0, strict, stats)
             row0 += len(df)
@@ -184,14 +203,22 @@ def _block(src: PartySource, df, row0: int, strict: bool, stats: ReadStats) -> I
     if bad.any():
         first = min(reasons)
         if strict:
-            raise DataError(f"{src.path}: line {row0 + first + 2}: {reasons[first]} (run without --strict to skip malformed rows)")
+            raise DataError(
+                f"{src.path}: line {row0 + first + 2}: {reasons[first]} (run without --strict to skip malformed rows)"
+            )
         stats.bad_rows += int(bad.sum())
         room = 5 - len(stats.first_bad)
-        stats.first_bad.extend(BadLine(row0 + r + 1, reasons[r]) for r in sorted(reasons)[:max(room, 0)])
+        stats.first_bad.extend(BadLine(row0 + r + 1, reasons[r]) for r in sorted(reasons)[: max(room, 0)])
     keep = ~bad
     stats.good_rows += int(keep.sum())
     if not keep.any():
         return
-    yield PartyBlock(row_index=row0 + np.flatnonzero(keep).astype(np.int64), sample_id=ids64(id_text[keep]),
-                     label=label[keep] if label is not None else None, dense=dense[keep], dense_missing=dmiss[keep],
-                     cat_key=keys[keep], cat_missing=cmiss[keep])
+    yield PartyBlock(
+        row_index=row0 + np.flatnonzero(keep).astype(np.int64),
+        sample_id=ids64(id_text[keep]),
+        label=label[keep] if label is not None else None,
+        dense=dense[keep],
+        dense_missing=dmiss[keep],
+        cat_key=keys[keep],
+        cat_missing=cmiss[keep],
+    )

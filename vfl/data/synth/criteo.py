@@ -18,6 +18,7 @@ synthetic data, too, the labels are the leader's secret, as they would be on rea
 The truth file (FILE.truth.npy, float32) holds sigmoid(logit) per row, so the Bayes-optimal AUC
 of any split is known exactly.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,18 +29,70 @@ import time
 import numpy as np
 import pandas as pd
 
+from privacy.public_hash import splitmix64
 from vfl.data.npy_stream import NpyAppender
 from vfl.data.readers.criteo import DataError
-from vfl.obs.progress import bar
 from vfl.data.schema import CATEGORICAL_COLUMNS, DENSE_COLUMNS
-from privacy.public_hash import splitmix64
+from vfl.obs.progress import bar
 
 # Kaggle Criteo cardinalities of C1..C26, capped so the generator stays small.
-CRITEO_CARDINALITY = [1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
-                      27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572]
-CAT_MISSING = [0, 0, .034, .034, 0, .12, 0, 0, 0, 0, 0, .034, 0,
-               0, 0, .034, 0, 0, .44, .44, .034, .82, 0, .034, .44, .44]
-DENSE_MISSING = [.45, 0, .21, .22, .026, .22, .04, .0005, .04, .45, .04, .78, .22]
+CRITEO_CARDINALITY = [
+    1460,
+    583,
+    10131227,
+    2202608,
+    305,
+    24,
+    12517,
+    633,
+    3,
+    93145,
+    5683,
+    8351593,
+    3194,
+    27,
+    14992,
+    5461306,
+    10,
+    5652,
+    2173,
+    4,
+    7046547,
+    18,
+    15,
+    286181,
+    105,
+    142572,
+]
+CAT_MISSING = [
+    0,
+    0,
+    0.034,
+    0.034,
+    0,
+    0.12,
+    0,
+    0,
+    0,
+    0,
+    0,
+    0.034,
+    0,
+    0,
+    0,
+    0.034,
+    0,
+    0,
+    0.44,
+    0.44,
+    0.034,
+    0.82,
+    0,
+    0.034,
+    0.44,
+    0.44,
+]
+DENSE_MISSING = [0.45, 0, 0.21, 0.22, 0.026, 0.22, 0.04, 0.0005, 0.04, 0.45, 0.04, 0.78, 0.22]
 DENSE_MU = [0.5, 1.5, 2.5, 1.8, 8.5, 4.0, 1.5, 2.3, 3.5, 0.3, 0.8, 0.3, 1.6]
 DENSE_SIGMA = [1.0, 1.8, 1.6, 1.0, 2.0, 1.8, 1.6, 1.2, 1.4, 0.6, 0.9, 1.0, 1.2]
 DENSE_SHIFT = [1, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]  # I2 may be -1
@@ -58,9 +111,15 @@ class SyntheticCriteo:
         rng = np.random.default_rng([self.label_seed, 0xC1])
         self.vocab = [min(c, max_vocab) for c in CRITEO_CARDINALITY]
         ranks = [np.arange(1, v + 1, dtype=np.float64) for v in self.vocab]
-        self.cdf = [np.cumsum(r ** -ZIPF_EXPONENT) / np.sum(r ** -ZIPF_EXPONENT) for r in ranks]
+        self.cdf = [np.cumsum(r**-ZIPF_EXPONENT) / np.sum(r**-ZIPF_EXPONENT) for r in ranks]
         self.hex_tables = [
-            np.array([f"{h:08x}" for h in (splitmix64(np.arange(v, dtype=np.uint64) + np.uint64(j << 40)) & np.uint64(0xFFFFFFFF))], dtype=object)
+            np.array(
+                [
+                    f"{h:08x}"
+                    for h in (splitmix64(np.arange(v, dtype=np.uint64) + np.uint64(j << 40)) & np.uint64(0xFFFFFFFF))
+                ],
+                dtype=object,
+            )
             for j, v in enumerate(self.vocab)
         ]
         # main effects: 9 informative categoricals and 4 informative dense per party
@@ -113,7 +172,9 @@ class SyntheticCriteo:
             logit += g * np.tanh(uo[:, a] * uo[:, b])
         return logit
 
-    def sample(self, rng: np.random.Generator, n: int, label_rng: np.random.Generator) -> tuple[pd.DataFrame, np.ndarray]:
+    def sample(
+        self, rng: np.random.Generator, n: int, label_rng: np.random.Generator
+    ) -> tuple[pd.DataFrame, np.ndarray]:
         """n raw rows as a DataFrame in Criteo column order, and their true click probabilities;
         features from `rng`, labels from `label_rng`."""
         z = self._latents(rng, n)
@@ -135,7 +196,9 @@ class SyntheticCriteo:
         return pd.DataFrame(cols)
 
 
-def write_synthetic(out_path: str, rows: int, seed: int = 0, max_vocab: int = 20_000, label_seed: int | None = None) -> dict:
+def write_synthetic(
+    out_path: str, rows: int, seed: int = 0, max_vocab: int = 20_000, label_seed: int | None = None
+) -> dict:
     """Write OUT.tsv, OUT.truth.npy and OUT.meta.json atomically; return the meta document.
     label_seed None (the default) draws a secret one that is not recorded."""
     if rows < 1:
@@ -172,9 +235,14 @@ def write_synthetic(out_path: str, rows: int, seed: int = 0, max_vocab: int = 20
                 os.remove(t)
         raise
     meta = {
-        "rows": rows, "seed": seed, "max_vocab": max_vocab,
-        "label_seed": "secret: drawn from the OS, not recorded" if label_seed is None else label_seed, "positive_rate": positives / rows,
-        "mean_true_probability": psum / rows, "bias": world.bias, "truth": out_path + ".truth.npy",
+        "rows": rows,
+        "seed": seed,
+        "max_vocab": max_vocab,
+        "label_seed": "secret: drawn from the OS, not recorded" if label_seed is None else label_seed,
+        "positive_rate": positives / rows,
+        "mean_true_probability": psum / rows,
+        "bias": world.bias,
+        "truth": out_path + ".truth.npy",
         "seconds": round(time.perf_counter() - t0, 3),
     }
     with open(out_path + ".meta.json", "w") as f:

@@ -7,6 +7,7 @@ public keyed-hash rule on the sample id (the image's index), dense values x / 16
 no categorical fields; the leader's manifest records the task (10 classes) and its class counts, a
 follower's the allow-listed keys only.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,7 +19,15 @@ import numpy as np
 from privacy.public_hash import uniform_from_ids
 from vfl.data.parties import PartyColumns
 from vfl.data.prepare import (
-    _SPLIT_SALT, FORMAT_VERSION, SPLITS, PrepareOptions, _commit, _validate, _write_json, id_digest_update, label_doc,
+    _SPLIT_SALT,
+    FORMAT_VERSION,
+    SPLITS,
+    PrepareOptions,
+    _commit,
+    _validate,
+    _write_json,
+    id_digest_update,
+    label_doc,
     party_manifest_of,
 )
 from vfl.data.readers.criteo import DataError
@@ -33,17 +42,21 @@ def _pixel_names(cols) -> tuple[str, ...]:
 
 
 def digits_parties() -> list[PartyColumns]:
-    return [PartyColumns("leader", _pixel_names(LEADER_COLUMNS), (), True),
-            PartyColumns("follower0", _pixel_names(FOLLOWER_COLUMNS), (), False)]
+    return [
+        PartyColumns("leader", _pixel_names(LEADER_COLUMNS), (), True),
+        PartyColumns("follower0", _pixel_names(FOLLOWER_COLUMNS), (), False),
+    ]
 
 
-def write_digits_shards(out_dir: str, test_fraction: float = 0.2, valid_fraction: float = 0.2, seed: int = 0,
-                        force: bool = False) -> dict:
+def write_digits_shards(
+    out_dir: str, test_fraction: float = 0.2, valid_fraction: float = 0.2, seed: int = 0, force: bool = False
+) -> dict:
     """Write OUT/{leader,follower0}/{train,valid,test}/... and the manifests; return the full manifest."""
     from sklearn.datasets import load_digits
 
-    opts = PrepareOptions(test_fraction=test_fraction, valid_fraction=valid_fraction, seed=seed, force=force,
-                          num_classes=CLASSES)
+    opts = PrepareOptions(
+        test_fraction=test_fraction, valid_fraction=valid_fraction, seed=seed, force=force, num_classes=CLASSES
+    )
     _validate(opts)
     out_dir = os.path.abspath(out_dir)
     if os.path.exists(out_dir) and not force:
@@ -53,8 +66,11 @@ def write_digits_shards(out_dir: str, test_fraction: float = 0.2, valid_fraction
     labels = np.asarray(data.target, dtype=np.int8)
     ids = np.arange(labels.size, dtype=np.int64)
     u = uniform_from_ids(ids, seed, _SPLIT_SALT)
-    masks = {"test": u < test_fraction, "valid": (u >= test_fraction) & (u < test_fraction + valid_fraction),
-             "train": u >= test_fraction + valid_fraction}
+    masks = {
+        "test": u < test_fraction,
+        "valid": (u >= test_fraction) & (u < test_fraction + valid_fraction),
+        "train": u >= test_fraction + valid_fraction,
+    }
     parties = digits_parties()
     columns = {"leader": list(LEADER_COLUMNS), "follower0": list(FOLLOWER_COLUMNS)}
     parent = os.path.dirname(out_dir) or "."
@@ -82,22 +98,51 @@ def write_digits_shards(out_dir: str, test_fraction: float = 0.2, valid_fraction
         source = hashlib.sha256(images.tobytes() + labels.tobytes()).hexdigest()
         manifest = {
             "format_version": FORMAT_VERSION,
-            "source": {"path": "sklearn.datasets.load_digits", "sha256": source, "bytes": images.nbytes + labels.nbytes,
-                       "lines": int(labels.size), "good_rows": int(labels.size), "malformed_rows_skipped": 0},
-            "split": {"test_fraction": test_fraction, "valid_fraction": valid_fraction, "seed": seed,
-                      "rule": "u = splitmix64(sample_id ^ key(seed)) / 2**64; test iff u < test_fraction; "
-                              "valid iff test_fraction <= u < test_fraction + valid_fraction; else train"},
-            "transforms": {"dense": "pixel / 16 (8x8 digits, values 0..16)", "categorical": "none",
-                           "categorical_mode": "none", "vocab_min_count": None},
+            "source": {
+                "path": "sklearn.datasets.load_digits",
+                "sha256": source,
+                "bytes": images.nbytes + labels.nbytes,
+                "lines": int(labels.size),
+                "good_rows": int(labels.size),
+                "malformed_rows_skipped": 0,
+            },
+            "split": {
+                "test_fraction": test_fraction,
+                "valid_fraction": valid_fraction,
+                "seed": seed,
+                "rule": "u = splitmix64(sample_id ^ key(seed)) / 2**64; test iff u < test_fraction; "
+                "valid iff test_fraction <= u < test_fraction + valid_fraction; else train",
+            },
+            "transforms": {
+                "dense": "pixel / 16 (8x8 digits, values 0..16)",
+                "categorical": "none",
+                "categorical_mode": "none",
+                "vocab_min_count": None,
+            },
             "sample_ids": "index of the image in sklearn.datasets.load_digits",
             "id_digest": digests,
             "rows": rows,
             "label": label_doc(CLASSES, counts),
             "unassigned_columns": [],
-            "parties": {p.name: {"name": p.name, "dense": list(p.dense), "categorical": [], "has_labels": p.label,
-                                 "field_sizes": {}, "drop_fraction": 0.0, "rows_before_alignment": int(labels.size),
-                                 "rows": rows} for p in parties},
-            "options": {"dataset": "digits", "test_fraction": test_fraction, "valid_fraction": valid_fraction, "seed": seed},
+            "parties": {
+                p.name: {
+                    "name": p.name,
+                    "dense": list(p.dense),
+                    "categorical": [],
+                    "has_labels": p.label,
+                    "field_sizes": {},
+                    "drop_fraction": 0.0,
+                    "rows_before_alignment": int(labels.size),
+                    "rows": rows,
+                }
+                for p in parties
+            },
+            "options": {
+                "dataset": "digits",
+                "test_fraction": test_fraction,
+                "valid_fraction": valid_fraction,
+                "seed": seed,
+            },
         }
         for p in parties:
             _write_json(os.path.join(tmp, p.name, "manifest.json"), party_manifest_of(manifest, p))

@@ -11,6 +11,7 @@ The truth file (FILE.truth.npy, float32, shape (rows, K)) holds P(y | x) per row
 the Bayes classifier argmax_c P(y = c | x) on any split is known; meta.json gives its expectation
 (mean_x max_c P(y = c | x)) over all rows.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,8 @@ import numpy as np
 
 from vfl.data.npy_stream import NpyAppender
 from vfl.data.readers.criteo import DataError
-from vfl.data.synth.criteo import BLOCK_ROWS, SyntheticCriteo
 from vfl.data.readers.tokenizer import MAX_CLASSES
+from vfl.data.synth.criteo import BLOCK_ROWS, SyntheticCriteo
 
 INFORMATIVE_CATEGORICALS = (0, 1, 3, 5, 6, 8, 9, 10, 12, 13, 14, 15, 16, 18, 20, 23, 24, 25)
 CAT_SCALE = 0.45
@@ -35,7 +36,9 @@ class SyntheticMulticlass:
 
     def __init__(self, classes: int, seed: int = 0, max_vocab: int = 20_000, label_seed: int | None = None):
         if isinstance(classes, bool) or not isinstance(classes, int) or not 3 <= classes <= MAX_CLASSES:
-            raise DataError(f"--classes must be an integer in [3, {MAX_CLASSES}] for a multi-class set, got {classes!r}")
+            raise DataError(
+                f"--classes must be an integer in [3, {MAX_CLASSES}] for a multi-class set, got {classes!r}"
+            )
         self.world = SyntheticCriteo(seed, max_vocab, label_seed)  # features; its secret label_seed is ours too
         self.classes = classes
         rng = np.random.default_rng([self.world.label_seed, 0x3C1A55, classes])
@@ -68,8 +71,9 @@ class SyntheticMulticlass:
         return self.world.frame(z, label), p.astype(np.float32)
 
 
-def write_synthetic_multiclass(out_path: str, rows: int, classes: int, seed: int = 0, max_vocab: int = 20_000,
-                               label_seed: int | None = None) -> dict:
+def write_synthetic_multiclass(
+    out_path: str, rows: int, classes: int, seed: int = 0, max_vocab: int = 20_000, label_seed: int | None = None
+) -> dict:
     """Write OUT.tsv (label = class id), OUT.truth.npy (rows, K) and OUT.meta.json atomically; return the meta."""
     if rows < 1:
         raise DataError(f"--rows must be >= 1, got {rows}")
@@ -105,11 +109,15 @@ def write_synthetic_multiclass(out_path: str, rows: int, classes: int, seed: int
                 os.remove(t)
         raise
     meta = {
-        "rows": rows, "classes": classes, "seed": seed, "max_vocab": max_vocab,
+        "rows": rows,
+        "classes": classes,
+        "seed": seed,
+        "max_vocab": max_vocab,
         "label_seed": "secret: drawn from the OS, not recorded" if label_seed is None else label_seed,
         "class_frequencies": (counts / rows).tolist(),
         "bayes_accuracy": bayes_sum / rows,  # E_x max_c P(y = c | x): the Bayes classifier's expected accuracy
-        "truth": out_path + ".truth.npy", "truth_shape": [rows, classes],
+        "truth": out_path + ".truth.npy",
+        "truth_shape": [rows, classes],
         "seconds": round(time.perf_counter() - t0, 3),
     }
     with open(out_path + ".meta.json", "w") as f:
