@@ -90,20 +90,11 @@ def _split(args) -> int:
     return 0
 
 
-def _prepare(args) -> int:
-    """prepare --party: one organisation's own file(s); without it, the local simulation on a combined file."""
-    if args.party is not None:
-        return _prepare_party(args)
-    from vfl.data.prepare import PrepareOptions, prepare
+def _prepare_options(args):
+    """The prepare flags as PrepareOptions (both prepare modes take the same ones)."""
+    from vfl.data.prepare import PrepareOptions
 
-    if len(args.input) > 1:
-        raise DataError(
-            f"several --input files ({len(args.input)}) are prepared per party: add --party NAME "
-            "(each organisation prepares its own files)"
-        )
-    args.input = args.input[0]
-    parties = _parties_with_drops(args)
-    opts = PrepareOptions(
+    return PrepareOptions(
         test_fraction=args.test_fraction,
         valid_fraction=args.valid_fraction,
         seed=args.seed,
@@ -114,6 +105,22 @@ def _prepare(args) -> int:
         force=args.force,
         num_classes=args.num_classes,
     )
+
+
+def _prepare(args) -> int:
+    """prepare --party: one organisation's own file(s); without it, the local simulation on a combined file."""
+    if args.party is not None:
+        return _prepare_party(args)
+    from vfl.data.prepare import prepare
+
+    if len(args.input) > 1:
+        raise DataError(
+            f"several --input files ({len(args.input)}) are prepared per party: add --party NAME "
+            "(each organisation prepares its own files)"
+        )
+    args.input = args.input[0]
+    parties = _parties_with_drops(args)
+    opts = _prepare_options(args)
     if args.reuse and os.path.isdir(args.out):
         from vfl.data.reuse import reusable
 
@@ -256,7 +263,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _prepare_party(args) -> int:
     from vfl.data.parties import PartyColumns, load_parties
-    from vfl.data.prepare import PrepareOptions, prepare_party
+    from vfl.data.prepare import prepare_party
     from vfl.data.readers.party import PartySource
 
     if args.drop:
@@ -289,17 +296,7 @@ def _prepare_party(args) -> int:
         )
         for path in args.input
     ]
-    opts = PrepareOptions(
-        test_fraction=args.test_fraction,
-        valid_fraction=args.valid_fraction,
-        seed=args.seed,
-        strict=args.strict,
-        hash_buckets=args.hash_buckets,
-        vocab_min_count=args.vocab_min_count,
-        truth_path=args.truth,
-        force=args.force,
-        num_classes=args.num_classes,
-    )
+    opts = _prepare_options(args)
     out = os.path.join(args.out, args.party)
     if len(sources) > 1:
         from vfl.data.shard_sets import prepare_files
