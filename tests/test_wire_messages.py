@@ -16,7 +16,6 @@ from vfl.wire.messages import (
     MAX_CUT_DIM,
     MAX_REASON,
     MESSAGE_CLASSES,
-    PSI_CHUNK_POINTS,
     Abort,
     Bye,
     Done,
@@ -35,6 +34,7 @@ from vfl.wire.messages import (
     WireMessage,
     parse,
 )
+from vfl.wire.psi_messages import PSI_CHUNK_POINTS
 
 SUITE = "ecdh-psi/x25519-elligator2x2-sha512/v1"
 NONCE = "0123456789abcdef0123456789abcdef"
@@ -57,6 +57,20 @@ HELLO = Hello(
 )
 
 # (message, the meta the code before the typed classes sent for it: same keys, values and order)
+HELLO_META = {
+    "nonce": NONCE,
+    "party": "follower0",
+    "protocol": 3,
+    "id_digest": DIGESTS,
+    "rows": ROWS,
+    "batch_size": 64,
+    "seed": 2**63 - 1,
+    "cut_dim": 8,
+    "microbatches": 2,
+    "resume_step": 10,
+    "timeout_s": 60.0,
+}
+
 SAMPLES: list[tuple[WireMessage, dict]] = [
     (Psi.hello(SUITE, 100), {"op": "hello", "suite": SUITE, "n": 100}),
     (Psi.chunk("mask", 0, 3), {"op": "mask", "start": 0, "stop": 3}),
@@ -67,37 +81,11 @@ SAMPLES: list[tuple[WireMessage, dict]] = [
     (Psi.done(9), {"op": "done", "size": 9}),
     (
         HELLO,
-        {
-            "nonce": NONCE,
-            "party": "follower0",
-            "protocol": 3,
-            "id_digest": DIGESTS,
-            "rows": ROWS,
-            "batch_size": 64,
-            "seed": 2**63 - 1,
-            "cut_dim": 8,
-            "microbatches": 2,
-            "resume_step": 10,
-            "timeout_s": 60.0,
-        },
+        HELLO_META,
     ),
     (
         dataclasses.replace(HELLO, rank=1, ranks=2),
-        {
-            "nonce": NONCE,
-            "party": "follower0",
-            "protocol": 3,
-            "id_digest": DIGESTS,
-            "rows": ROWS,
-            "batch_size": 64,
-            "seed": 2**63 - 1,
-            "cut_dim": 8,
-            "microbatches": 2,
-            "resume_step": 10,
-            "timeout_s": 60.0,
-            "rank": 1,
-            "ranks": 2,
-        },
+        {**HELLO_META, "rank": 1, "ranks": 2},
     ),
     (
         Welcome(run="f" * 32, nonce=NONCE, epochs=3, steps_per_epoch=13),

@@ -1,15 +1,16 @@
-"""The domains of wire fields and tensors: a meta key's test, its words in an error, and its conversions.
+"""How a typed wire message is declared and checked: field and tensor domains, and the WireMessage base class.
 
-messages.py declares each message type's FIELDS and TENSORS with these; `Field.read` and `check_tensor` raise the
-one form of error, `TYPE from SENDER: field 'key' must be DOMAIN, got VALUE`.
+A field's domain is its test, its words in an error and its conversions. messages.py and psi_messages.py declare each
+message type's FIELDS and TENSORS with these; `WireMessage.from_wire` checks them all and raises the one form of
+error, `TYPE from SENDER: field 'key' must be DOMAIN, got VALUE`.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, fields
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
@@ -166,3 +167,72 @@ def check_tensor(msg: Message, spec: Tensor, arr: np.ndarray) -> np.ndarray:
 
 def fail(msg: Message, text: str) -> WireError:
     return WireError(f"{msg.type} from {msg.sender}: {text}")
+
+
+# -- the base of every message class ----------------------------------------------------------------------
+class WireMessage:
+    """A message type: TYPE (the wire string), FIELDS (meta keys in wire order) and TENSORS."""
+
+    TYPE: ClassVar[str] = ""
+    FIELDS: ClassVar[tuple[Field, ...]] = ()
+    TENSORS: ClassVar[tuple[Tensor, ...]] = ()
+
+    def to_wire(self) -> tuple[dict[str, Any], list[np.ndarray]]:
+        """(meta, tensors) for frames.encode; optional fields that are None are left out."""
+        meta = {}
+        for f in self.FIELDS:
+            value = getattr(self, f.name)
+            if value is not None:
+                meta[f.name] = f.encode(value)
+        return meta, [t for spec in self.TENSORS if (t := getattr(self, spec.name)) is not None]
+
+    @classmethod
+    def from_wire(cls, msg: Message):
+        """The typed message of a decoded Message, every field and tensor checked; WireError names what is wrong."""
+        if msg.type != cls.TYPE:
+            raise WireError(f"expected {cls.TYPE} from {msg.sender}, got {msg.type}")
+        names = [f.name for f in cls.FIELDS]
+        unknown = [k for k in msg.meta if k not in names]
+        if unknown:
+            raise fail(
+                msg, f"unknown field {unknown[0][:40]!r} (a {cls.TYPE} carries {', '.join(names) or 'no fields'})"
+            )
+        values = {f.name: f.read(msg) for f in cls.FIELDS}
+        required = sum(not t.optional for t in cls.TENSORS)
+        if not required <= len(msg.tensors) <= len(cls.TENSORS):
+            count = str(required) if required == len(cls.TENSORS) else f"{required}..{len(cls.TENSORS)}"
+            raise fail(
+                msg,
+                f"expected {count} tensor(s) ({', '.join(t.name for t in cls.TENSORS) or 'none'}), "
+                f"got {len(msg.tensors)}",
+            )
+        for i, spec in enumerate(cls.TENSORS):
+            values[spec.name] = check_tensor(msg, spec, msg.tensors[i]) if i < len(msg.tensors) else None
+        return cls._make(values, msg)
+
+    @classmethod
+    def _make(cls, values: dict[str, Any], msg: Message):
+        """Build from checked fields; a class checks what relates two of its fields here."""
+        return cls(**values)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        for f in fields(self):
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+                if not (
+                    isinstance(a, np.ndarray)
+                    and isinstance(b, np.ndarray)
+                    and a.dtype == b.dtype
+                    and np.array_equal(a, b)
+                ):
+                    return False
+            elif a != b:
+                return False
+        return True
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+wire_message = dataclass(frozen=True, eq=False)  # equality compares tensors by value (WireMessage.__eq__)

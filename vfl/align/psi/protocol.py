@@ -31,7 +31,8 @@ import numpy as np
 
 from vfl.align.psi.ecdh import SUITE, PointError, as_wire, from_wire, hash_ids, new_exponent, point_set, raise_to
 from vfl.wire.frames import MAX_HEADER_BYTES, WireError
-from vfl.wire.messages import PSI_CHUNK_POINTS, PSI_MAX_IDS, PSI_RESULT_CHUNK, Psi, Wait
+from vfl.wire.messages import Wait
+from vfl.wire.psi_messages import PSI_CHUNK_POINTS, PSI_MAX_IDS, PSI_RESULT_CHUNK, Psi
 
 CHUNK_POINTS = PSI_CHUNK_POINTS  # 256 KiB of points per message: a chunk's exponentiations stay well inside a deadline
 MAX_IDS = PSI_MAX_IDS  # ids per party (134 M; the Kaggle Criteo set has 45.8 M)

@@ -1,0 +1,105 @@
+"""The PSI message: one class for every step of the ECDH-PSI (vfl/align/psi/protocol.py), its fields by op.
+
+Which fields and which payload an op carries is checked here, with each chunk's range and its points' or positions'
+dtype and shape; whether a range is the one the receiver asked for is checked by the receiver.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from vfl.wire.fields import Choice, Int, Tensor, Text, WireMessage, wire_message
+from vfl.wire.frames import Message, WireError
+
+PSI_CHUNK_POINTS = 8192  # points per PSI mask / double / leader message
+PSI_RESULT_CHUNK = 4 * PSI_CHUNK_POINTS  # positions per PSI result message
+PSI_MAX_IDS = 1 << 27  # ids per party
+PSI_OPS = ("hello", "mask", "double", "leader", "result", "done")
+_PSI_FIELDS = {
+    "hello": ("suite", "n"),
+    "mask": ("start", "stop"),
+    "double": ("start", "stop"),
+    "leader": ("start", "stop"),
+    "result": ("start", "stop", "total"),
+    "done": ("size",),
+}
+_PSI_PAYLOAD = {
+    "hello": "none",
+    "mask": "optional",
+    "double": "points",
+    "leader": "points",
+    "result": "positions",
+    "done": "none",
+}  # mask: the leader's request has none, the follower's answer has its points
+
+
+@wire_message
+class Psi(WireMessage):
+    """PSI: one step of the ECDH-PSI (vfl/align/psi/protocol.py); `payload` holds int64 (k, 4) points for mask,
+    double and leader, or int64 (k,) positions for result, k = stop - start."""
+
+    TYPE = "PSI"
+    op: str
+    suite: str | None = None
+    n: int | None = None
+    start: int | None = None
+    stop: int | None = None
+    total: int | None = None
+    size: int | None = None
+    payload: np.ndarray | None = None
+    FIELDS = (
+        Choice("op", PSI_OPS),
+        Text("suite", 128, optional=True),
+        Int("n", 1, PSI_MAX_IDS, optional=True),
+        Int("start", 0, PSI_MAX_IDS, optional=True),
+        Int("stop", 0, PSI_MAX_IDS, optional=True),
+        Int("total", 0, PSI_MAX_IDS, optional=True),
+        Int("size", 0, PSI_MAX_IDS, optional=True),
+    )
+    TENSORS = (Tensor("payload", optional=True),)
+
+    @classmethod
+    def hello(cls, suite: str, n: int) -> Psi:
+        return cls("hello", suite=suite, n=int(n))
+
+    @classmethod
+    def chunk(cls, op: str, start: int, stop: int, points: np.ndarray | None = None) -> Psi:
+        return cls(op, start=int(start), stop=int(stop), payload=points)
+
+    @classmethod
+    def result(cls, start: int, stop: int, total: int, positions: np.ndarray) -> Psi:
+        return cls("result", start=int(start), stop=int(stop), total=int(total), payload=positions)
+
+    @classmethod
+    def done(cls, size: int) -> Psi:
+        return cls("done", size=int(size))
+
+    @classmethod
+    def _make(cls, values: dict[str, Any], msg: Message) -> Psi:
+        op = values["op"]
+        where = f"PSI {op} from {msg.sender}"
+        for f in cls.FIELDS[1:]:
+            if f.name in _PSI_FIELDS[op] and values[f.name] is None:
+                raise WireError(f"{where}: field {f.name!r} must be {f.domain}, got nothing (the field is missing)")
+            if f.name not in _PSI_FIELDS[op] and values[f.name] is not None:
+                raise WireError(f"{where}: field {f.name!r} does not belong to a PSI {op}")
+        kind, payload = _PSI_PAYLOAD[op], values["payload"]
+        if kind == "none" and payload is not None:
+            raise WireError(f"{where}: expected no tensor, got 1")
+        if kind in ("points", "positions") and payload is None:
+            raise WireError(f"{where}: expected 1 tensor, got 0")
+        if "start" in _PSI_FIELDS[op]:
+            start, stop = values["start"], values["stop"]
+            limit = PSI_RESULT_CHUNK if op == "result" else PSI_CHUNK_POINTS
+            if not start < stop <= start + limit or (op == "result" and stop > values["total"]):
+                raise WireError(
+                    f"{where}: range {start}..{stop} is not a chunk of 1..{limit}"
+                    + (f" within the total {values['total']}" if op == "result" else "")
+                )
+            want = (stop - start, 4) if kind != "positions" else (stop - start,)
+            if payload is not None and (payload.dtype != np.dtype("<i8") or tuple(payload.shape) != want):
+                what = "points" if kind != "positions" else "positions"
+                raise WireError(f"{where}: expected int64 {want} {what}, got {payload.dtype} {tuple(payload.shape)}")
+        return cls(**values)
