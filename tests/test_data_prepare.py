@@ -219,7 +219,7 @@ def test_a_party_prepares_its_own_file_opening_no_other_party_file(vertical_raw,
     touched = {p for p in doc["opened"] if p.startswith(raw_dir)}
     assert touched == {str(vertical_raw["follower0"])}, touched
     m = json.loads((tmp_path / "follower0/manifest.json").read_text())
-    from vfl.data.prepare import FOLLOWER_MANIFEST_KEYS
+    from vfl.data.manifest import FOLLOWER_MANIFEST_KEYS
 
     assert set(m) <= set(FOLLOWER_MANIFEST_KEYS) | {"party"} and not m["party"]["has_labels"]
     assert not list(tmp_path.rglob("labels.npy"))

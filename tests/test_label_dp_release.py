@@ -240,7 +240,7 @@ def test_dataset_identity_needs_the_source_digest():
 
 def test_the_follower_manifest_holds_only_allow_listed_keys(shards_small):
     # Prepare
-    from vfl.data.prepare import FOLLOWER_MANIFEST_KEYS
+    from vfl.data.manifest import FOLLOWER_MANIFEST_KEYS
 
     follower = json.loads((shards_small / "follower0/manifest.json").read_text())
     leader = json.loads((shards_small / "leader/manifest.json").read_text())

@@ -17,7 +17,6 @@ fitted on the party's own file only.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import resource
@@ -30,14 +29,22 @@ import numpy as np
 
 from privacy.public_hash import uniform_from_ids
 from vfl.data.ids import check_unique, id64_of_text
+from vfl.data.manifest import (
+    SPLITS,
+    bayes_accuracy,
+    bayes_test_auc,
+    id_digest,
+    party_manifest,
+    party_manifest_of,
+    simulation_manifest,
+)
 from vfl.data.npy_stream import NpyAppender
-from vfl.data.parties import PartyColumns, unassigned_columns
+from vfl.data.parties import PartyColumns
 from vfl.data.raw_split import hash_name, split_raw
 from vfl.data.readers.criteo import DataError, ReadStats, warn_bad_lines
 from vfl.data.readers.party import PartyBlock, PartySource, read_party_blocks
 from vfl.data.readers.tokenizer import MAX_CLASSES
 from vfl.data.transforms import (
-    DENSE_TRANSFORM_DOC,
     VocabularyCounter,
     dense_transform,
     field_salts,
@@ -45,8 +52,6 @@ from vfl.data.transforms import (
     vocabulary_ids,
 )
 
-SPLITS = ("train", "valid", "test")
-FORMAT_VERSION = 1
 _SPLIT_SALT = 0x5B1175
 
 
@@ -120,17 +125,6 @@ class _SplitWriter:
         return ids[order]
 
 
-def id_digest_update(digest, ids: np.ndarray) -> None:
-    """Fold sample ids into a running sha256 (the alignment check at the handshake uses it)."""
-    digest.update(np.ascontiguousarray(ids, dtype="<i8").tobytes())
-
-
-def id_digest(ids: np.ndarray) -> str:
-    d = hashlib.sha256()
-    id_digest_update(d, ids)
-    return d.hexdigest()
-
-
 class _PartyEncoder:
     """Turns a party's parsed blocks into its feature arrays."""
 
@@ -160,43 +154,6 @@ def split_of(ids: np.ndarray, opts: PrepareOptions) -> np.ndarray:
     """0 train, 1 valid, 2 test: a public function of the id, identical at every party."""
     u = uniform_from_ids(ids, opts.seed, _SPLIT_SALT)
     return np.where(u < opts.test_fraction, 2, np.where(u < opts.test_fraction + opts.valid_fraction, 1, 0))
-
-
-def _bayes_auc(truth_path: str, test_rows: list[np.ndarray], test_labels: list[np.ndarray]) -> float | None:
-    from sklearn.metrics import roc_auc_score
-
-    try:
-        truth = np.load(truth_path, mmap_mode="r")
-    except (ValueError, OSError, EOFError) as e:
-        raise DataError(f"truth file {truth_path} is not a readable .npy array: {e}") from None
-    rows = np.concatenate(test_rows) if test_rows else np.empty(0, np.int64)
-    labels = np.concatenate(test_labels) if test_labels else np.empty(0, np.int8)
-    if rows.size == 0 or rows.max(initial=-1) >= truth.shape[0] or len(np.unique(labels)) < 2:
-        return None
-    return float(roc_auc_score(labels, truth[rows]))
-
-
-def bayes_accuracy(truth_path: str, test_rows: list[np.ndarray], test_labels: list[np.ndarray], k: int) -> float | None:
-    """Accuracy of the Bayes classifier argmax_c P(y=c | x) (the truth file holds P, shape (rows, k)) on the test rows."""
-    try:
-        truth = np.load(truth_path, mmap_mode="r")
-    except (ValueError, OSError, EOFError) as e:
-        raise DataError(f"truth file {truth_path} is not a readable .npy array: {e}") from None
-    if truth.ndim != 2 or truth.shape[1] != k:
-        raise DataError(f"truth file {truth_path} has shape {truth.shape}; a {k}-class set needs (rows, {k})")
-    rows = np.concatenate(test_rows) if test_rows else np.empty(0, np.int64)
-    labels = np.concatenate(test_labels) if test_labels else np.empty(0, np.int8)
-    if rows.size == 0 or rows.max(initial=-1) >= truth.shape[0]:
-        return None
-    return float(np.mean(np.argmax(truth[rows], axis=1) == labels))
-
-
-def label_doc(num_classes: int, class_counts: dict[str, list[int]] | None = None) -> dict:
-    """The labelled party's `label` manifest entry: the task and K (never given to a follower)."""
-    doc = {"task": "binary" if num_classes == 2 else "multiclass", "num_classes": num_classes}
-    if class_counts is not None:
-        doc["class_counts"] = class_counts
-    return doc
 
 
 def _id_texts(src: PartySource, id64: int) -> str | None:
@@ -299,12 +256,12 @@ def prepare_party(src: PartySource, out_dir: str, party: PartyColumns, opts: Pre
                 class_counts[s] = np.bincount(lab.astype(np.int64), minlength=opts.num_classes)[
                     : opts.num_classes
                 ].tolist()
-        manifest = _party_manifest(src, party, enc, writers, digests, positives, opts, stats, class_counts)
+        manifest = party_manifest(src, party, enc, writers, digests, positives, opts, stats, class_counts)
         if truth_path is not None and opts.num_classes > 2:
             manifest["bayes_test_accuracy"] = bayes_accuracy(truth_path, test_rows, test_labels, opts.num_classes)
             manifest["truth_path"] = os.path.abspath(truth_path)
         elif truth_path is not None:
-            manifest["bayes_test_auc"] = _bayes_auc(truth_path, test_rows, test_labels)
+            manifest["bayes_test_auc"] = bayes_test_auc(truth_path, test_rows, test_labels)
             manifest["truth_path"] = os.path.abspath(truth_path)
         elapsed = time.perf_counter() - t0
         manifest["prepare_seconds"] = round(elapsed, 3)
@@ -322,60 +279,6 @@ def prepare_party(src: PartySource, out_dir: str, party: PartyColumns, opts: Pre
     manifest["seconds_total"] = elapsed
     manifest["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return manifest
-
-
-def _party_manifest(src, party, enc, writers, digests, positives, opts, stats, class_counts) -> dict:
-    rows = {s: w.rows for s, w in zip(SPLITS, writers)}
-    doc = {
-        "format_version": FORMAT_VERSION,
-        "source": {
-            "path": os.path.abspath(src.path),
-            "sha256": stats.sha256,
-            "bytes": stats.bytes_read,
-            "lines": stats.lines,
-            "good_rows": stats.good_rows,
-            "malformed_rows_skipped": stats.bad_rows,
-        },
-        "split": {
-            "test_fraction": opts.test_fraction,
-            "valid_fraction": opts.valid_fraction,
-            "seed": opts.seed,
-            "rule": "u = splitmix64(sample_id ^ key(seed)) / 2**64; test iff u < test_fraction; "
-            "valid iff test_fraction <= u < test_fraction + valid_fraction; else train",
-        },
-        "transforms": _transforms_doc(opts),
-        "sample_ids": f"column {src.id_column!r} of the party's own file: decimal integers as themselves, "
-        "other text hashed to an int64 (vfl/data/ids.py)",
-        "id_digest": digests,
-        "rows": rows,
-        "party": {
-            "name": party.name,
-            "dense": list(party.dense),
-            "categorical": list(party.categorical),
-            "has_labels": party.label,
-            "field_sizes": enc.field_sizes(),
-            "rows": rows,
-        },
-        "options": asdict(opts),
-    }
-    if party.label:
-        doc["positives"] = positives if opts.num_classes == 2 else None
-        doc["label"] = label_doc(opts.num_classes, class_counts if opts.num_classes > 2 else None)
-    return doc
-
-
-def _transforms_doc(opts: PrepareOptions) -> dict:
-    return {
-        "dense": DENSE_TRANSFORM_DOC,
-        "categorical": (
-            f"hash: id = 2 + splitmix64(key ^ salt(column)) mod (hash_buckets - 2); 0 = missing; hash_buckets = {opts.hash_buckets}"
-            if opts.vocab_min_count is None
-            else f"vocabulary (fitted on this party's own file): values seen >= {opts.vocab_min_count} times get ids 2.. "
-            f"in sorted key order; 1 = out of vocabulary; 0 = missing"
-        ),
-        "categorical_mode": "hash" if opts.vocab_min_count is None else "vocabulary",
-        "vocab_min_count": opts.vocab_min_count,
-    }
 
 
 def prepare(
@@ -410,7 +313,7 @@ def prepare(
             if docs[p.name].get("truth_path"):
                 docs[p.name]["truth_path"] = os.path.join(out_dir, os.path.relpath(docs[p.name]["truth_path"], tmp))
                 _write_json(os.path.join(tmp, p.name, "manifest.json"), party_manifest_of(docs[p.name], p))
-        manifest = _simulation_manifest(tmp, summary, parties, docs, opts)
+        manifest = simulation_manifest(tmp, summary, parties, docs, opts)
         manifest["prepare_seconds"] = round(time.perf_counter() - t0, 3)
         _write_json(os.path.join(tmp, "manifest.json"), manifest)
         _commit(tmp, out_dir)
@@ -422,71 +325,6 @@ def prepare(
     manifest["seconds_total"] = elapsed
     manifest["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return manifest
-
-
-def _simulation_manifest(
-    root: str, summary: dict, parties: list[PartyColumns], docs: dict, opts: PrepareOptions
-) -> dict:
-    label = next(p for p in parties if p.label)
-    ids = {p.name: {s: np.load(os.path.join(root, p.name, s, "ids.npy")) for s in SPLITS} for p in parties}
-    common = {s: ids[label.name][s] for s in SPLITS}
-    for p in parties:
-        for s in SPLITS:
-            common[s] = np.intersect1d(common[s], ids[p.name][s], assume_unique=True)
-    positives, class_counts = {}, {}
-    for s in SPLITS:
-        lab = np.load(os.path.join(root, label.name, s, "labels.npy"))
-        keep = np.isin(ids[label.name][s], common[s])
-        positives[s] = int(lab[keep].sum())
-        class_counts[s] = np.bincount(lab[keep].astype(np.int64), minlength=opts.num_classes)[
-            : opts.num_classes
-        ].tolist()
-    party_docs = {}
-    for p in parties:
-        d = dict(docs[p.name]["party"])
-        d["drop_fraction"] = p.drop_fraction
-        d["rows_before_alignment"] = int(sum(d["rows"].values()))
-        party_docs[p.name] = d
-    lead = docs[label.name]
-    doc = {
-        "format_version": FORMAT_VERSION,
-        "source": summary["source"],
-        "split": lead["split"],
-        "transforms": lead["transforms"],
-        "sample_ids": summary["sample_ids"],
-        "id_digest": {s: id_digest(common[s]) for s in SPLITS},
-        "rows": {s: int(common[s].size) for s in SPLITS},
-        "positives": positives if opts.num_classes == 2 else None,
-        "label": label_doc(opts.num_classes, class_counts if opts.num_classes > 2 else None),
-        "unassigned_columns": unassigned_columns(parties),
-        "raw_files": {p.name: os.path.join("raw", f"{p.name}.tsv") for p in parties},
-        "parties": party_docs,
-        "options": asdict(opts),
-    }
-    for key in ("bayes_test_auc", "bayes_test_accuracy"):
-        if key in lead:
-            doc[key] = lead[key]
-    return doc
-
-
-# What a feature party's manifest may hold: its own columns and sizes, row counts, id digests, the
-# public split rule and transforms. Never label counts, the Bayes AUC of the true test labels, the
-# labelled source's digest or path, or the truth file: each is computed from the leader's labels.
-FOLLOWER_MANIFEST_KEYS = ("format_version", "split", "transforms", "sample_ids", "id_digest", "rows")
-
-
-def party_manifest_of(manifest: dict, party: PartyColumns) -> dict:
-    """One party's manifest.json: everything for the labelled party, an allow-list for the others."""
-    own = (
-        manifest["party"] if "party" in manifest else manifest["parties"][party.name]
-    )  # one party's, or a combined one
-    if party.label:
-        doc = {k: v for k, v in manifest.items() if k != "parties"}
-    else:
-        doc = {k: manifest[k] for k in FOLLOWER_MANIFEST_KEYS}
-        doc["split"] = {k: manifest["split"][k] for k in ("test_fraction", "valid_fraction", "seed", "rule")}
-    doc["party"] = own
-    return doc
 
 
 def _write_json(path: str, doc: dict) -> None:
@@ -506,4 +344,4 @@ def _commit(tmp: str, out_dir: str) -> None:
         os.rename(tmp, out_dir)
 
 
-__all__ = ["FOLLOWER_MANIFEST_KEYS", "PrepareOptions", "hash_name", "id_digest", "prepare", "prepare_party", "split_of"]
+__all__ = ["PrepareOptions", "hash_name", "id_digest", "prepare", "prepare_party", "split_of"]
