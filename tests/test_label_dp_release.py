@@ -131,6 +131,70 @@ def test_a_re_exported_source_is_charged_with_the_releases_of_the_overlapping_on
     assert any("shares sample ids" in w for w in second.warnings)
 
 
+def _reexport_with_one_more_row(tmp_path, synth_small):
+    """Two labelled datasets with different digests and the same sample ids (one appended line)."""
+    from vfl.data.parties import load_parties
+    from vfl.data.prepare import PrepareOptions, prepare
+
+    copy = tmp_path / "reexport.tsv"
+    text = synth_small.read_text()
+    copy.write_text(text + text.splitlines()[0] + "\n")
+    prepare(str(synth_small), str(tmp_path / "a"), load_parties(None), PrepareOptions(hash_buckets=500))
+    prepare(str(copy), str(tmp_path / "b"), load_parties(None), PrepareOptions(hash_buckets=500))
+    return tmp_path / "a", tmp_path / "b"
+
+
+def test_a_re_export_after_a_key_change_is_still_charged_with_the_earlier_release(tmp_path, synth_small):
+    """The overlap sketch is keyed by the ledger's own secret, not the label key: a new key does not hide it."""
+    # Prepare
+    a, b = _reexport_with_one_more_row(tmp_path, synth_small)
+    first = _labels(a, tmp_path / "store")
+    os.remove(tmp_path / "store" / "key")
+    # Execute
+    second = _labels(b, tmp_path / "store")
+    # Assert
+    assert second.report["key_fingerprint"] != first.report["key_fingerprint"]
+    assert second.report["overlapping_datasets"] == [first.report["dataset_id"]]
+    assert second.report["dataset_total_eps"] == 2.0
+    secret = tmp_path / "store" / "ledger_secret"
+    assert stat.S_IMODE(os.stat(secret).st_mode) == 0o600 and len(read_key(str(secret))) == 32
+
+
+def test_a_format_2_ledger_is_migrated_and_its_unmeasurable_sketches_are_charged(tmp_path, synth_small):
+    """A format-2 sketch was keyed by the label key of its time: compared exactly while that key is held, charged
+    in full once it is not (never silently dropped)."""
+    # Prepare: the ledger as format 2 wrote it (the sketch under the label key, no ledger secret)
+    from privacy.label.store import id_sketch
+
+    a, b = _reexport_with_one_more_row(tmp_path, synth_small)
+    _labels(a, tmp_path / "store")
+    ledger_path = tmp_path / "store" / "ledger.json"
+    doc = json.loads(ledger_path.read_text())
+    train, valid = PartyShard(str(a / "leader")).split("train"), PartyShard(str(a / "leader")).split("valid")
+    (ds,) = doc["datasets"].values()
+    ds["sketch"] = id_sketch(read_key(str(tmp_path / "store" / "key")), np.concatenate([train.ids, valid.ids]))
+    doc["format"] = 2
+    doc.pop("ledger_secret")
+    ledger_path.write_text(json.dumps(doc))
+    os.remove(tmp_path / "store" / "ledger_secret")
+    os.remove(tmp_path / "store" / "key")
+    # Execute
+    second = _labels(b, tmp_path / "store")
+    # Assert
+    assert second.report["dataset_total_eps"] == 2.0 and len(second.report["overlapping_datasets"]) == 1
+    assert any("format-2 ledger" in w for w in second.warnings)
+    assert json.loads(ledger_path.read_text())["format"] == 3
+
+
+def test_a_missing_ledger_secret_is_refused_while_the_ledger_holds_its_sketches(tmp_path, shards_small):
+    # Prepare
+    _labels(shards_small, tmp_path / "store")
+    os.remove(tmp_path / "store" / "ledger_secret")
+    # Execute / Assert
+    with pytest.raises(LabelDPStoreError, match="ledger secret .* is missing"):
+        _labels(shards_small, tmp_path / "store", eps=2.0)
+
+
 def test_disjoint_datasets_are_not_charged_to_each_other(tmp_path, synth_small):
     # Prepare: two halves of one file (ids are line numbers, so re-number the second half's file)
     from vfl.data.parties import load_parties

@@ -1,7 +1,8 @@
-"""The leader's label-DP state: one secret PRF key and one ledger of every release it has drawn.
+"""The leader's label-DP state: one secret PRF key, one ledger of every release it has drawn, and its secret.
 
-    <store>/key          32 random bytes as hex, mode 0600 (or privacy.label_dp.key_file)
-    <store>/ledger.json  every labelled dataset the key has randomized and every release, with its eps
+    <store>/key            32 random bytes as hex, mode 0600 (or privacy.label_dp.key_file)
+    <store>/ledger.json    every labelled dataset the leader has randomized and every release, with its eps
+    <store>/ledger_secret  32 random bytes as hex, mode 0600: the key of the ledger's id sketches (never the label key)
 
 The store lives outside any shard directory, so re-preparing the data (`prepare --force`) never
 touches it, and one key serves every dataset of the leader. A release is the noisy labels of one
@@ -11,9 +12,17 @@ new release, drawn independently, and the ledger adds its eps (basic sequential 
 Roth 2014, Theorem 3.16).
 
 Datasets are named by their source, which a re-export or one appended row changes. So the ledger
-also keeps a bottom-k sketch of each dataset's sample ids (k = 4096 smallest keyed hashes; Broder
-1997, "On the resemblance and containment of documents") and charges every release of an overlapping
-dataset to a new one: the total it reports is that of the most exposed sample id, not of one file.
+also keeps a bottom-k sketch of each dataset's sample ids (privacy/label/ledger_math.py) and charges
+every release of an overlapping dataset to a new one: the total it reports is that of the most
+exposed sample id, not of one file. The sketches are keyed by the ledger secret, created once beside
+the ledger and independent of the label key, so they stay comparable when the label key changes.
+
+Ledger format 3 (this one) sketches under the ledger secret; format 2 sketched under the label key
+of the time. A format-2 ledger is migrated when read: its sketches cannot be recomputed without the
+ids, so each keeps the fingerprint of the key it was taken under. A new dataset is compared with it
+exactly when this run holds that key, and is otherwise charged with all its releases (the
+conservative side: it can over-count, never under-count); an old dataset released again is
+re-sketched under the ledger secret.
 """
 
 from __future__ import annotations
@@ -23,24 +32,53 @@ import datetime
 import fcntl
 import hashlib
 import json
-import math
 import os
-import secrets
-import stat
 from dataclasses import dataclass
 
 import numpy as np
 
-from privacy.label.keyed_random import KEY_BYTES, keyed_words
+from privacy.label.ledger_math import (
+    SKETCH_K,
+    STAGE_ONE,
+    composed_eps,
+    estimated_overlap,
+    id_sketch,
+    jsonable,
+)
+from privacy.label.secret_files import (
+    LabelDPStoreError,
+    check_ancestors,
+    check_private,
+    create_key,
+    create_secret,
+    read_key,
+    read_secret,
+)
 
-LEDGER_FORMAT = 2
+LEDGER_FORMAT = 3
+MIGRATED_FORMATS = (2,)  # read and upgraded in place (see the module docstring)
 STORE_ENV = "VFL_LABEL_DP_STORE"
-SKETCH_K = 4096
-STAGE_ONE = "lp2st_stage_one"  # the mechanism name of LP-2ST's stage-one release in the ledger
+SECRET_WHAT = "label-DP ledger secret"
+SECRET_DAMAGED = "restore it from a backup: the ledger's id sketches are keyed by it"
 
-
-class LabelDPStoreError(ValueError):
-    """The key or ledger cannot be used safely; the message says which file and how to fix it."""
+__all__ = [
+    "LEDGER_FORMAT",
+    "SKETCH_K",
+    "STAGE_ONE",
+    "LabelDPStore",
+    "LabelDPStoreError",
+    "Release",
+    "composed_eps",
+    "create_key",
+    "dataset_id",
+    "default_store_dir",
+    "estimated_overlap",
+    "id_sketch",
+    "key_fingerprint",
+    "named_dataset_id",
+    "read_key",
+    "release_id",
+]
 
 
 def default_store_dir() -> str:
@@ -79,133 +117,23 @@ def release_id(dataset: str, fingerprint: str, mechanism: str, params: dict) -> 
         "dataset": dataset,
         "key": fingerprint,
         "mechanism": mechanism,
-        "params": {k: _jsonable(v) for k, v in sorted(params.items())},
+        "params": {k: jsonable(v) for k, v in sorted(params.items())},
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
-
-
-def id_sketch(key: bytes, ids: np.ndarray) -> str:
-    """The k smallest keyed 64-bit hashes of the sample ids (all of them when fewer than k), as hex."""
-    h = np.unique(keyed_words(key, "ledger", "id-sketch", np.asarray(ids, dtype=np.int64)))
-    return "".join(f"{int(x):016x}" for x in h[:SKETCH_K])
-
-
-def _sketch_set(sketch: str) -> set[int]:
-    return {int(sketch[i : i + 16], 16) for i in range(0, len(sketch), 16)}
-
-
-def estimated_overlap(a: str, n_a: int, b: str, n_b: int) -> float:
-    """Estimated number of ids two datasets share, from their bottom-k sketches (exact below k ids)."""
-    sa, sb = _sketch_set(a), _sketch_set(b)
-    union = sorted(sa | sb)[:SKETCH_K]
-    if not union:
-        return 0.0
-    both = sum(1 for h in union if h in sa and h in sb)
-    if both == 0:
-        return 0.0
-    if n_a <= SKETCH_K and n_b <= SKETCH_K:
-        return float(len(sa & sb))
-    j = both / len(union)
-    return j / (1.0 + j) * (n_a + n_b)
-
-
-def _jsonable(v):
-    if isinstance(v, float) and math.isinf(v):
-        return "inf"
-    return v
-
-
-def _eps(v) -> float:
-    return math.inf if v == "inf" else float(v)
 
 
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def _check_private(path: str, what: str) -> os.stat_result:
-    st = os.stat(path)
-    if st.st_uid != os.getuid():
-        raise LabelDPStoreError(
-            f"{what} {path} is owned by uid {st.st_uid}, not by this user ({os.getuid()}); "
-            "the leader's secret must belong to the leader's account"
-        )
-    if st.st_mode & 0o077:
-        raise LabelDPStoreError(
-            f"{what} {path} has mode {stat.S_IMODE(st.st_mode):04o}; it must be readable by its "
-            f"owner only (chmod {'700' if stat.S_ISDIR(st.st_mode) else '600'} {path})"
-        )
-    return st
-
-
-def _check_ancestors(path: str) -> None:
-    """Like ssh's StrictModes: nobody but this user or root may rename the store away (a world-writable
-    ancestor is accepted only with the sticky bit, where others cannot rename our entries)."""
-    cur = os.path.dirname(os.path.abspath(path))
-    while True:
-        st = os.stat(cur)
-        if st.st_uid not in (0, os.getuid()) or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
-            raise LabelDPStoreError(
-                f"label-DP store {path}: its parent directory {cur} can be modified by other users "
-                f"(owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}); they could replace "
-                "the key or the ledger: put the store in a directory only you control"
-            )
-        parent = os.path.dirname(cur)
-        if parent == cur:
-            return
-        cur = parent
-
-
-def read_key(path: str) -> bytes:
-    """The 32-byte key from a hex file that only its owner can read; LabelDPStoreError otherwise."""
-    try:
-        _check_private(path, "label-DP key file")
-        with open(path) as f:
-            text = f.read().strip()
-    except OSError as e:
-        raise LabelDPStoreError(f"label-DP key file {path} cannot be read: {e.strerror}") from None
-    except UnicodeDecodeError:
-        text = ""
-    try:
-        key = bytes.fromhex(text)
-    except ValueError:
-        key = b""
-    if len(key) != KEY_BYTES:
-        raise LabelDPStoreError(
-            f"label-DP key file {path} must hold {KEY_BYTES} bytes as {2 * KEY_BYTES} hex digits; "
-            "it is damaged (restore it from a backup; a new key is a new release that adds to the ledger)"
-        )
-    return key
-
-
-def create_key(path: str) -> bytes:
-    """A fresh 256-bit key from `secrets`, written with mode 0600; an existing file (another run won the
-    race) is read instead, never overwritten."""
-    key = secrets.token_bytes(KEY_BYTES)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return read_key(path)
-    with os.fdopen(fd, "w") as f:
-        f.write(key.hex() + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    return key
-
-
-def composed_eps(releases: list[dict]) -> float:
-    """The eps of ledger releases by basic composition (Dwork & Roth 2014, Thm. 3.16), except within one LP-2ST run:
-    its stage one (mechanism STAGE_ONE) and the stage-two releases naming it in params.stage_one_release randomize
-    disjoint rows, so the group costs the larger of the two sides (parallel composition; Ghazi et al. 2021, Alg. 3
-    is eps-label-DP as a whole), and each further stage-two release (a new prior) adds its eps."""
-    groups: dict[str, list[float]] = {}
-    for r in releases:
-        params = r.get("params") if isinstance(r.get("params"), dict) else {}
-        group = params.get("stage_one_release") or r["release_id"]
-        side = groups.setdefault(str(group), [0.0, 0.0])
-        side[0 if r.get("mechanism") == STAGE_ONE else 1] += _eps(r["eps"])
-    return sum(max(stage_one, rest) for stage_one, rest in groups.values())
+def _migrate(doc: dict) -> dict:
+    """A format-2 ledger as format 3: each dataset's sketch keeps the fingerprint of the label key it was taken under
+    (that of the dataset's first release)."""
+    for name, ds in doc["datasets"].items():
+        first = next((r for r in doc["releases"] if r.get("dataset") == name), {})
+        ds["legacy_sketch_key"] = first.get("key_fingerprint", "unknown")
+    doc["format"], doc["migrated_from"] = LEDGER_FORMAT, doc["format"]
+    return doc
 
 
 @dataclass(frozen=True)
@@ -219,14 +147,28 @@ class Release:
     params: dict
     rows: int
 
+    def entry(self, fingerprint: str) -> dict:
+        return {
+            "release_id": self.release_id,
+            "dataset": self.dataset,
+            "mechanism": self.mechanism,
+            "eps": jsonable(self.eps),
+            "params": {k: jsonable(v) for k, v in self.params.items()},
+            "key_fingerprint": fingerprint,
+            "rows": self.rows,
+            "created": _now(),
+            "uses": 1,
+        }
+
 
 class LabelDPStore:
-    """The leader's key and ledger; every change happens under an exclusive file lock."""
+    """The leader's key, ledger and ledger secret; every change happens under an exclusive file lock."""
 
     def __init__(self, root: str, key_file: str | None = None):
         self.dir = os.path.abspath(root)
         self.key_path = os.path.abspath(key_file) if key_file else os.path.join(self.dir, "key")
         self.ledger_path = os.path.join(self.dir, "ledger.json")
+        self.secret_path = os.path.join(self.dir, "ledger_secret")
         self.warnings: list[str] = []
         self.created = not os.path.exists(self.dir)
         try:
@@ -236,8 +178,8 @@ class LabelDPStore:
                 f"label-DP store {self.dir} cannot be created: {e.strerror} "
                 "(set privacy.label_dp.store_dir to a writable directory)"
             ) from None
-        _check_private(self.dir, "label-DP store directory")
-        _check_ancestors(self.dir)
+        check_private(self.dir, "label-DP store directory")
+        check_ancestors(self.dir)
         if self.created:
             self.warnings.append(
                 f"label DP: created a new key store {self.dir}; it cannot count releases made under "
@@ -268,12 +210,15 @@ class LabelDPStore:
             ) from None
         if (
             not isinstance(doc, dict)
-            or doc.get("format") != LEDGER_FORMAT
+            or doc.get("format") not in (LEDGER_FORMAT, *MIGRATED_FORMATS)
             or not isinstance(doc.get("releases"), list)
             or not isinstance(doc.get("datasets"), dict)
         ):
-            raise LabelDPStoreError(f"label-DP ledger {self.ledger_path} is not a format-{LEDGER_FORMAT} ledger")
-        return doc
+            raise LabelDPStoreError(
+                f"label-DP ledger {self.ledger_path} is not a format-{LEDGER_FORMAT} ledger (nor an older one this "
+                "version migrates): restore it from a backup, or run the version that wrote it"
+            )
+        return _migrate(doc) if doc["format"] in MIGRATED_FORMATS else doc
 
     def key(self) -> bytes:
         """The leader's key, created on first use. A new key where the ledger already has releases is
@@ -291,39 +236,54 @@ class LabelDPStore:
                 )
             return key
 
-    def record(self, release: Release, key: bytes, ids: np.ndarray, source: dict | None = None) -> tuple[bool, dict]:
+    def _secret(self, doc: dict) -> bytes:
+        """The ledger secret (called under the lock): created with the first sketch, never replaced."""
+        if os.path.exists(self.secret_path):
+            secret = read_secret(self.secret_path, SECRET_WHAT, SECRET_DAMAGED)
+        elif any("legacy_sketch_key" not in d for d in doc["datasets"].values()):
+            raise LabelDPStoreError(
+                f"{SECRET_WHAT} {self.secret_path} is missing but ledger {self.ledger_path} holds sketches keyed by "
+                f"it; {SECRET_DAMAGED} (a new secret would hide every overlap)"
+            )
+        else:
+            secret = create_secret(self.secret_path, SECRET_WHAT, SECRET_DAMAGED)
+        fp = key_fingerprint(secret)
+        if doc.setdefault("ledger_secret", fp) != fp:
+            raise LabelDPStoreError(
+                f"{SECRET_WHAT} {self.secret_path} (fingerprint {fp}) is not the one ledger {self.ledger_path} was "
+                f"sketched with ({doc['ledger_secret']}); {SECRET_DAMAGED}"
+            )
+        return secret
+
+    def record(
+        self,
+        release: Release,
+        key: bytes,
+        ids: np.ndarray,
+        source: dict | None = None,
+    ) -> tuple[bool, dict]:
         """Add the release (and its dataset) to the ledger unless it is there.
         Returns (is_new, summary) with the dataset's total eps, overlaps counted."""
         fp = key_fingerprint(key)
+        ids = np.asarray(ids, dtype=np.int64)
         with self._locked():
             doc = self.ledger()
+            secret = self._secret(doc)
             ds = doc["datasets"].get(release.dataset)
-            if ds is None:
+            if ds is None or "legacy_sketch_key" in ds:  # new, or sketched by a format-2 ledger: (re-)sketch it
                 ds = doc["datasets"][release.dataset] = {
-                    "rows": int(np.asarray(ids).size),
-                    "first_seen": _now(),
-                    "source": source or {},
-                    "sketch": id_sketch(key, ids),
+                    **(ds or {"first_seen": _now(), "source": source or {}}),
+                    "rows": int(ids.size),
+                    "sketch": id_sketch(secret, ids),
                 }
+                ds.pop("legacy_sketch_key", None)
             found = next((r for r in doc["releases"] if r["release_id"] == release.release_id), None)
             if found is None:
-                doc["releases"].append(
-                    {
-                        "release_id": release.release_id,
-                        "dataset": release.dataset,
-                        "mechanism": release.mechanism,
-                        "eps": _jsonable(release.eps),
-                        "params": {k: _jsonable(v) for k, v in release.params.items()},
-                        "key_fingerprint": fp,
-                        "rows": release.rows,
-                        "created": _now(),
-                        "uses": 1,
-                    }
-                )
+                doc["releases"].append(release.entry(fp))
             else:
                 found["uses"] = int(found.get("uses", 1)) + 1
                 found["last_used"] = _now()
-            summary = self._summary(doc, release.dataset)
+            summary = self._summary(doc, release.dataset, key, ids)
             if found is None and summary["overlapping_datasets"]:
                 self.warnings.append(
                     f"label DP: dataset {release.dataset} shares sample ids with {len(summary['overlapping_datasets'])} "
@@ -331,23 +291,47 @@ class LabelDPStore:
                     f"total eps {summary['total_eps']} (see {self.ledger_path}). Where sample ids are line numbers (no id "
                     f"column), every file shares them: give the data an id column for exact accounting"
                 )
+            if found is None and summary["unverifiable_datasets"]:
+                self.warnings.append(
+                    f"label DP: {len(summary['unverifiable_datasets'])} dataset(s) of the format-2 ledger were sketched "
+                    "under a label key this run does not hold, so their overlap with this one cannot be measured: "
+                    f"their releases are charged to it (see {self.ledger_path})"
+                )
             doc["composition"] = (
                 "basic sequential composition over releases; overlapping datasets charged to each other"
             )
             self._write(doc)
             return found is None, summary
 
-    def _summary(self, doc: dict, dataset: str) -> dict:
+    def _overlaps(self, doc: dict, dataset: str, key: bytes | None, ids: np.ndarray | None):
+        """(datasets sharing ids with `dataset`, those of them charged because their format-2 sketch cannot be
+        compared)."""
         mine = doc["datasets"][dataset]
-        overlapping: list[str] = []
+        overlapping, unverifiable = [], []
+        fp = key_fingerprint(key) if key is not None else None
         for other, d in doc["datasets"].items():
-            if other != dataset and estimated_overlap(mine["sketch"], mine["rows"], d["sketch"], d["rows"]) > 0:
+            if other == dataset:
+                continue
+            legacy = d.get("legacy_sketch_key")
+            if legacy is None:
+                shared = estimated_overlap(mine["sketch"], mine["rows"], d["sketch"], d["rows"]) > 0
+            elif legacy == fp and ids is not None:  # sketched under this very key: compare exactly, as format 2 did
+                shared = estimated_overlap(id_sketch(key, ids), int(ids.size), d["sketch"], d["rows"]) > 0
+            else:
+                shared = True
+                unverifiable.append(other)
+            if shared:
                 overlapping.append(other)
+        return overlapping, unverifiable
+
+    def _summary(self, doc: dict, dataset: str, key: bytes | None = None, ids: np.ndarray | None = None) -> dict:
+        overlapping, unverifiable = self._overlaps(doc, dataset, key, ids)
         charged = [r for r in doc["releases"] if r.get("dataset") in (dataset, *overlapping)]
         return {
-            "total_eps": _jsonable(composed_eps(charged)),
+            "total_eps": jsonable(composed_eps(charged)),
             "releases": len(charged),
             "overlapping_datasets": overlapping,
+            "unverifiable_datasets": unverifiable,
         }
 
     def _write(self, doc: dict) -> None:
