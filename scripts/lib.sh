@@ -33,10 +33,11 @@ launcher() {  # launcher MODULE RANKS NNODES NODE_RANK MASTER_ADDR MASTER_PORT: 
     echo "error: --nnodes $nnodes needs --master-addr and --master-port (the same on every machine of this party)" >&2; exit 2
   fi
   [ -n "$port" ] || port=$(free_port)
-  if [ "$nnodes" = 1 ] && [ -z "${GLOO_SOCKET_IFNAME:-}" ] && [ -e /sys/class/net/lo ]; then
-    # one machine: keep gloo's unauthenticated, unencrypted rank-to-rank traffic on the loopback interface
-    export GLOO_SOCKET_IFNAME=lo
-  fi
+  # gloo's rank-to-rank traffic is neither authenticated nor encrypted: without VFL_TRUSTED_RANK_NETWORK=1
+  # (--trusted-rank-network) every rank refuses a master address, interface or machine beyond the loopback
+  # (vfl/distributed/launch.py), and gloo stays on the loopback interface; the ranks' check, before torchrun starts
+  WORLD_SIZE=$((ranks * nnodes)) RANK=0 LOCAL_WORLD_SIZE=$ranks MASTER_ADDR=$addr MASTER_PORT=$port \
+    "$PY" -m vfl.distributed.launch || exit 2
   # torchrun (torch.distributed.run): RANK, WORLD_SIZE, MASTER_ADDR/PORT for every rank; one failed rank stops the others
   LAUNCH=("$PY" -m torch.distributed.run --nproc-per-node "$ranks" --nnodes "$nnodes" --node-rank "$node_rank"
           --master-addr "$addr" --master-port "$port" -m "$module")

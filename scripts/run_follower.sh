@@ -5,6 +5,7 @@
 #   e.g. bash scripts/run_follower.sh examples/wide_deep_criteo/follower.yaml tcp://leader-host:5560 --raw follower0.csv --keys /secure/vfl-keys
 # --ranks N: N ranks of this party under torchrun (rank r binds/connects the endpoint's port + r); across machines
 #   add --nnodes M --node-rank K --master-addr HOST --master-port P (torchrun's flags; the same N on every party)
+#   --trusted-rank-network (gloo's traffic between them is not encrypted: docs/scaling.md, Inside a party)
 # --raw: the follower's own file (id column and its columns, no label; TSV or CSV) is prepared alone into DIR/<party>
 # (default runs/shards); the ids are then intersected privately with the leader's (PSI) before training.
 set -euo pipefail

@@ -5,6 +5,7 @@
 #   e.g. bash scripts/run_leader.sh examples/wide_deep_criteo/leader.yaml tcp://0.0.0.0:5560 --raw leader.tsv --keys /secure/vfl-keys
 # --ranks N: N ranks of this party under torchrun (rank r binds/connects the endpoint's port + r); across machines
 #   add --nnodes M --node-rank K --master-addr HOST --master-port P (torchrun's flags; the same N on every party)
+#   --trusted-rank-network (gloo's traffic between them is not encrypted: docs/scaling.md, Inside a party)
 # --raw: the leader's own file (id column, its columns, label; TSV or CSV) is prepared alone into DIR/<party>
 # (default runs/shards); the ids are then intersected privately with each follower's (PSI) before training.
 set -euo pipefail

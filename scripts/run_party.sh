@@ -10,7 +10,7 @@ case "$ROLE" in
   follower) ENDPOINT_FLAG=--connect ;;
   *) echo "error: run_party.sh ROLE: allowed: leader, follower; got $ROLE" >&2; exit 2 ;;
 esac
-[ $# -ge 2 ] || { sed -n '3,9p' "$USAGE_OF"; exit 2; }
+[ $# -ge 2 ] || { sed -n '3,10p' "$USAGE_OF"; exit 2; }
 CONFIG=$1 ENDPOINT=$2; shift 2
 RAW="" SHARDS="runs/shards" PREP=() REST=() RANKS=1 NNODES=1 NODE_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=""
 while [ $# -gt 0 ]; do
@@ -22,6 +22,7 @@ while [ $# -gt 0 ]; do
     --node-rank) NODE_RANK=$2; shift 2 ;;
     --master-addr) MASTER_ADDR=$2; shift 2 ;;
     --master-port) MASTER_PORT=$2; shift 2 ;;
+    --trusted-rank-network) export VFL_TRUSTED_RANK_NETWORK=1; shift ;;  # checked by vfl/distributed/launch.py
     --hash-buckets|--parties|--vocab-min-count|--seed) PREP+=("$1" "$2"); shift 2 ;;
     *) REST+=("$1"); shift ;;
   esac

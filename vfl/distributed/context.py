@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 from datetime import timedelta
 
 import numpy as np
 
-from vfl.distributed.launch import RankEnv
+from vfl.distributed.launch import RankEnv, loopback_interface
 from vfl.distributed.slicing import check_batches, loss_weight, rank_rows, slice_bounds
 
 
@@ -105,6 +106,11 @@ class DistributedContext(RankContext):
             torch.cuda.set_device(env.local_rank)
             self.device = torch.device("cuda", env.local_rank)
         self.timeout_s = timeout_s
+        if self.backend == "gloo" and not env.trusted_network and not os.environ.get("GLOO_SOCKET_IFNAME"):
+            # an untrusted rank network is this machine's loopback (launch.check_loopback): keep gloo's pairs there too
+            interface = loopback_interface()
+            if interface:
+                os.environ["GLOO_SOCKET_IFNAME"] = interface
         with self.collectives("start-up (init_process_group)"):
             dist.init_process_group(
                 self.backend,
