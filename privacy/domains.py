@@ -79,6 +79,42 @@ def domain_error(
     return None
 
 
+# Label-DP eps (randomized response, RRWithPrior): where the mechanisms are numerically sound. Below 1e-3 the
+# flip probability is within 2.5e-4 of 1/2: the forward correction divides by 1 - 2 rho < 5e-4 and float32 keeps
+# almost nothing of the label (eps = 1e-300 rounds to exactly 1/2 and the debiasing divides by zero). Above 50,
+# e^eps leaves float range soon after (math.exp overflows at 710) and nothing changes below it anyway: the flip
+# probability 1/(1 + e^eps) is under 2^-53, the resolution of the leader's PRF uniforms, from eps ~ 36.7, so such a
+# release is already noise-free. inf is the explicit noise-free value.
+LABEL_EPS_MIN = 1e-3
+LABEL_EPS_MAX = 50.0
+LABEL_EPS_DOMAIN = f"in [{LABEL_EPS_MIN:g}, {LABEL_EPS_MAX:g}], or inf for no noise"
+
+
+def label_eps_error(name: str, value) -> str | None:
+    """None when value is a label-DP eps (LABEL_EPS_DOMAIN), else the sentence quoting the value and the domain."""
+    value = yaml12_number(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        hint = " (write .inf for no noise)" if isinstance(value, str) and "inf" in value.lower() else ""
+        return f"{name} must be a number, got {value!r}{hint} (allowed: {LABEL_EPS_DOMAIN})"
+    if value == math.inf or LABEL_EPS_MIN <= value <= LABEL_EPS_MAX:
+        return None
+    return f"{name} must be {LABEL_EPS_DOMAIN}, got {name.rsplit('.', 1)[-1]}={value!r}"
+
+
+def LabelEps():
+    """A label-DP eps: a float in [LABEL_EPS_MIN, LABEL_EPS_MAX], or inf (no noise)."""
+
+    def check(value: Any, info: ValidationInfo):
+        err = label_eps_error(info.field_name or "eps", value)
+        if err:
+            raise _fail(err)
+        return float(yaml12_number(value))
+
+    # JSON Schema has no infinity: the maximum is stated in words, so that .inf still validates in an editor
+    schema = {"minimum": LABEL_EPS_MIN, "description": f"label-DP eps {LABEL_EPS_DOMAIN}"}
+    return Annotated[float, BeforeValidator(check), Field(json_schema_extra=schema)]
+
+
 def Number(lo=None, hi=None, *, lo_open: bool = False, hi_open: bool = False, integer: bool = False):
     """An int (integer=True) or float field inside [lo, hi] (open ends with lo_open / hi_open)."""
 

@@ -57,7 +57,7 @@ def test_numbers_that_are_not_numbers_still_fail_with_the_domain():
     assert (
         "train.batch_size must be an integer, got 2.5" in text and "train.epochs must be an integer, got True" in text
     )
-    assert "privacy.label_dp.eps must be a number, got 'infinite' (write .inf or 1e308 for infinity)" in text
+    assert "privacy.label_dp.eps must be a number, got 'infinite' (write .inf for no noise)" in text
 
 
 def test_dotted_overrides_reach_any_key_and_are_validated(tmp_path):

@@ -50,7 +50,7 @@ def test_debias_count_inverts_the_expected_report_exactly():
     expected_reports = p * n_true + (1 - p) * (n - n_true)
     # Execute / Assert
     assert debias_count(expected_reports, n, eps) == pytest.approx(n_true, abs=1e-9)
-    with pytest.raises(ValueError, match="eps = 0"):
+    with pytest.raises(ValueError, match=r"eps must be in \[0.001, 50\], or inf for no noise, got eps=0.0"):
         debias_count(10, 20, 0.0)
 
 

@@ -21,7 +21,7 @@ from tests.dp_stats import binomial_tolerance, dp_histogram_violations
 N = 200_000
 
 
-@pytest.mark.parametrize("eps", [0.0, 0.5, 1.0, 2.0, 4.0])
+@pytest.mark.parametrize("eps", [0.001, 0.5, 1.0, 2.0, 4.0])
 def test_binary_flip_rate_matches_one_over_one_plus_e_eps(eps):
     # Prepare
     labels = np.random.default_rng(1).integers(0, 2, N)
@@ -32,7 +32,7 @@ def test_binary_flip_rate_matches_one_over_one_plus_e_eps(eps):
     assert abs(np.mean(noisy != labels) - rho) < binomial_tolerance(N, rho)
 
 
-@pytest.mark.parametrize("eps, k", [(0.0, 4), (1.0, 4), (2.0, 10), (1.0, 2)])
+@pytest.mark.parametrize("eps, k", [(0.001, 4), (1.0, 4), (2.0, 10), (1.0, 2)])
 def test_one_hot_keep_and_move_rates(eps, k):
     # Prepare
     cls = np.random.default_rng(3).integers(0, k, N)
@@ -62,20 +62,20 @@ def test_torch_input_keeps_type_shape_dtype_and_device():
     assert isinstance(b, torch.Tensor) and b.shape == (2, 3) and b.dtype == torch.int32 and (b.sum(1) == 1).all()
 
 
-def test_eps_infinity_is_exact_and_eps_zero_is_uniform():
+def test_eps_infinity_is_exact_and_the_smallest_eps_is_near_uniform():
     # Prepare
     labels = np.random.default_rng(6).integers(0, 2, N).astype(np.int8)
     onehot = torch.eye(3)[torch.from_numpy(np.random.default_rng(7).integers(0, 3, 1000))]
     # Execute
     exact = LabelDP(math.inf)(labels)
     exact_t = LabelDP(float("inf"))(onehot)
-    uniform = LabelDP(0.0)(np.zeros(N, np.int64), generator=8)
+    uniform = LabelDP(0.001)(np.zeros(N, np.int64), generator=8)
     # Assert
     np.testing.assert_array_equal(exact, labels)
     assert exact.dtype == np.int8 and torch.equal(exact_t, onehot)
     assert abs(uniform.mean() - 0.5) < binomial_tolerance(N, 0.5)
     assert flip_probability(math.inf) == 0.0 and keep_probability(math.inf, 5) == 1.0
-    assert not math.isnan(keep_probability(1e6, 3))  # no overflow, no silent cap at 100
+    assert keep_probability(50.0, 3) == 1.0 and 0 < flip_probability(50.0) < 2e-21  # the largest eps: no overflow
 
 
 def test_same_generator_seed_reproduces_the_output():
@@ -140,8 +140,13 @@ def test_release_noise_is_a_function_of_key_release_and_sample_id():
     [
         (True, TypeError, "real number, got bool"),
         ("1.0", TypeError, "real number, got str"),
-        (-1.0, ValueError, "eps must be >= 0 (or inf for no noise), got eps=-1.0"),
+        (-1.0, ValueError, "eps must be in [0.001, 50], or inf for no noise, got eps=-1.0"),
         (float("nan"), ValueError, "got eps=nan"),
+        (0.0, ValueError, "eps must be in [0.001, 50], or inf for no noise, got eps=0.0"),
+        (-0.0, ValueError, "got eps=-0.0"),
+        (1e-300, ValueError, "got eps=1e-300"),
+        (51.0, ValueError, "got eps=51.0"),
+        (1000.0, ValueError, "got eps=1000.0"),
     ],
 )
 def test_bad_eps_raises_quoting_the_value(eps, exc, needle):
@@ -293,14 +298,14 @@ def test_ten_class_dp_histogram_test_has_power_against_a_miscalibrated_mechanism
     assert dp_histogram_violations(out_a, out_b, eps, bins=K10) != []
 
 
-def test_kary_rr_is_exact_without_noise_and_uniform_at_eps_zero():
+def test_kary_rr_is_exact_without_noise_and_near_uniform_at_the_smallest_eps():
     # Prepare
     ids = np.arange(N)
     cls = np.random.default_rng(31).integers(0, K10, N)
     # Execute
     exact = randomize_classes_once(cls, ids, K10, math.inf, bytes(32), "r")
-    flat = randomize_classes_once(cls, ids, K10, 0.0, bytes(32), "r")
-    # Assert: eps = inf keeps every label; eps = 0 outputs each class with 1/10 whatever the label
+    flat = randomize_classes_once(cls, ids, K10, 0.001, bytes(32), "r")
+    # Assert: eps = inf keeps every label; eps = 0.001 outputs each class with ~1/10 whatever the label
     np.testing.assert_array_equal(exact, cls)
     for c in range(K10):
         assert abs(np.mean(flat == c) - 0.1) < binomial_tolerance(N, 0.1)

@@ -193,3 +193,24 @@ def test_follower_given_another_followers_shard_is_refused(tmp_path, shards_thre
     code, _, err = procs.wait("follower0", 60)
     # Assert
     assert code == 1 and "is the shard of party 'follower1', not of 'follower0'" in err and err.count("\n") == 1
+
+
+def test_an_unexpected_error_reaches_the_followers_in_the_projects_words_and_the_log_keeps_the_detail(tmp_path):
+    """eps = 1000 once died with "unexpected OverflowError: math range error" in the followers' ABORT; whatever a bug
+    raises, its text (paths, values, state) stays in the leader's log."""
+    # Prepare
+    from vfl.cli import run_party
+    from vfl.obs.metrics import RunLog
+
+    sent = []
+
+    def body():
+        raise OverflowError("math range error at /home/leader/secret/thing, label 1")
+
+    cfg = type("Cfg", (), {"party": "leader"})()
+    # Execute
+    code = run_party(cfg, RunLog(str(tmp_path / "leader.log")), body, sent.append)
+    # Assert
+    assert code == 1 and sent == ["leader stopped on an internal error; see its log"]
+    log = (tmp_path / "leader.log").read_text()
+    assert "OverflowError: math range error at /home/leader/secret/thing" in log

@@ -180,10 +180,16 @@ def run_party(cfg: PartyConfig, log, body, abort) -> int:
         import traceback
 
         reason = f"unexpected {type(e).__name__}: {one_line(e)}"
-        abort(f"{cfg.party}: {reason}")
+        abort(internal_error_reason(cfg.party))  # the peers get the project's words; the exception stays in our log
         log.file_only(traceback.format_exc())
         log.error(f"error: {reason} (traceback in {cfg.party}.log)")
         return 1
+
+
+def internal_error_reason(party: str) -> str:
+    """The ABORT reason of an unexpected exception: no Python text (it may quote paths, values or state) reaches a
+    peer."""
+    return f"{party} stopped on an internal error; see its log"
 
 
 def party_main(argv: list[str] | None, role: str, endpoint_flag: str, body, abort) -> int:

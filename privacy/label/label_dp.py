@@ -14,8 +14,9 @@ Both take a numpy array or a torch tensor and return the same type, shape, dtype
 one-hot labels ((N, K), K >= 2, exactly one 1 per row) and class ids ((N,) integers in [0, K) with
 num_classes=K) keep their class with p1 = e^eps/(K-1+e^eps) and otherwise move uniformly to one of
 the other K-1 classes.
-Unlike MindSpore: eps is not capped at 100 (eps = inf returns the labels exactly), every row is
-validated (not just the total count of ones), and a generator makes results reproducible.
+Unlike MindSpore: eps must lie in [0.001, 50] (where the mechanisms are numerically sound; privacy/domains.py) or
+be inf, which returns the labels exactly, not silently capped at 100; every row is validated (not just the total
+count of ones), and a generator makes results reproducible.
 """
 
 from __future__ import annotations
@@ -23,7 +24,14 @@ from __future__ import annotations
 import numpy as np
 
 from privacy.label.keyed_random import KEY_BYTES
-from privacy.label.randomized_response import binary_rr, check_eps, flip_probability, kary_rr, keep_probability, rr_cost
+from privacy.label.randomized_response import (
+    binary_rr,
+    check_label_eps,
+    flip_probability,
+    kary_rr,
+    keep_probability,
+    rr_cost,
+)
 from privacy.label.release_draws import randomize_binary_once, randomize_classes_once
 
 
@@ -122,7 +130,7 @@ class LabelDP:
         key: bytes | None = None,
         num_classes: int | None = None,
     ):
-        self.eps = check_eps(eps)
+        self.eps = check_label_eps(eps)
         if key is not None and (store_dir is not None or key_file is not None):
             raise ValueError("pass key (no ledger) or store_dir/key_file (key and ledger on disk), not both")
         if key is not None and (not isinstance(key, (bytes, bytearray)) or len(key) != KEY_BYTES):

@@ -12,6 +12,8 @@ import numbers
 
 import numpy as np
 
+from privacy.domains import label_eps_error
+
 
 def check_eps(eps) -> float:
     """eps as a float; TypeError for non-real numbers (bool, str), ValueError for NaN or eps < 0."""
@@ -23,15 +25,26 @@ def check_eps(eps) -> float:
     return eps
 
 
+def check_label_eps(eps) -> float:
+    """eps as a float when it is a label-DP eps (privacy/domains.py LABEL_EPS_DOMAIN: [0.001, 50] or inf, where the
+    mechanisms are numerically sound); TypeError for non-real numbers, ValueError quoting the domain otherwise."""
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"eps must be a real number, got {type(eps).__name__} {eps!r}")
+    err = label_eps_error("eps", float(eps))
+    if err:
+        raise ValueError(err)
+    return float(eps)
+
+
 def flip_probability(eps: float) -> float:
-    """Binary RR flips with rho = 1 / (1 + e^eps); 0 at eps = inf, 1/2 at eps = 0."""
-    eps = check_eps(eps)
+    """Binary RR flips with rho = 1 / (1 + e^eps); 0 at eps = inf."""
+    eps = check_label_eps(eps)
     return 0.0 if math.isinf(eps) else 1.0 / (1.0 + math.exp(eps))
 
 
 def keep_probability(eps: float, k: int) -> float:
     """k-ary RR keeps the true class with p1 = e^eps / (k - 1 + e^eps) (computed without overflow)."""
-    eps = check_eps(eps)
+    eps = check_label_eps(eps)
     if k < 1:
         raise ValueError(f"k must be >= 1, got k={k}")
     return 1.0 if math.isinf(eps) else 1.0 / (1.0 + (k - 1) * math.exp(-eps))
@@ -89,14 +102,13 @@ def debias_count(n_reported_ones: float, n: float, eps: float) -> float:
     """Unbiased estimate of the true number of ones behind binary RR reports.
 
     N_T = (N_C - N + N P) / (2P - 1) with P = e^eps / (1 + e^eps) the keep probability
-    (E[N_C] = P N_T + (1 - P)(N - N_T)). Undefined at eps = 0, where reports carry no information.
+    (E[N_C] = P N_T + (1 - P)(N - N_T)). Undefined at eps = 0, where reports carry no information (outside the
+    label-eps domain, refused by flip_probability).
     """
     p = 1.0 - flip_probability(eps)
-    if p == 0.5:
-        raise ValueError("eps = 0: randomized response reports carry no information; nothing to debias")
     return (n_reported_ones - n + n * p) / (2 * p - 1)
 
 
 def rr_cost(eps: float) -> dict:
     """The (eps, delta) that one randomized-response report spends on its record."""
-    return {"eps": check_eps(eps), "delta": 0.0}
+    return {"eps": check_label_eps(eps), "delta": 0.0}

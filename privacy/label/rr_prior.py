@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from privacy.label.randomized_response import check_eps
+from privacy.label.randomized_response import check_label_eps
 
 
 def top_k_weights(prior: np.ndarray, eps: float) -> np.ndarray:
     """w_k for k = 1..K per row (Alg. 2, line 2); prior rows sorted or not."""
-    eps = check_eps(eps)
+    eps = check_label_eps(eps)
     sorted_p = -np.sort(-prior, axis=1)
     mass = np.cumsum(sorted_p, axis=1)
     k = np.arange(1, prior.shape[1] + 1)
@@ -50,7 +50,7 @@ def rr_with_prior(
         raise ValueError(f"labels must be class indices in [0, {k_total}), got range [{labels.min()}, {labels.max()}]")
     if (prior < 0).any() or not np.allclose(prior.sum(axis=1), 1.0, atol=1e-6):
         raise ValueError("prior rows must be probability vectors (non-negative, summing to 1)")
-    eps = check_eps(eps)
+    eps = check_label_eps(eps)
     if np.isinf(eps):  # noise-free: every label is kept
         return labels.copy(), np.full(n, k_total, dtype=np.int64)
     if u_keep is None or u_pick is None:

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from privacy.domains import Choice, Flag, IntList, Number, Text, domain_error
+from privacy.domains import LABEL_EPS_DOMAIN, Choice, Flag, IntList, LabelEps, Number, Text, domain_error
 from vfl.config.report import apply_overrides, fill_empty_sections, parse_override, problems
 from vfl.config.yamlfile import read_yaml
 
@@ -117,7 +117,7 @@ class TrainConfig(_Section):
 
 
 class LabelDPConfig(_Section):
-    eps: Number(0.0) = 1.0  # required in YAML; .inf (or inf) = no noise
+    eps: LabelEps() = 1.0  # required in YAML; in [0.001, 50] (privacy/domains.py), or .inf (inf) = no noise
     mechanism: Choice("rr", "rr_prior") = "rr"
     # debias: the loss corrects for the noise. Default (unset): on for rr (forward correction beat plain RR at
     # eps <= 2 and tied above; README, Utility), off for rr_prior (its labels are not a fixed-rate channel)
@@ -273,7 +273,7 @@ def _role_problems(doc: dict) -> list[str]:
     ld = _get(doc, "privacy", "label_dp")
     if _has(doc, "privacy", "label_dp") and isinstance(ld, dict):  # (an empty `label_dp:` is {} by now)
         if "eps" not in ld:
-            errors.append("privacy.label_dp.eps is required (a number >= 0, or inf for no noise)")
+            errors.append(f"privacy.label_dp.eps is required (a number {LABEL_EPS_DOMAIN})")
         if ld.get("debias") is True and ld.get("mechanism", "rr") != "rr":
             errors.append("privacy.label_dp.debias applies to mechanism rr only")
     return errors
