@@ -28,14 +28,18 @@ def _labelled_shard(cfg):
 def _label_key(cfg, env, ctx, shard):
     """The leader's label-DP key and ledger (None without label DP), opened before any follower connects."""
     from vfl.labeldp.ranks import open_label_key_ranks
-    from vfl.labeldp.release import open_label_key
+    from vfl.labeldp.release import LabelDPRelease, open_label_key, task_classes
 
     ld = cfg.privacy.label_dp
     if ld is None:
         return None
     if env.distributed:  # rank 0 creates the key and writes the ledger; the others only read the key
-        return open_label_key_ranks(ctx, ld.store_dir, ld.key_file, shard.manifest)
-    return open_label_key(ld.store_dir, ld.key_file, shard.manifest)
+        key = open_label_key_ranks(ctx, ld.store_dir, ld.key_file, shard.manifest)
+    else:
+        key = open_label_key(ld.store_dir, ld.key_file, shard.manifest)
+    # a release over privacy.label_dp.budget is refused here, before any follower connects (and again before the draw)
+    LabelDPRelease.from_config(ld, task_classes(cfg.train.task, shard)).check_budget(key)
+    return key
 
 
 def _listen(cfg, env, keys, shard, log):

@@ -73,8 +73,8 @@ def configs(
     if early_stopping:
         docs["leader"]["train"]["early_stopping"].update(early_stopping)
     docs["leader"].pop("privacy", None)
-    if privacy:
-        docs["leader"]["privacy"] = {"label_dp": privacy}
+    if privacy:  # a throwaway ledger (main), where every eps of the sweep is its own release: no budget
+        docs["leader"]["privacy"] = {"label_dp": {"budget": math.inf, **privacy}}
     return parse_config(docs["leader"]), parse_config(docs["follower"])
 
 

@@ -65,7 +65,7 @@ def test_unknown_keys_suggest_nearest_and_inline_secrets_are_refused():
 
 def test_label_dp_eps_domain_and_infinity():
     # Execute
-    cfg = parse_config(_leader(privacy={"label_dp": {"eps": math.inf}}))
+    cfg = parse_config(_leader(privacy={"label_dp": {"eps": math.inf, "budget": math.inf}}))
     # Assert
     assert cfg.privacy.label_dp.eps == math.inf
     with pytest.raises(ConfigError, match="must be a number, got True"):
@@ -216,3 +216,19 @@ def test_task_is_a_leader_setting_with_a_domain_and_accuracy_selection_needs_mul
     )
     assert "early_stopping.metric accuracy needs train.task: multiclass" in str(bad.value)
     assert "train.task is set on the leader only" in str(on_follower.value)
+
+
+@pytest.mark.parametrize(
+    "label_dp, needle",
+    [
+        ({"eps": 2.0, "budget": 1.0}, "privacy.label_dp.budget=1.0 is below eps=2.0: no release could be drawn"),
+        ({"eps": math.inf}, "set budget: .inf to do it knowingly"),
+        ({"eps": 1.0, "budget": 0}, "privacy.label_dp.budget must be > 0.0, got budget=0"),
+    ],
+)
+def test_a_label_dp_budget_no_release_fits_is_a_config_error(label_dp, needle):
+    # Execute
+    with pytest.raises(ConfigError) as e:
+        parse_config(_leader(privacy={"label_dp": label_dp}))
+    # Assert
+    assert needle in str(e.value)

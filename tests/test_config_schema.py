@@ -32,7 +32,7 @@ def test_yaml_1_2_numbers_that_pyyaml_reads_as_strings_are_numbers(tmp_path):
     p = tmp_path / "leader.yaml"
     p.write_text(
         "role: leader\nparty: leader\nnetwork: {bind: 'tcp://127.0.0.1:1', followers: [f]}\n"
-        "data: {path: d}\ntrain: {lr: 1e-4, batch_size: 1e3}\nprivacy: {label_dp: {eps: inf}}\n"
+        "data: {path: d}\ntrain: {lr: 1e-4, batch_size: 1e3}\nprivacy: {label_dp: {eps: inf, budget: inf}}\n"
     )
     assert yaml.safe_load(p.read_text())["train"]["lr"] == "1e-4"
     # Execute
@@ -41,7 +41,9 @@ def test_yaml_1_2_numbers_that_pyyaml_reads_as_strings_are_numbers(tmp_path):
     assert cfg.train.lr == 1e-4 and cfg.train.batch_size == 1000 and isinstance(cfg.train.batch_size, int)
     assert cfg.privacy.label_dp.eps == math.inf
     assert parse_config(_leader(privacy={"label_dp": {"eps": "1e-3"}})).privacy.label_dp.eps == 1e-3
-    assert parse_config(_leader(privacy={"label_dp": {"eps": ".inf"}})).privacy.label_dp.eps == math.inf
+    assert (
+        parse_config(_leader(privacy={"label_dp": {"eps": ".inf", "budget": ".inf"}})).privacy.label_dp.eps == math.inf
+    )
 
 
 def test_numbers_that_are_not_numbers_still_fail_with_the_domain():

@@ -195,6 +195,37 @@ def test_a_missing_ledger_secret_is_refused_while_the_ledger_holds_its_sketches(
         _labels(shards_small, tmp_path / "store", eps=2.0)
 
 
+def test_a_release_over_the_budget_is_refused_before_any_label_is_drawn_and_nothing_is_recorded(
+    tmp_path, shards_small, monkeypatch
+):
+    # Prepare: eps 4 then 3 on one dataset (total 7); the budget is 8
+    import vfl.labeldp.release as release_module
+    from privacy.label.store import LabelDPBudgetError
+    from vfl.labeldp.release import open_label_key
+
+    _labels(shards_small, tmp_path / "store", eps=4.0, budget=8.0)
+    _labels(shards_small, tmp_path / "store", eps=3.0, budget=8.0)
+    before = (tmp_path / "store" / "ledger.json").read_bytes()
+    drawn = []
+    real = release_module.randomize_binary_once
+    monkeypatch.setattr(release_module, "randomize_binary_once", lambda *a: drawn.append(a) or real(*a))
+    release = LabelDPRelease.from_config(LabelDPConfig(eps=2.0, store_dir=str(tmp_path / "store"), budget=8.0))
+    # Execute
+    with pytest.raises(LabelDPBudgetError) as early:  # before any follower connects (leader/__main__.py)
+        release.check_budget(
+            open_label_key(str(tmp_path / "store"), None, PartyShard(str(shards_small / "leader")).manifest)
+        )
+    with pytest.raises(LabelDPBudgetError) as at_draw:
+        _labels(shards_small, tmp_path / "store", eps=2.0, budget=8.0)
+    # Assert: one line naming the total and the budget; no label drawn; the ledger untouched; a replay is still free
+    for e in (early, at_draw):
+        text = str(e.value)
+        assert "\n" not in text and "to 9," in text and "over privacy.label_dp.budget 8;" in text
+    assert drawn == [] and (tmp_path / "store" / "ledger.json").read_bytes() == before
+    replay = _labels(shards_small, tmp_path / "store", eps=4.0, budget=8.0)
+    assert replay.report["new_release"] is False and replay.report["dataset_total_eps"] == 7.0
+
+
 def test_disjoint_datasets_are_not_charged_to_each_other(tmp_path, synth_small):
     # Prepare: two halves of one file (ids are line numbers, so re-number the second half's file)
     from vfl.data.parties import load_parties

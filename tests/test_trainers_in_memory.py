@@ -322,3 +322,39 @@ def test_a_gradient_for_another_epoch_or_phase_is_refused_by_the_follower(tmp_pa
             s.leader.train()
             s.leader.finish(0, s.leader.loop.global_step)
     assert isinstance(s.error, WireError)
+
+
+def test_a_follower_changing_only_its_own_lr_makes_the_leader_release_nothing_new(tmp_path, shards_k10):
+    """The attack: with K classes and rr_prior the all-party prior depends on the followers' bottoms, and the
+    stage-two release was named by the prior's digest, so a follower's lr 0.003 -> 0.0031 bought a fresh draw (the
+    ledger went 1.0 -> 2.0). Now the stage-two release is named by the leader's config and its first prior is kept:
+    the second run replays the first release exactly and trains no prior."""
+
+    def run(where: str, follower_lr: float):
+        (tmp_path / where).mkdir()
+        s = Session(
+            tmp_path / where,
+            shards_k10,
+            train={"batch_size": 1024, "lr": follower_lr},
+            leader_train={"task": "multiclass", "lr": 0.003},
+            model={"bottom": {"embedding_dim": 4, "hidden": [16], "cut_dim": 4}},
+            privacy={
+                "label_dp": {"eps": 1.0, "mechanism": "rr_prior", "prior_epochs": 1, "store_dir": str(tmp_path / "s")}
+            },
+        )
+        with s:
+            s.leader.prepare()
+            s.leader.finish(0, 0)
+        return s
+
+    # Prepare
+    first = run("a", 0.003)
+    # Execute
+    second = run("b", 0.0031)
+    # Assert
+    a, b = first.leader.labels, second.leader.labels
+    assert b.release == a.release and b.report["new_release"] is False
+    assert b.report["dataset_total_eps"] == 1.0 and b.report["prior_reused"] is True
+    np.testing.assert_array_equal(a.labels, b.labels)
+    np.testing.assert_array_equal(a.valid, b.valid)
+    assert len(first.sent("leader", Prior)) == 1 and second.sent("leader", Prior) == []

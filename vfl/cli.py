@@ -152,7 +152,7 @@ def run_party(cfg: PartyConfig, log, body, abort) -> int:
     Shared by both party entry points so that every failure looks the same: `error: <reason>` on
     stderr and in the party's log, exit 2 for configuration errors, 1 otherwise, 130 on Ctrl-C.
     """
-    from privacy.label.store import LabelDPStoreError
+    from privacy.label.store import LabelDPBudgetError, LabelDPStoreError
     from vfl.config.schema import ConfigError
     from vfl.data.readers.criteo import DataError
     from vfl.wire import PeerAbort, WireError
@@ -161,6 +161,10 @@ def run_party(cfg: PartyConfig, log, body, abort) -> int:
         body()
         return 0
     except PeerAbort as e:  # the peer already knows; just report its reason
+        log.error(f"error: {one_line(e)}")
+        return 1
+    except LabelDPBudgetError as e:  # the dataset's totals and ledger path stay in the leader's log
+        abort(f"{cfg.party}: the leader's label-DP budget for this dataset is spent (details in the leader's log)")
         log.error(f"error: {one_line(e)}")
         return 1
     except LabelDPStoreError as e:  # names the leader's key path: the detail stays in the leader's log

@@ -3,6 +3,7 @@
     <store>/key            32 random bytes as hex, mode 0600 (or privacy.label_dp.key_file)
     <store>/ledger.json    every labelled dataset the leader has randomized and every release, with its eps
     <store>/ledger_secret  32 random bytes as hex, mode 0600: the key of the ledger's id sketches (never the label key)
+    <store>/priors/        LP-2ST: the first prior of each stage-two release, reused by every later run of it
 
 The store lives outside any shard directory, so re-preparing the data (`prepare --force`) never
 touches it, and one key serves every dataset of the leader. A release is the noisy labels of one
@@ -23,6 +24,9 @@ ids, so each keeps the fingerprint of the key it was taken under. A new dataset 
 exactly when this run holds that key, and is otherwise charged with all its releases (the
 conservative side: it can over-count, never under-count); an old dataset released again is
 re-sketched under the ledger secret.
+
+A release that would take the total of its dataset's most exposed sample id over the budget
+(privacy.label_dp.budget) is refused before it is recorded, and it is recorded before it is drawn.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import datetime
 import fcntl
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass
 
@@ -45,6 +50,7 @@ from privacy.label.ledger_math import (
     id_sketch,
     jsonable,
 )
+from privacy.label.prior_store import load_prior, save_prior
 from privacy.label.secret_files import (
     LabelDPStoreError,
     check_ancestors,
@@ -65,6 +71,7 @@ __all__ = [
     "LEDGER_FORMAT",
     "SKETCH_K",
     "STAGE_ONE",
+    "LabelDPBudgetError",
     "LabelDPStore",
     "LabelDPStoreError",
     "Release",
@@ -79,6 +86,10 @@ __all__ = [
     "read_key",
     "release_id",
 ]
+
+
+class LabelDPBudgetError(LabelDPStoreError):
+    """A new release would take its dataset's most exposed sample id over privacy.label_dp.budget."""
 
 
 def default_store_dir() -> str:
@@ -261,9 +272,12 @@ class LabelDPStore:
         key: bytes,
         ids: np.ndarray,
         source: dict | None = None,
+        budget: float | None = None,
+        planned: tuple[Release, ...] = (),
     ) -> tuple[bool, dict]:
-        """Add the release (and its dataset) to the ledger unless it is there.
-        Returns (is_new, summary) with the dataset's total eps, overlaps counted."""
+        """Add the release (and its dataset) to the ledger unless it is there; `planned` releases, which this run
+        records later, count towards the budget too. LabelDPBudgetError, with nothing written, when a new one would
+        take the dataset's total over `budget`. Returns (is_new, summary) with the dataset's total eps."""
         fp = key_fingerprint(key)
         ids = np.asarray(ids, dtype=np.int64)
         with self._locked():
@@ -277,7 +291,11 @@ class LabelDPStore:
                     "sketch": id_sketch(secret, ids),
                 }
                 ds.pop("legacy_sketch_key", None)
-            found = next((r for r in doc["releases"] if r["release_id"] == release.release_id), None)
+            known = {r["release_id"]: r for r in doc["releases"]}
+            new = [r for r in (release, *planned) if r.release_id not in known]
+            if new and budget is not None:
+                self._check_budget(doc, release, new, key, ids, budget)
+            found = known.get(release.release_id)
             if found is None:
                 doc["releases"].append(release.entry(fp))
             else:
@@ -302,6 +320,36 @@ class LabelDPStore:
             )
             self._write(doc)
             return found is None, summary
+
+    def check_budget(self, release: Release, planned: tuple[Release, ...], budget: float) -> None:
+        """Before any id is known (before followers connect): LabelDPBudgetError when the new ones among these
+        releases would take the dataset over `budget`, counting its own releases and the overlaps already measured
+        for it (a lower bound for a dataset the ledger has not seen: record() checks again with its ids)."""
+        with self._locked():
+            doc = self.ledger()
+        known = {r["release_id"] for r in doc["releases"]}
+        new = [r for r in (release, *planned) if r.release_id not in known]
+        mine = doc["datasets"].get(release.dataset)
+        overlapping = []
+        if new and mine is not None and "legacy_sketch_key" not in mine:
+            overlapping = [
+                o
+                for o, d in doc["datasets"].items()
+                if o != release.dataset
+                and "legacy_sketch_key" not in d
+                and estimated_overlap(mine["sketch"], mine["rows"], d["sketch"], d["rows"]) > 0
+            ]
+        charged = [r for r in doc["releases"] if r.get("dataset") in (release.dataset, *overlapping)]
+        total = composed_eps(charged + [r.entry("") for r in new])
+        if new and total - budget > 1e-9:
+            raise budget_error(release, new, total, budget, len(overlapping), self.ledger_path)
+
+    def _check_budget(self, doc: dict, release: Release, new: list[Release], key, ids, budget: float) -> None:
+        trial = {**doc, "releases": doc["releases"] + [r.entry("") for r in new]}
+        summary = self._summary(trial, release.dataset, key, ids)
+        total = float(summary["total_eps"]) if summary["total_eps"] != "inf" else math.inf
+        if total - budget > 1e-9:
+            raise budget_error(release, new, total, budget, len(summary["overlapping_datasets"]), self.ledger_path)
 
     def _overlaps(self, doc: dict, dataset: str, key: bytes | None, ids: np.ndarray | None):
         """(datasets sharing ids with `dataset`, those of them charged because their format-2 sketch cannot be
@@ -334,6 +382,23 @@ class LabelDPStore:
             "unverifiable_datasets": unverifiable,
         }
 
+    # -- LP-2ST: the first prior of a stage-two release, kept and reused ------------------------------------------
+    def stored_prior(self, release: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """(sample ids, prior rows) recorded for the stage-two release, or None; LabelDPStoreError when the ledger
+        names a prior file that is missing or altered."""
+        with self._locked():
+            entry = self.ledger().get("priors", {}).get(release)
+            return None if entry is None else load_prior(self.dir, entry)
+
+    def keep_prior(self, release: str, ids: np.ndarray, prior: np.ndarray) -> None:
+        """Add the priors of ids not yet stored for the stage-two release (those stored are never replaced)."""
+        with self._locked():
+            doc = self.ledger()
+            priors = doc.setdefault("priors", {})
+            old = load_prior(self.dir, priors[release]) if release in priors else None
+            priors[release] = save_prior(self.dir, release, ids, prior, old)
+            self._write(doc)
+
     def _write(self, doc: dict) -> None:
         tmp = f"{self.ledger_path}.tmp-{os.getpid()}"
         try:
@@ -348,3 +413,16 @@ class LabelDPStore:
             with contextlib.suppress(OSError):
                 os.remove(tmp)
             raise LabelDPStoreError(f"label-DP ledger {self.ledger_path} cannot be written: {e.strerror}") from None
+
+
+def budget_error(
+    release: Release, new: list[Release], total: float, budget: float, overlapping: int, ledger: str
+) -> LabelDPBudgetError:
+    """The one-line refusal: what would be spent, the total it would reach, the budget, and what to do."""
+    what = ", ".join(f"{r.mechanism} eps={r.eps:g}" for r in new)
+    return LabelDPBudgetError(
+        f"label DP: the new release ({what}) would bring dataset {release.dataset}'s total eps (its most exposed "
+        f"sample id, {overlapping} overlapping dataset(s) included) to {total:g}, over privacy.label_dp.budget "
+        f"{budget:g}; nothing was drawn or recorded (re-running an earlier release costs nothing; raise the budget "
+        f"only knowingly; ledger {ledger})"
+    )

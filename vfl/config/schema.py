@@ -14,7 +14,17 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from privacy.domains import LABEL_EPS_DOMAIN, Choice, Flag, IntList, LabelEps, Number, Text, domain_error
+from privacy.domains import (
+    LABEL_EPS_DOMAIN,
+    Choice,
+    Flag,
+    IntList,
+    LabelEps,
+    Number,
+    Text,
+    domain_error,
+    yaml12_number,
+)
 from vfl.config.report import apply_overrides, fill_empty_sections, parse_override, problems
 from vfl.config.yamlfile import read_yaml
 
@@ -125,6 +135,11 @@ class LabelDPConfig(_Section):
     correction: Choice("forward", "posterior") = "forward"  # with debias: Patrini et al. 2017 | ALIBI-style soft labels
     prior_fraction: Number(0.0, 1.0, lo_open=True, hi_open=True) = 0.5  # rr_prior: share of ids training the prior
     prior_epochs: Number(1, 1000, integer=True) = 1
+    # the most eps any sample id of the labelled dataset may have spent, over every release of it and of overlapping
+    # datasets (the ledger's dataset_total_eps); a new release beyond it is refused before any label is drawn. 8: the
+    # top of the range label-DP papers report (Ghazi et al. 2021 go to 8), where binary RR flips 0.03% of labels;
+    # that is 8 runs at eps 1 or 4 at eps 2, while re-runs of one release cost nothing. .inf = no cap (say so knowingly)
+    budget: Number(0.0, lo_open=True) = 8.0
     store_dir: Optional[Path] = (
         None  # per-dataset key + ledger; None: $VFL_LABEL_DP_STORE or ~/.local/share/vfl/label_dp
     )
@@ -274,9 +289,24 @@ def _role_problems(doc: dict) -> list[str]:
     if _has(doc, "privacy", "label_dp") and isinstance(ld, dict):  # (an empty `label_dp:` is {} by now)
         if "eps" not in ld:
             errors.append(f"privacy.label_dp.eps is required (a number {LABEL_EPS_DOMAIN})")
+        eps = yaml12_number(ld.get("eps"))
+        budget = yaml12_number(ld.get("budget", LabelDPConfig.model_fields["budget"].default))
+        if _real(eps) and _real(budget) and 0 < budget < eps:
+            errors.append(
+                f"privacy.label_dp.budget={budget!r} is below eps={eps!r}: no release could be drawn (allowed: a "
+                + (
+                    "budget of .inf: eps = inf releases the true labels, so set budget: .inf to do it knowingly)"
+                    if eps == float("inf")
+                    else "budget >= eps)"
+                )
+            )
         if ld.get("debias") is True and ld.get("mechanism", "rr") != "rr":
             errors.append("privacy.label_dp.debias applies to mechanism rr only")
     return errors
+
+
+def _real(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
 
 def _secret_hint(key: str) -> str:

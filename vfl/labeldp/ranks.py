@@ -23,9 +23,14 @@ class LedgerReader:
     def key(self) -> bytes:
         return self.store.key()
 
-    def record(self, release, key: bytes, ids: np.ndarray, source: dict | None = None) -> tuple[bool, dict]:
-        """Rank 0 records the release; this rank's report (never written anywhere) carries no ledger totals."""
+    def record(self, release, key: bytes, ids: np.ndarray, source: dict | None = None, **budget) -> tuple[bool, dict]:
+        """Rank 0 records the release (and checks the budget); this rank's report (never written anywhere) carries no
+        ledger totals."""
         return False, {"total_eps": None, "releases": None, "overlapping_datasets": []}
+
+    def check_budget(self, release, planned, budget: float) -> None:
+        """Read-only: every rank refuses a release over the budget before any follower connects."""
+        self.store.check_budget(release, planned, budget)
 
 
 def open_label_key_ranks(ctx, store_dir: str | None, key_file: str | None, manifest: dict):

@@ -5,9 +5,15 @@ mechanism, the flip probability or k-ary transition, the correction, the LP-2ST 
 store. Everything downstream takes the release, never the config: the loss (`training_loss`), the loop (`eps` for the
 debiased validation metrics), the prior (`flip_probability`, `transition`, `prior_epochs`) and the ranks (`store_dir`,
 `key_file`). `draw` opens nothing: given the leader's key (`open_label_key`) it derives the release id from the
-mechanism's parameters, draws the noisy training and validation labels with the leader's PRF
-(privacy/label/release_draws.py), and records the release in the ledger (privacy/label/store.py). Nothing here uses
-`train.seed` or any other value a follower knows.
+mechanism's parameters, records the release in the ledger (privacy/label/store.py; refused there, with nothing
+written, when it would take the dataset over `privacy.label_dp.budget`), and only then draws the noisy training and
+validation labels with the leader's PRF (privacy/label/release_draws.py). Nothing here uses `train.seed` or any
+other value a follower knows.
+
+LP-2ST's stage-two release is named by its stage-one release and the leader's `prior_epochs`, never by the prior's
+values, which the followers' bottoms shape: its first prior is kept in the store (privacy/label/prior_store.py) and
+every later run reuses it, so the same release id always gives the same noisy labels and a follower changing its own
+settings (its learning rate, say) makes the leader release nothing new.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from privacy.label.prior_store import priors_of
 from privacy.label.randomized_response import flip_probability, kary_transition, keep_probability
 from privacy.label.release_draws import (
     randomize_binary_once,
@@ -41,6 +48,8 @@ from vfl.data.readers.criteo import DataError
 from vfl.labeldp.losses import corrected_loss
 
 PriorFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+Plan = list[tuple[str, dict]]  # the (ledger mechanism, parameters) of each release a run draws, in order
+DEFAULT_BUDGET = LabelDPConfig.model_fields["budget"].default
 
 
 def task_classes(task: str, shard) -> int | None:
@@ -114,6 +123,8 @@ class _Drawn:
     noisy: np.ndarray
     valid_noisy: np.ndarray
     extra: dict
+    new_release: bool
+    summary: dict
 
 
 @dataclass(frozen=True)
@@ -129,6 +140,7 @@ class LabelDPRelease:
     prior_epochs: int
     store_dir: str | None = None
     key_file: str | None = None
+    budget: float = DEFAULT_BUDGET  # the most eps the dataset's most exposed sample id may reach
 
     @classmethod
     def from_config(cls, label_dp: LabelDPConfig | None, num_classes: int | None = None) -> LabelDPRelease | None:
@@ -145,6 +157,7 @@ class LabelDPRelease:
             int(label_dp.prior_epochs),
             label_dp.store_dir,
             label_dp.key_file,
+            float(label_dp.budget),
         )
 
     @property
@@ -190,15 +203,20 @@ class LabelDPRelease:
             raise ValueError("label DP needs the leader's key (open_label_key)")
         if self.uses_prior and prior_fn is None:
             raise ValueError("privacy.label_dp.mechanism rr_prior needs a stage-one prior model")
+        ids = np.asarray(sample_ids, np.int64)
+        released_ids = np.concatenate([ids, valid_ids])
+
+        def record(plan: Plan) -> tuple[str, bool, dict]:
+            """Record plan[0] (plan[1:] count towards the budget too) before anything of it is drawn."""
+            first, *later = (self._release(label_key, m, p, int(released_ids.size)) for m, p in plan)
+            is_new, summary = label_key.store.record(
+                first, label_key.key, released_ids, label_key.source, budget=self.budget, planned=tuple(later)
+            )
+            return first.release_id, is_new, summary
+
         draw = self._lp2st if self.uses_prior else self._kary_rr if self.num_classes is not None else self._binary_rr
-        d = draw(labels, np.asarray(sample_ids, np.int64), label_key, prior_fn, valid_labels, valid_ids)
-        released_ids = np.concatenate([np.asarray(sample_ids, np.int64), valid_ids])
-        is_new, summary = label_key.store.record(
-            Release(d.release, label_key.dataset, d.mechanism, self.eps, d.params, int(released_ids.size)),
-            label_key.key,
-            released_ids,
-            label_key.source,
-        )
+        d = draw(labels, ids, label_key, prior_fn, valid_labels, valid_ids, record)
+        is_new, summary = d.new_release, d.summary
         report = run_report(
             labels,
             d.noisy,
@@ -224,71 +242,91 @@ class LabelDPRelease:
     def _id(self, label_key: LabelKey, mechanism: str, params: dict) -> str:
         return release_id(label_key.dataset, label_key.fingerprint, mechanism, params)
 
+    def _release(self, label_key: LabelKey, mechanism: str, params: dict, rows: int) -> Release:
+        return Release(self._id(label_key, mechanism, params), label_key.dataset, mechanism, self.eps, params, rows)
+
+    def plan(self, label_key: LabelKey) -> Plan:
+        """The releases this config draws, as (ledger mechanism, parameters): known from the leader's config alone,
+        before any follower connects."""
+        k = self.num_classes
+        if not self.uses_prior:
+            if k is None:
+                return [("binary_rr", {"eps": self.eps, "labels": "binary"})]
+            return [("kary_rr", {"eps": self.eps, "labels": "multiclass", "num_classes": k})]
+        stage = {"eps": self.eps, "prior_fraction": self.prior_fraction, "labels": "binary"}
+        if k is not None:
+            stage.update(labels="multiclass", num_classes=k, prior="all parties")
+        # stage two: the stage-one release and the leader's prior_epochs; the prior's values are kept, not named
+        second = {
+            **stage,
+            "stage_one_release": self._id(label_key, STAGE_ONE, stage),
+            "prior_epochs": self.prior_epochs,
+        }
+        return [(STAGE_ONE, stage), ("rr_prior", second)]
+
+    def check_budget(self, label_key: LabelKey) -> None:
+        """LabelDPBudgetError when this config's new releases would take the dataset over the budget, as far as the
+        ledger knows before PSI (draw checks again with the intersection's ids)."""
+        first, *later = (self._release(label_key, m, p, 0) for m, p in self.plan(label_key))
+        label_key.store.check_budget(first, tuple(later), self.budget)
+
     def _corrected(self) -> dict:
         return {"debias": self.debias, "correction": self.correction if self.debias else None}
 
-    def _binary_rr(self, labels, ids, label_key, prior_fn, valid_labels, valid_ids) -> _Drawn:
-        params = {"eps": self.eps, "labels": "binary"}
-        rel = self._id(label_key, "binary_rr", params)
+    def _binary_rr(self, labels, ids, label_key, prior_fn, valid_labels, valid_ids, record) -> _Drawn:
+        ((mechanism, params),) = self.plan(label_key)
+        rel, is_new, summary = record([(mechanism, params)])
         return _Drawn(
             rel,
-            "binary_rr",
+            mechanism,
             params,
             randomize_binary_once(labels, ids, self.eps, label_key.key, rel),
             randomize_binary_once(valid_labels, valid_ids, self.eps, label_key.key, rel),
             self._corrected(),
+            is_new,
+            summary,
         )
 
-    def _kary_rr(self, labels, ids, label_key, prior_fn, valid_labels, valid_ids) -> _Drawn:
+    def _kary_rr(self, labels, ids, label_key, prior_fn, valid_labels, valid_ids, record) -> _Drawn:
         k = self.num_classes
-        params = {"eps": self.eps, "labels": "multiclass", "num_classes": k}
-        rel = self._id(label_key, "kary_rr", params)
+        ((mechanism, params),) = self.plan(label_key)
+        rel, is_new, summary = record([(mechanism, params)])
         return _Drawn(
             rel,
-            "kary_rr",
+            mechanism,
             params,
             randomize_classes_once(labels, ids, k, self.eps, label_key.key, rel),
             randomize_classes_once(valid_labels, valid_ids, k, self.eps, label_key.key, rel),
             {**self._corrected(), "num_classes": k},
+            is_new,
+            summary,
         )
 
-    def _lp2st(self, labels, ids, label_key, prior_fn, valid_labels, valid_ids) -> _Drawn:
+    def _lp2st(self, labels, ids, label_key, prior_fn, valid_labels, valid_ids, record) -> _Drawn:
         """LP-2ST (Ghazi et al. 2021, Alg. 3): stage one gets plain RR, binary or k-ary (its own release); its model's
-        predictions are the priors of RRWithPrior (Alg. 2) in stage two, whose release id includes a digest of the
-        prior. Binary labels: a prior of the leader's columns; K classes: a split model of ALL parties
-        (vfl/labeldp/prior.py)."""
+        predictions are the priors of RRWithPrior (Alg. 2) in stage two. Binary labels: a prior of the leader's
+        columns; K classes: a split model of ALL parties (vfl/labeldp/prior.py). The first prior of each stage-two
+        release is kept in the store and reused (module docstring)."""
         key, eps, k = label_key.key, self.eps, self.num_classes
         if k is None:
-            stage_params = {"eps": eps, "prior_fraction": self.prior_fraction, "labels": "binary"}
             randomize = lambda y, i, rel: randomize_binary_once(y, i, eps, key, rel)
             with_prior = lambda y, i, prior, rel: rr_prior_once(y, i, prior, eps, key, rel)
         else:
-            stage_params = {
-                "eps": eps,
-                "prior_fraction": self.prior_fraction,
-                "labels": "multiclass",
-                "num_classes": k,
-                "prior": "all parties",
-            }
             randomize = lambda y, i, rel: randomize_classes_once(y, i, k, eps, key, rel)
             with_prior = lambda y, i, prior, rel: rr_prior_classes_once(y, i, prior, eps, key, rel)
-        stage_rel = self._id(label_key, STAGE_ONE, stage_params)
+        plan = self.plan(label_key)
+        # the ledger holds stage one (and the budget counts stage two) before anything is drawn: with K classes the
+        # followers receive gradients of the stage-one labels while the prior trains, and a run stopped there has
+        # still spent them
+        stage_rel, _, _ = record(plan)
         first = stage_one_mask(ids, key, stage_rel, self.prior_fraction)
         noisy = randomize(labels, ids, stage_rel)
         valid_noisy = randomize(valid_labels, valid_ids, stage_rel)  # plain RR, like stage one
-        # the ledger holds stage one before its prior is trained: with K classes the followers receive gradients of
-        # the stage-one labels then, and a run that stops there has still spent them
-        label_key.store.record(
-            Release(stage_rel, label_key.dataset, STAGE_ONE, eps, stage_params, int(ids.size + valid_ids.size)),
-            key,
-            np.concatenate([ids, valid_ids]),
-            label_key.source,
-        )
-        prior = prior_fn(first, np.where(first, noisy, 0))
         second = ~first
-        params = {**stage_params, "stage_one_release": stage_rel, "prior_sha256": _prior_digest(prior[second])}
-        rel = self._id(label_key, "rr_prior", params)
-        noisy2, k_star = with_prior(labels[second], ids[second], prior[second], rel)
+        mechanism, params = plan[1]
+        prior2, reused = self._stage_two_prior(label_key, params, ids, first, noisy, prior_fn)
+        rel, is_new, summary = record(plan[1:])
+        noisy2, k_star = with_prior(labels[second], ids[second], prior2, rel)
         noisy[second] = noisy2
         collapse = float(np.mean(k_star == 1)) if k_star.size else 0.0
         extra = {
@@ -297,6 +335,8 @@ class LabelDPRelease:
             "collapse_fraction": collapse,
             "collapsed": collapse > 0.5,
             "flipped_fraction_stage_two": float(np.mean(noisy2 != labels[second])) if second.any() else 0.0,
+            "prior_sha256": _prior_digest(prior2),
+            "prior_reused": reused,
         }
         if k is None:
             extra["prior"] = "leader-only columns (LP-2ST stage one, Ghazi et al. 2021 Alg. 3)"
@@ -307,7 +347,24 @@ class LabelDPRelease:
                 stage_two_kept_in_set=float(np.mean(noisy2 == labels[second])) if second.any() else 0.0,
                 prior="all parties (LP-2ST stage one as a split model on the stage-one rows, Ghazi et al. 2021 Alg. 3)",
             )
-        return _Drawn(rel, "rr_prior", params, noisy, valid_noisy, extra)
+        return _Drawn(rel, mechanism, params, noisy, valid_noisy, extra, is_new, summary)
+
+    def _stage_two_prior(self, label_key, params, ids, first, noisy, prior_fn) -> tuple[np.ndarray, bool]:
+        """The prior of every stage-two row: the one stored for the release where there is one (trained, with the
+        followers, only when some row has none; its other rows are discarded). Returns (prior, all reused)."""
+        store, second_ids = label_key.store, ids[~first]
+        rel = self._id(label_key, "rr_prior", params)
+        have, stored = priors_of(store.stored_prior(rel), second_ids)
+        if have.all() and stored is not None:
+            store.warnings.append(
+                f"label DP: LP-2ST stage two reuses the prior kept for release {rel[:12]} ({have.size} rows): "
+                "the same release draws the same labels, whatever the followers' settings"
+            )
+            return stored, True
+        trained = np.asarray(prior_fn(first, np.where(first, noisy, 0)))[~first]
+        store.keep_prior(rel, second_ids[~have], trained[~have])
+        _, prior = priors_of(store.stored_prior(rel), second_ids)
+        return prior, False
 
 
 def training_labels(
