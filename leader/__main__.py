@@ -43,20 +43,20 @@ def _label_key(cfg, env, ctx, shard):
 
 
 def _listen(cfg, env, keys, shard, log):
-    """The leader's CurveZMQ channel, its frames capped at what an admitted follower may send."""
-    from vfl.align.psi.protocol import MAX_FRAME_BYTES as PSI_MAX_FRAME_BYTES
+    """The leader's CurveZMQ channel, its messages capped at what an admitted follower may send."""
+    from vfl.align.psi.protocol import MAX_PSI_MESSAGE_BYTES
     from vfl.distributed.pairing import rank_endpoint
     from vfl.wire import LeaderChannel
     from vfl.wire.frames import MAX_HEADER_BYTES
     from vfl.wire.messages import MAX_CUT_DIM
 
     bind = rank_endpoint(cfg.network.bind, env.rank, env.ranks)
-    # the largest frame a follower may send: an embedding of the largest batch at the widest cut, or a PSI chunk
-    max_frame = max(
-        max(cfg.train.batch_size, cfg.train.eval_batch_size) * MAX_CUT_DIM * 4 + MAX_HEADER_BYTES, PSI_MAX_FRAME_BYTES
+    # the largest message a follower may send: an embedding of the largest batch at the widest cut, or a PSI chunk
+    max_message = max(
+        max(cfg.train.batch_size, cfg.train.eval_batch_size) * MAX_CUT_DIM * 4 + MAX_HEADER_BYTES, MAX_PSI_MESSAGE_BYTES
     )
     channel = LeaderChannel(
-        bind, cfg.network.followers, keys, cfg.network.timeout_s, cfg.party, max_frame_bytes=max_frame
+        bind, cfg.network.followers, keys, cfg.network.timeout_s, cfg.party, max_message_bytes=max_message
     )
     log(
         f"leader {cfg.party}: listening on {bind} (CurveZMQ), waiting for {list(cfg.network.followers)}; "

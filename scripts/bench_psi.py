@@ -35,7 +35,7 @@ def _follower(endpoint: str, keys: dict, ids: np.ndarray, out) -> None:
         "follower0",
         load_follower_keys(keys["follower0"][1], keys["leader"][0]),
         120.0,
-        max_frame_bytes=1 << 22,
+        max_message_bytes=1 << 22,
     )
     try:
         common, report = follower_psi(ch, ids)
@@ -60,7 +60,7 @@ def run(n: int, keys: dict) -> dict:
         load_leader_keys(keys["leader"][1], {"follower0": keys["follower0"][0]}),
         120.0,
         "leader",
-        max_frame_bytes=1 << 22,
+        max_message_bytes=1 << 22,
     )
     out = mp.get_context("fork").Queue()
     child = mp.get_context("fork").Process(target=_follower, args=(endpoint, keys, fol, out))

@@ -125,3 +125,37 @@ def rss_bytes(pid: int) -> int:
 def null_greeting() -> bytes:
     """A ZMTP 3.0 greeting offering the NULL mechanism (what an unauthenticated ZeroMQ peer sends)."""
     return b"\xff" + b"\x00" * 8 + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\x00") + b"\x00" + b"\x00" * 31
+
+
+def curve_greeting() -> bytes:
+    """A ZMTP 3.0 greeting offering the CURVE mechanism as a client: what a stranger sends before its handshake."""
+    return b"\xff" + b"\x00" * 8 + b"\x7f" + b"\x03\x00" + b"CURVE".ljust(20, b"\x00") + b"\x00" + b"\x00" * 31
+
+
+def command_header(size: int) -> bytes:
+    """The header of a ZMTP command frame claiming `size` bytes (long form)."""
+    return b"\x06" + size.to_bytes(8, "big")
+
+
+class PeakRSS:
+    """Samples a process's resident set size every few milliseconds in a thread; `peak` is the largest seen."""
+
+    def __init__(self, pid: int, every_s: float = 0.005):
+        self.pid, self.every_s = pid, every_s
+        self.peak = rss_bytes(pid)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.peak = max(self.peak, rss_bytes(self.pid))
+            except (OSError, RuntimeError):
+                return
+            time.sleep(self.every_s)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        return self.peak

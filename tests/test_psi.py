@@ -34,12 +34,12 @@ def _channels(tmp_path, followers=("follower0",), timeout=10.0):
         load_leader_keys(keys["leader"][1], {f: keys[f][0] for f in followers}),
         timeout,
         "leader",
-        max_frame_bytes=1 << 22,
+        max_message_bytes=1 << 22,
     )
 
     def follower(name):
         return FollowerChannel(
-            endpoint, name, load_follower_keys(keys[name][1], keys["leader"][0]), timeout, max_frame_bytes=1 << 22
+            endpoint, name, load_follower_keys(keys[name][1], keys["leader"][0]), timeout, max_message_bytes=1 << 22
         )
 
     return leader, follower

@@ -60,7 +60,7 @@ def _forge(header_edit):
         (lambda h: h["tensors"][0].update(nbytes=999), "declared nbytes"),
         (lambda h: h.update(type="EXEC"), "unknown message type 'EXEC'"),
         (lambda h: h.update(seq="4"), "'seq'"),
-        (lambda h: h["tensors"].append(h["tensors"][0]), "declares 2 tensors but carries 1"),
+        (lambda h: h["tensors"].append(h["tensors"][0]), "declares 2 tensors in 2 frames but carries 1"),
     ],
 )
 def test_invalid_headers_from_an_authenticated_peer_are_rejected_by_field(edit, needle):

@@ -22,13 +22,13 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from vfl.wire.admission import Admission, guard, pin
-from vfl.wire.frames import MAGIC, Message, WireError, decode, encode
+from vfl.wire.frames import MAGIC, MAX_MESSAGE_BYTES, MAX_WIRE_FRAME, Message, WireError, decode, encode
+from vfl.wire.gate import MAX_UNADMITTED, ConnectionGate
 from vfl.wire.keys import FollowerKeys, LeaderKeys, fingerprint
 from vfl.wire.messages import Abort, Hello, Welcome, WireMessage
 
 ZERO_COPY_MIN_BYTES = 1 << 16  # below this zmq copies anyway (pyzmq serialization docs)
 LINGER_MS = 2000
-MAX_FRAME_BYTES = 1 << 30  # hard ceiling of one frame; parties pass tighter limits derived from their shapes
 HEARTBEAT_IVL_MS = 2000  # ZMTP PING every 2 s; a peer silent for 20 s is disconnected (and so lost)
 HEARTBEAT_TIMEOUT_MS = 20000
 ABORT_SEND_MS = 1000  # a best-effort ABORT waits at most this long for a peer
@@ -66,11 +66,11 @@ def _send(sock: zmq.Socket, frames: list, prefix: list | None = None) -> None:
 
 
 class _Endpoint:
-    def __init__(self, me: str, timeout_s: float, max_frame_bytes: int):
+    def __init__(self, me: str, timeout_s: float, max_message_bytes: int):
         self._late_reads = 0
         self.me = me
         self.timeout_s = float(timeout_s)
-        self.max_frame_bytes = int(min(max_frame_bytes, MAX_FRAME_BYTES))
+        self.max_message_bytes = int(min(max_message_bytes, MAX_MESSAGE_BYTES))
         self.run = ""
         self._ctx = zmq.Context()  # this channel's own context: its ZAP handler must live on it
         self._send_seq: dict[str, int] = {}
@@ -81,20 +81,25 @@ class _Endpoint:
         self.bytes_sent = 0
         self.bytes_received = 0
 
-    def _make_socket(self, kind: int, events: int) -> zmq.Socket:
+    def _make_socket(self, kind: int) -> zmq.Socket:
         sock = self._ctx.socket(kind)
         sock.setsockopt(zmq.LINGER, LINGER_MS)
-        sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)  # a peer cannot make us allocate without bound
+        # every frame, the CURVE handshake's included, is capped small: libzmq allocates a frame's claimed size
+        # when its header arrives, so this bounds what a stranger's connection can make us hold (frames.py)
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_WIRE_FRAME)
         sock.setsockopt(zmq.RCVHWM, RCVHWM)
         sock.setsockopt(zmq.SNDTIMEO, max(1, int(self.timeout_s * 1000)))  # a send waits no longer than a receive
         sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
         sock.setsockopt(zmq.HEARTBEAT_TTL, HEARTBEAT_TIMEOUT_MS)
-        self._monitor = sock.get_monitor_socket(events)
-        self._poller = zmq.Poller()
-        self._poller.register(sock, zmq.POLLIN)
-        self._poller.register(self._monitor, zmq.POLLIN)
         return sock
+
+    def _watch(self, monitor: zmq.Socket) -> None:
+        """Poll the data socket and `monitor`, a socket that delivers the data socket's monitor events."""
+        self._monitor = monitor
+        self._poller = zmq.Poller()
+        self._poller.register(self._sock, zmq.POLLIN)
+        self._poller.register(self._monitor, zmq.POLLIN)
 
     def _frames(self, peer: str, type_: str, meta: dict | None, tensors) -> list:
         seq = self._send_seq.get(peer, 0)
@@ -104,7 +109,12 @@ class _Endpoint:
         return frames
 
     def _accept(self, peer: str, frames: list) -> Message:
-        self.bytes_received += sum(memoryview(f).nbytes for f in frames)
+        size = sum(memoryview(f).nbytes for f in frames)
+        self.bytes_received += size
+        if size > self.max_message_bytes:
+            raise WireError(
+                f"a message of {size} bytes from {peer} exceeds this run's limit of {self.max_message_bytes} bytes"
+            )
         msg = decode(frames, peer)
         if self.check_claims and msg.claimed != peer:
             raise WireError(f"a message authenticated as {peer} claims to be from {msg.claimed!r}; refused")
@@ -167,10 +177,13 @@ class _Endpoint:
             self._sock.disable_monitor()
         except zmq.ZMQError:
             pass
-        self._monitor.close(0)
+        self._unwatch()
         self._sock.close()
         self._stop_auth()
         self._ctx.term()
+
+    def _unwatch(self) -> None:
+        self._monitor.close(0)
 
     def _stop_auth(self) -> None:
         pass
@@ -187,9 +200,10 @@ class LeaderChannel(_Endpoint):
         timeout_s: float,
         me: str,
         run: str = "",
-        max_frame_bytes: int = MAX_FRAME_BYTES,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+        max_unadmitted: int = MAX_UNADMITTED,
     ):
-        super().__init__(me, timeout_s, max_frame_bytes)
+        super().__init__(me, timeout_s, max_message_bytes)
         self.followers = tuple(followers)
         missing = [f for f in self.followers if f not in keys.followers.values()]
         if missing or len(keys.followers) != len(self.followers):
@@ -199,7 +213,10 @@ class LeaderChannel(_Endpoint):
         self.run = run
         self._auth = Admission(self._ctx, keys.followers)
         self._auth.start()
-        self._sock = self._make_socket(zmq.ROUTER, zmq.EVENT_DISCONNECTED)
+        self._sock = self._make_socket(zmq.ROUTER)
+        # pending connections are counted and capped from the socket's monitor, in a thread (gate.py)
+        self.gate = ConnectionGate(self._ctx, self._sock, self._fds.values, max_unadmitted)
+        self._watch(self.gate.events)
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)  # strangers cannot hold descriptors for long
         guard(self._sock, keys.public, keys.secret)
@@ -304,6 +321,9 @@ class LeaderChannel(_Endpoint):
             except (WireError, ValueError, zmq.ZMQError):
                 pass
 
+    def _unwatch(self) -> None:
+        self.gate.close()
+
     def _stop_auth(self) -> None:
         self._auth.stop()
 
@@ -326,15 +346,16 @@ class FollowerChannel(_Endpoint):
         keys: FollowerKeys,
         timeout_s: float,
         leader_name: str = "leader",
-        max_frame_bytes: int = MAX_FRAME_BYTES,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ):
-        super().__init__(me, timeout_s, max_frame_bytes)
+        super().__init__(me, timeout_s, max_message_bytes)
         self.endpoint = connect
         self.leader = leader_name
         self.check_claims = False  # the leader's party name is not configured here; its key is
         self._public = keys.public
         self._broken_handshakes = 0
-        self._sock = self._make_socket(zmq.DEALER, _FOLLOWER_EVENTS)
+        self._sock = self._make_socket(zmq.DEALER)
+        self._watch(self._sock.get_monitor_socket(_FOLLOWER_EVENTS))
         pin(self._sock, keys.public, keys.secret, keys.leader)
         self._sock.connect(connect)
 

@@ -1,10 +1,16 @@
-"""Message framing: [magic+version, JSON header, *raw tensor buffers] and its strict decoder.
+"""Message framing: [magic+version, JSON header, *raw tensor buffers in frames of at most 1 MiB] and its strict decoder.
 
 Who sent a message and that it was not altered is proven by the transport (CurveZMQ: every frame
 is encrypted and authenticated under the sender's own key, see channel.py), so the frames carry no
 MAC of their own. Nothing from a peer is ever unpickled: the header is JSON, tensors are raw
 little-endian buffers rebuilt with numpy.frombuffer after dtype, shape, byte count and finiteness
 have been validated. Whatever bytes arrive, decode() either returns a Message or raises WireError.
+
+No frame is larger than WIRE_FRAME_BYTES (a tensor's buffer travels in consecutive slices of at most
+1 MiB, joined on arrival), so a socket can cap every frame it reads, before and after the CURVE handshake,
+at MAX_WIRE_FRAME: libzmq allocates a frame's claimed size when its header arrives, and one socket
+option (ZMQ_MAXMSGSIZE, fixed per listener at bind) is all that bounds what a stranger who has not yet
+completed a handshake can make the leader hold.
 """
 
 from __future__ import annotations
@@ -16,12 +22,17 @@ from typing import Any
 
 import numpy as np
 
-PROTOCOL_VERSION = 3  # v2: CurveZMQ transport, no frame HMAC, nonce-bound run ids; valid split (EVAL names
-# its split), SNAPSHOT and RESTORE; v3: PSI messages (private set intersection of the ids) before HELLO
+PROTOCOL_VERSION = 4  # v2: CurveZMQ transport, no frame HMAC, nonce-bound run ids; valid split (EVAL names
+# its split), SNAPSHOT and RESTORE; v3: PSI messages (private set intersection of the ids) before HELLO;
+# v4: tensor buffers travel in frames of at most WIRE_FRAME_BYTES (a small per-frame cap for strangers)
 MAGIC_PREFIX = b"VFLW"
 MAGIC = MAGIC_PREFIX + bytes([PROTOCOL_VERSION])
 MAX_HEADER_BYTES = 1 << 16
 MAX_TENSORS = 16
+WIRE_FRAME_BYTES = 1 << 20  # the largest slice of a tensor buffer in one frame
+MAX_WIRE_FRAME = max(WIRE_FRAME_BYTES, MAX_HEADER_BYTES) + 4096  # the per-frame cap (CURVE's box adds 33 bytes)
+MAX_MESSAGE_BYTES = 1 << 30  # the largest message (all its tensors); channels pass tighter limits
+MAX_FRAMES = 2 + MAX_TENSORS + MAX_MESSAGE_BYTES // WIRE_FRAME_BYTES
 MAX_DIM = 1 << 31
 ALLOWED_DTYPES = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8"), "int64": np.dtype("<i8")}
 MESSAGE_TYPES = (
@@ -95,7 +106,21 @@ def encode(
         ).encode()
     except ValueError as e:  # NaN / inf in meta
         raise ValueError(f"{type_} meta cannot be sent ({e}): {short_repr(meta, 200)}") from None
-    return [MAGIC, header, *(memoryview(a).cast("B") if a.size else b"" for a in arrays)]
+    return [MAGIC, header, *(piece for a in arrays for piece in _slices(a))]
+
+
+def _slices(a: np.ndarray) -> list:
+    """A tensor's buffer as consecutive frames of at most WIRE_FRAME_BYTES (one empty frame when it is empty);
+    the slices are views, never copies."""
+    if not a.size:
+        return [b""]
+    view = memoryview(a).cast("B")
+    return [view[i : i + WIRE_FRAME_BYTES] for i in range(0, view.nbytes, WIRE_FRAME_BYTES)]
+
+
+def frames_of(nbytes: int) -> int:
+    """How many frames carry a tensor buffer of `nbytes` bytes."""
+    return max(1, -(-nbytes // WIRE_FRAME_BYTES))
 
 
 def _no_constants(name: str):
@@ -104,8 +129,8 @@ def _no_constants(name: str):
 
 def decode(frames: list, peer: str) -> Message:
     """Validate a received message from the authenticated `peer`; raise WireError naming peer and field."""
-    if not 2 <= len(frames) <= 2 + MAX_TENSORS:
-        raise WireError(f"malformed message from {peer}: {len(frames)} frames, need 2..{2 + MAX_TENSORS}")
+    if not 2 <= len(frames) <= MAX_FRAMES:
+        raise WireError(f"malformed message from {peer}: {len(frames)} frames, need 2..{MAX_FRAMES}")
     magic = bytes(frames[0])
     if magic != MAGIC:
         if magic.startswith(MAGIC_PREFIX) and len(magic) == len(MAGIC):
@@ -131,16 +156,40 @@ def decode(frames: list, peer: str) -> Message:
         raise WireError(
             f"unknown message type {short_repr(h['type'])} from {peer}; allowed: {', '.join(MESSAGE_TYPES)}"
         )
-    buffers = frames[2:]
-    if len(h["tensors"]) != len(buffers):
-        raise WireError(
-            f"{h['type']} from {peer} declares {len(h['tensors'])} tensors but carries {len(buffers)} buffers"
-        )
+    buffers = _buffers(h["tensors"], frames[2:], f"{h['type']} from {peer}")
     tensors = [
         _tensor(d, buf, f"tensor {i} of {h['type']} from {peer}")
         for i, (d, buf) in enumerate(zip(h["tensors"], buffers))
     ]
     return Message(h["type"], peer, h["run"], h["seq"], h["meta"], tensors, claimed=h["from"])
+
+
+def _buffers(descr: list, frames: list, where: str) -> list:
+    """Each declared tensor's buffer, joined from its frames (each full but the last); WireError when the frames
+    do not add up to what the descriptors declare."""
+    if len(descr) > MAX_TENSORS:
+        raise WireError(f"{where} declares {len(descr)} tensors (limit {MAX_TENSORS})")
+    counts = []
+    for i, d in enumerate(descr):
+        if not isinstance(d, dict):
+            raise WireError(f"tensor {i} of {where}: descriptor must be an object, got {short_repr(d)}")
+        declared = d.get("nbytes")
+        if isinstance(declared, bool) or not isinstance(declared, int) or not 0 <= declared <= MAX_MESSAGE_BYTES:
+            raise WireError(
+                f"tensor {i} of {where}: nbytes must be an integer in [0, {MAX_MESSAGE_BYTES}], got {short_repr(declared)}"
+            )
+        counts.append(frames_of(declared))
+    if sum(counts) != len(frames):
+        raise WireError(f"{where} declares {len(descr)} tensors in {sum(counts)} frames but carries {len(frames)}")
+    buffers, at = [], 0
+    for i, n in enumerate(counts):
+        parts = frames[at : at + n]
+        at += n
+        sizes = [memoryview(p).nbytes for p in parts]
+        if any(size != WIRE_FRAME_BYTES for size in sizes[:-1]):
+            raise WireError(f"tensor {i} of {where}: a frame before its last is not {WIRE_FRAME_BYTES} bytes")
+        buffers.append(parts[0] if n == 1 else b"".join(parts))
+    return buffers
 
 
 def _tensor(d: Any, buf, where: str) -> np.ndarray:

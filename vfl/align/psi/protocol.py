@@ -36,7 +36,7 @@ from vfl.wire.psi_messages import PSI_CHUNK_POINTS, PSI_MAX_IDS, PSI_RESULT_CHUN
 
 CHUNK_POINTS = PSI_CHUNK_POINTS  # 256 KiB of points per message: a chunk's exponentiations stay well inside a deadline
 MAX_IDS = PSI_MAX_IDS  # ids per party (134 M; the Kaggle Criteo set has 45.8 M)
-MAX_FRAME_BYTES = CHUNK_POINTS * 32 + MAX_HEADER_BYTES + 1024  # the largest PSI message
+MAX_PSI_MESSAGE_BYTES = CHUNK_POINTS * 32 + MAX_HEADER_BYTES + 1024  # the largest PSI message
 
 
 class PSIError(WireError):
