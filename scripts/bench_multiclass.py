@@ -50,8 +50,8 @@ def run(example: str, shards: str, out: str, privacy: dict | None, seed: int) ->
         doc["train"]["seed"] = seed
         doc["train"]["log_every"] = 10**6
         docs.append(doc)
-    if privacy:
-        docs[0]["privacy"] = {"label_dp": privacy}
+    if privacy:  # the bench's own ledger (--out), where every eps of the sweep is its own release: no budget
+        docs[0]["privacy"] = {"label_dp": {"budget": float("inf"), **privacy}}
     os.makedirs(out, exist_ok=True)
     leader, follower = parse_config(docs[0]), parse_config(docs[1])
     return train_centralized(leader, [follower], out, RunLog(os.path.join(out, "centralized.log")))
