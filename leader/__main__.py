@@ -56,7 +56,13 @@ def _listen(cfg, env, keys, shard, log):
         max(cfg.train.batch_size, cfg.train.eval_batch_size) * MAX_CUT_DIM * 4 + MAX_HEADER_BYTES, MAX_PSI_MESSAGE_BYTES
     )
     channel = LeaderChannel(
-        bind, cfg.network.followers, keys, cfg.network.timeout_s, cfg.party, max_message_bytes=max_message
+        bind,
+        cfg.network.followers,
+        keys,
+        cfg.network.timeout_s,
+        cfg.party,
+        max_message_bytes=max_message,
+        notice=log,
     )
     log(
         f"leader {cfg.party}: listening on {bind} (CurveZMQ), waiting for {list(cfg.network.followers)}; "

@@ -254,19 +254,29 @@ def test_keyless_strangers_claiming_huge_handshake_frames_leave_leader_memory_fl
         assert code == 0, f"{name}: {err}"
 
 
-def test_follower_key_under_another_partys_name_is_refused(tmp_path, shards_three, procs):
-    # Prepare: follower0's operator starts a process named follower1, but it can only use follower0's key
-    cfgs = party_configs(str(tmp_path), str(shards_three), followers=("follower0", "follower1"), timeout_s=10)
+def test_an_impostor_under_another_partys_name_is_refused_and_the_honest_run_finishes(tmp_path, shards_three, procs):
+    # Prepare: follower0's operator starts a process named follower1 before anyone else, with follower0's key
+    cfgs = party_configs(str(tmp_path), str(shards_three), followers=("follower0", "follower1"), timeout_s=30)
     f0_secret = yaml.safe_load(open(cfgs["follower0"]))["network"]["secret_key_file"]
-    _edit(cfgs["follower1"], lambda d: d["network"].update({"secret_key_file": f0_secret}))
-    # Execute
+    impostor_cfg = str(tmp_path / "impostor.yaml")
+    doc = yaml.safe_load(open(cfgs["follower1"]))
+    doc["network"]["secret_key_file"] = f0_secret
+    doc["output"]["dir"] = str(tmp_path / "impostor_out")
+    yaml.safe_dump(doc, open(impostor_cfg, "w"))
+    leader_log = str(tmp_path / "out" / "leader.log")
+    # Execute: the impostor first; once the leader has refused it, the honest followers
     procs.start("leader", "leader", cfgs["leader"])
-    procs.start("impostor", "follower", cfgs["follower1"])
-    lcode, _, lerr = procs.wait("leader", 60)
+    procs.start("impostor", "follower", impostor_cfg)
     icode, _, ierr = procs.wait("impostor", 60)
-    # Assert: the leader names the key's real owner and the claimed name; the impostor is told
-    assert lcode == 1 and "authenticated as follower0 claims to be from 'follower1'" in lerr
-    assert icode == 1 and "leader aborted" in ierr
+    procs.wait_for_line("leader", leader_log, "refused a connection authenticated as follower0")
+    for name in ("follower0", "follower1"):
+        procs.start(name, "follower", cfgs[name])
+    codes = {name: procs.wait(name, 180) for name in ("leader", "follower0", "follower1")}
+    # Assert: the impostor is told why (the key's owner and the name it claimed); the honest run finishes
+    assert icode == 1 and "holds follower0's key but its messages claim to be 'follower1'" in ierr, ierr
+    for name, (code, _, err) in codes.items():
+        assert code == 0, f"{name}: {err}"
+    assert "claims to be 'follower1'; still waiting for ['follower0', 'follower1']" in open(leader_log).read()
 
 
 def test_forged_leader_delivers_no_message_to_a_follower(tmp_path, shards_small, procs):

@@ -16,13 +16,23 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from vfl.wire.admission import Admission, guard, pin
-from vfl.wire.frames import MAGIC, MAX_MESSAGE_BYTES, MAX_WIRE_FRAME, Message, WireError, decode, encode
+from vfl.wire.frames import (
+    MAGIC,
+    MAX_MESSAGE_BYTES,
+    MAX_WIRE_FRAME,
+    Message,
+    WireError,
+    decode,
+    encode,
+    short_repr,
+)
 from vfl.wire.gate import MAX_UNADMITTED, ConnectionGate
 from vfl.wire.keys import FollowerKeys, LeaderKeys, fingerprint
 from vfl.wire.messages import Abort, Hello, Welcome, WireMessage
@@ -202,6 +212,7 @@ class LeaderChannel(_Endpoint):
         run: str = "",
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         max_unadmitted: int = MAX_UNADMITTED,
+        notice: Callable[[str], None] | None = None,
     ):
         super().__init__(me, timeout_s, max_message_bytes)
         self.followers = tuple(followers)
@@ -233,6 +244,8 @@ class LeaderChannel(_Endpoint):
         self._route: dict[str, bytes] = {}  # party -> routing id of its (first) authenticated connection
         self._refused: set[bytes] = set()  # routing ids of duplicate connections: told once, then ignored
         self.duplicates_refused = 0
+        self.impostors_refused = 0
+        self.notice = notice  # where refusals that the run survives are reported (the leader's log)
 
     @property
     def connected(self) -> set[str]:
@@ -282,14 +295,24 @@ class LeaderChannel(_Endpoint):
         party = body[0].get("User-Id") if body else ""
         if party not in self._inbox:  # cannot happen while ZAP is enforced; never trust a routing id instead
             raise WireError(f"message from an unauthenticated connection (User-Id {party!r}); refused")
+        if rid in self._refused:
+            return
         known = self._route.get(party)
+        if known is not None and known != rid:
+            self.duplicates_refused += 1
+            self._refuse(
+                rid,
+                f"party {party} is already connected to this run; a second connection with {party}'s key was "
+                f"refused (is another process of {party} running?)",
+            )
+            return
         if known is None:
+            claimed = decode(body, party).claimed
+            if self.check_claims and claimed != party:
+                self._refuse_impostor(party, claimed, rid)
+                return
             self._track(party, body[0])
             self._route[party] = rid
-        elif known != rid:
-            if rid not in self._refused:
-                self._refuse_duplicate(party, rid)
-            return
         if self._inbox[party]:
             raise WireError(
                 f"{party} sent a message while its previous {self._inbox[party][0].type} was unread "
@@ -297,15 +320,25 @@ class LeaderChannel(_Endpoint):
             )
         self._inbox[party].append(self._accept(party, body))
 
-    def _refuse_duplicate(self, party: str, rid: bytes) -> None:
-        """A second connection with an admitted party's key: tell it why and carry on with the first."""
-        self.duplicates_refused += 1
-        self._refused.add(rid)
-        reason = (
-            f"party {party} is already connected to this run; a second connection with {party}'s key was "
-            f"refused (is another process of {party} running?)"
+    def _refuse_impostor(self, party: str, claimed: str, rid: bytes) -> None:
+        """A first message whose header names another party than its key's: refuse that connection and carry on,
+        so the key's own process, or the party it named, can still join this run."""
+        self.impostors_refused += 1
+        self._refuse(
+            rid,
+            f"this connection holds {party}'s key but its messages claim to be {short_repr(claimed)}: a party is "
+            f"its key, never a name; refused (does network.secret_key_file name {short_repr(claimed)}'s own key?)",
         )
-        try:  # never blocks: a duplicate that does not read cannot stall the run
+        if self.notice is not None:
+            self.notice(
+                f"leader {self.me}: refused a connection authenticated as {party} that claims to be "
+                f"{short_repr(claimed)}; still waiting for {sorted(set(self.followers) - set(self._route))}"
+            )
+
+    def _refuse(self, rid: bytes, reason: str) -> None:
+        """Tell a connection why it is refused, once and without blocking, then ignore it."""
+        self._refused.add(rid)
+        try:  # never blocks: a refused connection that does not read cannot stall the run
             self._sock.send_multipart(
                 [rid, *encode(Abort.TYPE, self.me, "", 0, *Abort(reason).to_wire())], flags=zmq.DONTWAIT
             )
