@@ -10,7 +10,7 @@ from vfl.cli import party_main
 def _feature_shard(cfg):
     """This party's own shard, checked to hold no labels and to be this party's, before connecting."""
     from vfl.cli import check_own_shard
-    from vfl.data.readers.criteo import DataError
+    from vfl.data.errors import DataError
     from vfl.data.shards import PartyShard
 
     shard = PartyShard(cfg.data.path)

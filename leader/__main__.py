@@ -11,7 +11,7 @@ from vfl.cli import party_main
 def _labelled_shard(cfg):
     """The leader's own labelled shard, checked against the config before any follower connects."""
     from vfl.cli import check_own_shard
-    from vfl.data.readers.criteo import DataError
+    from vfl.data.errors import DataError
     from vfl.data.shards import PartyShard
     from vfl.labeldp.release import task_classes
 

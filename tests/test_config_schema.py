@@ -145,8 +145,8 @@ def test_fedavg_typo_is_reported_once_with_a_suggestion():
 
 def test_parties_yaml_errors_name_the_party_key_and_domain():
     # Prepare
+    from vfl.data.errors import DataError
     from vfl.data.parties import parse_parties
-    from vfl.data.readers.criteo import DataError
 
     # Execute
     with pytest.raises(DataError) as e:

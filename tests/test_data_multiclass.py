@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import raw_line, write_lines
+from vfl.data.errors import DataError
 from vfl.data.parties import load_parties
 from vfl.data.prepare import PrepareOptions, prepare
-from vfl.data.readers.criteo import DataError
 from vfl.data.readers.tokenizer import parse_block
 from vfl.data.shards import PartyShard
 from vfl.labeldp.release import task_classes

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import REPO, raw_line, write_lines
+from vfl.data.errors import DataError
 from vfl.data.parties import load_parties, parse_parties
 from vfl.data.prepare import PrepareOptions, prepare
-from vfl.data.readers.criteo import DataError
 
 
 def _cli(*args):

@@ -48,7 +48,7 @@ def _party(cfgs_dir, shards, *extra, module="leader"):
 
 def test_data_path_forms_resolve_or_say_what_to_do(shards_small, synth_small, tmp_path):
     # Prepare
-    from vfl.data.readers.criteo import DataError
+    from vfl.data.errors import DataError
 
     # Execute / Assert: the party's directory, and the dataset directory prepare prints, both work
     assert resolve_data_path(str(shards_small / "leader"), "leader") == (str(shards_small / "leader"), None)
@@ -205,7 +205,7 @@ def test_shell_script_value_flags_without_a_value_are_clear_errors(args, needle)
 
 def test_reading_the_dataset_directory_as_a_shard_is_a_data_error_not_a_key_error(shards_small):
     # Prepare
-    from vfl.data.readers.criteo import DataError
+    from vfl.data.errors import DataError
     from vfl.data.shards import PartyShard
 
     # Execute / Assert
@@ -217,7 +217,7 @@ def test_reading_the_dataset_directory_as_a_shard_is_a_data_error_not_a_key_erro
 
 def test_shard_role_owner_and_columns_are_checked_from_the_manifest(shards_small):
     # Prepare
-    from vfl.data.readers.criteo import DataError
+    from vfl.data.errors import DataError
     from vfl.preflight import check_shard, read_manifest
 
     follower_dir, leader_dir = str(shards_small / "follower0"), str(shards_small / "leader")

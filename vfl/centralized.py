@@ -26,7 +26,7 @@ def _aligned_parties(leader_cfg, follower_cfgs, device, log: RunLog) -> tuple:
     import numpy as np
 
     from vfl.align.handshake import hello_message, hello_problems
-    from vfl.data.readers.criteo import DataError
+    from vfl.data.errors import DataError
     from vfl.data.shards import PartyShard
     from vfl.training.party import BottomParty
 
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = leader_cfg.output.dir
     os.makedirs(out_dir, exist_ok=True)
     log = RunLog(os.path.join(out_dir, "centralized.log"), "centralized")
-    from vfl.data.readers.criteo import DataError
+    from vfl.data.errors import DataError
     from vfl.preflight import preflight
 
     try:

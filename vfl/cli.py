@@ -97,7 +97,7 @@ def party_keys(cfg: PartyConfig):
 
 def check_own_shard(cfg: PartyConfig, shard) -> None:
     """The shard at data.path was prepared for this party (it records the party's name) and holds its columns."""
-    from vfl.data.readers.criteo import DataError
+    from vfl.data.errors import DataError
 
     if shard.name != cfg.party:
         raise DataError(
@@ -154,7 +154,7 @@ def run_party(cfg: PartyConfig, log, body, abort) -> int:
     """
     from privacy.label.store import LabelDPBudgetError, LabelDPStoreError
     from vfl.config.schema import ConfigError
-    from vfl.data.readers.criteo import DataError
+    from vfl.data.errors import DataError
     from vfl.wire import PeerAbort, WireError
 
     try:

@@ -40,7 +40,7 @@ def resolve_data_path(path: str, party: str) -> tuple[str, str | None]:
     Accepts the party's own directory OUT/<party>, or OUT itself (the path `python -m vfl.data prepare`
     prints), which resolves to OUT/<party>.
     """
-    from vfl.data.readers.criteo import DataError  # (exit status 1, as when the shard itself is unreadable)
+    from vfl.data.errors import DataError  # (exit status 1, as when the shard itself is unreadable)
 
     prepare = "python -m vfl.data prepare --input RAW.tsv --out DIR"
     if not os.path.exists(path):
@@ -129,7 +129,7 @@ def check_resume(cfg: PartyConfig, manifest: dict) -> None:
 
 def check_shard(cfg: PartyConfig, shard_dir: str, manifest: dict) -> None:
     """The shard must be this party's, labelled for the leader only, with the columns the config names."""
-    from vfl.data.readers.criteo import DataError
+    from vfl.data.errors import DataError
 
     party = manifest.get("party") or {}
     name, has_labels = party.get("name"), bool(party.get("has_labels"))

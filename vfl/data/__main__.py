@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 
-from vfl.data.readers.criteo import DataError
+from vfl.data.errors import DataError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 
-from vfl.data.readers.criteo import DataError
+from vfl.data.errors import DataError
 
 _INT = re.compile(r"^[+-]?[0-9]+$")
 _DOMAIN = b"vfl-id/v1\0"

@@ -10,11 +10,11 @@ from dataclasses import asdict
 
 import numpy as np
 
+from vfl.data.errors import DataError
 from vfl.data.parties import PartyColumns, unassigned_columns
-from vfl.data.readers.criteo import DataError
 from vfl.data.transforms import DENSE_TRANSFORM_DOC
+from vfl.splits import SPLITS
 
-SPLITS = ("train", "valid", "test")  # the same names as vfl.data.shards.SPLITS
 FORMAT_VERSION = 1
 
 

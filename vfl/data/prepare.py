@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from privacy.public_hash import uniform_from_ids
+from vfl.data.errors import DataError
 from vfl.data.ids import check_unique, id64_of_text
 from vfl.data.manifest import (
     SPLITS,
@@ -41,7 +42,7 @@ from vfl.data.manifest import (
 from vfl.data.npy_stream import NpyAppender
 from vfl.data.parties import PartyColumns
 from vfl.data.raw_split import hash_name, split_raw
-from vfl.data.readers.criteo import DataError, ReadStats, warn_bad_lines
+from vfl.data.readers.criteo import ReadStats, warn_bad_lines
 from vfl.data.readers.party import PartyBlock, PartySource, read_party_blocks
 from vfl.data.readers.tokenizer import MAX_CLASSES
 from vfl.data.transforms import (

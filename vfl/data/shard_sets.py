@@ -22,7 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from vfl.data.readers.criteo import DataError
+from vfl.data.errors import DataError
 
 PARTS_DIR = "parts"
 

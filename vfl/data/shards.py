@@ -10,12 +10,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from vfl.data.readers.criteo import DataError
+from vfl.data.errors import DataError
 from vfl.data.shard_sets import PARTS_DIR
+from vfl.splits import SPLITS
 
 IN_MEMORY_LIMIT = 2 << 30
 DEVICE_RESIDENT_FRACTION = 0.25  # a split is kept on the GPU when it takes at most this share of its free memory
-SPLITS = ("train", "valid", "test")  # valid selects models (early stopping), test only reports
 
 
 def _owned(arr: np.ndarray, dtype) -> np.ndarray:

@@ -44,7 +44,7 @@ from privacy.label.store import (
     release_id,
 )
 from vfl.config.schema import LabelDPConfig
-from vfl.data.readers.criteo import DataError
+from vfl.data.errors import DataError
 from vfl.labeldp.losses import corrected_loss
 
 PriorFn = Callable[[np.ndarray, np.ndarray], np.ndarray]

@@ -14,10 +14,10 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
+from vfl.splits import SPLITS
 from vfl.wire.frames import Message, WireError, short_repr
 
 MAX_INT = 2**62  # the default upper bound of a counter (epoch, step, bytes)
-SPLITS = ("train", "valid", "test")  # the splits of a shard (the same names as vfl.data.shards.SPLITS)
 
 
 class _Missing:

@@ -10,15 +10,12 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from vfl.data.errors import DataError
 from vfl.data.readers.tokenizer import BadLine, ParsedBlock, parse_block
 from vfl.data.schema import N_RAW_FIELDS
 
 BLOCK_BYTES = 1 << 20  # numpy temporaries stay in cache; measured fastest on 2 cores
 MAX_BAD_LINES_NAMED = 5
-
-
-class DataError(ValueError):
-    """Input data that cannot be used; the message names the file and what is wrong."""
 
 
 @dataclass

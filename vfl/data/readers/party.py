@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vfl.data.errors import DataError
 from vfl.data.ids import ids64
-from vfl.data.readers.criteo import DataError, ReadStats
+from vfl.data.readers.criteo import ReadStats
 from vfl.data.readers.tokenizer import BadLine
 
 CHUNK_ROWS = 100_000

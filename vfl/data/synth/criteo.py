@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 
 from privacy.public_hash import splitmix64
+from vfl.data.errors import DataError
 from vfl.data.npy_stream import NpyAppender
-from vfl.data.readers.criteo import DataError
 from vfl.data.schema import CATEGORICAL_COLUMNS, DENSE_COLUMNS
 from vfl.obs.progress import bar
 

@@ -17,10 +17,10 @@ import shutil
 import numpy as np
 
 from privacy.public_hash import uniform_from_ids
+from vfl.data.errors import DataError
 from vfl.data.manifest import FORMAT_VERSION, SPLITS, id_digest_update, label_doc, party_manifest_of
 from vfl.data.parties import PartyColumns
 from vfl.data.prepare import _SPLIT_SALT, PrepareOptions, _commit, _validate, _write_json
-from vfl.data.readers.criteo import DataError
 
 CLASSES = 10
 LEADER_COLUMNS = range(0, 4)

@@ -20,8 +20,8 @@ import time
 
 import numpy as np
 
+from vfl.data.errors import DataError
 from vfl.data.npy_stream import NpyAppender
-from vfl.data.readers.criteo import DataError
 from vfl.data.readers.tokenizer import MAX_CLASSES
 from vfl.data.synth.criteo import BLOCK_ROWS, SyntheticCriteo
 
