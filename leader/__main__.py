@@ -13,7 +13,7 @@ def _labelled_shard(cfg):
     from vfl.cli import check_own_shard
     from vfl.data.errors import DataError
     from vfl.data.shards import PartyShard
-    from vfl.labeldp.release import task_classes
+    from vfl.labeldp.release import leader_task
 
     shard = PartyShard(cfg.data.path)
     if not shard.has_labels:
@@ -21,14 +21,14 @@ def _labelled_shard(cfg):
             f"data.path {cfg.data.path} is the shard of {shard.name!r}, which holds no labels; the leader needs the labelled shard"
         )
     check_own_shard(cfg, shard)
-    task_classes(cfg.train.task, shard)  # train.task against the data
+    leader_task(cfg.train.task, shard)  # train.task against the data
     return shard
 
 
 def _label_key(cfg, env, ctx, shard):
     """The leader's label-DP key and ledger (None without label DP), opened before any follower connects."""
     from vfl.labeldp.ranks import open_label_key_ranks
-    from vfl.labeldp.release import LabelDPRelease, open_label_key, task_classes
+    from vfl.labeldp.release import LabelDPRelease, leader_task, open_label_key
 
     ld = cfg.privacy.label_dp
     if ld is None:
@@ -38,7 +38,7 @@ def _label_key(cfg, env, ctx, shard):
     else:
         key = open_label_key(ld.store_dir, ld.key_file, shard.manifest)
     # a release over privacy.label_dp.budget is refused here, before any follower connects (and again before the draw)
-    LabelDPRelease.from_config(ld, task_classes(cfg.train.task, shard)).check_budget(key)
+    LabelDPRelease.from_config(ld, leader_task(cfg.train.task, shard)).check_budget(key)
     return key
 
 

@@ -15,7 +15,7 @@ from vfl.data.shards import batch_digest, eval_batches, steps_per_epoch
 from vfl.distributed.context import RankContext
 from vfl.distributed.pairing import rank_meta, rank_problems
 from vfl.labeldp.prior import LocalCutSource, fit_predict_all_parties, prior_config, prior_fn_for
-from vfl.labeldp.release import LabelDPRelease, bayes_accuracy_of, leader_training_labels, open_label_key, task_classes
+from vfl.labeldp.release import LabelDPRelease, bayes_accuracy_of, leader_task, leader_training_labels, open_label_key
 from vfl.obs.curves import RunCurves
 from vfl.obs.metrics import RunLog
 from vfl.obs.progress import track
@@ -84,12 +84,12 @@ class LeaderTrainer:
         self.start_step = self.resume["step"] if self.resume else 0
         self.ctx.check_batches(len(party.train_split), cfg.train.batch_size)
         party.train_model = self.ctx.wrap(party.model)
-        # None (binary) or K from the leader's shard; followers are never told K
-        self.num_classes = task_classes(cfg.train.task, party.shard)
+        # binary, K classes (K from the leader's shard) or regression; followers are never told the task or K
+        self.task = leader_task(cfg.train.task, party.shard)
         # the key store is opened before any follower connects (leader/__main__.py passes it): its problems never
         # reach a follower
         # every number label DP needs (eps, mechanism, flip probability or transition, prior), read once from the config
-        self.release = LabelDPRelease.from_config(cfg.privacy.label_dp, self.num_classes)
+        self.release = LabelDPRelease.from_config(cfg.privacy.label_dp, self.task)
         rel = self.release
         self.label_key = (
             label_key
@@ -144,7 +144,7 @@ class LeaderTrainer:
         """Randomize the training labels (label DP; LP-2ST trains its prior here) and build the top."""
         in_dim = self.party.cut_dim + sum(self.cut_dims[f] for f in self.followers)
         rel = self.release
-        all_parties = self.num_classes is not None and rel is not None and rel.uses_prior
+        all_parties = self.task.kind == "multiclass" and rel is not None and rel.uses_prior
         prior_fn = (
             (lambda first, noisy: self._all_party_prior(first, noisy, in_dim))
             if all_parties
@@ -175,7 +175,7 @@ class LeaderTrainer:
             self.party.device,
             rel.training_loss() if rel is not None else None,
             tr.epochs * steps_per_epoch(len(self.party.train_split), tr.batch_size),
-            self.num_classes,
+            self.task,
         )
         self.loop = TrainingLoop(
             tr,
@@ -184,7 +184,7 @@ class LeaderTrainer:
             self.log,
             self.labels.valid,
             rel.eps if rel is not None else None,
-            self.num_classes,
+            self.task,
         )
         if self.resume:
             self.top.load_state(self.resume["state"]["top"])
@@ -354,7 +354,7 @@ class LeaderTrainer:
         """Predicted click (n,) or class (n, K) probabilities on the valid or test split (scored on the leader only)."""
         n = len(self.party.valid_split if split == "valid" else self.party.test_split)
         lo, hi = self.ctx.eval_range(n)  # N ranks: each scores its contiguous part, gathered below
-        probs = np.empty(hi - lo if self.num_classes is None else (hi - lo, self.num_classes))
+        probs = np.empty(hi - lo if self.task.outputs == 1 else (hi - lo, self.task.outputs))
         for part in track(
             eval_batches(hi - lo, self.cfg.train.eval_batch_size), desc=f"evaluate {split}", unit="batch"
         ):

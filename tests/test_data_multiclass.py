@@ -14,7 +14,7 @@ from vfl.data.parties import load_parties
 from vfl.data.prepare import PrepareOptions, prepare
 from vfl.data.readers.tokenizer import parse_block
 from vfl.data.shards import PartyShard
-from vfl.labeldp.release import task_classes
+from vfl.labeldp.release import leader_task
 
 
 def test_class_id_labels_parse_below_k_and_others_are_named_bad_lines():
@@ -97,8 +97,8 @@ def test_the_leader_refuses_a_task_its_shard_does_not_hold(shards_small, shards_
     # Prepare
     binary, multi = PartyShard(str(shards_small / "leader")), PartyShard(str(shards_k10 / "leader"))
     # Execute / Assert
-    assert task_classes("binary", binary) is None and task_classes("multiclass", multi) == 10
+    assert leader_task("binary", binary).classes is None and leader_task("multiclass", multi).classes == 10
     with pytest.raises(DataError, match="train.task is binary but the leader's shard .* holds 10-class labels"):
-        task_classes("binary", multi)
+        leader_task("binary", multi)
     with pytest.raises(DataError, match="train.task is multiclass but the leader's shard .* holds 0/1 labels"):
-        task_classes("multiclass", binary)
+        leader_task("multiclass", binary)

@@ -17,6 +17,7 @@ from privacy.label.store import LabelDPStore, LabelDPStoreError, dataset_id, rea
 from tests.dp_stats import binomial_tolerance
 from vfl.config.schema import LabelDPConfig
 from vfl.data.shards import PartyShard
+from vfl.data.task import Task
 from vfl.labeldp.release import LabelDPRelease, leader_training_labels
 
 
@@ -376,7 +377,7 @@ def test_the_release_object_derives_every_number_from_the_config_once():
     from vfl.labeldp.release import LabelDPRelease
 
     binary = LabelDPRelease.from_config(LabelDPConfig(eps=1.5, prior_fraction=0.3, prior_epochs=4))
-    classes = LabelDPRelease.from_config(LabelDPConfig(eps=1.5, mechanism="rr_prior"), num_classes=5)
+    classes = LabelDPRelease.from_config(LabelDPConfig(eps=1.5, mechanism="rr_prior"), Task("multiclass", 5))
     # Execute / Assert
     assert LabelDPRelease.from_config(None) is None
     assert binary.flip_probability == flip_probability(1.5) and binary.eps == 1.5

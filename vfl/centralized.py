@@ -58,8 +58,8 @@ def _aligned_parties(leader_cfg, follower_cfgs, device, log: RunLog) -> tuple:
 class _Reference:
     """Every party's bottom and the top in one process: the split run's step, evaluation and snapshots, no wire."""
 
-    def __init__(self, parties: list, top, labels, train_cfg, num_classes: int | None):
-        self.parties, self.top, self.labels, self.tr, self.num_classes = parties, top, labels, train_cfg, num_classes
+    def __init__(self, parties: list, top, labels, train_cfg, task):
+        self.parties, self.top, self.labels, self.tr, self.task = parties, top, labels, train_cfg, task
 
     def step(self, epoch: int, i: int, rows):
         """One synchronous step on batch `rows`, cut into the split run's micro-batches; the batch's mean loss."""
@@ -87,7 +87,7 @@ class _Reference:
         from vfl.data.shards import eval_batches
 
         n = len(self.parties[0].valid_split if split == "valid" else self.parties[0].test_split)
-        probs = np.empty(n if self.num_classes is None else (n, self.num_classes))
+        probs = np.empty(n if self.task.outputs == 1 else (n, self.task.outputs))
         with torch.no_grad():
             for sl in eval_batches(n, self.tr.eval_batch_size):
                 probs[sl] = self.top.predict([p.forward_eval(sl, split) for p in self.parties])
@@ -102,16 +102,16 @@ class _Reference:
         self.top.restore(step)
 
 
-def _training_labels(leader_cfg, follower_cfgs, leader_shard, parties, num_classes, device, log):
+def _training_labels(leader_cfg, follower_cfgs, leader_shard, parties, task, device, log):
     """The release and the leader's training labels, with LP-2ST's stage one over all parties for K classes, exactly
     as the split leader runs it."""
     from vfl.labeldp.prior import LocalCutSource, fit_predict_all_parties, prior_config, prior_fn_for
     from vfl.labeldp.release import LabelDPRelease, leader_training_labels
     from vfl.training.party import BottomParty
 
-    release = LabelDPRelease.from_config(leader_cfg.privacy.label_dp, num_classes)
+    release = LabelDPRelease.from_config(leader_cfg.privacy.label_dp, task)
     prior_fn = prior_fn_for(leader_cfg, release, parties[0])
-    if num_classes is not None and release is not None and release.uses_prior:
+    if task.kind == "multiclass" and release is not None and release.uses_prior:
 
         def prior_fn(first, noisy):
             sources = [
@@ -133,7 +133,7 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
 
     from vfl.config.schema import ConfigError
     from vfl.data.shards import steps_per_epoch
-    from vfl.labeldp.release import bayes_accuracy_of, task_classes
+    from vfl.labeldp.release import bayes_accuracy_of, leader_task
     from vfl.obs.curves import RunCurves
     from vfl.obs.metrics import write_json
     from vfl.training.loop import TrainingLoop
@@ -152,16 +152,16 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     device = resolve_device(tr.device)
     warn_if_emulated(tr.precision, device, log)
     leader_shard, parties = _aligned_parties(leader_cfg, follower_cfgs, device, log)
-    num_classes = task_classes(tr.task, leader_shard)
-    release, labels_info = _training_labels(leader_cfg, follower_cfgs, leader_shard, parties, num_classes, device, log)
+    task = leader_task(tr.task, leader_shard)
+    release, labels_info = _training_labels(leader_cfg, follower_cfgs, leader_shard, parties, task, device, log)
     train, valid, test = parties[0].train_split, parties[0].valid_split, parties[0].test_split
     loss = release.training_loss() if release is not None else None
     steps = tr.epochs * steps_per_epoch(len(train), tr.batch_size)
-    top = TopTrainer(tr, leader_cfg.model.top, sum(p.cut_dim for p in parties), device, loss, steps, num_classes)
+    top = TopTrainer(tr, leader_cfg.model.top, sum(p.cut_dim for p in parties), device, loss, steps, task)
     eps = release.eps if release is not None else None
-    loop = TrainingLoop(tr, len(train), test.labels, log, labels_info.valid, eps, num_classes)
+    loop = TrainingLoop(tr, len(train), test.labels, log, labels_info.valid, eps, task)
     loop.curves = RunCurves(out_dir, "centralized", log=log)
-    ref = _Reference(parties, top, torch.from_numpy(labels_info.labels), tr, num_classes)
+    ref = _Reference(parties, top, torch.from_numpy(labels_info.labels), tr, task)
     TIMER.reset()
     TIMER.watch(device)
     loop.run(ref.step, ref.evaluate, None, 0, ref.snapshot, ref.restore)

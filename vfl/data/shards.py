@@ -12,6 +12,7 @@ import torch
 
 from vfl.data.errors import DataError
 from vfl.data.shard_sets import PARTS_DIR
+from vfl.data.task import Task
 from vfl.splits import SPLITS
 
 IN_MEMORY_LIMIT = 2 << 30
@@ -136,9 +137,12 @@ class PartyShard:
         self.field_sizes: list[int] = [int(party["field_sizes"][c]) for c in self.categorical_columns]
         self.has_labels: bool = bool(party["has_labels"])
         self.id_digest: dict[str, str] = self.manifest["id_digest"]
-        label = self.manifest.get("label") or {}
-        # K of the labelled party's class ids (2: a 0/1 label); None on a follower, which never learns it
-        self.num_classes: int | None = int(label.get("num_classes", 2)) if self.has_labels else None
+        # the labelled party's task (binary, K classes or a real value); None on a follower, which never learns it
+        self.task: Task | None = _label_task(self.manifest.get("label") or {}) if self.has_labels else None
+        # the class ids' K (2: a 0/1 label); None for a real-valued label and on a follower
+        self.num_classes: int | None = (
+            None if self.task is None or self.task.is_regression else (self.task.num_classes or 2)
+        )
         missing = [s for s in SPLITS if s not in self.id_digest]
         if missing:
             raise DataError(
@@ -201,7 +205,9 @@ class PartyShard:
             for arr, what in ((s.dense, "dense"), (s.dense_missing, "dense_missing"), (s.cat, "cat")):
                 if arr.shape[0] != n:
                     raise DataError(f"shard {self.path}/{name}: {what}.npy has {arr.shape[0]} rows, ids.npy has {n}")
-            if (
+            if s.labels is not None and self.task.is_regression:
+                _check_real_labels(s.labels, f"{self.path}/{name}")
+            elif (
                 s.labels is not None
                 and s.labels.size
                 and not 0 <= int(s.labels.min()) <= int(s.labels.max()) < self.num_classes
@@ -221,6 +227,21 @@ class PartyShard:
         ):
             if want is not None and list(want) != list(have):
                 raise DataError(f"data.{key} {list(want)} does not match the shard's columns {have} in {self.path}")
+
+
+def _label_task(label: dict) -> Task:
+    """The task of a labelled shard's manifest `label` entry (a binary entry may also say num_classes 2)."""
+    if label.get("task") == "binary":
+        return Task("binary")
+    return Task.from_manifest(label)
+
+
+def _check_real_labels(labels: np.ndarray, where: str) -> None:
+    """A real-valued label is stored as finite floats."""
+    if not np.issubdtype(labels.dtype, np.floating):
+        raise DataError(f"shard {where}: labels.npy holds {labels.dtype}, but the manifest says real-valued (float32)")
+    if labels.size and not np.isfinite(labels).all():
+        raise DataError(f"shard {where}: labels.npy holds {int((~np.isfinite(labels)).sum())} non-finite values")
 
 
 def batch_order(n_rows: int, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:

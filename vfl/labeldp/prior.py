@@ -30,6 +30,7 @@ from torch import nn
 
 from vfl.config.schema import PartyConfig
 from vfl.data.shards import PartyShard, batch_order, eval_batches
+from vfl.data.task import Task
 from vfl.labeldp.losses import forward_corrected_bce, forward_corrected_ce
 from vfl.models.registry import build_bottom
 from vfl.training.optim import build_optimizer
@@ -91,13 +92,13 @@ def fit_predict_all_parties(
 ) -> np.ndarray:
     """Train the stage-one split model on rows where stage_one is True (labels `noisy`, k-ary RR of the
     release) and return its class probabilities (n_train, K) on every training row."""
-    num_classes = release.num_classes
+    task = Task("multiclass", release.num_classes)
     tr = prior_config(cfg, release.prior_epochs).train
     rows = np.flatnonzero(stage_one)
     t = torch.from_numpy(release.transition).to(device)
     spe = -(-rows.size // tr.batch_size)
     top = TopTrainer(
-        tr, cfg.model.top, in_dim, device, lambda z, y: forward_corrected_ce(z, y, t), tr.epochs * spe, num_classes
+        tr, cfg.model.top, in_dim, device, lambda z, y: forward_corrected_ce(z, y, t), tr.epochs * spe, task
     )
     labels = torch.from_numpy(np.asarray(noisy, dtype=np.int64))
     for epoch in range(tr.epochs):
@@ -116,7 +117,7 @@ def fit_predict_all_parties(
             top.step()
             if log is not None and ((i + 1) % tr.log_every == 0 or i + 1 == len(order)):
                 log(f"LP-2ST stage one (all parties) epoch {epoch} step {i + 1}/{len(order)} loss: {value:.6f}")
-    probs = np.empty((n_train, num_classes))
+    probs = np.empty((n_train, task.outputs))
     for sl in eval_batches(n_train, tr.eval_batch_size):
         probs[sl] = top.predict([s.evaluate(sl) for s in sources])
     return probs

@@ -44,7 +44,7 @@ from privacy.label.store import (
     release_id,
 )
 from vfl.config.schema import LabelDPConfig
-from vfl.data.errors import DataError
+from vfl.data.task import Task
 from vfl.labeldp.losses import corrected_loss
 
 PriorFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -52,21 +52,10 @@ Plan = list[tuple[str, dict]]  # the (ledger mechanism, parameters) of each rele
 DEFAULT_BUDGET = LabelDPConfig.model_fields["budget"].default
 
 
-def task_classes(task: str, shard) -> int | None:
-    """None for train.task binary, K for multiclass; a DataError when the task and the leader's labelled
-    shard disagree. Checked before any follower connects: followers never learn K."""
-    k = shard.num_classes
-    if task == "binary" and k != 2:
-        raise DataError(
-            f"train.task is binary but the leader's shard {shard.path} holds {k}-class labels "
-            f"(class ids 0..{k - 1}); set train.task: multiclass"
-        )
-    if task == "multiclass" and k < 3:
-        raise DataError(
-            f"train.task is multiclass but the leader's shard {shard.path} holds 0/1 labels; prepare a "
-            "K-class label column with `python -m vfl.data prepare --num-classes K` (K >= 3), or set train.task: binary"
-        )
-    return None if task == "binary" else k
+def leader_task(task: str, shard) -> Task:
+    """The Task of `train.task`, checked against the leader's labelled shard (a DataError when they disagree).
+    Checked before any follower connects: followers never learn the task or K."""
+    return Task.of(task, shard.task, f"the leader's shard {shard.path}")
 
 
 def bayes_accuracy_of(manifest: dict) -> dict:
@@ -143,14 +132,21 @@ class LabelDPRelease:
     budget: float = DEFAULT_BUDGET  # the most eps the dataset's most exposed sample id may reach
 
     @classmethod
-    def from_config(cls, label_dp: LabelDPConfig | None, num_classes: int | None = None) -> LabelDPRelease | None:
-        """None when label DP is off. Every mechanism of the config's domain serves binary and K-class labels."""
+    def from_config(cls, label_dp: LabelDPConfig | None, task: Task | None = None) -> LabelDPRelease | None:
+        """None when label DP is off. Every mechanism of the config's domain serves binary and K-class labels
+        (task None: binary)."""
         if label_dp is None:
             return None
+        task = task or Task("binary")
+        if label_dp.mechanism not in task.label_dp_mechanisms:
+            raise ValueError(
+                f"privacy.label_dp.mechanism {label_dp.mechanism} does not apply to {task.kind} labels "
+                f"(allowed: {list(task.label_dp_mechanisms) or 'none yet'})"
+            )
         return cls(
             float(label_dp.eps),
             label_dp.mechanism,
-            num_classes,
+            task.classes,
             bool(label_dp.debias),
             label_dp.correction,
             float(label_dp.prior_fraction),

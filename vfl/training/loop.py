@@ -16,6 +16,7 @@ import numpy as np
 from privacy.label.noisy_metrics import noisy_multiclass_validation_metrics, noisy_validation_metrics
 from vfl.config.schema import TrainConfig
 from vfl.data.shards import batch_order, steps_per_epoch
+from vfl.data.task import Task
 from vfl.obs.metrics import RunLog, loss_line, metrics_text, test_metrics
 from vfl.obs.progress import bar
 from vfl.training.selection import EarlyStopping
@@ -51,11 +52,11 @@ class TrainingLoop:
         log: RunLog,
         valid_labels: np.ndarray | None = None,
         valid_eps: float | None = None,
-        num_classes: int | None = None,
+        task: Task | None = None,
     ):
         """valid_labels: what selection may read (the randomized ones under label DP, whose eps is valid_eps);
-        num_classes: None for a binary task, K for class probabilities (n, K)."""
-        self.num_classes = num_classes
+        task: binary (the default: click probabilities (n,)) or multiclass K (class probabilities (n, K))."""
+        self.task = task or Task("binary")
         self.train = train
         self.n_train = n_train
         self.test_labels = np.asarray(test_labels, dtype=np.float64)
@@ -187,12 +188,12 @@ class TrainingLoop:
             "samples_per_second": samples / max(seconds, 1e-9),
         }
         if self.valid_labels is not None and self.valid_labels.size:
-            if self.num_classes is None:
-                v = noisy_validation_metrics(self.valid_labels, evaluate("valid"), self.valid_eps)
-            else:
+            if self.task.kind == "multiclass":
                 v = noisy_multiclass_validation_metrics(
-                    self.valid_labels, evaluate("valid"), self.valid_eps, self.num_classes
+                    self.valid_labels, evaluate("valid"), self.valid_eps, self.task.num_classes
                 )
+            else:
+                v = noisy_validation_metrics(self.valid_labels, evaluate("valid"), self.valid_eps)
             entry["valid"] = v
             best = self.selection is not None and self.selection.update(
                 v[self.selection.metric], self.global_step, epoch

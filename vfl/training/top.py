@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from vfl.config.schema import TopConfig, TrainConfig
+from vfl.data.task import Task
 from vfl.models.registry import build_top
 from vfl.training.optim import ScheduledOptimizer, build_optimizer
 from vfl.training.precision import autocast, keep_narrow_layers_fp32
@@ -38,16 +39,16 @@ class TopTrainer(SnapshotTrainable):
         device: torch.device,
         loss_fn: LossFn | None = None,
         total_steps: int = 1,
-        num_classes: int | None = None,
+        task: Task | None = None,
     ):
-        """num_classes None: binary (one logit, BCE); K: K logits, softmax cross-entropy."""
-        self.num_classes = num_classes
-        self.model = build_top(top, in_dim, train.seed, num_classes or 1).to(device)
+        """task binary (the default): one logit, BCE; multiclass K: K logits, softmax cross-entropy."""
+        self.task = task or Task("binary")
+        self.model = build_top(top, in_dim, train.seed, self.task.outputs).to(device)
         self.train_model = self.model  # with N ranks, the DistributedDataParallel wrapper of self.model
         self.optimizer = ScheduledOptimizer(build_optimizer(self.model, train), train, total_steps)
         self.best: Snapshot | None = None
         self.name = "top model"
-        self.loss_fn = loss_fn or (bce_with_logits if num_classes is None else cross_entropy)
+        self.loss_fn = loss_fn or (cross_entropy if self.task.kind == "multiclass" else bce_with_logits)
         self.in_dim = in_dim
         self.device = device
         self.precision = train.precision
@@ -69,5 +70,5 @@ class TopTrainer(SnapshotTrainable):
         self.model.eval()
         with autocast(self.precision, self.device):
             logits = self.model(torch.cat(cuts, dim=1)).float()
-        probs = torch.sigmoid(logits) if self.num_classes is None else torch.softmax(logits.double(), dim=1)
+        probs = torch.softmax(logits.double(), dim=1) if self.task.kind == "multiclass" else torch.sigmoid(logits)
         return probs.double().cpu().numpy()
