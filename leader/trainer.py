@@ -24,7 +24,7 @@ from vfl.training.loop import TrainingLoop
 from vfl.training.microbatch import check_micro, micro_slices, weighted_loss
 from vfl.training.party import BottomParty
 from vfl.training.step_timer import TIMER
-from vfl.training.top import TopTrainer
+from vfl.training.top import TopTrainer, regression_target
 from vfl.wire import LeaderChannel, WireError
 from vfl.wire.messages import (
     Bye,
@@ -165,7 +165,7 @@ class LeaderTrainer:
         self.label_digests = self.ctx.same_on_every_rank(
             "the training labels (noisy under label DP)",
             np.ascontiguousarray(self.labels.labels, "<f4").tobytes()
-            + np.ascontiguousarray(self.labels.valid, "<i8").tobytes(),
+            + np.ascontiguousarray(self.labels.valid, "<f8" if self.task.is_regression else "<i8").tobytes(),
         )
         tr = self.cfg.train
         self.top = TopTrainer(
@@ -176,6 +176,7 @@ class LeaderTrainer:
             rel.training_loss() if rel is not None else None,
             tr.epochs * steps_per_epoch(len(self.party.train_split), tr.batch_size),
             self.task,
+            regression_target(self.labels.labels) if self.task.is_regression else None,
         )
         self.loop = TrainingLoop(
             tr,
@@ -191,7 +192,9 @@ class LeaderTrainer:
             self.loop.load_state((self.resume.get("extra") or {}).get("loop") or {})
             self.log(f"resumed from {self.cfg.train.resume_from} at global step {self.start_step}")
         if self.ctx.is_main:  # curves, like checkpoints and metrics.json, are rank 0's
-            self.loop.curves = RunCurves(self.out_dir, self.cfg.party, self.start_step, log=self.log)
+            self.loop.curves = RunCurves(
+                self.out_dir, self.cfg.party, self.start_step, log=self.log, regression=self.task.is_regression
+            )
         if self.ctx.ranks > 1:
             self.loop.agree = self.ctx.agree_selection
             self.top.train_model = self.ctx.wrap(self.top.model)
@@ -351,7 +354,8 @@ class LeaderTrainer:
 
     @torch.no_grad()
     def evaluate(self, split: str) -> np.ndarray:
-        """Predicted click (n,) or class (n, K) probabilities on the valid or test split (scored on the leader only)."""
+        """Predicted click (n,) or class (n, K) probabilities, or values (n,), on the valid or test split (scored on
+        the leader only)."""
         n = len(self.party.valid_split if split == "valid" else self.party.test_split)
         lo, hi = self.ctx.eval_range(n)  # N ranks: each scores its contiguous part, gathered below
         probs = np.empty(hi - lo if self.task.outputs == 1 else (hi - lo, self.task.outputs))

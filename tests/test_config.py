@@ -211,8 +211,9 @@ def test_task_is_a_leader_setting_with_a_domain_and_accuracy_selection_needs_mul
     # Assert
     assert default.train.task == "binary" and multi.train.task == "multiclass"
     assert multi.train.early_stopping.metric == "accuracy"
-    assert "train.task must be one of ['binary', 'multiclass'], got 'multiclas' (did you mean 'multiclass'?)" in str(
-        bad.value
+    assert (
+        "train.task must be one of ['binary', 'multiclass', 'regression'], got 'multiclas' (did you mean 'multiclass'?)"
+        in str(bad.value)
     )
     assert "early_stopping.metric accuracy needs train.task: multiclass" in str(bad.value)
     assert "train.task is set on the leader only" in str(on_follower.value)

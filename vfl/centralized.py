@@ -80,7 +80,7 @@ class _Reference:
         return value
 
     def evaluate(self, split: str):
-        """Predicted probabilities on the valid or test split, (n,) or (n, K)."""
+        """Predicted probabilities on the valid or test split, (n,) or (n, K), or predicted values (n,)."""
         import numpy as np
         import torch
 
@@ -140,7 +140,7 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     from vfl.training.party import resolve_device, set_threads
     from vfl.training.precision import warn_if_emulated
     from vfl.training.step_timer import TIMER
-    from vfl.training.top import TopTrainer
+    from vfl.training.top import TopTrainer, regression_target
 
     if any(c.train.resume_from for c in (leader_cfg, *follower_cfgs)):
         raise ConfigError("train.resume_from is for split runs; the centralized reference always starts from step 0")
@@ -157,10 +157,11 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     train, valid, test = parties[0].train_split, parties[0].valid_split, parties[0].test_split
     loss = release.training_loss() if release is not None else None
     steps = tr.epochs * steps_per_epoch(len(train), tr.batch_size)
-    top = TopTrainer(tr, leader_cfg.model.top, sum(p.cut_dim for p in parties), device, loss, steps, task)
+    target = regression_target(labels_info.labels) if task.is_regression else None
+    top = TopTrainer(tr, leader_cfg.model.top, sum(p.cut_dim for p in parties), device, loss, steps, task, target)
     eps = release.eps if release is not None else None
     loop = TrainingLoop(tr, len(train), test.labels, log, labels_info.valid, eps, task)
-    loop.curves = RunCurves(out_dir, "centralized", log=log)
+    loop.curves = RunCurves(out_dir, "centralized", log=log, regression=task.is_regression)
     ref = _Reference(parties, top, torch.from_numpy(labels_info.labels), tr, task)
     TIMER.reset()
     TIMER.watch(device)

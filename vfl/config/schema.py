@@ -89,8 +89,9 @@ class ModelConfig(_Section):
 
 
 class EarlyStoppingConfig(_Section):
-    metric: Choice("auc", "logloss", "accuracy") = (
-        "auc"  # accuracy: multiclass only; on the validation split (randomized labels under label DP, debiased)
+    metric: Choice("auc", "logloss", "accuracy", "rmse", "mae", "r2") = (
+        "auc"  # accuracy: multiclass only; rmse, mae, r2: regression only (unset there: rmse); on the validation
+        # split (randomized labels under label DP, debiased)
     )
     patience: Number(1, 10_000, integer=True) = 3  # evaluations without a gain of more than min_delta
     min_delta: Number(0.0, 1.0) = 0.0
@@ -117,13 +118,22 @@ class TrainConfig(_Section):
     eval_every_steps: Number(0, integer=True) = 0  # evaluate every N global steps; 0 = at the end of every epoch
     early_stopping: Optional[EarlyStoppingConfig] = None  # leader: select the best step on valid, restore it
     lr_schedule: LRScheduleConfig = Field(default_factory=LRScheduleConfig)
-    task: Choice("binary", "multiclass") = "binary"  # leader: one sigmoid output | K softmax outputs (K from the shard)
+    # leader: one sigmoid output | K softmax outputs (K from the shard) | one real value (MSE or Huber)
+    task: Choice("binary", "multiclass", "regression") = "binary"
+    loss: Choice("mse", "huber") = "mse"  # leader, regression: on the standardized label (Huber's delta = 1 sd)
     precision: Choice("fp32", "bf16") = (
         "fp32"  # bf16: autocast forward passes, fp32 master weights (vfl/training/precision.py)
     )
     microbatches: Number(1, 1_000_000, integer=True) = (
         1  # M micro-batches per batch, pipelined between parties; every party the same
     )
+
+    @model_validator(mode="after")
+    def _task_default_metric(self) -> "TrainConfig":
+        es = self.early_stopping
+        if self.task == "regression" and es is not None and "metric" not in es.model_fields_set:
+            object.__setattr__(self, "early_stopping", es.model_copy(update={"metric": "rmse"}))
+        return self
 
 
 class LabelDPConfig(_Section):
@@ -267,6 +277,8 @@ def _role_problems(doc: dict) -> list[str]:
                 "train.task is set on the leader only (it holds the labels; followers train the same bottoms "
                 "for either task)"
             )
+        if _has(doc, "train", "loss"):
+            errors.append("train.loss is set on the leader only (it holds the labels)")
     mb, bs = _get(doc, "train", "microbatches"), _get(doc, "train", "batch_size")
     bs = TrainConfig.model_fields["batch_size"].default if bs is None else bs
     if (
@@ -280,10 +292,25 @@ def _role_problems(doc: dict) -> list[str]:
             f"train.microbatches={mb} exceeds train.batch_size={bs}: a micro-batch needs at least one row "
             f"(allowed: an integer in [1, {bs}])"
         )
-    es = _get(doc, "train", "early_stopping")
-    if isinstance(es, dict) and es.get("metric") == "accuracy" and _get(doc, "train", "task") != "multiclass":
+    es, task = _get(doc, "train", "early_stopping"), _get(doc, "train", "task")
+    metric = es.get("metric") if isinstance(es, dict) else None
+    if metric == "accuracy" and task not in ("multiclass", "regression"):
         errors.append(
             "train.early_stopping.metric accuracy needs train.task: multiclass (binary selects on auc or logloss)"
+        )
+    if task == "regression" and metric in ("auc", "logloss", "accuracy"):
+        errors.append(
+            f"train.early_stopping.metric {metric} is for class labels; train.task: regression selects on rmse "
+            "(the default), mae or r2"
+        )
+    if task != "regression" and metric in ("rmse", "mae", "r2"):
+        errors.append(f"train.early_stopping.metric {metric} needs train.task: regression")
+    if task != "regression" and _get(doc, "train", "loss") == "huber":
+        errors.append("train.loss huber needs train.task: regression (class labels train on cross-entropy)")
+    if leader and task == "regression" and _has(doc, "privacy", "label_dp"):
+        errors.append(
+            "label DP for regression labels does not exist yet (issue 29); remove privacy.label_dp or train on "
+            "class labels (train.task: binary or multiclass)"
         )
     ld = _get(doc, "privacy", "label_dp")
     if _has(doc, "privacy", "label_dp") and isinstance(ld, dict):  # (an empty `label_dp:` is {} by now)

@@ -73,6 +73,7 @@ class TrainingLabels:
     release: str | None = None  # the release id under label DP
     warnings: tuple[str, ...] = ()
     valid: np.ndarray | None = None  # int64 validation labels for model selection: randomized under label DP
+    # (float64 real values for a regression, which has no label DP yet)
 
 
 @dataclass
@@ -371,8 +372,15 @@ def training_labels(
     prior_fn: PriorFn | None = None,
     valid_labels: np.ndarray | None = None,
     valid_ids: np.ndarray | None = None,
+    real_valued: bool = False,
 ) -> TrainingLabels:
-    """True labels when label DP is off (release None); otherwise the noisy labels of the release."""
+    """True labels when label DP is off (release None); otherwise the noisy labels of the release. A real-valued
+    (regression) label is kept as it is (float32 for training, float64 for selection); it has no release yet."""
+    if real_valued:
+        if release is not None:
+            raise ValueError("label DP for regression labels does not exist yet (issue 29)")
+        valid = np.zeros(0) if valid_labels is None else np.asarray(valid_labels)
+        return TrainingLabels(np.asarray(labels, dtype=np.float32), valid=valid.astype(np.float64))
     if release is None:
         valid = np.zeros(0, np.int64) if valid_labels is None else np.asarray(valid_labels).astype(np.int64)
         return TrainingLabels(np.asarray(labels).astype(np.int64).astype(np.float32), valid=valid)
@@ -386,4 +394,5 @@ def leader_training_labels(
     train, valid = shard.split("train"), shard.split("valid")
     if release is not None and label_key is None:
         label_key = open_label_key(release.store_dir, release.key_file, shard.manifest)
-    return training_labels(train.labels, train.ids, release, label_key, prior_fn, valid.labels, valid.ids)
+    real = shard.task is not None and shard.task.is_regression
+    return training_labels(train.labels, train.ids, release, label_key, prior_fn, valid.labels, valid.ids, real)

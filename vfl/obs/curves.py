@@ -25,6 +25,20 @@ COLUMNS = (
     "valid_accuracy",
     "test_accuracy",
 )  # accuracy: train.task multiclass
+# train.task regression: its own columns (a classification run's metrics.csv keeps the columns above)
+REGRESSION_COLUMNS = (
+    "kind",
+    "epoch",
+    "step",
+    "loss",
+    "valid_rmse",
+    "valid_mae",
+    "valid_r2",
+    "test_rmse",
+    "test_mae",
+    "test_r2",
+    "samples_per_second",
+)
 
 
 def _cell(value) -> str:
@@ -52,7 +66,10 @@ def preload_tensorboard() -> None:
 class RunCurves:
     """Writes one party's curves under out_dir; `step()` per training step, `evaluation()` per evaluation."""
 
-    def __init__(self, out_dir: str, name: str, start_step: int = 0, tensorboard: bool = True, log=None):
+    def __init__(
+        self, out_dir: str, name: str, start_step: int = 0, tensorboard: bool = True, log=None, regression=False
+    ):
+        """regression: the columns of a real-valued label (REGRESSION_COLUMNS: RMSE, MAE and R^2)."""
         self.out_dir = out_dir
         self.name = name
         self.csv_path = os.path.join(out_dir, "metrics.csv")
@@ -68,7 +85,9 @@ class RunCurves:
                 if r.get("step", "").isdigit() and int(r["step"]) <= start_step
             ]
         self._f = open(self.csv_path, "w", newline="", buffering=1)
-        self._w = csv.DictWriter(self._f, fieldnames=COLUMNS, extrasaction="ignore")
+        self._w = csv.DictWriter(
+            self._f, fieldnames=REGRESSION_COLUMNS if regression else COLUMNS, extrasaction="ignore"
+        )
         self._w.writeheader()
         for r in kept:
             self._w.writerow(r)
@@ -105,6 +124,10 @@ class RunCurves:
             "valid_accuracy": _cell(valid.get("accuracy")),
             "test_accuracy": _cell(entry.get("test_accuracy")),
         }
+        if "test_rmse" in entry:
+            row = {k: v for k, v in row.items() if k in REGRESSION_COLUMNS}
+            for m in ("rmse", "mae", "r2"):
+                row[f"valid_{m}"], row[f"test_{m}"] = _cell(valid.get(m)), _cell(entry.get(f"test_{m}"))
         self._w.writerow(row)
         if self.tb is not None:
             for key, value in row.items():
@@ -126,7 +149,8 @@ class RunCurves:
 
 
 def plot_curves(csv_path: str, png_path: str, title: str = "") -> str:
-    """Loss per step (and the evaluation's train loss) beside valid/test AUC per evaluation, as a PNG."""
+    """Loss per step (and the evaluation's train loss) beside valid/test AUC (RMSE for a regression) per
+    evaluation, as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -144,12 +168,13 @@ def plot_curves(csv_path: str, png_path: str, title: str = "") -> str:
     ax_loss.set_xlabel("global step")
     ax_loss.set_ylabel("training loss")
     ax_loss.legend(loc="best")
-    for key, label in (("valid_auc", "valid AUC"), ("test_auc", "test AUC")):
+    name = "RMSE" if evals and "test_rmse" in evals[0] else "AUC"
+    for key, label in ((f"valid_{name.lower()}", f"valid {name}"), (f"test_{name.lower()}", f"test {name}")):
         pts = [(int(r["step"]), float(r[key])) for r in evals if r.get(key) not in ("", "nan", None)]
         if pts:
             ax_auc.plot(*zip(*pts), "o-", label=label)
     ax_auc.set_xlabel("global step")
-    ax_auc.set_ylabel("AUC")
+    ax_auc.set_ylabel(name)
     if ax_auc.lines:
         ax_auc.legend(loc="best")
     fig.suptitle(title)

@@ -50,9 +50,26 @@ def multiclass_logloss(labels: np.ndarray, probs: np.ndarray) -> float:
     return float(log_loss(labels, p / p.sum(axis=1, keepdims=True), labels=list(range(p.shape[1]))))
 
 
-def test_metrics(labels: np.ndarray, probs: np.ndarray) -> dict:
+def regression_metrics(labels: np.ndarray, predictions: np.ndarray) -> dict:
+    """{rmse, mae, r2} of real-valued predictions (n,); r2 = 1 - SSE / SST, NaN when the labels are constant."""
+    y = np.asarray(labels, dtype=np.float64)
+    err = np.asarray(predictions, dtype=np.float64) - y
+    if y.size == 0:
+        return {"rmse": math.nan, "mae": math.nan, "r2": math.nan}
+    sse, sst = float(np.sum(err * err)), float(np.sum((y - y.mean()) ** 2))
+    return {
+        "rmse": math.sqrt(sse / y.size),
+        "mae": float(np.mean(np.abs(err))),
+        "r2": 1.0 - sse / sst if sst > 0 else math.nan,
+    }
+
+
+def test_metrics(labels: np.ndarray, probs: np.ndarray, regression: bool = False) -> dict:
     """The test split's metrics: {test_auc, test_logloss} of click probabilities (n,), plus test_accuracy
-    (argmax) with macro one-vs-rest AUC and cross-entropy for class probabilities (n, K)."""
+    (argmax) with macro one-vs-rest AUC and cross-entropy for class probabilities (n, K); {test_rmse, test_mae,
+    test_r2} of real-valued predictions (n,) when `regression`."""
+    if regression:
+        return {f"test_{k}": v for k, v in regression_metrics(labels, probs).items()}
     probs = np.asarray(probs)
     if probs.ndim == 1:
         return {"test_auc": auc(labels, probs), "test_logloss": logloss(labels, probs)}
@@ -66,8 +83,10 @@ def test_metrics(labels: np.ndarray, probs: np.ndarray) -> dict:
 
 
 def metrics_text(m: dict, prefix: str = "test_") -> str:
-    """`test_accuracy: 0.912345 test_auc: ... test_logloss: ...` (accuracy only when present)."""
-    keys = [k for k in (f"{prefix}accuracy", f"{prefix}auc", f"{prefix}logloss") if k in m]
+    """`test_accuracy: 0.912345 test_auc: ... test_logloss: ...` (accuracy only when present), or
+    `test_rmse: ... test_mae: ... test_r2: ...` for a regression."""
+    names = ("accuracy", "auc", "logloss", "rmse", "mae", "r2")
+    keys = [f"{prefix}{k}" for k in names if f"{prefix}{k}" in m]
     return " ".join(f"{k}: {m[k]:.6f}" for k in keys)
 
 

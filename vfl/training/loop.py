@@ -17,12 +17,14 @@ from privacy.label.noisy_metrics import noisy_multiclass_validation_metrics, noi
 from vfl.config.schema import TrainConfig
 from vfl.data.shards import batch_order, steps_per_epoch
 from vfl.data.task import Task
-from vfl.obs.metrics import RunLog, loss_line, metrics_text, test_metrics
+from vfl.obs.metrics import RunLog, loss_line, metrics_text, regression_metrics, test_metrics
 from vfl.obs.progress import bar
 from vfl.training.selection import EarlyStopping
 from vfl.training.step_timer import TIMER
 
-Evaluate = Callable[[str], np.ndarray]  # split name ("valid" | "test") -> click (n,) or class (n, K) probabilities
+# split name ("valid" | "test") -> click (n,) or class (n, K) probabilities, or real-valued predictions (n,)
+Evaluate = Callable[[str], np.ndarray]
+TEST_KEYS = ("test_accuracy", "test_auc", "test_logloss", "test_rmse", "test_mae", "test_r2")
 
 
 @dataclass
@@ -55,12 +57,14 @@ class TrainingLoop:
         task: Task | None = None,
     ):
         """valid_labels: what selection may read (the randomized ones under label DP, whose eps is valid_eps);
-        task: binary (the default: click probabilities (n,)) or multiclass K (class probabilities (n, K))."""
+        task: binary (the default: click probabilities (n,)), multiclass K (class probabilities (n, K)) or
+        regression (predictions (n,), scored by RMSE, MAE and R^2 on the true labels: no label DP)."""
         self.task = task or Task("binary")
         self.train = train
         self.n_train = n_train
         self.test_labels = np.asarray(test_labels, dtype=np.float64)
-        self.valid_labels = None if valid_labels is None else np.asarray(valid_labels, dtype=np.int64)
+        valid_dtype = np.float64 if self.task.is_regression else np.int64
+        self.valid_labels = None if valid_labels is None else np.asarray(valid_labels, dtype=valid_dtype)
         self.valid_eps = valid_eps
         self.log = log
         self.step_losses: list[float] = []
@@ -188,7 +192,9 @@ class TrainingLoop:
             "samples_per_second": samples / max(seconds, 1e-9),
         }
         if self.valid_labels is not None and self.valid_labels.size:
-            if self.task.kind == "multiclass":
+            if self.task.is_regression:
+                v = regression_metrics(self.valid_labels, evaluate("valid"))
+            elif self.task.kind == "multiclass":
                 v = noisy_multiclass_validation_metrics(
                     self.valid_labels, evaluate("valid"), self.valid_eps, self.task.num_classes
                 )
@@ -203,7 +209,7 @@ class TrainingLoop:
             if best:
                 if snapshot is not None:
                     self.snapshot_bytes = snapshot(self.global_step)
-        entry.update(test_metrics(self.test_labels, evaluate("test")))
+        entry.update(test_metrics(self.test_labels, evaluate("test"), self.task.is_regression))
         self.history.append(entry)
         if self.curves is not None:
             self.curves.evaluation(entry)
@@ -217,7 +223,12 @@ class TrainingLoop:
             )
             + (
                 f"valid_auc: {valid['auc']:.6f} (noisy {valid['auc_noisy']:.6f}) valid_logloss: {valid['logloss']:.6f} "
-                if valid
+                if valid and "auc" in valid
+                else ""
+            )
+            + (
+                metrics_text({f"valid_{k}": v for k, v in valid.items()}, "valid_") + " "
+                if valid and "rmse" in valid
                 else ""
             )
             + metrics_text(entry)
@@ -231,13 +242,13 @@ class TrainingLoop:
             if restore is None:
                 raise RuntimeError("early stopping chose an earlier step but this loop cannot restore models")
             restore(sel.best_step)
-            scores = test_metrics(self.test_labels, evaluate("test"))
+            scores = test_metrics(self.test_labels, evaluate("test"), self.task.is_regression)
             self.log(
                 f"restored the best step {sel.best_step} (validation {sel.metric} {sel.best_value:.6f}): "
                 + metrics_text(scores)
             )
         else:
-            scores = {k: v for k, v in self.history[-1].items() if k in ("test_accuracy", "test_auc", "test_logloss")}
+            scores = {k: v for k, v in self.history[-1].items() if k in TEST_KEYS}
         self.final = {**scores, "restored": restored, "model_step": sel.best_step if restored else self.global_step}
 
     def summary(self) -> dict:
@@ -245,9 +256,7 @@ class TrainingLoop:
         sel = self.selection
         best = next((h for h in self.history if sel is not None and h["step"] == sel.best_step), None)
         return {
-            **({"test_accuracy": self.final["test_accuracy"]} if "test_accuracy" in self.final else {}),
-            "test_auc": self.final["test_auc"],
-            "test_logloss": self.final["test_logloss"],
+            **{k: self.final[k] for k in TEST_KEYS if k in self.final},
             "model_step": self.final["model_step"],
             "history": self.history,
             "selection": None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-HIGHER_IS_BETTER = {"auc": True, "logloss": False, "accuracy": True}
+from vfl.data.task import HIGHER_IS_BETTER
 
 
 @dataclass

@@ -1,4 +1,9 @@
-"""The leader's top model step, shared verbatim by split training and the centralized reference."""
+"""The leader's top model step, shared verbatim by split training and the centralized reference.
+
+A regression top learns the standardized label (y - mean) / sd of the training labels (`regression_target`), so
+one learning rate serves labels in any unit and the logged loss reads 1.0 for predicting the mean; its
+predictions are mapped back to the label's units before any metric sees them.
+"""
 
 from __future__ import annotations
 
@@ -28,6 +33,20 @@ def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits, labels.long())
 
 
+REGRESSION_LOSSES: dict[str, LossFn] = {
+    "mse": F.mse_loss,
+    "huber": lambda z, y: F.huber_loss(z, y, delta=1.0),  # delta 1 = one standard deviation of the label
+}
+
+
+def regression_target(labels: np.ndarray) -> tuple[float, float]:
+    """(mean, sd) of the training labels, the scale a regression top learns in (sd 1 for a constant label)."""
+    y = np.asarray(labels, dtype=np.float64)
+    mean = float(y.mean()) if y.size else 0.0
+    sd = float(y.std()) if y.size else 0.0
+    return mean, sd if sd > 0 else 1.0
+
+
 class TopTrainer(SnapshotTrainable):
     """Concatenate the parties' cuts (leader first, then followers in config order), score, and learn."""
 
@@ -40,15 +59,25 @@ class TopTrainer(SnapshotTrainable):
         loss_fn: LossFn | None = None,
         total_steps: int = 1,
         task: Task | None = None,
+        target: tuple[float, float] | None = None,
     ):
-        """task binary (the default): one logit, BCE; multiclass K: K logits, softmax cross-entropy."""
+        """task binary (the default): one logit, BCE; multiclass K: K logits, softmax cross-entropy; regression:
+        one value, train.loss (MSE or Huber) on the label standardized by target = (mean, sd) (regression_target
+        of the training labels)."""
         self.task = task or Task("binary")
+        self.target = (target or (0.0, 1.0)) if self.task.is_regression else None
         self.model = build_top(top, in_dim, train.seed, self.task.outputs).to(device)
         self.train_model = self.model  # with N ranks, the DistributedDataParallel wrapper of self.model
         self.optimizer = ScheduledOptimizer(build_optimizer(self.model, train), train, total_steps)
         self.best: Snapshot | None = None
         self.name = "top model"
-        self.loss_fn = loss_fn or (cross_entropy if self.task.kind == "multiclass" else bce_with_logits)
+        self.loss_fn = loss_fn or (
+            REGRESSION_LOSSES[train.loss]
+            if self.task.is_regression
+            else cross_entropy
+            if self.task.kind == "multiclass"
+            else bce_with_logits
+        )
         self.in_dim = in_dim
         self.device = device
         self.precision = train.precision
@@ -58,7 +87,10 @@ class TopTrainer(SnapshotTrainable):
         self.model.train()
         with autocast(self.precision, self.device):
             logits = self.train_model(torch.cat(cuts, dim=1))
-        return self.loss_fn(logits.float(), labels.to(self.device))
+        labels = labels.to(self.device)
+        if self.target is not None:
+            labels = (labels - self.target[0]) / self.target[1]
+        return self.loss_fn(logits.float(), labels)
 
     def step(self) -> None:
         self.optimizer.step()
@@ -66,9 +98,19 @@ class TopTrainer(SnapshotTrainable):
 
     @torch.no_grad()
     def predict(self, cuts: list[torch.Tensor]) -> np.ndarray:
-        """Click probabilities sigmoid(logit) (n,), or class probabilities softmax(logits) (n, K), for evaluation."""
+        """Click probabilities sigmoid(logit) (n,), class probabilities softmax(logits) (n, K), or predicted
+        values in the label's units (n,), for evaluation."""
         self.model.eval()
         with autocast(self.precision, self.device):
             logits = self.model(torch.cat(cuts, dim=1)).float()
+        if self.target is not None:
+            return (logits.double() * self.target[1] + self.target[0]).cpu().numpy()
         probs = torch.softmax(logits.double(), dim=1) if self.task.kind == "multiclass" else torch.sigmoid(logits)
         return probs.double().cpu().numpy()
+
+    def state(self) -> dict:
+        """The checkpoint state; a regression top also keeps the (mean, sd) its outputs are scaled by."""
+        out = super().state()
+        if self.target is not None:
+            out["target"] = list(self.target)
+        return out
