@@ -164,6 +164,7 @@ class _Endpoint:
 
     def _poll(self, deadline: float, awaiting: str) -> bool:
         """Wait for socket input until the deadline; True when the data socket is readable."""
+        self._check_health()
         remaining = deadline - time.monotonic()
         if remaining <= 0 and self._late_reads < LATE_READS and self._sock.poll(0, zmq.POLLIN):
             self._late_reads += 1  # input that already arrived is read before a timeout is declared (bounded)
@@ -181,6 +182,9 @@ class _Endpoint:
 
     def _why_silent(self) -> str:
         return ""
+
+    def _check_health(self) -> None:
+        pass
 
     def close(self) -> None:
         try:
@@ -302,6 +306,7 @@ class LeaderChannel(_Endpoint):
             self.duplicates_refused += 1
             self._refuse(
                 rid,
+                body[0],
                 f"party {party} is already connected to this run; a second connection with {party}'s key was "
                 f"refused (is another process of {party} running?)",
             )
@@ -309,7 +314,7 @@ class LeaderChannel(_Endpoint):
         if known is None:
             claimed = decode(body, party).claimed
             if self.check_claims and claimed != party:
-                self._refuse_impostor(party, claimed, rid)
+                self._refuse_impostor(party, claimed, rid, body[0])
                 return
             self._track(party, body[0])
             self._route[party] = rid
@@ -320,12 +325,13 @@ class LeaderChannel(_Endpoint):
             )
         self._inbox[party].append(self._accept(party, body))
 
-    def _refuse_impostor(self, party: str, claimed: str, rid: bytes) -> None:
+    def _refuse_impostor(self, party: str, claimed: str, rid: bytes, frame: zmq.Frame) -> None:
         """A first message whose header names another party than its key's: refuse that connection and carry on,
         so the key's own process, or the party it named, can still join this run."""
         self.impostors_refused += 1
         self._refuse(
             rid,
+            frame,
             f"this connection holds {party}'s key but its messages claim to be {short_repr(claimed)}: a party is "
             f"its key, never a name; refused (does network.secret_key_file name {short_repr(claimed)}'s own key?)",
         )
@@ -335,9 +341,11 @@ class LeaderChannel(_Endpoint):
                 f"{short_repr(claimed)}; still waiting for {sorted(set(self.followers) - set(self._route))}"
             )
 
-    def _refuse(self, rid: bytes, reason: str) -> None:
-        """Tell a connection why it is refused, once and without blocking, then ignore it."""
+    def _refuse(self, rid: bytes, frame: zmq.Frame, reason: str) -> None:
+        """Tell a connection why it is refused, once and without blocking; ignore it, and shut it down a moment
+        later (gate.py), so it does not stay among the pending connections."""
         self._refused.add(rid)
+        self.gate.cut_later(frame.get(zmq.SRCFD))
         try:  # never blocks: a refused connection that does not read cannot stall the run
             self._sock.send_multipart(
                 [rid, *encode(Abort.TYPE, self.me, "", 0, *Abort(reason).to_wire())], flags=zmq.DONTWAIT
@@ -356,6 +364,12 @@ class LeaderChannel(_Endpoint):
 
     def _unwatch(self) -> None:
         self.gate.close()
+
+    def _check_health(self) -> None:
+        if self.gate.failed:
+            raise WireError(
+                f"the leader's connection gate stopped ({self.gate.failed}); the run stops rather than go on without it"
+            )
 
     def _stop_auth(self) -> None:
         self._auth.stop()

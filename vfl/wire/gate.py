@@ -1,4 +1,4 @@
-"""The leader's gate on connections that have not proven a key yet: at most MAX_UNADMITTED of them at once.
+"""The leader's gate on connections that have not proven a key yet: a bounded number of them at once.
 
 Anyone who can reach the leader's port can open TCP connections and start a CURVE handshake. libzmq gives
 each one a decoder whose frames are capped at frames.MAX_WIRE_FRAME (about 1 MiB, channel.py), and drops
@@ -9,20 +9,29 @@ main thread may be busy in a training step for seconds):
 
 - every accepted connection is pending until its first message arrives (the channel then knows it as an
   authenticated party's connection: `admitted()` returns those file descriptors; an admitted follower
-  always speaks first, since the leader's ROUTER cannot address it before);
-- when more than `limit` connections are pending, the newest ones are shut down (shutdown(2) on the
-  descriptor, which libzmq then sees as the peer hanging up and cleans up as usual; the descriptor's peer
-  address is checked first, so a descriptor that libzmq closed and reused meanwhile is left alone);
-- the socket's DISCONNECTED events are forwarded unchanged to `events`, a PAIR socket the channel polls
-  exactly as it would poll the monitor itself.
+  always speaks first, since the leader's ROUTER cannot address it before, and it does so within a few
+  round trips of connecting);
+- at most `per_host` connections from one remote address, and `limit` in all, are pending at once; beyond
+  that the *oldest* pending ones are shut down (shutdown(2) on the descriptor, which libzmq then sees as the
+  peer hanging up and cleans up as usual; the descriptor's peer address is checked first, so one that libzmq
+  closed and reused meanwhile is left alone). Oldest first: an honest follower is pending for milliseconds,
+  while a stranger's connection is of no further use to it once its frame is held, so a flood of new
+  connections evicts the flood's own connections first (a newest-first rule let a stranger who reopened
+  its connections lock an honest follower out: found by a hostile review);
+- connections the channel refuses (a duplicate of a connected party, an impostor) are shut down a moment
+  after their ABORT is queued (`cut_later`), so they do not stay pending;
+- DISCONNECTED events of admitted connections are forwarded to `events`, a PAIR socket the channel polls
+  as it would poll the monitor itself, without ever blocking this thread (a connect/close flood by strangers
+  forwards nothing);
+- if the thread stops on an unexpected error, `failed` says why and the channel stops the run (fail closed).
 
-An honest follower whose connection is cut while the gate is full is not harmed: its DEALER reconnects
-(libzmq's reconnect interval), and it was not yet a party of the run. The monitor's events carry the
-descriptor (ZMQ_EVENT_ACCEPTED and ZMQ_EVENT_DISCONNECTED; libzmq's socket monitor, zmq_socket_monitor(3)).
+An honest follower whose connection is cut reconnects by itself (its DEALER's reconnect interval). The monitor's
+events carry the descriptor (ZMQ_EVENT_ACCEPTED and ZMQ_EVENT_DISCONNECTED; zmq_socket_monitor(3)).
 """
 
 from __future__ import annotations
 
+import collections
 import socket
 import threading
 import time
@@ -32,11 +41,13 @@ import zmq
 from zmq.utils.monitor import parse_monitor_message
 
 MAX_UNADMITTED = 16  # pending connections held at once; x MAX_WIRE_FRAME bounds what strangers can make us hold
-STOP_POLL_MS = 500
+MAX_UNADMITTED_PER_HOST = 8
+CUT_REFUSED_AFTER_S = 1.0  # a refused connection's ABORT is on its way by then
+POLL_MS = 100
 
 
 class ConnectionGate:
-    """Counts a ROUTER's pending connections in a thread and cuts the newest beyond `limit`."""
+    """Counts a ROUTER's pending connections in a thread and cuts the oldest beyond the limits."""
 
     def __init__(
         self,
@@ -44,59 +55,117 @@ class ConnectionGate:
         sock: zmq.Socket,
         admitted: Callable[[], Collection[int]],
         limit: int = MAX_UNADMITTED,
+        per_host: int = MAX_UNADMITTED_PER_HOST,
     ):
-        self.limit = int(limit)
+        self.limit, self.per_host = int(limit), int(per_host)
         self.refused = 0
         self.peak_pending = 0
+        self.failed: str | None = None
         self._admitted = admitted
-        self._pending: dict[int, tuple] = {}  # fd -> (peer address, accepted at)
+        self._known_admitted: set[int] = set()
+        self._pending: dict[int, tuple] = {}  # fd -> (peer address, accepted at), oldest first
         self._cut: set[int] = set()
+        self._later: list[tuple[float, int]] = []  # (when, fd) of refused connections to cut
+        self._later_lock = threading.Lock()
+        self._outbox: collections.deque[list[bytes]] = collections.deque()
         monitor = sock.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
         address = f"inproc://vfl-gate-{id(self):x}"
-        self.events = ctx.socket(zmq.PAIR)  # the channel's view of the monitor: DISCONNECTED events only
+        self.events = ctx.socket(zmq.PAIR)  # the channel's view of the monitor: admitted DISCONNECTED events only
         self.events.bind(address)
         self._forward = ctx.socket(zmq.PAIR)
+        self._forward.setsockopt(zmq.SNDHWM, 0)
         self._forward.connect(address)
-        self._sock = sock
-        self._thread = threading.Thread(target=self._run, args=(monitor,), name="vfl-connection-gate", daemon=True)
         self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(monitor,), name="vfl-connection-gate", daemon=True)
         self._thread.start()
 
     @property
     def pending(self) -> int:
-        return len(self._pending) - len(self._cut)
+        return len(self._pending) - len(self._cut & set(self._pending))
+
+    def cut_later(self, fd: int) -> None:
+        """Shut down the connection on `fd` in CUT_REFUSED_AFTER_S (the channel refused it; its ABORT is queued)."""
+        with self._later_lock:
+            self._later.append((time.monotonic() + CUT_REFUSED_AFTER_S, int(fd)))
 
     def _run(self, monitor: zmq.Socket) -> None:
         try:
             while not self._stopping.is_set():
-                if not monitor.poll(STOP_POLL_MS, zmq.POLLIN):
+                self._flush()
+                self._cut_due()
+                if not monitor.poll(POLL_MS, zmq.POLLIN):
                     continue
                 frames = monitor.recv_multipart()
                 event = parse_monitor_message(frames)
                 if event["event"] == zmq.EVENT_MONITOR_STOPPED:
                     return
+                fd = int(event["value"])
                 if event["event"] == zmq.EVENT_ACCEPTED:
-                    self._on_accepted(int(event["value"]))
+                    self._on_accepted(fd)
                 elif event["event"] == zmq.EVENT_DISCONNECTED:
-                    self._pending.pop(int(event["value"]), None)
-                    self._cut.discard(int(event["value"]))
-                    self._forward.send_multipart(frames)
-        except zmq.ZMQError:
-            return  # the context is being torn down
+                    self._on_disconnected(fd, frames)
+        except zmq.ContextTerminated:
+            return
+        except Exception as e:  # fail closed: the channel stops the run rather than run without the gate
+            self.failed = f"{type(e).__name__}: {e}"
         finally:
             monitor.close(0)
 
+    def _refresh_admitted(self) -> set[int]:
+        for _ in range(3):  # the channel's thread may add a party while we copy
+            try:
+                self._known_admitted = set(self._admitted())
+                break
+            except RuntimeError:
+                continue
+        return self._known_admitted  # on failure, the last good copy (never an empty set by accident)
+
     def _on_accepted(self, fd: int) -> None:
+        self._pending.pop(fd, None)
+        self._cut.discard(fd)
         self._pending[fd] = (_peer(fd), time.monotonic())
-        for known in _snapshot(self._admitted):
+        for known in self._refresh_admitted():
             self._pending.pop(known, None)
-            self._cut.discard(known)
-        self.peak_pending = max(self.peak_pending, self.pending)
-        newest_first = sorted((fd for fd in self._pending if fd not in self._cut), key=lambda f: -self._pending[f][1])
-        for extra in newest_first[: max(0, self.pending - self.limit)]:
-            if _shut_down(extra, self._pending[extra][0]):
+        live = [f for f in self._pending if f not in self._cut]  # oldest first (dict order)
+        self.peak_pending = max(self.peak_pending, len(live))
+        by_host: dict = collections.defaultdict(list)
+        for f in live:
+            by_host[_host(self._pending[f][0])].append(f)
+        victims = [f for fds in by_host.values() for f in fds[: max(0, len(fds) - self.per_host)]]
+        rest = [f for f in live if f not in victims]
+        victims += rest[: max(0, len(rest) - self.limit)]
+        for f in victims:
+            if _shut_down(f, self._pending[f][0]):
                 self.refused += 1
-            self._cut.add(extra)
+            self._cut.add(f)
+
+    def _on_disconnected(self, fd: int, frames: list[bytes]) -> None:
+        was_pending = self._pending.pop(fd, None) is not None
+        self._cut.discard(fd)
+        if fd in self._refresh_admitted() or not was_pending:
+            self._outbox.append(frames)  # the channel decides whether it was a party's connection
+        self._flush()
+
+    def _flush(self) -> None:
+        while self._outbox:
+            try:
+                self._forward.send_multipart(self._outbox[0], flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self._outbox.popleft()
+
+    def _cut_due(self) -> None:
+        now = time.monotonic()
+        with self._later_lock:
+            due = [fd for when, fd in self._later if when <= now]
+            self._later = [(when, fd) for when, fd in self._later if when > now]
+        for fd in due:
+            if fd in self._refresh_admitted():
+                continue  # the number now belongs to a party's connection
+            peer = self._pending.get(fd, (_peer(fd), 0))[0]
+            if _shut_down(fd, peer):
+                self.refused += 1
+            self._cut.add(fd)
 
     def close(self) -> None:
         """Stop the thread (the caller disables the socket's monitor first) and close the gate's sockets."""
@@ -106,13 +175,8 @@ class ConnectionGate:
         self.events.close(0)
 
 
-def _snapshot(admitted: Callable[[], Collection[int]]) -> set[int]:
-    for _ in range(3):  # the channel's thread may add a party while we copy
-        try:
-            return set(admitted())
-        except RuntimeError:
-            continue
-    return set()
+def _host(peer) -> object:
+    return peer[0] if isinstance(peer, tuple) and peer else peer
 
 
 def _peer(fd: int):
