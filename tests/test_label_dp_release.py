@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from privacy.label.randomized_response import flip_probability
-from privacy.label.store import LabelDPStore, LabelDPStoreError, dataset_id, read_key
+from privacy.label.store import LEDGER_FORMAT, LabelDPStore, LabelDPStoreError, dataset_id, read_key
 from tests.dp_stats import binomial_tolerance
 from vfl.config.schema import LabelDPConfig
 from vfl.data.shards import PartyShard
@@ -184,7 +184,7 @@ def test_a_format_2_ledger_is_migrated_and_its_unmeasurable_sketches_are_charged
     # Assert
     assert second.report["dataset_total_eps"] == 2.0 and len(second.report["overlapping_datasets"]) == 1
     assert any("format-2 ledger" in w for w in second.warnings)
-    assert json.loads(ledger_path.read_text())["format"] == 3
+    assert json.loads(ledger_path.read_text())["format"] == LEDGER_FORMAT
 
 
 def test_a_missing_ledger_secret_is_refused_while_the_ledger_holds_its_sketches(tmp_path, shards_small):

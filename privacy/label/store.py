@@ -13,17 +13,22 @@ new release, drawn independently, and the ledger adds its eps (basic sequential 
 Roth 2014, Theorem 3.16).
 
 Datasets are named by their source, which a re-export or one appended row changes. So the ledger
-also keeps a bottom-k sketch of each dataset's sample ids (privacy/label/ledger_math.py) and charges
-every release of an overlapping dataset to a new one: the total it reports is that of the most
-exposed sample id, not of one file. The sketches are keyed by the ledger secret, created once beside
-the ledger and independent of the label key, so they stay comparable when the label key changes.
+also keeps every sample id each dataset has released, as the sorted set of their 64-bit hashes keyed by
+the ledger secret (privacy/label/ledger_math.py; <store>/id_hashes/ over SKETCH_K ids, the sketch in
+the ledger below), and charges every release of an overlapping dataset to a new one: the total it
+reports is that of the most exposed sample id, not of one file. Every run merges its ids into the set
+(a follower steers the intersection through PSI, so a later run of one release may expose ids its first
+run did not), and overlap is tested on whole sets, exactly: a shared id is never missed. The secret is
+created once beside the ledger, independent of the label key, so the sets stay comparable when the
+label key changes.
 
-Ledger format 3 (this one) sketches under the ledger secret; format 2 sketched under the label key
-of the time. A format-2 ledger is migrated when read: its sketches cannot be recomputed without the
-ids, so each keeps the fingerprint of the key it was taken under. A new dataset is compared with it
-exactly when this run holds that key, and is otherwise charged with all its releases (the
-conservative side: it can over-count, never under-count); an old dataset released again is
-re-sketched under the ledger secret.
+Ledger format 4 (this one) holds whole id sets. Formats 2 and 3 kept the bottom-k sketch of a
+dataset's first run only, format 2 under the label key of the time; such a ledger is migrated when
+read, never refused (refusing would push users to delete their only record). A dataset whose old
+sketch is its whole set (one run, at most SKETCH_K ids) keeps it; any other is `partial` and charged
+to every dataset, and every dataset to it (over-counts, never under-counts; a warning says so). A
+format-2 sketch is compared exactly with a run's ids while that run holds its key, and is otherwise
+charged.
 
 A release that would take the total of its dataset's most exposed sample id over the budget
 (privacy.label_dp.budget) is refused before it is recorded, and it is recorded before it is drawn.
@@ -36,19 +41,25 @@ import datetime
 import fcntl
 import hashlib
 import json
-import math
 import os
 from dataclasses import dataclass
 
 import numpy as np
 
+from privacy.label.id_store import load_id_hashes, remove_replaced, save_id_hashes
 from privacy.label.ledger_math import (
+    EMPTY,
     SKETCH_K,
     STAGE_ONE,
     composed_eps,
-    estimated_overlap,
+    id_hashes,
     id_sketch,
     jsonable,
+    merged,
+    migrate,
+    shares_any,
+    sketch_hashes,
+    sketch_hex,
 )
 from privacy.label.prior_store import load_prior, save_prior
 from privacy.label.secret_files import (
@@ -61,8 +72,8 @@ from privacy.label.secret_files import (
     read_secret,
 )
 
-LEDGER_FORMAT = 3
-MIGRATED_FORMATS = (2,)  # read and upgraded in place (see the module docstring)
+LEDGER_FORMAT = 4
+MIGRATED_FORMATS = (2, 3)  # read and upgraded in place (see the module docstring)
 STORE_ENV = "VFL_LABEL_DP_STORE"
 SECRET_WHAT = "label-DP ledger secret"
 SECRET_DAMAGED = "restore it from a backup: the ledger's id sketches are keyed by it"
@@ -79,7 +90,6 @@ __all__ = [
     "create_key",
     "dataset_id",
     "default_store_dir",
-    "estimated_overlap",
     "id_sketch",
     "key_fingerprint",
     "named_dataset_id",
@@ -137,14 +147,29 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def _migrate(doc: dict) -> dict:
-    """A format-2 ledger as format 3: each dataset's sketch keeps the fingerprint of the label key it was taken under
-    (that of the dataset's first release)."""
-    for name, ds in doc["datasets"].items():
-        first = next((r for r in doc["releases"] if r.get("dataset") == name), {})
-        ds["legacy_sketch_key"] = first.get("key_fingerprint", "unknown")
-    doc["format"], doc["migrated_from"] = LEDGER_FORMAT, doc["format"]
-    return doc
+SHARED, UNVERIFIABLE = "shared", "unverifiable"
+
+
+@dataclass
+class _Mine:
+    """The dataset whose total is asked for: its held id set and, when record() runs, this run's ids.
+
+    `whole_run` is true when this run's ids are the dataset's whole set (nothing recorded before is missing from
+    them): only then can a format-2 sketch, keyed by a label key, be compared with the dataset. check_budget() has no
+    ids (`ids` None): a comparison that needs them is left out there (a lower bound) and made by record()."""
+
+    held: np.ndarray
+    partial: str  # why some of its ids are not held ("" when none is missing)
+    legacy: dict | None
+    key: bytes | None = None
+    ids: np.ndarray | None = None
+    whole_run: bool = False
+    _label_hashes: np.ndarray | None = None
+
+    def label_hashes(self) -> np.ndarray:
+        if self._label_hashes is None:
+            self._label_hashes = id_hashes(self.key, self.ids)
+        return self._label_hashes
 
 
 @dataclass(frozen=True)
@@ -229,7 +254,10 @@ class LabelDPStore:
                 f"label-DP ledger {self.ledger_path} is not a format-{LEDGER_FORMAT} ledger (nor an older one this "
                 "version migrates): restore it from a backup, or run the version that wrote it"
             )
-        return _migrate(doc) if doc["format"] in MIGRATED_FORMATS else doc
+        if doc["format"] in MIGRATED_FORMATS:
+            doc = migrate(doc, doc["format"])
+            doc["format"] = LEDGER_FORMAT
+        return doc
 
     def key(self) -> bytes:
         """The leader's key, created on first use. A new key where the ledger already has releases is
@@ -248,10 +276,10 @@ class LabelDPStore:
             return key
 
     def _secret(self, doc: dict) -> bytes:
-        """The ledger secret (called under the lock): created with the first sketch, never replaced."""
+        """The ledger secret (called under the lock): created with the first id set, never replaced."""
         if os.path.exists(self.secret_path):
             secret = read_secret(self.secret_path, SECRET_WHAT, SECRET_DAMAGED)
-        elif any("legacy_sketch_key" not in d for d in doc["datasets"].values()):
+        elif any(d.get("sketch") for d in doc["datasets"].values()):
             raise LabelDPStoreError(
                 f"{SECRET_WHAT} {self.secret_path} is missing but ledger {self.ledger_path} holds sketches keyed by "
                 f"it; {SECRET_DAMAGED} (a new secret would hide every overlap)"
@@ -266,6 +294,17 @@ class LabelDPStore:
             )
         return secret
 
+    def _held(self, ds: dict | None) -> tuple[np.ndarray, str | None]:
+        """(a dataset's held id hashes, why its id file could not be read, or None)."""
+        if ds is None:
+            return EMPTY, None
+        if "id_hashes" not in ds:
+            return sketch_hashes(ds.get("sketch", "")), None
+        try:
+            return load_id_hashes(self.dir, ds["id_hashes"]), None
+        except LabelDPStoreError as e:
+            return sketch_hashes(ds.get("sketch", "")), str(e)
+
     def record(
         self,
         release: Release,
@@ -275,111 +314,169 @@ class LabelDPStore:
         budget: float | None = None,
         planned: tuple[Release, ...] = (),
     ) -> tuple[bool, dict]:
-        """Add the release (and its dataset) to the ledger unless it is there; `planned` releases, which this run
-        records later, count towards the budget too. LabelDPBudgetError, with nothing written, when a new one would
-        take the dataset's total over `budget`. Returns (is_new, summary) with the dataset's total eps."""
+        """Add the release (and its dataset) to the ledger unless it is there, and merge this run's ids into the
+        dataset's id set either way; `planned` releases, which this run records later, count towards the budget too.
+        LabelDPBudgetError, with nothing written, when a new one would take the dataset's total over `budget`.
+        Returns (is_new, summary) with the dataset's total eps.
+
+        The dataset's `rows` is the number of distinct ids it has ever released: exact, since the whole set is held
+        (a lower bound where the set is `partial`)."""
         fp = key_fingerprint(key)
         ids = np.asarray(ids, dtype=np.int64)
         with self._locked():
             doc = self.ledger()
             secret = self._secret(doc)
-            ds = doc["datasets"].get(release.dataset)
-            if ds is None or "legacy_sketch_key" in ds:  # new, or sketched by a format-2 ledger: (re-)sketch it
-                ds = doc["datasets"][release.dataset] = {
-                    **(ds or {"first_seen": _now(), "source": source or {}}),
-                    "rows": int(ids.size),
-                    "sketch": id_sketch(secret, ids),
-                }
-                ds.pop("legacy_sketch_key", None)
+            ds = doc["datasets"].setdefault(
+                release.dataset, {"first_seen": _now(), "source": source or {}, "rows": 0, "sketch": ""}
+            )
+            held, lost = self._held(ds)
+            fresh = id_hashes(secret, ids)
+            union = merged(held, fresh)
+            if lost:
+                ds["partial"] = f"its id file could not be read on {_now()} ({lost}): ids of earlier runs are lost"
+                self.warnings.append(
+                    f"label DP: {lost}; dataset {release.dataset} is charged with every dataset, and they with it, from "
+                    "now on (over-counts; never under-counts); the file is left where it is"
+                )
+            legacy = ds.get("legacy")
+            if legacy and legacy["key"] == fp and not ds.get("partial"):  # a format-2 sketch: covered by this run?
+                if np.isin(sketch_hashes(legacy["sketch"]), id_hashes(key, ids)).all():
+                    ds.pop("legacy")  # every id it held is among this run's, now in the set
+            mine = _Mine(union, ds.get("partial", ""), ds.get("legacy"), key, ids, whole_run=union.size == fresh.size)
+            overlapping, unverifiable = self._overlaps(doc, release.dataset, mine)
             known = {r["release_id"]: r for r in doc["releases"]}
             new = [r for r in (release, *planned) if r.release_id not in known]
+            charged = (release.dataset, *overlapping)
             if new and budget is not None:
-                self._check_budget(doc, release, new, key, ids, budget)
+                trial = [r for r in doc["releases"] + [r.entry("") for r in new] if r.get("dataset") in charged]
+                total = composed_eps(trial)
+                if total - budget > 1e-9:
+                    raise budget_error(release, new, total, budget, len(overlapping), self.ledger_path)
             found = known.get(release.release_id)
             if found is None:
                 doc["releases"].append(release.entry(fp))
             else:
                 found["uses"] = int(found.get("uses", 1)) + 1
                 found["last_used"] = _now()
-            summary = self._summary(doc, release.dataset, key, ids)
-            if found is None and summary["overlapping_datasets"]:
-                self.warnings.append(
-                    f"label DP: dataset {release.dataset} shares sample ids with {len(summary['overlapping_datasets'])} "
-                    f"dataset(s) released before (re-exported or overlapping data); their releases are charged to it: "
-                    f"total eps {summary['total_eps']} (see {self.ledger_path}). Where sample ids are line numbers (no id "
-                    f"column), every file shares them: give the data an id column for exact accounting"
-                )
-            if found is None and summary["unverifiable_datasets"]:
-                self.warnings.append(
-                    f"label DP: {len(summary['unverifiable_datasets'])} dataset(s) of the format-2 ledger were sketched "
-                    "under a label key this run does not hold, so their overlap with this one cannot be measured: "
-                    f"their releases are charged to it (see {self.ledger_path})"
-                )
+                found["rows"] = max(int(found.get("rows", 0)), release.rows)
+            summary = self._summary(doc, release.dataset, overlapping, unverifiable)
+            if found is None:
+                self._warn_overlaps(release.dataset, summary, unverifiable)
             doc["composition"] = (
-                "basic sequential composition over releases; overlapping datasets charged to each other"
+                "basic sequential composition over releases; datasets sharing sample ids charged to each other"
             )
-            self._write(doc)
+            self._write_with_ids(doc, release.dataset, ds, union, union.size != held.size, lost)
             return found is None, summary
+
+    def _write_with_ids(self, doc: dict, dataset: str, ds: dict, union: np.ndarray, grew: bool, lost: str | None):
+        """The dataset's set (a file over SKETCH_K ids, written first under a new name), then the ledger naming it;
+        then the file it replaces is removed (one that could not be read is left for its owner)."""
+        old = ds.get("id_hashes")
+        if grew or lost:  # a union only grows: the same size is the same set
+            entry = save_id_hashes(self.dir, dataset, union) if union.size > SKETCH_K else None
+            ds.pop("id_hashes", None)
+            if entry is not None:
+                ds["id_hashes"] = entry
+            ds["sketch"] = sketch_hex(union)
+            ds["rows"] = max(int(ds.get("rows", 0)), int(union.size)) if ds.get("partial") else int(union.size)
+        try:
+            self._write(doc)
+        except LabelDPStoreError:
+            remove_replaced(self.dir, ds.get("id_hashes"), old)  # the ledger still names the old file
+            raise
+        if not lost:
+            remove_replaced(self.dir, old, ds.get("id_hashes"))
+
+    def _warn_overlaps(self, dataset: str, summary: dict, unverifiable: dict[str, str]) -> None:
+        measured = [d for d in summary["overlapping_datasets"] if d not in unverifiable]
+        if measured:
+            self.warnings.append(
+                f"label DP: dataset {dataset} shares sample ids with {len(measured)} dataset(s) released before "
+                f"(re-exported or overlapping data); their releases are charged to it: total eps {summary['total_eps']} "
+                f"(see {self.ledger_path}). Where sample ids are line numbers (no id column), every file shares them: "
+                "give the data an id column for exact accounting"
+            )
+        if unverifiable:
+            why = "; ".join(sorted(set(unverifiable.values())))
+            self.warnings.append(
+                f"label DP: {len(unverifiable)} dataset(s) cannot be compared with dataset {dataset} ({why}): their "
+                f"releases are charged to it, total eps {summary['total_eps']}; this may over-count, it never "
+                f"under-counts (see {self.ledger_path})"
+            )
 
     def check_budget(self, release: Release, planned: tuple[Release, ...], budget: float) -> None:
         """Before any id is known (before followers connect): LabelDPBudgetError when the new ones among these
-        releases would take the dataset over `budget`, counting its own releases and the overlaps already measured
-        for it (a lower bound for a dataset the ledger has not seen: record() checks again with its ids)."""
+        releases would take the dataset over `budget`, counting its own releases, the datasets its recorded ids
+        share ids with and those that cannot be compared (a lower bound of what record() charges: it checks again
+        with this run's ids)."""
         with self._locked():
             doc = self.ledger()
-        known = {r["release_id"] for r in doc["releases"]}
-        new = [r for r in (release, *planned) if r.release_id not in known]
-        mine = doc["datasets"].get(release.dataset)
-        overlapping = []
-        if new and mine is not None and "legacy_sketch_key" not in mine:
-            overlapping = [
-                o
-                for o, d in doc["datasets"].items()
-                if o != release.dataset
-                and "legacy_sketch_key" not in d
-                and estimated_overlap(mine["sketch"], mine["rows"], d["sketch"], d["rows"]) > 0
-            ]
+            known = {r["release_id"] for r in doc["releases"]}
+            new = [r for r in (release, *planned) if r.release_id not in known]
+            if not new:
+                return
+            ds = doc["datasets"].get(release.dataset)
+            held, lost = self._held(ds)
+            mine = _Mine(held, lost or (ds or {}).get("partial", ""), (ds or {}).get("legacy"))
+            overlapping, _ = self._overlaps(doc, release.dataset, mine)
         charged = [r for r in doc["releases"] if r.get("dataset") in (release.dataset, *overlapping)]
         total = composed_eps(charged + [r.entry("") for r in new])
-        if new and total - budget > 1e-9:
+        if total - budget > 1e-9:
             raise budget_error(release, new, total, budget, len(overlapping), self.ledger_path)
 
-    def _check_budget(self, doc: dict, release: Release, new: list[Release], key, ids, budget: float) -> None:
-        trial = {**doc, "releases": doc["releases"] + [r.entry("") for r in new]}
-        summary = self._summary(trial, release.dataset, key, ids)
-        total = float(summary["total_eps"]) if summary["total_eps"] != "inf" else math.inf
-        if total - budget > 1e-9:
-            raise budget_error(release, new, total, budget, len(summary["overlapping_datasets"]), self.ledger_path)
-
-    def _overlaps(self, doc: dict, dataset: str, key: bytes | None, ids: np.ndarray | None):
-        """(datasets sharing ids with `dataset`, those of them charged because their format-2 sketch cannot be
-        compared)."""
-        mine = doc["datasets"][dataset]
-        overlapping, unverifiable = [], []
-        fp = key_fingerprint(key) if key is not None else None
+    def _overlaps(self, doc: dict, dataset: str, mine: _Mine) -> tuple[list[str], dict[str, str]]:
+        """(every dataset charged to `dataset`, and of them those charged because they cannot be compared: {name:
+        why})."""
+        overlapping, unverifiable = [], {}
         for other, d in doc["datasets"].items():
             if other == dataset:
                 continue
-            legacy = d.get("legacy_sketch_key")
-            if legacy is None:
-                shared = estimated_overlap(mine["sketch"], mine["rows"], d["sketch"], d["rows"]) > 0
-            elif legacy == fp and ids is not None:  # sketched under this very key: compare exactly, as format 2 did
-                shared = estimated_overlap(id_sketch(key, ids), int(ids.size), d["sketch"], d["rows"]) > 0
-            else:
-                shared = True
-                unverifiable.append(other)
-            if shared:
+            verdict, why = self._verdict(mine, d)
+            if verdict is not None:
                 overlapping.append(other)
+            if verdict == UNVERIFIABLE:
+                unverifiable[other] = why
         return overlapping, unverifiable
 
-    def _summary(self, doc: dict, dataset: str, key: bytes | None = None, ids: np.ndarray | None = None) -> dict:
-        overlapping, unverifiable = self._overlaps(doc, dataset, key, ids)
+    def _verdict(self, mine: _Mine, d: dict) -> tuple[str | None, str]:
+        """SHARED (a common id found), UNVERIFIABLE (cannot be ruled out: charged) or None (no common id, or, in
+        check_budget, a comparison that needs this run's ids) for `mine` and another dataset's entry."""
+        if mine.partial or d.get("partial"):
+            return UNVERIFIABLE, d.get("partial") or f"this dataset's own set is partial: {mine.partial}"
+        record = mine.ids is not None
+        if mine.held.size and d.get("sketch"):  # both id sets under the ledger secret: exact
+            if shares_any(mine.held, sketch_hashes(d["sketch"])):
+                return SHARED, ""
+            if "id_hashes" in d:
+                held, lost = self._held(d)
+                if lost:
+                    return UNVERIFIABLE, lost
+                if shares_any(mine.held, held):
+                    return SHARED, ""
+        undecided = None
+        theirs = d.get("legacy")
+        if theirs and mine.held.size and record:  # a format-2 sketch, keyed by a label key: needs this run's ids
+            if theirs["key"] != key_fingerprint(mine.key):
+                undecided = "sketched by a format-2 ledger under a label key this run does not hold"
+            elif not mine.whole_run:
+                undecided = "sketched by a format-2 ledger under the label key, which this dataset's earlier ids lack"
+            elif shares_any(mine.label_hashes(), sketch_hashes(theirs["sketch"])):
+                return SHARED, ""
+        if mine.legacy and (d.get("sketch") or theirs) and record:
+            if theirs and theirs["key"] == mine.legacy["key"]:
+                if shares_any(sketch_hashes(mine.legacy["sketch"]), sketch_hashes(theirs["sketch"])):
+                    return SHARED, ""
+            if d.get("sketch") or theirs["key"] != mine.legacy["key"]:
+                undecided = "this dataset's format-2 sketch is keyed by a label key the other's ids are not"
+        return (UNVERIFIABLE, undecided) if undecided else (None, "")
+
+    def _summary(self, doc: dict, dataset: str, overlapping: list[str], unverifiable: dict[str, str]) -> dict:
         charged = [r for r in doc["releases"] if r.get("dataset") in (dataset, *overlapping)]
         return {
             "total_eps": jsonable(composed_eps(charged)),
             "releases": len(charged),
             "overlapping_datasets": overlapping,
-            "unverifiable_datasets": unverifiable,
+            "unverifiable_datasets": list(unverifiable),
         }
 
     # -- LP-2ST: the first prior of a stage-two release, kept and reused ------------------------------------------

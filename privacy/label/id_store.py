@@ -1,0 +1,75 @@
+"""The ledger's id sets on disk: every sample id a labelled dataset has released, as its sorted keyed hashes.
+
+    <store>/id_hashes/<dataset>-<digest>.npy   uint64, ascending, distinct; mode 0600; named and digested in the ledger
+
+Only datasets over SKETCH_K ids have a file: below that, the sketch in the ledger is the whole set. 8 bytes per id
+(10M ids: 80 MB), exact: a shared id is always found (privacy/label/ledger_math.py). A new file is written under a new
+name before the ledger names it, and the old one removed after, so the ledger never names a half-written set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+
+import numpy as np
+
+from privacy.label.secret_files import LabelDPStoreError, check_private
+
+ID_DIR = "id_hashes"
+
+
+def _digest(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def load_id_hashes(store_dir: str, entry: dict) -> np.ndarray:
+    """The hashes of a ledger entry {file, sha256, rows}; LabelDPStoreError when the file is missing or altered."""
+    path = os.path.join(store_dir, entry["file"])
+    try:
+        check_private(path, "label-DP id file")
+        if _digest(path) != entry["sha256"]:
+            raise LabelDPStoreError(f"label-DP id file {path} is not the one the ledger recorded")
+        hashes = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        if isinstance(e, LabelDPStoreError):
+            raise
+        raise LabelDPStoreError(
+            f"label-DP id file {path} cannot be read ({getattr(e, 'strerror', None) or e})"
+        ) from None
+    if hashes.dtype != np.uint64 or hashes.ndim != 1 or hashes.size != int(entry["rows"]):
+        raise LabelDPStoreError(f"label-DP id file {path} does not hold {entry['rows']} 64-bit hashes")
+    return hashes
+
+
+def save_id_hashes(store_dir: str, dataset: str, hashes: np.ndarray) -> dict:
+    """Write the sorted hashes of a dataset under a new name; returns the ledger entry {file, sha256, rows}."""
+    directory = os.path.join(store_dir, ID_DIR)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    tmp = os.path.join(directory, f"{dataset}.tmp-{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, np.ascontiguousarray(hashes, dtype=np.uint64), allow_pickle=False)
+            f.flush()
+            os.fsync(f.fileno())
+        digest = _digest(tmp)
+        name = os.path.join(ID_DIR, f"{dataset}-{digest[:16]}.npy")
+        os.replace(tmp, os.path.join(store_dir, name))
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise LabelDPStoreError(f"label-DP id file in {directory} cannot be written: {e.strerror}") from None
+    return {"file": name, "sha256": digest, "rows": int(hashes.size)}
+
+
+def remove_replaced(store_dir: str, old: dict | None, new: dict | None) -> None:
+    """Remove a dataset's previous id file once the ledger names its successor."""
+    if old and (new is None or old["file"] != new["file"]):
+        with contextlib.suppress(OSError):
+            os.remove(os.path.join(store_dir, old["file"]))
