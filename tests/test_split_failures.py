@@ -6,6 +6,7 @@ import os
 import socket
 import time
 
+import pytest
 import yaml
 
 from tests.procs import free_port, party_configs
@@ -214,3 +215,60 @@ def test_an_unexpected_error_reaches_the_followers_in_the_projects_words_and_the
     assert code == 1 and sent == ["leader stopped on an internal error; see its log"]
     log = (tmp_path / "leader.log").read_text()
     assert "OverflowError: math range error at /home/leader/secret/thing" in log
+
+
+@pytest.mark.parametrize(
+    "error, category",
+    [
+        (ValueError("could not convert '/home/leader/secret/data.tsv' column lr=0.37"), "an invalid value"),
+        (RuntimeError("CUDA error at /home/leader/secret/model.pt, lr=0.37"), "a runtime error"),
+        (FileNotFoundError(2, "No such file", "/home/leader/secret/ck.pt"), "a file it needs is missing"),
+        (OSError(28, "No space left on device: /home/leader/secret"), "a file or system error"),
+        (FloatingPointError("loss nan at /home/leader/secret, lr=0.37"), "a numerical error"),
+    ],
+    ids=["ValueError", "RuntimeError", "FileNotFoundError", "OSError", "FloatingPointError"],
+)
+def test_a_library_error_reaches_the_followers_as_a_category_and_the_log_keeps_its_text(tmp_path, error, category):
+    """ValueError, RuntimeError, OSError and FloatingPointError texts (a library's or ours) can quote the leader's
+    paths and config values: the followers get '<party> stopped: <category> (details in its log)'."""
+    # Prepare
+    from vfl.cli import run_party
+    from vfl.obs.metrics import RunLog
+
+    sent = []
+
+    def body():
+        raise error
+
+    cfg = type("Cfg", (), {"party": "leader"})()
+    # Execute
+    code = run_party(cfg, RunLog(str(tmp_path / "leader.log")), body, sent.append)
+    # Assert
+    assert code == 1 and len(sent) == 1
+    assert sent[0].startswith(f"leader stopped: {category}") and sent[0].endswith("(details in its log)")
+    assert "/home/leader" not in sent[0] and "0.37" not in sent[0]
+    assert "/home/leader/secret" in (tmp_path / "leader.log").read_text()
+
+
+@pytest.mark.parametrize("kind", ["ConfigError", "DataError", "WireError", "PSIError"])
+def test_the_projects_own_errors_reach_the_followers_in_their_own_words(tmp_path, kind):
+    # Prepare
+    from vfl.align.psi.protocol import PSIError
+    from vfl.cli import run_party
+    from vfl.config.schema import ConfigError
+    from vfl.data.errors import DataError
+    from vfl.obs.metrics import RunLog
+    from vfl.wire import WireError
+
+    cls = {"ConfigError": ConfigError, "DataError": DataError, "WireError": WireError, "PSIError": PSIError}[kind]
+    sent = []
+
+    def body():
+        raise cls("follower0's train sample ids differ from the leader's")
+
+    cfg = type("Cfg", (), {"party": "leader"})()
+    # Execute
+    code = run_party(cfg, RunLog(str(tmp_path / "leader.log")), body, sent.append)
+    # Assert
+    assert code == (2 if kind == "ConfigError" else 1)
+    assert sent == ["leader: follower0's train sample ids differ from the leader's"]

@@ -171,11 +171,15 @@ def run_party(cfg: PartyConfig, log, body, abort) -> int:
         abort(f"{cfg.party}: the leader's label-DP key store cannot be used (details in the leader's log)")
         log.error(f"error: {one_line(e)}")
         return 1
-    except (ConfigError, DataError, WireError, FloatingPointError, RuntimeError, ValueError, OSError) as e:
+    except (ConfigError, DataError, WireError) as e:  # the project's own sentences: the peers read them as they are
         reason = one_line(e)
         abort(f"{cfg.party}: {reason}")
         log.error(f"error: {reason}")
         return 2 if isinstance(e, ConfigError) else 1
+    except (FloatingPointError, RuntimeError, ValueError, OSError) as e:  # may quote our paths and config values
+        abort(stopped_reason(cfg.party, e))
+        log.error(f"error: {one_line(e)}")
+        return 1
     except KeyboardInterrupt:
         abort(f"{cfg.party} interrupted")
         log.error("error: interrupted")
@@ -188,6 +192,28 @@ def run_party(cfg: PartyConfig, log, body, abort) -> int:
         log.file_only(traceback.format_exc())
         log.error(f"error: {reason} (traceback in {cfg.party}.log)")
         return 1
+
+
+STOP_CATEGORIES = (
+    (FloatingPointError, "a numerical error (a loss or value became non-finite)"),
+    (FileNotFoundError, "a file it needs is missing"),
+    (PermissionError, "a file it needs cannot be accessed"),
+    (TimeoutError, "an operation timed out"),
+    (OSError, "a file or system error"),
+    (ValueError, "an invalid value"),
+    (RuntimeError, "a runtime error"),
+)
+
+
+def stopped_reason(party: str, e: BaseException) -> str:
+    """The ABORT reason of an error the project did not word itself (a ValueError, RuntimeError, OSError or
+    FloatingPointError of a library or of ours): its category only, since its text may quote this party's paths and
+    config values; the text stays in the party's log."""
+    if "OutOfMemory" in type(e).__name__:
+        category = "out of accelerator memory"
+    else:
+        category = next((c for t, c in STOP_CATEGORIES if isinstance(e, t)), "an error")
+    return f"{party} stopped: {category} (details in its log)"
 
 
 def internal_error_reason(party: str) -> str:
