@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from privacy.domains import (
     LABEL_EPS_DOMAIN,
@@ -26,6 +27,7 @@ from privacy.domains import (
     yaml12_number,
 )
 from vfl.config.report import apply_overrides, fill_empty_sections, parse_override, problems
+from vfl.config.table import SchemaConfig, load_schema_file
 from vfl.config.yamlfile import read_yaml
 
 PARTY_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
@@ -59,6 +61,9 @@ class NetworkConfig(_Section):
     rank_endpoints: tuple[Endpoint, ...] = ()
 
 
+warnings.filterwarnings("ignore", message='Field name "schema" in "DataConfig" shadows', category=UserWarning)
+
+
 class DataConfig(_Section):
     path: Path  # this party's shard directory (OUT/<party> of `python -m vfl.data prepare`)
     dense: Optional[tuple[str, ...]] = None  # optional: must equal the shard's columns
@@ -68,6 +73,14 @@ class DataConfig(_Section):
     min_intersection: Number(1, 2**40, integer=True) = (
         100  # refuse to train when the ids' private set intersection is smaller
     )
+    # this party's own table: id column, feature columns (kind, transform) and the leader's label (vfl/config/table.py);
+    # inline, or the path of a YAML file holding it. Used by `vfl-data prepare --config` and the launch scripts' --raw
+    schema: Optional[SchemaConfig] = None
+
+    @field_validator("schema", mode="before")
+    @classmethod
+    def _schema_file(cls, v):
+        return load_schema_file(v) if isinstance(v, str) else v
 
 
 class BottomConfig(_Section):
@@ -233,6 +246,11 @@ def _role_problems(doc: dict) -> list[str]:
         errors.append(f"network.{mine} port must be in [1, 65535], got {ep!r}")
     if _has(doc, "network", other):
         errors.append(f"network.{other} is not used by a {role} (it uses network.{mine})")
+    sch = _get(doc, "data", "schema")
+    if isinstance(sch, dict) and leader and sch.get("label") is None:
+        errors.append("data.schema.label is required on the leader (the label party): {column: NAME}")
+    if isinstance(sch, dict) and not leader and sch.get("label") is not None:
+        errors.append("data.schema.label is set on the leader only (a follower holds no labels)")
     fl = _get(doc, "network", "followers")
     if leader:
         import re

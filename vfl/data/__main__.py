@@ -109,6 +109,10 @@ def _prepare_options(args):
 
 def _prepare(args) -> int:
     """prepare --party: one organisation's own file(s); without it, the local simulation on a combined file."""
+    if args.config is not None:
+        return _prepare_table(args)
+    if args.out is None:
+        raise DataError("--out is required (without --config, which names the shard directory in data.path)")
     if args.party is not None:
         return _prepare_party(args)
     from vfl.data.prepare import prepare
@@ -203,7 +207,14 @@ def _parser() -> argparse.ArgumentParser:
         "processes, one shard set per file, read by training as one dataset",
     )
     p.add_argument("--workers", type=int, default=0, help="with several --input files: processes (0: one per core)")
-    p.add_argument("--out", required=True, help="output root: the shard lands in OUT/<party>")
+    p.add_argument(
+        "--config",
+        default=None,
+        help="this party's YAML with data.schema (its id, columns with kinds and transforms, the leader's label): "
+        "prepare --input (its own table: CSV, TSV, .gz or Parquet) under that schema into --out/<party>, or into "
+        "data.path without --out",
+    )
+    p.add_argument("--out", default=None, help="output root: the shard lands in OUT/<party>")
     p.add_argument(
         "--party",
         default=None,
@@ -259,6 +270,39 @@ def _parser() -> argparse.ArgumentParser:
         help="2: the label is 0/1 (Criteo); K > 2: the label column holds class ids 0..K-1",
     )
     return ap
+
+
+def _prepare_table(args) -> int:
+    """prepare --config PARTY.yaml --input OWN_TABLE: one party's own table under the schema of its YAML."""
+    from vfl.config.schema import ConfigError, load_config
+    from vfl.data.prepare_table import prepare_table
+
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as e:
+        raise DataError(str(e)) from None
+    if cfg.data.schema is None:
+        raise DataError(
+            f"{args.config} has no data.schema: declare the table's id, columns and (leader) label there "
+            "(docs/own-table.md), or prepare with --party and the column flags"
+        )
+    if len(args.input) != 1:
+        raise DataError(f"--config prepares one table (--input FILE), got {len(args.input)} files")
+    stray = [f for f in ("party", "parties", "dense", "categorical") if getattr(args, f) is not None]
+    if stray or args.label or args.drop:
+        raise DataError(f"--config takes the columns from data.schema; drop --{(stray or ['label'])[0]}")
+    out = os.path.join(args.out, cfg.party) if args.out else cfg.data.path
+    task = cfg.train.task if cfg.role == "leader" else None
+    m = prepare_table(args.input[0], out, cfg.party, cfg.data.schema, task, _prepare_options(args))
+    rows = m["rows"]
+    print(
+        f"prepared {out} from {args.input[0]} alone ({cfg.party}, {len(m['party']['dense'])} numeric and "
+        f"{len(m['party']['categorical'])} categorical fields{', label: ' + task if task else ''}): "
+        f"train {rows['train']} rows, valid {rows['valid']} rows, test {rows['test']} rows, "
+        f"{m['source']['malformed_rows_skipped']} malformed skipped"
+    )
+    print(f"throughput: {m['rows_per_second']:.0f} rows/s, {m['seconds_total']:.2f} s in all")
+    return 0
 
 
 def _prepare_party(args) -> int:

@@ -97,14 +97,14 @@ def _validate(opts: PrepareOptions) -> None:
 class _SplitWriter:
     """The .npy appenders of one split of a party's shard."""
 
-    def __init__(self, root: str, n_dense: int, n_cat: int, labelled: bool):
+    def __init__(self, root: str, n_dense: int, n_cat: int, labelled: bool, label_dtype=np.int8):
         os.makedirs(root)
         self.root = root
         self.ids = NpyAppender(os.path.join(root, "ids.npy"), np.int64)
         self.dense = NpyAppender(os.path.join(root, "dense.npy"), np.float32, (n_dense,))
         self.dense_missing = NpyAppender(os.path.join(root, "dense_missing.npy"), np.uint8, (n_dense,))
         self.cat = NpyAppender(os.path.join(root, "cat.npy"), np.int32, (n_cat,))
-        self.labels = NpyAppender(os.path.join(root, "labels.npy"), np.int8) if labelled else None
+        self.labels = NpyAppender(os.path.join(root, "labels.npy"), label_dtype) if labelled else None
         self.rows = 0
 
     def close(self) -> None:

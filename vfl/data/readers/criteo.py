@@ -29,6 +29,7 @@ class ReadStats:
     sha256: str = ""
     bytes_read: int = 0
     has_id_column: bool = False
+    ignored_columns: list[str] = field(default_factory=list)  # a table's columns its schema does not declare
 
 
 def _open(path: str):

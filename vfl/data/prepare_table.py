@@ -1,0 +1,218 @@
+"""One party's own table -> its shard, under the schema of its YAML (`data.schema`): fit on its training rows, apply.
+
+Two passes over the party's file, nothing else opened:
+1. fit: every declared column's transform on the rows whose public split (a function of the id, `split_of`) is
+   train; the label's classes (multiclass without declared classes) on every row;
+2. apply: every row's features and label, written to the split it belongs to.
+The shard has the layout of vfl/data/prepare.py (`<split>/{ids,dense,dense_missing,cat,labels}.npy`, labels int8
+class ids or float32 regression values) plus `schema.json` (the declarations and what was fitted) and
+`vocab/<n>.npy`; the manifest records the task. It is built in a temporary sibling and renamed into place, so a
+failure (a bad label, an empty column) leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict
+
+import numpy as np
+
+from vfl.config.table import SchemaConfig
+from vfl.data.errors import DataError
+from vfl.data.ids import check_unique
+from vfl.data.manifest import id_digest, party_manifest_of
+from vfl.data.parties import PartyColumns
+from vfl.data.prepare import PrepareOptions, _commit, _SplitWriter, _validate, _write_json, split_of
+from vfl.data.readers.criteo import ReadStats, warn_bad_lines
+from vfl.data.readers.table import _line, read_table_blocks
+from vfl.data.table import FittedTable
+from vfl.splits import SPLITS
+
+SCHEMA_FILE = "schema.json"
+PROGRESS_EVERY_S = 10.0
+
+
+def prepare_table(
+    path: str,
+    out_dir: str,
+    party: str,
+    schema: SchemaConfig,
+    task: str | None,
+    opts: PrepareOptions = PrepareOptions(),
+    log=None,
+) -> dict:
+    """The shard of `party` at out_dir from its own table at `path`; `task` (binary | multiclass | regression) for the
+    labelled party, None for a feature party. Returns the full manifest (the follower's manifest.json is the
+    allow-listed part)."""
+    _validate(opts)
+    say = log or (lambda line: print(line, file=sys.stderr, flush=True))
+    labelled = task is not None
+    if labelled and schema.label is None:
+        raise DataError(f"{party}: train.task is {task} but data.schema declares no label column (data.schema.label)")
+    if not labelled and schema.label is not None:
+        raise DataError(f"{party}: data.schema.label is for the leader (the label party); a follower declares none")
+    if not schema.columns:
+        raise DataError(f"{party}: data.schema.columns declares no feature column")
+    out_dir = os.path.abspath(out_dir)
+    if os.path.exists(out_dir) and not opts.force:
+        raise DataError(f"output directory already exists: {out_dir} (pass --force to replace it)")
+    t0 = time.perf_counter()
+    regression = task == "regression"
+    fitted = FittedTable(schema, task)
+    fit_stats = ReadStats()
+    label_range = [np.inf, -np.inf]
+    for block in read_table_blocks(path, schema, labelled, regression, opts.strict, fit_stats):
+        train = np.flatnonzero(split_of(block.sample_id, opts) == 0)
+        fitted.fit_block(block, train)
+        fitted.fit_labels(block)
+        if regression and block.label.size:
+            finite = block.label[np.isfinite(block.label)]
+            if finite.size:
+                label_range = [min(label_range[0], float(finite.min())), max(label_range[1], float(finite.max()))]
+    if fit_stats.ignored_columns:
+        shown = fit_stats.ignored_columns[:20]
+        more = f" and {len(fit_stats.ignored_columns) - 20} more" if len(fit_stats.ignored_columns) > 20 else ""
+        say(
+            f"prepare {party}: {len(fit_stats.ignored_columns)} column(s) of {path} not declared in data.schema, ignored: {shown}{more}"
+        )
+    fitted.finish(path)
+    if regression and label_range[0] == label_range[1]:
+        raise DataError(
+            f"{path}: the regression label {schema.label.column!r} takes one value only ({label_range[0]:g}); "
+            "there is nothing to learn"
+        )
+    parent = os.path.dirname(out_dir) or "."
+    os.makedirs(parent, exist_ok=True)
+    tmp = os.path.join(parent, f".{os.path.basename(out_dir)}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    stats = ReadStats()
+    label_dtype = np.float32 if regression else np.int8
+    try:
+        writers = [
+            _SplitWriter(os.path.join(tmp, s), len(fitted.dense_names), len(fitted.cat_names), labelled, label_dtype)
+            for s in SPLITS
+        ]
+        last_note = time.perf_counter()
+        for block in read_table_blocks(path, schema, labelled, regression, opts.strict, stats):
+            if time.perf_counter() - last_note >= PROGRESS_EVERY_S:
+                last_note = time.perf_counter()
+                rate = stats.good_rows / max(last_note - t0, 1e-9)
+                say(f"prepare {party}: {stats.good_rows} of {fit_stats.good_rows} rows, {rate:.0f} rows/s")
+            which = split_of(block.sample_id, opts)
+            for k, w in enumerate(writers):
+                rows = np.flatnonzero(which == k)
+                if rows.size == 0:
+                    continue
+                dense, missing, cat = fitted.apply(block, rows)
+                w.ids.append(block.sample_id[rows])
+                w.dense.append(dense)
+                w.dense_missing.append(missing)
+                w.cat.append(cat)
+                if labelled:
+                    w.labels.append(
+                        fitted.label.encode(block.label[rows], block.row_index[rows], path, lambda r: _line(path, r))
+                    )
+        for w in writers:
+            w.close()
+        stream_seconds = time.perf_counter() - t0
+        warn_bad_lines(path, stats)
+        all_ids = np.concatenate([np.load(w.ids.path) for w in writers])
+        check_unique(all_ids, path, lambda i: None)
+        del all_ids
+        digests, label_counts = {}, {}
+        for s, w in zip(SPLITS, writers):
+            digests[s] = id_digest(w.sort_by_id())
+            if labelled:
+                lab = np.load(w.labels.path)
+                label_counts[s] = _label_summary(lab, fitted)
+        manifest = _manifest(path, party, fitted, writers, digests, label_counts, opts, stats)
+        manifest["prepare_seconds"] = round(time.perf_counter() - t0, 3)
+        columns = PartyColumns(party, tuple(fitted.dense_names), tuple(fitted.cat_names), labelled)
+        _write_json(os.path.join(tmp, "manifest.json"), party_manifest_of(manifest, columns))
+        _write_json(os.path.join(tmp, SCHEMA_FILE), fitted.to_doc())
+        if fitted.vocab_files():
+            os.makedirs(os.path.join(tmp, "vocab"))
+            for name, vocab in fitted.vocab_files():
+                np.save(os.path.join(tmp, name), vocab)
+        _commit(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    manifest["rows_per_second"] = stats.good_rows / max(stream_seconds, 1e-9)
+    manifest["seconds_total"] = time.perf_counter() - t0
+    return manifest
+
+
+def _label_summary(labels: np.ndarray, fitted: FittedTable) -> dict | list:
+    """Class counts of a split (classification), or the label's mean, spread and range (regression)."""
+    task = fitted.label.task()
+    if task.is_regression:
+        v = labels.astype(np.float64)
+        if not v.size:
+            return {"rows": 0}
+        return {
+            "rows": int(v.size),
+            "mean": float(v.mean()),
+            "std": float(v.std()),
+            "min": float(v.min()),
+            "max": float(v.max()),
+        }
+    k = task.outputs if task.kind == "multiclass" else 2
+    return np.bincount(labels.astype(np.int64), minlength=k)[:k].tolist()
+
+
+def _manifest(path, party, fitted, writers, digests, label_counts, opts, stats) -> dict:
+    rows = {s: w.rows for s, w in zip(SPLITS, writers)}
+    doc = {
+        "format_version": 1,
+        "source": {
+            "path": os.path.abspath(path),
+            "sha256": stats.sha256,
+            "bytes": stats.bytes_read,
+            "lines": stats.lines,
+            "good_rows": stats.good_rows,
+            "malformed_rows_skipped": stats.bad_rows,
+        },
+        "split": {
+            "test_fraction": opts.test_fraction,
+            "valid_fraction": opts.valid_fraction,
+            "seed": opts.seed,
+            "rule": "u = splitmix64(sample_id ^ key(seed)) / 2**64; test iff u < test_fraction; "
+            "valid iff test_fraction <= u < test_fraction + valid_fraction; else train",
+        },
+        "transforms": {"schema": SCHEMA_FILE, "fitted_on": "this party's own training rows"},
+        "sample_ids": f"column {fitted.schema.id!r} of the party's own file: decimal integers as themselves, "
+        "other text hashed to an int64 (vfl/data/ids.py)",
+        "id_digest": digests,
+        "rows": rows,
+        "party": {
+            "name": party,
+            "dense": fitted.dense_names,
+            "categorical": fitted.cat_names,
+            "has_labels": fitted.label is not None,
+            "field_sizes": fitted.field_sizes(),
+            "rows": rows,
+        },
+        "options": asdict(opts),
+    }
+    if fitted.label is not None:
+        task = fitted.label.task()
+        doc["label"] = {**fitted.label.to_doc(), "counts": label_counts}
+        if task.kind == "binary":
+            doc["positives"] = {s: int(c[1]) for s, c in label_counts.items()}
+        if task.kind == "multiclass":
+            doc["label"]["class_counts"] = label_counts
+    return doc
+
+
+def read_schema_doc(shard_dir: str) -> dict | None:
+    """A shard's schema.json (None for shards prepared without a schema)."""
+    p = os.path.join(shard_dir, SCHEMA_FILE)
+    if not os.path.exists(p):
+        return None
+    with open(p) as f:
+        return json.load(f)

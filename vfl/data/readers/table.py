@@ -1,0 +1,245 @@
+"""Streaming reader of a party's own table under its schema: CSV or TSV with a header (.gz too), or Parquet.
+
+Only the declared columns are read (the id, the features, the leader's label), in blocks of CHUNK_ROWS rows, so
+memory stays bounded whatever the file's size. Every format yields the same blocks for the same rows:
+- the id is text (an integer column's decimal digits), hashed to int64 by vfl/data/ids.py;
+- a numeric value is a float; empty, NA, N/A, NaN, null and None are missing (the model sees a missing flag); any
+  other text is a bad value: the row is skipped with a warning naming the line and the column (an error with strict);
+- a categorical value is any text or integer, keyed to 64 bits (KEY_HASH below); empty is missing;
+- the label is kept as text (classification) or a float (regression), and checked by the label encoder of
+  vfl/data/table.py, which names any value outside the task's domain: a row is never dropped for its label.
+A column in the file but not declared is ignored (listed in `ReadStats.ignored_columns`); a declared column that
+the file lacks is an error naming it and the columns that are there.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import os
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from vfl.config.table import SchemaConfig
+from vfl.data.errors import DataError
+from vfl.data.ids import ids64
+from vfl.data.readers.criteo import ReadStats
+from vfl.data.readers.party import _missing, sniff_header
+from vfl.data.readers.tokenizer import BadLine
+
+CHUNK_ROWS = 100_000
+NA_TOKENS = ("", "NA", "N/A", "NaN", "nan", "null", "NULL", "None")
+KEY_HASH = b"vfl-categories01"  # pandas' siphash-2-4 key (16 bytes) for categorical text -> uint64
+PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
+@dataclass
+class TableBlock:
+    """The good rows of one block of a party's table (raw values; vfl/data/table.py transforms them)."""
+
+    row_index: np.ndarray  # int64 (n,): 0-based data row of the file
+    sample_id: np.ndarray  # int64 (n,)
+    numeric: np.ndarray  # float64 (n, d): NaN where missing
+    numeric_missing: np.ndarray  # bool (n, d)
+    cat_key: np.ndarray  # uint64 (n, c): 0 where missing
+    cat_missing: np.ndarray  # bool (n, c)
+    label: np.ndarray | None  # object (n,) of str (classification) or float64 (regression); leader only
+
+
+def is_parquet(path: str) -> bool:
+    return path.lower().endswith(PARQUET_SUFFIXES)
+
+
+def categorical_keys(text: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """uint64 keys and missing flags of a categorical column's text values (empty or NA token: missing)."""
+    import pandas as pd
+
+    values = np.asarray(text, dtype=object)
+    missing = pd.Series(values).isin(NA_TOKENS).to_numpy()
+    keys = pd.util.hash_array(values, encoding="utf8", hash_key=KEY_HASH.decode(), categorize=True)
+    keys = keys.astype(np.uint64)
+    keys[missing] = 0
+    keys[(keys == 0) & ~missing] = 1  # 0 means missing
+    return keys, missing
+
+
+def _columns_of(path: str) -> list[str]:
+    if is_parquet(path):
+        import pyarrow.parquet as pq
+
+        try:
+            return list(pq.ParquetFile(path).schema_arrow.names)
+        except Exception as e:  # pyarrow raises several types for a damaged file
+            raise DataError(f"{path} is not a readable Parquet file: {' '.join(str(e).split())[:200]}") from None
+    return sniff_header(path)[1]
+
+
+def check_columns(path: str, schema: SchemaConfig, labelled: bool) -> list[str]:
+    """The file's columns that the schema does not declare (ignored); DataError naming each declared one it lacks."""
+    if not os.path.exists(path):
+        raise DataError(f"input file not found: {path}")
+    have = _columns_of(path)
+    errors = _missing(path, [schema.id], have, "id")
+    for kind in ("numeric", "categorical"):
+        errors += _missing(path, list(schema.names(kind)), have, kind)
+    if labelled:
+        errors += _missing(path, [schema.label.column], have, "label")
+    if errors:
+        raise DataError("; ".join(errors))
+    used = {schema.id, *schema.columns, *([schema.label.column] if labelled else [])}
+    return [c for c in have if c not in used]
+
+
+def read_table_blocks(
+    path: str,
+    schema: SchemaConfig,
+    labelled: bool,
+    regression: bool,
+    strict: bool,
+    stats: ReadStats,
+    chunk_rows: int = CHUNK_ROWS,
+) -> Iterator[TableBlock]:
+    """Yield the good rows of a party's table block by block; bad numeric values skip their row (raise with strict)."""
+    stats.ignored_columns = check_columns(path, schema, labelled)
+    stats.has_id_column = True
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:  # the source digest names the labelled dataset (label-DP ledger)
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+            stats.bytes_read += len(chunk)
+    cols = [schema.id, *schema.columns, *([schema.label.column] if labelled else [])]
+    row0 = 0
+    for frame in _frames(path, cols, chunk_rows):
+        yield from _block(path, schema, labelled, regression, frame, row0, strict, stats)
+        row0 += len(frame)
+    stats.lines = row0 + 1
+    stats.sha256 = digest.hexdigest()
+    if stats.good_rows == 0:
+        first = f"; first: line {stats.first_bad[0].line}: {stats.first_bad[0].reason}" if stats.first_bad else ""
+        raise DataError(f"{path}: no usable rows ({stats.bad_rows} malformed rows{first})")
+
+
+def _frames(path: str, cols: list[str], chunk_rows: int):
+    """pandas DataFrames of `cols` as text (numbers of a Parquet file included), chunk by chunk."""
+    import pandas as pd
+
+    if is_parquet(path):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        f = pq.ParquetFile(path)
+        for name in cols:
+            t = f.schema_arrow.field(name).type
+            if not (
+                pa.types.is_integer(t)
+                or pa.types.is_floating(t)
+                or pa.types.is_string(t)
+                or pa.types.is_large_string(t)
+                or pa.types.is_boolean(t)
+                or pa.types.is_dictionary(t)
+            ):
+                raise DataError(
+                    f"{path}: column {name!r} has Parquet type {t}; allowed: integers, floats, booleans and strings"
+                )
+        for batch in f.iter_batches(batch_size=chunk_rows, columns=cols):
+            yield pd.DataFrame({name: _parquet_text(batch.column(name)) for name in cols})
+        return
+    sep, _ = sniff_header(path)
+    try:
+        reader = pd.read_csv(
+            path,
+            sep=sep,
+            dtype=str,
+            usecols=cols,
+            keep_default_na=False,
+            na_filter=False,
+            chunksize=chunk_rows,
+            quoting=csv.QUOTE_NONE if sep == "\t" else csv.QUOTE_MINIMAL,
+            encoding="utf-8",
+            encoding_errors="surrogateescape",
+            compression="infer",
+            engine="c",
+        )
+        yield from reader
+    except (pd.errors.ParserError, UnicodeDecodeError, EOFError, OSError, zlib.error) as e:
+        raise DataError(f"{path}: {' '.join(str(e).split())[:300]}") from None
+
+
+def _parquet_text(column) -> np.ndarray:
+    """A Parquet column as the text a CSV would hold: integers as digits, floats as repr, null as ''."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    if pa.types.is_floating(column.type):
+        values = column.to_numpy(zero_copy_only=False)
+        out = np.array([repr(float(v)) if v == v else "" for v in values], dtype=object)
+        return out
+    text = pc.cast(column, pa.string()) if not pa.types.is_string(column.type) else column
+    return np.asarray(text.fill_null("").to_numpy(zero_copy_only=False), dtype=object)
+
+
+def _block(path, schema, labelled, regression, df, row0, strict, stats) -> Iterator[TableBlock]:
+    import pandas as pd
+
+    n = len(df)
+    bad = np.zeros(n, bool)
+    reasons: dict[int, str] = {}
+
+    def flag(mask: np.ndarray, why) -> None:
+        for r in np.flatnonzero(mask & ~bad):
+            reasons[int(r)] = why(int(r))
+        bad[mask] = True
+
+    id_text = df[schema.id].str.strip().to_numpy()
+    flag(id_text == "", lambda r: f"empty {schema.id}")
+    numeric_names, cat_names = schema.names("numeric"), schema.names("categorical")
+    numeric = np.full((n, len(numeric_names)), np.nan)
+    nmiss = np.zeros((n, len(numeric_names)), bool)
+    for j, c in enumerate(numeric_names):
+        text = df[c].str.strip()
+        miss = text.isin(NA_TOKENS).to_numpy()
+        vals = pd.to_numeric(text.where(~miss, "0"), errors="coerce").to_numpy(dtype=float)
+        flag(~np.isfinite(vals) & ~miss, lambda r, c=c, t=text: f"{c} is not a number ({t.iloc[r][:40]!r})")
+        numeric[:, j] = np.where(miss, np.nan, vals)
+        nmiss[:, j] = miss
+    keys = np.zeros((n, len(cat_names)), np.uint64)
+    cmiss = np.zeros((n, len(cat_names)), bool)
+    for j, c in enumerate(cat_names):
+        keys[:, j], cmiss[:, j] = categorical_keys(df[c].str.strip().to_numpy())
+    label = None
+    if labelled:
+        text = df[schema.label.column].str.strip()
+        label = text.to_numpy(dtype=object)
+        if regression:
+            label = pd.to_numeric(text.where(~text.isin(NA_TOKENS), "nan"), errors="coerce").to_numpy(dtype=float)
+    if bad.any():
+        first = min(reasons)
+        line = _line(path, row0 + first)
+        if strict:
+            raise DataError(f"{path}: {line}: {reasons[first]} (run without --strict to skip malformed rows)")
+        stats.bad_rows += int(bad.sum())
+        room = 5 - len(stats.first_bad)
+        stats.first_bad.extend(BadLine(row0 + r + 1, reasons[r]) for r in sorted(reasons)[: max(room, 0)])
+    keep = ~bad
+    stats.good_rows += int(keep.sum())
+    if not keep.any():
+        return
+    yield TableBlock(
+        row_index=row0 + np.flatnonzero(keep).astype(np.int64),
+        sample_id=ids64(id_text[keep]),
+        numeric=numeric[keep],
+        numeric_missing=nmiss[keep],
+        cat_key=keys[keep],
+        cat_missing=cmiss[keep],
+        label=label[keep] if label is not None else None,
+    )
+
+
+def _line(path: str, row: int) -> str:
+    """Where a 0-based data row is: a line of a text file (the header is line 1), a row of a Parquet file."""
+    return f"row {row + 1}" if is_parquet(path) else f"line {row + 2}"

@@ -1,0 +1,307 @@
+"""A party's table schema fitted on its own training rows: fittable column transforms and the label encoder.
+
+Each declared column (vfl/config/table.py) becomes a transform that is fitted once, on the rows of the party's own
+file whose public split is `train` (pytorch-frame's fittable transforms: fit, apply, state), then applied to every
+row, in training and in prediction alike; nothing is refitted on new rows. What a transform fitted is saved with
+the shard in a versioned, non-pickle form (`schema.json`'s entries; vocabularies as `vocab/<n>.npy`).
+
+| kind | transform | what the model sees | fitted state |
+|---|---|---|---|
+| numeric | log1p | sign(x) log(1+abs(x)) | none |
+| numeric | standardize | (x - mean) / std (std 0: 1) | mean, std |
+| numeric | none | x | none |
+| numeric | quantile_bins: N | a categorical field: the bin of x among <= N quantile bins | the bin edges |
+| categorical | vocabulary: min_count | ids 2.. of values seen >= min_count times (sorted keys); 1 otherwise | the keys |
+| categorical | hash: buckets | 2 + splitmix64(key ^ salt(column)) mod (buckets - 2) | the salt |
+
+Numeric values are float32; a missing one is 0 with its missing flag set to 1. Categorical id 0 is missing and 1
+out of vocabulary (a value unseen at fit time, or rarer than min_count), as in vfl/data/transforms.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vfl.config.table import ColumnSpec, SchemaConfig
+from vfl.data.errors import DataError
+from vfl.data.task import MAX_CLASSES, Task
+from vfl.data.transforms import MISSING_ID, VocabularyCounter, dense_transform, field_salts, hash_bucket
+
+SCHEMA_FORMAT = 1
+QUANTILE_SAMPLE = 1 << 20  # values kept (reservoir) per column to place the quantile bins
+
+
+class FittedColumn:
+    """One column's transform: fit on training values (fit_block, then finish), apply to any values."""
+
+    def __init__(self, name: str, spec: ColumnSpec):
+        self.name, self.kind = name, spec.kind
+        self.transform, self.params = spec.transform_name, dict(spec.transform_params)
+        self.state: dict = {}
+        self.vocab: np.ndarray | None = None
+        self.seen = 0  # non-missing training values
+        self._sum = self._sumsq = 0.0
+        self._counter = VocabularyCounter(1) if self.transform == "vocabulary" else None
+        self._sample: list[np.ndarray] = []
+        self._rng = np.random.default_rng(0)
+
+    @property
+    def output(self) -> str:
+        """Where the model sees this column: `numeric` (a value and its missing flag) or `categorical` (an id)."""
+        return "categorical" if self.kind == "categorical" or self.transform == "quantile_bins" else "numeric"
+
+    def fit_block(self, values: np.ndarray, missing: np.ndarray) -> None:
+        present = ~missing
+        self.seen += int(present.sum())
+        if self.transform == "standardize":
+            v = values[present].astype(np.float64)
+            self._sum += float(v.sum())
+            self._sumsq += float((v * v).sum())
+        elif self.transform == "quantile_bins":
+            self._sample.append(values[present].astype(np.float64))
+            if sum(a.size for a in self._sample) > 2 * QUANTILE_SAMPLE:  # a uniform subsample bounds memory
+                pool = np.concatenate(self._sample)
+                self._sample = [self._rng.choice(pool, QUANTILE_SAMPLE, replace=False)]
+        elif self._counter is not None:
+            self._counter.update(values.reshape(-1, 1), missing.reshape(-1, 1))
+
+    def finish(self, path: str) -> None:
+        """Turn what fit_block saw into the state; an empty column is an error naming it."""
+        if self.seen == 0:
+            raise DataError(
+                f"{path}: column {self.name!r} is empty in the training rows (every value missing); remove it from "
+                "data.schema.columns or fill it"
+            )
+        if self.transform == "standardize":
+            mean = self._sum / self.seen
+            var = max(self._sumsq / self.seen - mean * mean, 0.0)
+            std = float(np.sqrt(var))
+            self.state = {"mean": mean, "std": std if std > 0 else 1.0}
+        elif self.transform == "quantile_bins":
+            pool = np.concatenate(self._sample)
+            qs = np.quantile(pool, np.linspace(0, 1, self.params["bins"] + 1)[1:-1])
+            self.state = {"edges": np.unique(qs).tolist()}
+            self._sample = []
+        elif self.transform == "vocabulary":
+            self.vocab = self._counter.vocabularies(self.params["min_count"])[0]
+            self.state = {"size": int(self.vocab.size)}
+            self._counter = None
+        elif self.transform == "hash":
+            self.state = {"salt": int(field_salts([self.name])[0])}
+
+    @property
+    def field_size(self) -> int:
+        """The id range of a categorical output (ids 0 and 1 included)."""
+        if self.transform == "vocabulary":
+            return int(self.vocab.size) + 2
+        if self.transform == "hash":
+            return int(self.params["buckets"])
+        if self.transform == "quantile_bins":
+            return len(self.state["edges"]) + 3
+        raise ValueError(f"column {self.name!r} is numeric")
+
+    def apply(self, values: np.ndarray, missing: np.ndarray) -> np.ndarray:
+        """float32 values (numeric output; 0 where missing) or int32 ids (categorical output)."""
+        if self.transform == "log1p":
+            return dense_transform(np.where(missing, 0.0, values), missing)
+        if self.transform in ("standardize", "none"):
+            v = np.where(missing, 0.0, values).astype(np.float64)
+            if self.transform == "standardize":
+                v = (v - self.state["mean"]) / self.state["std"]
+            out = v.astype(np.float32)
+            out[missing] = 0.0
+            return out
+        if self.transform == "quantile_bins":
+            ids = np.searchsorted(np.asarray(self.state["edges"]), np.where(missing, 0.0, values), side="right") + 2
+            return np.where(missing, MISSING_ID, ids).astype(np.int32)
+        keys = values.reshape(-1, 1)
+        miss = missing.reshape(-1, 1)
+        if self.transform == "hash":
+            salt = np.array([self.state["salt"]], dtype=np.uint64)
+            return hash_bucket(keys, miss, salt, self.params["buckets"])[:, 0]
+        from vfl.data.transforms import vocabulary_ids
+
+        return vocabulary_ids(keys, miss, [self.vocab])[:, 0]
+
+    def to_doc(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "transform": {self.transform: self.params}, "state": self.state}
+
+
+class LabelEncoder:
+    """Label text (or float) -> the task's label array; every value outside the task's domain is an error."""
+
+    def __init__(self, task_kind: str, classes: tuple[str, ...] | None, clip: tuple[float, float] | None, column: str):
+        self.kind, self.column, self.clip = task_kind, column, clip
+        if task_kind == "binary":
+            classes = classes or ("0", "1")
+            if len(classes) != 2:
+                raise DataError(
+                    f"data.schema.label.classes lists {len(classes)} classes {list(classes)}; a binary task names 2 "
+                    "(negative, positive): set train.task: multiclass for more"
+                )
+        self.classes = classes  # None for multiclass: fitted from the file
+        self._distinct: set[str] = set()
+        self.values_seen: list[float] = []
+
+    def fit_block(self, labels: np.ndarray) -> None:
+        if self.kind == "multiclass" and self.classes is None:
+            self._distinct.update(np.unique(labels.astype(str)).tolist())
+
+    def finish(self, path: str) -> None:
+        if self.kind == "multiclass" and self.classes is None:
+            values = sorted(self._distinct - {""}, key=_class_order)
+            if not 3 <= len(values) <= MAX_CLASSES:
+                raise DataError(
+                    f"{path}: label column {self.column!r} takes {len(values)} distinct values "
+                    f"{values[:10]}; a multiclass task needs 3 to {MAX_CLASSES} (set train.task: binary for 2)"
+                )
+            self.classes = tuple(values)
+
+    def encode(self, labels: np.ndarray, rows: np.ndarray, path: str, line) -> np.ndarray:
+        """The label array of a block; DataError naming the first value outside the task's domain and its line."""
+        if self.kind == "regression":
+            bad = ~np.isfinite(labels)
+            if bad.any():
+                r = int(np.flatnonzero(bad)[0])
+                raise DataError(
+                    f"{path}: {line(int(rows[r]))}: label {self.column!r} must be a number for a regression task, "
+                    f"got a missing or non-numeric value (drop rows without a label before preparing)"
+                )
+            v = labels.astype(np.float64)
+            if self.clip is not None:
+                v = np.clip(v, *self.clip)
+            return v.astype(np.float32)
+        lookup = {c: i for i, c in enumerate(self.classes)}
+        text = labels.astype(str)
+        ids = np.fromiter((lookup.get(t, -1) for t in text), dtype=np.int64, count=text.size)
+        if (ids < 0).any():
+            r = int(np.flatnonzero(ids < 0)[0])
+            hint = (
+                "declare data.schema.label.classes: [negative, positive], or set train.task: multiclass"
+                if self.kind == "binary"
+                else "list it in data.schema.label.classes"
+            )
+            raise DataError(
+                f"{path}: {line(int(rows[r]))}: label {self.column!r} is {text[r][:40]!r}, not one of "
+                f"{list(self.classes)[:20]} ({self.kind} task): {hint}; no row is dropped for its label"
+            )
+        return ids.astype(np.int8)
+
+    def task(self) -> Task:
+        if self.kind == "multiclass":
+            return Task("multiclass", len(self.classes))
+        return Task(self.kind, clip=self.clip)
+
+    def to_doc(self) -> dict:
+        doc = {"column": self.column, **self.task().to_manifest()}
+        if self.classes is not None:
+            doc["classes"] = list(self.classes)
+        return doc
+
+
+def _class_order(value: str):
+    """Integer class names in numeric order (so '0'..'9' keep their ids), then the others in text order."""
+    try:
+        return (0, int(value), "")
+    except ValueError:
+        return (1, 0, value)
+
+
+class FittedTable:
+    """A party's schema with every column's transform: built unfitted from the config, fitted, or loaded."""
+
+    def __init__(self, schema: SchemaConfig, task_kind: str | None):
+        self.schema = schema
+        self.columns = [FittedColumn(n, s) for n, s in schema.columns.items()]
+        self.label = (
+            LabelEncoder(task_kind, schema.label.classes, schema.label.clip, schema.label.column)
+            if task_kind is not None and schema.label is not None
+            else None
+        )
+        if task_kind != "regression" and schema.label is not None and schema.label.clip is not None:
+            raise DataError(f"data.schema.label.clip is for train.task: regression, not {task_kind}")
+
+    def numeric_columns(self) -> list[FittedColumn]:
+        return [c for c in self.columns if c.kind == "numeric"]
+
+    def categorical_columns(self) -> list[FittedColumn]:
+        return [c for c in self.columns if c.kind == "categorical"]
+
+    @property
+    def dense_names(self) -> list[str]:
+        """The columns of the shard's dense.npy, in order (numeric outputs)."""
+        return [c.name for c in self.numeric_columns() if c.output == "numeric"]
+
+    @property
+    def cat_names(self) -> list[str]:
+        """The fields of the shard's cat.npy, in order: categorical columns, then binned numeric ones."""
+        return [c.name for c in self.categorical_columns()] + [
+            c.name for c in self.numeric_columns() if c.output == "categorical"
+        ]
+
+    def fit_block(self, block, rows: np.ndarray) -> None:
+        for j, c in enumerate(self.numeric_columns()):
+            c.fit_block(block.numeric[rows, j], block.numeric_missing[rows, j])
+        for j, c in enumerate(self.categorical_columns()):
+            c.fit_block(block.cat_key[rows, j], block.cat_missing[rows, j])
+
+    def fit_labels(self, block) -> None:
+        if self.label is not None:
+            self.label.fit_block(block.label)
+
+    def finish(self, path: str) -> None:
+        for c in self.columns:
+            c.finish(path)
+        if self.label is not None:
+            self.label.finish(path)
+
+    def apply(self, block, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(dense float32 (n, d), dense_missing uint8 (n, d), cat int32 (n, c)) of the block's rows."""
+        n = rows.size
+        nums = self.numeric_columns()
+        dense = [c.apply(block.numeric[rows, j], block.numeric_missing[rows, j]) for j, c in enumerate(nums)]
+        dense_out = [v for v, c in zip(dense, nums) if c.output == "numeric"]
+        missing_out = [block.numeric_missing[rows, j] for j, c in enumerate(nums) if c.output == "numeric"]
+        cats = [
+            c.apply(block.cat_key[rows, j], block.cat_missing[rows, j])
+            for j, c in enumerate(self.categorical_columns())
+        ]
+        cats += [v for v, c in zip(dense, nums) if c.output == "categorical"]
+        return (
+            np.stack(dense_out, axis=1) if dense_out else np.zeros((n, 0), np.float32),
+            np.stack(missing_out, axis=1).astype(np.uint8) if missing_out else np.zeros((n, 0), np.uint8),
+            np.stack(cats, axis=1).astype(np.int32) if cats else np.zeros((n, 0), np.int32),
+        )
+
+    def field_sizes(self) -> dict[str, int]:
+        by_name = {c.name: c for c in self.columns}
+        return {n: by_name[n].field_size for n in self.cat_names}
+
+    def to_doc(self) -> dict:
+        """schema.json: the declarations and what was fitted (vocabularies in vocab/<n>.npy, named here)."""
+        cols = []
+        n_vocab = 0
+        for c in self.columns:
+            d = c.to_doc()
+            if c.vocab is not None:
+                d["state"] = {**d["state"], "file": f"vocab/{n_vocab:04d}.npy"}
+                n_vocab += 1
+            cols.append(d)
+        doc = {
+            "format": SCHEMA_FORMAT,
+            "id": self.schema.id,
+            "columns": cols,
+            "dense": self.dense_names,
+            "categorical": self.cat_names,
+        }
+        if self.label is not None:
+            doc["label"] = self.label.to_doc()
+        return doc
+
+    def vocab_files(self) -> list[tuple[str, np.ndarray]]:
+        out, n = [], 0
+        for c in self.columns:
+            if c.vocab is not None:
+                out.append((f"vocab/{n:04d}.npy", c.vocab))
+                n += 1
+        return out
