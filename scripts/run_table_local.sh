@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Your own table, every party on this machine: each party's YAML declares its columns (data.schema), each party
+# prepares its own file alone, the parties intersect their ids privately (PSI) and train over ZeroMQ on 127.0.0.1.
+# Usage: bash scripts/run_table_local.sh --configs DIR --table PARTY=FILE [--table PARTY=FILE ...] [--out DIR]
+#        [--epochs N] [--label-dp EPS] [--set KEY=VALUE ...]
+#   DIR holds one YAML per party (role leader for one of them); FILE is that party's own table (CSV, TSV, .gz or
+#   Parquet) with the id column and the columns its data.schema declares (the leader's with the label).
+#   --set KEY=VALUE overrides a config key of every party (e.g. --set train.lr=0.003); --label-dp EPS sets
+#   privacy.label_dp.eps on the leader. Outputs in OUT (default runs/table): shards/, keys/, each party's log,
+#   metrics.json. The real examples use it: bash scripts/run_vfl_train_local.sh --example flights|caravan|bikeshare.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+require_values --configs --table --out --epochs --label-dp --set -- "$@"
+CONFIGS="" OUT=runs/table EPOCHS="" TABLES=() SETS=() EPS=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --configs) CONFIGS=$2; shift 2 ;;
+    --table) TABLES+=("$2"); shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --epochs) EPOCHS=$2; shift 2 ;;
+    --label-dp) EPS=$2; shift 2 ;;
+    --set) SETS+=("$2"); shift 2 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 0 ;;
+    *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+[ -n "$CONFIGS" ] && [ -d "$CONFIGS" ] || { echo "error: --configs DIR: a directory of party YAMLs is required, got '${CONFIGS}'" >&2; exit 2; }
+[ ${#TABLES[@]} -gt 0 ] || { echo "error: --table PARTY=FILE is required, once per party" >&2; exit 2; }
+bash scripts/setup.sh
+PY="$(pwd)/.venv/bin/python"
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+# the parties, their configs and tables, checked before anything starts: "leader NAME CONFIG TABLE" lines
+PLAN=$("$PY" -m vfl.table_plan "$CONFIGS" "${TABLES[@]}") || exit 2
+PORT=$(free_port)
+ENDPOINT="tcp://127.0.0.1:$PORT"
+KEYS="$OUT/keys"
+mapfile -t LINES <<< "$PLAN"
+NAMES=()
+for line in "${LINES[@]}"; do read -r _ name _ _ <<< "$line"; NAMES+=("$name"); done
+new_keys "$KEYS" "${NAMES[@]}"
+OVERRIDES=()
+for kv in "${SETS[@]}"; do OVERRIDES+=(--set "$kv"); done
+[ -n "$EPOCHS" ] && OVERRIDES+=(--epochs "$EPOCHS")
+for line in "${LINES[@]}"; do
+  read -r role name config table <<< "$line"
+  echo "== $name prepares its own table alone: $table -> $OUT/shards/$name"
+  "$PY" -m vfl.data prepare --config "$config" --input "$table" --out "$OUT/shards" --force
+done
+echo "== ${NAMES[*]} over ZeroMQ at $ENDPOINT (logs in $OUT)"
+PIDS=() DONE=()
+cleanup() {
+  for i in "${!PIDS[@]}"; do
+    [ "${DONE[$i]}" = 1 ] || kill "${PIDS[$i]}" 2>/dev/null || true
+  done
+}
+trap 'cleanup; exit 130' INT TERM
+for line in "${LINES[@]}"; do
+  read -r role name config table <<< "$line"
+  flag=--connect
+  extra=(--set "network.leader_key_file=$KEYS/${NAMES[0]}.key")  # --keys DIR names the leader's key DIR/leader.key
+  if [ "$role" = leader ]; then
+    flag=--bind
+    extra=()
+    [ -n "$EPS" ] && extra=(--set "privacy.label_dp.eps=$EPS")
+  fi
+  "$PY" -m "$role" --config "$config" "$flag" "$ENDPOINT" --data "$OUT/shards/$name" --out "$OUT" --keys "$KEYS" \
+    "${OVERRIDES[@]}" "${extra[@]}" > "$OUT/$name.stdout" 2>&1 &
+  PIDS+=($!); DONE+=(0)
+done
+remaining=${#PIDS[@]}
+while [ "$remaining" -gt 0 ]; do
+  for i in "${!PIDS[@]}"; do
+    [ "${DONE[$i]}" = 1 ] && continue
+    kill -0 "${PIDS[$i]}" 2>/dev/null && continue
+    status=0
+    wait "${PIDS[$i]}" || status=$?
+    DONE[$i]=1
+    remaining=$((remaining - 1))
+    if [ "$status" != 0 ]; then
+      echo "error: ${NAMES[$i]} exited with status $status; stopping the other parties" >&2
+      tail -n 3 "$OUT/${NAMES[$i]}.stdout" >&2
+      cleanup
+      wait 2>/dev/null || true
+      exit "$status"
+    fi
+  done
+  sleep 0.2
+done
+tail -n 1 "$OUT/${NAMES[0]}.stdout"
+echo "== metrics: $OUT/metrics.json"
