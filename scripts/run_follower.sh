@@ -6,7 +6,8 @@
 # --ranks N: N ranks of this party under torchrun (rank r binds/connects the endpoint's port + r); across machines
 #   add --nnodes M --node-rank K --master-addr HOST --master-port P (torchrun's flags; the same N on every party)
 #   --trusted-rank-network (gloo's traffic between them is not encrypted: docs/scaling.md, Inside a party)
-# --raw: the follower's own file (id column and its columns, no label; TSV or CSV) is prepared alone into DIR/<party>
+# --raw: the follower's own file is prepared alone into DIR/<party>: a table whose columns CONFIG's data.schema declares
+# (CSV, TSV, .gz or Parquet; docs/own-table.md), or else a Criteo-style file (id column and its columns; TSV or CSV)
 # (default runs/shards); the ids are then intersected privately with the leader's (PSI) before training.
 set -euo pipefail
 exec bash "$(dirname "$0")/run_party.sh" follower "$0" "$@"

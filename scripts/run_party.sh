@@ -10,7 +10,7 @@ case "$ROLE" in
   follower) ENDPOINT_FLAG=--connect ;;
   *) echo "error: run_party.sh ROLE: allowed: leader, follower; got $ROLE" >&2; exit 2 ;;
 esac
-[ $# -ge 2 ] || { sed -n '3,10p' "$USAGE_OF"; exit 2; }
+[ $# -ge 2 ] || { awk 'NR > 2 && !/^#/ {exit} NR > 2' "$USAGE_OF"; exit 2; }
 CONFIG=$1 ENDPOINT=$2; shift 2
 RAW="" SHARDS="runs/shards" PREP=() REST=() RANKS=1 NNODES=1 NODE_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=""
 while [ $# -gt 0 ]; do

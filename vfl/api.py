@@ -87,12 +87,17 @@ class _Party:
         data: str | None = None,
         out: str | None = None,
         overrides: dict[str, Any] | None = None,
+        table: Any = None,
         **dotted: Any,
     ):
-        """config: a YAML path, a dict or a PartyConfig; keys: a --keys DIR; overrides / keyword
+        """config: a YAML path, a dict or a PartyConfig; keys: a --keys DIR; table: this party's own table (a pandas
+        DataFrame or a file), prepared under its data.schema into OUT/shards/<party> first; overrides / keyword
         arguments: config keys (`train__lr=1e-4` is `train.lr`)."""
         over = {**(overrides or {}), **{k.replace("__", "."): v for k, v in dotted.items()}}
         self.config = _config(config, over, keys, data, out)
+        if table is not None:
+            shard = prepare_own_table(self.config, table, self.config.output.dir)
+            self.config = _config(config, {**over, "data.path": shard}, keys, None, out)
         if self.config.role != self.role:
             raise ConfigError(f"{type(self).__name__} needs a config with role: {self.role}, got {self.config.role!r}")
 
@@ -138,6 +143,31 @@ class Follower(_Party):
         return int(self._run().get("steps", 0))
 
 
+def prepare_own_table(cfg: PartyConfig, table: Any, out: str) -> str:
+    """Prepare a party's own table (a pandas DataFrame, or a CSV/TSV/Parquet file) under its data.schema into
+    out/shards/<party>; returns that shard directory. A DataFrame is written to out/tables/<party>.parquet first
+    (its column types kept)."""
+    from vfl.data.prepare import PrepareOptions
+    from vfl.data.prepare_table import prepare_table
+
+    if cfg.data.schema is None:
+        raise ConfigError(f"{cfg.party}: a table needs data.schema in the party's config (its id, columns and label)")
+    if isinstance(table, (str, os.PathLike)):
+        path = os.fspath(table)
+    else:
+        import pandas as pd
+
+        if not isinstance(table, pd.DataFrame):
+            raise TypeError(f"{cfg.party}: a table is a pandas DataFrame or a file path, got {type(table).__name__}")
+        os.makedirs(os.path.join(out, "tables"), exist_ok=True)
+        path = os.path.join(out, "tables", f"{cfg.party}.parquet")
+        table.to_parquet(path, index=False)
+    shard = os.path.join(out, "shards", cfg.party)
+    task = cfg.train.task if cfg.role == "leader" else None
+    prepare_table(path, shard, cfg.party, cfg.data.schema, task, PrepareOptions(force=True))
+    return shard
+
+
 def _party_name(config: ConfigLike) -> str:
     if isinstance(config, PartyConfig):
         return config.party
@@ -172,12 +202,15 @@ def simulate(
     overrides: dict[str, Any] | None = None,
     timeout_s: float = 3600,
     quiet: bool = True,
+    tables: dict[str, Any] | None = None,
 ) -> History:
     """Run the leader and followers as local processes (the CLI commands) over tcp on 127.0.0.1.
 
     data: a prepared dataset directory (OUT of `python -m vfl.data prepare`; each party uses OUT/<party>)
-    or None to keep each config's data.path; keys: a key directory, or None for throwaway key pairs
-    under out/keys; overrides: config keys for every party (e.g. {"train.epochs": 2}). Raises
+    or None to keep each config's data.path; tables: {party: its own table}, a pandas DataFrame or a file
+    (CSV, TSV, Parquet), prepared here under the party's data.schema into out/shards/<party> (fitted on its
+    own training rows, as `vfl-data prepare --config` does); keys: a key directory, or None for throwaway
+    key pairs under out/keys; overrides: config keys for every party (e.g. {"train.epochs": 2}). Raises
     RuntimeError naming the party that failed (its last stderr lines); every process is gone on return.
     """
     from vfl.ports import free_port
@@ -193,6 +226,14 @@ def simulate(
                 create_key_pair(name, keys)
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     configs = [_yaml_path(c, out, n) for c, n in zip([leader, *followers], names)]
+    unknown = sorted(set(tables or {}) - set(names))
+    if unknown:
+        raise ConfigError(f"tables names {unknown}, which are not among the parties {names}")
+    shards = {
+        n: prepare_own_table(_config(c, overrides, None, None, None), tables[n], out)
+        for n, c in zip(names, configs)
+        if n in (tables or {})
+    }
     pairs = [f"{k}={json.dumps(v)}" for k, v in (overrides or {}).items()]
     procs: dict[str, subprocess.Popen] = {}
     try:
@@ -210,7 +251,8 @@ def simulate(
                 keys,
                 "--out",
                 out,
-                *(["--data", os.path.join(data, name)] if data else []),
+                *(["--data", shards[name]] if name in shards else ["--data", os.path.join(data, name)] if data else []),
+                *([] if i == 0 else ["--set", f"network.leader_key_file={os.path.join(keys, names[0] + '.key')}"]),
                 *(["--quiet"] if quiet else []),
                 *pairs,
             ]
@@ -252,4 +294,4 @@ def _stop(procs: dict[str, subprocess.Popen]) -> None:
                 p.wait(timeout=10)
 
 
-__all__ = ["Follower", "History", "Leader", "simulate"]
+__all__ = ["Follower", "History", "Leader", "prepare_own_table", "simulate"]
