@@ -98,6 +98,7 @@ def body(cfg, log, state: dict) -> None:
     from vfl.obs.metrics import final_line, write_json
     from vfl.training.party import BottomParty, resolve_device, set_threads
     from vfl.training.precision import warn_if_emulated
+    from vfl.training.run_size import run_size_warnings
 
     env = state.get("ranks") or rank_env()
     if env.distributed and cfg.privacy.label_dp is not None and cfg.privacy.label_dp.mechanism == "rr_prior":
@@ -115,6 +116,9 @@ def body(cfg, log, state: dict) -> None:
     label_key = _label_key(cfg, env, ctx, shard)
     channel = state["channel"] = _listen(cfg, env, keys, shard, log)
     psi = _intersect(cfg, env, ctx, channel, shard, log)
+    if env.is_main:
+        for line in run_size_warnings(cfg.train.batch_size, cfg.train.epochs, len(shard.split("train"))):
+            log.warning(f"leader {cfg.party}: {line}")
     party = BottomParty(cfg, shard, device)
     warn_if_emulated(cfg.train.precision, party.device, log)
     trainer = LeaderTrainer(cfg, channel, party, log, cfg.output.dir, label_key=label_key, ctx=ctx)
