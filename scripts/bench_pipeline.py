@@ -31,7 +31,7 @@ LEADER_DENSE = ["I1", "I2", "I3"]
 
 def write_parties(path: str) -> str:
     """The leader: labels and 3 dense columns; follower0: the other 10 dense and all 26 categorical columns."""
-    from vfl.data.schema import CATEGORICAL_COLUMNS, DENSE_COLUMNS
+    from vfl.data.presets.criteo import CATEGORICAL_COLUMNS, DENSE_COLUMNS
 
     doc = {
         "leader": {"dense": LEADER_DENSE, "categorical": [], "label": True},

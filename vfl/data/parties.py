@@ -11,7 +11,7 @@ from privacy.domains import Flag, Number, suggest
 from vfl.config.report import problems
 from vfl.config.yamlfile import read_yaml
 from vfl.data.errors import DataError
-from vfl.data.schema import ALL_FEATURES, CATEGORICAL_COLUMNS, DEFAULT_PARTIES, DENSE_COLUMNS
+from vfl.data.presets.criteo import ALL_FEATURES, CATEGORICAL_COLUMNS, DEFAULT_PARTIES, DENSE_COLUMNS
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 

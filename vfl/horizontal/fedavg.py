@@ -25,7 +25,7 @@ from privacy.federated.secure_aggregation import MaskingClient, aggregate_masked
 from privacy.federated.signds import signds_aggregate, signds_client, signds_cost
 from vfl.data.parties import parse_parties
 from vfl.data.prepare import PrepareOptions, prepare
-from vfl.data.schema import CATEGORICAL_COLUMNS, DENSE_COLUMNS
+from vfl.data.presets.criteo import CATEGORICAL_COLUMNS, DENSE_COLUMNS
 from vfl.data.shards import PartyShard
 from vfl.horizontal.config import FedConfig
 from vfl.obs.metrics import auc, logloss

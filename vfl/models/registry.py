@@ -12,7 +12,6 @@ from vfl.models.mlp import LinearTop, MLPTop
 from vfl.models.wide_deep import WideDeepBottom
 
 BOTTOMS = {"wide_deep": WideDeepBottom}
-TOPS = {"linear": LinearTop, "mlp": MLPTop}
 
 
 def init_seed(seed: int, role: str) -> int:

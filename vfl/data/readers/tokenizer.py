@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vfl.data.schema import CATEGORICAL_COLUMNS, DENSE_COLUMNS
+from vfl.data.presets.criteo import CATEGORICAL_COLUMNS, DENSE_COLUMNS
 
 _TAB, _NL, _MINUS = 9, 10, 45
 

@@ -32,7 +32,7 @@ import pandas as pd
 from privacy.public_hash import splitmix64
 from vfl.data.errors import DataError
 from vfl.data.npy_stream import NpyAppender
-from vfl.data.schema import CATEGORICAL_COLUMNS, DENSE_COLUMNS
+from vfl.data.presets.criteo import CATEGORICAL_COLUMNS, DENSE_COLUMNS
 from vfl.obs.progress import bar
 
 # Kaggle Criteo cardinalities of C1..C26, capped so the generator stays small.

@@ -1,4 +1,5 @@
-"""Column names of the raw Criteo format and the default assignment of columns to parties."""
+"""The Criteo preset: the raw Criteo format's column names (label, I1-I13 integer, C1-C26 hex) and the default
+assignment of its columns to the leader and follower0 (MindSpore Federated's splitnn_criteo)."""
 
 from __future__ import annotations
 
@@ -22,13 +23,3 @@ DEFAULT_PARTIES: dict[str, dict] = {
         "label": False,
     },
 }
-
-
-def dense_index(name: str) -> int:
-    """Position of a dense column (I1 -> 0)."""
-    return DENSE_COLUMNS.index(name)
-
-
-def categorical_index(name: str) -> int:
-    """Position of a categorical column (C1 -> 0)."""
-    return CATEGORICAL_COLUMNS.index(name)

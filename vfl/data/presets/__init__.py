@@ -1,0 +1,1 @@
+"""Presets of the table schema: column layouts that the framework knows by name (Criteo)."""
