@@ -3,7 +3,7 @@
     from vfl.api import simulate
     history = simulate("examples/wide_deep_criteo/leader.yaml", ["examples/wide_deep_criteo/follower.yaml"],
                        data="runs/nb/shards", out="runs/nb", overrides={"train.epochs": 2})
-    history.evaluations[-1]["test_auc"], history.step_losses[:5]
+    history.test_auc, history.step_losses[:5]   # the model early stopping selected
 
 `Leader` and `Follower` run one party in this process (as `python -m leader|follower` does: config
 schema, pre-flight checks, CurveZMQ keys, the same training body) and raise instead of exiting.
@@ -43,7 +43,18 @@ class History:
         return cls(list(m.get("step_losses", [])), list(m.get("history", [])), m, out_dir)
 
     @property
+    def test(self) -> dict[str, float]:
+        """The selected model's test metrics: auc and logloss (binary), accuracy too (K classes), or rmse, mae and r2
+        (regression)."""
+        return {
+            k[5:]: float(v) for k, v in self.metrics.items() if k.startswith("test_") and isinstance(v, (int, float))
+        }
+
+    @property
     def test_auc(self) -> float:
+        """The selected model's test AUC (binary and K-class tasks; a regression run has test['rmse'] instead)."""
+        if "test_auc" not in self.metrics:
+            raise AttributeError(f"this run reports no test AUC (a regression task?); its test metrics: {self.test}")
         return float(self.metrics["test_auc"])
 
     @property
