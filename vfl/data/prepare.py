@@ -201,7 +201,7 @@ def prepare_party(src: PartySource, out_dir: str, party: PartyColumns, opts: Pre
     vocabs = None
     if opts.vocab_min_count is not None:  # fitted on this party's own file only
         counter = VocabularyCounter(len(party.categorical))
-        for b in read_party_blocks(src, opts.strict, ReadStats()):
+        for b in read_party_blocks(src, opts.strict, ReadStats(), digest=False):
             counter.update(b.cat_key, b.cat_missing)
         vocabs = counter.vocabularies(opts.vocab_min_count)
     enc = _PartyEncoder(party, opts, vocabs)

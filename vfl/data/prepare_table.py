@@ -28,7 +28,7 @@ from vfl.data.manifest import id_digest, party_manifest_of
 from vfl.data.parties import PartyColumns
 from vfl.data.prepare import PrepareOptions, _commit, _SplitWriter, _validate, _write_json, split_of
 from vfl.data.readers.criteo import ReadStats, warn_bad_lines
-from vfl.data.readers.table import _line, read_table_blocks
+from vfl.data.readers.table import IdCache, _line, read_table_blocks
 from vfl.data.table import FittedTable
 from vfl.splits import SPLITS
 
@@ -65,7 +65,10 @@ def prepare_table(
     fitted = FittedTable(schema, task)
     fit_stats = ReadStats()
     label_range = [np.inf, -np.inf]
-    for block in read_table_blocks(path, schema, labelled, regression, opts.strict, fit_stats):
+    ids = IdCache()  # the first pass's ids, for the second
+    for block in read_table_blocks(
+        path, schema, labelled, regression, opts.strict, fit_stats, digest=False, id_cache=ids
+    ):
         train = np.flatnonzero(split_of(block.sample_id, opts) == 0)
         fitted.fit_block(block, train)
         fitted.fit_labels(block)
@@ -97,7 +100,7 @@ def prepare_table(
             for s in SPLITS
         ]
         last_note = time.perf_counter()
-        for block in read_table_blocks(path, schema, labelled, regression, opts.strict, stats):
+        for block in read_table_blocks(path, schema, labelled, regression, opts.strict, stats, id_cache=ids):
             if time.perf_counter() - last_note >= PROGRESS_EVERY_S:
                 last_note = time.perf_counter()
                 rate = stats.good_rows / max(last_note - t0, 1e-9)

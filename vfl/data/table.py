@@ -145,7 +145,7 @@ class LabelEncoder:
 
     def fit_block(self, labels: np.ndarray) -> None:
         if self.kind == "multiclass" and self.classes is None:
-            self._distinct.update(np.unique(labels.astype(str)).tolist())
+            self._distinct.update(np.asarray(_distinct(labels), dtype=object).astype(str).tolist())
 
     def finish(self, path: str) -> None:
         if self.kind == "multiclass" and self.classes is None:
@@ -172,10 +172,12 @@ class LabelEncoder:
                 v = np.clip(v, *self.clip)
             return v.astype(np.float32)
         lookup = {c: i for i, c in enumerate(self.classes)}
-        text = labels.astype(str)
-        ids = np.fromiter((lookup.get(t, -1) for t in text), dtype=np.int64, count=text.size)
+        codes, uniques = _factorize(labels)  # each distinct label looked up once
+        text = np.asarray(uniques, dtype=object).astype(str)
+        ids = np.array([lookup.get(t, -1) for t in text], dtype=np.int64)[codes]
         if (ids < 0).any():
             r = int(np.flatnonzero(ids < 0)[0])
+            text = text[codes]
             hint = (
                 "declare data.schema.label.classes: [negative, positive], or set train.task: multiclass"
                 if self.kind == "binary"
@@ -197,6 +199,19 @@ class LabelEncoder:
         if self.classes is not None:
             doc["classes"] = list(self.classes)
         return doc
+
+
+def _factorize(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, distinct values) of a label array (pandas' hash table: one pass, no sort)."""
+    import pandas as pd
+
+    values = np.asarray(labels, dtype=object)
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    return codes, np.asarray(uniques, dtype=object)
+
+
+def _distinct(labels: np.ndarray) -> np.ndarray:
+    return _factorize(labels)[1]
 
 
 def _class_order(value: str):

@@ -24,6 +24,7 @@ import numpy as np
 
 from vfl.data.errors import DataError
 from vfl.data.ids import ids64
+from vfl.data.readers import arrow_text
 from vfl.data.readers.criteo import ReadStats
 from vfl.data.readers.tokenizer import BadLine
 
@@ -115,11 +116,13 @@ def _cat_keys(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def read_party_blocks(
-    src: PartySource, strict: bool, stats: ReadStats, chunk_rows: int = CHUNK_ROWS
+    src: PartySource, strict: bool, stats: ReadStats, chunk_rows: int = CHUNK_ROWS, digest: bool = True
 ) -> Iterator[PartyBlock]:
-    """Yield the parsed good rows of a party file, chunk by chunk; bad rows are counted (or raise with strict)."""
-    import pandas as pd
+    """Yield the parsed good rows of a party file, chunk by chunk; bad rows are counted (or raise with strict).
 
+    pyarrow reads the file and parses whole columns at once (readers/arrow_text.py); a block with a bad value, and
+    a file pyarrow cannot read, take the pandas text path below, so both give the same blocks, warnings and errors.
+    digest=False leaves out the file's sha256 (a first pass that only counts)."""
     sep, names = sniff_header(src.path)
     errors = _missing(src.path, [src.id_column], names, "id")
     errors += _missing(src.path, list(src.dense), names, "dense")
@@ -129,12 +132,44 @@ def read_party_blocks(
     if errors:
         raise DataError("; ".join(errors))
     stats.has_id_column = True
-    digest = hashlib.sha256()
+    sha = hashlib.sha256() if digest else None
     with open(src.path, "rb") as f:  # the source digest names the labelled dataset (label-DP ledger)
         for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
+            if sha is not None:
+                sha.update(chunk)
             stats.bytes_read += len(chunk)
     cols = [src.id_column, *src.dense, *src.categorical, *([src.label_column] if src.label else [])]
+    row0 = 0
+    if arrow_text.usable(src.path, names):
+        try:
+            for row0, table in arrow_text.text_tables(src.path, sep, names, cols, chunk_rows):
+                block = _arrow_block(src, table, row0, stats)
+                if block is None:
+                    yield from _block(src, arrow_text.text_frame(table), row0, strict, stats)
+                elif block.row_index.size:
+                    yield block
+                row0 += table.num_rows
+        except arrow_text.ArrowTextFailed as e:
+            row0 = e.row0  # pandas reads the rest (and names a bad line as it always did)
+        else:
+            return _finish(src, stats, row0, sha)
+    read = [0]
+    yield from _pandas_blocks(src, sep, cols, row0, strict, stats, chunk_rows, read)
+    _finish(src, stats, read[0], sha)
+
+
+def _finish(src: PartySource, stats: ReadStats, rows: int, sha) -> None:
+    stats.lines = rows + 1
+    stats.sha256 = sha.hexdigest() if sha is not None else ""
+    if stats.good_rows == 0:
+        raise DataError(f"{src.path}: no usable rows ({stats.bad_rows} malformed rows)")
+
+
+def _pandas_blocks(src, sep, cols, skip: int, strict: bool, stats: ReadStats, chunk_rows: int, read: list):
+    """The text path: pandas' C parser, every value as text; the first `skip` data rows were read already
+    (read[0]: the data rows of the file)."""
+    import pandas as pd
+
     row0 = 0
     try:
         reader = pd.read_csv(
@@ -152,14 +187,82 @@ def read_party_blocks(
             engine="c",
         )
         for df in reader:
-            yield from _block(src, df, row0, strict, stats)
+            if row0 + len(df) > skip:
+                part = df.iloc[max(skip - row0, 0) :]
+                yield from _block(src, part.reset_index(drop=True), row0 + len(df) - len(part), strict, stats)
             row0 += len(df)
+            read[0] = row0
     except (pd.errors.ParserError, UnicodeDecodeError, EOFError, OSError, zlib.error) as e:
         raise DataError(f"{src.path}: {' '.join(str(e).split())[:300]}") from None
-    stats.lines = row0 + 1
-    stats.sha256 = digest.hexdigest()
-    if stats.good_rows == 0:
-        raise DataError(f"{src.path}: no usable rows ({stats.bad_rows} malformed rows)")
+
+
+def _arrow_block(src: PartySource, table, row0: int, stats: ReadStats) -> PartyBlock | None:
+    """The block of a text table with every value parsed by whole columns; None if any row is bad (the text path
+    names it) or a value needs the text path."""
+    n = table.num_rows
+    id_text = arrow_text.strip(arrow_text.column(table, src.id_column))
+    if (arrow_text.lengths(id_text) == 0).any():
+        return None
+    dense = np.zeros((n, len(src.dense)))
+    dmiss = np.zeros((n, len(src.dense)), bool)
+    for j, c in enumerate(src.dense):
+        text = arrow_text.strip(arrow_text.column(table, c))
+        miss = arrow_text.lengths(text) == 0
+        vals = arrow_text.numbers(text, miss, 0.0)
+        if vals is None or not np.isfinite(vals).all():
+            return None
+        dense[:, j] = vals
+        dmiss[:, j] = miss
+    keys = np.zeros((n, len(src.categorical)), np.uint64)
+    cmiss = np.zeros((n, len(src.categorical)), bool)
+    for j, c in enumerate(src.categorical):
+        keys[:, j], cmiss[:, j] = _arrow_cat_keys(arrow_text.column(table, c))
+    label = None
+    if src.label:
+        lab = arrow_text.strip(arrow_text.column(table, src.label_column))
+        if src.num_classes == 2:
+            values, idx = arrow_text.distinct(lab)
+            if not np.isin(values, ["0", "1"]).all():
+                return None
+            label = (values == "1")[idx].astype(np.int8)
+        else:
+            values, idx = arrow_text.distinct(lab)
+            cls = np.array([int(v) if re.fullmatch(r"[0-9]{1,3}", v) else -1 for v in values], dtype=np.int64)
+            if not ((cls >= 0) & (cls < src.num_classes)).all():
+                return None
+            label = cls[idx].astype(np.int8)
+    stats.good_rows += n
+    return PartyBlock(
+        row_index=row0 + np.arange(n, dtype=np.int64),
+        sample_id=arrow_text.ids(id_text),
+        label=label,
+        dense=dense,
+        dense_missing=dmiss,
+        cat_key=keys,
+        cat_missing=cmiss,
+    )
+
+
+def _arrow_cat_keys(arr) -> tuple[np.ndarray, np.ndarray]:
+    """_cat_keys of a text column, each distinct value keyed once (8 hex digits vectorized)."""
+    import pyarrow.compute as pc
+
+    enc = pc.dictionary_encode(arr)
+    ok, value = arrow_text.hex8(enc.dictionary)
+    keys = value.copy()
+    miss = np.zeros(keys.size, bool)
+    if not ok.all():  # as _cat_keys keys them
+        values = enc.dictionary.to_pylist()
+        for i in np.flatnonzero(~ok):
+            t = values[i]
+            if t == "":
+                keys[i], miss[i] = 0, True
+            elif _HEX8.match(t):
+                keys[i] = int(t, 16)
+            else:
+                keys[i] = _NON_HEX_KEY_BASE + zlib.crc32(t.encode("utf-8", "surrogateescape"))
+    idx = enc.indices.to_numpy(zero_copy_only=False)
+    return keys[idx], miss[idx]
 
 
 def _block(src: PartySource, df, row0: int, strict: bool, stats: ReadStats) -> Iterator[PartyBlock]:

@@ -26,6 +26,7 @@ import numpy as np
 from vfl.config.table import SchemaConfig
 from vfl.data.errors import DataError
 from vfl.data.ids import ids64
+from vfl.data.readers import arrow_text
 from vfl.data.readers.criteo import ReadStats
 from vfl.data.readers.party import _missing, sniff_header
 from vfl.data.readers.tokenizer import BadLine
@@ -101,29 +102,127 @@ def read_table_blocks(
     strict: bool,
     stats: ReadStats,
     chunk_rows: int = CHUNK_ROWS,
+    digest: bool = True,
+    id_cache: IdCache | None = None,
 ) -> Iterator[TableBlock]:
-    """Yield the good rows of a party's table block by block; bad numeric values skip their row (raise with strict)."""
+    """Yield the good rows of a party's table block by block; bad numeric values skip their row (raise with strict).
+
+    A CSV/TSV is read by pyarrow and parsed by whole columns (readers/arrow_text.py); a block with a bad value, and a
+    file pyarrow cannot read, take the pandas text path, so every path gives the same blocks, warnings and errors.
+    digest=False leaves out the file's sha256 (a first pass that only fits); id_cache keeps the ids of a first pass
+    for the second (hashing text ids is the dearest step of a block)."""
     stats.ignored_columns = check_columns(path, schema, labelled)
     stats.has_id_column = True
-    digest = hashlib.sha256()
+    sha = hashlib.sha256() if digest else None
     with open(path, "rb") as f:  # the source digest names the labelled dataset (label-DP ledger)
         for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
+            if sha is not None:
+                sha.update(chunk)
             stats.bytes_read += len(chunk)
     cols = [schema.id, *schema.columns, *([schema.label.column] if labelled else [])]
-    row0 = 0
-    for frame in _frames(path, cols, chunk_rows):
+    rows = 0
+    skip = 0
+    if not is_parquet(path):
+        sep, names = sniff_header(path)
+        if arrow_text.usable(path, names):
+            try:
+                for row0, table in arrow_text.text_tables(path, sep, names, cols, chunk_rows):
+                    block = _arrow_block(schema, labelled, regression, table, row0, stats, id_cache)
+                    if block is None:
+                        frame = arrow_text.text_frame(table)
+                        yield from _block(path, schema, labelled, regression, frame, row0, strict, stats)
+                    else:
+                        yield block
+                    rows = row0 + table.num_rows
+            except arrow_text.ArrowTextFailed as e:
+                skip = e.row0  # pandas reads the rest (and names a bad line as it always did)
+            else:
+                return _finish(path, stats, rows, sha)
+    for row0, frame in _frames(path, cols, chunk_rows, skip):
         yield from _block(path, schema, labelled, regression, frame, row0, strict, stats)
-        row0 += len(frame)
-    stats.lines = row0 + 1
-    stats.sha256 = digest.hexdigest()
+        rows = row0 + len(frame)
+    _finish(path, stats, max(rows, skip), sha)
+
+
+def _finish(path: str, stats: ReadStats, rows: int, sha) -> None:
+    stats.lines = rows + 1
+    stats.sha256 = sha.hexdigest() if sha is not None else ""
     if stats.good_rows == 0:
         first = f"; first: line {stats.first_bad[0].line}: {stats.first_bad[0].reason}" if stats.first_bad else ""
         raise DataError(f"{path}: no usable rows ({stats.bad_rows} malformed rows{first})")
 
 
-def _frames(path: str, cols: list[str], chunk_rows: int):
-    """pandas DataFrames of `cols` as text (numbers of a Parquet file included), chunk by chunk."""
+class IdCache:
+    """The int64 ids of a file's blocks from one pass to the next (at most MAX_ROWS ids, 8 bytes each)."""
+
+    MAX_ROWS = 1 << 24
+
+    def __init__(self):
+        self.blocks: dict[int, np.ndarray] = {}
+        self.rows = 0
+
+    def get(self, row0: int, n: int, compute) -> np.ndarray:
+        hit = self.blocks.pop(row0, None)
+        if hit is not None and hit.size == n:
+            return hit
+        ids = compute()
+        if self.rows + n <= self.MAX_ROWS:
+            self.blocks[row0] = ids
+            self.rows += n
+        return ids
+
+
+def _arrow_block(schema, labelled, regression, table, row0, stats, id_cache=None) -> TableBlock | None:
+    """The block of a text table with every value parsed by whole columns; None if any row is bad (the text path
+    names it) or a value needs the text path."""
+    n = table.num_rows
+    id_text = arrow_text.strip(arrow_text.column(table, schema.id))
+    if (arrow_text.lengths(id_text) == 0).any():
+        return None
+    numeric_names, cat_names = schema.names("numeric"), schema.names("categorical")
+    numeric = np.full((n, len(numeric_names)), np.nan)
+    nmiss = np.zeros((n, len(numeric_names)), bool)
+    for j, c in enumerate(numeric_names):
+        text = arrow_text.strip(arrow_text.column(table, c))
+        miss = arrow_text.in_set(text, NA_TOKENS)
+        vals = arrow_text.numbers(text, miss, 0.0)
+        if vals is None or not (np.isfinite(vals) | miss).all():
+            return None
+        vals[miss] = np.nan
+        numeric[:, j] = vals
+        nmiss[:, j] = miss
+    keys = np.zeros((n, len(cat_names)), np.uint64)
+    cmiss = np.zeros((n, len(cat_names)), bool)
+    for j, c in enumerate(cat_names):
+        values, idx = arrow_text.distinct(arrow_text.strip(arrow_text.column(table, c)))
+        k, m = categorical_keys(values)  # each distinct value hashed once
+        keys[:, j], cmiss[:, j] = k[idx], m[idx]
+    label = None
+    if labelled:
+        text = arrow_text.strip(arrow_text.column(table, schema.label.column))
+        if regression:
+            label = arrow_text.numbers(text, arrow_text.in_set(text, NA_TOKENS), np.nan)
+            if label is None:
+                return None
+        else:
+            label = np.asarray(text.to_numpy(zero_copy_only=False), dtype=object)
+    stats.good_rows += n
+    return TableBlock(
+        row_index=row0 + np.arange(n, dtype=np.int64),
+        sample_id=arrow_text.ids(id_text)
+        if id_cache is None
+        else id_cache.get(row0, n, lambda: arrow_text.ids(id_text)),
+        numeric=numeric,
+        numeric_missing=nmiss,
+        cat_key=keys,
+        cat_missing=cmiss,
+        label=label,
+    )
+
+
+def _frames(path: str, cols: list[str], chunk_rows: int, skip: int = 0):
+    """(row0, pandas DataFrame of `cols` as text (numbers of a Parquet file included)), chunk by chunk, from data
+    row `skip` on (a multiple of chunk_rows)."""
     import pandas as pd
 
     if is_parquet(path):
@@ -144,8 +243,10 @@ def _frames(path: str, cols: list[str], chunk_rows: int):
                 raise DataError(
                     f"{path}: column {name!r} has Parquet type {t}; allowed: integers, floats, booleans and strings"
                 )
+        row0 = 0
         for batch in f.iter_batches(batch_size=chunk_rows, columns=cols):
-            yield pd.DataFrame({name: _parquet_text(batch.column(name)) for name in cols})
+            yield row0, pd.DataFrame({name: _parquet_text(batch.column(name)) for name in cols})
+            row0 += batch.num_rows
         return
     sep, _ = sniff_header(path)
     try:
@@ -163,7 +264,12 @@ def _frames(path: str, cols: list[str], chunk_rows: int):
             compression="infer",
             engine="c",
         )
-        yield from reader
+        row0 = 0
+        for frame in reader:
+            if row0 + len(frame) > skip:
+                part = frame.iloc[max(skip - row0, 0) :].reset_index(drop=True)
+                yield row0 + len(frame) - len(part), part
+            row0 += len(frame)
     except (pd.errors.ParserError, UnicodeDecodeError, EOFError, OSError, zlib.error) as e:
         raise DataError(f"{path}: {' '.join(str(e).split())[:300]}") from None
 
