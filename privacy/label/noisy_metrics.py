@@ -139,10 +139,12 @@ def noisy_multiclass_validation_metrics(noisy: np.ndarray, probs: np.ndarray, ep
     auc_noisy = float(np.nanmean(auc_c)) if np.isfinite(auc_c).any() else math.nan
     ll_noisy = float(np.mean(-np.log(p[np.arange(n), y]))) if n else math.nan
     freq = np.bincount(y, minlength=k) / max(n, 1)
+    acc_se = math.sqrt(acc_noisy * (1 - acc_noisy) / n) if n else math.nan  # binomial standard error
     if eps is None or math.isinf(eps):
         return {
             "accuracy_noisy": acc_noisy,
             "accuracy": acc_noisy,
+            "accuracy_ci95": [acc_noisy - 1.96 * acc_se, acc_noisy + 1.96 * acc_se],
             "auc_noisy": auc_noisy,
             "auc": auc_noisy,
             "logloss_noisy": ll_noisy,
@@ -162,6 +164,10 @@ def noisy_multiclass_validation_metrics(noisy: np.ndarray, probs: np.ndarray, ep
     return {
         "accuracy_noisy": acc_noisy,
         "accuracy": (acc_noisy - q) / (p1 - q),
+        "accuracy_ci95": [
+            (acc_noisy - 1.96 * acc_se - q) / (p1 - q),
+            (acc_noisy + 1.96 * acc_se - q) / (p1 - q),
+        ],
         "auc_noisy": auc_noisy,
         "auc": float(np.nanmean(auc_hat)) if np.isfinite(auc_hat).any() else math.nan,
         "logloss_noisy": ll_noisy,

@@ -108,6 +108,10 @@ class EarlyStoppingConfig(_Section):
     )
     patience: Number(1, 10_000, integer=True) = 3  # evaluations without a gain of more than min_delta
     min_delta: Number(0.0, 1.0) = 0.0
+    # point: every evaluation not better than the best counts against the patience; interval: only one whose 95%
+    # interval lies below the best (auc, accuracy, rmse; vfl/training/selection.py), so a small or randomized
+    # validation split does not stop the run on noise
+    rule: Choice("point", "interval") = "point"
 
 
 class LRScheduleConfig(_Section):

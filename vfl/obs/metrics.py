@@ -57,8 +57,12 @@ def regression_metrics(labels: np.ndarray, predictions: np.ndarray) -> dict:
     if y.size == 0:
         return {"rmse": math.nan, "mae": math.nan, "r2": math.nan}
     sse, sst = float(np.sum(err * err)), float(np.sum((y - y.mean()) ** 2))
+    rmse = math.sqrt(sse / y.size)
+    # delta method: se(mean e^2) = sd(e^2) / sqrt(n), and d sqrt(m) = dm / (2 sqrt(m))
+    half = 1.96 * float(np.std(err * err)) / math.sqrt(y.size) / (2 * rmse) if rmse > 0 else 0.0
     return {
-        "rmse": math.sqrt(sse / y.size),
+        "rmse": rmse,
+        "rmse_ci95": [rmse - half, rmse + half],
         "mae": float(np.mean(np.abs(err))),
         "r2": 1.0 - sse / sst if sst > 0 else math.nan,
     }
@@ -69,7 +73,7 @@ def test_metrics(labels: np.ndarray, probs: np.ndarray, regression: bool = False
     (argmax) with macro one-vs-rest AUC and cross-entropy for class probabilities (n, K); {test_rmse, test_mae,
     test_r2} of real-valued predictions (n,) when `regression`."""
     if regression:
-        return {f"test_{k}": v for k, v in regression_metrics(labels, probs).items()}
+        return {f"test_{k}": v for k, v in regression_metrics(labels, probs).items() if not k.endswith("_ci95")}
     probs = np.asarray(probs)
     if probs.ndim == 1:
         return {"test_auc": auc(labels, probs), "test_logloss": logloss(labels, probs)}

@@ -73,7 +73,7 @@ class TrainingLoop:
         self.global_step = 0
         self.samples = 0
         es = train.early_stopping
-        self.selection = EarlyStopping(es.metric, es.patience, es.min_delta) if es is not None else None
+        self.selection = EarlyStopping(es.metric, es.patience, es.min_delta, es.rule) if es is not None else None
         self.snapshot_bytes = 0
         self.stopped_early = False
         self.final: dict = {}
@@ -202,7 +202,7 @@ class TrainingLoop:
                 v = noisy_validation_metrics(self.valid_labels, evaluate("valid"), self.valid_eps)
             entry["valid"] = v
             best = self.selection is not None and self.selection.update(
-                v[self.selection.metric], self.global_step, epoch
+                v[self.selection.metric], self.global_step, epoch, _half_width(v.get(f"{self.selection.metric}_ci95"))
             )
             if self.selection is not None and self.agree is not None:
                 best = self.agree(self.selection, best)
@@ -297,3 +297,11 @@ class TrainingLoop:
         self.history = list(state.get("history", []))
         self.step_losses = [float(x) for x in state.get("step_losses", [])]  # a resumed run keeps the whole curve
         self.snapshot_bytes = int(state.get("snapshot_bytes", 0))
+
+
+def _half_width(interval) -> float:
+    """Half the width of a metric's 95% interval [lo, hi] (0 when the metric reports none)."""
+    if not isinstance(interval, (list, tuple)) or len(interval) != 2:
+        return 0.0
+    width = (float(interval[1]) - float(interval[0])) / 2
+    return width if width == width else 0.0

@@ -22,6 +22,7 @@ class EarlyStopping:
     metric: str = "auc"
     patience: int = 3
     min_delta: float = 0.0
+    rule: str = "point"  # point: any evaluation not better than the best counts; interval: only one below its CI
     best_value: float | None = None
     best_step: int | None = None
     best_epoch: int | None = None
@@ -31,8 +32,14 @@ class EarlyStopping:
         if self.metric not in HIGHER_IS_BETTER:
             raise ValueError(f"early_stopping.metric must be one of {sorted(HIGHER_IS_BETTER)}, got {self.metric!r}")
 
-    def update(self, value: float, step: int, epoch: int) -> bool:
-        """Record an evaluation; True when it is the new best (then the caller snapshots the model)."""
+    def update(self, value: float, step: int, epoch: int, half_width: float = 0.0) -> bool:
+        """Record an evaluation; True when it is the new best (then the caller snapshots the model).
+
+        half_width: the half width of the value's 95% interval (0 where the metric has none). Under the interval
+        rule an evaluation counts against the patience only when the best lies beyond its interval (it is
+        significantly worse); one within the noise of the best neither counts nor resets the count. So on a small
+        (or randomized) validation split, whose metric moves by its noise from one evaluation to the next, the run
+        is not stopped by noise, and on a large one the rule is the point rule (its interval is narrow)."""
         if value is None or math.isnan(value):
             self.evals_without_gain += 1
             return False
@@ -41,7 +48,9 @@ class EarlyStopping:
             self.best_value, self.best_step, self.best_epoch = value, step, epoch
             self.evals_without_gain = 0
             return True
-        self.evals_without_gain += 1
+        width = half_width if self.rule == "interval" and half_width == half_width else 0.0
+        if self.rule == "point" or sign * (self.best_value - value) > width + self.min_delta:
+            self.evals_without_gain += 1
         return False
 
     @property
