@@ -1,0 +1,172 @@
+"""Model selection on your own table: is the reported model (selected on randomized validation labels) within a
+target of the best test AUC of any evaluated step (the oracle)? Each release is a fresh key (its own label-DP store),
+trained as real processes over CurveZMQ with PSI; releases run side by side.
+
+Usage: python scripts/bench_selection.py --configs examples/flights --shards runs/flights/shards
+       [--eps 1] [--releases 3] [--parallel 3] [--out runs/bench_selection] [--set KEY=VALUE ...]
+Prints one line per release (reported test AUC, oracle, gap, steps, where it stopped) and the mean gap, with the
+CPU model and load; writes OUT/bench_selection.json. The shards come from `vfl-data prepare --config` (or
+`bash scripts/run_vfl_train_local.sh --example flights`, which leaves them in runs/flights/shards).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def _cpu() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        return next(ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or "unknown CPU"
+
+
+def _start_release(args, plan, r: int) -> tuple[str, list[subprocess.Popen]]:
+    from vfl.ports import free_port
+
+    out = os.path.abspath(os.path.join(args.out, f"eps{args.eps}-release{r}"))
+    keys, store = os.path.join(out, "keys"), os.path.join(out, "store")
+    os.makedirs(out, exist_ok=True)
+    for _, name, _, _ in plan:
+        if not os.path.exists(os.path.join(keys, f"{name}.key_secret")):
+            subprocess.run(
+                [sys.executable, "-m", "vfl.keys", "new", name, "--dir", keys], check=True, capture_output=True
+            )
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    env = {
+        **os.environ,
+        "VFL_LABEL_DP_STORE": store,
+        "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
+    }
+    procs = []
+    leader = plan[0][1]
+    for role, name, config, _ in plan:
+        sets = [f"--set={kv}" for kv in args.set]
+        if role == "leader":
+            flag = "--bind"
+            if args.eps != "none":
+                sets.append(f"--set=privacy.label_dp.eps={args.eps}")
+        else:
+            flag = "--connect"
+            sets.append(f"--set=network.leader_key_file={os.path.join(keys, leader + '.key')}")
+        cmd = [
+            sys.executable,
+            "-m",
+            role,
+            "--config",
+            config,
+            flag,
+            endpoint,
+            "--data",
+            os.path.join(args.shards, name),
+            "--out",
+            out,
+            "--keys",
+            keys,
+            "--quiet",
+            *sets,
+        ]
+        with open(os.path.join(out, f"{name}.stderr"), "w") as err:
+            procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err))
+    return out, procs
+
+
+def _result(out: str, procs: list[subprocess.Popen]) -> dict:
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        tails = []
+        for f in sorted(os.listdir(out)):
+            if f.endswith(".stderr"):
+                tails.append(f"{f}: {' '.join(open(os.path.join(out, f)).read().split()[-30:])}")
+        return {"out": out, "failed": codes, "why": tails}
+    m = json.load(open(os.path.join(out, "metrics.json")))
+    oracle = max(h["test_auc"] for h in m["history"])
+    return {
+        "out": out,
+        "test_auc": m["test_auc"],
+        "oracle_test_auc": oracle,
+        "gap": oracle - m["test_auc"],
+        "evaluations": len(m["history"]),
+        "model_step": m.get("model_step"),
+        "steps": m.get("steps"),
+        "stopped_early": (m.get("selection") or {}).get("stopped_early"),
+        "label_dp": m.get("label_dp"),
+        "psi_seconds": (m.get("psi") or {}).get("seconds"),
+    }
+
+
+def main(argv=None) -> int:
+    from vfl.table_plan import PlanError, plan
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--configs", required=True)
+    ap.add_argument("--shards", required=True)
+    ap.add_argument("--eps", default="1", help="label DP eps of every release, or none")
+    ap.add_argument("--releases", type=int, default=3)
+    ap.add_argument("--parallel", type=int, default=3)
+    ap.add_argument("--out", default="runs/bench_selection")
+    ap.add_argument("--set", action="append", default=[], help="KEY=VALUE for every party (e.g. train.epochs=10)")
+    args = ap.parse_args(argv)
+    args.shards = os.path.abspath(args.shards)
+    names = [os.path.basename(p) for p in os.listdir(args.shards)]
+    try:
+        # the plan checks the configs; the tables are the shards here (their parties must match)
+        rows = plan(args.configs, [f"{n}={os.path.join(args.shards, n, 'manifest.json')}" for n in names])
+    except PlanError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    t0, load = time.time(), os.getloadavg()[0]
+    results, running, next_release = [], [], 0
+    while next_release < args.releases or running:
+        while next_release < args.releases and len(running) < args.parallel:
+            running.append(_start_release(args, rows, next_release))
+            next_release += 1
+        out, procs = running.pop(0)
+        results.append(_result(out, procs))
+        r = results[-1]
+        if "failed" in r:
+            print(f"{os.path.basename(out)}: failed {r['failed']}: {r['why']}")
+        else:
+            print(
+                f"{os.path.basename(out)}: reported test AUC {r['test_auc']:.4f}, oracle {r['oracle_test_auc']:.4f}, "
+                f"gap {r['gap']:.4f} ({r['evaluations']} evaluations, model step {r['model_step']} of {r['steps']}, "
+                f"stopped early: {r['stopped_early']})"
+            )
+    ok = [r for r in results if "failed" not in r]
+    summary = {
+        "configs": args.configs,
+        "eps": args.eps,
+        "releases": results,
+        "mean_gap": statistics.mean(r["gap"] for r in ok) if ok else None,
+        "mean_test_auc": statistics.mean(r["test_auc"] for r in ok) if ok else None,
+        "cpu": _cpu(),
+        "cores": os.cpu_count(),
+        "load_before": load,
+        "seconds": round(time.time() - t0, 1),
+        "command": " ".join([os.path.basename(sys.executable), "scripts/bench_selection.py", *(argv or sys.argv[1:])]),
+    }
+    if ok:
+        print(
+            f"mean over {len(ok)} release(s) at eps {args.eps}: reported {summary['mean_test_auc']:.4f}, gap to the "
+            f"oracle {summary['mean_gap']:.4f} ({summary['cpu']}, {summary['cores']} cores, load {load:.1f}, "
+            f"{summary['seconds']:.0f} s)"
+        )
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "bench_selection.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    return 0 if len(ok) == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
