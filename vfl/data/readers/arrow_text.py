@@ -166,12 +166,27 @@ def numbers(arr, missing: np.ndarray, missing_as: float) -> np.ndarray | None:
     return vals
 
 
-def distinct(arr) -> tuple[np.ndarray, np.ndarray]:
-    """(the distinct values as an object array of str, each row's index into them) of a text column."""
+def parsed(arr, na_tokens: tuple[str, ...] | None, missing_as: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """(numbers(...), missing) of a raw text column as the text path reads it: stripped, then missing where empty
+    (na_tokens None) or an NA token. The raw text is tried first: pyarrow's parser refuses any whitespace, so when
+    it accepts every value, stripping would change none; otherwise the stripped text. None: the text path decides."""
+    for text in (arr, None):
+        text = strip(arr) if text is None else text
+        miss = lengths(text) == 0 if na_tokens is None else in_set(text, na_tokens)
+        vals = numbers(text, miss, missing_as)
+        if vals is not None:
+            return vals, miss
+    return None
+
+
+def distinct(arr, stripped: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct values as an object array of str, each row's index into them) of a text column; stripped:
+    each distinct value stripped (as stripping every row, then encoding, would give them)."""
     import pyarrow.compute as pc
 
     enc = pc.dictionary_encode(arr)
-    values = np.asarray(enc.dictionary.to_numpy(zero_copy_only=False), dtype=object)
+    values = strip(enc.dictionary) if stripped else enc.dictionary
+    values = np.asarray(values.to_numpy(zero_copy_only=False), dtype=object)
     return values, enc.indices.to_numpy(zero_copy_only=False).astype(np.intp)
 
 

@@ -206,11 +206,10 @@ def _arrow_block(src: PartySource, table, row0: int, stats: ReadStats) -> PartyB
     dense = np.zeros((n, len(src.dense)))
     dmiss = np.zeros((n, len(src.dense)), bool)
     for j, c in enumerate(src.dense):
-        text = arrow_text.strip(arrow_text.column(table, c))
-        miss = arrow_text.lengths(text) == 0
-        vals = arrow_text.numbers(text, miss, 0.0)
-        if vals is None or not np.isfinite(vals).all():
+        got = arrow_text.parsed(arrow_text.column(table, c), None, 0.0)
+        if got is None or not np.isfinite(got[0]).all():
             return None
+        vals, miss = got
         dense[:, j] = vals
         dmiss[:, j] = miss
     keys = np.zeros((n, len(src.categorical)), np.uint64)
@@ -219,14 +218,14 @@ def _arrow_block(src: PartySource, table, row0: int, stats: ReadStats) -> PartyB
         keys[:, j], cmiss[:, j] = _arrow_cat_keys(arrow_text.column(table, c))
     label = None
     if src.label:
-        lab = arrow_text.strip(arrow_text.column(table, src.label_column))
+        lab = arrow_text.column(table, src.label_column)
         if src.num_classes == 2:
-            values, idx = arrow_text.distinct(lab)
+            values, idx = arrow_text.distinct(lab, stripped=True)
             if not np.isin(values, ["0", "1"]).all():
                 return None
             label = (values == "1")[idx].astype(np.int8)
         else:
-            values, idx = arrow_text.distinct(lab)
+            values, idx = arrow_text.distinct(lab, stripped=True)
             cls = np.array([int(v) if re.fullmatch(r"[0-9]{1,3}", v) else -1 for v in values], dtype=np.int64)
             if not ((cls >= 0) & (cls < src.num_classes)).all():
                 return None

@@ -183,29 +183,30 @@ def _arrow_block(schema, labelled, regression, table, row0, stats, id_cache=None
     numeric = np.full((n, len(numeric_names)), np.nan)
     nmiss = np.zeros((n, len(numeric_names)), bool)
     for j, c in enumerate(numeric_names):
-        text = arrow_text.strip(arrow_text.column(table, c))
-        miss = arrow_text.in_set(text, NA_TOKENS)
-        vals = arrow_text.numbers(text, miss, 0.0)
-        if vals is None or not (np.isfinite(vals) | miss).all():
+        got = arrow_text.parsed(arrow_text.column(table, c), NA_TOKENS, 0.0)
+        if got is None or not (np.isfinite(got[0]) | got[1]).all():
             return None
+        vals, miss = got
         vals[miss] = np.nan
         numeric[:, j] = vals
         nmiss[:, j] = miss
     keys = np.zeros((n, len(cat_names)), np.uint64)
     cmiss = np.zeros((n, len(cat_names)), bool)
     for j, c in enumerate(cat_names):
-        values, idx = arrow_text.distinct(arrow_text.strip(arrow_text.column(table, c)))
+        values, idx = arrow_text.distinct(arrow_text.column(table, c), stripped=True)
         k, m = categorical_keys(values)  # each distinct value hashed once
         keys[:, j], cmiss[:, j] = k[idx], m[idx]
     label = None
     if labelled:
-        text = arrow_text.strip(arrow_text.column(table, schema.label.column))
+        text = arrow_text.column(table, schema.label.column)
         if regression:
-            label = arrow_text.numbers(text, arrow_text.in_set(text, NA_TOKENS), np.nan)
-            if label is None:
+            got = arrow_text.parsed(text, NA_TOKENS, np.nan)
+            if got is None:
                 return None
+            label = got[0]
         else:
-            label = np.asarray(text.to_numpy(zero_copy_only=False), dtype=object)
+            values, idx = arrow_text.distinct(text, stripped=True)
+            label = values[idx]
     stats.good_rows += n
     return TableBlock(
         row_index=row0 + np.arange(n, dtype=np.int64),
