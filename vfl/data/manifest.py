@@ -73,21 +73,8 @@ def party_manifest(src, party, enc, writers, digests, positives, opts, stats, cl
     rows = {s: w.rows for s, w in zip(SPLITS, writers)}
     doc = {
         "format_version": FORMAT_VERSION,
-        "source": {
-            "path": os.path.abspath(src.path),
-            "sha256": stats.sha256,
-            "bytes": stats.bytes_read,
-            "lines": stats.lines,
-            "good_rows": stats.good_rows,
-            "malformed_rows_skipped": stats.bad_rows,
-        },
-        "split": {
-            "test_fraction": opts.test_fraction,
-            "valid_fraction": opts.valid_fraction,
-            "seed": opts.seed,
-            "rule": "u = splitmix64(sample_id ^ key(seed)) / 2**64; test iff u < test_fraction; "
-            "valid iff test_fraction <= u < test_fraction + valid_fraction; else train",
-        },
+        "source": source_doc(src.path, stats),
+        "split": split_doc(opts),
         "transforms": transforms_doc(opts),
         "sample_ids": f"column {src.id_column!r} of the party's own file: decimal integers as themselves, "
         "other text hashed to an int64 (vfl/data/ids.py)",
@@ -107,6 +94,29 @@ def party_manifest(src, party, enc, writers, digests, positives, opts, stats, cl
         doc["positives"] = positives if opts.num_classes == 2 else None
         doc["label"] = label_doc(opts.num_classes, class_counts if opts.num_classes > 2 else None)
     return doc
+
+
+def source_doc(path: str, stats) -> dict:
+    """A shard's source file as the manifest records it (its sha256 names the labelled dataset in the ledger)."""
+    return {
+        "path": os.path.abspath(path),
+        "sha256": stats.sha256,
+        "bytes": stats.bytes_read,
+        "lines": stats.lines,
+        "good_rows": stats.good_rows,
+        "malformed_rows_skipped": stats.bad_rows,
+    }
+
+
+def split_doc(opts) -> dict:
+    """The public split rule and its parameters (every party's manifest holds them)."""
+    return {
+        "test_fraction": opts.test_fraction,
+        "valid_fraction": opts.valid_fraction,
+        "seed": opts.seed,
+        "rule": "u = splitmix64(sample_id ^ key(seed)) / 2**64; test iff u < test_fraction; "
+        "valid iff test_fraction <= u < test_fraction + valid_fraction; else train",
+    }
 
 
 def transforms_doc(opts) -> dict:

@@ -24,7 +24,7 @@ import numpy as np
 from vfl.config.table import SchemaConfig
 from vfl.data.errors import DataError
 from vfl.data.ids import check_unique
-from vfl.data.manifest import id_digest, party_manifest_of
+from vfl.data.manifest import FORMAT_VERSION, id_digest, party_manifest_of, source_doc, split_doc
 from vfl.data.parties import PartyColumns
 from vfl.data.prepare import PrepareOptions, _commit, _SplitWriter, _validate, _write_json, split_of
 from vfl.data.readers.criteo import ReadStats, warn_bad_lines
@@ -171,22 +171,9 @@ def _label_summary(labels: np.ndarray, fitted: FittedTable) -> dict | list:
 def _manifest(path, party, fitted, writers, digests, label_counts, opts, stats) -> dict:
     rows = {s: w.rows for s, w in zip(SPLITS, writers)}
     doc = {
-        "format_version": 1,
-        "source": {
-            "path": os.path.abspath(path),
-            "sha256": stats.sha256,
-            "bytes": stats.bytes_read,
-            "lines": stats.lines,
-            "good_rows": stats.good_rows,
-            "malformed_rows_skipped": stats.bad_rows,
-        },
-        "split": {
-            "test_fraction": opts.test_fraction,
-            "valid_fraction": opts.valid_fraction,
-            "seed": opts.seed,
-            "rule": "u = splitmix64(sample_id ^ key(seed)) / 2**64; test iff u < test_fraction; "
-            "valid iff test_fraction <= u < test_fraction + valid_fraction; else train",
-        },
+        "format_version": FORMAT_VERSION,
+        "source": source_doc(path, stats),
+        "split": split_doc(opts),
         "transforms": {"schema": SCHEMA_FILE, "fitted_on": "this party's own training rows"},
         "sample_ids": f"column {fitted.schema.id!r} of the party's own file: decimal integers as themselves, "
         "other text hashed to an int64 (vfl/data/ids.py)",

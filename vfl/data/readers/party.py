@@ -165,15 +165,16 @@ def _finish(src: PartySource, stats: ReadStats, rows: int, sha) -> None:
         raise DataError(f"{src.path}: no usable rows ({stats.bad_rows} malformed rows)")
 
 
-def _pandas_blocks(src, sep, cols, skip: int, strict: bool, stats: ReadStats, chunk_rows: int, read: list):
-    """The text path: pandas' C parser, every value as text; the first `skip` data rows were read already
-    (read[0]: the data rows of the file)."""
+def text_frames(path: str, sep: str, cols: list[str], chunk_rows: int, skip: int = 0, read: list | None = None):
+    """(first data row, DataFrame of `cols`, every value as text) chunk by chunk with pandas' C parser, from data row
+    `skip` on (the rows before were read already); read[0] follows the data rows read. A parse error is a DataError
+    naming the file."""
     import pandas as pd
 
     row0 = 0
     try:
         reader = pd.read_csv(
-            src.path,
+            path,
             sep=sep,
             dtype=str,
             usecols=cols,
@@ -188,12 +189,20 @@ def _pandas_blocks(src, sep, cols, skip: int, strict: bool, stats: ReadStats, ch
         )
         for df in reader:
             if row0 + len(df) > skip:
-                part = df.iloc[max(skip - row0, 0) :]
-                yield from _block(src, part.reset_index(drop=True), row0 + len(df) - len(part), strict, stats)
+                part = df.iloc[max(skip - row0, 0) :].reset_index(drop=True)
+                yield row0 + len(df) - len(part), part
             row0 += len(df)
-            read[0] = row0
+            if read is not None:
+                read[0] = row0
     except (pd.errors.ParserError, UnicodeDecodeError, EOFError, OSError, zlib.error) as e:
-        raise DataError(f"{src.path}: {' '.join(str(e).split())[:300]}") from None
+        raise DataError(f"{path}: {' '.join(str(e).split())[:300]}") from None
+
+
+def _pandas_blocks(src, sep, cols, skip: int, strict: bool, stats: ReadStats, chunk_rows: int, read: list):
+    """The text path: pandas' C parser, every value as text; the first `skip` data rows were read already
+    (read[0]: the data rows of the file)."""
+    for row0, part in text_frames(src.path, sep, cols, chunk_rows, skip, read):
+        yield from _block(src, part, row0, strict, stats)
 
 
 def _arrow_block(src: PartySource, table, row0: int, stats: ReadStats) -> PartyBlock | None:

@@ -14,10 +14,8 @@ the file lacks is an error naming it and the columns that are there.
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import os
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -28,7 +26,7 @@ from vfl.data.errors import DataError
 from vfl.data.ids import ids64
 from vfl.data.readers import arrow_text
 from vfl.data.readers.criteo import ReadStats
-from vfl.data.readers.party import _missing, sniff_header
+from vfl.data.readers.party import _missing, sniff_header, text_frames
 from vfl.data.readers.tokenizer import BadLine
 
 CHUNK_ROWS = 100_000
@@ -250,29 +248,7 @@ def _frames(path: str, cols: list[str], chunk_rows: int, skip: int = 0):
             row0 += batch.num_rows
         return
     sep, _ = sniff_header(path)
-    try:
-        reader = pd.read_csv(
-            path,
-            sep=sep,
-            dtype=str,
-            usecols=cols,
-            keep_default_na=False,
-            na_filter=False,
-            chunksize=chunk_rows,
-            quoting=csv.QUOTE_NONE if sep == "\t" else csv.QUOTE_MINIMAL,
-            encoding="utf-8",
-            encoding_errors="surrogateescape",
-            compression="infer",
-            engine="c",
-        )
-        row0 = 0
-        for frame in reader:
-            if row0 + len(frame) > skip:
-                part = frame.iloc[max(skip - row0, 0) :].reset_index(drop=True)
-                yield row0 + len(frame) - len(part), part
-            row0 += len(frame)
-    except (pd.errors.ParserError, UnicodeDecodeError, EOFError, OSError, zlib.error) as e:
-        raise DataError(f"{path}: {' '.join(str(e).split())[:300]}") from None
+    yield from text_frames(path, sep, cols, chunk_rows, skip)
 
 
 def _parquet_text(column) -> np.ndarray:
