@@ -42,3 +42,31 @@ launcher() {  # launcher MODULE RANKS NNODES NODE_RANK MASTER_ADDR MASTER_PORT: 
   LAUNCH=("$PY" -m torch.distributed.run --nproc-per-node "$ranks" --nnodes "$nnodes" --node-rank "$node_rank"
           --master-addr "$addr" --master-port "$port" -m "$module")
 }
+stop_parties() {  # stop_parties: kill every party of NAMES/PIDS/DONE still running (by PID)
+  local i
+  for i in "${!PIDS[@]}"; do
+    [ "${DONE[$i]}" = 1 ] || kill "${PIDS[$i]}" 2>/dev/null || true
+  done
+}
+wait_parties() {  # wait_parties OUT: wait for NAMES/PIDS/DONE one by one as they end; if one fails, stop the others
+  # and exit with its status (a follower's last lines from OUT/<name>.stdout)
+  local out=$1 remaining=${#PIDS[@]} i status
+  while [ "$remaining" -gt 0 ]; do
+    for i in "${!PIDS[@]}"; do
+      [ "${DONE[$i]}" = 1 ] && continue
+      kill -0 "${PIDS[$i]}" 2>/dev/null && continue
+      status=0
+      wait "${PIDS[$i]}" || status=$?
+      DONE[$i]=1
+      remaining=$((remaining - 1))
+      if [ "$status" != 0 ]; then
+        echo "error: ${NAMES[$i]} exited with status $status; stopping the other parties" >&2
+        [ -f "$out/${NAMES[$i]}.stdout" ] && tail -n 3 "$out/${NAMES[$i]}.stdout" >&2
+        stop_parties
+        wait 2>/dev/null || true
+        exit "$status"
+      fi
+    done
+    sleep 0.2
+  done
+}

@@ -50,12 +50,7 @@ for line in "${LINES[@]}"; do
 done
 echo "== ${NAMES[*]} over ZeroMQ at $ENDPOINT (logs in $OUT)"
 PIDS=() DONE=()
-cleanup() {
-  for i in "${!PIDS[@]}"; do
-    [ "${DONE[$i]}" = 1 ] || kill "${PIDS[$i]}" 2>/dev/null || true
-  done
-}
-trap 'cleanup; exit 130' INT TERM
+trap 'stop_parties; exit 130' INT TERM
 for line in "${LINES[@]}"; do
   read -r role name config table <<< "$line"
   flag=--connect
@@ -69,24 +64,6 @@ for line in "${LINES[@]}"; do
     "${OVERRIDES[@]}" "${extra[@]}" > "$OUT/$name.stdout" 2>&1 &
   PIDS+=($!); DONE+=(0)
 done
-remaining=${#PIDS[@]}
-while [ "$remaining" -gt 0 ]; do
-  for i in "${!PIDS[@]}"; do
-    [ "${DONE[$i]}" = 1 ] && continue
-    kill -0 "${PIDS[$i]}" 2>/dev/null && continue
-    status=0
-    wait "${PIDS[$i]}" || status=$?
-    DONE[$i]=1
-    remaining=$((remaining - 1))
-    if [ "$status" != 0 ]; then
-      echo "error: ${NAMES[$i]} exited with status $status; stopping the other parties" >&2
-      tail -n 3 "$OUT/${NAMES[$i]}.stdout" >&2
-      cleanup
-      wait 2>/dev/null || true
-      exit "$status"
-    fi
-  done
-  sleep 0.2
-done
+wait_parties "$OUT"
 tail -n 1 "$OUT/${NAMES[0]}.stdout"
 echo "== metrics: $OUT/metrics.json"

@@ -133,38 +133,14 @@ KEYS="$OUT/keys"  # throwaway CurveZMQ key pairs of this local run (two hosts: s
 new_keys "$KEYS" leader "$FOLLOWER"
 echo "== leader and $FOLLOWER over ZeroMQ at $ENDPOINT$([ "$RANKS" != 1 ] && echo " (+ rank, $RANKS ranks per party)") (logs in $OUT)"
 NAMES=() PIDS=() DONE=()
-cleanup() {
-  for i in "${!PIDS[@]}"; do
-    [ "${DONE[$i]}" = 1 ] || kill "${PIDS[$i]}" 2>/dev/null || true
-  done
-}
-trap 'cleanup; exit 130' INT TERM
+trap 'stop_parties; exit 130' INT TERM
 launcher leader "$RANKS" 1 0 127.0.0.1 ""
 "${LAUNCH[@]}" --config "$LEADER_CONFIG" --bind "$ENDPOINT" --data "$SHARDS/leader" --out "$OUT" --keys "$KEYS" "${EP_ARGS[@]}" &
 NAMES+=(leader); PIDS+=($!); DONE+=(0)
 launcher follower "$RANKS" 1 0 127.0.0.1 ""
 "${LAUNCH[@]}" --config "$FOLLOWER_CONFIG" --connect "$ENDPOINT" --data "$SHARDS/$FOLLOWER" --out "$OUT" --keys "$KEYS" "${EP_ARGS[@]}" > "$OUT/$FOLLOWER.stdout" 2>&1 &
 NAMES+=("$FOLLOWER"); PIDS+=($!); DONE+=(0)
-# wait for the parties one by one as they end; if one fails, stop the others by PID
-remaining=${#PIDS[@]}
-while [ "$remaining" -gt 0 ]; do
-  for i in "${!PIDS[@]}"; do
-    [ "${DONE[$i]}" = 1 ] && continue
-    kill -0 "${PIDS[$i]}" 2>/dev/null && continue
-    status=0
-    wait "${PIDS[$i]}" || status=$?
-    DONE[$i]=1
-    remaining=$((remaining - 1))
-    if [ "$status" != 0 ]; then
-      echo "error: ${NAMES[$i]} exited with status $status; stopping the other parties" >&2
-      [ "${NAMES[$i]}" != leader ] && tail -n 3 "$OUT/${NAMES[$i]}.stdout" >&2
-      cleanup
-      wait 2>/dev/null || true
-      exit "$status"
-    fi
-  done
-  sleep 0.2
-done
+wait_parties "$OUT"
 echo "== metrics: $OUT/metrics.json"
 "$PY" - "$OUT/metrics.json" <<'PYEOF'
 import json, sys
