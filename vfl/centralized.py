@@ -13,6 +13,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from vfl.cli import command_name
 from vfl.obs.logs import RunLog, set_verbosity
 
 if TYPE_CHECKING:  # imported after the arguments parse: `--help` stays instant
@@ -185,7 +186,7 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m vfl.centralized", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog=command_name("vfl.centralized"), description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True, help="the leader's YAML")
     ap.add_argument(
         "--follower-config", action="append", required=True, help="each follower's YAML, in network.followers order"

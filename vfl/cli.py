@@ -11,6 +11,13 @@ if TYPE_CHECKING:  # the schema (pydantic) is imported after the arguments parse
     from vfl.config.schema import PartyConfig
 
 
+def command_name(module: str) -> str:
+    """How the user invoked this command, for its usage line: `vfl-leader` when run as that console command,
+    else `python -m MODULE`."""
+    invoked = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return invoked if invoked.startswith("vfl-") else f"python -m {module}"
+
+
 def party_arguments(prog: str, endpoint_flag: str) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog=prog,
@@ -231,7 +238,7 @@ def party_main(argv: list[str] | None, role: str, endpoint_flag: str, body, abor
     from vfl.obs.logs import RunLog, set_verbosity
 
     endpoint_key = endpoint_flag.lstrip("-")
-    args = party_arguments(f"python -m {role}", endpoint_flag).parse_intermixed_args(argv)
+    args = party_arguments(command_name(role), endpoint_flag).parse_intermixed_args(argv)
     set_verbosity(args.quiet, args.verbose)
     cfg = config_or_exit(args, endpoint_key)
     if isinstance(cfg, int):

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from vfl.cli import command_name
 from vfl.wire.keys import KeyFileError, create_key_pair, fingerprint, load_public_key
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m vfl.keys", description="CurveZMQ key pairs of the parties")
+    ap = argparse.ArgumentParser(prog=command_name("vfl.keys"), description="CurveZMQ key pairs of the parties")
     sub = ap.add_subparsers(dest="command", required=True)
     new = sub.add_parser("new", help="write DIR/PARTY.key (public, for the peers) and DIR/PARTY.key_secret (0600)")
     new.add_argument("party", help="the party's name, as in its YAML (party: ...)")

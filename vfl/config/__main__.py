@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
+from vfl.cli import command_name
 from vfl.config.schema import ConfigError, dotted_overrides, json_schema, load_config
 
 
@@ -12,7 +13,7 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m vfl.config schema [--out FILE]` | `python -m vfl.config check FILE [key.path=value ...]`."""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m vfl.config", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog=command_name("vfl.config"), description=main.__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("schema", help="print the JSON Schema of a party YAML")
     s.add_argument("--out", default=None, help="write it to this file instead of stdout")

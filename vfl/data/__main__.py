@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 
+from vfl.cli import command_name
 from vfl.data.errors import DataError
 
 
@@ -151,7 +152,7 @@ def _prepare(args) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     """The subcommands synth, digits, split and prepare with their flags."""
-    ap = argparse.ArgumentParser(prog="python -m vfl.data", description=__doc__)
+    ap = argparse.ArgumentParser(prog=command_name("vfl.data"), description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("synth", help="write a synthetic Criteo-format TSV plus its truth file")
     s.add_argument("--rows", type=int, required=True)

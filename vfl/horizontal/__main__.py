@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from vfl.cli import command_name
 from vfl.horizontal.config import ENCRYPT_TYPES, FedConfigError, load_fed_config
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m vfl.horizontal")
+    ap = argparse.ArgumentParser(prog=command_name("vfl.horizontal"))
     ap.add_argument("--encrypt", choices=ENCRYPT_TYPES, default=None)
     ap.add_argument("--laplace-eval-eps", type=float, default=None, help="turns on privacy_eval_type LAPLACE")
     ap.add_argument("--config", default=None)
