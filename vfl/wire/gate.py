@@ -11,13 +11,15 @@ main thread may be busy in a training step for seconds):
   authenticated party's connection: `admitted()` returns those file descriptors; an admitted follower
   always speaks first, since the leader's ROUTER cannot address it before, and it does so within a few
   round trips of connecting);
-- at most `per_host` connections from one remote address, and `limit` in all, are pending at once; beyond
-  that the *oldest* pending ones are shut down (shutdown(2) on the descriptor, which libzmq then sees as the
-  peer hanging up and cleans up as usual; the descriptor's peer address is checked first, so one that libzmq
-  closed and reused meanwhile is left alone). Oldest first: an honest follower is pending for milliseconds,
-  while a stranger's connection is of no further use to it once its frame is held, so a flood of new
-  connections evicts the flood's own connections first (a newest-first rule let a stranger who reopened
-  its connections lock an honest follower out: found by a hostile review);
+- at most `per_host` connections from one address group (an IPv4 /24, an IPv6 /48) and `limit` in all are pending
+  at once; beyond that pending connections are shut down (shutdown(2) on the descriptor, which libzmq then sees as
+  the peer hanging up and cleans up as usual; the descriptor's peer address is checked first, so one that libzmq
+  closed and reused meanwhile is left alone), chosen at random within the over-full group, and beyond the total from
+  the largest group. An honest follower is pending for a few round trips (it speaks as soon as its handshake
+  completes), alone in its group unless it shares a stranger's network, so a stranger must hold connections from
+  more than `limit` groups to reach it at all. Two earlier rules fell to a hostile review: newest-first let a
+  stranger reopening its connections lock a follower out on loopback; oldest-first did the same from two addresses
+  over a 40 ms round trip (a follower's handshake in flight was always the oldest);
 - connections the channel refuses (a duplicate of a connected party, an impostor) are shut down a moment
   after their ABORT is queued (`cut_later`), so they do not stay pending;
 - DISCONNECTED events of admitted connections are forwarded to `events`, a PAIR socket the channel polls
@@ -32,6 +34,7 @@ events carry the descriptor (ZMQ_EVENT_ACCEPTED and ZMQ_EVENT_DISCONNECTED; zmq_
 from __future__ import annotations
 
 import collections
+import random
 import socket
 import threading
 import time
@@ -40,8 +43,8 @@ from collections.abc import Callable, Collection
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
-MAX_UNADMITTED = 16  # pending connections held at once; x MAX_WIRE_FRAME bounds what strangers can make us hold
-MAX_UNADMITTED_PER_HOST = 8
+MAX_UNADMITTED = 64  # pending connections held at once; x MAX_WIRE_FRAME bounds what strangers can make us hold
+MAX_UNADMITTED_PER_HOST = 8  # from one address group (an IPv4 /24, an IPv6 /48)
 CUT_REFUSED_AFTER_S = 1.0  # a refused connection's ABORT is on its way by then
 POLL_MS = 100
 
@@ -68,6 +71,7 @@ class ConnectionGate:
         self._later: list[tuple[float, int]] = []  # (when, fd) of refused connections to cut
         self._later_lock = threading.Lock()
         self._outbox: collections.deque[list[bytes]] = collections.deque()
+        self._rng = random.Random()  # which pending connection goes: not predictable by a stranger
         monitor = sock.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
         address = f"inproc://vfl-gate-{id(self):x}"
         self.events = ctx.socket(zmq.PAIR)  # the channel's view of the monitor: admitted DISCONNECTED events only
@@ -84,9 +88,10 @@ class ConnectionGate:
         return len(self._pending) - len(self._cut & set(self._pending))
 
     def cut_later(self, fd: int) -> None:
-        """Shut down the connection on `fd` in CUT_REFUSED_AFTER_S (the channel refused it; its ABORT is queued)."""
+        """Shut down the connection on `fd` in CUT_REFUSED_AFTER_S (the channel refused it; its ABORT is queued), if
+        the descriptor still leads to the peer it leads to now."""
         with self._later_lock:
-            self._later.append((time.monotonic() + CUT_REFUSED_AFTER_S, int(fd)))
+            self._later.append((time.monotonic() + CUT_REFUSED_AFTER_S, int(fd), _peer(int(fd))))
 
     def _run(self, monitor: zmq.Socket) -> None:
         try:
@@ -126,14 +131,22 @@ class ConnectionGate:
         self._pending[fd] = (_peer(fd), time.monotonic())
         for known in self._refresh_admitted():
             self._pending.pop(known, None)
-        live = [f for f in self._pending if f not in self._cut]  # oldest first (dict order)
+        live = [f for f in self._pending if f not in self._cut]
         self.peak_pending = max(self.peak_pending, len(live))
-        by_host: dict = collections.defaultdict(list)
+        groups: dict = collections.defaultdict(list)
         for f in live:
-            by_host[_host(self._pending[f][0])].append(f)
-        victims = [f for fds in by_host.values() for f in fds[: max(0, len(fds) - self.per_host)]]
-        rest = [f for f in live if f not in victims]
-        victims += rest[: max(0, len(rest) - self.limit)]
+            groups[address_group(self._pending[f][0])].append(f)
+        victims = []
+        for fds in groups.values():  # at most per_host from one address group
+            victims += self._rng.sample(fds, max(0, len(fds) - self.per_host))
+        for f in victims:
+            groups[address_group(self._pending[f][0])].remove(f)
+        over = sum(len(v) for v in groups.values()) - self.limit
+        while over > 0:  # beyond the total: from the largest group, at random within it
+            largest = max(groups.values(), key=len)
+            victim = largest.pop(self._rng.randrange(len(largest)))
+            victims.append(victim)
+            over -= 1
         for f in victims:
             if _shut_down(f, self._pending[f][0]):
                 self.refused += 1
@@ -157,13 +170,12 @@ class ConnectionGate:
     def _cut_due(self) -> None:
         now = time.monotonic()
         with self._later_lock:
-            due = [fd for when, fd in self._later if when <= now]
-            self._later = [(when, fd) for when, fd in self._later if when > now]
-        for fd in due:
+            due = [(fd, peer) for when, fd, peer in self._later if when <= now]
+            self._later = [entry for entry in self._later if entry[0] > now]
+        for fd, peer in due:
             if fd in self._refresh_admitted():
                 continue  # the number now belongs to a party's connection
-            peer = self._pending.get(fd, (_peer(fd), 0))[0]
-            if _shut_down(fd, peer):
+            if _shut_down(fd, peer):  # only if it still leads to the refused connection's peer
                 self.refused += 1
             self._cut.add(fd)
 
@@ -175,8 +187,19 @@ class ConnectionGate:
         self.events.close(0)
 
 
-def _host(peer) -> object:
-    return peer[0] if isinstance(peer, tuple) and peer else peer
+def address_group(peer) -> object:
+    """The network a peer address belongs to, for the per-group cap: its IPv4 /24, its IPv6 /48 (one site's
+    allocation: a stranger holding a /48 would otherwise have 65,536 /64s), or the address itself."""
+    import ipaddress
+
+    host = peer[0] if isinstance(peer, tuple) and peer else peer
+    try:
+        ip = ipaddress.ip_address(str(host).split("%")[0])
+    except ValueError:
+        return host
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ipaddress.ip_network(f"{ip}/{24 if ip.version == 4 else 48}", strict=False)
 
 
 def _peer(fd: int):
