@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 import yaml
 
@@ -72,9 +73,9 @@ def test_a_non_numeric_value_in_a_numeric_column_is_skipped_with_its_line_or_ref
     code, err = _prepare(tmp_path, capsys, LEADER, table)
     strict_code, strict_err = _prepare(tmp_path, capsys, LEADER, table, "--strict", "--force")
     # Assert: skipped with a warning naming line 5 and the column; refused under --strict
-    assert code == 0 and "line 5" in err and "age is not a number" in err, err
+    assert code == 0 and "line 5" in err and "age is not a finite number" in err, err
     line = _one_error_line(strict_err)
-    assert strict_code == 2 and "line 5: age is not a number ('n/a?')" in line
+    assert strict_code == 2 and "line 5: age is not a finite number ('n/a?')" in line
 
 
 @pytest.mark.parametrize(
@@ -185,3 +186,41 @@ def test_two_parties_given_the_same_column_of_one_combined_file_are_refused(tmp_
     # Execute / Assert
     with pytest.raises(PlanError, match="both leader and shop declare its column 'city'"):
         plan(str(tmp_path), [f"leader={path}", f"shop={path}"])
+
+
+def test_a_regression_label_beyond_float32_is_refused_not_stored_as_inf(tmp_path, capsys):
+    # Prepare: a real-valued label of 1e300 (float32 would hold inf)
+    doc = _with(data__schema__label={"column": "y"})
+    doc["train"] = {"task": "regression"}
+    table = "cust,age,city,y\n" + "".join(f"c{i},{i},a,{1e300 if i == 3 else i}\n" for i in range(40))
+    # Execute
+    code, err = _prepare(tmp_path, capsys, doc, table)
+    # Assert
+    line = _one_error_line(err)
+    assert code == 2 and "line 5: label 'y' is 1e+300, beyond float32's range" in line and "clip" in line
+
+
+def test_two_id_texts_of_one_number_are_named_as_a_duplicate(tmp_path, capsys):
+    # Prepare: '7' and '007' are the same integer id
+    table = ROWS + "007,30,a,yes\nc7x,31,b,no\n"
+    table = table.replace("c7,27,b,yes", "7,27,b,yes", 1)
+    # Execute
+    code, err = _prepare(tmp_path, capsys, LEADER, table)
+    # Assert
+    assert code == 2 and "sample id '7' = '007' appears more than once" in _one_error_line(err)
+
+
+def test_a_byte_order_mark_before_the_header_is_not_part_of_the_first_name(tmp_path, capsys):
+    # Prepare: the same rows with and without Excel's UTF-8 byte-order mark
+    cfg, plain = _write(tmp_path, LEADER, ROWS)
+    marked = tmp_path / "bom.csv"
+    marked.write_bytes(b"\xef\xbb\xbf" + ROWS.encode())
+    # Execute
+    a = data_main(["prepare", "--config", cfg, "--input", plain, "--out", str(tmp_path / "a")])
+    b = data_main(["prepare", "--config", cfg, "--input", str(marked), "--out", str(tmp_path / "b")])
+    # Assert: both prepare, to the same arrays
+    assert a == b == 0, capsys.readouterr().err
+    for split in ("train", "valid", "test"):
+        for name in ("ids", "dense", "cat", "labels"):
+            x = np.load(tmp_path / "a" / "leader" / split / f"{name}.npy")
+            assert np.array_equal(x, np.load(tmp_path / "b" / "leader" / split / f"{name}.npy")), (split, name)

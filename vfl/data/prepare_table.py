@@ -17,7 +17,7 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -26,13 +26,23 @@ from vfl.data.errors import DataError
 from vfl.data.ids import check_unique
 from vfl.data.manifest import FORMAT_VERSION, id_digest, party_manifest_of, source_doc, split_doc
 from vfl.data.parties import PartyColumns
-from vfl.data.prepare import PrepareOptions, _commit, _SplitWriter, _validate, _write_json, split_of
+from vfl.data.prepare import PrepareOptions, _commit, _id_texts, _SplitWriter, _validate, _write_json, split_of
 from vfl.data.readers.criteo import ReadStats, warn_bad_lines
-from vfl.data.readers.table import IdCache, _line, read_table_blocks
+from vfl.data.readers.table import IdCache, _line, is_parquet, read_table_blocks
 from vfl.data.table import FittedTable
 from vfl.splits import SPLITS
 
 SCHEMA_FILE = "schema.json"
+
+
+@dataclass(frozen=True)
+class _IdColumn:
+    """Where a table's id texts are (for naming both texts of a duplicate id, e.g. '7' and '007')."""
+
+    path: str
+    id_column: str
+
+
 PROGRESS_EVERY_S = 10.0
 
 
@@ -124,7 +134,7 @@ def prepare_table(
         stream_seconds = time.perf_counter() - t0
         warn_bad_lines(path, stats)
         all_ids = np.concatenate([np.load(w.ids.path) for w in writers])
-        check_unique(all_ids, path, lambda i: None)
+        check_unique(all_ids, path, None if is_parquet(path) else lambda i: _id_texts(_IdColumn(path, schema.id), i))
         del all_ids
         digests, label_counts = {}, {}
         for s, w in zip(SPLITS, writers):

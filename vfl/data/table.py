@@ -170,6 +170,13 @@ class LabelEncoder:
             v = labels.astype(np.float64)
             if self.clip is not None:
                 v = np.clip(v, *self.clip)
+            too_big = np.abs(v) > np.finfo(np.float32).max  # float32 would make it inf
+            if too_big.any():
+                r = int(np.flatnonzero(too_big)[0])
+                raise DataError(
+                    f"{path}: {line(int(rows[r]))}: label {self.column!r} is {labels[r]:g}, beyond float32's range "
+                    f"(|y| <= 3.4e38): rescale the label, or declare data.schema.label.clip: [lo, hi]"
+                )
             return v.astype(np.float32)
         lookup = {c: i for i, c in enumerate(self.classes)}
         codes, uniques = _factorize(labels)  # each distinct label looked up once

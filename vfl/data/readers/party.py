@@ -81,6 +81,8 @@ def sniff_header(path: str) -> tuple[str, list[str]]:
         csv.reader([first.rstrip("\r\n")], delimiter=sep, quoting=csv.QUOTE_NONE if sep == "\t" else csv.QUOTE_MINIMAL)
     )
     names = [n.strip() for n in names]
+    if names and names[0].startswith("\ufeff"):  # a UTF-8 byte-order mark (Excel's "CSV UTF-8") is not a name
+        names[0] = names[0][1:].strip()
     if len(set(names)) != len(names):
         raise DataError(f"{path}: the header names a column twice: {names}")
     return sep, names
@@ -182,7 +184,7 @@ def text_frames(path: str, sep: str, cols: list[str], chunk_rows: int, skip: int
             na_filter=False,
             chunksize=chunk_rows,
             quoting=csv.QUOTE_NONE if sep == "\t" else csv.QUOTE_MINIMAL,
-            encoding="utf-8",
+            encoding="utf-8-sig",  # utf-8, a leading byte-order mark dropped
             encoding_errors="surrogateescape",
             compression="infer",
             engine="c",

@@ -287,7 +287,7 @@ def _block(path, schema, labelled, regression, df, row0, strict, stats) -> Itera
         text = df[c].str.strip()
         miss = text.isin(NA_TOKENS).to_numpy()
         vals = pd.to_numeric(text.where(~miss, "0"), errors="coerce").to_numpy(dtype=float)
-        flag(~np.isfinite(vals) & ~miss, lambda r, c=c, t=text: f"{c} is not a number ({t.iloc[r][:40]!r})")
+        flag(~np.isfinite(vals) & ~miss, lambda r, c=c, t=text: f"{c} is not a finite number ({t.iloc[r][:40]!r})")
         numeric[:, j] = np.where(miss, np.nan, vals)
         nmiss[:, j] = miss
     keys = np.zeros((n, len(cat_names)), np.uint64)
