@@ -2,7 +2,12 @@
 target of the best test AUC of any evaluated step (the oracle)? Each release is a fresh key (its own label-DP store),
 trained as real processes over CurveZMQ with PSI; releases run side by side.
 
-Usage: python scripts/bench_selection.py --configs examples/flights --shards runs/flights/shards
+A BENCHMARK FOR PUBLIC DATA: every release draws from a fresh key in its own scratch ledger (OUT/.../store), so the
+releases are never added up and no budget applies (3 releases at each of eps 4, 2 and 1 spend 21 on the same labels).
+On labels that need protecting, run releases through the leader's real store instead, where the ledger charges
+each one and the budget refuses what goes over. The script refuses to run without --scratch-ledgers, which says so.
+
+Usage: python scripts/bench_selection.py --scratch-ledgers --configs examples/flights --shards runs/flights/shards
        [--eps 1] [--releases 3] [--parallel 3] [--out runs/bench_selection] [--set KEY=VALUE ...]
 Prints one line per release (reported test AUC, oracle, gap, steps, where it stopped) and the mean gap, with the
 CPU model and load; writes OUT/bench_selection.json. The shards come from `vfl-data prepare --config` (or
@@ -117,7 +122,21 @@ def main(argv=None) -> int:
     ap.add_argument("--parallel", type=int, default=3)
     ap.add_argument("--out", default="runs/bench_selection")
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE for every party (e.g. train.epochs=10)")
+    ap.add_argument(
+        "--scratch-ledgers",
+        action="store_true",
+        help="required: each release gets a fresh key and a scratch ledger, outside any budget (public data only)",
+    )
     args = ap.parse_args(argv)
+    if not args.scratch_ledgers and args.eps != "none":
+        print(
+            "error: each release of this benchmark draws from a fresh key in a scratch ledger, outside the label-DP "
+            "budget: for public data only; say so with --scratch-ledgers",
+            file=sys.stderr,
+        )
+        return 2
+    if args.eps != "none":
+        print(f"bench_selection: {args.releases} release(s) at eps {args.eps}, each in a scratch ledger (no budget)")
     args.shards = os.path.abspath(args.shards)
     names = [os.path.basename(p) for p in os.listdir(args.shards)]
     try:

@@ -38,13 +38,13 @@ ENDPOINT="tcp://127.0.0.1:$PORT"
 KEYS="$OUT/keys"
 mapfile -t LINES <<< "$PLAN"
 NAMES=()
-for line in "${LINES[@]}"; do read -r _ name _ _ <<< "$line"; NAMES+=("$name"); done
+for line in "${LINES[@]}"; do IFS=$'\t' read -r _ name _ _ <<< "$line"; NAMES+=("$name"); done
 new_keys "$KEYS" "${NAMES[@]}"
 OVERRIDES=()
 for kv in "${SETS[@]}"; do OVERRIDES+=(--set "$kv"); done
 [ -n "$EPOCHS" ] && OVERRIDES+=(--epochs "$EPOCHS")
 for line in "${LINES[@]}"; do
-  read -r role name config table <<< "$line"
+  IFS=$'\t' read -r role name config table <<< "$line"
   echo "== $name prepares its own table alone: $table -> $OUT/shards/$name"
   "$PY" -m vfl.data prepare --config "$config" --input "$table" --out "$OUT/shards" --force
 done
@@ -52,7 +52,7 @@ echo "== ${NAMES[*]} over ZeroMQ at $ENDPOINT (logs in $OUT)"
 PIDS=() DONE=()
 trap 'stop_parties; exit 130' INT TERM
 for line in "${LINES[@]}"; do
-  read -r role name config table <<< "$line"
+  IFS=$'\t' read -r role name config table <<< "$line"
   flag=--connect
   extra=(--set "network.leader_key_file=$KEYS/${NAMES[0]}.key")  # --keys DIR names the leader's key DIR/leader.key
   if [ "$role" = leader ]; then

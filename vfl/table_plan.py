@@ -1,7 +1,7 @@
 """`python -m vfl.table_plan DIR PARTY=FILE...`: the parties of a local run on your own table, checked before it starts.
 
 Reads every party YAML of DIR (one with role leader), pairs each with its own table (PARTY=FILE) and prints one line per
-party, the leader first: `ROLE NAME CONFIG TABLE`. Every problem is a one-line error (exit 2), found before any
+party, the leader first: `ROLE NAME CONFIG TABLE`, tab-separated (paths may hold spaces). Every problem is a one-line error (exit 2), found before any
 process starts: a party without a table or a table without a party, a YAML without data.schema, two leaders or none,
 a leader whose network.followers differ from the follower YAMLs, a file that is not there. When several parties name
 the same file (a combined table split locally by the parties' schemas: each reads only its declared columns), no
@@ -102,7 +102,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for row in rows:
-        print(" ".join(row))
+        if any("\t" in field or "\n" in field for field in row):
+            print(f"error: a party name or path holds a tab or a newline: {row}", file=sys.stderr)
+            return 2
+        print("\t".join(row))
     return 0
 
 
