@@ -145,3 +145,21 @@ def test_a_small_format_2_sketch_is_compared_exactly_under_its_key_and_absorbed_
     assert sharing["total_eps"] == 2.0 and sharing["overlapping_datasets"] == ["A"]
     a = _ledger(store)["datasets"]["A"]
     assert "legacy" not in a and "partial" not in a and a["rows"] == 10
+
+
+def test_the_overlap_warning_names_each_earlier_release_it_charges(tmp_path):
+    """A newcomer saw 'total eps 3.0 over 3 releases' with two of them from other runs and no word of which (issue
+    30): the warning names each charged release's source file, mechanism, eps and date."""
+    # Prepare
+    store, key = _store(tmp_path)
+    store.record(_release("A", eps=1.0), key, np.arange(100), source={"path": "/data/clicks-2026-10.csv"})
+    # Execute
+    _, summary = store.record(_release("B", eps=2.0), key, np.arange(50, 150), source={"path": "/data/clicks.csv"})
+    # Assert
+    assert summary["charged_from_others"] == [f"/data/clicks-2026-10.csv (binary_rr eps 1.0, {summary_date(store)})"]
+    warning = next(w for w in store.warnings if "shares sample ids" in w)
+    assert "charged: /data/clicks-2026-10.csv (binary_rr eps 1.0" in warning and "total eps 3.0" in warning
+
+
+def summary_date(store: LabelDPStore) -> str:
+    return _ledger(store)["releases"][0]["created"][:10]

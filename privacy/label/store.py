@@ -392,9 +392,11 @@ class LabelDPStore:
         if measured:
             self.warnings.append(
                 f"label DP: dataset {dataset} shares sample ids with {len(measured)} dataset(s) released before "
-                f"(re-exported or overlapping data); their releases are charged to it: total eps {summary['total_eps']} "
-                f"(see {self.ledger_path}). Where sample ids are line numbers (no id column), every file shares them: "
-                "give the data an id column for exact accounting"
+                f"(re-exported or overlapping data); their releases are charged to it: total eps {summary['total_eps']}; "
+                f"charged: {'; '.join(summary['charged_from_others'][:5])}"
+                f"{' and more' if len(summary['charged_from_others']) > 5 else ''} (see {self.ledger_path}). Where "
+                "sample ids are line numbers (no id column), every file shares them: give the data an id column for "
+                "exact accounting"
             )
         if unverifiable:
             why = "; ".join(sorted(set(unverifiable.values())))
@@ -472,11 +474,21 @@ class LabelDPStore:
 
     def _summary(self, doc: dict, dataset: str, overlapping: list[str], unverifiable: dict[str, str]) -> dict:
         charged = [r for r in doc["releases"] if r.get("dataset") in (dataset, *overlapping)]
+        others = []
+        for r in charged:
+            if r.get("dataset") == dataset:
+                continue
+            source = (doc["datasets"].get(r.get("dataset")) or {}).get("source") or {}
+            others.append(
+                f"{source.get('path') or 'dataset ' + str(r.get('dataset'))[:12]} "
+                f"({r.get('mechanism')} eps {r.get('eps')}, {str(r.get('created', '?'))[:10]})"
+            )
         return {
             "total_eps": jsonable(composed_eps(charged)),
             "releases": len(charged),
             "overlapping_datasets": overlapping,
             "unverifiable_datasets": list(unverifiable),
+            "charged_from_others": others,  # the earlier releases of other datasets charged here, named for the log
         }
 
     # -- LP-2ST: the first prior of a stage-two release, kept and reused ------------------------------------------
