@@ -129,7 +129,8 @@ def body(cfg, log, state: dict) -> None:
         trainer.train()
     trainer.finish(trainer.loop.history[-1]["epoch"], trainer.loop.global_step)
     if trainer.loop.curves is not None:
-        trainer.loop.curves.close()  # the PNG is drawn after the followers are released, not while they wait
+        # the PNG is drawn after the followers are released, not while they wait
+        trainer.loop.curves.close(trainer.loop.final["model_step"], shard.manifest.get("bayes_test_auc"))
     metrics = trainer.metrics()
     ctx.close()
     if env.is_main:  # rank 0 writes the party's metrics (the per-rank figures were gathered in metrics())

@@ -167,7 +167,7 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     TIMER.reset()
     TIMER.watch(device)
     loop.run(ref.step, ref.evaluate, None, 0, ref.snapshot, ref.restore)
-    loop.curves.close()
+    loop.curves.close(loop.final["model_step"], leader_shard.manifest.get("bayes_test_auc"))
     metrics = {
         **loop.summary(),
         "label_dp": labels_info.report,

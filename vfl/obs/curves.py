@@ -135,22 +135,26 @@ class RunCurves:
                     self.tb.add_scalar(f"eval/{key}", float(value), entry["step"])
             self.tb.flush()
 
-    def close(self) -> None:
+    def close(self, selected_step: int | None = None, bayes: float | None = None) -> None:
+        """Close the CSV and TensorBoard files and draw the PNG, marking the step early stopping selected and the
+        data's Bayes-optimal test AUC (synthetic data) when they are known."""
         if self._f.closed:
             return
         self._f.close()
         if self.tb is not None:
             self.tb.close()
         try:
-            plot_curves(self.csv_path, self.png_path, self.name)
+            plot_curves(self.csv_path, self.png_path, self.name, selected_step, bayes)
         except Exception as e:  # a plot is a convenience: never fail a finished run for it
             if self.log is not None:
                 self.log.warning(f"warning: {self.png_path} not drawn: {e}")
 
 
-def plot_curves(csv_path: str, png_path: str, title: str = "") -> str:
+def plot_curves(
+    csv_path: str, png_path: str, title: str = "", selected_step: int | None = None, bayes: float | None = None
+) -> str:
     """Loss per step (and the evaluation's train loss) beside valid/test AUC (RMSE for a regression) per
-    evaluation, as a PNG."""
+    evaluation, as a PNG; a vertical line marks the selected step, a horizontal one the Bayes-optimal AUC."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -167,14 +171,20 @@ def plot_curves(csv_path: str, png_path: str, title: str = "") -> str:
         ax_loss.plot(*zip(*ev_loss), "o-", label="mean loss since last evaluation")
     ax_loss.set_xlabel("global step")
     ax_loss.set_ylabel("training loss")
-    ax_loss.legend(loc="best")
     name = "RMSE" if evals and "test_rmse" in evals[0] else "AUC"
     for key, label in ((f"valid_{name.lower()}", f"valid {name}"), (f"test_{name.lower()}", f"test {name}")):
         pts = [(int(r["step"]), float(r[key])) for r in evals if r.get(key) not in ("", "nan", None)]
         if pts:
             ax_auc.plot(*zip(*pts), "o-", label=label)
+    if selected_step is not None and evals:
+        for ax in (ax_loss, ax_auc):
+            ax.axvline(selected_step, color="grey", ls="--", lw=1, label=f"selected step {selected_step}")
+    if bayes is not None and name == "AUC":
+        ax_auc.axhline(bayes, color="black", ls=":", lw=1, label=f"Bayes-optimal test AUC {bayes:.4f}")
     ax_auc.set_xlabel("global step")
     ax_auc.set_ylabel(name)
+    if ax_loss.lines:
+        ax_loss.legend(loc="best")
     if ax_auc.lines:
         ax_auc.legend(loc="best")
     fig.suptitle(title)
