@@ -1,18 +1,36 @@
-"""PSI benchmark: time and bytes of the leader/follower ECDH-PSI over CurveZMQ on 127.0.0.1, two processes."""
+"""PSI benchmark: where each microsecond per id goes, and the leader/follower ECDH-PSI end to end over CurveZMQ.
+
+1. Stages, in this process on one core (time.process_time): SHA-512 of the domain-separated ids, the hash to the
+   group, one scalar multiplication, the batch functions as the protocol calls them (their Python overhead is the
+   difference), pickling a worker's batch, and the same stages of suite v1 (x25519-elligator2x2, through PyNaCl)
+   for comparison. Core-us per id per side = hash + 2 scalar multiplications (each side masks its own ids and
+   raises the other's).
+2. End to end: leader and follower in two forked processes over CurveZMQ on 127.0.0.1 (50% overlap), wall seconds,
+   CPU seconds of both parties with their worker processes (rusage), core-us per id per side, ids/s per side, bytes.
+Prints the CPU model and the load average with every figure; writes runs/bench_psi/bench_psi.json (or --json).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import os
+import pickle
 import platform
+import resource
 import sys
 import tempfile
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, REPO)
+
+# SecretFlow's psi_v2 benchmark (docs/user_guide/psi_v2_benchmark.md): 10^7 x 10^7 ids, Curve25519 ECDH, 114 s on
+# 8 cores per party: 114 * 8 / 10^7 = 91 core-us per id per side.
+SECRETFLOW_CORE_US = 91.0
 
 
 def cpu_model() -> str:
@@ -25,97 +43,179 @@ def cpu_model() -> str:
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
 
 
-def _follower(endpoint: str, keys: dict, ids: np.ndarray, out) -> None:
-    from vfl.align.psi.protocol import follower_psi
-    from vfl.wire import FollowerChannel
-    from vfl.wire.keys import load_follower_keys
+def load() -> float:
+    return round(os.getloadavg()[0], 2)
 
-    ch = FollowerChannel(
-        endpoint,
-        "follower0",
-        load_follower_keys(keys["follower0"][1], keys["leader"][0]),
-        120.0,
-        max_message_bytes=1 << 22,
-    )
+
+def _per_id(fn, n: int, repeat: int = 3) -> float:
+    """Best of `repeat` process-CPU microseconds per id of fn()."""
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.process_time()
+        fn()
+        best = min(best, time.process_time() - t0)
+    return best / n * 1e6
+
+
+def stages(n: int) -> dict:
+    """Core-us per id of each stage, suite v2 (this code) and v1 (the former path), in this process."""
+    import hashlib
+
+    from vfl.align.psi import ecdh
+
+    ids = np.random.default_rng(1).integers(-(2**62), 2**62, n, dtype=np.int64)
+    e = ecdh.new_exponent()
+    h = ecdh.digests(ids)
+    pts = ecdh.from_digests(h)
+    v2 = {
+        "sha512": _per_id(lambda: ecdh.digests(ids), n),
+        "hash_to_group": _per_id(lambda: ecdh.from_digests(h), n),
+        "scalar_mult": _per_id(lambda: ecdh._raise_to(pts, e), n),
+        "mask_batch": _per_id(lambda: ecdh._mask_ids(ids, e), n),  # sha512 + hash + mult as the protocol calls it
+    }
+    v2["per_id_per_side"] = v2["mask_batch"] + v2["scalar_mult"]
+    chunk = np.zeros((8192, 32), np.uint8)
+    v2["pickle_batch"] = _per_id(lambda: pickle.loads(pickle.dumps(chunk)), 8192, 20) * 2  # there and back
+    # suite v1: h = SHA-512(domain | id), P = E(h[:32]) + E(h[32:]) on Edwards25519, u = (1 + y) / (1 - y) in Python,
+    # X25519 (PyNaCl), as the former vfl/align/psi/ecdh.py did per id
+    from nacl import bindings as sodium
+
+    raw, p = ids.tobytes(), 2**255 - 19
+    dom = b"vfl-psi/ed25519/v1\0"
+    hs = [hashlib.sha512(dom + raw[8 * i : 8 * i + 8]).digest() for i in range(n)]
+    fu, add = sodium.crypto_core_ed25519_from_uniform, sodium.crypto_core_ed25519_add
+    maps = [(fu(x[:32]), fu(x[32:])) for x in hs]
+    ys = [int.from_bytes(add(a, b), "little") & ((1 << 255) - 1) for a, b in maps]
+    us = [((1 + y) * pow(1 - y, -1, p) % p).to_bytes(32, "little") for y in ys]
+    k = os.urandom(32)
+    v1 = {
+        "sha512": _per_id(lambda: [hashlib.sha512(dom + raw[8 * i : 8 * i + 8]).digest() for i in range(n)], n),
+        "two_elligator_maps": _per_id(lambda: [(fu(x[:32]), fu(x[32:])) for x in hs], n),
+        "edwards_add": _per_id(lambda: [add(a, b) for a, b in maps], n),
+        "to_montgomery_python": _per_id(
+            lambda: [((1 + y) * pow(1 - y, -1, p) % p).to_bytes(32, "little") for y in ys], n
+        ),
+        "scalar_mult": _per_id(lambda: [sodium.crypto_scalarmult(k, u) for u in us], n),
+    }
+    v1["hash_to_group"] = v1["sha512"] + v1["two_elligator_maps"] + v1["edwards_add"] + v1["to_montgomery_python"]
+    v1["per_id_per_side"] = v1["hash_to_group"] + 2 * v1["scalar_mult"]
+    return {
+        "n": n,
+        "load": load(),
+        "v2": {k: round(v, 2) for k, v in v2.items()},
+        "v1": {k: round(v, 2) for k, v in v1.items()},
+    }
+
+
+def _party(role: str, endpoint: str, keys: dict, ids: np.ndarray, out) -> None:
+    from vfl.align.psi import ecdh
+    from vfl.align.psi.protocol import follower_psi, leader_psi
+    from vfl.wire import FollowerChannel, LeaderChannel
+    from vfl.wire.keys import load_follower_keys, load_leader_keys
+
+    ecdh._pool = None  # this process's own workers (a pool inherited through fork is the parent's)
+    if role == "leader":
+        ch = LeaderChannel(
+            endpoint,
+            ("follower0",),
+            load_leader_keys(keys["leader"][1], {"follower0": keys["follower0"][0]}),
+            300.0,
+            "leader",
+            max_message_bytes=1 << 22,
+        )
+    else:
+        ch = FollowerChannel(
+            endpoint,
+            "follower0",
+            load_follower_keys(keys["follower0"][1], keys["leader"][0]),
+            300.0,
+            max_message_bytes=1 << 22,
+        )
     try:
-        common, report = follower_psi(ch, ids)
-        out.put((int(common.size), report.seconds))
+        if role == "leader":
+            common, report = leader_psi(ch, ["follower0"], ids)
+        else:
+            common, report = follower_psi(ch, ids)
+        out.put((role, int(common.size), report.seconds, report.bytes_sent + report.bytes_received))
     finally:
         ch.close()
+        if ecdh._pool:
+            ecdh._pool.close()
+            ecdh._pool.join()  # so the workers' CPU time reaches this process's rusage, then the benchmark's
 
 
 def run(n: int, keys: dict) -> dict:
-    from vfl.align.psi.protocol import leader_psi
     from vfl.ports import free_port
-    from vfl.wire import LeaderChannel
-    from vfl.wire.keys import load_leader_keys
 
     rng = np.random.default_rng(n)
     universe = rng.choice(2**62, size=n + n // 2, replace=False).astype(np.int64)
     lead, fol = rng.permutation(universe[:n]), rng.permutation(universe[n // 2 :])
     endpoint = f"tcp://127.0.0.1:{free_port()}"
-    ch = LeaderChannel(
-        endpoint,
-        ("follower0",),
-        load_leader_keys(keys["leader"][1], {"follower0": keys["follower0"][0]}),
-        120.0,
-        "leader",
-        max_message_bytes=1 << 22,
-    )
-    out = mp.get_context("fork").Queue()
-    child = mp.get_context("fork").Process(target=_follower, args=(endpoint, keys, fol, out))
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    load0 = load()
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    child.start()
+    procs = [
+        ctx.Process(target=_party, args=(role, endpoint, keys, ids, out))
+        for role, ids in (("leader", lead), ("follower", fol))
+    ]
+    for p in procs:
+        p.start()
     try:
-        common, report = leader_psi(ch, ["follower0"], lead)
-        f_size, _ = out.get(timeout=3600)
-        child.join(60)
+        got = {r[0]: r for r in (out.get(timeout=3600), out.get(timeout=3600))}
+        for p in procs:
+            p.join(120)
     finally:
-        if child.is_alive():
-            child.kill()
-        ch.close()
+        for p in procs:
+            if p.is_alive():
+                p.kill()
     wall = time.perf_counter() - t0
-    assert common.size == f_size == n // 2, (common.size, f_size)
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+    assert got["leader"][1] == got["follower"][1] == n // 2, got
     return {
         "n": n,
-        "seconds": wall,
-        "bytes": report.bytes_sent + report.bytes_received,
-        "intersection": int(common.size),
+        "seconds": round(wall, 2),
+        "psi_seconds_leader": round(got["leader"][2], 2),
+        "cpu_seconds": round(cpu, 2),
+        "core_us_per_id_per_side": round(cpu / (2 * n) * 1e6, 1),
+        "ids_per_second_per_side": round(n / wall),
+        "bytes": got["leader"][3],
+        "intersection": got["leader"][1],
+        "load_before": load0,
+        "load_after": load(),
     }
 
 
-def openmined_reference(n: int) -> dict | None:
-    """openmined-psi 2.0.6 (the library the issue names), RAW setup, both roles in one process, if installed."""
-    try:
-        import private_set_intersection.python as omp
-    except ImportError:
-        return None
-    client_items = [str(i) for i in range(n)]
-    server_items = [str(i) for i in range(n // 2, n + n // 2)]
-    t0 = time.perf_counter()
-    c, s = omp.client.CreateWithNewKey(True), omp.server.CreateWithNewKey(True)
-    req = c.CreateRequest(client_items)
-    setup = s.CreateSetupMessage(0.0, n, server_items, omp.DataStructure.RAW)
-    resp = s.ProcessRequest(req)
-    inter = c.GetIntersection(setup, resp)
-    seconds = time.perf_counter() - t0
-    size = len(req.SerializeToString()) + len(setup.SerializeToString()) + len(resp.SerializeToString())
-    assert len(inter) == n // 2
-    return {"n": n, "seconds": seconds, "bytes": size}
-
-
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--sizes", default="100000,1000000", help="ids per side, comma-separated")
-    ap.add_argument(
-        "--reference-size", type=int, default=10000, help="ids per side for the openmined-psi reference (0: skip)"
-    )
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="100000,1000000", help="ids per side, comma-separated (empty: stages only)")
+    ap.add_argument("--stage-ids", type=int, default=20000, help="ids for the per-stage profile (0: skip)")
+    ap.add_argument("--json", default=os.path.join(REPO, "runs", "bench_psi", "bench_psi.json"))
     args = ap.parse_args()
     from vfl.align.psi.ecdh import SUITE
     from vfl.wire.keys import create_key_pair, key_paths
 
-    print(f"CPU: {cpu_model()}; load average {os.getloadavg()[0]:.2f}")
-    print(f"suite {SUITE}; leader and follower in two processes over CurveZMQ on 127.0.0.1; overlap 50%")
+    doc = {"cpu": cpu_model(), "suite": SUITE, "load_start": load(), "secretflow_core_us_per_id_per_side": 91.0}
+    print(f"CPU: {doc['cpu']}; load average {doc['load_start']:.2f}; suite {SUITE}", flush=True)
+    if args.stage_ids:
+        s = doc["stages"] = stages(args.stage_ids)
+        v1, v2 = s["v1"], s["v2"]
+        print(f"per-stage core-us per id, one core, {s['n']} ids, load {s['load']:.2f}:")
+        print(
+            f"  v2 ristretto255: sha512 {v2['sha512']:.1f} + hash_to_group {v2['hash_to_group']:.1f} + "
+            f"2 x scalar_mult {v2['scalar_mult']:.1f}; as batched: mask {v2['mask_batch']:.1f} + raise "
+            f"{v2['scalar_mult']:.1f} = {v2['per_id_per_side']:.1f} per id per side; pickling a worker batch "
+            f"{v2['pickle_batch']:.2f}"
+        )
+        print(
+            f"  v1 x25519:       sha512 {v1['sha512']:.1f} + 2 Elligator maps {v1['two_elligator_maps']:.1f} + "
+            f"Edwards add {v1['edwards_add']:.1f} + Montgomery u in Python {v1['to_montgomery_python']:.1f} + "
+            f"2 x X25519 {v1['scalar_mult']:.1f} = {v1['per_id_per_side']:.1f} per id per side"
+        )
+        print(f"  SecretFlow psi_v2 Curve25519 ECDH (published, 10^7 ids, 8 cores): {SECRETFLOW_CORE_US:.0f}")
+    doc["runs"] = []
     with tempfile.TemporaryDirectory(prefix="bench-psi-") as tmp:
         keys = {}
         for p in ("leader", "follower0"):
@@ -123,21 +223,18 @@ def main() -> int:
             keys[p] = key_paths(os.path.join(tmp, "keys"), p)
         for n in (int(x) for x in args.sizes.split(",") if x):
             r = run(n, keys)
+            doc["runs"].append(r)
             print(
-                f"vfl PSI     {n:>9} ids/side: {r['seconds']:8.1f} s  {r['bytes'] / 2**20:8.1f} MiB "
-                f"({r['bytes'] / (2 * n):.0f} B/id)  {r['seconds'] / (2 * n) * 1e6:.0f} us/id  intersection {r['intersection']}",
+                f"PSI {n:>9} ids/side: {r['seconds']:7.1f} s wall, {r['cpu_seconds']:7.1f} CPU s, "
+                f"{r['core_us_per_id_per_side']:.0f} core-us/id/side, {r['ids_per_second_per_side']} ids/s/side, "
+                f"{r['bytes'] / 2**20:.1f} MiB ({r['bytes'] / (2 * n):.0f} B/id), intersection {r['intersection']}, "
+                f"load {r['load_before']:.2f} -> {r['load_after']:.2f}",
                 flush=True,
             )
-    if args.reference_size:
-        ref = openmined_reference(args.reference_size)
-        if ref is None:
-            print("openmined-psi not installed (pip install openmined-psi==2.0.6) for the reference line")
-        else:
-            print(
-                f"openmined-psi {ref['n']:>7} ids/side: {ref['seconds']:8.1f} s  {ref['bytes'] / 2**20:8.1f} MiB "
-                f"({ref['bytes'] / (2 * ref['n']):.0f} B/id)  {ref['seconds'] / (2 * ref['n']) * 1e6:.0f} us/id "
-                f"(P-256, RAW setup, reveal intersection, one process, same CPU)"
-            )
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    with open(args.json, "w") as f:
+        json.dump(doc, f, indent=2)
+    print(f"wrote {args.json}")
     return 0
 
 

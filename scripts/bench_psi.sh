@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# PSI benchmark: time and bytes for 1e5 and 1e6 ids per side (leader and follower processes, CurveZMQ, 50% overlap),
-# with the CPU model, and openmined-psi measured on the same CPU when installed.
-# Usage: bash scripts/bench_psi.sh [--sizes 100000,1000000] [--reference-size 10000]
+# PSI benchmark: core-us per id per side split by stage (suite v2 ristretto255 and the former v1 X25519 path, one
+# core), then the leader/follower PSI end to end for 1e5 and 1e6 ids per side (two processes over CurveZMQ, 50%
+# overlap: wall and CPU seconds, ids/s, bytes), SecretFlow's published per-core figure beside ours, the CPU model and
+# the load average. Writes runs/bench_psi/bench_psi.json.
+# Usage: bash scripts/bench_psi.sh [--sizes 100000,1000000] [--stage-ids 20000] [--json PATH]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -162,7 +162,7 @@ def _bad_follower(ch, step: str):
         ("shape", "expected int64 (100, 4) points"),
         ("range", "is not the requested 0..100"),
         ("dtype", "expected int64 (100, 4) points, got float64"),
-        ("point", "point of small order"),
+        ("point", "is the identity element"),
         ("op", "expected PSI mask from follower0, got PSI 'leader'"),
     ],
 )

@@ -16,9 +16,10 @@ F checks that every position L names is a match by its own computation (H(y)^ab 
 made), so L cannot make F train on an id outside the intersection; L computes every match itself, so F
 cannot claim one. Both sides shuffle with the OS's randomness, so a position says nothing about an id's
 rank. Each side learns the other's set size, and the intersection (F: its ids at the positions L names;
-L: its ids whose H(x)^ab matched). A point is 32 bytes (carried as 4 int64), a message at most
-CHUNK_POINTS points; a set above MAX_IDS ids is refused before anything is computed. Every receive
-has the channel's deadline; the leader sends WAIT to followers that wait for their turn.
+L: its ids whose H(x)^ab matched). A point is a 32-byte ristretto255 encoding (the suite, named in
+both HELLOs, is in ecdh.py; carried as 4 int64), a message at most CHUNK_POINTS points; a set above
+MAX_IDS ids is refused before anything is computed. Every receive has the channel's deadline; the
+leader sends WAIT to followers that wait for their turn.
 """
 
 from __future__ import annotations
@@ -29,7 +30,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vfl.align.psi.ecdh import SUITE, PointError, as_wire, from_wire, hash_ids, new_exponent, point_set, raise_to
+from vfl.align.psi.ecdh import (
+    SUITE,
+    PointError,
+    SodiumUnavailable,
+    as_wire,
+    from_wire,
+    hash_ids,
+    mask_ids,
+    new_exponent,
+    point_set,
+    raise_to,
+    sodium,
+)
 from vfl.wire.frames import MAX_HEADER_BYTES, WireError
 from vfl.wire.messages import Wait
 from vfl.wire.psi_messages import PSI_CHUNK_POINTS, PSI_MAX_IDS, PSI_RESULT_CHUNK, Psi
@@ -125,6 +138,10 @@ def _size(msg: Psi, who: str) -> int:
 
 
 def _check_ids(ids: np.ndarray, who: str) -> np.ndarray:
+    try:
+        sodium()
+    except SodiumUnavailable as e:
+        raise PSIError(f"{who}: {e}") from None
     ids = np.asarray(ids, np.int64)
     if ids.size == 0 or ids.size > MAX_IDS:
         raise PSIError(f"{who} holds {ids.size} ids; PSI needs 1..{MAX_IDS}")
@@ -188,7 +205,7 @@ class _FollowerPSI:
 
     def _on_mask(self, msg: Psi) -> None:
         start, stop = _range(msg, "the leader", self.y.size)
-        self.ch.post(Psi.chunk("mask", start, stop, as_wire(raise_to(hash_ids(self.y[start:stop]), self.b))))
+        self.ch.post(Psi.chunk("mask", start, stop, as_wire(mask_ids(self.y[start:stop], self.b))))
         self.progress.add(stop - start)
 
     def _on_double(self, msg: Psi) -> None:
