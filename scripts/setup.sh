@@ -16,6 +16,17 @@ if [ ! -x .venv/bin/python ]; then
   fi
 fi
 VPY=.venv/bin/python
+# PSI's group, ristretto255 (vfl/align/psi/ecdh.py), comes from the system's libsodium >= 1.0.18: PyNaCl neither binds
+# nor ships those functions. Debian's libsodium23 is installed when it is missing and this user may install packages.
+if ! "$PYTHON" -c "import ctypes.util, sys; sys.exit(ctypes.util.find_library('sodium') is None)" 2>/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing libsodium23 (the PSI's ristretto255 group)"
+    apt-get install -y -q libsodium23 >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q libsodium23 >/dev/null 2>&1; } \
+      || echo "setup: warning: libsodium23 could not be installed; PSI will stop until it is (apt-get install libsodium23)" >&2
+  else
+    echo "setup: warning: no libsodium found; PSI needs libsodium >= 1.0.18 (apt-get install libsodium23, or brew install libsodium)" >&2
+  fi
+fi
 stamp=.venv/.vfl-setup-stamp
 want=$(cat pyproject.toml scripts/constraints.txt | sha256sum | cut -d' ' -f1)
 # the fast path finds the packages without importing them (importing torch and sklearn costs seconds, and every
