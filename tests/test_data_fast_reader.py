@@ -154,7 +154,9 @@ def test_a_table_gives_the_same_shard_and_warnings_on_both_paths(tmp_path, monke
     _same_shard(str(tmp_path / "fast"), str(tmp_path / "text"))
     assert errs["fast"] == errs["text"]
     if bad_row is not None:
-        assert any(f"line {bad_row + 2}" in ln and "x is not a finite number" in ln for ln in errs["fast"]), errs["fast"]
+        assert any(f"line {bad_row + 2}" in ln and "x is not a finite number" in ln for ln in errs["fast"]), errs[
+            "fast"
+        ]
 
 
 def test_strict_refuses_the_same_line_on_both_paths(tmp_path, monkeypatch, capsys):
