@@ -16,12 +16,12 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import pickle
 import platform
 import resource
 import sys
 import tempfile
 import time
+from multiprocessing.reduction import ForkingPickler  # what the worker pool does to a batch
 
 import numpy as np
 
@@ -75,7 +75,9 @@ def stages(n: int) -> dict:
     }
     v2["per_id_per_side"] = v2["mask_batch"] + v2["scalar_mult"]
     chunk = np.zeros((8192, 32), np.uint8)
-    v2["pickle_batch"] = _per_id(lambda: pickle.loads(pickle.dumps(chunk)), 8192, 20) * 2  # there and back
+    v2["pickle_batch"] = (
+        _per_id(lambda: ForkingPickler.loads(ForkingPickler.dumps(chunk)), 8192, 20) * 2
+    )  # there and back
     # suite v1: h = SHA-512(domain | id), P = E(h[:32]) + E(h[32:]) on Edwards25519, u = (1 + y) / (1 - y) in Python,
     # X25519 (PyNaCl), as the former vfl/align/psi/ecdh.py did per id
     from nacl import bindings as sodium

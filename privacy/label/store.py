@@ -24,11 +24,10 @@ label key changes.
 
 Ledger format 4 (this one) holds whole id sets. Formats 2 and 3 kept the bottom-k sketch of a
 dataset's first run only, format 2 under the label key of the time; such a ledger is migrated when
-read, never refused (refusing would push users to delete their only record). A dataset whose old
-sketch is its whole set (one run, at most SKETCH_K ids) keeps it; any other is `partial` and charged
-to every dataset, and every dataset to it (over-counts, never under-counts; a warning says so). A
-format-2 sketch is compared exactly with a run's ids while that run holds its key, and is otherwise
-charged.
+read, never refused (refusing would push users to delete their only record). A dataset whose old sketch is
+its whole set (one run, at most SKETCH_K ids) keeps it; any other is `partial` and charged to every dataset, and
+every dataset to it (over-counts, never under-counts; a warning says so). A format-2 sketch is compared exactly
+with a run's ids while that run holds its key, and is otherwise charged.
 
 A release that would take the total of its dataset's most exposed sample id over the budget
 (privacy.label_dp.budget) is refused before it is recorded, and it is recorded before it is drawn.
@@ -39,7 +38,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fcntl
-import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -62,6 +60,13 @@ from privacy.label.ledger_math import (
     sketch_hex,
 )
 from privacy.label.prior_store import load_prior, save_prior
+from privacy.label.release_names import (
+    dataset_id,
+    default_store_dir,
+    key_fingerprint,
+    named_dataset_id,
+    release_id,
+)
 from privacy.label.secret_files import (
     LabelDPStoreError,
     check_ancestors,
@@ -74,7 +79,6 @@ from privacy.label.secret_files import (
 
 LEDGER_FORMAT = 4
 MIGRATED_FORMATS = (2, 3)  # read and upgraded in place (see the module docstring)
-STORE_ENV = "VFL_LABEL_DP_STORE"
 SECRET_WHAT = "label-DP ledger secret"
 SECRET_DAMAGED = "restore it from a backup: the ledger's id sketches are keyed by it"
 
@@ -100,47 +104,6 @@ __all__ = [
 
 class LabelDPBudgetError(LabelDPStoreError):
     """A new release would take its dataset's most exposed sample id over privacy.label_dp.budget."""
-
-
-def default_store_dir() -> str:
-    """$VFL_LABEL_DP_STORE, else $XDG_DATA_HOME/vfl/label_dp, else ~/.local/share/vfl/label_dp."""
-    if os.environ.get(STORE_ENV):
-        return os.environ[STORE_ENV]
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return os.path.join(base, "vfl", "label_dp")
-
-
-def dataset_id(source_sha256: str) -> str:
-    """The name of a labelled dataset: a digest of its labelled source file's sha256."""
-    if not isinstance(source_sha256, str) or len(source_sha256) != 64:
-        raise LabelDPStoreError(
-            f"the labelled source's sha256 must be 64 hex digits, got {source_sha256!r} "
-            "(re-run `python -m vfl.data prepare`: older manifests lack source.sha256)"
-        )
-    return hashlib.sha256(b"vfl/labelled-dataset/v1|" + source_sha256.encode()).hexdigest()[:32]
-
-
-def named_dataset_id(name: str) -> str:
-    """The dataset id of a user-named label set (the standalone LabelDP API)."""
-    if not isinstance(name, str) or not name.strip():
-        raise ValueError(f"dataset must name the label set (e.g. 'clicks-2026-11'), got {name!r}")
-    return hashlib.sha256(b"vfl/named-dataset/v1|" + name.encode()).hexdigest()[:32]
-
-
-def key_fingerprint(key: bytes) -> str:
-    """A public name of a key (it reveals nothing about the key's bits)."""
-    return hashlib.sha256(b"vfl/label-dp/key-fingerprint/v1|" + key).hexdigest()[:16]
-
-
-def release_id(dataset: str, fingerprint: str, mechanism: str, params: dict) -> str:
-    """Digest of everything that defines a release: dataset, key, mechanism and its parameters."""
-    doc = {
-        "dataset": dataset,
-        "key": fingerprint,
-        "mechanism": mechanism,
-        "params": {k: jsonable(v) for k, v in sorted(params.items())},
-    }
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
 
 
 def _now() -> str:
