@@ -112,7 +112,7 @@ def _result(out: str, procs: list[subprocess.Popen]) -> dict:
 
 
 def main(argv=None) -> int:
-    from vfl.table_plan import PlanError, plan
+    from vfl.data.table_plan import PlanError, plan
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--configs", required=True)

@@ -32,7 +32,7 @@ PY="$(pwd)/.venv/bin/python"
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 # the parties, their configs and tables, checked before anything starts: "leader NAME CONFIG TABLE" lines
-PLAN=$("$PY" -m vfl.table_plan "$CONFIGS" "${TABLES[@]}") || exit 2
+PLAN=$("$PY" -m vfl.data.table_plan "$CONFIGS" "${TABLES[@]}") || exit 2
 PORT=$(free_port)
 ENDPOINT="tcp://127.0.0.1:$PORT"
 KEYS="$OUT/keys"

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from vfl.data.__main__ import main as data_main
-from vfl.table_plan import PlanError, plan
+from vfl.data.table_plan import PlanError, plan
 
 LEADER = {
     "role": "leader",

@@ -1,4 +1,4 @@
-"""`python -m vfl.table_plan DIR PARTY=FILE...`: the parties of a local run on your own table, checked before it starts.
+"""`python -m vfl.data.table_plan DIR PARTY=FILE...`: the parties of a local run on your own table, checked before it starts.
 
 Reads every party YAML of DIR (one with role leader), pairs each with its own table (PARTY=FILE) and prints one line per
 party, the leader first: `ROLE NAME CONFIG TABLE`, tab-separated (paths may hold spaces). Every problem is a one-line error (exit 2), found before any
@@ -94,7 +94,7 @@ def _check_shared_files(parties: dict, files: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) < 2:
-        print("usage: python -m vfl.table_plan CONFIG_DIR PARTY=FILE [PARTY=FILE ...]", file=sys.stderr)
+        print("usage: python -m vfl.data.table_plan CONFIG_DIR PARTY=FILE [PARTY=FILE ...]", file=sys.stderr)
         return 2
     try:
         rows = plan(args[0], args[1:])
