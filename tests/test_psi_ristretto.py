@@ -188,3 +188,42 @@ def test_follower_refuses_a_leader_of_another_suite_in_one_line(tmp_path):
 def test_wire_form_is_the_encoding():
     pts = hash_ids(np.arange(5))
     assert as_wire(pts).dtype == np.dtype("<i8") and as_wire(pts).tobytes() == pts.tobytes()
+
+
+def _hash_in_child(queue) -> None:
+    from vfl.align.psi.ecdh import hash_ids
+
+    queue.put(hash_ids(np.arange(5000, dtype=np.int64)).shape)
+
+
+def test_a_process_forked_after_psi_starts_its_own_workers_instead_of_hanging_on_its_parents():
+    # Prepare: this process's worker pool exists (a batch large enough to use it)
+    import multiprocessing as mp
+
+    from vfl.align.psi.ecdh import hash_ids
+
+    hash_ids(np.arange(5000, dtype=np.int64))
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    # Execute: a forked child hashes a large batch (its parent's pool hung it for good; hostile review)
+    child = ctx.Process(target=_hash_in_child, args=(queue,))
+    child.start()
+    child.join(60)
+    alive = child.is_alive()
+    if alive:
+        child.kill()
+    # Assert
+    assert not alive and child.exitcode == 0 and queue.get(timeout=5) == (5000, 32)
+
+
+def test_an_exponent_that_is_not_32_bytes_and_ids_that_are_not_int64_are_refused():
+    # Prepare
+    from vfl.align.psi.ecdh import hash_ids, raise_to
+    from vfl.align.psi.protocol import PSIError, _check_ids
+
+    points = hash_ids(np.arange(3, dtype=np.int64))
+    # Execute / Assert: libsodium would read 32 bytes from a 1-byte buffer; a uint64 id 2**64-1 would become -1
+    with pytest.raises(TypeError, match="a PSI exponent is 32 bytes"):
+        raise_to(points, b"\x01")
+    with pytest.raises(PSIError, match="must be int64"):
+        _check_ids(np.array([2**64 - 1], dtype=np.uint64), "follower0")

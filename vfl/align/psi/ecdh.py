@@ -53,11 +53,13 @@ import hashlib
 import multiprocessing as mp
 import os
 import secrets
+import threading
 
 import numpy as np
 
 SUITE = "ecdh-psi/ristretto255-sha512/v2"
 POINT_BYTES = 32
+SCALAR_BYTES = 32
 HASH_BYTES = 64
 _DOMAIN = b"vfl-psi/ristretto255/v2\0"
 
@@ -86,6 +88,15 @@ def _candidates():
     yield from ("libsodium.so.26", "libsodium.so.23", "libsodium.so", "libsodium.dylib")
 
 
+_FUNCTIONS = (
+    "crypto_core_ristretto255_from_hash",
+    "crypto_scalarmult_ristretto255",
+    "crypto_core_ristretto255_is_valid_point",
+    "crypto_core_ristretto255_scalar_reduce",
+    "sodium_init",
+)
+
+
 def sodium():
     """The loaded libsodium with its ristretto255 functions typed; SodiumUnavailable when there is none."""
     global _lib
@@ -94,7 +105,8 @@ def sodium():
     for name in _candidates():
         try:
             lib = ctypes.CDLL(name)
-            lib.crypto_core_ristretto255_from_hash  # noqa: B018 - AttributeError when the build lacks ristretto255
+            for fn in _FUNCTIONS:  # AttributeError when the build lacks one of them
+                getattr(lib, fn)
         except (OSError, AttributeError):
             continue
         if lib.sodium_init() < 0:
@@ -129,16 +141,21 @@ def new_exponent() -> bytes:
 
 PARALLEL_MIN = 2048  # below this many values a batch runs in the calling process
 _pool = None
+_pool_pid = None  # the process that started _pool: a process forked later must not use its parent's pool (it hangs)
+_pool_lock = threading.Lock()
 
 
 def _workers():
-    """This party's worker processes (one per core, at most 8), started on first use; None on one core."""
-    global _pool
-    if _pool is None:
-        sodium()  # loaded before the fork, so every worker has it
-        n = min(os.cpu_count() or 1, 8)
-        _pool = mp.get_context("fork").Pool(n) if n > 1 else False
-    return _pool or None
+    """This party's worker processes (one per core, at most 8), started on first use by this very process (a process
+    forked after PSI starts its own: its parent's pool hangs it; found by a hostile review); None on one core."""
+    global _pool, _pool_pid
+    with _pool_lock:
+        if _pool is None or _pool_pid != os.getpid():
+            sodium()  # loaded before the fork, so every worker has it
+            n = min(os.cpu_count() or 1, 8)
+            _pool = mp.get_context("fork").Pool(n) if n > 1 else False
+            _pool_pid = os.getpid()
+        return _pool or None
 
 
 def _parallel(fn, arr: np.ndarray, *args) -> np.ndarray:
@@ -156,12 +173,22 @@ def hash_ids(ids: np.ndarray) -> np.ndarray:
 
 def raise_to(points: np.ndarray, exponent: bytes) -> np.ndarray:
     """P^exponent for every encoded element (uint8 (n, 32)); PointError names the first invalid one."""
+    _check_exponent(exponent)
     return _parallel(_raise_to, np.ascontiguousarray(points, dtype=np.uint8).reshape(-1, POINT_BYTES), exponent)
 
 
 def mask_ids(ids: np.ndarray, exponent: bytes) -> np.ndarray:
     """H(id)^exponent for int64 ids, hashing and raising in the same worker."""
+    _check_exponent(exponent)
     return _parallel(_mask_ids, np.ascontiguousarray(ids, dtype="<i8"), exponent)
+
+
+def _check_exponent(exponent) -> None:
+    """libsodium reads 32 bytes from the exponent's buffer: anything else is a programming error, refused here."""
+    if not isinstance(exponent, bytes) or len(exponent) != SCALAR_BYTES:
+        raise TypeError(
+            f"a PSI exponent is {SCALAR_BYTES} bytes, got {type(exponent).__name__} of {len(exponent) if isinstance(exponent, (bytes, str)) else '?'}"
+        )
 
 
 def digests(ids: np.ndarray) -> bytes:

@@ -13,8 +13,12 @@ Leader L (ids X, fresh secret a per follower) and follower F (ids Y, secret b), 
       L -> F  PSI done {size}
 
 F checks that every position L names is a match by its own computation (H(y)^ab among the H(x)^ab it
-made), so L cannot make F train on an id outside the intersection; L computes every match itself, so F
-cannot claim one. Both sides shuffle with the OS's randomness, so a position says nothing about an id's
+made), so L cannot make F train on an id outside the intersection. L compares the H(y)^ab it computed with
+the (H(x)^a)^b that F returns, which F alone computes: a malicious F can return a copy of some H(y_j)^ab for
+leader row i and claim a match that is not there (a hostile review; before this suite too). That poisons the
+alignment (row x_i trained against y_j), and with several followers a follower claiming every row learns how many
+of the leader's ids the others hold. The fix is a proof that each reply is its input raised to one b (a batched
+Chaum-Pedersen DLEQ proof against a published g^b), not yet built. Both sides shuffle with the OS's randomness, so a position says nothing about an id's
 rank. Each side learns the other's set size, and the intersection (F: its ids at the positions L names;
 L: its ids whose H(x)^ab matched). A point is a 32-byte ristretto255 encoding (the suite, named in
 both HELLOs, is in ecdh.py; carried as 4 int64), a message at most CHUNK_POINTS points; a set above
@@ -142,7 +146,9 @@ def _check_ids(ids: np.ndarray, who: str) -> np.ndarray:
         sodium()
     except SodiumUnavailable as e:
         raise PSIError(f"{who}: {e}") from None
-    ids = np.asarray(ids, np.int64)
+    ids = np.asarray(ids)
+    if ids.dtype.kind != "i" or ids.dtype.itemsize != 8:  # a uint64 or float array would wrap or truncate silently
+        raise PSIError(f"{who}'s ids must be int64 (vfl/data/ids.py), got {ids.dtype}")
     if ids.size == 0 or ids.size > MAX_IDS:
         raise PSIError(f"{who} holds {ids.size} ids; PSI needs 1..{MAX_IDS}")
     if np.unique(ids).size != ids.size:
