@@ -275,18 +275,40 @@ def _arrow_cat_keys(arr) -> tuple[np.ndarray, np.ndarray]:
     return keys[idx], miss[idx]
 
 
+class BadRows:
+    """The malformed rows of one block: `flag` marks rows with a reason (the first reason of a row is kept);
+    `settle` refuses the first with strict, else counts them in the read's stats (the first five kept for the
+    warning). Returns the rows to keep."""
+
+    def __init__(self, n: int):
+        self.bad = np.zeros(n, bool)
+        self.reasons: dict[int, str] = {}
+
+    def flag(self, mask: np.ndarray, why) -> None:
+        for r in np.flatnonzero(mask & ~self.bad):
+            self.reasons[int(r)] = why(int(r))
+        self.bad[mask] = True
+
+    def settle(self, path: str, where: str, row0: int, strict: bool, stats: ReadStats) -> np.ndarray:
+        """`where`: how the first bad row is named (its line of a text file, its row of a Parquet file)."""
+        if self.bad.any():
+            first = min(self.reasons)
+            if strict:
+                raise DataError(f"{path}: {where}: {self.reasons[first]} (run without --strict to skip malformed rows)")
+            stats.bad_rows += int(self.bad.sum())
+            room = 5 - len(stats.first_bad)
+            stats.first_bad.extend(BadLine(row0 + r + 1, self.reasons[r]) for r in sorted(self.reasons)[: max(room, 0)])
+        keep = ~self.bad
+        stats.good_rows += int(keep.sum())
+        return keep
+
+
 def _block(src: PartySource, df, row0: int, strict: bool, stats: ReadStats) -> Iterator[PartyBlock]:
     import pandas as pd
 
     n = len(df)
-    bad = np.zeros(n, bool)
-    reasons: dict[int, str] = {}
-
-    def flag(mask: np.ndarray, why) -> None:
-        for r in np.flatnonzero(mask & ~bad):
-            reasons[int(r)] = why(int(r))
-        bad[mask] = True
-
+    rows = BadRows(n)
+    flag = rows.flag
     id_text = df[src.id_column].str.strip().to_numpy()
     flag(id_text == "", lambda r: f"empty {src.id_column}")
     dense = np.zeros((n, len(src.dense)))
@@ -314,17 +336,8 @@ def _block(src: PartySource, df, row0: int, strict: bool, stats: ReadStats) -> I
             cls = pd.to_numeric(lab.where(lab.str.fullmatch(r"\d{1,3}"), "-1"), errors="coerce").to_numpy()
             flag(~((cls >= 0) & (cls < k)), lambda r: f"{src.label_column} must be a class id in [0, {k - 1}]")
             label = np.where((cls >= 0) & (cls < k), cls, 0).astype(np.int8)
-    if bad.any():
-        first = min(reasons)
-        if strict:
-            raise DataError(
-                f"{src.path}: line {row0 + first + 2}: {reasons[first]} (run without --strict to skip malformed rows)"
-            )
-        stats.bad_rows += int(bad.sum())
-        room = 5 - len(stats.first_bad)
-        stats.first_bad.extend(BadLine(row0 + r + 1, reasons[r]) for r in sorted(reasons)[: max(room, 0)])
-    keep = ~bad
-    stats.good_rows += int(keep.sum())
+    first = min(rows.reasons) if rows.reasons else 0
+    keep = rows.settle(src.path, f"line {row0 + first + 2}", row0, strict, stats)
     if not keep.any():
         return
     yield PartyBlock(

@@ -26,8 +26,7 @@ from vfl.data.errors import DataError
 from vfl.data.ids import ids64
 from vfl.data.readers import arrow_text
 from vfl.data.readers.criteo import ReadStats
-from vfl.data.readers.party import _missing, sniff_header, text_frames
-from vfl.data.readers.tokenizer import BadLine
+from vfl.data.readers.party import BadRows, _missing, sniff_header, text_frames
 
 CHUNK_ROWS = 100_000
 NA_TOKENS = ("", "NA", "N/A", "NaN", "nan", "null", "NULL", "None")
@@ -270,14 +269,8 @@ def _block(path, schema, labelled, regression, df, row0, strict, stats) -> Itera
     import pandas as pd
 
     n = len(df)
-    bad = np.zeros(n, bool)
-    reasons: dict[int, str] = {}
-
-    def flag(mask: np.ndarray, why) -> None:
-        for r in np.flatnonzero(mask & ~bad):
-            reasons[int(r)] = why(int(r))
-        bad[mask] = True
-
+    rows = BadRows(n)
+    flag = rows.flag
     id_text = df[schema.id].str.strip().to_numpy()
     flag(id_text == "", lambda r: f"empty {schema.id}")
     numeric_names, cat_names = schema.names("numeric"), schema.names("categorical")
@@ -300,16 +293,7 @@ def _block(path, schema, labelled, regression, df, row0, strict, stats) -> Itera
         label = text.to_numpy(dtype=object)
         if regression:
             label = pd.to_numeric(text.where(~text.isin(NA_TOKENS), "nan"), errors="coerce").to_numpy(dtype=float)
-    if bad.any():
-        first = min(reasons)
-        line = _line(path, row0 + first)
-        if strict:
-            raise DataError(f"{path}: {line}: {reasons[first]} (run without --strict to skip malformed rows)")
-        stats.bad_rows += int(bad.sum())
-        room = 5 - len(stats.first_bad)
-        stats.first_bad.extend(BadLine(row0 + r + 1, reasons[r]) for r in sorted(reasons)[: max(room, 0)])
-    keep = ~bad
-    stats.good_rows += int(keep.sum())
+    keep = rows.settle(path, _line(path, row0 + min(rows.reasons, default=0)), row0, strict, stats)
     if not keep.any():
         return
     yield TableBlock(
