@@ -37,24 +37,29 @@ def _connect(cfg, env, keys, shard, log):
     channel = FollowerChannel(connect, cfg.party, keys, cfg.network.timeout_s, max_message_bytes=max_message)
     log(
         f"follower {cfg.party}: connecting to {connect}; "
-        + (f"private set intersection of {len(shard.all_ids())} ids" if env.is_main else "rank 0 runs the PSI")
+        + f"private set intersection of {len(shard.all_ids())} ids"
+        + (f" (this rank: bucket {env.rank} of {env.ranks})" if env.distributed else "")
     )
     return channel
 
 
-def _intersect(cfg, env, ctx, channel, shard, log) -> None:
-    """PSI with the leader (rank 0; shared within the party); the shard is restricted to the intersection."""
+def _intersect(cfg, env, ctx, channel, keys, shard, log) -> None:
+    """PSI with the leader (N ranks: rank r intersects bucket r, and the party gathers the buckets; a reused
+    agreement where neither side's ids changed); the shard is restricted to the intersection."""
+    from vfl.align.psi.buckets import intersect_on_ranks, psi_caches
     from vfl.align.psi.protocol import check_minimum, follower_psi
 
-    common = None
-    if env.is_main:  # N ranks: rank 0 intersects the ids and shares them within the party
-        common, psi = follower_psi(channel, shard.all_ids(), log)
-        log(
-            f"follower {cfg.party}: PSI intersection {psi.intersection} ids (this party {psi.own_ids}, leader {psi.peer_ids['leader']}, "
-            f"shared pairwise {psi.pairwise['leader']}), {psi.seconds:.1f} s, {psi.bytes_sent + psi.bytes_received} bytes"
-        )
-        check_minimum(psi, cfg.data.min_intersection, cfg.party)
-    shard.restrict(ctx.share_ids(common))
+    cache = psi_caches(cfg, keys, env.rank, env.ranks).get("leader")
+    common, psi = intersect_on_ranks(
+        ctx, shard.all_ids(), lambda ids: follower_psi(channel, ids, log, cache, env), cfg.party
+    )
+    log(
+        f"follower {cfg.party}: PSI intersection {psi.intersection} ids (this party {psi.own_ids}, leader {psi.peer_ids['leader']}, "
+        f"shared pairwise {psi.pairwise['leader']}), {psi.seconds:.1f} s, {psi.bytes_sent + psi.bytes_received} bytes"
+        + (", reused" if psi.reused else "")
+    )
+    check_minimum(psi, cfg.data.min_intersection, cfg.party)
+    shard.restrict(common)
 
 
 def body(cfg, log, state: dict) -> None:
@@ -76,7 +81,7 @@ def body(cfg, log, state: dict) -> None:
     device = resolve_device(cfg.train.device)
     ctx = state["ctx"] = start_ranks(cfg, env, device, log)
     channel = state["channel"] = _connect(cfg, env, keys, shard, log)
-    _intersect(cfg, env, ctx, channel, shard, log)
+    _intersect(cfg, env, ctx, channel, keys, shard, log)
     party = BottomParty(cfg, shard, device)
     warn_if_emulated(cfg.train.precision, party.device, log)
     trainer = FollowerTrainer(cfg, channel, party, log, cfg.output.dir, ctx=ctx)

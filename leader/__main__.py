@@ -66,25 +66,34 @@ def _listen(cfg, env, keys, shard, log):
     )
     log(
         f"leader {cfg.party}: listening on {bind} (CurveZMQ), waiting for {list(cfg.network.followers)}; "
-        + (f"private set intersection of {len(shard.all_ids())} ids" if env.is_main else "rank 0 runs the PSI")
+        + f"private set intersection of {len(shard.all_ids())} ids"
+        + (f" (this rank: bucket {env.rank} of {env.ranks})" if env.distributed else "")
     )
     return channel
 
 
-def _intersect(cfg, env, ctx, channel, shard, log):
-    """PSI with every follower (rank 0; shared within the party); the shard is restricted to the intersection.
-    Returns the PSI report (None on other ranks)."""
-    from vfl.align.psi.protocol import check_minimum, leader_psi
+def _intersect(cfg, env, ctx, channel, keys, shard, log):
+    """PSI with every follower (N ranks: rank r intersects bucket r, and the party gathers the buckets; a reused
+    agreement where neither side's ids changed); the shard is restricted to the intersection. Returns the report."""
+    from vfl.align.psi.buckets import intersect_on_ranks, psi_caches
+    from vfl.align.psi.leader_side import leader_psi
+    from vfl.align.psi.protocol import check_minimum
 
-    psi = common = None
-    if env.is_main:  # N ranks: rank 0 intersects the ids and shares them within the party
-        common, psi = leader_psi(channel, list(cfg.network.followers), shard.all_ids(), log, cfg.data.psi_max_peer_ids)
-        log(
-            f"leader {cfg.party}: PSI intersection {psi.intersection} ids (leader {psi.own_ids}, followers {psi.peer_ids}, "
-            f"pairwise {psi.pairwise}), {psi.seconds:.1f} s, {psi.bytes_sent + psi.bytes_received} bytes"
-        )
-        check_minimum(psi, cfg.data.min_intersection, cfg.party)
-    shard.restrict(ctx.share_ids(common))
+    caches = psi_caches(cfg, keys, env.rank, env.ranks)
+    followers = list(cfg.network.followers)
+    common, psi = intersect_on_ranks(
+        ctx,
+        shard.all_ids(),
+        lambda ids: leader_psi(channel, followers, ids, log, cfg.data.psi_max_peer_ids, caches, env),
+        cfg.party,
+    )
+    log(
+        f"leader {cfg.party}: PSI intersection {psi.intersection} ids (leader {psi.own_ids}, followers {psi.peer_ids}, "
+        f"pairwise {psi.pairwise}), {psi.seconds:.1f} s, {psi.bytes_sent + psi.bytes_received} bytes"
+        + (f", reused with {psi.reused}" if psi.reused else "")
+    )
+    check_minimum(psi, cfg.data.min_intersection, cfg.party)
+    shard.restrict(common)
     return psi
 
 
@@ -115,7 +124,7 @@ def body(cfg, log, state: dict) -> None:
     ctx = state["ctx"] = start_ranks(cfg, env, device, log)
     label_key = _label_key(cfg, env, ctx, shard)
     channel = state["channel"] = _listen(cfg, env, keys, shard, log)
-    psi = _intersect(cfg, env, ctx, channel, shard, log)
+    psi = _intersect(cfg, env, ctx, channel, keys, shard, log)
     if env.is_main:
         for line in run_size_warnings(cfg.train.batch_size, cfg.train.epochs, len(shard.split("train"))):
             log.warning(f"leader {cfg.party}: {line}")

@@ -19,7 +19,8 @@ from vfl.align.psi.ecdh import (
     point_set,
     raise_to,
 )
-from vfl.align.psi.protocol import CHUNK_POINTS, MAX_IDS, PSIError, follower_psi, leader_psi
+from vfl.align.psi.leader_side import leader_psi
+from vfl.align.psi.protocol import CHUNK_POINTS, MAX_IDS, PSIError, follower_psi
 
 
 def _channels(tmp_path, followers=("follower0",), timeout=10.0):
@@ -219,7 +220,7 @@ def test_thousands_of_random_psi_metas_raise_only_psi_or_wire_errors(tmp_path):
     # Prepare: the follower side's message handling, fed random op/start/stop/total values
     import random
 
-    from vfl.align.psi.protocol import _range
+    from vfl.align.psi.protocol import checked_range
     from vfl.wire.frames import Message, WireError
     from vfl.wire.messages import parse
 
@@ -230,7 +231,7 @@ def test_thousands_of_random_psi_metas_raise_only_psi_or_wire_errors(tmp_path):
         meta = {"op": "mask", "start": rng.choice(values), "stop": rng.choice(values)}
         msg = Message("PSI", "leader", "", 0, meta)
         try:
-            start, stop = _range(parse(msg), "the leader", 100)
+            start, stop = checked_range(parse(msg), "the leader", 100)
         except WireError:
             continue
         assert isinstance(start, int) and 0 <= start < stop <= 100 and stop - start <= CHUNK_POINTS

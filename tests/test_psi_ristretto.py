@@ -20,7 +20,8 @@ from vfl.align.psi.ecdh import (
     point_set,
     raise_to,
 )
-from vfl.align.psi.protocol import PSIError, follower_psi, leader_psi
+from vfl.align.psi.leader_side import leader_psi
+from vfl.align.psi.protocol import PSIError, follower_psi
 
 # RFC 9496 Appendix A.3: element derivation (crypto_core_ristretto255_from_hash) of SHA-512 of each label
 DERIVED = [
@@ -219,11 +220,11 @@ def test_a_process_forked_after_psi_starts_its_own_workers_instead_of_hanging_on
 def test_an_exponent_that_is_not_32_bytes_and_ids_that_are_not_int64_are_refused():
     # Prepare
     from vfl.align.psi.ecdh import hash_ids, raise_to
-    from vfl.align.psi.protocol import PSIError, _check_ids
+    from vfl.align.psi.protocol import PSIError, check_ids
 
     points = hash_ids(np.arange(3, dtype=np.int64))
     # Execute / Assert: libsodium would read 32 bytes from a 1-byte buffer; a uint64 id 2**64-1 would become -1
     with pytest.raises(TypeError, match="a PSI exponent is 32 bytes"):
         raise_to(points, b"\x01")
     with pytest.raises(PSIError, match="must be int64"):
-        _check_ids(np.array([2**64 - 1], dtype=np.uint64), "follower0")
+        check_ids(np.array([2**64 - 1], dtype=np.uint64), "follower0")

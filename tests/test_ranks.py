@@ -121,8 +121,9 @@ def test_parties_with_different_rank_counts_are_refused_at_the_handshake(tmp_pat
     # Execute
     results = {n: procs.wait(n, timeout=60) for n in ("leader.0", "leader.1", "follower0")}
     # Assert: every process fails; the leader's rank 0 names the disagreement and the follower hears it; the
-    # leader's rank 1, which no follower rank 1 ever reaches, stops at its deadline (network.timeout_s)
+    # leader's rank 1, which no follower rank 1 ever reaches, stops at its deadline (network.timeout_s) awaiting the
+    # PSI of its bucket (the rank counts are compared in the PSI hello, before any id is hashed)
     assert all(code != 0 for code, _, _ in results.values())
     assert "follower0 runs 1 rank(s) but the leader runs 2" in results["leader.0"][2]
     assert "runs 1 rank(s) but the leader runs 2" in results["follower0"][2]
-    assert "awaiting HELLO from follower follower0" in results["leader.1"][2]
+    assert "awaiting PSI hello from follower follower0" in results["leader.1"][2]

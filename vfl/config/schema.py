@@ -70,6 +70,8 @@ class DataConfig(_Section):
     categorical: Optional[tuple[str, ...]] = None
     # leader: refuse a follower declaring more ids for the PSI; unset: max(16 x the leader's ids, 2**20)
     psi_max_peer_ids: Optional[Number(1, 2**27, integer=True)] = None
+    # reuse the last agreed intersection when neither side's ids changed (cache in <path>/psi_cache; docs/psi.md)
+    psi_reuse: Flag() = True
     min_intersection: Number(1, 2**40, integer=True) = (
         100  # refuse to train when the ids' private set intersection is smaller
     )

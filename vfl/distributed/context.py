@@ -59,8 +59,9 @@ class RankContext:
     def agree_selection(self, selection, is_best: bool) -> bool:
         return is_best
 
-    def share_ids(self, ids: np.ndarray | None) -> np.ndarray:
-        return ids
+    def gather_ids(self, part: np.ndarray) -> np.ndarray:
+        """Every rank's int64 ids, concatenated in rank order, on every rank (PSI by bucket: vfl/align/psi)."""
+        return part
 
     def wrap(self, module):
         return module
@@ -205,21 +206,17 @@ class DistributedContext(RankContext):
         )
         return bool(v[4])
 
-    def share_ids(self, ids: np.ndarray | None) -> np.ndarray:
-        """Rank 0's sample ids (the private set intersection it ran) on every rank."""
+    def gather_ids(self, part: np.ndarray) -> np.ndarray:
         import torch
 
-        count = self._tensor(np.array([-1 if ids is None else len(ids)], np.int64))
-        with self.collectives("receiving rank 0's private set intersection"):
-            self.dist.broadcast(count, 0)
-            n = int(count.cpu()[0])
-            buf = (
-                self._tensor(np.ascontiguousarray(ids, np.int64))
-                if self.is_main
-                else self._tensor(torch.empty(max(n, 0), dtype=torch.int64))
-            )
-            self.dist.broadcast(buf, 0)
-        return buf.cpu().numpy()
+        sizes = [int(n) for n in self.per_rank(len(part))]
+        buf = np.zeros(max(*sizes, 1), np.int64)
+        buf[: len(part)] = part
+        mine = self._tensor(buf)
+        parts = [torch.empty_like(mine) for _ in range(self.ranks)]
+        with self.collectives("gathering the ranks' private set intersections"):
+            self.dist.all_gather(parts, mine)
+        return np.concatenate([p.cpu().numpy()[:n] for p, n in zip(parts, sizes)])
 
     def wrap(self, module):
         """DistributedDataParallel over the module: dense and sparse (embedding) gradients averaged in the party."""

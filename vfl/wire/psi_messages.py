@@ -16,29 +16,34 @@ from vfl.wire.frames import Message, WireError
 PSI_CHUNK_POINTS = 8192  # points per PSI mask / double / leader message
 PSI_RESULT_CHUNK = 4 * PSI_CHUNK_POINTS  # positions per PSI result message
 PSI_MAX_IDS = 1 << 27  # ids per party
-PSI_OPS = ("hello", "mask", "double", "leader", "result", "done")
+_MAX_RANKS = 1 << 16  # vfl/wire/messages.MAX_RANKS (which imports this module)
+PSI_OPS = ("hello", "mask", "double", "leader", "result", "ticket", "done")
 _PSI_FIELDS = {
     "hello": ("suite", "n"),
     "mask": ("start", "stop"),
     "double": ("start", "stop"),
     "leader": ("start", "stop"),
     "result": ("start", "stop", "total"),
+    "ticket": (),
     "done": ("size",),
 }
 _PSI_PAYLOAD = {
-    "hello": "none",
+    "hello": "reuse",
     "mask": "optional",
     "double": "points",
     "leader": "points",
     "result": "positions",
+    "ticket": "ticket",
     "done": "none",
-}  # mask: the leader's request has none, the follower's answer has its points
+}  # mask: the leader's request has none, the follower's answer has its points; hello: a reuse offer or none
+_FIXED_SHAPES = {"reuse": (2, 4), "ticket": (1, 4)}  # reuse: id(T) and a proof; ticket: T (vfl/align/psi/reuse.py)
 
 
 @wire_message
 class Psi(WireMessage):
     """PSI: one step of the ECDH-PSI (vfl/align/psi/protocol.py); `payload` holds int64 (k, 4) points for mask,
-    double and leader, or int64 (k,) positions for result, k = stop - start."""
+    double and leader, or int64 (k,) positions for result, k = stop - start; int64 (2, 4) for a hello offering reuse
+    (id(T), proof) and int64 (1, 4) for a ticket T (vfl/align/psi/reuse.py)."""
 
     TYPE = "PSI"
     op: str
@@ -48,6 +53,8 @@ class Psi(WireMessage):
     stop: int | None = None
     total: int | None = None
     size: int | None = None
+    rank: int | None = None  # hello under N ranks: the bucket this rank intersects (vfl/align/psi/buckets.py)
+    ranks: int | None = None
     payload: np.ndarray | None = None
     FIELDS = (
         Choice("op", PSI_OPS),
@@ -57,12 +64,19 @@ class Psi(WireMessage):
         Int("stop", 0, PSI_MAX_IDS, optional=True),
         Int("total", 0, PSI_MAX_IDS, optional=True),
         Int("size", 0, PSI_MAX_IDS, optional=True),
+        Int("rank", 0, _MAX_RANKS - 1, optional=True),
+        Int("ranks", 1, _MAX_RANKS, optional=True),
     )
     TENSORS = (Tensor("payload", optional=True),)
 
     @classmethod
-    def hello(cls, suite: str, n: int) -> Psi:
-        return cls("hello", suite=suite, n=int(n))
+    def hello(cls, suite: str, n: int, reuse: np.ndarray | None = None, rank: int = 0, ranks: int = 1) -> Psi:
+        more = {"rank": int(rank), "ranks": int(ranks)} if ranks > 1 else {}  # none for one rank
+        return cls("hello", suite=suite, n=int(n), payload=reuse, **more)
+
+    @classmethod
+    def ticket(cls, ticket: np.ndarray) -> Psi:
+        return cls("ticket", payload=ticket)
 
     @classmethod
     def chunk(cls, op: str, start: int, stop: int, points: np.ndarray | None = None) -> Psi:
@@ -81,15 +95,25 @@ class Psi(WireMessage):
         op = values["op"]
         where = f"PSI {op} from {msg.sender}"
         for f in cls.FIELDS[1:]:
+            if f.name in ("rank", "ranks") and op == "hello":
+                continue
             if f.name in _PSI_FIELDS[op] and values[f.name] is None:
                 raise WireError(f"{where}: field {f.name!r} must be {f.domain}, got nothing (the field is missing)")
             if f.name not in _PSI_FIELDS[op] and values[f.name] is not None:
                 raise WireError(f"{where}: field {f.name!r} does not belong to a PSI {op}")
+        if (values["rank"] is None) != (values["ranks"] is None) or (values["rank"] or 0) >= (values["ranks"] or 1):
+            raise WireError(
+                f"{where}: fields 'rank' and 'ranks' come together, rank below ranks (neither for one rank)"
+            )
         kind, payload = _PSI_PAYLOAD[op], values["payload"]
         if kind == "none" and payload is not None:
             raise WireError(f"{where}: expected no tensor, got 1")
-        if kind in ("points", "positions") and payload is None:
+        if kind in ("points", "positions", "ticket") and payload is None:
             raise WireError(f"{where}: expected 1 tensor, got 0")
+        if kind in _FIXED_SHAPES and payload is not None:
+            want = _FIXED_SHAPES[kind]
+            if payload.dtype != np.dtype("<i8") or tuple(payload.shape) != want:
+                raise WireError(f"{where}: expected int64 {want}, got {payload.dtype} {tuple(payload.shape)}")
         if "start" in _PSI_FIELDS[op]:
             start, stop = values["start"], values["stop"]
             limit = PSI_RESULT_CHUNK if op == "result" else PSI_CHUNK_POINTS

@@ -2,13 +2,15 @@
 
 Leader L (ids X, fresh secret a per follower) and follower F (ids Y, secret b), every step driven by L:
 
-    F -> L  PSI hello  {suite, n: |Y|}                 L -> F  PSI hello {suite, n: |X|}
+    F -> L  PSI hello  {suite, n: |Y|, [rank, ranks]} [+ reuse offer]
+    L -> F  PSI hello  {suite, n: |X|, [rank, ranks]} [+ reuse proof: then only the result and DONE follow]
     for each chunk of F's shuffled Y:
       L -> F  PSI mask {start, stop}                   F -> L  PSI mask {start, stop} + H(y)^b
       L -> F  PSI double {start, stop} + (H(y)^b)^a    (F keeps them)
     for each chunk of L's shuffled X:
       L -> F  PSI leader {start, stop} + H(x)^a         F -> L  PSI leader {start, stop} + (H(x)^a)^b
     L matches H(x)^ab with H(y)^ab, intersects over all followers, then
+      L -> F  PSI ticket + T (32 random bytes: the key of the next run's reuse, vfl/align/psi/reuse.py)
       L -> F  PSI result {start, stop, total} + positions (in F's shuffled order) of the final intersection
       L -> F  PSI done {size}
 
@@ -18,12 +20,15 @@ the (H(x)^a)^b that F returns, which F alone computes: a malicious F can return 
 leader row i and claim a match that is not there (a hostile review; before this suite too). That poisons the
 alignment (row x_i trained against y_j), and with several followers a follower claiming every row learns how many
 of the leader's ids the others hold. The fix is a proof that each reply is its input raised to one b (a batched
-Chaum-Pedersen DLEQ proof against a published g^b), not yet built. Both sides shuffle with the OS's randomness, so a position says nothing about an id's
-rank. Each side learns the other's set size, and the intersection (F: its ids at the positions L names;
+Chaum-Pedersen DLEQ proof against a published g^b), not yet built. Both sides shuffle with the OS's randomness, so a
+position says nothing about an id's rank. Each side learns the other's set size, and the intersection (F: its ids at the positions L names;
 L: its ids whose H(x)^ab matched). A point is a 32-byte ristretto255 encoding (the suite, named in
 both HELLOs, is in ecdh.py; carried as 4 int64), a message at most CHUNK_POINTS points; a set above
 MAX_IDS ids is refused before anything is computed. Every receive has the channel's deadline; the
-leader sends WAIT to followers that wait for their turn.
+leader sends WAIT to followers that wait for their turn. Under N ranks per party, rank r of each party runs this
+on bucket r of its ids (vfl/align/psi/buckets.py); both hellos name the rank, and a peer of another rank count or
+rank is refused before any id is hashed. Reuse of an unchanged pair of sets, and why it keeps these guarantees:
+vfl/align/psi/reuse.py. This module holds the shared pieces and F's side; L's side is leader_side.py.
 """
 
 from __future__ import annotations
@@ -40,20 +45,23 @@ from vfl.align.psi.ecdh import (
     SodiumUnavailable,
     as_wire,
     from_wire,
-    hash_ids,
     mask_ids,
     new_exponent,
     point_set,
     raise_to,
     sodium,
 )
+from vfl.align.psi.reuse import Agreement, PSICache, ticket_from_wire
+from vfl.distributed.launch import RankEnv
+from vfl.distributed.pairing import rank_problems
 from vfl.wire.frames import MAX_HEADER_BYTES, WireError
 from vfl.wire.messages import Wait
-from vfl.wire.psi_messages import PSI_CHUNK_POINTS, PSI_MAX_IDS, PSI_RESULT_CHUNK, Psi
+from vfl.wire.psi_messages import PSI_CHUNK_POINTS, PSI_MAX_IDS, Psi
 
 CHUNK_POINTS = PSI_CHUNK_POINTS  # 256 KiB of points per message: a chunk's exponentiations stay well inside a deadline
 MAX_IDS = PSI_MAX_IDS  # ids per party (134 M; the Kaggle Criteo set has 45.8 M)
 MAX_PSI_MESSAGE_BYTES = CHUNK_POINTS * 32 + MAX_HEADER_BYTES + 1024  # the largest PSI message
+ONE_RANK = RankEnv()
 
 
 class PSIError(WireError):
@@ -71,6 +79,7 @@ class PSIReport:
     seconds: float = 0.0
     bytes_sent: int = 0
     bytes_received: int = 0
+    reused: list[str] = field(default_factory=list)  # peers whose earlier agreed intersection was reused
 
     def as_dict(self) -> dict:
         return {
@@ -82,10 +91,11 @@ class PSIReport:
             "seconds": round(self.seconds, 3),
             "bytes_sent": self.bytes_sent,
             "bytes_received": self.bytes_received,
+            "reused": self.reused,
         }
 
 
-class _Progress:
+class Progress:
     """A progress line (points done, rate, ETA) at most every 10 s, for long intersections."""
 
     def __init__(self, log, what: str, total: int):
@@ -104,15 +114,15 @@ class _Progress:
             self.last = now
 
 
-def _chunks(n: int):
+def chunks(n: int):
     return [(i, min(i + CHUNK_POINTS, n)) for i in range(0, n, CHUNK_POINTS)]
 
 
-def _shuffle(n: int) -> np.ndarray:
+def shuffled_order(n: int) -> np.ndarray:
     return np.random.default_rng(secrets.randbits(128)).permutation(n)
 
 
-def _range(msg: Psi, who: str, n: int, want: tuple[int, int] | None = None) -> tuple[int, int]:
+def checked_range(msg: Psi, who: str, n: int, want: tuple[int, int] | None = None) -> tuple[int, int]:
     """The chunk a mask / double / leader message names (a chunk of 1..CHUNK_POINTS by parse), within a set of n."""
     start, stop = msg.start, msg.stop
     if stop > n or (want is not None and (start, stop) != want):
@@ -123,25 +133,29 @@ def _range(msg: Psi, who: str, n: int, want: tuple[int, int] | None = None) -> t
     return start, stop
 
 
-def _points(msg: Psi, who: str) -> np.ndarray:
+def points_of(msg: Psi, who: str) -> np.ndarray:
     """The message's points (int64 (stop - start, 4) when present, by parse) as bytes."""
     if msg.payload is None:
         raise PSIError(f"PSI {msg.op} from {who}: expected 1 tensor, got 0")
     return from_wire(msg.payload)
 
 
-def _op(msg: Psi, who: str, want: str) -> None:
+def expect_op(msg: Psi, who: str, want: str) -> None:
     if msg.op != want:
         raise PSIError(f"expected PSI {want} from {who}, got PSI {msg.op!r}")
 
 
-def _size(msg: Psi, who: str) -> int:
+def peer_size(msg: Psi, who: str, env: RankEnv, me: str) -> int:
+    """The set size a PSI hello declares, once its suite and rank are this party's."""
     if msg.suite != SUITE:
         raise PSIError(f"{who} runs PSI suite {msg.suite[:80]!r}, this party runs {SUITE!r}")
+    problems = rank_problems(who, msg, env, me)
+    if problems:
+        raise PSIError(problems[0])
     return msg.n
 
 
-def _check_ids(ids: np.ndarray, who: str) -> np.ndarray:
+def check_ids(ids: np.ndarray, who: str) -> np.ndarray:
     try:
         sodium()
     except SodiumUnavailable as e:
@@ -157,25 +171,86 @@ def _check_ids(ids: np.ndarray, who: str) -> np.ndarray:
 
 
 # -- follower ------------------------------------------------------------------------------------------
-def follower_psi(ch, ids: np.ndarray, log=None) -> tuple[np.ndarray, PSIReport]:
-    """Run F's side over a FollowerChannel; return the ids of the final intersection (ascending) and the report."""
+def follower_psi(
+    ch, ids: np.ndarray, log=None, cache: PSICache | None = None, env: RankEnv = ONE_RANK
+) -> tuple[np.ndarray, PSIReport]:
+    """Run F's side over a FollowerChannel; return the ids of the final intersection (ascending) and the report.
+    cache: this party's agreement with the leader (vfl/align/psi/reuse.py), offered when its ids are unchanged;
+    env: this rank, whose bucket of ids (vfl/align/psi/buckets.py) the leader's same rank must intersect."""
     t0, sent0, recv0 = time.perf_counter(), ch.bytes_sent, ch.bytes_received
-    ids = _check_ids(ids, ch.me)
-    y = ids[_shuffle(ids.size)]
-    ch.post(Psi.hello(SUITE, y.size))
-    run = _FollowerPSI(ch, y, _size(_recv(ch, "hello"), "the leader"), log)
-    pos, pairwise = run.checked_positions(run.answer_until_done())
-    final = np.sort(y[pos])
+    ids = check_ids(ids, ch.me)
+    agreed = load_agreement(cache, ids, "the leader", log)
+    ch.post(Psi.hello(SUITE, ids.size, agreed.offer("follower") if agreed else None, env.rank, env.ranks))
+    hello = _recv(ch, "hello")
+    n_leader = peer_size(hello, "the leader", env, "this follower")
+    if hello.payload is not None:  # the leader accepts the offer and proves the same agreement
+        if agreed is None or not agreed.matches(hello.payload, "leader"):
+            raise PSIError("the leader's PSI hello claims a reuse that this party's cached PSI does not prove; refused")
+        final, pairwise = agreed.shared[_reused_positions(ch, agreed.shared.size)], agreed.shared.size
+    else:
+        y = ids[shuffled_order(ids.size)]
+        run = _FollowerPSI(ch, y, n_leader, log)
+        pos, shared = run.checked_positions(run.answer_until_done())
+        final, pairwise = np.sort(y[pos]), int(shared.sum())
+        if cache is not None and run.ticket is not None:
+            cache.store(run.ticket, ids, y[shared])
     report = PSIReport(
         int(final.size),
-        int(y.size),
-        {"leader": run.n_leader},
-        {"leader": pairwise},
+        int(ids.size),
+        {"leader": n_leader},
+        {"leader": int(pairwise)},
         time.perf_counter() - t0,
         ch.bytes_sent - sent0,
         ch.bytes_received - recv0,
+        ["leader"] if hello.payload is not None else [],
     )
     return final, report
+
+
+def load_agreement(cache: PSICache | None, ids: np.ndarray, peer: str, log) -> Agreement | None:
+    """This party's cached agreement with peer when its ids are unchanged; None (and why, in the log) else."""
+    agreed = cache.load(ids) if cache is not None else None
+    if cache is not None and agreed is None and log is not None:
+        log(f"PSI with {peer}: nothing to reuse ({cache.refused})")
+    return agreed
+
+
+class _Positions:
+    """The positions the leader names in PSI result chunks, in order, then checked against a set of n."""
+
+    def __init__(self, n: int):
+        self.n, self.parts, self.next = n, [], 0
+
+    def add(self, msg: Psi) -> None:  # positions int64 (stop - start,), start < stop <= total (by parse)
+        if msg.start != self.next or msg.total > self.n:
+            raise PSIError(
+                f"PSI result from the leader: chunk {msg.start}..{msg.stop} of {msg.total} out of order or malformed"
+            )
+        self.parts.append(msg.payload.copy())
+        self.next = msg.stop
+
+    def checked(self, size: int) -> np.ndarray:
+        pos = np.concatenate(self.parts) if self.parts else np.empty(0, np.int64)
+        if pos.size != size:
+            raise PSIError(f"PSI done from the leader announces {size} ids but named {pos.size} positions")
+        if pos.size and (pos.min() < 0 or pos.max() >= self.n or np.any(np.diff(pos) <= 0)):
+            raise PSIError(
+                "PSI result from the leader: positions must be strictly increasing indices of this party's set"
+            )
+        return pos
+
+
+def _reused_positions(ch, n: int) -> np.ndarray:
+    """Reuse: the final ids as strictly increasing indices into this party's cached shared ids (n of them); DONE
+    with no result before it names all n (the only n strictly increasing indices of n)."""
+    positions = _Positions(n)
+    while (msg := _recv(ch, None)).op != "done":
+        if msg.op != "result":
+            raise PSIError(f"unexpected PSI {msg.op} from the leader after both agreed to reuse their intersection")
+        positions.add(msg)
+    if not positions.parts and msg.size == n:
+        return np.arange(n, dtype=np.int64)
+    return positions.checked(msg.size)
 
 
 class _FollowerPSI:
@@ -189,9 +264,9 @@ class _FollowerPSI:
         self.got = np.zeros(y.size, bool)
         self.x_ab = np.zeros((n_leader, 32), np.uint8)
         self.x_got = np.zeros(n_leader, bool)
-        self.positions: list[np.ndarray] = []
-        self.expected_positions = 0
-        self.progress = _Progress(log, "with the leader", y.size + n_leader)
+        self.positions = _Positions(y.size)
+        self.ticket: bytes | None = None
+        self.progress = Progress(log, "with the leader", y.size + n_leader)
 
     def answer_until_done(self) -> int:
         """Answer mask / double / leader / result until DONE; the size DONE announces."""
@@ -199,7 +274,8 @@ class _FollowerPSI:
             "mask": self._on_mask,
             "double": self._on_double,
             "leader": self._on_leader,
-            "result": self._on_result,
+            "result": self.positions.add,
+            "ticket": self._on_ticket,
         }
         while True:
             msg = _recv(self.ch, None)
@@ -210,19 +286,19 @@ class _FollowerPSI:
             handlers[msg.op](msg)
 
     def _on_mask(self, msg: Psi) -> None:
-        start, stop = _range(msg, "the leader", self.y.size)
+        start, stop = checked_range(msg, "the leader", self.y.size)
         self.ch.post(Psi.chunk("mask", start, stop, as_wire(mask_ids(self.y[start:stop], self.b))))
         self.progress.add(stop - start)
 
     def _on_double(self, msg: Psi) -> None:
-        start, stop = _range(msg, "the leader", self.y.size)
-        self.y_ab[start:stop] = _points(msg, "the leader")
+        start, stop = checked_range(msg, "the leader", self.y.size)
+        self.y_ab[start:stop] = points_of(msg, "the leader")
         self.got[start:stop] = True
 
     def _on_leader(self, msg: Psi) -> None:
-        start, stop = _range(msg, "the leader", self.n_leader)
+        start, stop = checked_range(msg, "the leader", self.n_leader)
         try:
-            out = raise_to(_points(msg, "the leader"), self.b)
+            out = raise_to(points_of(msg, "the leader"), self.b)
         except PointError as e:
             raise PSIError(f"PSI leader chunk {start}..{stop} from the leader: {e}") from None
         self.x_ab[start:stop] = out
@@ -230,36 +306,27 @@ class _FollowerPSI:
         self.ch.post(Psi.chunk("leader", start, stop, as_wire(out)))
         self.progress.add(stop - start)
 
-    def _on_result(self, msg: Psi) -> None:  # positions int64 (stop - start,), start < stop <= total (by parse)
-        if msg.start != self.expected_positions or msg.total > self.y.size:
-            raise PSIError(
-                f"PSI result from the leader: chunk {msg.start}..{msg.stop} of {msg.total} out of order or malformed"
-            )
-        self.positions.append(msg.payload.copy())
-        self.expected_positions = msg.stop
+    def _on_ticket(self, msg: Psi) -> None:
+        if self.ticket is not None:
+            raise PSIError("the leader sent a second PSI ticket")
+        self.ticket = ticket_from_wire(msg.payload)
 
-    def checked_positions(self, size: int) -> tuple[np.ndarray, int]:
-        """The positions the leader named, each checked to be an id this party found shared; and the pairwise
-        intersection's size."""
-        pos = np.concatenate(self.positions) if self.positions else np.empty(0, np.int64)
-        if pos.size != size:
-            raise PSIError(f"PSI done from the leader announces {size} ids but named {pos.size} positions")
+    def checked_positions(self, size: int) -> tuple[np.ndarray, np.ndarray]:
+        """The positions the leader named, each checked to be an id this party found shared; and which of this
+        party's (shuffled) ids it found shared with the leader (its pairwise intersection, a bool mask)."""
+        pos = self.positions.checked(size)
         if not self.got.all() or not self.x_got.all():
             raise PSIError("the leader ended the PSI before every chunk was exchanged")
-        if pos.size and (pos.min() < 0 or pos.max() >= self.y.size or np.any(np.diff(pos) <= 0)):
-            raise PSIError(
-                "PSI result from the leader: positions must be strictly increasing indices of this party's set"
-            )
         theirs = point_set(self.x_ab)
-        pairwise = sum(1 for k in point_set(self.y_ab) if k in theirs)
         raw = self.y_ab.tobytes()
-        for p in pos:
-            if raw[32 * p : 32 * p + 32] not in theirs:
-                raise PSIError(
-                    f"the leader named position {int(p)} as shared, but that id is not in the intersection "
-                    f"this party computed; refused"
-                )
-        return pos, pairwise
+        shared = np.fromiter((raw[32 * i : 32 * i + 32] in theirs for i in range(self.y.size)), bool, self.y.size)
+        bad = pos[~shared[pos]] if pos.size else pos
+        if bad.size:
+            raise PSIError(
+                f"the leader named position {int(bad[0])} as shared, but that id is not in the intersection "
+                f"this party computed; refused"
+            )
+        return pos, shared
 
 
 def _recv(ch, op: str | None) -> Psi:
@@ -273,148 +340,8 @@ def _recv(ch, op: str | None) -> Psi:
         if isinstance(msg, Wait):
             continue
         if op is not None:
-            _op(msg, "the leader", op)
+            expect_op(msg, "the leader", op)
         return msg
-
-
-# -- leader --------------------------------------------------------------------------------------------
-def peer_limit(own: int, max_peer_ids: int | None) -> int:
-    """The most ids a follower may declare: data.psi_max_peer_ids, else max(16 x the leader's, 2**20). Every
-    declared id costs the leader 32 bytes and an exponentiation, and lets a malicious follower test one id of
-    its choice for membership in the leader's set, so the leader bounds it."""
-    return min(MAX_IDS, max_peer_ids if max_peer_ids is not None else max(16 * own, 1 << 20))
-
-
-def _distinct(points: np.ndarray, what: str) -> None:
-    """Refuse repeated points: each stands for one id, and a repeat would match several rows to one."""
-    rows = np.ascontiguousarray(points, dtype=np.uint8).reshape(-1, 32)
-    if np.unique(rows.view(np.dtype((np.void, 32))).ravel()).size != rows.shape[0]:
-        raise PSIError(f"{what} holds repeated points (one id each is the protocol)")
-
-
-def leader_psi(
-    ch, followers: list[str], ids: np.ndarray, log=None, max_peer_ids: int | None = None
-) -> tuple[np.ndarray, PSIReport]:
-    """Run L's side with every follower in turn; return the ids every party holds (ascending) and the report."""
-    t0, sent0, recv0 = time.perf_counter(), ch.bytes_sent, ch.bytes_received
-    run = _LeaderPSI(ch, followers, _check_ids(ids, ch.me), log)
-    sizes = run.agree_sizes(max_peer_ids)
-    matched = {f: run.match_with(f, sizes[f]) for f in followers}  # follower -> (leader rows, follower positions)
-    keep = np.ones(run.ids.size, bool)
-    for rows, _ in matched.values():
-        hit = np.zeros(run.ids.size, bool)
-        hit[rows] = True
-        keep &= hit
-    for f, (rows, pos) in matched.items():
-        run.send_result(f, np.sort(pos[keep[rows]]))
-    final = np.sort(run.ids[keep])
-    report = PSIReport(
-        int(final.size),
-        int(run.ids.size),
-        sizes,
-        {f: int(matched[f][0].size) for f in followers},
-        time.perf_counter() - t0,
-        ch.bytes_sent - sent0,
-        ch.bytes_received - recv0,
-    )
-    return final, report
-
-
-class _LeaderPSI:
-    """L's side of the protocol with its followers, one at a time: the hashes of its ids (computed once, chunk by
-    chunk) and a WAIT to every follower not being served, so none times out."""
-
-    def __init__(self, ch, followers: list[str], ids: np.ndarray, log):
-        self.ch, self.followers, self.ids, self.log = ch, followers, ids, log
-        self.keepalive_every = ch.timeout_s / 4
-        self.last = {f: time.monotonic() for f in followers}
-        self.hashed = np.empty((ids.size, 32), np.uint8)  # H(x): a public function of the ids
-        self.is_hashed = np.zeros(ids.size, bool)
-
-    def agree_sizes(self, max_peer_ids: int | None) -> dict[str, int]:
-        """Every follower's HELLO (its set size, within this leader's limit), then this leader's HELLO to each."""
-        sizes = {}
-        for f in self.followers:
-            sizes[f] = _size(_leader_recv(self.ch, f, "hello", " (is it running and pointed at this leader?)"), f)
-            limit = peer_limit(self.ids.size, max_peer_ids)
-            if sizes[f] > limit:
-                raise PSIError(
-                    f"{f} declares {sizes[f]} ids, above this leader's limit of {limit} "
-                    f"(data.psi_max_peer_ids; default max(16 x the leader's {self.ids.size} ids, 2**20))"
-                )
-        for f in self.followers:
-            self.ch.post(f, Psi.hello(SUITE, self.ids.size))
-            self.last[f] = time.monotonic()
-        return sizes
-
-    def hashes(self, rows: np.ndarray) -> np.ndarray:
-        todo = rows[~self.is_hashed[rows]]
-        if todo.size:
-            self.hashed[todo] = hash_ids(self.ids[todo])
-            self.is_hashed[todo] = True
-        return self.hashed[rows]
-
-    def keepalive(self, current: str) -> None:
-        now = time.monotonic()
-        for g in self.followers:
-            if g != current and now - self.last[g] >= self.keepalive_every:
-                self.ch.post(g, Wait())
-                self.last[g] = now
-
-    def match_with(self, f: str, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """The protocol with follower f (n ids): (this leader's rows, f's positions) of the ids both hold."""
-        a = new_exponent()
-        progress = _Progress(self.log, f"with {f}", n + self.ids.size)
-        y_ab = self._double_masks(f, n, a, progress)
-        perm = _shuffle(self.ids.size)
-        x_ab = np.empty((self.ids.size, 32), np.uint8)
-        for start, stop in _chunks(self.ids.size):
-            self.ch.post(f, Psi.chunk("leader", start, stop, as_wire(raise_to(self.hashes(perm[start:stop]), a))))
-            msg = _leader_recv(self.ch, f, "leader")
-            _range(msg, f, self.ids.size, (start, stop))
-            x_ab[start:stop] = _points(msg, f)
-            self.keepalive(f)
-            progress.add(stop - start)
-        _distinct(y_ab, f"PSI mask values of {f}")
-        _distinct(x_ab, f"PSI leader replies of {f}")
-        theirs = point_set(y_ab)
-        raw = x_ab.tobytes()
-        rows, pos = [], []
-        for i in range(self.ids.size):
-            j = theirs.get(raw[32 * i : 32 * i + 32])
-            if j is not None:
-                rows.append(perm[i])
-                pos.append(j)
-        return np.asarray(rows, np.int64), np.asarray(pos, np.int64)
-
-    def _double_masks(self, f: str, n: int, a, progress) -> np.ndarray:
-        """f's masked hashes H(y)^b, chunk by chunk, raised to a and returned to f: H(y)^ab, in f's order."""
-        y_ab = np.empty((n, 32), np.uint8)
-        for start, stop in _chunks(n):
-            self.ch.post(f, Psi.chunk("mask", start, stop))
-            msg = _leader_recv(self.ch, f, "mask")
-            _range(msg, f, n, (start, stop))
-            try:
-                y_ab[start:stop] = raise_to(_points(msg, f), a)
-            except PointError as e:
-                raise PSIError(f"PSI mask chunk {start}..{stop} from {f}: {e}") from None
-            self.ch.post(f, Psi.chunk("double", start, stop, as_wire(y_ab[start:stop])))
-            self.keepalive(f)
-            progress.add(stop - start)
-        return y_ab
-
-    def send_result(self, f: str, final_pos: np.ndarray) -> None:
-        """f's positions of the ids every party holds (ascending), in chunks, then DONE with their count."""
-        for start in range(0, final_pos.size, PSI_RESULT_CHUNK):
-            stop = min(start + PSI_RESULT_CHUNK, final_pos.size)
-            self.ch.post(f, Psi.result(start, stop, final_pos.size, final_pos[start:stop]))
-        self.ch.post(f, Psi.done(final_pos.size))
-
-
-def _leader_recv(ch, peer: str, op: str, hint: str = "") -> Psi:
-    msg = ch.expect(peer, Psi, what=f"PSI {op} from follower {peer}{hint}")
-    _op(msg, peer, op)
-    return msg
 
 
 def check_minimum(report: PSIReport, minimum: int, me: str) -> None:

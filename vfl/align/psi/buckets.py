@@ -1,0 +1,82 @@
+"""PSI across ranks: rank r of every party intersects the ids in bucket r of a public hash, and the party gathers them.
+
+An id's bucket is splitmix64(id XOR a fixed salt) mod N (privacy/public_hash.py), a public function every party
+computes alike, so ids equal across parties fall in the same bucket and the intersection of the whole sets is the
+union over r of the intersections of bucket r (the buckets partition every set the same way). Rank r of a party
+holds a channel to rank r of every other party (vfl/distributed/pairing.py), runs the ordinary PSI there on its
+bucket, and the party's ranks all-gather their parts: the result is the one-rank PSI's, id for id (tests).
+
+What this adds to what each side learns: the other party's set size per bucket (N numbers summing to the set size
+the one-rank PSI reveals), a statistic of the set under a public hash. With one rank nothing changes.
+Each rank keeps its own reuse cache (vfl/align/psi/reuse.py), bound to its rank and N.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import numpy as np
+
+from privacy.public_hash import splitmix64
+from vfl.align.psi.protocol import PSIError, PSIReport
+from vfl.align.psi.reuse import CACHE_DIR, PSICache
+
+_BUCKET_SALT = np.uint64(0x7073692D72616E6B)  # "psi-rank": buckets independent of every other public hash's draws
+
+
+def bucket_of(ids: np.ndarray, ranks: int) -> np.ndarray:
+    """The rank (0..ranks-1) whose bucket holds each int64 id."""
+    h = splitmix64(np.asarray(ids, np.int64).view(np.uint64) ^ _BUCKET_SALT)
+    return (h % np.uint64(ranks)).astype(np.int64)
+
+
+def rank_share(ids: np.ndarray, rank: int, ranks: int) -> np.ndarray:
+    """The ids rank `rank` of `ranks` brings to its PSI (all of them for one rank)."""
+    ids = np.asarray(ids)
+    return ids if ranks == 1 else ids[bucket_of(ids, ranks) == rank]
+
+
+def intersect_on_ranks(ctx, ids: np.ndarray, run: Callable, me: str) -> tuple[np.ndarray, PSIReport]:
+    """run(this rank's bucket of ids) -> (its intersection, report) on every rank; the party's whole intersection
+    (ascending, on every rank) and the report summed over ranks."""
+    part = rank_share(ids, ctx.rank, ctx.ranks)
+    if part.size == 0:
+        raise PSIError(
+            f"{me}: rank {ctx.rank} of {ctx.ranks} has no ids in its PSI bucket ({len(ids)} ids in all); "
+            f"run fewer ranks"
+        )
+    common, report = run(part)
+    if ctx.ranks == 1:
+        return common, report
+    everything = np.sort(ctx.gather_ids(np.asarray(common, np.int64)))
+    return everything, _summed(ctx, report, everything.size)
+
+
+def _summed(ctx, r: PSIReport, intersection: int) -> PSIReport:
+    """The ranks' reports as one: sizes and bytes summed, the slowest rank's seconds, peers reused on every rank."""
+    peers = sorted(r.peer_ids)
+    total = [ctx.total(v) for v in (r.own_ids, r.bytes_sent, r.bytes_received)]
+    return PSIReport(
+        intersection,
+        int(total[0]),
+        {p: int(ctx.total(r.peer_ids[p])) for p in peers},
+        {p: int(ctx.total(r.pairwise[p])) for p in peers},
+        max(ctx.per_rank(r.seconds)),
+        int(total[1]),
+        int(total[2]),
+        [p for p in peers if ctx.total(float(p in r.reused)) == ctx.ranks],
+    )
+
+
+def psi_caches(cfg, keys, rank: int, ranks: int) -> dict[str, PSICache]:
+    """This party's reuse cache with each peer (the leader: every follower; a follower: the leader), under
+    <data.path>/psi_cache; none when data.psi_reuse is false."""
+    if not cfg.data.psi_reuse:
+        return {}
+    directory = os.path.join(cfg.data.path, CACHE_DIR)
+    if cfg.is_leader:
+        peers = {name: key for key, name in keys.followers.items()}
+    else:
+        peers = {"leader": keys.leader}
+    return {p: PSICache(directory, keys.secret, cfg.party, p, key, rank, ranks) for p, key in peers.items()}

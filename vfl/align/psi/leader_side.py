@@ -1,0 +1,211 @@
+"""The leader's side of the PSI (vfl/align/psi/protocol.py describes the exchange): every follower in turn, or its
+reused agreement (vfl/align/psi/reuse.py), then the intersection over all followers, named to each."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from vfl.align.psi.ecdh import SUITE, PointError, as_wire, hash_ids, new_exponent, point_set, raise_to
+from vfl.align.psi.protocol import (
+    MAX_IDS,
+    ONE_RANK,
+    Progress,
+    PSIError,
+    PSIReport,
+    check_ids,
+    checked_range,
+    chunks,
+    expect_op,
+    load_agreement,
+    peer_size,
+    points_of,
+    shuffled_order,
+)
+from vfl.align.psi.reuse import Agreement, PSICache, new_ticket, ticket_wire
+from vfl.distributed.launch import RankEnv
+from vfl.wire.messages import Wait
+from vfl.wire.psi_messages import PSI_RESULT_CHUNK, Psi
+
+
+def peer_limit(own: int, max_peer_ids: int | None) -> int:
+    """The most ids a follower may declare: data.psi_max_peer_ids, else max(16 x the leader's, 2**20). Every
+    declared id costs the leader 32 bytes and an exponentiation, and lets a malicious follower test one id of
+    its choice for membership in the leader's set, so the leader bounds it."""
+    return min(MAX_IDS, max_peer_ids if max_peer_ids is not None else max(16 * own, 1 << 20))
+
+
+def _distinct(points: np.ndarray, what: str) -> None:
+    """Refuse repeated points: each stands for one id, and a repeat would match several rows to one."""
+    rows = np.ascontiguousarray(points, dtype=np.uint8).reshape(-1, 32)
+    if np.unique(rows.view(np.dtype((np.void, 32))).ravel()).size != rows.shape[0]:
+        raise PSIError(f"{what} holds repeated points (one id each is the protocol)")
+
+
+def leader_psi(
+    ch,
+    followers: list[str],
+    ids: np.ndarray,
+    log=None,
+    max_peer_ids: int | None = None,
+    caches: dict[str, PSICache] | None = None,
+    env: RankEnv = ONE_RANK,
+) -> tuple[np.ndarray, PSIReport]:
+    """Run L's side with every follower in turn; return the ids every party holds (ascending) and the report.
+    caches: this party's agreement with each follower (vfl/align/psi/reuse.py), reused when both sides prove it;
+    env: this rank, whose bucket of ids (vfl/align/psi/buckets.py) each follower's same rank must intersect."""
+    t0, sent0, recv0 = time.perf_counter(), ch.bytes_sent, ch.bytes_received
+    run = _LeaderPSI(ch, followers, check_ids(ids, ch.me), log, env)
+    sizes, agreed = run.agree_sizes(max_peer_ids, caches or {})
+    # follower -> (leader rows, follower positions): positions in its shuffled set, or indices into its cached ids
+    matched = {f: run.reused(f, agreed[f].shared) if f in agreed else run.match_with(f, sizes[f]) for f in followers}
+    keep = np.ones(run.ids.size, bool)
+    for rows, _ in matched.values():
+        hit = np.zeros(run.ids.size, bool)
+        hit[rows] = True
+        keep &= hit
+    tickets = {f: new_ticket() for f in followers if f not in agreed}
+    for f, (rows, pos) in matched.items():
+        if f in tickets:
+            ch.post(f, Psi.ticket(ticket_wire(tickets[f])))
+        final_pos = np.sort(pos[keep[rows]])
+        run.send_result(f, final_pos, all_cached=f in agreed and final_pos.size == pos.size)
+    for f, ticket in tickets.items():
+        if caches and f in caches:
+            caches[f].store(ticket, run.ids, run.ids[matched[f][0]])
+    final = np.sort(run.ids[keep])
+    report = PSIReport(
+        int(final.size),
+        int(run.ids.size),
+        sizes,
+        {f: int(matched[f][0].size) for f in followers},
+        time.perf_counter() - t0,
+        ch.bytes_sent - sent0,
+        ch.bytes_received - recv0,
+        sorted(agreed),
+    )
+    return final, report
+
+
+class _LeaderPSI:
+    """L's side of the protocol with its followers, one at a time: the hashes of its ids (computed once, chunk by
+    chunk) and a WAIT to every follower not being served, so none times out."""
+
+    def __init__(self, ch, followers: list[str], ids: np.ndarray, log, env: RankEnv):
+        self.ch, self.followers, self.ids, self.log, self.env = ch, followers, ids, log, env
+        self.keepalive_every = ch.timeout_s / 4
+        self.last = {f: time.monotonic() for f in followers}
+        self.hashed = np.empty((ids.size, 32), np.uint8)  # H(x): a public function of the ids
+        self.is_hashed = np.zeros(ids.size, bool)
+
+    def agree_sizes(self, max_peer_ids: int | None, caches: dict[str, PSICache]) -> tuple[dict, dict]:
+        """Every follower's HELLO (its set size, within this leader's limit, and perhaps a reuse offer), then this
+        leader's HELLO to each (with its own proof where it accepts the offer): the sizes and the agreements."""
+        sizes, agreed = {}, {}
+        for f in self.followers:
+            hello = _leader_recv(self.ch, f, "hello", " (is it running and pointed at this leader?)")
+            sizes[f] = peer_size(hello, f, self.env, "the leader")
+            limit = peer_limit(self.ids.size, max_peer_ids)
+            if sizes[f] > limit:
+                raise PSIError(
+                    f"{f} declares {sizes[f]} ids, above this leader's limit of {limit} "
+                    f"(data.psi_max_peer_ids; default max(16 x the leader's {self.ids.size} ids, 2**20))"
+                )
+            if f in caches and (a := self._accept(f, hello.payload, caches[f])) is not None:
+                agreed[f] = a
+        for f in self.followers:
+            offer = agreed[f].offer("leader") if f in agreed else None
+            self.ch.post(f, Psi.hello(SUITE, self.ids.size, offer, self.env.rank, self.env.ranks))
+            self.last[f] = time.monotonic()
+        return sizes, agreed
+
+    def _accept(self, f: str, offer: np.ndarray | None, cache: PSICache) -> Agreement | None:
+        """This leader's cached agreement with f when its own ids are unchanged and f's offer names and proves it."""
+        agreed = load_agreement(cache, self.ids, f, self.log)
+        if agreed is None or offer is None or not agreed.matches(offer, "follower"):
+            if agreed is not None and self.log is not None:
+                why = "offers none (its ids or its cache changed)" if offer is None else "offers another PSI or result"
+                self.log(f"PSI with {f}: this leader's ids are unchanged, but {f} {why}; running the PSI")
+            return None
+        return agreed
+
+    def reused(self, f: str, shared: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(this leader's rows, indices into the cached ids) of the ids shared with f at their last agreed PSI."""
+        order = np.argsort(self.ids, kind="stable")
+        idx = np.searchsorted(self.ids[order], shared)
+        if idx.size and (idx.max() >= self.ids.size or np.any(self.ids[order][idx] != shared)):
+            raise PSIError(f"the cached intersection with {f} holds ids this party does not hold")  # own digest matched
+        if self.log is not None:
+            self.log(f"PSI with {f}: both sides' ids are unchanged; reusing the {shared.size} ids agreed before")
+        return order[idx], np.arange(shared.size, dtype=np.int64)
+
+    def hashes(self, rows: np.ndarray) -> np.ndarray:
+        todo = rows[~self.is_hashed[rows]]
+        if todo.size:
+            self.hashed[todo] = hash_ids(self.ids[todo])
+            self.is_hashed[todo] = True
+        return self.hashed[rows]
+
+    def keepalive(self, current: str) -> None:
+        now = time.monotonic()
+        for g in self.followers:
+            if g != current and now - self.last[g] >= self.keepalive_every:
+                self.ch.post(g, Wait())
+                self.last[g] = now
+
+    def match_with(self, f: str, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The protocol with follower f (n ids): (this leader's rows, f's positions) of the ids both hold."""
+        a = new_exponent()
+        progress = Progress(self.log, f"with {f}", n + self.ids.size)
+        y_ab = self._double_masks(f, n, a, progress)
+        perm = shuffled_order(self.ids.size)
+        x_ab = np.empty((self.ids.size, 32), np.uint8)
+        for start, stop in chunks(self.ids.size):
+            self.ch.post(f, Psi.chunk("leader", start, stop, as_wire(raise_to(self.hashes(perm[start:stop]), a))))
+            msg = _leader_recv(self.ch, f, "leader")
+            checked_range(msg, f, self.ids.size, (start, stop))
+            x_ab[start:stop] = points_of(msg, f)
+            self.keepalive(f)
+            progress.add(stop - start)
+        _distinct(y_ab, f"PSI mask values of {f}")
+        _distinct(x_ab, f"PSI leader replies of {f}")
+        theirs = point_set(y_ab)
+        raw = x_ab.tobytes()
+        rows, pos = [], []
+        for i in range(self.ids.size):
+            j = theirs.get(raw[32 * i : 32 * i + 32])
+            if j is not None:
+                rows.append(perm[i])
+                pos.append(j)
+        return np.asarray(rows, np.int64), np.asarray(pos, np.int64)
+
+    def _double_masks(self, f: str, n: int, a, progress) -> np.ndarray:
+        """f's masked hashes H(y)^b, chunk by chunk, raised to a and returned to f: H(y)^ab, in f's order."""
+        y_ab = np.empty((n, 32), np.uint8)
+        for start, stop in chunks(n):
+            self.ch.post(f, Psi.chunk("mask", start, stop))
+            msg = _leader_recv(self.ch, f, "mask")
+            checked_range(msg, f, n, (start, stop))
+            try:
+                y_ab[start:stop] = raise_to(points_of(msg, f), a)
+            except PointError as e:
+                raise PSIError(f"PSI mask chunk {start}..{stop} from {f}: {e}") from None
+            self.ch.post(f, Psi.chunk("double", start, stop, as_wire(y_ab[start:stop])))
+            self.keepalive(f)
+            progress.add(stop - start)
+        return y_ab
+
+    def send_result(self, f: str, final_pos: np.ndarray, all_cached: bool = False) -> None:
+        """f's positions of the ids every party holds (ascending), in chunks, then DONE with their count (all_cached:
+        a reusing f keeps every id it cached, and DONE alone says so)."""
+        for start in range(0, 0 if all_cached else final_pos.size, PSI_RESULT_CHUNK):
+            stop = min(start + PSI_RESULT_CHUNK, final_pos.size)
+            self.ch.post(f, Psi.result(start, stop, final_pos.size, final_pos[start:stop]))
+        self.ch.post(f, Psi.done(final_pos.size))
+
+
+def _leader_recv(ch, peer: str, op: str, hint: str = "") -> Psi:
+    msg = ch.expect(peer, Psi, what=f"PSI {op} from follower {peer}{hint}")
+    expect_op(msg, peer, op)
+    return msg
