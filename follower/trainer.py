@@ -17,6 +17,7 @@ from vfl.distributed.context import RankContext
 from vfl.distributed.pairing import rank_meta, rank_problems
 from vfl.labeldp.prior import prior_config, prior_order
 from vfl.obs.metrics import RunLog, loss_line
+from vfl.session.follower import FollowerSession
 from vfl.training.checkpoint import checkpoint_tag, load_resume_checkpoint, save_checkpoint
 from vfl.training.microbatch import check_micro, micro_slices
 from vfl.training.party import BottomParty
@@ -92,6 +93,7 @@ class FollowerTrainer:
         self.cfg = cfg
         self.ctx = ctx or RankContext()  # N ranks: this rank's slice of every batch, DDP
         self.ch = channel
+        self.session = FollowerSession(cfg, channel)  # the handshake and the message loop (shared with prediction)
         self.party = party
         self.log = log
         self.out_dir = out_dir
@@ -103,7 +105,6 @@ class FollowerTrainer:
         self.prior_rows: np.ndarray | None = None
         self._prior_orders: dict[int, list[np.ndarray]] = {}
         self._done = False  # DONE was answered: run() returns
-        self._waited = 0.0  # seconds the last message was awaited
         if cfg.train.resume_from:
             ckpt = load_resume_checkpoint(cfg.train.resume_from, cfg.party, ("bottom",))
             party.load_state(ckpt["state"]["bottom"])
@@ -112,19 +113,12 @@ class FollowerTrainer:
         party.train_model = self.ctx.wrap(party.model)
 
     def handshake(self) -> Welcome:
-        nonce = new_nonce()
-        self.ch.post(hello_message(self.cfg, self.party.shard, self.start_step, nonce, rank_meta(self.ctx.env)))
-        welcome: Welcome = self.ch.expect(
-            Welcome, what=f"WELCOME from the leader at {self.ch.endpoint} (is the leader running?)"
-        )
-        if welcome.nonce != nonce:
-            raise WireError(
-                "WELCOME from the leader does not echo this follower's HELLO nonce: a replayed or foreign session"
-            )
+        hello = hello_message(self.cfg, self.party.shard, self.start_step, new_nonce(), rank_meta(self.ctx.env))
+        welcome: Welcome = self.session.greet(hello, Welcome)
         problems = rank_problems("the leader", welcome, self.ctx.env, f"follower {self.cfg.party}")
         if problems:
             raise WireError("handshake failed: " + "; ".join(problems))
-        self.ch.run = welcome.run
+        self.session.join(welcome.run)
         return welcome
 
     def _rows(self, epoch: int, step: int) -> np.ndarray:
@@ -149,11 +143,7 @@ class FollowerTrainer:
             Done: self._on_done,
             Prior: self._on_prior,
         }
-        while not self._done:
-            t0 = time.perf_counter()
-            msg = self.ch.expect(*handlers)
-            self._waited = time.perf_counter() - t0  # a step's time includes the wait for its FORWARD (not the first)
-            handlers[type(msg)](msg)
+        self.session.serve(handlers, lambda: self._done)
 
     def _on_wait(self, msg: Wait) -> None:
         """The leader is still preparing; a fresh deadline starts."""
@@ -165,7 +155,7 @@ class FollowerTrainer:
         if self.prior is not None:
             self.log("LP-2ST stage one done; its bottom is dropped")
             self.prior, self.prior_rows, self._prior_orders = None, None, {}
-        waited = self._waited
+        waited = self.session.waited  # a step's time includes the wait for its FORWARD (not the first)
         if self.steps == 0:  # the breakdown covers the main training only, from its first FORWARD
             TIMER.reset()
             TIMER.watch(self.party.device)

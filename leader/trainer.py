@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import math
 import os
-import time
 
 import numpy as np
 import torch
 
-from vfl.align.handshake import hello_message, hello_problems, new_nonce, run_id
+from vfl.align.handshake import hello_message, hello_problems
 from vfl.config.schema import PartyConfig
 from vfl.data.shards import batch_digest, eval_batches, steps_per_epoch
 from vfl.distributed.context import RankContext
@@ -19,32 +18,17 @@ from vfl.labeldp.release import LabelDPRelease, bayes_accuracy_of, leader_task, 
 from vfl.obs.curves import RunCurves
 from vfl.obs.metrics import RunLog
 from vfl.obs.progress import track
+from vfl.session.leader import HandshakeError, LeaderSession
 from vfl.training.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.training.loop import TrainingLoop
-from vfl.training.microbatch import check_micro, micro_slices, weighted_loss
+from vfl.training.microbatch import micro_slices, weighted_loss
 from vfl.training.party import BottomParty
 from vfl.training.step_timer import TIMER
 from vfl.training.top import TopTrainer, regression_target
-from vfl.wire import LeaderChannel, WireError
-from vfl.wire.messages import (
-    Bye,
-    Done,
-    Embedding,
-    Eval,
-    Forward,
-    Gradient,
-    Hello,
-    Prior,
-    Restore,
-    Save,
-    Snapshot,
-    Wait,
-    Welcome,
-)
+from vfl.wire import LeaderChannel
+from vfl.wire.messages import Bye, Done, Eval, Forward, Gradient, Hello, Prior, Restore, Save, Snapshot, Welcome
 
-
-class HandshakeError(WireError):
-    """A follower disagrees with the leader on something training depends on."""
+__all__ = ["HandshakeError", "LeaderTrainer"]  # HandshakeError is the session's (vfl/session/leader.py)
 
 
 class LeaderTrainer:
@@ -69,12 +53,12 @@ class LeaderTrainer:
         self.party = party
         self.log = log
         self.out_dir = out_dir
-        self.followers = list(cfg.network.followers)
-        self.cut_dims: dict[str, int] = {}
+        # the handshake, the keepalive and the followers' cuts (shared with prediction and serving)
+        self.session = LeaderSession(cfg, channel, party.device)
+        self.followers = self.session.followers
+        self.cut_dims = self.session.cut_dims
         self.labels = None
         self.top: TopTrainer | None = None
-        self._keepalive_every = cfg.network.timeout_s / 4
-        self._last_sent = time.monotonic()
         self.loop: TrainingLoop | None = None  # built in prepare(), once the validation labels are randomized
         self.follower_snapshot_bytes: dict[str, int] = {}
         self.resume = None
@@ -100,45 +84,26 @@ class LeaderTrainer:
     # -- handshake ---------------------------------------------------------------------------
     def handshake(self) -> None:
         ours = hello_message(self.cfg, self.party.shard, self.start_step)
-        problems = []
-        nonces = {}
-        for f in self.followers:
-            hello: Hello = self.ch.expect(
-                f, Hello, what=f"HELLO from follower {f} (is it running and pointed at {self.cfg.network.bind}?)"
-            )
-            if hello.party != f:  # the key decides who it is, never the name it gives
-                raise HandshakeError(
-                    f"handshake refused: the party holding {f}'s key introduced itself as {hello.party!r}"
-                )
-            problems += hello_problems(f, hello, ours) + rank_problems(f, hello, self.ctx.env)
-            nonces[f] = hello.nonce
-            self.cut_dims[f] = hello.cut_dim
-            # a follower chooses its deadline; at least 1 s, so it cannot make the leader send WAIT non-stop
-            self._keepalive_every = min(self._keepalive_every, max(float(hello.timeout_s), 1.0) / 4)
-        if problems:
-            raise HandshakeError("handshake failed: " + "; ".join(problems))
+        hellos: dict[str, Hello] = self.session.greet(
+            Hello,
+            lambda f, hello: hello_problems(f, hello, ours) + rank_problems(f, hello, self.ctx.env),
+            lambda f: f"HELLO from follower {f} (is it running and pointed at {self.cfg.network.bind}?)",
+        )
         steps = steps_per_epoch(len(self.party.train_split), self.cfg.train.batch_size)
-        self.ch.run = run_id(new_nonce(), nonces)
-        for f in self.followers:
-            self.ch.post(
-                f,
-                Welcome(
-                    run=self.ch.run,
-                    nonce=nonces[f],
-                    epochs=self.cfg.train.epochs,
-                    steps_per_epoch=steps,
-                    **rank_meta(self.ctx.env),
-                ),
-            )
-        self._last_sent = time.monotonic()
+        self.session.start_run(
+            {f: h.nonce for f, h in hellos.items()},
+            lambda f: Welcome(
+                run=self.ch.run,
+                nonce=hellos[f].nonce,
+                epochs=self.cfg.train.epochs,
+                steps_per_epoch=steps,
+                **rank_meta(self.ctx.env),
+            ),
+        )
 
     def _keepalive(self) -> None:
         """During long preparation, tell followers the leader is alive before their deadlines pass."""
-        now = time.monotonic()
-        if now - self._last_sent >= self._keepalive_every:
-            for f in self.followers:
-                self.ch.post(f, Wait())
-            self._last_sent = now
+        self.session.keepalive()
 
     def prepare(self) -> None:
         """Randomize the training labels (label DP; LP-2ST trains its prior here) and build the top."""
@@ -171,7 +136,7 @@ class LeaderTrainer:
         self.top = TopTrainer(
             tr,
             self.cfg.model.top,
-            in_dim,
+            (self.party.cut_dim, *(self.cut_dims[f] for f in self.followers)),  # each party's cut, leader first
             self.party.device,
             rel.training_loss() if rel is not None else None,
             tr.epochs * steps_per_epoch(len(self.party.train_split), tr.batch_size),
@@ -333,24 +298,8 @@ class LeaderTrainer:
     def _remote_cut(
         self, peer: str, key: str, value, rows: int, micro: int | None = None, epoch: int | None = None
     ) -> torch.Tensor:
-        """The next EMBEDDING from peer, checked to answer its `key` ("step", or "eval": (split, start, stop)) ==
-        value (of `epoch`, and micro-batch `micro` of a training step) with a (rows, cut) cut (float32, by parse)."""
-        msg: Embedding = self.ch.expect(peer, Embedding)
-        got = msg.step if key == "step" else msg.eval
-        if got != value or (epoch is not None and msg.epoch != epoch):
-            raise WireError(
-                f"EMBEDDING from {peer}: expected {key} {value!r}"
-                + (f" of epoch {epoch}, got epoch {msg.epoch!r} " if epoch is not None else ", got ")
-                + f"{key} {got!r}"
-            )
-        if micro is not None:
-            check_micro(msg.micro, micro, f"EMBEDDING from {peer} for step {value}", WireError)
-        want = (rows, self.cut_dims[peer])
-        if tuple(msg.cut.shape) != want:
-            raise WireError(
-                f"EMBEDDING from {peer}: expected float32 {want}, got {msg.cut.dtype} {tuple(msg.cut.shape)}"
-            )
-        return torch.from_numpy(msg.cut.copy()).to(self.party.device)
+        """The next EMBEDDING from peer, checked (LeaderSession.remote_cut)."""
+        return self.session.remote_cut(peer, key, value, rows, micro, epoch)
 
     @torch.no_grad()
     def evaluate(self, split: str) -> np.ndarray:
