@@ -12,6 +12,7 @@ def _feature_shard(cfg):
     from vfl.cli import check_own_shard
     from vfl.data.errors import DataError
     from vfl.data.shards import PartyShard
+    from vfl.models.registry import dry_run_models
 
     shard = PartyShard(cfg.data.path)
     if shard.has_labels:
@@ -19,6 +20,7 @@ def _feature_shard(cfg):
             f"data.path {cfg.data.path} holds labels (it is the leader's shard {shard.name!r}); a follower must never read labels"
         )
     check_own_shard(cfg, shard)
+    dry_run_models(cfg, shard)  # the party's own module (model.bottom.import) on a dummy batch, before connecting
     return shard
 
 

@@ -14,6 +14,7 @@ def _labelled_shard(cfg):
     from vfl.data.errors import DataError
     from vfl.data.shards import PartyShard
     from vfl.labeldp.release import leader_task
+    from vfl.models.registry import dry_run_models
 
     shard = PartyShard(cfg.data.path)
     if not shard.has_labels:
@@ -22,6 +23,7 @@ def _labelled_shard(cfg):
         )
     check_own_shard(cfg, shard)
     leader_task(cfg.train.task, shard)  # train.task against the data
+    dry_run_models(cfg, shard)  # the party's own modules (model.*.import) on a dummy batch, before listening
     return shard
 
 

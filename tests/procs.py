@@ -46,8 +46,10 @@ def party_configs(
     privacy=None,
     follower_debug=None,
     leader_train=None,
+    bottoms=None,
 ) -> dict[str, str]:
-    """Write leader/follower YAMLs under tmp; return {party: path}. leader_train: train keys of the leader only (task)."""
+    """Write leader/follower YAMLs under tmp; return {party: path}. leader_train: train keys of the leader only (task);
+    bottoms: {party: model.bottom} for parties whose bottom differs from `model`'s."""
     port = port or free_port()
     endpoint = f"tcp://127.0.0.1:{port}"
     train = {"epochs": 1, "batch_size": 512, "seed": 0, "log_every": 5, "lr": 0.01, "threads": 1, **(train or {})}
@@ -92,6 +94,8 @@ def party_configs(
         )
         for f in followers
     ]:
+        if bottoms and name in bottoms:
+            doc["model"] = {**doc["model"], "bottom": bottoms[name]}
         p = os.path.join(tmp, f"{name}.yaml")
         with open(p, "w") as fh:
             yaml.safe_dump(doc, fh)

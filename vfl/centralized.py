@@ -161,7 +161,7 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     loss = release.training_loss() if release is not None else None
     steps = tr.epochs * steps_per_epoch(len(train), tr.batch_size)
     target = regression_target(labels_info.labels) if task.is_regression else None
-    top = TopTrainer(tr, leader_cfg.model.top, sum(p.cut_dim for p in parties), device, loss, steps, task, target)
+    top = TopTrainer(tr, leader_cfg.model.top, tuple(p.cut_dim for p in parties), device, loss, steps, task, target)
     eps = release.eps if release is not None else None
     loop = TrainingLoop(tr, len(train), test.labels, log, labels_info.valid, eps, task)
     loop.curves = RunCurves(out_dir, "centralized", log=log, regression=task.is_regression)

@@ -14,8 +14,10 @@ import warnings
 from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from privacy.domains import (
+    DOMAIN_ERROR,
     LABEL_EPS_DOMAIN,
     Choice,
     Flag,
@@ -29,6 +31,14 @@ from privacy.domains import (
 from vfl.config.report import apply_overrides, fill_empty_sections, parse_override, problems
 from vfl.config.table import SchemaConfig, load_schema_file
 from vfl.config.yamlfile import read_yaml
+from vfl.models.options import (
+    BOTTOM_OPTIONS,
+    IMPORT_PATTERN,
+    IMPORT_RX,
+    TOP_OPTIONS,
+    options_problems,
+    options_schema,
+)
 
 PARTY_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
 ENDPOINT_PATTERN = r"^tcp://[^:/\s]+:\d{1,5}$"
@@ -85,17 +95,93 @@ class DataConfig(_Section):
         return load_schema_file(v) if isinstance(v, str) else v
 
 
-class BottomConfig(_Section):
-    name: Choice("wide_deep") = "wide_deep"
+def _import_path(value: Any) -> Any:
+    if value is not None and (not isinstance(value, str) or not IMPORT_RX.match(value)):
+        raise PydanticCustomError(
+            DOMAIN_ERROR, "{message}", {"message": f"import must look like package.module:Class, got {value!r}"}
+        )
+    return value
+
+
+def _model_options(value: Any, info, where: str, choices: dict) -> Any:
+    """`options` of the built-in model `name` checked against its options model (vfl/models/options.py); a
+    user's module (`import`) gets the mapping as it is."""
+    if not isinstance(value, dict):
+        raise PydanticCustomError(
+            DOMAIN_ERROR, "{message}", {"message": f"options must be a mapping of option: value, got {value!r}"}
+        )
+    if info.data.get("import_") is not None or info.data.get("name") not in choices:
+        return value
+    errors = options_problems(choices[info.data["name"]], value, where)
+    if errors:
+        first = errors[0].removeprefix(f"{where}.")
+        raise PydanticCustomError(DOMAIN_ERROR, "{message}", {"message": "; ".join([first, *errors[1:]])})
+    return choices[info.data["name"]].model_validate(value).model_dump(mode="json")
+
+
+class _ModelChoice(_Section):
+    """A built-in model by `name`, or the party's own torch module by `import: "pkg.mod:Class"` (not both); its
+    `options` are checked against the built-in's options model (vfl/models/options.py), or passed as they are to
+    the user's class. vfl/models/registry.py builds it; docs/models.md states the contracts."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    import_: Optional[str] = Field(None, alias="import", json_schema_extra={"pattern": IMPORT_PATTERN})
+
+    _import = field_validator("import_", mode="before")(classmethod(lambda cls, v: _import_path(v)))
+
+    def _one_choice(self, where: str) -> None:
+        if self.import_ is not None and "name" in self.model_fields_set:
+            raise PydanticCustomError(
+                DOMAIN_ERROR,
+                "{message}",
+                {"message": f"{where}: name {self.name!r} and import {self.import_!r} both given; give one of them"},
+            )
+
+    @property
+    def spec(self) -> dict:
+        """What identifies the model in a checkpoint: its name or import path, its options and sizes."""
+        out = self.model_dump(mode="json", by_alias=True)
+        out.pop("name" if self.import_ is not None else "import")
+        return out
+
+
+class BottomConfig(_ModelChoice):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, json_schema_extra={"allOf": options_schema(BOTTOM_OPTIONS)}
+    )
+    name: Choice(*BOTTOM_OPTIONS) = "wide_deep"
+    options: dict[str, Any] = Field(default_factory=dict)  # the model's own options (docs/models.md)
     embedding_dim: Number(1, 4096, integer=True) = 80
     hidden: IntList(1) = (1024, 512, 256, 128)
-    cut_dim: Number(2, 4096, integer=True) = 2  # 1 wide value + (cut_dim - 1) deep values
+    cut_dim: Number(2, 4096, integer=True) = 2  # wide_deep, deepfm: 1 wide/FM value + (cut_dim - 1) deep values
     dropout: Number(0.0, 1.0, hi_open=True) = 0.0
 
+    _checked = field_validator("options", mode="before")(
+        classmethod(lambda cls, v, info: _model_options(v, info, "model.bottom", BOTTOM_OPTIONS))
+    )
 
-class TopConfig(_Section):
-    name: Choice("linear", "mlp") = "linear"
+    @model_validator(mode="after")
+    def _one(self) -> "BottomConfig":
+        self._one_choice("bottom")
+        return self
+
+
+class TopConfig(_ModelChoice):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, json_schema_extra={"allOf": options_schema(TOP_OPTIONS)}
+    )
+    name: Choice(*TOP_OPTIONS) = "linear"  # interaction: cross terms between the parties' cuts (cut_dim > 2)
+    options: dict[str, Any] = Field(default_factory=dict)  # the model's own options (docs/models.md)
     hidden: IntList(1) = ()
+
+    _checked = field_validator("options", mode="before")(
+        classmethod(lambda cls, v, info: _model_options(v, info, "model.top", TOP_OPTIONS))
+    )
+
+    @model_validator(mode="after")
+    def _one(self) -> "TopConfig":
+        self._one_choice("top")
+        return self
 
 
 class ModelConfig(_Section):

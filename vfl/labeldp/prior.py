@@ -32,6 +32,7 @@ from vfl.config.schema import PartyConfig
 from vfl.data.shards import PartyShard, batch_order, eval_batches
 from vfl.data.task import Task
 from vfl.labeldp.losses import forward_corrected_bce, forward_corrected_ce
+from vfl.models.inputs import InputSchema
 from vfl.models.registry import build_bottom
 from vfl.training.optim import build_optimizer
 from vfl.training.top import TopTrainer
@@ -148,7 +149,7 @@ def leader_prior_fn(
     def fit_predict(stage_one: np.ndarray, noisy: np.ndarray) -> np.ndarray:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.train.seed)
-            bottom = build_bottom(cfg.model.bottom, shard.field_sizes, shard.n_dense, cfg.train.seed, "lp2st-prior")
+            bottom = build_bottom(cfg.model.bottom, InputSchema.of_shard(shard), cfg.train.seed, "lp2st-prior")
             net = _PriorNet(bottom, cfg.model.bottom.cut_dim).to(device)
         opt = build_optimizer(net, cfg.train)
         rows = np.flatnonzero(stage_one)

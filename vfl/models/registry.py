@@ -1,17 +1,75 @@
-"""Model registry: bottoms and tops by config name, built with seeded, per-party initialisation."""
+"""Model registry: bottoms and tops by config name (or a user's module by import path), with seeded, per-party
+initialisation.
+
+Each built-in is registered with its options model (vfl/models/options.py, which the config validates) and a
+builder; `build_bottom` builds from the party's InputSchema (its fitted columns), never from Criteo positions.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from vfl.config.schema import BottomConfig, TopConfig
+from vfl.models.dcn_v2 import DCNv2Bottom
+from vfl.models.deepfm import DeepFMBottom
+from vfl.models.inputs import InputSchema
+from vfl.models.interaction import InteractionTop
 from vfl.models.mlp import LinearTop, MLPTop
+from vfl.models.mlp_bottom import MLPBottom
+from vfl.models.options import BOTTOM_OPTIONS, TOP_OPTIONS, Options
+from vfl.models.user_module import ModelError, dry_run_bottom, dry_run_top, user_bottom, user_top
 from vfl.models.wide_deep import WideDeepBottom
 
-BOTTOMS = {"wide_deep": WideDeepBottom}
+BottomBuilder = Callable[[InputSchema, BottomConfig, Options], nn.Module]
+TopBuilder = Callable[[tuple[int, ...], int, TopConfig, Options], nn.Module]
+
+
+@dataclass(frozen=True)
+class Registered:
+    build: Callable
+    options: type[Options]
+
+
+BOTTOMS: dict[str, Registered] = {}
+TOPS: dict[str, Registered] = {}
+
+
+def register_bottom(name: str, build: BottomBuilder, options: type[Options]) -> None:
+    """A built-in bottom: build(schema, cfg, options) -> module whose forward(dense, dense_missing, cat) is the cut.
+    Its options model must be the one the config validates `model.bottom.options` with."""
+    if BOTTOM_OPTIONS.get(name) is not options:
+        raise ValueError(f"bottom {name!r}: options {options.__name__} is not BOTTOM_OPTIONS[{name!r}]")
+    BOTTOMS[name] = Registered(build, options)
+
+
+def register_top(name: str, build: TopBuilder, options: type[Options]) -> None:
+    """A built-in top: build(cut_dims, outputs, cfg, options) -> module over the concatenated cuts."""
+    if TOP_OPTIONS.get(name) is not options:
+        raise ValueError(f"top {name!r}: options {options.__name__} is not TOP_OPTIONS[{name!r}]")
+    TOPS[name] = Registered(build, options)
+
+
+def _towers(cls):
+    return lambda s, c, o: cls(s, c.cut_dim, c.embedding_dim, c.hidden, c.dropout, o)
+
+
+register_bottom(
+    "wide_deep",
+    lambda s, c, o: WideDeepBottom(list(s.vocab_sizes), s.n_numeric, c.embedding_dim, c.hidden, c.cut_dim, c.dropout),
+    BOTTOM_OPTIONS["wide_deep"],
+)
+register_bottom("deepfm", _towers(DeepFMBottom), BOTTOM_OPTIONS["deepfm"])
+register_bottom("dcn_v2", _towers(DCNv2Bottom), BOTTOM_OPTIONS["dcn_v2"])
+register_bottom("mlp", _towers(MLPBottom), BOTTOM_OPTIONS["mlp"])
+register_top("linear", lambda dims, k, c, o: LinearTop(sum(dims), k), TOP_OPTIONS["linear"])
+register_top("mlp", lambda dims, k, c, o: MLPTop(sum(dims), c.hidden, k), TOP_OPTIONS["mlp"])
+register_top("interaction", lambda dims, k, c, o: InteractionTop(dims, k, o.rank, c.hidden), TOP_OPTIONS["interaction"])
 
 
 def init_seed(seed: int, role: str) -> int:
@@ -19,15 +77,56 @@ def init_seed(seed: int, role: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{role}".encode()).digest()[:8], "little") >> 1
 
 
-def build_bottom(cfg: BottomConfig, field_sizes: list[int], n_dense: int, seed: int, party: str) -> nn.Module:
-    """The bottom model of one party, initialised from (seed, party) only."""
+def build_bottom(cfg: BottomConfig, schema: InputSchema, seed: int, party: str) -> nn.Module:
+    """The bottom model of one party over its own columns, initialised from (seed, party) only; a user's module
+    is dry-run on a dummy batch (ModelError when it breaks its contract)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(init_seed(seed, party))
-        return BOTTOMS[cfg.name](field_sizes, n_dense, cfg.embedding_dim, cfg.hidden, cfg.cut_dim, cfg.dropout)
+        if cfg.import_ is not None:
+            module = user_bottom(cfg.import_, schema, cfg.cut_dim, cfg.options)
+        else:
+            entry = BOTTOMS[cfg.name]
+            return entry.build(schema, cfg, entry.options.model_validate(cfg.options))
+    dry_run_bottom(module, schema, cfg.cut_dim)
+    return module
 
 
-def build_top(cfg: TopConfig, in_dim: int, seed: int, outputs: int = 1) -> nn.Module:
-    """The leader's top model over `in_dim` concatenated cut values: 1 logit (binary) or K class logits."""
+def build_top(cfg: TopConfig, cut_dims: int | Sequence[int], seed: int, outputs: int = 1) -> nn.Module:
+    """The leader's top over the concatenated cuts: 1 logit (binary) or K class logits. cut_dims: each party's cut
+    width, leader first (an int: the total width, each value its own field for the interaction top)."""
+    dims = (1,) * cut_dims if isinstance(cut_dims, int) else tuple(int(c) for c in cut_dims)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(init_seed(seed, "top"))
-        return LinearTop(in_dim, outputs) if cfg.name == "linear" else MLPTop(in_dim, cfg.hidden, outputs)
+        if cfg.import_ is not None:
+            module = user_top(cfg.import_, dims, outputs, cfg.options)
+        else:
+            entry = TOPS[cfg.name]
+            return entry.build(dims, outputs, cfg, entry.options.model_validate(cfg.options))
+    dry_run_top(module, dims, outputs)
+    return module
+
+
+def model_spec(cfg: BottomConfig | TopConfig) -> str:
+    """The model's identity as canonical JSON (name or import path, options, sizes): kept in every checkpoint."""
+    return json.dumps(cfg.spec, sort_keys=True, separators=(",", ":"))
+
+
+def check_model_spec(saved: str | None, current: str, who: str) -> None:
+    """Resuming needs the model the checkpoint was trained with (a checkpoint without a spec is older: accepted)."""
+    if saved is not None and saved != current:
+        raise ModelError(
+            f"train.resume_from: the checkpoint's {who} was trained as {saved}, but this config builds {current}; "
+            "resume with the model it was trained with, or start a new run"
+        )
+
+
+def dry_run_models(cfg, shard) -> None:
+    """Build this party's own modules (model.bottom.import, and the leader's model.top.import) once and run them on
+    a dummy batch, before any peer is contacted: a ModelError of one line when one breaks its contract. The top is
+    tried with every follower's cut as wide as this party's (their widths arrive with HELLO). Built-ins need no try."""
+    if cfg.model.bottom.import_ is not None:
+        build_bottom(cfg.model.bottom, InputSchema.of_shard(shard), cfg.train.seed, cfg.party)
+    top = cfg.model.top
+    if cfg.is_leader and top is not None and top.import_ is not None:
+        outputs = shard.task.outputs if shard.task is not None else 1
+        build_top(top, (cfg.model.bottom.cut_dim,) * (1 + len(cfg.network.followers)), cfg.train.seed, outputs)

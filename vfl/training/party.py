@@ -9,7 +9,8 @@ import torch
 
 from vfl.config.schema import PartyConfig
 from vfl.data.shards import PartyShard, steps_per_epoch
-from vfl.models.registry import build_bottom
+from vfl.models.inputs import InputSchema
+from vfl.models.registry import build_bottom, check_model_spec, model_spec
 from vfl.training.optim import ScheduledOptimizer, build_optimizer
 from vfl.training.precision import autocast, keep_narrow_layers_fp32
 from vfl.training.snapshot import Snapshot, SnapshotTrainable
@@ -36,9 +37,8 @@ class BottomParty(SnapshotTrainable):
         self.train_split = shard.split("train")
         self.valid_split = shard.split("valid")
         self.test_split = shard.split("test")
-        self.model = build_bottom(cfg.model.bottom, shard.field_sizes, shard.n_dense, cfg.train.seed, cfg.party).to(
-            device
-        )
+        self.model = build_bottom(cfg.model.bottom, InputSchema.of_shard(shard), cfg.train.seed, cfg.party).to(device)
+        self.model_spec = model_spec(cfg.model.bottom)  # kept in checkpoints: resume refuses another model
         self.train_model = self.model  # with N ranks, the DistributedDataParallel wrapper of self.model
         total = cfg.train.epochs * steps_per_epoch(len(self.train_split), cfg.train.batch_size)
         self.optimizer = ScheduledOptimizer(build_optimizer(self.model, cfg.train), cfg.train, total)
@@ -80,6 +80,13 @@ class BottomParty(SnapshotTrainable):
         self._pending = []
         self.optimizer.step()
         self.optimizer.zero_grad()
+
+    def state(self) -> dict:
+        return {**super().state(), "model_spec": self.model_spec}
+
+    def load_state(self, state: dict) -> None:
+        check_model_spec(state.get("model_spec"), self.model_spec, f"bottom of {self.name}")
+        super().load_state(state)
 
     @torch.no_grad()
     def forward_eval(self, rows: slice, split: str = "test") -> torch.Tensor:

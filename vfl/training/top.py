@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from vfl.config.schema import TopConfig, TrainConfig
 from vfl.data.task import Task
-from vfl.models.registry import build_top
+from vfl.models.registry import build_top, check_model_spec, model_spec
 from vfl.training.optim import ScheduledOptimizer, build_optimizer
 from vfl.training.precision import autocast, keep_narrow_layers_fp32
 from vfl.training.snapshot import Snapshot, SnapshotTrainable
@@ -54,7 +54,7 @@ class TopTrainer(SnapshotTrainable):
         self,
         train: TrainConfig,
         top: TopConfig,
-        in_dim: int,
+        in_dim: int | tuple[int, ...],
         device: torch.device,
         loss_fn: LossFn | None = None,
         total_steps: int = 1,
@@ -66,7 +66,10 @@ class TopTrainer(SnapshotTrainable):
         of the training labels)."""
         self.task = task or Task("binary")
         self.target = (target or (0.0, 1.0)) if self.task.is_regression else None
+        # in_dim: each party's cut width, leader first (the interaction top crosses them), or their sum
         self.model = build_top(top, in_dim, train.seed, self.task.outputs).to(device)
+        self.model_spec = model_spec(top)  # kept in checkpoints: resume refuses another model
+        in_dim = in_dim if isinstance(in_dim, int) else sum(in_dim)
         self.train_model = self.model  # with N ranks, the DistributedDataParallel wrapper of self.model
         self.optimizer = ScheduledOptimizer(build_optimizer(self.model, train), train, total_steps)
         self.best: Snapshot | None = None
@@ -110,7 +113,11 @@ class TopTrainer(SnapshotTrainable):
 
     def state(self) -> dict:
         """The checkpoint state; a regression top also keeps the (mean, sd) its outputs are scaled by."""
-        out = super().state()
+        out = {**super().state(), "model_spec": self.model_spec}
         if self.target is not None:
             out["target"] = list(self.target)
         return out
+
+    def load_state(self, state: dict) -> None:
+        check_model_spec(state.get("model_spec"), self.model_spec, "top")
+        super().load_state(state)
