@@ -152,6 +152,7 @@ class LeaderTrainer:
             rel.eps if rel is not None else None,
             self.task,
         )
+        self.loop.valid_noise_var = self.labels.valid_noise_var  # regression label DP: debiases the valid RMSE
         if self.resume:
             self.top.load_state(self.resume["state"]["top"])
             self.loop.load_state((self.resume.get("extra") or {}).get("loop") or {})

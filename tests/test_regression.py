@@ -1,5 +1,5 @@
 """train.task regression: a real-valued label, MSE (or Huber) on one output, RMSE / MAE / R^2, selection on RMSE,
-split == centralized, and no label DP yet (a config error)."""
+split == centralized (label DP for regression: tests/test_label_dp_regression*.py)."""
 
 from __future__ import annotations
 
@@ -106,16 +106,6 @@ def test_a_regression_shard_with_non_finite_labels_is_refused(shards_reg, tmp_pa
     # Execute / Assert
     with pytest.raises(DataError, match="valid: labels.npy holds 1 non-finite values"):
         PartyShard(str(bad / "leader")).split("valid")
-
-
-def test_label_dp_with_a_regression_task_is_a_one_line_config_error():
-    # Execute
-    with pytest.raises(ConfigError) as e:
-        parse_config(_leader(train={"task": "regression"}, privacy={"label_dp": {"eps": 1.0}}))
-    # Assert
-    (line,) = [x for x in str(e.value).splitlines() if "label DP" in x]
-    assert "label DP for regression labels does not exist yet (issue 29); remove privacy.label_dp" in line
-    assert "1 problem(s)" in str(e.value)
 
 
 def test_regression_selects_on_rmse_by_default_and_refuses_class_metrics_and_huber_elsewhere():

@@ -175,3 +175,27 @@ def noisy_multiclass_validation_metrics(noisy: np.ndarray, probs: np.ndarray, ep
         "class_prior": pi.tolist(),
         "rows": int(n),
     }
+
+
+def noisy_regression_metrics(noisy: np.ndarray, predictions: np.ndarray, noise_variance: float | None) -> dict:
+    """{rmse, rmse_ci95, mae, r2} of predictions against randomized real labels y~. With an unbiased mechanism
+    (E[y~ | y] = y, noise independent of the prediction) E[(f - y~)^2] = E[(f - y)^2] + v with v = E[Var(y~ | y)]
+    known from the mechanism, so rmse = sqrt(max(mean (f - y~)^2 - v, 0)) and r2 = 1 - (mse~ - v) / (var(y~) - v)
+    are debiased; the MAE stays the noisy one (no such identity). noise_variance None (a biased mechanism such as
+    RR-on-Bins): every metric is on the noisy labels as they are."""
+    y = np.asarray(noisy, dtype=np.float64)
+    err = np.asarray(predictions, dtype=np.float64) - y
+    if y.size == 0:
+        return {"rmse": math.nan, "rmse_ci95": [math.nan, math.nan], "mae": math.nan, "r2": math.nan}
+    v = float(noise_variance or 0.0)
+    mse = max(float(np.mean(err * err)) - v, 0.0)
+    sst = float(np.var(y)) - v
+    rmse = math.sqrt(mse)
+    # delta method on the noisy squared errors, as vfl/obs/metrics.regression_metrics
+    half = 1.96 * float(np.std(err * err)) / math.sqrt(y.size) / (2 * rmse) if rmse > 0 else 0.0
+    return {
+        "rmse": rmse,
+        "rmse_ci95": [rmse - half, rmse + half],
+        "mae": float(np.mean(np.abs(err))),
+        "r2": 1.0 - mse / sst if sst > 0 else math.nan,
+    }

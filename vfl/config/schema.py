@@ -243,7 +243,15 @@ class TrainConfig(_Section):
 
 class LabelDPConfig(_Section):
     eps: LabelEps() = 1.0  # required in YAML; in [0.001, 50] (privacy/domains.py), or .inf (inf) = no noise
-    mechanism: Choice("rr", "rr_prior") = "rr"
+    # rr, rr_prior: class labels (binary, multiclass); laplace, rr_on_bins, unbiased: train.task regression
+    mechanism: Choice("rr", "rr_prior", "laplace", "rr_on_bins", "unbiased") = "rr"
+    # regression: the label range [lo, hi] in its units (stated, never read from the labels; unset: data.schema's
+    # label clip); bins: grid points over it (unbiased: at most 48); prior of rr_on_bins and unbiased:
+    # dp_histogram (a DP histogram of the labels, eps x prior_eps_fraction of the eps), uniform, or a value,weight CSV
+    clip: Optional[tuple[Number(), Number()]] = None
+    bins: Number(2, 256, integer=True) = 32
+    prior: Text() = "dp_histogram"
+    prior_eps_fraction: Number(0.0, 1.0, lo_open=True, hi_open=True) = 0.1
     # debias: the loss corrects for the noise. Default (unset): on for rr (forward correction beat plain RR at
     # eps <= 2 and tied above; README, Utility), off for rr_prior (its labels are not a fixed-rate channel)
     debias: Optional[Flag()] = None
@@ -417,12 +425,9 @@ def _role_problems(doc: dict) -> list[str]:
         errors.append(f"train.early_stopping.metric {metric} needs train.task: regression")
     if task != "regression" and _get(doc, "train", "loss") == "huber":
         errors.append("train.loss huber needs train.task: regression (class labels train on cross-entropy)")
-    if leader and task == "regression" and _has(doc, "privacy", "label_dp"):
-        errors.append(
-            "label DP for regression labels does not exist yet (issue 29); remove privacy.label_dp or train on "
-            "class labels (train.task: binary or multiclass)"
-        )
     ld = _get(doc, "privacy", "label_dp")
+    if leader and _has(doc, "privacy", "label_dp") and isinstance(ld, dict):
+        errors.extend(_label_dp_task_problems(ld, task or "binary", _get(doc, "data", "schema")))
     if _has(doc, "privacy", "label_dp") and isinstance(ld, dict):  # (an empty `label_dp:` is {} by now)
         if "eps" not in ld:
             errors.append(f"privacy.label_dp.eps is required (a number {LABEL_EPS_DOMAIN})")
@@ -439,6 +444,60 @@ def _role_problems(doc: dict) -> list[str]:
             )
         if ld.get("debias") is True and ld.get("mechanism", "rr") != "rr":
             errors.append("privacy.label_dp.debias applies to mechanism rr only")
+    return errors
+
+
+REGRESSION_LABEL_DP = ("laplace", "rr_on_bins", "unbiased")
+CLASS_LABEL_DP = ("rr", "rr_prior")
+
+
+def _label_dp_task_problems(ld: dict, task: str, schema: Any) -> list[str]:
+    """The label-DP mechanism against train.task, and the regression keys (clip, bins, prior) against the mechanism."""
+    mech = ld.get("mechanism", "rr")
+    regression_keys = [k for k in ("clip", "bins", "prior", "prior_eps_fraction") if k in ld]
+    if task == "regression" and mech in CLASS_LABEL_DP:
+        return [
+            f"privacy.label_dp.mechanism {mech} randomizes class labels; train.task: regression allows "
+            f"{list(REGRESSION_LABEL_DP)}"
+        ]
+    if task != "regression":
+        if mech in REGRESSION_LABEL_DP:
+            return [
+                f"privacy.label_dp.mechanism {mech} is for real-valued labels (train.task: regression); train.task: "
+                f"{task} allows {list(CLASS_LABEL_DP)}"
+            ]
+        return [f"privacy.label_dp.{k} applies to train.task: regression only" for k in regression_keys]
+    errors = []
+    label = schema.get("label") if isinstance(schema, dict) else None
+    if "clip" not in ld and not (isinstance(label, dict) and label.get("clip")) and not isinstance(schema, str):
+        errors.append(
+            f"privacy.label_dp.clip is required for mechanism {mech}: [lo, hi], the label's range in its units, "
+            "stated rather than read from the labels (or data.schema.label.clip)"
+        )
+    clip = ld.get("clip")
+    if clip is not None and not (
+        isinstance(clip, (list, tuple)) and len(clip) == 2 and all(_real(v) for v in clip) and clip[0] < clip[1]
+    ):
+        errors.append(f"privacy.label_dp.clip must be [lo, hi] with finite numbers lo < hi, got {clip!r}")
+    if mech == "laplace":
+        errors.extend(
+            f"privacy.label_dp.{k} applies to rr_on_bins and unbiased (laplace uses no prior and no grid)"
+            for k in regression_keys
+            if k in ("prior", "prior_eps_fraction", "bins")
+        )
+    bins = ld.get("bins")
+    if mech == "unbiased" and _real(bins) and bins > 48:
+        errors.append(
+            f"privacy.label_dp.bins must be at most 48 for mechanism unbiased (a linear programme), got {bins}"
+        )
+    prior = ld.get("prior", "dp_histogram")
+    if isinstance(prior, str) and prior not in ("dp_histogram", "uniform") and not os.path.isfile(prior):
+        errors.append(
+            f"privacy.label_dp.prior {prior!r} is neither dp_histogram, uniform nor a file (allowed: dp_histogram, "
+            "uniform, or the path of a value,weight CSV)"
+        )
+    if "prior_eps_fraction" in ld and prior != "dp_histogram":
+        errors.append("privacy.label_dp.prior_eps_fraction applies to prior: dp_histogram only")
     return errors
 
 

@@ -7,7 +7,7 @@ that used to read `num_classes: int | None` (pytorch-frame's `TaskType` names th
 |---|---|---|---|---|---|---|
 | binary | int8 0/1 | 1 logit | BCE | auc, logloss | auc | rr, rr_prior |
 | multiclass | int8 class ids 0..K-1 | K logits | softmax CE | accuracy, logloss | accuracy | rr, rr_prior |
-| regression | float32 | 1 value | MSE (or Huber) | rmse, mae, r2 | rmse | none yet |
+| regression | float32 | 1 value | MSE (or Huber) | rmse, mae, r2 | rmse | laplace, rr_on_bins, unbiased |
 
 A regression label may be clipped to a declared `[lo, hi]` (`data.schema.label.clip`): the shard keeps the clipped
 value, and prediction reports in the same units.
@@ -30,7 +30,11 @@ METRICS = {
     "regression": ("rmse", "mae", "r2"),
 }
 HIGHER_IS_BETTER = {"auc": True, "logloss": False, "accuracy": True, "rmse": False, "mae": False, "r2": True}
-LABEL_DP_MECHANISMS = {"binary": ("rr", "rr_prior"), "multiclass": ("rr", "rr_prior"), "regression": ()}
+LABEL_DP_MECHANISMS = {
+    "binary": ("rr", "rr_prior"),
+    "multiclass": ("rr", "rr_prior"),
+    "regression": ("laplace", "rr_on_bins", "unbiased"),
+}
 
 
 @dataclass(frozen=True)

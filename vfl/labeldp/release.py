@@ -46,6 +46,7 @@ from privacy.label.store import (
 from vfl.config.schema import LabelDPConfig
 from vfl.data.task import Task
 from vfl.labeldp.losses import corrected_loss
+from vfl.labeldp.regression import RegressionSpec, draw_regression, regression_report
 
 PriorFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 Plan = list[tuple[str, dict]]  # the (ledger mechanism, parameters) of each release a run draws, in order
@@ -73,7 +74,8 @@ class TrainingLabels:
     release: str | None = None  # the release id under label DP
     warnings: tuple[str, ...] = ()
     valid: np.ndarray | None = None  # int64 validation labels for model selection: randomized under label DP
-    # (float64 real values for a regression, which has no label DP yet)
+    # (float64 real values for a regression)
+    valid_noise_var: float | None = None  # regression: E[Var(noisy | true)] of an unbiased mechanism, else None
 
 
 @dataclass
@@ -122,7 +124,9 @@ class LabelDPRelease:
     """Everything a run derives from `privacy.label_dp`, as numbers (see the module docstring)."""
 
     eps: float
-    mechanism: str  # the config's name: "rr" (binary or k-ary randomized response) or "rr_prior" (LP-2ST)
+    # the config's name: "rr" (binary or k-ary randomized response), "rr_prior" (LP-2ST); regression: "laplace",
+    # "rr_on_bins", "unbiased"
+    mechanism: str
     num_classes: int | None  # None: 0/1 labels; K: class ids in [0, K)
     debias: bool
     correction: str  # with debias: "forward" | "posterior"
@@ -131,11 +135,11 @@ class LabelDPRelease:
     store_dir: str | None = None
     key_file: str | None = None
     budget: float = DEFAULT_BUDGET  # the most eps the dataset's most exposed sample id may reach
+    regression: RegressionSpec | None = None  # a real-valued label's clip, grid and prior
 
     @classmethod
     def from_config(cls, label_dp: LabelDPConfig | None, task: Task | None = None) -> LabelDPRelease | None:
-        """None when label DP is off. Every mechanism of the config's domain serves binary and K-class labels
-        (task None: binary)."""
+        """None when label DP is off; the mechanism must be registered for the task (task None: binary)."""
         if label_dp is None:
             return None
         task = task or Task("binary")
@@ -155,7 +159,19 @@ class LabelDPRelease:
             label_dp.store_dir,
             label_dp.key_file,
             float(label_dp.budget),
+            RegressionSpec.of(label_dp, task.clip) if task.is_regression else None,
         )
+
+    @property
+    def task_kind(self) -> str:
+        if self.regression is not None:
+            return "regression"
+        return "binary" if self.num_classes is None else "multiclass"
+
+    @property
+    def entry(self) -> Mechanism:
+        """This release's mechanism in the registry (MECHANISMS)."""
+        return MECHANISMS[(self.task_kind, self.mechanism)]
 
     @property
     def flip_probability(self) -> float:
@@ -193,8 +209,10 @@ class LabelDPRelease:
         """The noisy labels of this release. Validation labels (when given) are randomized in the same release,
         once per sample, so that model selection on them is post-processing; the ledger counts them with the
         training labels."""
-        labels = np.asarray(labels).astype(np.int64)
-        valid_labels = np.zeros(0, np.int64) if valid_labels is None else np.asarray(valid_labels).astype(np.int64)
+        entry = self.entry
+        dtype = np.float64 if entry.real_valued else np.int64
+        labels = np.asarray(labels).astype(dtype)
+        valid_labels = np.zeros(0, dtype) if valid_labels is None else np.asarray(valid_labels).astype(dtype)
         valid_ids = np.zeros(0, np.int64) if valid_ids is None else np.asarray(valid_ids).astype(np.int64)
         if label_key is None:
             raise ValueError("label DP needs the leader's key (open_label_key)")
@@ -211,10 +229,11 @@ class LabelDPRelease:
             )
             return first.release_id, is_new, summary
 
-        draw = self._lp2st if self.uses_prior else self._kary_rr if self.num_classes is not None else self._binary_rr
-        d = draw(labels, ids, label_key, prior_fn, valid_labels, valid_ids, record)
+        d = entry.draw(self, labels, ids, label_key, prior_fn, valid_labels, valid_ids, record)
         is_new, summary = d.new_release, d.summary
-        report = run_report(
+        if entry.real_valued:  # the noise is measured from the clipped label, which the mechanisms randomize
+            labels, valid_labels = (np.clip(y, *self.regression.clip) for y in (labels, valid_labels))
+        report = (regression_report if entry.real_valued else run_report)(
             labels,
             d.noisy,
             self.eps,
@@ -232,7 +251,12 @@ class LabelDPRelease:
             valid_flipped_fraction=float(np.mean(d.valid_noisy != valid_labels)) if valid_ids.size else 0.0,
         )
         return TrainingLabels(
-            d.noisy.astype(np.float32), report, d.release, tuple(label_key.store.warnings), d.valid_noisy
+            d.noisy.astype(np.float32),
+            report,
+            d.release,
+            tuple(label_key.store.warnings),
+            d.valid_noisy,
+            getattr(d, "noise_variance", None),
         )
 
     # -- one function per mechanism; each names its release by (dataset, key, mechanism, parameters) -------------------
@@ -240,16 +264,25 @@ class LabelDPRelease:
         return release_id(label_key.dataset, label_key.fingerprint, mechanism, params)
 
     def _release(self, label_key: LabelKey, mechanism: str, params: dict, rows: int) -> Release:
-        return Release(self._id(label_key, mechanism, params), label_key.dataset, mechanism, self.eps, params, rows)
+        eps = float(params.get("eps", self.eps))  # a regression prior's release and its randomizer's split eps
+        return Release(self._id(label_key, mechanism, params), label_key.dataset, mechanism, eps, params, rows)
 
     def plan(self, label_key: LabelKey) -> Plan:
         """The releases this config draws, as (ledger mechanism, parameters): known from the leader's config alone,
         before any follower connects."""
+        return self.entry.plan(self, label_key)
+
+    def _plan_binary_rr(self, label_key: LabelKey) -> Plan:
+        return [("binary_rr", {"eps": self.eps, "labels": "binary"})]
+
+    def _plan_kary_rr(self, label_key: LabelKey) -> Plan:
+        return [("kary_rr", {"eps": self.eps, "labels": "multiclass", "num_classes": self.num_classes})]
+
+    def _plan_regression(self, label_key: LabelKey) -> Plan:
+        return self.regression.plan(self.mechanism, self.eps, lambda m, p: self._id(label_key, m, p))
+
+    def _plan_lp2st(self, label_key: LabelKey) -> Plan:
         k = self.num_classes
-        if not self.uses_prior:
-            if k is None:
-                return [("binary_rr", {"eps": self.eps, "labels": "binary"})]
-            return [("kary_rr", {"eps": self.eps, "labels": "multiclass", "num_classes": k})]
         stage = {"eps": self.eps, "prior_fraction": self.prior_fraction, "labels": "binary"}
         if k is not None:
             stage.update(labels="multiclass", num_classes=k, prior="all parties")
@@ -346,6 +379,13 @@ class LabelDPRelease:
             )
         return _Drawn(rel, mechanism, params, noisy, valid_noisy, extra, is_new, summary)
 
+    def _regression(self, labels, ids, label_key, prior_fn, valid_labels, valid_ids, record):
+        """laplace, rr_on_bins or unbiased on a real-valued label (vfl/labeldp/regression.py)."""
+        plan = self.plan(label_key)
+        return draw_regression(
+            self.regression, self.mechanism, self.eps, plan, labels, ids, valid_labels, valid_ids, label_key.key, record
+        )
+
     def _stage_two_prior(self, label_key, params, ids, first, noisy, prior_fn) -> tuple[np.ndarray, bool]:
         """The prior of every stage-two row: the one stored for the release where there is one (trained, with the
         followers, only when some row has none; its other rows are discarded). Returns (prior, all reused)."""
@@ -364,6 +404,30 @@ class LabelDPRelease:
         return prior, False
 
 
+@dataclass(frozen=True)
+class Mechanism:
+    """A label-DP mechanism in the registry: the releases it plans (from the leader's config alone, before any
+    follower connects) and how it draws them; real_valued: it randomizes regression labels."""
+
+    plan: Callable[[LabelDPRelease, LabelKey], Plan]
+    draw: Callable[..., _Drawn]
+    real_valued: bool = False
+
+
+_LP2ST = Mechanism(LabelDPRelease._plan_lp2st, LabelDPRelease._lp2st)
+_REGRESSION = Mechanism(LabelDPRelease._plan_regression, LabelDPRelease._regression, real_valued=True)
+# (task kind, privacy.label_dp.mechanism) -> Mechanism; vfl/data/task.py names the same pairs for config checks
+MECHANISMS: dict[tuple[str, str], Mechanism] = {
+    ("binary", "rr"): Mechanism(LabelDPRelease._plan_binary_rr, LabelDPRelease._binary_rr),
+    ("multiclass", "rr"): Mechanism(LabelDPRelease._plan_kary_rr, LabelDPRelease._kary_rr),
+    ("binary", "rr_prior"): _LP2ST,
+    ("multiclass", "rr_prior"): _LP2ST,
+    ("regression", "laplace"): _REGRESSION,
+    ("regression", "rr_on_bins"): _REGRESSION,
+    ("regression", "unbiased"): _REGRESSION,
+}
+
+
 def training_labels(
     labels: np.ndarray,
     sample_ids: np.ndarray,
@@ -375,10 +439,8 @@ def training_labels(
     real_valued: bool = False,
 ) -> TrainingLabels:
     """True labels when label DP is off (release None); otherwise the noisy labels of the release. A real-valued
-    (regression) label is kept as it is (float32 for training, float64 for selection); it has no release yet."""
-    if real_valued:
-        if release is not None:
-            raise ValueError("label DP for regression labels does not exist yet (issue 29)")
+    (regression) label is float32 for training, float64 for selection."""
+    if real_valued and release is None:
         valid = np.zeros(0) if valid_labels is None else np.asarray(valid_labels)
         return TrainingLabels(np.asarray(labels, dtype=np.float32), valid=valid.astype(np.float64))
     if release is None:

@@ -13,7 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from privacy.label.noisy_metrics import noisy_multiclass_validation_metrics, noisy_validation_metrics
+from privacy.label.noisy_metrics import (
+    noisy_multiclass_validation_metrics,
+    noisy_regression_metrics,
+    noisy_validation_metrics,
+)
 from vfl.config.schema import TrainConfig
 from vfl.data.shards import batch_order, steps_per_epoch
 from vfl.data.task import Task
@@ -58,7 +62,7 @@ class TrainingLoop:
     ):
         """valid_labels: what selection may read (the randomized ones under label DP, whose eps is valid_eps);
         task: binary (the default: click probabilities (n,)), multiclass K (class probabilities (n, K)) or
-        regression (predictions (n,), scored by RMSE, MAE and R^2 on the true labels: no label DP)."""
+        regression (predictions (n,), scored by RMSE, MAE and R^2; on randomized labels under label DP)."""
         self.task = task or Task("binary")
         self.train = train
         self.n_train = n_train
@@ -66,6 +70,9 @@ class TrainingLoop:
         valid_dtype = np.float64 if self.task.is_regression else np.int64
         self.valid_labels = None if valid_labels is None else np.asarray(valid_labels, dtype=valid_dtype)
         self.valid_eps = valid_eps
+        # regression under label DP: the unbiased mechanism's noise variance, subtracted from the noisy MSE (None:
+        # RR-on-Bins, biased, selects on the noisy RMSE as it is); set by the leader after the release is drawn
+        self.valid_noise_var: float | None = None
         self.log = log
         self.step_losses: list[float] = []
         self.history: list[dict] = []
@@ -192,7 +199,9 @@ class TrainingLoop:
             "samples_per_second": samples / max(seconds, 1e-9),
         }
         if self.valid_labels is not None and self.valid_labels.size:
-            if self.task.is_regression:
+            if self.task.is_regression and self.valid_eps is not None:
+                v = noisy_regression_metrics(self.valid_labels, evaluate("valid"), self.valid_noise_var)
+            elif self.task.is_regression:
                 v = regression_metrics(self.valid_labels, evaluate("valid"))
             elif self.task.kind == "multiclass":
                 v = noisy_multiclass_validation_metrics(

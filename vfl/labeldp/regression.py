@@ -1,0 +1,170 @@
+"""The regression label-DP release: what `privacy.label_dp` means for a real-valued label, as releases and draws.
+
+A regression release is one or two ledger entries (privacy/label/store.py), known from the leader's config alone:
+* `prior: dp_histogram` (with rr_on_bins or unbiased): first the DP histogram of the labels ("dp_histogram_prior",
+  eps x prior_eps_fraction, named by eps, clip and bins only, so rr_on_bins and unbiased at the same eps share it),
+  then the randomizer at the rest of eps, named by the prior's release id. Both are charged: together eps (basic
+  composition; Ghazi et al. 2023 split eps the same way).
+* `prior: uniform` or a file (named by its sha256), and `laplace` (no prior): one release at the whole eps.
+Each randomizer is a pure function of the leader's keyed uniforms (privacy/label/regression_draws.py); the training
+and validation labels are drawn in the same release. Where the mechanism is unbiased (laplace, unbiased) the noise
+variance E[Var(y~ | y)] is known, and model selection subtracts it from the noisy validation MSE
+(privacy/label/noisy_metrics.py: noisy_regression_metrics); RR-on-Bins is biased and selects on the plain noisy RMSE.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from privacy.label.regression_draws import dp_histogram_once, laplace_once, rr_on_bins_once, unbiased_once
+from privacy.label.regression_mechanisms import (
+    channel_noise_variance,
+    grid_values,
+    laplace_noise_variance,
+    rr_on_bins_design,
+    unbiased_design,
+)
+from privacy.label.regression_prior import file_digest, file_prior, uniform_prior
+
+PRIOR_RELEASE = "dp_histogram_prior"  # the ledger's name of the prior's release
+
+
+@dataclass(frozen=True)
+class RegressionSpec:
+    """A regression release's numbers: the clip, the grid, the prior's source and its share of eps."""
+
+    clip: tuple[float, float]
+    bins: int
+    prior: str  # dp_histogram | uniform | a value,weight CSV
+    prior_eps_fraction: float
+
+    @classmethod
+    def of(cls, label_dp, task_clip: tuple[float, float] | None) -> RegressionSpec:
+        """From privacy.label_dp (its clip, else the shard's declared label clip); ValueError without either."""
+        clip = label_dp.clip or task_clip
+        if clip is None:
+            raise ValueError(
+                f"privacy.label_dp.clip is required for mechanism {label_dp.mechanism}: [lo, hi], the label's range "
+                "in its units (the leader's shard declares no label clip)"
+            )
+        lo, hi = float(clip[0]), float(clip[1])
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+            raise ValueError(f"privacy.label_dp.clip must be [lo, hi] with finite lo < hi, got {list(clip)}")
+        return cls((lo, hi), int(label_dp.bins), str(label_dp.prior), float(label_dp.prior_eps_fraction))
+
+    def split(self, mechanism: str, eps: float) -> tuple[float, float]:
+        """(eps of the prior's release, eps of the randomizer's): 0 for a prior that costs nothing."""
+        if mechanism == "laplace" or self.prior != "dp_histogram":
+            return 0.0, eps
+        return eps * self.prior_eps_fraction, eps * (1.0 - self.prior_eps_fraction)
+
+    def prior_name(self) -> str:
+        if self.prior in ("dp_histogram", "uniform"):
+            return self.prior
+        return f"file sha256:{file_digest(self.prior)}"
+
+    def plan(self, mechanism: str, eps: float, release_id_of: Callable[[str, dict], str]) -> list[tuple[str, dict]]:
+        """The (ledger mechanism, parameters) of each release, in the order they are drawn."""
+        lo, hi = self.clip
+        if mechanism == "laplace":
+            return [("laplace", {"eps": eps, "labels": "regression", "clip": [lo, hi]})]
+        grid = {"labels": "regression", "clip": [lo, hi], "bins": self.bins}
+        eps_prior, eps_rand = self.split(mechanism, eps)
+        if self.prior == "dp_histogram":
+            prior = {"eps": eps_prior, **grid, "noise": "two-sided geometric"}
+            named = {"prior": "dp_histogram", "prior_release": release_id_of(PRIOR_RELEASE, prior), "total_eps": eps}
+            return [(PRIOR_RELEASE, prior), (mechanism, {"eps": eps_rand, **grid, **named})]
+        return [(mechanism, {"eps": eps_rand, **grid, "prior": self.prior_name()})]
+
+
+@dataclass(frozen=True)
+class RegressionDraw:
+    """What a regression release drew: its id, ledger name and parameters, the noisy labels and the report's extras."""
+
+    release: str
+    mechanism: str
+    params: dict
+    noisy: np.ndarray
+    valid_noisy: np.ndarray
+    extra: dict
+    new_release: bool
+    summary: dict
+    noise_variance: float | None
+
+
+def draw_regression(
+    spec: RegressionSpec,
+    mechanism: str,
+    eps: float,
+    plan: list[tuple[str, dict]],
+    labels: np.ndarray,
+    ids: np.ndarray,
+    valid_labels: np.ndarray,
+    valid_ids: np.ndarray,
+    key: bytes,
+    record: Callable[[list[tuple[str, dict]]], tuple[str, bool, dict]],
+) -> RegressionDraw:
+    """Record the plan's releases (the prior's first) and draw the noisy training and validation labels."""
+    lo, hi = spec.clip
+    labels, valid_labels = np.asarray(labels, np.float64), np.asarray(valid_labels, np.float64)
+    eps_prior, eps_rand = spec.split(mechanism, eps)
+    extra: dict = {"labels": "regression", "clip": [lo, hi], "debias": False}
+    values = grid_values(lo, hi, spec.bins)
+    prior = None
+    if mechanism != "laplace":
+        if spec.prior == "dp_histogram":
+            # the prior's release is recorded before its noise is drawn (the budget counts the randomizer too)
+            prior_rel, _, _ = record(plan)
+            prior, _ = dp_histogram_once(
+                np.concatenate([labels, valid_labels]), lo, hi, spec.bins, eps_prior, key, prior_rel
+            )
+            extra.update(prior_release=prior_rel, prior_eps=eps_prior)
+            plan = plan[1:]
+        else:
+            prior = uniform_prior(spec.bins) if spec.prior == "uniform" else file_prior(spec.prior, lo, hi, spec.bins)
+            extra["prior_eps"] = 0.0
+        extra.update(prior=spec.prior_name(), bins=spec.bins, randomizer_eps=eps_rand)
+    rel, is_new, summary = record(plan)
+    ledger_name, params = plan[0]
+    if mechanism == "laplace":
+        draw = lambda y, i: laplace_once(y, i, lo, hi, eps_rand, key, rel)
+        variance = laplace_noise_variance(lo, hi, eps_rand)
+        extra["paper"] = "discrete Laplace on the clipped label (the papers' baseline)"
+    elif mechanism == "rr_on_bins":
+        group, outputs = rr_on_bins_design(prior, values, eps_rand)
+        draw = lambda y, i: rr_on_bins_once(y, i, lo, hi, group, outputs, eps_rand, key, rel)
+        variance = None  # biased: no debiased RMSE
+        extra.update(bin_values=[round(float(v), 6) for v in outputs], paper="Ghazi et al. 2023, Algorithm 1")
+    else:
+        outputs, channel = unbiased_design(prior, values, eps_rand)
+        draw = lambda y, i: unbiased_once(y, i, lo, hi, outputs, channel, key, rel)
+        variance = channel_noise_variance(prior, values, outputs, channel)
+        extra.update(outputs=int(outputs.size), paper="Badanidiyuru et al. 2023, Algorithm 1")
+    noisy, valid_noisy = draw(labels, ids), draw(valid_labels, valid_ids)
+    err = noisy - np.clip(labels, lo, hi)
+    extra.update(
+        unbiased=variance is not None,
+        noise_variance=variance,
+        noise_rmse=float(np.sqrt(np.mean(err * err))) if err.size else 0.0,
+        noise_mae=float(np.mean(np.abs(err))) if err.size else 0.0,
+    )
+    return RegressionDraw(rel, ledger_name, params, noisy, valid_noisy, extra, is_new, summary, variance)
+
+
+def regression_report(true: np.ndarray, noisy: np.ndarray, eps: float, mechanism: str, **extra) -> dict:
+    """What metrics.json records about a regression release (flipped_fraction: labels whose value changed)."""
+    true, noisy = np.asarray(true, np.float64), np.asarray(noisy, np.float64)
+    return {
+        "eps": eps if np.isfinite(eps) else "inf",
+        "delta": 0.0,
+        "mechanism": mechanism,
+        "flipped_fraction": float(np.mean(true != noisy)) if true.size else 0.0,
+        "accounting": "each label randomized once per release by the leader's secret PRF at (key, release, sample id): "
+        f"this run spends {eps} (the prior's release and the randomizer's together) whatever the number of epochs, "
+        "runs and resumes; the dataset's ledger adds the eps of every distinct release",
+        **extra,
+    }
