@@ -86,11 +86,21 @@ def rr_prior_classes_once(
 
 
 def run_report(
-    true: np.ndarray, noisy: np.ndarray, eps: float, mechanism: str, num_classes: int | None = None, **extra
+    true: np.ndarray,
+    noisy: np.ndarray,
+    eps: float,
+    mechanism: str,
+    num_classes: int | None = None,
+    real_valued: bool = False,
+    **extra,
 ) -> dict:
-    """What metrics.json records about the run's label DP (num_classes: K for class ids, None for 0/1 labels)."""
-    true, noisy = np.asarray(true).astype(np.int64), np.asarray(noisy).astype(np.int64)
-    if num_classes is None:
+    """What metrics.json records about the run's label DP (num_classes: K for class ids, None for 0/1 labels;
+    real_valued: regression labels, whose flipped_fraction counts the values the mechanism changed)."""
+    cast = np.float64 if real_valued else np.int64
+    true, noisy = np.asarray(true).astype(cast), np.asarray(noisy).astype(cast)
+    if real_valued:
+        rates = {}
+    elif num_classes is None:
         rates = {
             "flip_probability": flip_probability(eps),
             "noisy_positive_rate": float(noisy.mean()) if noisy.size else 0.0,

@@ -82,8 +82,9 @@ class RegressionSpec:
 
 
 @dataclass(frozen=True)
-class RegressionDraw:
-    """What a regression release drew: its id, ledger name and parameters, the noisy labels and the report's extras."""
+class Drawn:
+    """What one mechanism of the registry (vfl/labeldp/release.py) drew: the release id, the ledger's name and
+    parameters, the noisy labels, the report's extras, and for an unbiased regression mechanism its noise variance."""
 
     release: str
     mechanism: str
@@ -93,7 +94,7 @@ class RegressionDraw:
     extra: dict
     new_release: bool
     summary: dict
-    noise_variance: float | None
+    noise_variance: float | None = None
 
 
 def draw_regression(
@@ -107,7 +108,7 @@ def draw_regression(
     valid_ids: np.ndarray,
     key: bytes,
     record: Callable[[list[tuple[str, dict]]], tuple[str, bool, dict]],
-) -> RegressionDraw:
+) -> Drawn:
     """Record the plan's releases (the prior's first) and draw the noisy training and validation labels."""
     lo, hi = spec.clip
     labels, valid_labels = np.asarray(labels, np.float64), np.asarray(valid_labels, np.float64)
@@ -152,19 +153,4 @@ def draw_regression(
         noise_rmse=float(np.sqrt(np.mean(err * err))) if err.size else 0.0,
         noise_mae=float(np.mean(np.abs(err))) if err.size else 0.0,
     )
-    return RegressionDraw(rel, ledger_name, params, noisy, valid_noisy, extra, is_new, summary, variance)
-
-
-def regression_report(true: np.ndarray, noisy: np.ndarray, eps: float, mechanism: str, **extra) -> dict:
-    """What metrics.json records about a regression release (flipped_fraction: labels whose value changed)."""
-    true, noisy = np.asarray(true, np.float64), np.asarray(noisy, np.float64)
-    return {
-        "eps": eps if np.isfinite(eps) else "inf",
-        "delta": 0.0,
-        "mechanism": mechanism,
-        "flipped_fraction": float(np.mean(true != noisy)) if true.size else 0.0,
-        "accounting": "each label randomized once per release by the leader's secret PRF at (key, release, sample id): "
-        f"this run spends {eps} (the prior's release and the randomizer's together) whatever the number of epochs, "
-        "runs and resumes; the dataset's ledger adds the eps of every distinct release",
-        **extra,
-    }
+    return Drawn(rel, ledger_name, params, noisy, valid_noisy, extra, is_new, summary, variance)

@@ -10,6 +10,10 @@ written, when it would take the dataset over `privacy.label_dp.budget`), and onl
 validation labels with the leader's PRF (privacy/label/release_draws.py). Nothing here uses `train.seed` or any
 other value a follower knows.
 
+Mechanisms are looked up by (task, `privacy.label_dp.mechanism`) in `MECHANISMS`, a registry of what each plans and
+draws: binary RR, k-ary RR and LP-2ST for class labels; laplace, rr_on_bins and unbiased for real-valued labels
+(vfl/labeldp/regression.py, whose DP-histogram prior is a release of its own beside the randomizer's).
+
 LP-2ST's stage-two release is named by its stage-one release and the leader's `prior_epochs`, never by the prior's
 values, which the followers' bottoms shape: its first prior is kept in the store (privacy/label/prior_store.py) and
 every later run reuses it, so the same release id always gives the same noisy labels and a follower changing its own
@@ -46,7 +50,8 @@ from privacy.label.store import (
 from vfl.config.schema import LabelDPConfig
 from vfl.data.task import Task
 from vfl.labeldp.losses import corrected_loss
-from vfl.labeldp.regression import RegressionSpec, draw_regression, regression_report
+from vfl.labeldp.regression import Drawn as _Drawn
+from vfl.labeldp.regression import RegressionSpec, draw_regression
 
 PriorFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 Plan = list[tuple[str, dict]]  # the (ledger mechanism, parameters) of each release a run draws, in order
@@ -103,20 +108,6 @@ def open_label_key(store_dir: str | None, key_file: str | None, manifest: dict) 
 
 def _prior_digest(prior: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(prior, dtype="<f8").tobytes()).hexdigest()[:32]
-
-
-@dataclass(frozen=True)
-class _Drawn:
-    """What one mechanism drew: the release id, the ledger's name and parameters, the noisy labels, and extras."""
-
-    release: str
-    mechanism: str
-    params: dict
-    noisy: np.ndarray
-    valid_noisy: np.ndarray
-    extra: dict
-    new_release: bool
-    summary: dict
 
 
 @dataclass(frozen=True)
@@ -233,11 +224,12 @@ class LabelDPRelease:
         is_new, summary = d.new_release, d.summary
         if entry.real_valued:  # the noise is measured from the clipped label, which the mechanisms randomize
             labels, valid_labels = (np.clip(y, *self.regression.clip) for y in (labels, valid_labels))
-        report = (regression_report if entry.real_valued else run_report)(
+        report = run_report(
             labels,
             d.noisy,
             self.eps,
             d.mechanism,
+            real_valued=entry.real_valued,
             **d.extra,
             release_id=d.release,
             new_release=is_new,
@@ -256,7 +248,7 @@ class LabelDPRelease:
             d.release,
             tuple(label_key.store.warnings),
             d.valid_noisy,
-            getattr(d, "noise_variance", None),
+            d.noise_variance,
         )
 
     # -- one function per mechanism; each names its release by (dataset, key, mechanism, parameters) -------------------
