@@ -24,7 +24,7 @@ def _feature_shard(cfg):
     return shard
 
 
-def _connect(cfg, env, keys, shard, log):
+def _connect(cfg, env, keys, n_ids: int, log):
     """The follower's CurveZMQ channel to the leader, its messages capped at what the leader may send."""
     from vfl.align.psi.protocol import MAX_PSI_MESSAGE_BYTES
     from vfl.distributed.pairing import rank_endpoint
@@ -39,7 +39,7 @@ def _connect(cfg, env, keys, shard, log):
     channel = FollowerChannel(connect, cfg.party, keys, cfg.network.timeout_s, max_message_bytes=max_message)
     log(
         f"follower {cfg.party}: connecting to {connect}; "
-        + f"private set intersection of {len(shard.all_ids())} ids"
+        + f"private set intersection of {n_ids} ids"
         + (f" (this rank: bucket {env.rank} of {env.ranks})" if env.distributed else "")
     )
     return channel
@@ -82,7 +82,7 @@ def body(cfg, log, state: dict) -> None:
     shard = _feature_shard(cfg)
     device = resolve_device(cfg.train.device)
     ctx = state["ctx"] = start_ranks(cfg, env, device, log)
-    channel = state["channel"] = _connect(cfg, env, keys, shard, log)
+    channel = state["channel"] = _connect(cfg, env, keys, len(shard.all_ids()), log)
     _intersect(cfg, env, ctx, channel, keys, shard, log)
     party = BottomParty(cfg, shard, device)
     warn_if_emulated(cfg.train.precision, party.device, log)
@@ -96,12 +96,41 @@ def body(cfg, log, state: dict) -> None:
     log(f"follower {cfg.party}: done after {trainer.steps} steps")
 
 
+def predict_body(cfg, args, log, state: dict) -> None:
+    """`python -m follower predict`: answer the leader's requests for cuts of the new rows of --rows."""
+    from vfl.align.psi.protocol import follower_psi
+    from vfl.cli import party_keys
+    from vfl.distributed.launch import rank_env
+    from vfl.inference.predict_cli import checkpoint_of
+    from vfl.inference.predict_follower import FollowerPredictor
+    from vfl.training.party import resolve_device, set_threads
+
+    keys = party_keys(cfg)
+    set_threads(cfg.train.threads, 2)
+    device = resolve_device(cfg.train.device)
+    predictor = FollowerPredictor(cfg, checkpoint_of(args, cfg), args.rows, log, device, args.strict)
+    state["rows"] = predictor.rows
+    channel = state["channel"] = _connect(cfg, rank_env(), keys, len(predictor.rows), log)
+
+    def psi(ids):
+        common, report = follower_psi(channel, ids, log)
+        log(f"follower {cfg.party}: PSI: {report.intersection} of {report.own_ids} new ids, {report.seconds:.1f} s")
+        return common, report
+
+    predictor.run(channel, psi)
+
+
 def abort(state: dict, reason: str) -> None:
     if "channel" in state:
         state["channel"].abort(reason)
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] == "predict":
+        from vfl.inference.predict_cli import predict_main
+
+        return predict_main(args[1:], "follower", predict_body, abort)
     return party_main(argv, "follower", "--connect", body, abort)
 
 

@@ -15,6 +15,7 @@ from vfl.config.schema import PartyConfig
 from vfl.data.shards import batch_digest, batch_order
 from vfl.distributed.context import RankContext
 from vfl.distributed.pairing import rank_meta, rank_problems
+from vfl.inference.fingerprint import key_fingerprints, run_record
 from vfl.labeldp.prior import prior_config, prior_order
 from vfl.obs.metrics import RunLog, loss_line
 from vfl.session.follower import FollowerSession
@@ -105,6 +106,8 @@ class FollowerTrainer:
         self.prior_rows: np.ndarray | None = None
         self._prior_orders: dict[int, list[np.ndarray]] = {}
         self._done = False  # DONE was answered: run() returns
+        self.restored_step: int | None = None  # the step early stopping went back to (its weights are final)
+        self.key_fingerprints = key_fingerprints(cfg)  # recorded in every checkpoint for prediction's fingerprint
         if cfg.train.resume_from:
             ckpt = load_resume_checkpoint(cfg.train.resume_from, cfg.party, ("bottom",))
             party.load_state(ckpt["state"]["bottom"])
@@ -170,6 +173,7 @@ class FollowerTrainer:
 
     def _on_restore(self, msg: Restore) -> None:
         self.party.restore(msg.step)
+        self.restored_step = msg.step
         self.log(f"restored the snapshot of global step {msg.step} (the leader's choice on validation)")
 
     def _on_save(self, msg: Save) -> None:
@@ -308,4 +312,9 @@ class FollowerTrainer:
         if not self.ctx.is_main:  # every rank holds the same weights: rank 0 writes the party's checkpoint
             return
         path = os.path.join(self.out_dir, "checkpoints", f"{self.cfg.party}_{tag}.pt")
-        save_checkpoint(path, self.cfg.party, {"bottom": self.party.state()}, epoch, step)
+        # the training run, the step whose weights these are, the keys: prediction's fingerprint
+        model_step = step if self.restored_step is None else self.restored_step
+        record = run_record(
+            self.cfg, self.ch.run, model_step, {self.cfg.party: self.party.cut_dim}, self.key_fingerprints
+        )
+        save_checkpoint(path, self.cfg.party, {"bottom": self.party.state()}, epoch, step, {"run": record})

@@ -44,7 +44,7 @@ def _label_key(cfg, env, ctx, shard):
     return key
 
 
-def _listen(cfg, env, keys, shard, log):
+def _listen(cfg, env, keys, n_ids: int, log):
     """The leader's CurveZMQ channel, its messages capped at what an admitted follower may send."""
     from vfl.align.psi.protocol import MAX_PSI_MESSAGE_BYTES
     from vfl.distributed.pairing import rank_endpoint
@@ -68,7 +68,7 @@ def _listen(cfg, env, keys, shard, log):
     )
     log(
         f"leader {cfg.party}: listening on {bind} (CurveZMQ), waiting for {list(cfg.network.followers)}; "
-        + f"private set intersection of {len(shard.all_ids())} ids"
+        + f"private set intersection of {n_ids} ids"
         + (f" (this rank: bucket {env.rank} of {env.ranks})" if env.distributed else "")
     )
     return channel
@@ -125,7 +125,7 @@ def body(cfg, log, state: dict) -> None:
     device = resolve_device(cfg.train.device)
     ctx = state["ctx"] = start_ranks(cfg, env, device, log)
     label_key = _label_key(cfg, env, ctx, shard)
-    channel = state["channel"] = _listen(cfg, env, keys, shard, log)
+    channel = state["channel"] = _listen(cfg, env, keys, len(shard.all_ids()), log)
     psi = _intersect(cfg, env, ctx, channel, keys, shard, log)
     if env.is_main:
         for line in run_size_warnings(cfg.train.batch_size, cfg.train.epochs, len(shard.split("train"))):
@@ -150,12 +150,49 @@ def body(cfg, log, state: dict) -> None:
     log(final_line(metrics))
 
 
+def predict_body(cfg, args, log, state: dict) -> None:
+    """`python -m leader predict`: score the new rows of --rows with the followers (vfl/inference/predict_leader.py)."""
+    from vfl.align.psi.leader_side import leader_psi
+    from vfl.cli import party_keys
+    from vfl.distributed.launch import rank_env
+    from vfl.inference.predict_cli import checkpoint_of
+    from vfl.inference.predict_leader import LeaderPredictor
+    from vfl.obs.metrics import write_json
+    from vfl.training.party import resolve_device, set_threads
+
+    keys = party_keys(cfg)
+    set_threads(cfg.train.threads, 1 + len(cfg.network.followers))
+    device = resolve_device(cfg.train.device)
+    predictor = LeaderPredictor(cfg, checkpoint_of(args, cfg), args.rows, log, device, args.strict)
+    state["rows"] = predictor.rows
+    channel = state["channel"] = _listen(cfg, rank_env(), keys, len(predictor.rows), log)
+
+    def psi(ids):
+        common, report = leader_psi(channel, list(cfg.network.followers), ids, log, cfg.data.psi_max_peer_ids)
+        log(f"leader {cfg.party}: PSI: {report.intersection} of {report.own_ids} new ids, {report.seconds:.1f} s")
+        return common, report
+
+    report = predictor.run(channel, psi, state["out_dir"])
+    write_json(os.path.join(state["out_dir"], "predict.json"), report)
+    metrics = report.get("metrics") or {}
+    log(
+        f"leader {cfg.party}: scored {report['rows_scored']} rows ({report['rows_without_score']} without a score) in "
+        f"{report['predict_seconds']:.1f} s, {report['rows_per_second']:.0f} rows/s -> {report['files']['parquet']}"
+        + "".join(f" {k}: {v:.6f}" for k, v in metrics.items() if isinstance(v, float))
+    )
+
+
 def abort(state: dict, reason: str) -> None:
     if "channel" in state:
         state["channel"].abort_all(reason)
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] == "predict":
+        from vfl.inference.predict_cli import predict_main
+
+        return predict_main(args[1:], "leader", predict_body, abort)
     return party_main(argv, "leader", "--bind", body, abort)
 
 

@@ -13,6 +13,7 @@ from vfl.config.schema import PartyConfig
 from vfl.data.shards import batch_digest, eval_batches, steps_per_epoch
 from vfl.distributed.context import RankContext
 from vfl.distributed.pairing import rank_meta, rank_problems
+from vfl.inference.fingerprint import key_fingerprints, run_record
 from vfl.labeldp.prior import LocalCutSource, fit_predict_all_parties, prior_config, prior_fn_for
 from vfl.labeldp.release import LabelDPRelease, bayes_accuracy_of, leader_task, leader_training_labels, open_label_key
 from vfl.obs.curves import RunCurves
@@ -61,6 +62,8 @@ class LeaderTrainer:
         self.top: TopTrainer | None = None
         self.loop: TrainingLoop | None = None  # built in prepare(), once the validation labels are randomized
         self.follower_snapshot_bytes: dict[str, int] = {}
+        self.restored_step: int | None = None  # the step early stopping went back to (its weights are final)
+        self.key_fingerprints = key_fingerprints(cfg)  # recorded in every checkpoint for prediction's fingerprint
         self.resume = None
         if cfg.train.resume_from:
             self.resume = load_resume_checkpoint(cfg.train.resume_from, cfg.party, ("bottom", "top"))
@@ -295,6 +298,7 @@ class LeaderTrainer:
             self.ch.post(f, Restore(step=step))
         self.party.restore(step)
         self.top.restore(step)
+        self.restored_step = step
 
     def _remote_cut(
         self, peer: str, key: str, value, rows: int, micro: int | None = None, epoch: int | None = None
@@ -334,6 +338,15 @@ class LeaderTrainer:
             "label_dp_release": self.labels.release,
             "label_dp_key": self.labels.report["key_fingerprint"] if self.labels.report else None,
             "loop": self.loop.state(),
+            "cut_dims": {self.cfg.party: self.party.cut_dim, **self.cut_dims},  # the top's inputs, leader first
+            # the training run, the step whose weights these are, parties, keys: prediction's fingerprint
+            "run": run_record(
+                self.cfg,
+                self.ch.run,
+                step if self.restored_step is None else self.restored_step,
+                {self.cfg.party: self.party.cut_dim, **self.cut_dims},
+                self.key_fingerprints,
+            ),
         }
         save_checkpoint(path, self.cfg.party, state, epoch, step, extra)
         return path

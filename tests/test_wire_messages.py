@@ -34,6 +34,7 @@ from vfl.wire.messages import (
     WireMessage,
     parse,
 )
+from vfl.wire.predict_messages import PredictCut, PredictDone, PredictHello, PredictRows, PredictWelcome
 from vfl.wire.psi_messages import PSI_CHUNK_POINTS
 
 SUITE = "ecdh-psi/x25519-elligator2x2-sha512/v1"
@@ -117,9 +118,33 @@ SAMPLES: list[tuple[WireMessage, dict]] = [
     (Bye(steps=39, snapshot_bytes=123456), {"steps": 39, "snapshot_bytes": 123456}),
     (Abort(reason="training loss became nan"), {"reason": "training loss became nan"}),
     (Prior(indices=np.array([0, 3, 4, 9], np.int64), epochs=2), {"rows": 4, "epochs": 2}),
+    (
+        PredictHello(NONCE, "follower0", 5, "r" * 32, 40, "f" * 32, 2, 3000, 60.0),
+        {
+            "nonce": NONCE,
+            "party": "follower0",
+            "protocol": 5,
+            "run": "r" * 32,
+            "step": 40,
+            "fingerprint": "f" * 32,
+            "cut_dim": 2,
+            "rows": 3000,
+            "timeout_s": 60.0,
+        },
+    ),
+    (PredictWelcome("r" * 32, NONCE, 4096), {"run": "r" * 32, "nonce": NONCE, "batch_rows": 4096}),
+    (PredictRows(0, 4096, "d" * 32), {"start": 0, "stop": 4096, "digest": "d" * 32}),
+    (PredictCut(CUT, 0, 3), {"start": 0, "stop": 3}),
+    (PredictDone(3000), {"rows": 3000}),
 ]
 IDS = [f"{m.TYPE}-{i}" for i, (m, _) in enumerate(SAMPLES)]
-SENDER = {"HELLO": "follower0", "EMBEDDING": "follower0", "BYE": "follower0"}  # the others: as the leader sends them
+SENDER = {
+    "HELLO": "follower0",
+    "EMBEDDING": "follower0",
+    "BYE": "follower0",
+    "PREDICT_HELLO": "follower0",
+    "PREDICT_CUT": "follower0",
+}  # the others: as the leader sends them
 
 
 def _wire(message: WireMessage, meta: dict | None = None, tensors: list | None = None) -> Message:

@@ -79,14 +79,18 @@ class LeaderSession:
             raise HandshakeError(f"{error}: " + "; ".join(problems))
         return hellos
 
-    def start_run(self, nonces: dict[str, str], welcome: Callable[[str], WireMessage]) -> str:
-        """Set the run id (a hash of a fresh leader nonce and every follower's) and post welcome(f) to each follower;
-        returns the run id."""
+    def start_run(self, nonces: dict[str, str], welcome: Callable[[str], WireMessage], unbound: bool = False) -> str:
+        """Set the run id (a hash of a fresh leader nonce and every follower's) and post welcome(f) to each follower
+        (welcome may read the run id from the channel); returns the run id. unbound: the welcomes travel outside the
+        run, like the hellos (for a welcome type the channel does not exempt from its run check, as it does WELCOME)."""
         self.ch.run = run_id(new_nonce(), nonces)
+        messages = {f: welcome(f) for f in self.followers}
+        run, self.ch.run = self.ch.run, "" if unbound else self.ch.run
         for f in self.followers:
-            self.ch.post(f, welcome(f))
+            self.ch.post(f, messages[f])
+        self.ch.run = run
         self.last_sent = time.monotonic()
-        return self.ch.run
+        return run
 
     # -- while the leader works alone ------------------------------------------------------------
     def post_all(self, message: WireMessage) -> None:

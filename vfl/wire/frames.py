@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
-PROTOCOL_VERSION = 4  # v2: CurveZMQ transport, no frame HMAC, nonce-bound run ids; valid split (EVAL names
+PROTOCOL_VERSION = 5  # v2: CurveZMQ transport, no frame HMAC, nonce-bound run ids; valid split (EVAL names
 # its split), SNAPSHOT and RESTORE; v3: PSI messages (private set intersection of the ids) before HELLO;
-# v4: tensor buffers travel in frames of at most WIRE_FRAME_BYTES (a small per-frame cap for strangers)
+# v4: tensor buffers travel in frames of at most WIRE_FRAME_BYTES (a small per-frame cap for strangers);
+# v5: batch prediction's PREDICT_* messages (predict_messages.py)
 MAGIC_PREFIX = b"VFLW"
 MAGIC = MAGIC_PREFIX + bytes([PROTOCOL_VERSION])
 MAX_HEADER_BYTES = 1 << 16
@@ -51,6 +52,11 @@ MESSAGE_TYPES = (
     "BYE",
     "ABORT",
     "PRIOR",
+    "PREDICT_HELLO",
+    "PREDICT_WELCOME",
+    "PREDICT_ROWS",
+    "PREDICT_CUT",
+    "PREDICT_DONE",
 )
 
 

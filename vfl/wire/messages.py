@@ -35,6 +35,7 @@ from vfl.wire.fields import (
     wire_message,
 )
 from vfl.wire.frames import MAX_DIM, MAX_HEADER_BYTES, Message, WireError
+from vfl.wire.predict_messages import PREDICT_MESSAGES
 from vfl.wire.psi_messages import Psi
 
 PHASES = ("prior",)  # FORWARD / GRADIENT / EVAL of LP-2ST's stage one carry phase "prior"
@@ -329,6 +330,7 @@ MESSAGE_CLASSES: dict[str, type[WireMessage]] = {
         Bye,
         Abort,
         Prior,
+        *PREDICT_MESSAGES,
     )
 }
 

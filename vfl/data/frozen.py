@@ -1,0 +1,198 @@
+"""A party's saved transforms applied to new rows, frozen: the prediction path of preparation, which never refits.
+
+`prepare` fits each column's transform on the party's own training rows and saves what it fitted with the shard
+(a table shard: `schema.json` and `vocab/NNNN.npy`; a Criteo-style shard: `manifest.json`'s transforms and
+`vocab/<column>.npy`). `FrozenTransforms.of_shard(dir)` reads them back as vfl/data/table.py's fitted columns, and
+`read(path)` streams a file of new rows (the same columns as the party's training file; the label column optional)
+through the same reader and the same `FittedColumn.apply` as preparation: a value unseen at fit time gets the
+out-of-vocabulary id 1, a missing one 0, hashing and numeric statistics are the saved ones. Blocks are bounded
+(the reader's chunks); nothing is written here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from vfl.config.table import ColumnSpec, LabelSpec, SchemaConfig
+from vfl.data.errors import DataError
+from vfl.data.readers.criteo import ReadStats
+from vfl.data.shards import _label_task
+from vfl.data.table import FittedTable
+from vfl.data.task import Task
+from vfl.data.transforms import OOV_ID, field_salts
+
+SCHEMA_FILE = "schema.json"
+
+
+@dataclass
+class NewRows:
+    """One block of new rows after the frozen transforms, in file order."""
+
+    row_index: np.ndarray  # int64 (n,): 0-based data row of the file
+    ids: np.ndarray  # int64 (n,): sample ids as training used them (vfl/data/ids.py)
+    dense: np.ndarray  # float32 (n, d)
+    dense_missing: np.ndarray  # uint8 (n, d)
+    cat: np.ndarray  # int32 (n, c)
+    label: np.ndarray | None  # the task's labels (int8 class ids or float32 values) when the file carries them
+
+
+@dataclass
+class _Block:
+    """A Criteo-style party block under the table block's names (FittedTable.apply reads these)."""
+
+    row_index: np.ndarray
+    sample_id: np.ndarray
+    numeric: np.ndarray
+    numeric_missing: np.ndarray
+    cat_key: np.ndarray
+    cat_missing: np.ndarray
+    label: np.ndarray | None
+
+
+class FrozenTransforms:
+    """The transforms a party's shard saved, applied to new rows; `oov` counts the categorical values that got the
+    out-of-vocabulary id (unseen at fit time) of the `cat_values` present values read so far."""
+
+    def __init__(self, shard_dir: str, table: FittedTable, kind: str, manifest: dict, label: LabelSpec | None):
+        self.shard_dir = shard_dir
+        self.table = table
+        self.kind = kind  # "table" (data.schema) or "criteo" (prepare --party)
+        self.manifest = manifest
+        self.label_spec = label
+        self.oov = 0
+        self.cat_values = 0
+        party = manifest["party"]
+        if table.dense_names != list(party["dense"]) or table.cat_names != list(party["categorical"]):
+            raise DataError(
+                f"shard {shard_dir}: its saved transforms give columns {table.dense_names} + {table.cat_names}, "
+                f"its manifest {party['dense']} + {party['categorical']} (re-run prepare)"
+            )
+        sizes = table.field_sizes()
+        wrong = [c for c in table.cat_names if int(party["field_sizes"][c]) != sizes[c]]
+        if wrong:
+            raise DataError(f"shard {shard_dir}: the saved vocabulary of {wrong[0]!r} does not give its field size")
+
+    @classmethod
+    def of_shard(cls, shard_dir: str) -> FrozenTransforms:
+        """The transforms saved with the shard at shard_dir; DataError naming what is missing."""
+        path = os.path.join(shard_dir, "manifest.json")
+        if not os.path.exists(path):
+            raise DataError(
+                f"{shard_dir} has no manifest.json: it is not a party shard of `python -m vfl.data prepare`"
+            )
+        with open(path) as f:
+            manifest = json.load(f)
+        if os.path.exists(os.path.join(shard_dir, SCHEMA_FILE)):
+            return cls._of_table(shard_dir, manifest)
+        return cls._of_criteo(shard_dir, manifest)
+
+    @classmethod
+    def _of_table(cls, shard_dir: str, manifest: dict) -> FrozenTransforms:
+        with open(os.path.join(shard_dir, SCHEMA_FILE)) as f:
+            doc = json.load(f)
+        lab = doc.get("label")
+        label = (
+            LabelSpec(column=lab["column"], classes=lab.get("classes"), clip=lab.get("clip"))
+            if lab is not None
+            else None
+        )
+        schema = SchemaConfig(
+            id=doc["id"],
+            columns={c["name"]: ColumnSpec(kind=c["kind"], transform=c["transform"]) for c in doc["columns"]},
+            label=label,
+        )
+        table = FittedTable(schema, _label_task(lab).kind if lab is not None else None)
+        for col, saved in zip(table.columns, doc["columns"]):
+            state = dict(saved.get("state") or {})
+            if "file" in state:
+                col.vocab = _vocab(shard_dir, state.pop("file"))
+            col.state, col._counter = state, None
+        if table.label is not None and table.label.classes is None:
+            table.label.classes = tuple(lab.get("classes") or ())
+        return cls(shard_dir, table, "table", manifest, label)
+
+    @classmethod
+    def _of_criteo(cls, shard_dir: str, manifest: dict) -> FrozenTransforms:
+        party = manifest["party"]
+        mode = (manifest.get("transforms") or {}).get("categorical_mode", "vocabulary")
+        columns = {c: ColumnSpec(kind="numeric", transform={"log1p": {}}) for c in party["dense"]}
+        for c in party["categorical"]:
+            t = {"hash": {"buckets": int(party["field_sizes"][c])}} if mode == "hash" else {"vocabulary": {}}
+            columns[c] = ColumnSpec(kind="categorical", transform=t)
+        schema = SchemaConfig(id="id", columns=columns)
+        table = FittedTable(schema, None)
+        for col in table.columns:
+            col._counter = None
+            if col.transform == "vocabulary":
+                col.vocab = _vocab(shard_dir, f"vocab/{col.name}.npy")
+                col.state = {"size": int(col.vocab.size)}
+            elif col.transform == "hash":
+                col.state = {"salt": int(field_salts([col.name])[0])}
+        label = LabelSpec(column="label") if party.get("has_labels") else None
+        return cls(shard_dir, table, "criteo", manifest, label)
+
+    @property
+    def task(self) -> Task | None:
+        lab = self.manifest.get("label")
+        return _label_task(lab) if lab else None
+
+    def has_label(self, path: str) -> bool:
+        """Whether the file of new rows carries this (labelled) party's label column."""
+        if self.label_spec is None:
+            return False
+        from vfl.data.readers.table import _columns_of
+
+        return self.label_spec.column in _columns_of(path)
+
+    def read(self, path: str, strict: bool = False, stats: ReadStats | None = None) -> Iterator[NewRows]:
+        """The new rows of `path`, block by block, transformed as at training; the label when the file has it."""
+        stats = stats if stats is not None else ReadStats()
+        labelled = self.has_label(path)
+        if self.kind == "table":
+            yield from self._read_table(path, strict, stats, labelled)
+        else:
+            yield from self._read_criteo(path, strict, stats, labelled)
+
+    def _read_table(self, path: str, strict: bool, stats: ReadStats, labelled: bool) -> Iterator[NewRows]:
+        from vfl.data.readers.table import _line, read_table_blocks
+
+        task = self.task
+        regression = task is not None and task.is_regression
+        for block in read_table_blocks(path, self.table.schema, labelled, regression, strict, stats, digest=False):
+            label = None
+            if labelled:
+                label = self.table.label.encode(block.label, block.row_index, path, lambda r: _line(path, r))
+            yield self._rows(block, label)
+
+    def _read_criteo(self, path: str, strict: bool, stats: ReadStats, labelled: bool) -> Iterator[NewRows]:
+        from vfl.data.readers.party import PartySource, read_party_blocks
+
+        party = self.manifest["party"]
+        task = self.task
+        k = task.num_classes if task is not None and task.kind == "multiclass" else 2
+        src = PartySource(path, tuple(party["dense"]), tuple(party["categorical"]), labelled, num_classes=k)
+        for b in read_party_blocks(src, strict, stats, digest=False):
+            block = _Block(b.row_index, b.sample_id, b.dense, b.dense_missing, b.cat_key, b.cat_missing, b.label)
+            yield self._rows(block, b.label.astype(np.int8) if labelled else None)
+
+    def _rows(self, block, label) -> NewRows:
+        every = np.arange(block.sample_id.size)
+        dense, missing, cat = self.table.apply(block, every)
+        n_vocab = [j for j, c in enumerate(self.table.categorical_columns()) if c.transform == "vocabulary"]
+        if n_vocab:
+            present = ~block.cat_missing[:, n_vocab]
+            self.cat_values += int(present.sum())
+            self.oov += int(((cat[:, n_vocab] == OOV_ID) & present).sum())
+        return NewRows(block.row_index, block.sample_id, dense, missing, cat, label)
+
+
+def _vocab(shard_dir: str, rel: str) -> np.ndarray:
+    path = os.path.join(shard_dir, rel)
+    if not os.path.exists(path):
+        raise DataError(f"shard {shard_dir}: its vocabulary {rel} is missing (re-run prepare)")
+    return np.load(path, allow_pickle=False).astype(np.uint64)

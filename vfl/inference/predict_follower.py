@@ -1,0 +1,108 @@
+"""Batch prediction, a follower's side: announce the checkpoint, intersect the new ids, answer the leader's ranges.
+
+The follower loads its checkpoint (`<run>/checkpoints/<party>_final.pt`), checks it against its config and keys,
+reads its own file of new rows through its frozen transforms (vfl/inference/new_rows.py), and sends PREDICT_HELLO
+with its checkpoint's training run, step and fingerprint (vfl/inference/fingerprint.py). After PSI it answers each
+PREDICT_ROWS (a range of the intersection in ascending id order, checked against the digest of its own ids there)
+with PREDICT_CUT, its bottom's cut in eval mode, until PREDICT_DONE; then BYE.
+
+What it learns: the intersection of the new ids (as in training), the ranges (fixed-size, in id order) and the row
+count. Nothing it receives is computed from a score or a label; it writes no prediction.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from vfl.config.schema import PartyConfig
+from vfl.data.shards import PartyShard, batch_digest
+from vfl.inference.fingerprint import check_own, key_fingerprints, load_predict_checkpoint, pair_fingerprint
+from vfl.inference.new_rows import NewRows
+from vfl.session.follower import FollowerSession
+from vfl.training.party import BottomParty
+from vfl.training.precision import autocast
+from vfl.wire import PROTOCOL_VERSION, WireError
+from vfl.wire.messages import Bye
+from vfl.wire.predict_messages import PredictCut, PredictDone, PredictHello, PredictRows, PredictWelcome
+
+
+class FollowerPredictor:
+    """This follower's bottom (from its checkpoint) and new rows; `run(channel, psi)` answers the leader."""
+
+    def __init__(self, cfg: PartyConfig, checkpoint: str, rows_path: str, log, device: torch.device, strict=False):
+        self.cfg, self.log, self.device = cfg, log, device
+        ckpt = load_predict_checkpoint(checkpoint, cfg.party, ("bottom",))
+        self.record = check_own((ckpt.get("extra") or {}).get("run"), cfg, checkpoint, key_fingerprints(cfg))
+        self.party = BottomParty(cfg, PartyShard(cfg.data.path, in_memory=False), device)
+        self.party.load_state(ckpt["state"]["bottom"])
+        t0 = time.perf_counter()
+        work = os.path.join(cfg.output.dir, f".predict-{cfg.party}-{os.getpid()}")
+        self.rows = NewRows(cfg.data.path, rows_path, work, log, strict)
+        log(
+            f"follower {cfg.party}: {len(self.rows)} new rows of {rows_path} transformed with the frozen transforms "
+            f"in {time.perf_counter() - t0:.1f} s; checkpoint {checkpoint} (run {self.record['run'][:12]}, "
+            f"step {self.record['model_step']})"
+        )
+        self.requests = 0
+        self.rows_sent = 0
+        self._done = False
+
+    def run(self, channel, psi: Callable[[np.ndarray], tuple[np.ndarray, object]]) -> dict:
+        """Handshake, PSI (psi(ids) -> (common ids, report)), then answer until PREDICT_DONE; returns what it did."""
+        from vfl.align.handshake import new_nonce
+
+        cfg = self.cfg
+        self.ch = channel
+        session = FollowerSession(cfg, channel)
+        cut = cfg.model.bottom.cut_dim
+        hello = PredictHello(
+            nonce=new_nonce(),
+            party=cfg.party,
+            protocol=PROTOCOL_VERSION,
+            run=self.record["run"],
+            step=int(self.record["model_step"]),
+            fingerprint=pair_fingerprint(self.record, cfg.party, cut, leader_side=False),
+            cut_dim=cut,
+            rows=len(self.rows),
+            timeout_s=cfg.network.timeout_s,
+        )
+        welcome: PredictWelcome = session.greet(hello, PredictWelcome)
+        session.join(welcome.run)
+        self.batch_rows = welcome.batch_rows
+        common, _ = psi(self.rows.ids)
+        missing = self.rows.align(common)
+        self.log(f"follower {cfg.party}: {len(self.rows.split)} rows in the intersection ({missing} of ours are not)")
+        self.model = self.party.model.eval()
+        session.serve({PredictRows: self._on_rows, PredictDone: self._on_done}, lambda: self._done)
+        return {"requests": self.requests, "rows_sent": self.rows_sent, "intersection": len(self.rows.split)}
+
+    def _on_rows(self, msg: PredictRows) -> None:
+        split = self.rows.split
+        n = len(split)
+        if not msg.stop <= n or msg.stop - msg.start > self.batch_rows:
+            raise WireError(
+                f"PREDICT_ROWS {msg.start}..{msg.stop}: outside the {n} rows of the intersection or over "
+                f"{self.batch_rows} rows"
+            )
+        if batch_digest(split.ids[msg.start : msg.stop]) != msg.digest:
+            raise WireError(
+                f"PREDICT_ROWS {msg.start}..{msg.stop}: the ids' digest differs from the leader's (the intersections "
+                "disagree)"
+            )
+        with torch.no_grad(), autocast(self.party.precision, self.device):
+            out = self.model(*split.features(slice(msg.start, msg.stop), self.device)).float()
+        self.ch.post(PredictCut(cut=out.cpu().numpy(), start=msg.start, stop=msg.stop))
+        self.requests += 1
+        self.rows_sent += msg.stop - msg.start
+
+    def _on_done(self, msg: PredictDone) -> None:
+        if msg.rows != self.rows_sent:
+            raise WireError(f"PREDICT_DONE after {msg.rows} rows, but this follower sent cuts of {self.rows_sent}")
+        self.ch.post(Bye(steps=self.requests, snapshot_bytes=0))
+        self._done = True
+        self.log(f"follower {self.cfg.party}: answered {self.requests} requests ({self.rows_sent} rows)")

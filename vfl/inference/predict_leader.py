@@ -1,0 +1,199 @@
+"""Batch prediction, the leader's side: score a file of new rows with the model training selected, across parties.
+
+Order of a prediction (docs/predict.md):
+1. the leader loads its checkpoint (`<run>/checkpoints/<party>_final.pt`: the step model selection chose), checks it
+   against its config and keys, and reads its new rows through its frozen transforms (vfl/inference/new_rows.py);
+2. every follower's PREDICT_HELLO announces its checkpoint's training run, step and fingerprint
+   (vfl/inference/fingerprint.py); any difference refuses the session with one line naming both sides;
+3. PSI on the new ids, as in training; rows of the leader without a match get no score (counted and reported);
+4. the leader walks the intersection in ascending id order in ranges of `batch_rows`: PREDICT_ROWS to every
+   follower (the next range is asked for before the current one is scored, so followers compute while the leader
+   does), its own bottom, the followers' PREDICT_CUTs, the top: exactly the training run's evaluation
+   (BottomParty and TopTrainer.predict), in eval mode and train.precision;
+5. scores go to predictions.parquet / .csv (vfl/inference/outputs.py); with labels in its file, the leader also
+   reports AUC and logloss (or accuracy, or RMSE, MAE and R^2) in predict.json. PREDICT_DONE, then each BYE.
+
+Only the leader ever holds a score: what a follower receives (the welcome, PSI, the ranges with their id digests,
+PREDICT_DONE) is the same whatever the model or the labels.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from vfl.config.schema import PartyConfig
+from vfl.data.shards import PartyShard, batch_digest
+from vfl.inference.fingerprint import check_own, key_fingerprints, load_predict_checkpoint, pair_fingerprint
+from vfl.inference.new_rows import NewRows
+from vfl.inference.outputs import PredictionWriter
+from vfl.obs.progress import bar
+from vfl.session.leader import LeaderSession
+from vfl.training.party import BottomParty
+from vfl.training.precision import autocast
+from vfl.training.top import TopTrainer
+from vfl.wire import PROTOCOL_VERSION
+from vfl.wire.messages import Bye
+from vfl.wire.predict_messages import PredictCut, PredictDone, PredictHello, PredictRows, PredictWelcome
+
+
+class LeaderPredictor:
+    """The leader's model (from its checkpoint) and its new rows; `run(channel, psi)` scores them with the followers."""
+
+    def __init__(self, cfg: PartyConfig, checkpoint: str, rows_path: str, log, device: torch.device, strict=False):
+        self.cfg, self.log, self.device = cfg, log, device
+        self.checkpoint = checkpoint
+        ckpt = load_predict_checkpoint(checkpoint, cfg.party, ("bottom", "top"))
+        self.record = check_own((ckpt.get("extra") or {}).get("run"), cfg, checkpoint, key_fingerprints(cfg))
+        self.shard = PartyShard(cfg.data.path, in_memory=False)
+        self.task = self.shard.task
+        self.party = BottomParty(cfg, self.shard, device)
+        self.party.load_state(ckpt["state"]["bottom"])
+        cut_dims = self.record["cut_dims"]
+        top_state = ckpt["state"]["top"]
+        target = top_state.get("target")
+        self.top = TopTrainer(
+            cfg.train,
+            cfg.model.top,
+            tuple(int(cut_dims[p]) for p in self.record["parties"]),  # each party's cut, leader first
+            device,
+            None,
+            1,
+            self.task,
+            tuple(target) if target is not None else None,
+        )
+        self.top.load_state(top_state)
+        t0 = time.perf_counter()
+        work = os.path.join(cfg.output.dir, f".predict-{cfg.party}-{os.getpid()}")
+        self.rows = NewRows(cfg.data.path, rows_path, work, log, strict)
+        log(
+            f"leader {cfg.party}: {len(self.rows)} new rows of {rows_path} transformed with the frozen transforms "
+            f"in {time.perf_counter() - t0:.1f} s; checkpoint {checkpoint} (run {self.record['run'][:12]}, "
+            f"step {self.record['model_step']})"
+        )
+
+    def _check_hello(self, f: str, hello: PredictHello) -> list[str]:
+        """Every disagreement of a follower's PREDICT_HELLO with the leader's checkpoint, as sentences."""
+        mine = self.record
+        if hello.protocol != PROTOCOL_VERSION:
+            return [f"{f} speaks protocol {hello.protocol}, the leader speaks {PROTOCOL_VERSION}"]
+        if (hello.run, hello.step) != (mine["run"], mine["model_step"]):
+            return [
+                f"{f}'s checkpoint is of training run {hello.run[:12]} step {hello.step}, the leader's "
+                f"({self.checkpoint}) of run {mine['run'][:12]} step {mine['model_step']}: give every party "
+                "its checkpoint of the same run (checkpoints/<party>_final.pt)"
+            ]
+        want_cut = int(mine["cut_dims"].get(f, -1))
+        want = pair_fingerprint(mine, f, want_cut, leader_side=True)
+        if hello.cut_dim != want_cut or hello.fingerprint != want:
+            return [
+                f"{f}'s checkpoint of run {hello.run[:12]} step {hello.step} has fingerprint {hello.fingerprint[:12]} "
+                f"(cut {hello.cut_dim}), the leader's record of it {want[:12]} (cut {want_cut}): its keys or model "
+                "differ from the training run's"
+            ]
+        return []
+
+    def run(self, channel, psi: Callable[[np.ndarray], tuple[np.ndarray, object]], out_dir: str) -> dict:
+        """Handshake, PSI (psi(ids) -> (common ids, report)), scoring; returns the report (predict.json)."""
+        cfg = self.cfg
+        session = LeaderSession(cfg, channel, self.device)
+        batch_rows = cfg.train.eval_batch_size
+        hellos = session.greet(
+            PredictHello,
+            self._check_hello,
+            lambda f: f"PREDICT_HELLO from follower {f} (is `predict` running there, pointed at {cfg.network.bind}?)",
+            error="prediction refused",
+        )
+        session.start_run(
+            {f: h.nonce for f, h in hellos.items()},
+            lambda f: PredictWelcome(run=channel.run, nonce=hellos[f].nonce, batch_rows=batch_rows),
+            unbound=True,  # PREDICT_WELCOME travels outside the run, as the channel's own WELCOME does
+        )
+        common, psi_report = psi(self.rows.ids)
+        missing = self.rows.align(common)
+        n = len(self.rows.split)
+        self.log(
+            f"leader {cfg.party}: {n} of {len(self.rows)} new rows held by every party will be scored; "
+            f"{missing} get no score (no follower row with their id)"
+        )
+        writer = PredictionWriter(out_dir, self.task, self._class_names())
+        t0 = time.perf_counter()
+        scores = []
+        try:
+            self._score(session, batch_rows, writer, scores)
+            for f in session.followers:
+                channel.post(f, PredictDone(rows=n))
+            channel.watch_disconnect = False  # followers leave once they said BYE
+            for f in session.followers:
+                channel.expect(f, Bye)
+            paths = writer.close()
+        except BaseException:
+            writer.discard()
+            raise
+        seconds = time.perf_counter() - t0
+        report = {
+            "rows_in_file": len(self.rows),
+            "rows_scored": n,
+            "rows_without_score": missing,
+            "bad_rows_skipped": self.rows.stats.bad_rows,
+            "predict_seconds": seconds,
+            "rows_per_second": n / max(seconds, 1e-9),
+            "transform_seconds": self.rows.seconds,
+            "oov_fraction": self.rows.oov_fraction(),
+            "checkpoint": os.path.abspath(self.checkpoint),
+            "training_run": self.record["run"],
+            "model_step": self.record["model_step"],
+            "task": self.task.to_manifest(),
+            "files": paths,
+            "session_run": channel.run,
+            "psi": psi_report.as_dict() if hasattr(psi_report, "as_dict") else None,
+        }
+        if self.rows.labels is not None and n:
+            from vfl.obs.metrics import test_metrics
+
+            m = test_metrics(self.rows.labels, np.concatenate(scores), self.task.is_regression)
+            report["metrics"] = {k[5:]: v for k, v in m.items()}
+        return report
+
+    def _class_names(self) -> list[str] | None:
+        classes = (self.shard.manifest.get("label") or {}).get("classes")
+        return [str(c) for c in classes] if classes else None
+
+    def _score(self, session: LeaderSession, batch_rows: int, writer: PredictionWriter, scores: list) -> None:
+        split, rows = self.rows.split, self.rows
+        n = len(split)
+        ranges = [(i, min(i + batch_rows, n)) for i in range(0, n, batch_rows)]
+        keep = rows.labels is not None
+
+        def ask(k: int) -> None:
+            if k < len(ranges):
+                lo, hi = ranges[k]
+                session.post_all(PredictRows(start=lo, stop=hi, digest=batch_digest(split.ids[lo:hi])))
+
+        progress = bar(total=n, desc="predict", unit="row")
+        ask(0)
+        model = self.party.model.eval()
+        for k, (lo, hi) in enumerate(ranges):
+            remote = [
+                session.expect_cut(f, PredictCut, lambda m, lo=lo, hi=hi: _range_problem(m, lo, hi), hi - lo)
+                for f in session.followers
+            ]
+            ask(k + 1)  # the followers compute the next range while the leader scores this one
+            with torch.no_grad(), autocast(self.party.precision, self.device):
+                own = model(*split.features(slice(lo, hi), self.device)).float()
+            probs = self.top.predict([own, *remote])
+            writer.write(split.ids[lo:hi], probs, rows.row_index[lo:hi])
+            if keep:
+                scores.append(probs)
+            progress.update(hi - lo)
+        progress.close()
+
+
+def _range_problem(msg: PredictCut, lo: int, hi: int) -> str | None:
+    if (msg.start, msg.stop) != (lo, hi):
+        return f"expected the cut of rows {lo}..{hi}, got {msg.start}..{msg.stop}"
+    return None
