@@ -86,7 +86,7 @@ def _intersect(cfg, env, ctx, channel, keys, shard, log):
     common, psi = intersect_on_ranks(
         ctx,
         shard.all_ids(),
-        lambda ids: leader_psi(channel, followers, ids, log, cfg.data.psi_max_peer_ids, caches, env),
+        lambda ids, total: leader_psi(channel, followers, ids, log, cfg.data.psi_max_peer_ids, caches, env, total),
         cfg.party,
     )
     log(

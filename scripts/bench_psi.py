@@ -6,7 +6,11 @@
    for comparison. Core-us per id per side = hash + 2 scalar multiplications (each side masks its own ids and
    raises the other's).
 2. End to end: leader and follower in two forked processes over CurveZMQ on 127.0.0.1 (50% overlap), wall seconds,
-   CPU seconds of both parties with their worker processes (rusage), core-us per id per side, ids/s per side, bytes.
+   CPU seconds of both parties with their worker processes (rusage), core-us per id per side, ids/s per side, bytes;
+   each with a reuse cache, then run again on the same sets: the reuse (vfl/align/psi/reuse.py) in seconds.
+3. Ranks: 1 rank per party against 2 ranks per party (rank r of each party intersects bucket r of the ids,
+   vfl/align/psi/buckets.py), with every rank of both parties pinned to core r: 1 rank uses one core, 2 ranks two.
+   Ids/s per side of the slowest rank; the ratio is the scaling.
 Prints the CPU model and the load average with every figure; writes runs/bench_psi/bench_psi.json (or --json).
 """
 
@@ -109,13 +113,24 @@ def stages(n: int) -> dict:
     }
 
 
-def _party(role: str, endpoint: str, keys: dict, ids: np.ndarray, out) -> None:
+def _party(role: str, endpoint: str, keys: dict, ids: np.ndarray, out, cache_dir=None, core=None, rank=None) -> None:
+    """One party (or one rank of it: rank = (r, N, the party's whole set size)) over CurveZMQ; its result to out."""
     from vfl.align.psi import ecdh
-    from vfl.align.psi.protocol import follower_psi, leader_psi
+    from vfl.align.psi.leader_side import leader_psi
+    from vfl.align.psi.protocol import follower_psi
+    from vfl.align.psi.reuse import PSICache
+    from vfl.distributed.launch import RankEnv
     from vfl.wire import FollowerChannel, LeaderChannel
-    from vfl.wire.keys import load_follower_keys, load_leader_keys
+    from vfl.wire.keys import load_follower_keys, load_leader_keys, load_public_key, load_secret_key
 
+    if core is not None:
+        os.sched_setaffinity(0, {core})
     ecdh._pool = None  # this process's own workers (a pool inherited through fork is the parent's)
+    me, peer = ("leader", "follower0") if role == "leader" else ("follower0", "leader")
+    cache = None
+    if cache_dir:
+        secret, public = load_secret_key(keys[me][1])[1], load_public_key(keys[peer][0])
+        cache = PSICache(os.path.join(cache_dir, me), secret, me, peer, public)
     if role == "leader":
         ch = LeaderChannel(
             endpoint,
@@ -134,11 +149,13 @@ def _party(role: str, endpoint: str, keys: dict, ids: np.ndarray, out) -> None:
             max_message_bytes=1 << 22,
         )
     try:
+        env, total = (RankEnv(rank[0], rank[1]), rank[2]) if rank else (RankEnv(), None)
         if role == "leader":
-            common, report = leader_psi(ch, ["follower0"], ids)
+            caches = {"follower0": cache} if cache else None
+            common, report = leader_psi(ch, ["follower0"], ids, caches=caches, env=env, total=total)
         else:
-            common, report = follower_psi(ch, ids)
-        out.put((role, int(common.size), report.seconds, report.bytes_sent + report.bytes_received))
+            common, report = follower_psi(ch, ids, cache=cache, env=env, total=total)
+        out.put((role, int(common.size), report.seconds, report.bytes_sent + report.bytes_received, report.reused))
     finally:
         ch.close()
         if ecdh._pool:
@@ -146,26 +163,24 @@ def _party(role: str, endpoint: str, keys: dict, ids: np.ndarray, out) -> None:
             ecdh._pool.join()  # so the workers' CPU time reaches this process's rusage, then the benchmark's
 
 
-def run(n: int, keys: dict) -> dict:
-    from vfl.ports import free_port
-
+def sets(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The leader's and the follower's n ids each, n / 2 of them shared."""
     rng = np.random.default_rng(n)
     universe = rng.choice(2**62, size=n + n // 2, replace=False).astype(np.int64)
-    lead, fol = rng.permutation(universe[:n]), rng.permutation(universe[n // 2 :])
-    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    return rng.permutation(universe[:n]), rng.permutation(universe[n // 2 :])
+
+
+def _pairs(jobs: list[tuple], keys: dict) -> tuple[list, float, float]:
+    """Run (role, endpoint, ids, cache_dir, core, rank) jobs as forked processes; (their results, wall s, CPU s)."""
     ctx = mp.get_context("fork")
     out = ctx.Queue()
-    load0 = load()
     cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    procs = [
-        ctx.Process(target=_party, args=(role, endpoint, keys, ids, out))
-        for role, ids in (("leader", lead), ("follower", fol))
-    ]
+    procs = [ctx.Process(target=_party, args=(role, ep, keys, ids, out, *more)) for role, ep, ids, *more in jobs]
     for p in procs:
         p.start()
     try:
-        got = {r[0]: r for r in (out.get(timeout=3600), out.get(timeout=3600))}
+        got = [out.get(timeout=3600) for _ in procs]
         for p in procs:
             p.join(120)
     finally:
@@ -174,8 +189,23 @@ def run(n: int, keys: dict) -> dict:
                 p.kill()
     wall = time.perf_counter() - t0
     cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
-    assert got["leader"][1] == got["follower"][1] == n // 2, got
+    return got, wall, (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+
+
+def run(n: int, keys: dict, cache_dir: str) -> dict:
+    """The PSI of n ids per side with reuse caches, then the same sets again (reused)."""
+    from vfl.ports import free_port
+
+    lead, fol = sets(n)
+    load0 = load()
+    ep = f"tcp://127.0.0.1:{free_port()}"
+    res, wall, cpu = _pairs([("leader", ep, lead, cache_dir, None), ("follower", ep, fol, cache_dir, None)], keys)
+    got = {r[0]: r for r in res}
+    assert got["leader"][1] == got["follower"][1] == n // 2 and got["leader"][4] == [], got
+    ep = f"tcp://127.0.0.1:{free_port()}"
+    res, reuse_wall, _ = _pairs([("leader", ep, lead, cache_dir, None), ("follower", ep, fol, cache_dir, None)], keys)
+    again = {r[0]: r for r in res}
+    assert again["leader"][4] == ["follower0"] and again["leader"][1] == n // 2, again
     return {
         "n": n,
         "seconds": round(wall, 2),
@@ -187,19 +217,54 @@ def run(n: int, keys: dict) -> dict:
         "intersection": got["leader"][1],
         "load_before": load0,
         "load_after": load(),
+        "reuse_psi_seconds": round(max(again["leader"][2], again["follower"][2]), 3),
+        "reuse_wall_seconds_with_process_start": round(reuse_wall, 2),
+        "reuse_bytes": again["leader"][3],
     }
+
+
+def ranks(n: int, keys: dict) -> dict:
+    """1 rank per party on core 0 against 2 ranks per party, rank r of both parties on core r (r mod the cores)."""
+    from vfl.align.psi.buckets import rank_share
+    from vfl.ports import free_port
+
+    lead, fol = sets(n)
+    cores = sorted(os.sched_getaffinity(0))
+    doc = {"n": n, "cores": len(cores), "load_before": load()}
+    for r_count in (1, 2):
+        jobs = []
+        for r in range(r_count):
+            ep, core = f"tcp://127.0.0.1:{free_port()}", cores[r % len(cores)]
+            jobs += [
+                ("leader", ep, rank_share(lead, r, r_count), None, core, (r, r_count, n)),
+                ("follower", ep, rank_share(fol, r, r_count), None, core, (r, r_count, n)),
+            ]
+        res, wall, cpu = _pairs(jobs, keys)
+        assert sum(x[1] for x in res if x[0] == "leader") == n // 2, res
+        slowest = max(x[2] for x in res)
+        doc[f"ranks_{r_count}"] = {
+            "seconds": round(wall, 2),
+            "psi_seconds_slowest_rank": round(slowest, 2),
+            "cpu_seconds": round(cpu, 2),
+            "ids_per_second_per_side": round(n / slowest),
+        }
+    doc["speedup"] = round(doc["ranks_2"]["ids_per_second_per_side"] / doc["ranks_1"]["ids_per_second_per_side"], 2)
+    doc["load_after"] = load()
+    return doc
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="100000,1000000", help="ids per side, comma-separated (empty: stages only)")
     ap.add_argument("--stage-ids", type=int, default=20000, help="ids for the per-stage profile (0: skip)")
+    ap.add_argument("--rank-ids", type=int, default=200000, help="ids per side for 1 vs 2 ranks (0: skip)")
     ap.add_argument("--json", default=os.path.join(REPO, "runs", "bench_psi", "bench_psi.json"))
     args = ap.parse_args()
     from vfl.align.psi.ecdh import SUITE
     from vfl.wire.keys import create_key_pair, key_paths
 
     doc = {"cpu": cpu_model(), "suite": SUITE, "load_start": load(), "secretflow_core_us_per_id_per_side": 91.0}
+    doc["uptime"] = open("/proc/loadavg").read().strip() if os.path.exists("/proc/loadavg") else ""
     print(f"CPU: {doc['cpu']}; load average {doc['load_start']:.2f}; suite {SUITE}", flush=True)
     if args.stage_ids:
         s = doc["stages"] = stages(args.stage_ids)
@@ -224,13 +289,24 @@ def main() -> int:
             create_key_pair(p, os.path.join(tmp, "keys"))
             keys[p] = key_paths(os.path.join(tmp, "keys"), p)
         for n in (int(x) for x in args.sizes.split(",") if x):
-            r = run(n, keys)
+            r = run(n, keys, os.path.join(tmp, f"cache{n}"))
             doc["runs"].append(r)
             print(
                 f"PSI {n:>9} ids/side: {r['seconds']:7.1f} s wall, {r['cpu_seconds']:7.1f} CPU s, "
                 f"{r['core_us_per_id_per_side']:.0f} core-us/id/side, {r['ids_per_second_per_side']} ids/s/side, "
                 f"{r['bytes'] / 2**20:.1f} MiB ({r['bytes'] / (2 * n):.0f} B/id), intersection {r['intersection']}, "
-                f"load {r['load_before']:.2f} -> {r['load_after']:.2f}",
+                f"load {r['load_before']:.2f} -> {r['load_after']:.2f}; reused: {r['reuse_psi_seconds']:.3f} s "
+                f"({r['reuse_wall_seconds_with_process_start']:.1f} s with process start), {r['reuse_bytes']} B",
+                flush=True,
+            )
+        if args.rank_ids:
+            k = doc["ranks"] = ranks(args.rank_ids, keys)
+            one, two = k["ranks_1"], k["ranks_2"]
+            print(
+                f"ranks, {k['n']} ids/side, rank r of both parties pinned to core r ({k['cores']} cores): "
+                f"1 rank {one['ids_per_second_per_side']} ids/s/side ({one['psi_seconds_slowest_rank']:.1f} s), "
+                f"2 ranks {two['ids_per_second_per_side']} ids/s/side ({two['psi_seconds_slowest_rank']:.1f} s): "
+                f"{k['speedup']:.2f}x; load {k['load_before']:.2f} -> {k['load_after']:.2f}",
                 flush=True,
             )
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)

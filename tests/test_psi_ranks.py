@@ -1,16 +1,18 @@
-"""PSI across ranks: rank r of each party intersects bucket r of a public hash, and the gathered buckets are the
-one-rank PSI's intersection, id for id (the multi-process run is tests/test_ranks.py)."""
+"""PSI across ranks: rank r of each party intersects bucket r of a public hash, padded to a size that depends on the
+whole set alone, and the gathered buckets are the one-rank PSI's intersection, id for id (the multi-process run is
+tests/test_ranks.py)."""
 
 from __future__ import annotations
 
 import threading
 
 import numpy as np
+import pytest
 
 from tests.test_psi import _channels, _in_thread
 from vfl.align.psi.buckets import bucket_of, intersect_on_ranks, rank_share
 from vfl.align.psi.leader_side import leader_psi
-from vfl.align.psi.protocol import follower_psi
+from vfl.align.psi.protocol import PSIError, declared_size, follower_psi, padded_size
 from vfl.distributed.launch import RankEnv
 
 RNG = np.random.default_rng(7)
@@ -80,9 +82,11 @@ def test_two_ranks_per_party_give_the_one_rank_intersection_id_for_id(tmp_path):
         leader, follower = _channels(tmp_path / f"r{r}", tuple(fol))
         chans = {f: follower(f) for f in fol}
         for f, ids in fol.items():
-            run = (lambda ch, env: lambda part: follower_psi(ch, part, None, None, env))(chans[f], RankEnv(r, 2))
+            run = (lambda ch, env: lambda part, total: follower_psi(ch, part, None, None, env, total))(
+                chans[f], RankEnv(r, 2)
+            )
             threads.append((f, r, _in_thread(intersect_on_ranks, ranks[f].view(r), ids, run, f), chans[f]))
-        run = (lambda ch, env: lambda part: leader_psi(ch, list(fol), part, None, None, None, env))(
+        run = (lambda ch, env: lambda part, total: leader_psi(ch, list(fol), part, None, None, None, env, total))(
             leader, RankEnv(r, 2)
         )
         threads.append(
@@ -100,7 +104,9 @@ def test_two_ranks_per_party_give_the_one_rank_intersection_id_for_id(tmp_path):
         assert report.intersection == want.size
     lead_report = results[("leader", 0)][1]
     assert lead_report.own_ids == lead.size
-    assert lead_report.peer_ids == {f: ids.size for f, ids in fol.items()}
+    # each rank declared padded_size(whole set, 2), not its bucket's count: the sizes say nothing of the buckets
+    assert lead_report.peer_ids == {f: 2 * padded_size(ids.size, 2) for f, ids in fol.items()}
+    assert {results[("leader", r)][1].own_ids for r in range(2)} == {lead.size}
     assert lead_report.pairwise == {f: np.intersect1d(lead, ids).size for f, ids in fol.items()}
     assert results[("follower1", 1)][1].pairwise == {"leader": np.intersect1d(lead, fol["follower1"]).size}
 
@@ -117,3 +123,21 @@ def _psi_one_rank(tmp_path, lead, fol):
         for c in (leader, *chans.values()):
             c.close()
     return common
+
+
+def test_padded_bucket_sizes_depend_on_the_whole_set_size_alone_and_a_bucket_beyond_them_is_refused():
+    # Prepare: three sets of 1000 ids split 500/500, 600/400 and 1000/0 between the 2 buckets
+    ids = UNIVERSE[:4000]
+    zero, one = ids[bucket_of(ids, 2) == 0], ids[bucket_of(ids, 2) == 1]
+    sets = {k: np.concatenate([zero[:k], one[: 1000 - k]]) for k in (500, 600, 1000)}
+    # Execute
+    sizes = {
+        k: [declared_size(rank_share(sets[k], r, 2).size, 1000, RankEnv(r, 2), "leader") for r in (0, 1)]
+        for k in (500, 600)
+    }
+    # Assert: every rank declares padded_size(1000, 2) = 500 + 8 x 15.8 + 8 = 635 whatever the split (the padding is
+    # about 8 sd: 1.2% at 10^6 ids); a bucket holding more ids than that is refused in one line, naming the rank
+    assert sizes == {500: [635, 635], 600: [635, 635]} and padded_size(1000, 2) == 635
+    assert padded_size(10**6, 2) - 500_000 < 0.012 * 500_000 and padded_size(123, 1) == 123
+    with pytest.raises(PSIError, match="rank 0 of 2 holds 1000 of the party's 1000 ids, above the padded"):
+        declared_size(rank_share(sets[1000], 0, 2).size, 1000, RankEnv(0, 2), "leader")

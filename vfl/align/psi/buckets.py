@@ -6,9 +6,16 @@ union over r of the intersections of bucket r (the buckets partition every set t
 holds a channel to rank r of every other party (vfl/distributed/pairing.py), runs the ordinary PSI there on its
 bucket, and the party's ranks all-gather their parts: the result is the one-rank PSI's, id for id (tests).
 
-What this adds to what each side learns: the other party's set size per bucket (N numbers summing to the set size
-the one-rank PSI reveals), a statistic of the set under a public hash. With one rank nothing changes.
-Each rank keeps its own reuse cache (vfl/align/psi/reuse.py), bound to its rank and N.
+What this adds to what each side learns: nothing. Each rank declares, and sends points for, padded_size(n, N) slots
+(protocol.py: a bucket's binomial mean + 8 sd + 8, a function of the party's whole set size n alone), its real ids
+in random slots and, in the others, R^e for a fresh uniformly random element R (RFC 9496 derivation of 64 random
+bytes), which matches nothing and which the peer cannot tell from a masked id (DDH, as for any id it does not hold);
+each slot costs the same derivation and scalar multiplication, so neither the values nor their timing count the
+padding; so a peer learns N x padded_size(n, N), a function of
+the n the one-rank PSI reveals, and not how the ids fall into buckets (their counts would be a statistic of the set
+under a public hash). Padding costs about 8 sqrt(n N) points in all (1.1% at 10^6 ids on 2 ranks). The leader's bound
+on a follower's declared size is padded alike, so N ranks let a follower probe at most that many more ids. Each
+rank keeps its own reuse cache (vfl/align/psi/reuse.py), bound to its rank and N.
 """
 
 from __future__ import annotations
@@ -38,15 +45,15 @@ def rank_share(ids: np.ndarray, rank: int, ranks: int) -> np.ndarray:
 
 
 def intersect_on_ranks(ctx, ids: np.ndarray, run: Callable, me: str) -> tuple[np.ndarray, PSIReport]:
-    """run(this rank's bucket of ids) -> (its intersection, report) on every rank; the party's whole intersection
-    (ascending, on every rank) and the report summed over ranks."""
+    """run(this rank's bucket of ids, the party's whole set size) -> (its intersection, report) on every rank; the
+    party's whole intersection (ascending, on every rank) and the report summed over ranks."""
     part = rank_share(ids, ctx.rank, ctx.ranks)
     if part.size == 0:
         raise PSIError(
             f"{me}: rank {ctx.rank} of {ctx.ranks} has no ids in its PSI bucket ({len(ids)} ids in all); "
             f"run fewer ranks"
         )
-    common, report = run(part)
+    common, report = run(part, len(ids))
     if ctx.ranks == 1:
         return common, report
     everything = np.sort(ctx.gather_ids(np.asarray(common, np.int64)))

@@ -146,16 +146,24 @@ _pool_lock = threading.Lock()
 
 
 def _workers():
-    """This party's worker processes (one per core, at most 8), started on first use by this very process (a process
+    """This party's worker processes (one per core it may use, at most 8), started on first use by this very process (a process
     forked after PSI starts its own: its parent's pool hangs it; found by a hostile review); None on one core."""
     global _pool, _pool_pid
     with _pool_lock:
         if _pool is None or _pool_pid != os.getpid():
             sodium()  # loaded before the fork, so every worker has it
-            n = min(os.cpu_count() or 1, 8)
+            n = min(_cores(), 8)
             _pool = mp.get_context("fork").Pool(n) if n > 1 else False
             _pool_pid = os.getpid()
         return _pool or None
+
+
+def _cores() -> int:
+    """The cores this process may run on (a rank pinned to one core starts no workers), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
 
 
 def _parallel(fn, arr: np.ndarray, *args) -> np.ndarray:
@@ -196,6 +204,12 @@ def digests(ids: np.ndarray) -> bytes:
     raw = np.ascontiguousarray(ids, dtype="<i8").tobytes()
     sha512, dom = hashlib.sha512, _DOMAIN
     return b"".join([sha512(dom + raw[i : i + 8]).digest() for i in range(0, len(raw), 8)])
+
+
+def random_points(k: int) -> np.ndarray:
+    """k elements derived from 64 fresh random bytes each: uniform in the group (RFC 9496 Sec. 4.3.4), so a padding
+    value is indistinguishable from a masked H(id) to anyone without the exponent (vfl/align/psi/buckets.py)."""
+    return from_digests(secrets.token_bytes(HASH_BYTES * k))
 
 
 def from_digests(h: bytes) -> np.ndarray:

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from vfl.align.psi.ecdh import SUITE, PointError, as_wire, hash_ids, new_exponent, point_set, raise_to
+from vfl.align.psi.ecdh import SUITE, PointError, as_wire, hash_ids, new_exponent, point_set, raise_to, random_points
 from vfl.align.psi.protocol import (
     MAX_IDS,
     ONE_RANK,
@@ -17,8 +17,10 @@ from vfl.align.psi.protocol import (
     check_ids,
     checked_range,
     chunks,
+    declared_size,
     expect_op,
     load_agreement,
+    padded_size,
     peer_size,
     points_of,
     shuffled_order,
@@ -51,13 +53,16 @@ def leader_psi(
     max_peer_ids: int | None = None,
     caches: dict[str, PSICache] | None = None,
     env: RankEnv = ONE_RANK,
+    total: int | None = None,
 ) -> tuple[np.ndarray, PSIReport]:
     """Run L's side with every follower in turn; return the ids every party holds (ascending) and the report.
     caches: this party's agreement with each follower (vfl/align/psi/reuse.py), reused when both sides prove it;
-    env: this rank, whose bucket of ids (vfl/align/psi/buckets.py) each follower's same rank must intersect."""
+    env: this rank, whose bucket of ids (vfl/align/psi/buckets.py) each follower's same rank must intersect; total:
+    the party's whole set size under N ranks (the bucket is padded to padded_size(total, N))."""
     t0, sent0, recv0 = time.perf_counter(), ch.bytes_sent, ch.bytes_received
-    run = _LeaderPSI(ch, followers, check_ids(ids, ch.me), log, env)
-    sizes, agreed = run.agree_sizes(max_peer_ids, caches or {})
+    ids = check_ids(ids, ch.me)
+    run = _LeaderPSI(ch, followers, ids, log, env, declared_size(ids.size, total, env, ch.me))
+    sizes, agreed = run.agree_sizes(peer_limit(ids.size if total is None else total, max_peer_ids), caches or {})
     # follower -> (leader rows, follower positions): positions in its shuffled set, or indices into its cached ids
     matched = {f: run.reused(f, agreed[f].shared) if f in agreed else run.match_with(f, sizes[f]) for f in followers}
     keep = np.ones(run.ids.size, bool)
@@ -92,31 +97,38 @@ class _LeaderPSI:
     """L's side of the protocol with its followers, one at a time: the hashes of its ids (computed once, chunk by
     chunk) and a WAIT to every follower not being served, so none times out."""
 
-    def __init__(self, ch, followers: list[str], ids: np.ndarray, log, env: RankEnv):
+    def __init__(self, ch, followers: list[str], ids: np.ndarray, log, env: RankEnv, m: int):
         self.ch, self.followers, self.ids, self.log, self.env = ch, followers, ids, log, env
+        self.m = m  # the size this leader declares: its ids and (under N ranks) random padding
         self.keepalive_every = ch.timeout_s / 4
         self.last = {f: time.monotonic() for f in followers}
-        self.hashed = np.empty((ids.size, 32), np.uint8)  # H(x): a public function of the ids
-        self.is_hashed = np.zeros(ids.size, bool)
+        self.hashed = np.empty((m, 32), np.uint8)  # H(x): a public function of the ids; then the padding
+        self.is_hashed = np.zeros(m, bool)
 
-    def agree_sizes(self, max_peer_ids: int | None, caches: dict[str, PSICache]) -> tuple[dict, dict]:
-        """Every follower's HELLO (its set size, within this leader's limit, and perhaps a reuse offer), then this
-        leader's HELLO to each (with its own proof where it accepts the offer): the sizes and the agreements."""
+    def agree_sizes(self, limit: int, caches: dict[str, PSICache]) -> tuple[dict, dict]:
+        """Every follower's HELLO (its set size, within this leader's limit for its whole set, padded like a bucket
+        under N ranks, and perhaps a reuse offer), then this leader's HELLO to each (with its own proof where it
+        accepts the offer): the sizes and the agreements."""
+        bucket_limit = padded_size(limit, self.env.ranks)
         sizes, agreed = {}, {}
         for f in self.followers:
             hello = _leader_recv(self.ch, f, "hello", " (is it running and pointed at this leader?)")
             sizes[f] = peer_size(hello, f, self.env, "the leader")
-            limit = peer_limit(self.ids.size, max_peer_ids)
-            if sizes[f] > limit:
+            if sizes[f] > bucket_limit:
                 raise PSIError(
-                    f"{f} declares {sizes[f]} ids, above this leader's limit of {limit} "
-                    f"(data.psi_max_peer_ids; default max(16 x the leader's {self.ids.size} ids, 2**20))"
+                    f"{f} declares {sizes[f]} ids, above this leader's limit of {bucket_limit} "
+                    f"(data.psi_max_peer_ids; default max(16 x the leader's ids, 2**20)"
+                    + (
+                        f"; {limit} for the whole set, padded as a bucket of {self.env.ranks})"
+                        if self.env.ranks > 1
+                        else ")"
+                    )
                 )
             if f in caches and (a := self._accept(f, hello.payload, caches[f])) is not None:
                 agreed[f] = a
         for f in self.followers:
             offer = agreed[f].offer("leader") if f in agreed else None
-            self.ch.post(f, Psi.hello(SUITE, self.ids.size, offer, self.env.rank, self.env.ranks))
+            self.ch.post(f, Psi.hello(SUITE, self.m, offer, self.env.rank, self.env.ranks))
             self.last[f] = time.monotonic()
         return sizes, agreed
 
@@ -141,10 +153,15 @@ class _LeaderPSI:
         return order[idx], np.arange(shared.size, dtype=np.int64)
 
     def hashes(self, rows: np.ndarray) -> np.ndarray:
+        """H(x) of rows below len(ids), a random element (drawn once, like H(x) computed once for every follower)
+        for the padding rows: the same derivation per row, and then the same scalar multiplication."""
         todo = rows[~self.is_hashed[rows]]
-        if todo.size:
-            self.hashed[todo] = hash_ids(self.ids[todo])
-            self.is_hashed[todo] = True
+        real = todo < self.ids.size
+        if real.any():
+            self.hashed[todo[real]] = hash_ids(self.ids[todo[real]])
+        if not real.all():
+            self.hashed[todo[~real]] = random_points(int((~real).sum()))
+        self.is_hashed[todo] = True
         return self.hashed[rows]
 
     def keepalive(self, current: str) -> None:
@@ -157,14 +174,14 @@ class _LeaderPSI:
     def match_with(self, f: str, n: int) -> tuple[np.ndarray, np.ndarray]:
         """The protocol with follower f (n ids): (this leader's rows, f's positions) of the ids both hold."""
         a = new_exponent()
-        progress = Progress(self.log, f"with {f}", n + self.ids.size)
+        progress = Progress(self.log, f"with {f}", n + self.m)
         y_ab = self._double_masks(f, n, a, progress)
-        perm = shuffled_order(self.ids.size)
-        x_ab = np.empty((self.ids.size, 32), np.uint8)
-        for start, stop in chunks(self.ids.size):
+        perm = shuffled_order(self.m)  # rows >= len(ids): random padding points, never matched
+        x_ab = np.empty((self.m, 32), np.uint8)
+        for start, stop in chunks(self.m):
             self.ch.post(f, Psi.chunk("leader", start, stop, as_wire(raise_to(self.hashes(perm[start:stop]), a))))
             msg = _leader_recv(self.ch, f, "leader")
-            checked_range(msg, f, self.ids.size, (start, stop))
+            checked_range(msg, f, self.m, (start, stop))
             x_ab[start:stop] = points_of(msg, f)
             self.keepalive(f)
             progress.add(stop - start)
@@ -173,9 +190,9 @@ class _LeaderPSI:
         theirs = point_set(y_ab)
         raw = x_ab.tobytes()
         rows, pos = [], []
-        for i in range(self.ids.size):
+        for i in range(self.m):
             j = theirs.get(raw[32 * i : 32 * i + 32])
-            if j is not None:
+            if j is not None and perm[i] < self.ids.size:
                 rows.append(perm[i])
                 pos.append(j)
         return np.asarray(rows, np.int64), np.asarray(pos, np.int64)

@@ -33,6 +33,7 @@ vfl/align/psi/reuse.py. This module holds the shared pieces and F's side; L's si
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -45,10 +46,12 @@ from vfl.align.psi.ecdh import (
     SodiumUnavailable,
     as_wire,
     from_wire,
+    hash_ids,
     mask_ids,
     new_exponent,
     point_set,
     raise_to,
+    random_points,
     sodium,
 )
 from vfl.align.psi.reuse import Agreement, PSICache, ticket_from_wire
@@ -155,6 +158,47 @@ def peer_size(msg: Psi, who: str, env: RankEnv, me: str) -> int:
     return msg.n
 
 
+def padded_size(total: int, ranks: int) -> int:
+    """The size each rank declares for its bucket of a party's `total` ids under N ranks: a bucket count's mean plus
+    8 standard deviations plus 8 (it is Binomial(total, 1/N)), so the declared sizes are a function of the whole set
+    size alone, never of which bucket holds which ids. A bucket above it: never for 8 ids or fewer, else at most
+    exp(-t^2 / (2 (var + t/3))) by Bernstein's inequality, below 1e-13 from 10^4 ids. One rank: the set size."""
+    if ranks == 1:
+        return total
+    p = 1.0 / ranks
+    return min(MAX_IDS, math.ceil(total * p + 8 * math.sqrt(total * p * (1 - p)) + 8))
+
+
+def declared_size(n: int, total: int | None, env: RankEnv, who: str) -> int:
+    """What this rank's PSI hello declares for its n ids: n for one rank, else padded_size(total, N)."""
+    m = padded_size(n if total is None else total, env.ranks)
+    if n > m:
+        raise PSIError(
+            f"{who}: rank {env.rank} of {env.ranks} holds {n} of the party's {total} ids, above the padded bucket size "
+            f"{m} that hides which bucket holds which ids (an event of probability below 1e-13); run fewer ranks"
+        )
+    return m
+
+
+def padded_slots(ids: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """ids in m shuffled slots (OS randomness) and which slots are real; the others carry random padding points."""
+    order = shuffled_order(m)
+    y, real = np.zeros(m, np.int64), np.zeros(m, bool)
+    y[order[: ids.size]] = ids
+    real[order[: ids.size]] = True
+    return y, real
+
+
+def masked(ids: np.ndarray, real: np.ndarray, exponent: bytes) -> np.ndarray:
+    """H(id)^exponent in the real slots, R^exponent for a fresh random element R in the padding slots: the same two
+    operations per slot (an element derivation and a scalar multiplication), so their timing does not count them."""
+    if real.all():
+        return mask_ids(ids, exponent)
+    points = random_points(ids.size)
+    points[real] = hash_ids(ids[real])
+    return raise_to(points, exponent)
+
+
 def check_ids(ids: np.ndarray, who: str) -> np.ndarray:
     try:
         sodium()
@@ -172,15 +216,17 @@ def check_ids(ids: np.ndarray, who: str) -> np.ndarray:
 
 # -- follower ------------------------------------------------------------------------------------------
 def follower_psi(
-    ch, ids: np.ndarray, log=None, cache: PSICache | None = None, env: RankEnv = ONE_RANK
+    ch, ids: np.ndarray, log=None, cache: PSICache | None = None, env: RankEnv = ONE_RANK, total: int | None = None
 ) -> tuple[np.ndarray, PSIReport]:
     """Run F's side over a FollowerChannel; return the ids of the final intersection (ascending) and the report.
     cache: this party's agreement with the leader (vfl/align/psi/reuse.py), offered when its ids are unchanged;
-    env: this rank, whose bucket of ids (vfl/align/psi/buckets.py) the leader's same rank must intersect."""
+    env: this rank, whose bucket of ids (vfl/align/psi/buckets.py) the leader's same rank must intersect; total: the
+    party's whole set size under N ranks (the bucket is padded to padded_size(total, N))."""
     t0, sent0, recv0 = time.perf_counter(), ch.bytes_sent, ch.bytes_received
     ids = check_ids(ids, ch.me)
+    m = declared_size(ids.size, total, env, ch.me)
     agreed = load_agreement(cache, ids, "the leader", log)
-    ch.post(Psi.hello(SUITE, ids.size, agreed.offer("follower") if agreed else None, env.rank, env.ranks))
+    ch.post(Psi.hello(SUITE, m, agreed.offer("follower") if agreed else None, env.rank, env.ranks))
     hello = _recv(ch, "hello")
     n_leader = peer_size(hello, "the leader", env, "this follower")
     if hello.payload is not None:  # the leader accepts the offer and proves the same agreement
@@ -188,8 +234,8 @@ def follower_psi(
             raise PSIError("the leader's PSI hello claims a reuse that this party's cached PSI does not prove; refused")
         final, pairwise = agreed.shared[_reused_positions(ch, agreed.shared.size)], agreed.shared.size
     else:
-        y = ids[shuffled_order(ids.size)]
-        run = _FollowerPSI(ch, y, n_leader, log)
+        y, real = padded_slots(ids, m)
+        run = _FollowerPSI(ch, y, real, n_leader, log)
         pos, shared = run.checked_positions(run.answer_until_done())
         final, pairwise = np.sort(y[pos]), int(shared.sum())
         if cache is not None and run.ticket is not None:
@@ -257,8 +303,8 @@ class _FollowerPSI:
     """F's side: answers the leader's PSI steps by op (a table of handlers) until DONE, then checks every position
     the leader names against the intersection this party computed itself."""
 
-    def __init__(self, ch, y: np.ndarray, n_leader: int, log):
-        self.ch, self.y, self.n_leader = ch, y, n_leader
+    def __init__(self, ch, y: np.ndarray, real: np.ndarray, n_leader: int, log):
+        self.ch, self.y, self.real, self.n_leader = ch, y, real, n_leader
         self.b = new_exponent()
         self.y_ab = np.zeros((y.size, 32), np.uint8)
         self.got = np.zeros(y.size, bool)
@@ -287,7 +333,7 @@ class _FollowerPSI:
 
     def _on_mask(self, msg: Psi) -> None:
         start, stop = checked_range(msg, "the leader", self.y.size)
-        self.ch.post(Psi.chunk("mask", start, stop, as_wire(mask_ids(self.y[start:stop], self.b))))
+        self.ch.post(Psi.chunk("mask", start, stop, as_wire(masked(self.y[start:stop], self.real[start:stop], self.b))))
         self.progress.add(stop - start)
 
     def _on_double(self, msg: Psi) -> None:
@@ -320,6 +366,7 @@ class _FollowerPSI:
         theirs = point_set(self.x_ab)
         raw = self.y_ab.tobytes()
         shared = np.fromiter((raw[32 * i : 32 * i + 32] in theirs for i in range(self.y.size)), bool, self.y.size)
+        shared &= self.real  # a padding slot is never shared (nor can a leader make it match without b)
         bad = pos[~shared[pos]] if pos.size else pos
         if bad.size:
             raise PSIError(
