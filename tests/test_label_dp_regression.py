@@ -265,6 +265,7 @@ def test_the_registry_serves_every_task_and_agrees_with_the_config_domain():
         ("regression", {"eps": 1.0, "mechanism": "laplace"}, "privacy.label_dp.clip is required for mechanism laplace"),
         ("regression", {"eps": 1.0, "mechanism": "unbiased", "clip": [0, 1], "bins": 64}, "at most 48"),
         ("regression", {"eps": 1.0, "mechanism": "rr_on_bins", "clip": [5, 1]}, "lo < hi, got [5, 1]"),
+        ("regression", {"eps": 1.0, "mechanism": "laplace", "clip": [0, math.inf]}, "finite numbers lo < hi"),
         ("regression", {"eps": 1.0, "mechanism": "rr_on_bins", "clip": [0, 1], "prior": "nope.csv"}, "neither"),
         ("binary", {"eps": 1.0, "clip": [0, 1]}, "privacy.label_dp.clip applies to train.task: regression only"),
     ],

@@ -476,7 +476,10 @@ def _label_dp_task_problems(ld: dict, task: str, schema: Any) -> list[str]:
         )
     clip = ld.get("clip")
     if clip is not None and not (
-        isinstance(clip, (list, tuple)) and len(clip) == 2 and all(_real(v) for v in clip) and clip[0] < clip[1]
+        isinstance(clip, (list, tuple))
+        and len(clip) == 2
+        and all(_real(v) and abs(v) != float("inf") for v in clip)
+        and clip[0] < clip[1]
     ):
         errors.append(f"privacy.label_dp.clip must be [lo, hi] with finite numbers lo < hi, got {clip!r}")
     if mech == "laplace":
