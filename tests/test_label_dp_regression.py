@@ -294,3 +294,22 @@ def test_debiased_validation_rmse_matches_the_true_rmse_under_laplace_noise():
     se = float(np.std((pred - noisy) ** 2)) / math.sqrt(n) / (2 * true_rmse)
     assert plain["rmse"] > 3 * true_rmse
     assert abs(debiased["rmse"] - true_rmse) < Z * se
+
+
+@pytest.mark.parametrize("mechanism", ["rr_on_bins", "unbiased"])
+def test_a_release_keeps_its_prior_and_design_so_a_later_run_draws_the_same_labels(tmp_path, monkeypatch, mechanism):
+    # Prepare: the first run keeps the DP histogram and the design in the store
+    key = _key(tmp_path)
+    first = _draw(tmp_path, key, mechanism=mechanism)
+    # Execute: a later run where recomputing either would give something else (another scipy, other PSI ids)
+    import vfl.labeldp.regression as regression
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the kept prior and design must be read back, not recomputed")
+
+    for name in ("dp_histogram_once", "rr_on_bins_design", "unbiased_design"):
+        monkeypatch.setattr(regression, name, refuse)
+    again = _draw(tmp_path, key, mechanism=mechanism)
+    # Assert
+    assert np.array_equal(again.labels, first.labels) and np.array_equal(again.valid, first.valid)
+    assert again.report["prior_reused"] and again.report["design_reused"] and not first.report["design_reused"]

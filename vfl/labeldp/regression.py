@@ -108,8 +108,16 @@ def draw_regression(
     valid_ids: np.ndarray,
     key: bytes,
     record: Callable[[list[tuple[str, dict]]], tuple[str, bool, dict]],
+    kept: Callable[[str], np.ndarray | None] = lambda release: None,
+    keep: Callable[[str, np.ndarray], None] = lambda release, matrix: None,
 ) -> Drawn:
-    """Record the plan's releases (the prior's first) and draw the noisy training and validation labels."""
+    """Record the plan's releases (the prior's first) and draw the noisy training and validation labels.
+
+    kept / keep read and write the store's matrix of a release (the leader's: LabelDPStore.stored_prior and
+    keep_prior). The DP histogram is kept under its release and the design (bins and values, or the unbiased
+    channel) under the randomizer's, the first time each is computed, and read back on every later run: a release
+    id then always means one prior and one channel, whatever ids a later PSI yields or whichever scipy solves the
+    programme (two histograms drawn with the same noise on different label sets would reveal their difference)."""
     lo, hi = spec.clip
     labels, valid_labels = np.asarray(labels, np.float64), np.asarray(valid_labels, np.float64)
     eps_prior, eps_rand = spec.split(mechanism, eps)
@@ -120,9 +128,12 @@ def draw_regression(
         if spec.prior == "dp_histogram":
             # the prior's release is recorded before its noise is drawn (the budget counts the randomizer too)
             prior_rel, _, _ = record(plan)
-            prior, _ = dp_histogram_once(
-                np.concatenate([labels, valid_labels]), lo, hi, spec.bins, eps_prior, key, prior_rel
-            )
+            prior = kept(prior_rel)
+            extra["prior_reused"] = prior is not None
+            if prior is None:
+                y_all = np.concatenate([labels, valid_labels])
+                prior, _ = dp_histogram_once(y_all, lo, hi, spec.bins, eps_prior, key, prior_rel)
+                keep(prior_rel, prior)
             extra.update(prior_release=prior_rel, prior_eps=eps_prior)
             plan = plan[1:]
         else:
@@ -136,12 +147,24 @@ def draw_regression(
         variance = laplace_noise_variance(lo, hi, eps_rand)
         extra["paper"] = "discrete Laplace on the clipped label (the papers' baseline)"
     elif mechanism == "rr_on_bins":
-        group, outputs = rr_on_bins_design(prior, values, eps_rand)
+        design = kept(rel)  # per grid point: its bin and the bin's value
+        extra["design_reused"] = design is not None
+        if design is None:
+            group, outputs = rr_on_bins_design(prior, values, eps_rand)
+            design = np.column_stack([group, outputs[group]]).astype(np.float64)
+            keep(rel, design)
+        group = design[:, 0].astype(np.int64)
+        outputs = design[np.unique(group, return_index=True)[1], 1]
         draw = lambda y, i: rr_on_bins_once(y, i, lo, hi, group, outputs, eps_rand, key, rel)
         variance = None  # biased: no debiased RMSE
         extra.update(bin_values=[round(float(v), 6) for v in outputs], paper="Ghazi et al. 2023, Algorithm 1")
     else:
-        outputs, channel = unbiased_design(prior, values, eps_rand)
+        design = kept(rel)  # the outputs, then the channel's rows
+        extra["design_reused"] = design is not None
+        if design is None:
+            design = np.vstack(unbiased_design(prior, values, eps_rand))
+            keep(rel, design)
+        outputs, channel = design[0], design[1:]
         draw = lambda y, i: unbiased_once(y, i, lo, hi, outputs, channel, key, rel)
         variance = channel_noise_variance(prior, values, outputs, channel)
         extra.update(outputs=int(outputs.size), paper="Badanidiyuru et al. 2023, Algorithm 1")

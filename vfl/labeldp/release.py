@@ -373,9 +373,20 @@ class LabelDPRelease:
 
     def _regression(self, labels, ids, label_key, prior_fn, valid_labels, valid_ids, record):
         """laplace, rr_on_bins or unbiased on a real-valued label (vfl/labeldp/regression.py)."""
-        plan = self.plan(label_key)
+        plan, store = self.plan(label_key), label_key.store
         return draw_regression(
-            self.regression, self.mechanism, self.eps, plan, labels, ids, valid_labels, valid_ids, label_key.key, record
+            self.regression,
+            self.mechanism,
+            self.eps,
+            plan,
+            labels,
+            ids,
+            valid_labels,
+            valid_ids,
+            label_key.key,
+            record,
+            kept=lambda rel: None if (got := store.stored_prior(rel)) is None else got[1],
+            keep=lambda rel, matrix: store.keep_prior(rel, np.arange(len(matrix)), matrix),
         )
 
     def _stage_two_prior(self, label_key, params, ids, first, noisy, prior_fn) -> tuple[np.ndarray, bool]:
