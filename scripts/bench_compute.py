@@ -283,6 +283,7 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--batch", type=int, default=None, help="default 16000 (2000 with --quick)")
     ap.add_argument("--emb", type=int, default=80)
+    ap.add_argument("--bottom", default="wide_deep", help="model.bottom.name of both parties (docs/models.md)")
     ap.add_argument("--hidden", default="1024,512,256,128")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--microbatches", default="1,2,4,8", help="the pipeline curve's M values")
@@ -329,7 +330,7 @@ def main() -> int:
         f"== machine: {cpu}, {cores} cores" + (f", {gpu}" if gpu else "") + f"; bf16 native: {native} ({why}); "
         f"torch {torch.__version__}; load {load_avg()}"
     )
-    model = {"bottom": {"embedding_dim": args.emb, "hidden": hidden, "cut_dim": 2}}
+    model = {"bottom": {"name": args.bottom, "embedding_dim": args.emb, "hidden": hidden, "cut_dim": 2}}
     train = {
         "epochs": args.epochs,
         "batch_size": batch,

@@ -61,6 +61,23 @@ def test_every_builtin_bottom_maps_a_batch_of_the_schema_to_its_cut_with_sparse_
     assert any(isinstance(o, LazyAdam) for o in opt.optimizers)
 
 
+@pytest.mark.parametrize("name", ["wide_deep", "deepfm", "dcn_v2", "mlp"])
+@pytest.mark.parametrize("options", [{}, {"low_rank": 3, "structure": "stacked"}, {"fm_numeric": False}])
+def test_the_torch_free_parameter_count_of_preflight_is_the_built_models(name, options):
+    # Prepare
+    from vfl.models.param_count import bottom_parameters
+    from vfl.models.options import BOTTOM_OPTIONS
+
+    options = {k: v for k, v in options.items() if k in BOTTOM_OPTIONS[name].model_fields}
+    cfg = BottomConfig.model_validate({**SIZES, "name": name, "options": options})
+    # Execute
+    model = build_bottom(cfg, SCHEMA, 0, "leader")
+    embedding, dense = bottom_parameters(cfg, list(SCHEMA.vocab_sizes), SCHEMA.n_numeric)
+    # Assert
+    sparse = sum(p.numel() for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters())
+    assert (embedding, embedding + dense) == (sparse, sum(p.numel() for p in model.parameters()))
+
+
 def test_wide_deep_from_the_registry_is_todays_module_bit_for_bit():
     # Prepare / Execute: the registry's wide_deep and WideDeepBottom built as before, under the same seed
     cfg = BottomConfig.model_validate(SIZES)

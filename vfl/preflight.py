@@ -153,19 +153,17 @@ def check_shard(cfg: PartyConfig, shard_dir: str, manifest: dict) -> None:
 
 
 def projected_checkpoint_bytes(cfg: PartyConfig, manifest: dict) -> int:
-    """Float32 bytes of this party's bottom (embeddings dominate) times 3 with Adam's two moment buffers."""
+    """Float32 bytes of this party's bottom (embeddings dominate) times 3 with Adam's two moment buffers; 0 for a
+    user's own module (its size is not known before it is built)."""
+    from vfl.models.param_count import bottom_parameters
+
     party = manifest.get("party") or {}
-    ids = sum(int(v) for v in (party.get("field_sizes") or {}).values())
-    b = cfg.model.bottom
-    n_dense = len(party.get("dense") or ())
-    inputs = len(party.get("categorical") or ()) * b.embedding_dim + 2 * n_dense
-    mlp = 0
-    for width in (*b.hidden, b.cut_dim - 1):
-        mlp += inputs * width + width
-        inputs = width
-    params = ids * (1 + b.embedding_dim) + mlp + 2 * n_dense + 1
+    sizes = [int(v) for v in (party.get("field_sizes") or {}).values()]
+    counts = bottom_parameters(cfg.model.bottom, sizes, len(party.get("dense") or ()))
+    if counts is None:
+        return 0
     moments = 2 if cfg.train.optimizer == "adam" else 1 if cfg.train.optimizer == "adagrad" else 0
-    return 4 * params * (1 + moments)
+    return 4 * sum(counts) * (1 + moments)
 
 
 def size_warning(cfg: PartyConfig, manifest: dict) -> str | None:
@@ -176,8 +174,8 @@ def size_warning(cfg: PartyConfig, manifest: dict) -> str | None:
     ids = sum(int(v) for v in ((manifest.get("party") or {}).get("field_sizes") or {}).values())
     count = 1 + (cfg.train.checkpoint_every > 0)
     return (
-        f"each checkpoint of {cfg.party} will take about {nbytes / 2**30:.1f} GiB ({ids:,} embedding rows x "
-        f"{cfg.model.bottom.embedding_dim + 1} floats, with optimizer state){' and more every checkpoint_every steps' if count > 1 else ''}; "
+        f"each checkpoint of {cfg.party} will take about {nbytes / 2**30:.1f} GiB ({ids:,} embedding rows of "
+        f"{cfg.model.bottom.name}, with optimizer state){' and more every checkpoint_every steps' if count > 1 else ''}; "
         f"prepare with fewer --hash-buckets or with --vocab-min-count N, or lower model.bottom.embedding_dim"
     )
 
