@@ -117,7 +117,7 @@ def predict_body(cfg, args, log, state: dict) -> None:
         log(f"follower {cfg.party}: PSI: {report.intersection} of {report.own_ids} new ids, {report.seconds:.1f} s")
         return common, report
 
-    predictor.run(channel, psi)
+    state["summary"] = predictor.run(channel, psi)
 
 
 def abort(state: dict, reason: str) -> None:

@@ -149,3 +149,99 @@ def test_a_checkpoint_of_another_step_is_refused_naming_both_sides(trained, proc
     assert f"of run {run} step {trained['metrics']['model_step']}" in lines[0]
     assert result["follower0"][0] == 1
     assert not (tmp_path / "pred" / "predictions.parquet").exists()
+
+
+def _follower_view(trained, tmp_path, leader_rows, perturb_top: bool, leak: bool = False):
+    """Predict in this process over the in-memory channel pair (every message encoded, decoded and parsed as on the
+    wire); returns (every message the leader sent the follower, the leader's scores). PSI is replaced by the clear
+    intersection of both files' ids (its own view is tested in test_psi.py): what is compared here is the prediction
+    phase. leak: plant a leak (a PREDICT_DONE whose row count encodes the first score) for the power test."""
+    import threading
+
+    import torch
+
+    from tests.test_trainers_in_memory import MemoryFollowerChannel, MemoryLeaderChannel, _Queues
+    from vfl.config.schema import load_config
+    from vfl.inference.predict_follower import FollowerPredictor
+    from vfl.inference.predict_leader import LeaderPredictor
+    from vfl.obs.logs import RunLog
+    from vfl.wire.messages import Abort
+    from vfl.wire.predict_messages import PredictDone
+
+    ckpts = trained["root"] / "out" / "checkpoints"
+    cfg = {p: load_config(trained["cfgs"][p]) for p in ("leader", "follower0")}
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    log = RunLog(str(tmp_path / "view.log"), "test")
+    lead = LeaderPredictor(cfg["leader"], str(ckpts / "leader_final.pt"), str(leader_rows), log, torch.device("cpu"))
+    follower = FollowerPredictor(
+        cfg["follower0"], str(ckpts / "follower0_final.pt"), str(trained["rows"]["follower0"]), log, torch.device("cpu")
+    )
+    if perturb_top:  # another top: every score changes
+        with torch.no_grad():
+            for p in lead.top.model.parameters():
+                p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
+    if leak:
+        score = lead._score
+
+        def leaky(session, batch_rows, writer, scores):
+            score(session, batch_rows, writer, scores)
+            session.post_all(PredictDone(rows=int(1e6 * float(np.ravel(scores[0])[0]))))
+
+        lead._score = leaky
+    common = np.intersect1d(lead.rows.ids, follower.rows.ids)
+    queues = _Queues(("follower0",))
+    errors = []
+
+    follower_channel = MemoryFollowerChannel("follower0", queues)
+
+    def follow():
+        try:
+            follower.run(follower_channel, lambda ids: (common, None))
+        except Exception as e:  # noqa: BLE001 - the planted leak makes the follower refuse; its view is still kept
+            errors.append(e)
+            follower_channel.post(Abort(f"follower0: {e}"))  # as follower/__main__.py: the leader is told at once
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    try:
+        lead.run(MemoryLeaderChannel("leader", queues), lambda ids: (common, None), str(tmp_path / "out"))
+    except Exception as e:  # noqa: BLE001 - as above
+        errors.append(e)
+    thread.join(30)
+    for r in (lead.rows, follower.rows):
+        r.close()
+    assert leak or not errors, errors
+    import pandas as pd
+
+    view = [m for s, r, m in queues.posted if s == "leader" and r == "follower0"]
+    scores = pd.read_parquet(tmp_path / "out" / "predictions.parquet")["score"].to_numpy() if not leak else None
+    return view, scores
+
+
+def test_a_follower_receives_nothing_that_depends_on_the_scores_or_the_labels(trained, tmp_path):
+    """The follower's full view of a prediction (every message the leader sends it) is the same, message for message,
+    when the leader's labels are flipped and its top model replaced (so that every score changes), once the session's
+    fresh run id and nonce are set aside; a planted leak (a row count that encodes a score) is caught by the same
+    comparison (power)."""
+    # Prepare: the leader's new rows, and the same rows with every label flipped
+    import dataclasses
+
+    from vfl.wire.predict_messages import PredictWelcome
+
+    rows = pd.read_csv(trained["rows"]["leader"], sep="\t", dtype=str, keep_default_na=False)
+    rows["label"] = np.where(rows["label"] == "1", "0", "1")
+    flipped = tmp_path / "flipped.tsv"
+    rows.to_csv(flipped, sep="\t", index=False)
+
+    def normal(view):
+        return [dataclasses.replace(m, run="", nonce="") if isinstance(m, PredictWelcome) else m for m in view]
+
+    # Execute
+    view_a, scores_a = _follower_view(trained, tmp_path / "a", trained["rows"]["leader"], perturb_top=False)
+    view_b, scores_b = _follower_view(trained, tmp_path / "b", flipped, perturb_top=True)
+    leak_a, _ = _follower_view(trained, tmp_path / "c", trained["rows"]["leader"], perturb_top=False, leak=True)
+    leak_b, _ = _follower_view(trained, tmp_path / "d", flipped, perturb_top=True, leak=True)
+    # Assert: the scores differ everywhere, the follower's views do not; the planted leak shows
+    assert np.abs(scores_a - scores_b).min() > 0
+    assert len(view_a) > 2 and normal(view_a) == normal(view_b)
+    assert normal(leak_a) != normal(leak_b)

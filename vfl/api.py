@@ -1,4 +1,5 @@
-"""Python API: `Leader(...).fit()`, `Follower(...).fit()` and `simulate(...)`, on the same code as the CLI.
+"""Python API: `Leader(...).fit()`, `Follower(...).fit()` and `simulate(...)`, on the same code as the CLI; then
+`Leader(...).predict(rows)`, `Follower(...).predict(rows)` and `simulate_predict(...)` (docs/predict.md).
 
     from vfl.api import simulate
     history = simulate("examples/wide_deep_criteo/leader.yaml", ["examples/wide_deep_criteo/follower.yaml"],
@@ -144,6 +145,16 @@ class Leader(_Party):
         self._run()
         return History.from_out_dir(self.config.output.dir)
 
+    def predict(self, rows: Any, *, run: str | None = None, checkpoint: str | None = None, out: str | None = None):
+        """Score new rows (a file, or a DataFrame with the training file's columns) with the followers, who run
+        `Follower.predict` or `python -m follower predict`; returns a DataFrame: id, score (or score_<class> per
+        class), row. run: the training run's directory (default output.dir); checkpoint: default
+        run/checkpoints/<party>_final.pt; out: where predictions.parquet/.csv and predict.json go (default
+        run/predict). docs/predict.md."""
+        from vfl.inference.predict_api import predict_in_process
+
+        return predict_in_process(self.config, "leader", rows, run, checkpoint, out)
+
 
 class Follower(_Party):
     """A feature party in this process; `fit()` serves the leader until DONE and returns the steps it trained."""
@@ -152,6 +163,13 @@ class Follower(_Party):
 
     def fit(self) -> int:
         return int(self._run().get("steps", 0))
+
+    def predict(self, rows: Any, *, run: str | None = None, checkpoint: str | None = None) -> dict:
+        """Answer the leader's prediction of new rows (a file, or a DataFrame with the training file's columns);
+        returns what this party did (requests, rows sent, the intersection's size). It receives no score."""
+        from vfl.inference.predict_api import predict_in_process
+
+        return predict_in_process(self.config, "follower", rows, run, checkpoint, None)
 
 
 def prepare_own_table(cfg: PartyConfig, table: Any, out: str) -> str:
@@ -330,4 +348,12 @@ def _stop(procs: dict[str, subprocess.Popen]) -> None:
                 p.wait(timeout=10)
 
 
-__all__ = ["Follower", "History", "Leader", "prepare_own_table", "simulate"]
+def simulate_predict(leader: ConfigLike, followers: list[ConfigLike], rows: dict[str, Any], **kwargs: Any):
+    """Predict new rows with a local run's parties as processes (vfl/inference/predict_api.simulate_predict):
+    rows = {party: a file or a DataFrame}, run= the training run's directory; returns the leader's predictions."""
+    from vfl.inference.predict_api import simulate_predict as run_processes
+
+    return run_processes(leader, followers, rows, **kwargs)
+
+
+__all__ = ["Follower", "History", "Leader", "prepare_own_table", "simulate", "simulate_predict"]
