@@ -126,6 +126,11 @@ def abort(state: dict, reason: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from vfl.inference.serve_cli import inference_subcommand
+
+    code = inference_subcommand(sys.argv[1:] if argv is None else argv, "follower")  # export, serve
+    if code is not None:
+        return code
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] == "predict":
         from vfl.inference.predict_cli import predict_main

@@ -36,6 +36,7 @@ from vfl.wire.messages import (
 )
 from vfl.wire.predict_messages import PredictCut, PredictDone, PredictHello, PredictRows, PredictWelcome
 from vfl.wire.psi_messages import PSI_CHUNK_POINTS
+from vfl.wire.serve_messages import ServeCut, ServeHello, ServeIds, ServeRefused, ServeWelcome
 
 SUITE = "ecdh-psi/x25519-elligator2x2-sha512/v1"
 NONCE = "0123456789abcdef0123456789abcdef"
@@ -136,6 +137,25 @@ SAMPLES: list[tuple[WireMessage, dict]] = [
     (PredictRows(0, 4096, "d" * 32), {"start": 0, "stop": 4096, "digest": "d" * 32}),
     (PredictCut(CUT, 0, 3), {"start": 0, "stop": 3}),
     (PredictDone(3000), {"rows": 3000}),
+    (
+        ServeHello("a" * 32, "follower0", 5, "r" * 32, 1600, "f" * 32, 2, 60.0, 1024, 1e5),
+        {
+            "nonce": "a" * 32,
+            "party": "follower0",
+            "protocol": 5,
+            "run": "r" * 32,
+            "step": 1600,
+            "fingerprint": "f" * 32,
+            "cut_dim": 2,
+            "timeout_s": 60.0,
+            "max_rows": 1024,
+            "rows_per_s": 1e5,
+        },
+    ),
+    (ServeWelcome("r" * 32, "a" * 32), {"run": "r" * 32, "nonce": "a" * 32}),
+    (ServeIds(7, np.array([3, -1, 9], np.int64), 250), {"request": 7, "rows": 3, "deadline_ms": 250}),
+    (ServeCut(7, CUT, np.array([1], np.int64)), {"request": 7}),
+    (ServeRefused(7, "rate limit", 40), {"request": 7, "reason": "rate limit", "retry_ms": 40}),
 ]
 IDS = [f"{m.TYPE}-{i}" for i, (m, _) in enumerate(SAMPLES)]
 SENDER = {
@@ -144,6 +164,9 @@ SENDER = {
     "BYE": "follower0",
     "PREDICT_HELLO": "follower0",
     "PREDICT_CUT": "follower0",
+    "SERVE_HELLO": "follower0",
+    "SERVE_CUT": "follower0",
+    "SERVE_REFUSED": "follower0",
 }  # the others: as the leader sends them
 
 

@@ -113,6 +113,28 @@ def pair_fingerprint(record: dict, follower: str, cut_dim: int, leader_side: boo
     return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:32]
 
 
+def hello_problems(mine: dict, f: str, hello, checkpoint: str, protocol: int) -> list[str]:
+    """Every disagreement of a follower's hello (PREDICT_HELLO or SERVE_HELLO: protocol, run, step, cut_dim,
+    fingerprint) with the leader's checkpoint record `mine`, as sentences naming both sides."""
+    if hello.protocol != protocol:
+        return [f"{f} speaks protocol {hello.protocol}, the leader speaks {protocol}"]
+    if (hello.run, hello.step) != (mine["run"], mine["model_step"]):
+        return [
+            f"{f}'s checkpoint is of training run {hello.run[:12]} step {hello.step}, the leader's "
+            f"({checkpoint}) of run {mine['run'][:12]} step {mine['model_step']}: give every party "
+            "its checkpoint of the same run (checkpoints/<party>_final.pt)"
+        ]
+    want_cut = int(mine["cut_dims"].get(f, -1))
+    want = pair_fingerprint(mine, f, want_cut, leader_side=True)
+    if hello.cut_dim != want_cut or hello.fingerprint != want:
+        return [
+            f"{f}'s checkpoint of run {hello.run[:12]} step {hello.step} has fingerprint {hello.fingerprint[:12]} "
+            f"(cut {hello.cut_dim}), the leader's record of it {want[:12]} (cut {want_cut}): its keys or model "
+            "differ from the training run's"
+        ]
+    return []
+
+
 def load_predict_checkpoint(path: str, party: str, required: tuple[str, ...]) -> dict:
     """A party's checkpoint for prediction, checked for owner and content (one-line errors)."""
     from vfl.training.checkpoint import load_checkpoint

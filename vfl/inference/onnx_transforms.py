@@ -63,6 +63,7 @@ class FrozenTable:
 
     columns: list[FrozenColumn]
     key_scheme: str  # a key of KEY_SCHEMES
+    id_column: str = "id"  # the column of the party's file that holds the sample ids
 
     @property
     def numeric(self) -> list[FrozenColumn]:
@@ -92,7 +93,7 @@ def frozen_table(shard_dir: str) -> FrozenTable:
             (name, params), state = next(iter(c["transform"].items())), dict(c.get("state") or {})
             vocab = _load_vocab(shard_dir, state.pop("file")) if "file" in state else None
             cols.append(FrozenColumn(c["name"], c["kind"], name, dict(params or {}), state, vocab))
-        table = FrozenTable(cols, "table")
+        table = FrozenTable(cols, "table", str(doc.get("id") or "id"))
         _check_order(table, doc.get("dense", []), doc.get("categorical", []), schema_path)
         return table
     with open(os.path.join(shard_dir, "manifest.json")) as f:

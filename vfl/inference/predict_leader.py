@@ -28,7 +28,7 @@ import torch
 
 from vfl.config.schema import PartyConfig
 from vfl.data.shards import PartyShard, batch_digest
-from vfl.inference.fingerprint import check_own, key_fingerprints, load_predict_checkpoint, pair_fingerprint
+from vfl.inference.fingerprint import check_own, hello_problems, key_fingerprints, load_predict_checkpoint
 from vfl.inference.new_rows import NewRows
 from vfl.inference.outputs import PredictionWriter
 from vfl.obs.progress import bar
@@ -78,24 +78,7 @@ class LeaderPredictor:
 
     def _check_hello(self, f: str, hello: PredictHello) -> list[str]:
         """Every disagreement of a follower's PREDICT_HELLO with the leader's checkpoint, as sentences."""
-        mine = self.record
-        if hello.protocol != PROTOCOL_VERSION:
-            return [f"{f} speaks protocol {hello.protocol}, the leader speaks {PROTOCOL_VERSION}"]
-        if (hello.run, hello.step) != (mine["run"], mine["model_step"]):
-            return [
-                f"{f}'s checkpoint is of training run {hello.run[:12]} step {hello.step}, the leader's "
-                f"({self.checkpoint}) of run {mine['run'][:12]} step {mine['model_step']}: give every party "
-                "its checkpoint of the same run (checkpoints/<party>_final.pt)"
-            ]
-        want_cut = int(mine["cut_dims"].get(f, -1))
-        want = pair_fingerprint(mine, f, want_cut, leader_side=True)
-        if hello.cut_dim != want_cut or hello.fingerprint != want:
-            return [
-                f"{f}'s checkpoint of run {hello.run[:12]} step {hello.step} has fingerprint {hello.fingerprint[:12]} "
-                f"(cut {hello.cut_dim}), the leader's record of it {want[:12]} (cut {want_cut}): its keys or model "
-                "differ from the training run's"
-            ]
-        return []
+        return hello_problems(self.record, f, hello, self.checkpoint, PROTOCOL_VERSION)
 
     def run(self, channel, psi: Callable[[np.ndarray], tuple[np.ndarray, object]], out_dir: str) -> dict:
         """Handshake, PSI (psi(ids) -> (common ids, report)), scoring; returns the report (predict.json)."""

@@ -36,6 +36,7 @@ from vfl.wire.frames import (
 from vfl.wire.gate import MAX_UNADMITTED, ConnectionGate
 from vfl.wire.keys import FollowerKeys, LeaderKeys, fingerprint
 from vfl.wire.messages import Abort, Hello, Welcome, WireMessage
+from vfl.wire.serve_messages import ServeHello, ServeWelcome
 
 ZERO_COPY_MIN_BYTES = 1 << 16  # below this zmq copies anyway (pyzmq serialization docs)
 LINGER_MS = 2000
@@ -45,6 +46,8 @@ ABORT_SEND_MS = 1000  # a best-effort ABORT waits at most this long for a peer
 RCVHWM = 4  # messages queued per connection before libzmq stops reading that peer's socket
 LATE_READS = 64  # messages read after a deadline passed, before the timeout is declared anyway
 HANDSHAKE_MS = 5000  # a connection that has not completed its CURVE handshake by then is dropped
+# the messages that come before a run id is agreed (the handshakes of training and serving) or that end any run
+UNBOUND_TYPES = (Hello.TYPE, Welcome.TYPE, ServeHello.TYPE, ServeWelcome.TYPE, Abort.TYPE)
 
 
 class PeerAbort(WireError):
@@ -133,7 +136,7 @@ class _Endpoint:
             raise WireError(
                 f"{msg.type} from {peer} has sequence number {msg.seq}, expected {want} (replayed or lost message)"
             )
-        if msg.type not in (Hello.TYPE, Welcome.TYPE, Abort.TYPE) and msg.run != self.run:
+        if msg.type not in UNBOUND_TYPES and msg.run != self.run:
             raise WireError(f"{msg.type} from {peer} belongs to run {msg.run!r}, this run is {self.run!r}")
         self._recv_seq[peer] = want + 1
         if msg.type == Abort.TYPE:
@@ -352,6 +355,20 @@ class LeaderChannel(_Endpoint):
             )
         except (WireError, zmq.ZMQError):
             pass
+
+    @property
+    def alive(self) -> set[str]:
+        """The followers whose authenticated connection is open, as far as the socket's events have told."""
+        return set(self._fds)
+
+    def forget(self, peer: str) -> None:
+        """Drop what this channel knows of `peer`'s connection (a serving leader whose follower was lost): its next
+        connection is a new one, its messages numbered from 0 again, and it must greet again."""
+        self._route.pop(peer, None)
+        self._fds.pop(peer, None)
+        self._send_seq.pop(peer, None)
+        self._recv_seq.pop(peer, None)
+        self._inbox[peer].clear()
 
     def abort_all(self, reason: str) -> None:
         """Best effort: tell every follower that ever connected why the run stops."""

@@ -25,7 +25,7 @@ import numpy as np
 PROTOCOL_VERSION = 5  # v2: CurveZMQ transport, no frame HMAC, nonce-bound run ids; valid split (EVAL names
 # its split), SNAPSHOT and RESTORE; v3: PSI messages (private set intersection of the ids) before HELLO;
 # v4: tensor buffers travel in frames of at most WIRE_FRAME_BYTES (a small per-frame cap for strangers);
-# v5: batch prediction's PREDICT_* messages (predict_messages.py)
+# v5: batch prediction's PREDICT_* (predict_messages.py) and online scoring's SERVE_* messages (serve_messages.py)
 MAGIC_PREFIX = b"VFLW"
 MAGIC = MAGIC_PREFIX + bytes([PROTOCOL_VERSION])
 MAX_HEADER_BYTES = 1 << 16
@@ -52,6 +52,11 @@ MESSAGE_TYPES = (
     "BYE",
     "ABORT",
     "PRIOR",
+    "SERVE_HELLO",
+    "SERVE_WELCOME",
+    "SERVE_IDS",
+    "SERVE_CUT",
+    "SERVE_REFUSED",
     "PREDICT_HELLO",
     "PREDICT_WELCOME",
     "PREDICT_ROWS",

@@ -37,6 +37,7 @@ from vfl.wire.fields import (
 from vfl.wire.frames import MAX_DIM, MAX_HEADER_BYTES, Message, WireError
 from vfl.wire.predict_messages import PREDICT_MESSAGES
 from vfl.wire.psi_messages import Psi
+from vfl.wire.serve_messages import SERVE_MESSAGES
 
 PHASES = ("prior",)  # FORWARD / GRADIENT / EVAL of LP-2ST's stage one carry phase "prior"
 MAX_CUT_DIM = 4096  # the widest cut a party may announce
@@ -330,6 +331,7 @@ MESSAGE_CLASSES: dict[str, type[WireMessage]] = {
         Bye,
         Abort,
         Prior,
+        *SERVE_MESSAGES,
         *PREDICT_MESSAGES,
     )
 }

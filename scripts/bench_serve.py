@@ -1,0 +1,227 @@
+"""Online scoring benchmark: a leader and a follower `serve` a trained run on 127.0.0.1; p50/p99 latency of 1-row and
+100-row requests from one client, then throughput under concurrent clients (100-row requests, keep-alive HTTP).
+
+The run (default runs/local: the front door's Wide&Deep on Criteo, `scripts/run_vfl_train_local.sh`) must hold
+checkpoints/, shards/ and keys/. The follower's rate limit is lifted for the benchmark (--rows-per-s 1e9). Prints a
+table with the CPU and the load average, and writes JSON (default runs/bench_serve/bench_serve.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing as mp
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or "unknown"
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+class Client:
+    """One keep-alive HTTP connection to the leader's /score."""
+
+    def __init__(self, port: int):
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        self.conn.connect()
+        self.conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def score(self, ids: list[int], deadline_ms: int = 2000) -> tuple[int, dict]:
+        self.conn.request(
+            "POST", "/score", json.dumps({"ids": ids, "deadline_ms": deadline_ms}), {"Content-Type": "application/json"}
+        )
+        r = self.conn.getresponse()
+        return r.status, json.loads(r.read())
+
+
+def latencies(port: int, ids: np.ndarray, rows: int, requests: int, seed: int) -> np.ndarray:
+    """Seconds of `requests` sequential requests of `rows` random ids each."""
+    client, rng, out = Client(port), np.random.default_rng(seed), []
+    for _ in range(requests):
+        batch = rng.choice(ids, rows, replace=False).tolist()
+        t0 = time.perf_counter()
+        status, doc = client.score(batch)
+        out.append(time.perf_counter() - t0)
+        if status != 200:
+            raise RuntimeError(f"/score answered {status}: {doc}")
+    return np.array(out)
+
+
+def _load_client(port: int, ids: np.ndarray, rows: int, seconds: float, seed: int, start, results) -> None:
+    client, rng, done, lat, errors = Client(port), np.random.default_rng(seed), 0, [], {}
+    start.wait()
+    stop = time.perf_counter() + seconds
+    while time.perf_counter() < stop:
+        batch = rng.choice(ids, rows, replace=False).tolist()
+        t0 = time.perf_counter()
+        status, doc = client.score(batch)
+        lat.append(time.perf_counter() - t0)
+        done += rows if status == 200 else 0
+        if status != 200:
+            errors[f"{status} {doc.get('error', '')[:80]}"] = errors.get(f"{status} {doc.get('error', '')[:80]}", 0) + 1
+    results.put((done, lat, errors))
+
+
+def throughput(port: int, ids: np.ndarray, rows: int, clients: int, seconds: float) -> dict:
+    """Scored rows per second with `clients` processes each sending `rows`-id requests back to back."""
+    ctx = mp.get_context("fork")
+    start, results = ctx.Event(), ctx.Queue()
+    procs = [
+        ctx.Process(target=_load_client, args=(port, ids, rows, seconds, 100 + i, start, results))
+        for i in range(clients)
+    ]
+    for p in procs:
+        p.start()
+    time.sleep(0.5)
+    t0 = time.perf_counter()
+    start.set()
+    got = [results.get(timeout=seconds + 60) for _ in procs]
+    wall = time.perf_counter() - t0
+    for p in procs:
+        p.join(timeout=10)
+    lat = np.concatenate([np.array(g[1]) for g in got]) * 1000
+    rows_done = sum(g[0] for g in got)
+    errors: dict[str, int] = {}
+    for g in got:
+        for k, v in g[2].items():
+            errors[k] = errors.get(k, 0) + v
+    return {
+        "clients": clients,
+        "rows_per_request": rows,
+        "seconds": round(wall, 2),
+        "rows_per_s": round(rows_done / wall, 1),
+        "requests_per_s": round(len(lat) / wall, 1),
+        "p50_ms": round(float(np.percentile(lat, 50)), 3),
+        "p99_ms": round(float(np.percentile(lat, 99)), 3),
+        "errors": errors,
+    }
+
+
+def summary(seconds: np.ndarray) -> dict:
+    ms = seconds * 1000
+    return {
+        "requests": int(ms.size),
+        "p50_ms": round(float(np.percentile(ms, 50)), 3),
+        "p99_ms": round(float(np.percentile(ms, 99)), 3),
+        "mean_ms": round(float(ms.mean()), 3),
+    }
+
+
+def start_parties(args, out: str, port: int, http_port: int) -> tuple[subprocess.Popen, subprocess.Popen, str]:
+    endpoint = f"tcp://127.0.0.1:{port}"
+    common = ["--keys", os.path.join(args.run, "keys"), "--max-rows", str(args.max_rows), f"output.dir={out}"]
+    shards, ckpt = os.path.join(args.run, "shards"), os.path.join(args.run, "checkpoints")
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "follower", "serve", "--config", args.follower_config, "--connect", endpoint,
+         "--data", os.path.join(shards, args.follower), "--checkpoint", os.path.join(ckpt, f"{args.follower}_final.pt"),
+         "--rows-per-s", "1e9", *common],
+        cwd=ROOT, stdout=open(os.path.join(out, "follower.out"), "w"), stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    leader_log = os.path.join(out, "leader.out")
+    leader = subprocess.Popen(
+        [sys.executable, "-m", "leader", "serve", "--config", args.leader_config, "--bind", endpoint,
+         "--data", os.path.join(shards, "leader"), "--checkpoint", os.path.join(ckpt, "leader_final.pt"),
+         "--http", f"127.0.0.1:{http_port}", *common],
+        cwd=ROOT, stdout=open(leader_log, "w"), stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    return leader, follower, leader_log
+
+
+def main() -> int:
+    import yaml
+
+    from vfl.ports import free_port
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--run", default="runs/local", help="a trained run: checkpoints/, shards/, keys/")
+    ap.add_argument("--leader-config", default="examples/wide_deep_criteo/leader.yaml")
+    ap.add_argument("--follower-config", default="examples/wide_deep_criteo/follower.yaml")
+    ap.add_argument("--requests", type=int, default=2000, help="sequential requests of 1 row (a quarter: 100 rows)")
+    ap.add_argument("--clients", type=int, default=4, help="concurrent client processes for the throughput")
+    ap.add_argument("--seconds", type=float, default=10.0, help="duration of the throughput run")
+    ap.add_argument("--max-rows", type=int, default=1024, help="the leader's batch (and request) size cap")
+    ap.add_argument("--json", default="runs/bench_serve/bench_serve.json")
+    args = ap.parse_args()
+    for need in ("checkpoints", "shards", "keys"):
+        if not os.path.isdir(os.path.join(args.run, need)):
+            print(
+                f"error: {args.run}/{need} is missing: train first (bash scripts/run_vfl_train_local.sh)",
+                file=sys.stderr,
+            )
+            return 2
+    args.follower = yaml.safe_load(open(args.follower_config))["party"]
+    out = os.path.dirname(os.path.abspath(args.json))
+    os.makedirs(out, exist_ok=True)
+    ids = np.load(os.path.join(args.run, "shards", "leader", "test", "ids.npy"))
+    port, http_port = free_port(), free_port()
+    load_before = load()
+    leader, follower, leader_log = start_parties(args, out, port, http_port)
+    try:
+        deadline = time.monotonic() + 300
+        while "scoring on" not in open(leader_log).read():
+            if leader.poll() is not None or follower.poll() is not None or time.monotonic() > deadline:
+                print(open(leader_log).read() + open(os.path.join(out, "follower.out")).read(), file=sys.stderr)
+                return 1
+            time.sleep(0.2)
+        latencies(http_port, ids, 1, 200, 0)  # warm-up: first-touch pages, allocator, branch caches
+        latencies(http_port, ids, 100, 50, 0)
+        one = summary(latencies(http_port, ids, 1, args.requests, 1))
+        hundred = summary(latencies(http_port, ids, 100, max(args.requests // 4, 50), 2))
+        loaded = throughput(http_port, ids, 100, args.clients, args.seconds)
+    finally:
+        for p in (leader, follower):
+            if p.poll() is None:
+                p.terminate()
+        for p in (leader, follower):
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    doc = {
+        "cpu": cpu_name(),
+        "cores": os.cpu_count(),
+        "load_before": load_before,
+        "load_after": load(),
+        "run": os.path.abspath(args.run),
+        "model": yaml.safe_load(open(args.leader_config)).get("model"),
+        "one_row": one,
+        "hundred_rows": hundred,
+        "concurrent": loaded,
+        "targets": {"one_row_p99_ms": 10, "rows_per_s_100_row_requests": 20000},
+    }
+    with open(args.json, "w") as f:
+        json.dump(doc, f, indent=2)
+    print(f"bench_serve on {doc['cpu']} ({doc['cores']} cores), load {load_before} -> {doc['load_after']}")
+    print(f"  1-row requests   p50 {one['p50_ms']:.2f} ms  p99 {one['p99_ms']:.2f} ms  ({one['requests']} sequential)")
+    print(
+        f"  100-row requests p50 {hundred['p50_ms']:.2f} ms  p99 {hundred['p99_ms']:.2f} ms  ({hundred['requests']} sequential)"
+    )
+    print(
+        f"  {loaded['clients']} clients x 100-row requests: {loaded['rows_per_s']:.0f} rows/s "
+        f"({loaded['requests_per_s']:.0f} requests/s, p50 {loaded['p50_ms']:.1f} ms, p99 {loaded['p99_ms']:.1f} ms)"
+    )
+    print(f"  targets: p99 < 10 ms for 1 row; >= 20000 rows/s with 100-row requests. JSON: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,260 @@
+"""A trained split model in use, over real processes on 127.0.0.1: `serve` answers with the scores the training run's
+own evaluation computes; a hung or dead follower gives a clear error within the request's deadline; the follower
+logs every id it is asked about; and the export of both parties, loaded in a fresh process that imports neither this
+project nor torch, gives the same scores from the parties' raw files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+import yaml
+
+from tests.conftest import REPO
+from tests.own_table import SCHEMAS, own_table
+from tests.procs import Procs, free_port, party_configs, run_split
+
+pytest.importorskip("onnxruntime")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A two-party run (leader + telco, who holds ~90% of the customers) trained on a generated table."""
+    tmp = tmp_path_factory.mktemp("served")
+    frames = {k: v for k, v in own_table(2500, seed=5).items() if k in ("leader", "telco")}
+    cfgs = party_configs(
+        str(tmp),
+        str(tmp / "shards"),
+        followers=("telco",),
+        train={"epochs": 2, "batch_size": 128, "eval_batch_size": 512},
+    )
+    for name, frame in frames.items():
+        frame.to_csv(tmp / f"{name}.csv", index=False)
+        doc = yaml.safe_load(open(cfgs[name]))
+        doc["data"]["schema"] = SCHEMAS[name]
+        yaml.safe_dump(doc, open(cfgs[name], "w"))
+        done = subprocess.run(
+            [sys.executable, "-m", "vfl.data", "prepare", "--config", cfgs[name], "--input", str(tmp / f"{name}.csv")],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+    procs = Procs()
+    try:
+        run_split(procs, cfgs)
+    finally:
+        procs.cleanup()
+    return {"tmp": tmp, "cfgs": cfgs, "frames": frames}
+
+
+def _evaluation_scores(trained) -> dict[int, float]:
+    """{id: score} of the test split as the training run's own evaluation computes it (vfl/training)."""
+    import torch
+
+    from vfl.config.schema import load_config
+    from vfl.data.shards import PartyShard
+    from vfl.training.checkpoint import load_checkpoint
+    from vfl.training.party import BottomParty
+    from vfl.training.top import TopTrainer
+
+    lc, fc = load_config(trained["cfgs"]["leader"]), load_config(trained["cfgs"]["telco"])
+    ls, fs = PartyShard(lc.data.path), PartyShard(fc.data.path)
+    common = np.intersect1d(ls.all_ids(), fs.all_ids())  # what PSI agreed on
+    ls.restrict(common)
+    fs.restrict(common)
+    ckpt = {
+        p: load_checkpoint(str(trained["tmp"] / "out" / "checkpoints" / f"{p}_final.pt")) for p in ("leader", "telco")
+    }
+    lb, fb = BottomParty(lc, ls, torch.device("cpu")), BottomParty(fc, fs, torch.device("cpu"))
+    lb.load_state(ckpt["leader"]["state"]["bottom"])
+    fb.load_state(ckpt["telco"]["state"]["bottom"])
+    dims = (lc.model.bottom.cut_dim, fc.model.bottom.cut_dim)
+    top = TopTrainer(lc.train, lc.model.top, dims, torch.device("cpu"), task=ls.task)
+    top.load_state(ckpt["leader"]["state"]["top"])
+    n = len(ls.split("test"))
+    scores = top.predict([lb.forward_eval(slice(0, n), "test"), fb.forward_eval(slice(0, n), "test")])
+    return dict(zip(np.asarray(ls.split("test").ids).tolist(), scores.tolist()))
+
+
+def _start(procs: Procs, name: str, role: str, cfg: str, log: str, *extra: str) -> None:
+    out = open(log, "w")
+    procs.procs[name] = subprocess.Popen(
+        [sys.executable, "-m", role, "serve", "--config", cfg, *extra],
+        cwd=REPO,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _post(port: int, doc: dict, timeout: float = 10.0) -> tuple[int, dict, float]:
+    t0 = time.perf_counter()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/score", json.dumps(doc).encode(), method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            status, body = r.status, r.read()
+    except urllib.error.HTTPError as e:
+        status, body = e.code, e.read()
+    return status, json.loads(body), time.perf_counter() - t0
+
+
+def test_serve_answers_with_the_evaluation_scores_a_hung_or_dead_follower_errs_within_the_deadline_and_can_return(
+    trained,
+):
+    from vfl.data.ids import ids64
+
+    # Prepare: both parties serving the run's final checkpoints; the ids of the test split, one customer telco
+    # lacks, and one nobody holds
+    tmp, cfgs = trained["tmp"], trained["cfgs"]
+    want = _evaluation_scores(trained)
+    leader_ids = set(ids64(trained["frames"]["leader"]["cust"]).tolist())
+    not_at_telco = sorted(leader_ids - set(ids64(trained["frames"]["telco"]["cust"]).tolist()))[0]
+    port, http = free_port(), free_port()
+    endpoint = f"tcp://127.0.0.1:{port}"
+    procs = Procs()
+    try:
+        _start(
+            procs, "telco", "follower", cfgs["telco"], str(tmp / "f.out"), "--connect", endpoint, "--rows-per-s", "1e6"
+        )
+        _start(
+            procs,
+            "leader",
+            "leader",
+            cfgs["leader"],
+            str(tmp / "l.out"),
+            "--bind",
+            endpoint,
+            "--http",
+            f"127.0.0.1:{http}",
+        )
+        procs.wait_for_line("leader", str(tmp / "l.out"), "scoring on", timeout=90)
+        ids = list(want)[:200]
+        # Execute: one request of ids, one text id (hashed as the files' ids are), and the two without a score
+        status, doc, _ = _post(http, {"ids": [*ids, not_at_telco, "cust-no-such-one"]})
+        # Assert: the evaluation's scores to 1e-6; no score (and why) where a party lacks the row
+        assert status == 200, doc
+        got = np.array(doc["scores"][: len(ids)], dtype=np.float64)
+        np.testing.assert_allclose(got, [want[i] for i in ids], atol=1e-6, rtol=0)
+        assert doc["scores"][-2:] == [None, None]
+        assert [(m["index"], m["reason"]) for m in doc["missing"]] == [
+            (len(ids), "unknown to telco"),
+            (len(ids) + 1, "unknown to the leader"),
+        ]
+        log = open(tmp / "out" / "telco_served_ids.log").read()
+        assert f"rows={len(ids) + 2} answered unknown=2 ids={','.join(map(str, ids))}" in log  # every id asked, logged
+
+        # Execute: the follower hangs (stopped), then comes back; then it dies
+        os.killpg(procs.procs["telco"].pid, signal.SIGSTOP)
+        hung = _post(http, {"ids": ids[:3], "deadline_ms": 700})
+        os.killpg(procs.procs["telco"].pid, signal.SIGCONT)
+        back = _post(http, {"ids": ids[:3], "deadline_ms": 5000})
+        os.killpg(procs.procs["telco"].pid, signal.SIGKILL)
+        procs.procs["telco"].wait(timeout=10)
+        dead = [_post(http, {"ids": ids[:3], "deadline_ms": 700}) for _ in range(2)]
+        health = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{http}/health", timeout=5).read())
+        # Assert: a clear error within the deadline each time (never a hang), and scores again once it answers
+        assert hung[0] == 504 and "telco did not answer within" in hung[1]["error"] and hung[2] < 0.7 + 0.5, hung
+        assert back[0] == 200 and np.allclose(back[1]["scores"], [want[i] for i in ids[:3]], atol=1e-6), back
+        for status, body, seconds in dead:
+            assert status in (503, 504) and "telco" in body["error"] and seconds < 0.7 + 0.5, (status, body, seconds)
+        assert dead[-1][0] == 503 and "down" in dead[-1][1]["error"]
+        assert health["status"] == "degraded" and health["followers"]["telco"] != "up"
+
+        # Execute: the follower is started again
+        _start(procs, "telco", "follower", cfgs["telco"], str(tmp / "f2.out"), "--connect", endpoint)
+        procs.wait_for_line("telco", str(tmp / "f2.out"), "serving the leader", timeout=90)
+        again = _post(http, {"ids": ids[:3], "deadline_ms": 5000})
+        # Assert: the leader greeted it again and scores as before
+        assert again[0] == 200 and np.allclose(again[1]["scores"], [want[i] for i in ids[:3]], atol=1e-6), again
+    finally:
+        procs.cleanup()
+
+
+FRESH_SCORER = r"""
+import json, sys
+import numpy as np, onnxruntime as ort, pandas as pd
+
+export, tables, id_texts = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+NA = ("", "NA", "N/A", "NaN", "nan", "null", "NULL", "None")
+
+
+def inputs(party):
+    # the raw columns of the party's own file, as docs/export.md says to feed them
+    meta = json.load(open(f"{export}/{party}/export.json"))["inputs"]
+    frame = pd.read_csv(tables[party], dtype=str, keep_default_na=False).set_index(meta["id_column"]).loc[id_texts]
+    num = frame[meta["numeric"]].apply(lambda c: c.str.strip())
+    numeric_missing = num.isin(NA).to_numpy()
+    numeric = np.where(numeric_missing, 0.0, num.where(~num.isin(NA), "0").astype(float).to_numpy())
+    keys, cat_missing = [], []
+    for c in meta["categorical"]:
+        text = frame[c].str.strip().to_numpy(dtype=object)
+        k = pd.util.hash_array(text, encoding="utf8", hash_key="vfl-categories01", categorize=True).astype(np.uint64)
+        miss = pd.Series(text).isin(NA).to_numpy()
+        k[miss], k[(k == 0) & ~miss] = 0, 1
+        keys.append(k)
+        cat_missing.append(miss)
+    n = len(id_texts)
+    return {
+        "numeric": numeric.reshape(n, -1),
+        "numeric_missing": numeric_missing.reshape(n, -1),
+        "cat_key": np.stack(keys, 1).view(np.int64) if keys else np.zeros((n, 0), np.int64),
+        "cat_missing": np.stack(cat_missing, 1) if keys else np.zeros((n, 0), bool),
+    }
+
+
+follower = ort.InferenceSession(f"{export}/telco/model.onnx", providers=["CPUExecutionProvider"])
+(cut,) = follower.run(None, inputs("telco"))
+leader = ort.InferenceSession(f"{export}/leader/model.onnx", providers=["CPUExecutionProvider"])
+(score,) = leader.run(None, {**inputs("leader"), "follower_cuts": cut})
+print(json.dumps({"scores": score.tolist(), "imported": sorted(m for m in ("vfl", "torch") if m in sys.modules)}))
+"""
+
+
+def test_export_loaded_in_a_fresh_process_gives_the_evaluation_scores_from_the_raw_files(trained):
+    from vfl.data.ids import ids64
+
+    # Prepare: both parties export their final checkpoint (two processes at once)
+    tmp, cfgs = trained["tmp"], trained["cfgs"]
+    exports = {
+        party: subprocess.Popen(
+            [sys.executable, "-m", role, "export", "--config", cfgs[party], "--out", str(tmp / "export")],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for party, role in (("leader", "leader"), ("telco", "follower"))
+    }
+    for party, p in exports.items():
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        assert json.load(open(tmp / "export" / party / "export.json"))["files"] == {"model": "model.onnx"}
+    want = _evaluation_scores(trained)
+    texts = trained["frames"]["telco"]["cust"].tolist()
+    by_id = dict(zip(ids64(texts).tolist(), texts))
+    id_texts = [by_id[i] for i in list(want)[:150]]
+    tables = {p: str(tmp / f"{p}.csv") for p in ("leader", "telco")}
+    # Execute: a process that imports onnxruntime, numpy and pandas only
+    done = subprocess.run(
+        [sys.executable, "-c", FRESH_SCORER, str(tmp / "export"), json.dumps(tables), json.dumps(id_texts)],
+        cwd=str(tmp),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    # Assert: the evaluation's scores to 1e-6, computed without this project's code or torch
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["imported"] == []
+    np.testing.assert_allclose(out["scores"], [want[i] for i in ids64(id_texts).tolist()], atol=1e-6, rtol=0)

@@ -1,0 +1,225 @@
+"""Online scoring without processes: what a follower receives while serving does not depend on the leader's model or
+labels (with a power test: a planted leak of the scores is caught); the follower's rate limit and id log; the HTTP
+request's checks; the serving messages' domains."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from vfl.inference.serve_follower import FollowerServer, IdLog, ServeLimits, TokenBucket
+from vfl.inference.serve_http import parse_request
+from vfl.inference.serve_leader import ScoringWorker, ServeError
+from vfl.wire.serve_messages import ServeCut, ServeIds, ServeRefused
+
+CUT = 3
+
+
+class _Table:
+    """A prepared table of ids 0..99 with fixed random features (2 numeric, 2 categorical)."""
+
+    def __init__(self, seed: int):
+        g = np.random.default_rng(seed)
+        self.dense = g.normal(size=(100, 2)).astype(np.float32)
+        self.cat = g.integers(0, 5, size=(100, 2))
+
+    def rows_of(self, ids):
+        ids = np.asarray(ids)
+        return np.where((ids >= 0) & (ids < 100), ids, -1)
+
+    def features(self, rows):
+        safe = np.where(rows >= 0, rows, 0)
+        return torch.from_numpy(self.dense[safe]), torch.zeros(len(rows), 2), torch.from_numpy(self.cat[safe])
+
+
+class _RecordingChannel:
+    """The leader's channel to one follower `f`, recording every message sent to it; the follower answers each
+    SERVE_IDS with a cut that is a function of the ids alone."""
+
+    def __init__(self):
+        self.timeout_s, self.alive, self.sent, self.answers = 1.0, {"f"}, [], []
+
+    def post(self, peer, msg):
+        self.sent.append(msg)
+        if isinstance(msg, ServeIds) and msg.request < 10**6:  # (10**6: the planted leak below, not a request)
+            cut = np.stack([np.sin(msg.ids * (k + 1.0)) for k in range(CUT)], 1).astype(np.float32)
+            self.answers.append(ServeCut(msg.request, cut, np.zeros(0, np.int64)))
+
+    def expect(self, peer, *classes, what=None):
+        return self.answers.pop(0)
+
+    def forget(self, peer):
+        pass
+
+
+def _leader_model(top_seed: int):
+    from vfl.data.task import Task
+    from vfl.inference.party_model import scorer
+    from vfl.models.mlp import LinearTop
+    from vfl.models.wide_deep import WideDeepBottom
+
+    torch.manual_seed(0)
+    bottom = WideDeepBottom([5, 5], 2, 4, (8,), 2)
+    torch.manual_seed(top_seed)  # tops trained on different labels: different weights, different scores
+    top = LinearTop(2 + CUT)
+    top.target = (0.0, 1.0)
+    return scorer(bottom.eval(), top.eval(), Task("binary"))
+
+
+class _LeakyWorker(ScoringWorker):
+    """A planted leak: after each batch the leader also sends the follower the scores (as ids)."""
+
+    def _score(self, batch):
+        super()._score(batch)
+        scores = [s for r in batch for s in r.future.result().scores]
+        self.ch.post("f", ServeIds(10**6, (np.array(scores) * 1e6).astype(np.int64), 1))
+
+
+def _follower_view(top_seed: int, worker_class=ScoringWorker) -> tuple[list, list]:
+    """(what the follower received, the scores the client got) for a fixed sequence of requests."""
+    ch = _RecordingChannel()
+    worker = worker_class(ch, ["f"], {"f": CUT}, _leader_model(top_seed), _Table(1), None, max_rows=64)
+    worker.start()
+    scores = []
+    for ids in ([3], [5, 7, 11], list(range(40, 90)), [2, 200]):
+        scores.append(worker.submit(np.array(ids), 5.0).result(timeout=10).scores)
+    worker.stop()
+    view = [(type(m).__name__, getattr(m, "request", None), getattr(m, "ids", np.zeros(0)).tolist()) for m in ch.sent]
+    assert all(isinstance(m, ServeIds) and 0 < m.deadline_ms <= 5000 for m in ch.sent if type(m).__name__ != "Wait")
+    return view, scores
+
+
+def test_a_followers_view_of_serving_does_not_depend_on_the_leaders_model_or_labels():
+    # Prepare / Execute: the same requests scored by two leaders whose tops differ (as if trained on other labels)
+    view_a, scores_a = _follower_view(top_seed=1)
+    view_b, scores_b = _follower_view(top_seed=2)
+    # Assert: the scores differ, what the follower received (message types, request numbers, ids) does not; it is
+    # the ids asked about, nothing else
+    assert scores_a != scores_b
+    assert view_a == view_b
+    assert [v[0] for v in view_a] == ["ServeIds"] * 4 and [v[2] for v in view_a][1] == [5, 7, 11]
+
+
+def test_the_follower_view_comparison_catches_a_planted_leak_of_the_scores():
+    # Prepare / Execute: a leader that also sends the scores
+    view_a, _ = _follower_view(top_seed=1, worker_class=_LeakyWorker)
+    view_b, _ = _follower_view(top_seed=2, worker_class=_LeakyWorker)
+    # Assert: the views differ, so the check above has the power to see such a leak
+    assert view_a != view_b
+
+
+def test_an_id_unknown_to_the_leader_gets_no_score_and_the_reason():
+    view, scores = _follower_view(top_seed=1)
+    assert scores[-1][1] is None and scores[-1][0] is not None
+
+
+def test_the_follower_rate_limits_and_logs_every_id_asked_about(tmp_path):
+    # Prepare: a follower answering 50 ids/s on a clock the test moves (burst 64: one request of --max-rows fits)
+    now = [0.0]
+    table = _Table(2)
+    bottom = _leader_model(1).bottom
+    log = IdLog(str(tmp_path / "ids.log"))
+    server = FollowerServer(bottom, table, 2, ServeLimits(max_rows=64, rows_per_s=50), log, clock=lambda: now[0])
+    # Execute: 40 ids, 40 more at once, the same 40 a second later; 65 ids (over --max-rows)
+    first = server.answer(ServeIds(1, np.arange(40), 1000))
+    second = server.answer(ServeIds(2, np.arange(40, 80), 1000))
+    now[0] = 1.0
+    third = server.answer(ServeIds(3, np.arange(40, 80), 1000))
+    big = server.answer(ServeIds(4, np.arange(65), 1000))
+    log.close()
+    # Assert: the second waits for its tokens (16 of 40 missing at 50/s: 320 ms); every request's ids are logged
+    assert isinstance(first, ServeCut) and first.cut.shape == (40, 2) and first.unknown.size == 0
+    assert isinstance(second, ServeRefused) and second.retry_ms == 320 and "50 ids/s" in second.reason
+    assert isinstance(third, ServeCut)
+    assert isinstance(big, ServeRefused) and "--max-rows 64" in big.reason
+    lines = open(tmp_path / "ids.log").read().splitlines()
+    assert [line.split()[1:4] for line in lines] == [
+        ["request=1", "rows=40", "answered"],
+        ["request=2", "rows=40", "refused:rate"],
+        ["request=3", "rows=40", "answered"],
+        ["request=4", "rows=65", "refused:max_rows"],
+    ]
+    assert lines[1].endswith("ids=" + ",".join(map(str, range(40, 80))))
+
+
+def test_token_bucket_never_lets_more_than_rate_times_time_plus_burst():
+    # Prepare: 100 units/s, burst 10; requests of 7 every 10 ms for 10 s
+    now = [0.0]
+    bucket = TokenBucket(100, 10, clock=lambda: now[0])
+    taken = 0
+    for _ in range(1000):
+        taken += 7 if bucket.take(7) == 0 else 0
+        now[0] += 0.01
+    # Assert: at most rate x time + burst
+    assert 900 <= taken <= 100 * 10 + 10
+
+
+@pytest.mark.parametrize(
+    "body, status, words",
+    [
+        (b"not json", 400, "not JSON"),
+        (b"[1, 2]", 400, "JSON object"),
+        (json.dumps({"ids": []}).encode(), 400, "non-empty list"),
+        (json.dumps({"ids": list(range(9))}).encode(), 413, "at most 8"),
+        (json.dumps({"ids": [1], "deadline_ms": 0}).encode(), 400, "deadline_ms must be"),
+        (json.dumps({"ids": [1], "deadline_ms": True}).encode(), 400, "deadline_ms must be"),
+        (json.dumps({"ids": [True]}).encode(), 400, "an id must be"),
+        (json.dumps({"ids": [1.5]}).encode(), 400, "an id must be"),
+        (json.dumps({"ids": [1], "deadline": 5}).encode(), 400, "unknown key 'deadline'"),
+    ],
+)
+def test_a_bad_request_is_refused_with_its_reason(body, status, words):
+    with pytest.raises(ServeError, match=words) as e:
+        parse_request(body, max_rows=8, default_deadline_ms=100)
+    assert e.value.status == status
+
+
+def test_ids_are_read_as_the_party_files_hold_them():
+    from vfl.data.ids import ids64
+
+    given, ids, deadline = parse_request(json.dumps({"ids": [42, "42", "cust-7"]}).encode(), 8, 100)
+    assert ids.tolist() == [42, 42, int(ids64(["cust-7"])[0])] and deadline == 100 and given[2] == "cust-7"
+
+
+def test_serving_messages_round_trip_and_refuse_malformed_fields():
+    from vfl.wire.frames import decode, encode
+    from vfl.wire.messages import parse
+
+    def wire(msg, **meta_changes):
+        meta, tensors = msg.to_wire()
+        return decode(encode(msg.TYPE, "f", "run", 0, {**meta, **meta_changes}, tensors), "f")
+
+    cut = ServeCut(3, np.ones((4, 2), np.float32), np.array([1, 3], np.int64))
+    ids = ServeIds(3, np.arange(4, dtype=np.int64), 250)
+    assert parse(wire(cut)) == cut and parse(wire(ids)) == ids
+    bad_unknown = ServeCut(3, np.ones((4, 2), np.float32), np.array([3, 1], np.int64))
+    with pytest.raises(Exception, match="strictly increasing positions below 4"):
+        parse(wire(bad_unknown))
+    with pytest.raises(Exception, match="must hold the 5 ids"):
+        parse(wire(ids, rows=5))
+    with pytest.raises(Exception, match="deadline_ms"):
+        parse(wire(ids, deadline_ms=0))
+
+
+def test_requests_batched_together_get_the_scores_each_gets_alone():
+    # Prepare: one leader; 30 requests of 1..12 ids
+    rng = np.random.default_rng(4)
+    requests = [rng.choice(120, size=rng.integers(1, 13), replace=False) for _ in range(30)]
+    ch = _RecordingChannel()
+    worker = ScoringWorker(ch, ["f"], {"f": CUT}, _leader_model(1), _Table(1), None, max_rows=64)
+    worker.start()
+    # Execute: all submitted at once (the worker batches what is queued), then each alone
+    together = [worker.submit(ids, 5.0) for ids in requests]
+    together = [f.result(timeout=10) for f in together]
+    alone = [worker.submit(ids, 5.0).result(timeout=10) for ids in requests]
+    worker.stop()
+    # Assert: same scores and the same missing ids (ids >= 100 are unknown to the leader), request by request
+    assert len(ch.sent) < 2 * len(requests)  # some requests did share a batch
+    for a, b, ids in zip(together, alone, requests):
+        assert a.missing == b.missing == {j: "unknown to the leader" for j, i in enumerate(ids) if i >= 100}
+        assert np.allclose(
+            [s if s is not None else -1 for s in a.scores], [s if s is not None else -1 for s in b.scores], atol=1e-6
+        )

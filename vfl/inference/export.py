@@ -1,0 +1,234 @@
+"""Export one party's trained model with its frozen transforms, for a serving stack without this project's code.
+
+`python -m leader export` / `python -m follower export` write OUT/<party>/:
+- `model.onnx`: raw column values and categorical keys in (vfl/inference/onnx_transforms.py's INPUTS), the
+  party's bottom after its transforms; a follower's output is its `cut` (float32, rows x cut_dim), the leader's
+  is the `score` (its bottom and its top, with `follower_cuts` as one more input: the followers' cuts
+  concatenated in network.followers order): a probability (binary, float32), K class probabilities (float64)
+  or the value in the label's units (regression, float64), as the training run's own evaluation computes them;
+- `export.json`: what the inputs are (column names in order, how categorical text becomes a key), the output,
+  the checkpoint (step, SHA-256) and the check that was made.
+
+ONNX is written by torch.onnx (opset 18) and checked with onnxruntime against the torch model on rows of the
+party's own shard before it is kept. A model that does not export cleanly (a user's module with an operator
+ONNX lacks) is written as TorchScript (`model.pt`, taking the bottom's inputs) beside `transforms.onnx`.
+Inference is in float32 whatever train.precision was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import warnings
+
+import numpy as np
+
+from vfl.inference.onnx_transforms import KEY_SCHEMES, OPSET, FrozenTable, frozen_table, transforms_model
+from vfl.inference.party_model import ModelLoadError, load_party_model, scorer, top_in_dim
+
+EXPORT_FORMAT = 1
+CHECK_ROWS = 256  # rows of the party's shard the export is checked on
+CHECK_TOLERANCE = 1e-5  # max |onnxruntime - torch| on those rows, else TorchScript
+
+
+class ExportError(RuntimeError):
+    """The export cannot be written (a one-line reason)."""
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _sample_inputs(shard, follower_width: int | None):
+    """Model inputs of the first CHECK_ROWS rows of the shard's train split (and random follower cuts)."""
+    import torch
+
+    split = shard.split("train")
+    rows = np.arange(min(CHECK_ROWS, len(split)))
+    if rows.size < 2:
+        raise ExportError(f"shard {shard.path}: fewer than 2 training rows to check the export on")
+    dense, missing, cat = split.features(rows)
+    inputs = [dense, missing, cat]
+    if follower_width is not None:
+        gen = torch.Generator().manual_seed(0)
+        inputs.append(torch.randn(rows.size, follower_width, generator=gen))
+    return tuple(inputs)
+
+
+def _to_onnx(module, inputs, names: list[str], output: str):
+    """onnx.ModelProto of module (batch axis dynamic), or the reason it cannot be exported."""
+    import io
+
+    import onnx
+    import torch
+
+    buf = io.BytesIO()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                module,
+                inputs,
+                buf,
+                input_names=names,
+                output_names=[output],
+                dynamic_axes={n: {0: "n"} for n in [*names, output]},
+                opset_version=OPSET,
+                dynamo=False,
+            )
+    except Exception as e:  # an operator ONNX lacks, data-dependent control flow, ...
+        return None, f"torch.onnx: {type(e).__name__}: {' '.join(str(e).split())[:300]}"
+    return onnx.load_from_string(buf.getvalue()), None
+
+
+def _check(model_bytes: bytes, feeds: dict, want: np.ndarray) -> float:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+    got = session.run(None, {i.name: feeds[i.name] for i in session.get_inputs()})[0]
+    return float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if want.size else 0.0
+
+
+def export_party(cfg, out_dir: str, checkpoint: str | None = None, log=print) -> dict:
+    """Write OUT/<party>/ (see the module docstring); returns export.json's content."""
+    import onnx
+    import onnxruntime
+    import torch
+
+    from vfl.data.shards import PartyShard
+
+    shard = PartyShard(cfg.data.path)
+    if shard.name != cfg.party:
+        raise ExportError(f"data.path {cfg.data.path} is the shard of {shard.name!r}, not of {cfg.party!r}")
+    checkpoint = checkpoint or os.path.join(cfg.output.dir, "checkpoints", f"{cfg.party}_final.pt")
+    bottom, top, ckpt, _ = load_party_model(cfg, shard, checkpoint, need_run=False)
+    table = frozen_table(cfg.data.path)
+    width = None
+    if top is not None:
+        width = top_in_dim(top) - cfg.model.bottom.cut_dim
+        module, output = scorer(bottom, top, shard.task), "score"
+    else:
+        module, output = bottom, "cut"
+    inputs = _sample_inputs(shard, width)
+    names = ["dense", "dense_missing", "cat"] + (["follower_cuts"] if width is not None else [])
+    with torch.no_grad():
+        want = module(*inputs).numpy()
+    feeds = {n: t.numpy() for n, t in zip(names, inputs)}
+    model, why = _to_onnx(module, inputs, names, output)
+    diff = None
+    if model is not None:
+        diff = _check(model.SerializeToString(), feeds, want)
+        if not diff <= CHECK_TOLERANCE:
+            why, model = f"onnxruntime differs from torch by {diff:.3g} (> {CHECK_TOLERANCE}) on the shard's rows", None
+    directory = os.path.join(out_dir, cfg.party)
+    os.makedirs(directory, exist_ok=True)
+    transforms = transforms_model(table)
+    if model is not None:
+        transforms.ir_version = model.ir_version  # torch.onnx's; merge_models needs them equal
+        used = {i.name for i in model.graph.input}  # torch.onnx drops an input the model never reads
+        merged = onnx.compose.merge_models(
+            transforms,
+            model,
+            io_map=[(n, n) for n in ("dense", "dense_missing", "cat") if n in used],
+            inputs=[*(i.name for i in transforms.graph.input), *(["follower_cuts"] if width is not None else [])],
+            outputs=[output],
+        )
+        onnx.checker.check_model(merged)
+        files = {"model": "model.onnx"}
+        _write(os.path.join(directory, "model.onnx"), merged.SerializeToString())
+    else:
+        log(f"{cfg.party}: ONNX export refused ({why}); writing TorchScript model.pt and transforms.onnx")
+        traced = torch.jit.trace(module, inputs, check_trace=True)
+        files = {"model": "model.pt", "transforms": "transforms.onnx"}
+        tmp = os.path.join(directory, f"model.pt.tmp-{os.getpid()}")
+        traced.save(tmp)
+        os.replace(tmp, os.path.join(directory, "model.pt"))
+        _write(os.path.join(directory, "transforms.onnx"), transforms.SerializeToString())
+    doc = _manifest(cfg, shard, table, ckpt, checkpoint, files, width, output, diff, why)
+    doc["runtime"] = {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__, "torch": torch.__version__}
+    _write(os.path.join(directory, "export.json"), (json.dumps(doc, indent=2) + "\n").encode())
+    log(
+        f"{cfg.party}: exported step {ckpt.get('step')} to {directory} ({files['model']}"
+        + (f", checked against torch on {CHECK_ROWS} rows: max diff {diff:.2g})" if diff is not None else ")")
+    )
+    return doc
+
+
+def _manifest(cfg, shard, table: FrozenTable, ckpt, checkpoint, files, width, output, diff, why) -> dict:
+    task = shard.task
+    if output == "cut":
+        out = {"name": "cut", "dtype": "float32", "shape": ["n", cfg.model.bottom.cut_dim]}
+    elif task.kind == "binary":
+        out = {"name": "score", "dtype": "float32", "shape": ["n"], "meaning": "probability of the positive class"}
+    elif task.kind == "multiclass":
+        out = {"name": "score", "dtype": "float64", "shape": ["n", task.outputs], "meaning": "class probabilities"}
+    else:
+        out = {"name": "score", "dtype": "float64", "shape": ["n"], "meaning": "predicted value in the label's units"}
+    inputs = {
+        "id_column": table.id_column,
+        "numeric": [c.name for c in table.numeric],
+        "categorical": [c.name for c in table.categorical],
+        "key_scheme": table.key_scheme,
+        "categorical_keys": KEY_SCHEMES[table.key_scheme],
+        "numeric_missing": "True where the value is missing (the value itself is then ignored)",
+    }
+    if width is not None:
+        inputs["follower_cuts"] = {"width": width, "order": list(cfg.network.followers)}
+    return {
+        "format": EXPORT_FORMAT,
+        "party": cfg.party,
+        "role": cfg.role,
+        "files": files,
+        "inputs": inputs,
+        "output": out,
+        "task": task.kind if task is not None else None,
+        "checkpoint": {
+            "path": os.path.abspath(checkpoint),
+            "sha256": _sha256(checkpoint),
+            "epoch": ckpt.get("epoch"),
+            "step": ckpt.get("step"),
+        },
+        "check": {"rows": CHECK_ROWS, "max_abs_diff": diff, "fallback_reason": why},
+    }
+
+
+def _write(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def export_main(argv: list[str] | None, role: str) -> int:
+    """`python -m leader|follower export --config PARTY.yaml --out DIR`: one line on success or on error."""
+    import argparse
+
+    from vfl.cli import command_name, fail, one_line
+    from vfl.config.schema import ConfigError, dotted_overrides, load_config
+    from vfl.data.errors import DataError
+
+    ap = argparse.ArgumentParser(
+        prog=f"{command_name(role)} export",
+        description="Write this party's trained model with its frozen transforms as ONNX (docs/export.md).",
+    )
+    ap.add_argument("--config", required=True, help="the party YAML of the training run")
+    ap.add_argument("--out", required=True, help="export directory: OUT/<party>/ is written")
+    ap.add_argument("--run", default=None, help="the training run's output.dir (its checkpoints/; overrides the YAML)")
+    ap.add_argument("--checkpoint", default=None, help="checkpoint (default: RUN/checkpoints/<party>_final.pt)")
+    ap.add_argument("--data", default=None, help="this party's shard directory (overrides data.path)")
+    ap.add_argument("overrides", nargs="*", metavar="key.path=value", help="set any config key")
+    args = ap.parse_intermixed_args(argv)
+    try:
+        overrides = {k: v for k, v in (("output.dir", args.run), ("data.path", args.data)) if v is not None}
+        cfg = load_config(args.config, {**overrides, **dotted_overrides(args.overrides)})
+        if cfg.role != role:
+            return fail(f"{args.config} has role {cfg.role!r}; python -m {role} export needs role: {role}", 2)
+        export_party(cfg, args.out, args.checkpoint)
+    except (ConfigError, DataError, ExportError, ModelLoadError) as e:
+        return fail(one_line(e), 2)
+    return 0

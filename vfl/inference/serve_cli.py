@@ -1,0 +1,182 @@
+"""`python -m leader serve` and `python -m follower serve`: long-running parties that score ids online (docs/serving.md).
+
+    python -m follower serve --config follower.yaml [--run RUN_DIR] [--rows-per-s 100000] [--max-rows 1024]
+    python -m leader serve --config leader.yaml [--run RUN_DIR] [--http 127.0.0.1:8080] [--deadline-ms 1000]
+
+Each party loads its final (selected) checkpoint and its prepared shard; they talk over CurveZMQ with the training
+keys (network.bind / network.connect, the same YAML); the leader listens for clients on --http (127.0.0.1 by
+default: the endpoint has no authentication of its own, so it stays local unless --http names another address).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import threading
+
+
+def _arguments(role: str) -> argparse.ArgumentParser:
+    from vfl.cli import command_name
+    from vfl.inference.serve_follower import DEFAULT_ROWS_PER_S
+
+    ap = argparse.ArgumentParser(
+        prog=f"{command_name(role)} serve",
+        description="Score ids online: the leader asks each follower for the cuts of the ids (docs/serving.md).",
+    )
+    ap.add_argument("--config", required=True, help="the party YAML of the training run")
+    ap.add_argument("--run", default=None, help="the training run's output.dir (its checkpoints/; overrides the YAML)")
+    ap.add_argument("--checkpoint", default=None, help="checkpoint (default: RUN/checkpoints/<party>_final.pt)")
+    ap.add_argument("--data", default=None, help="this party's shard directory (overrides data.path)")
+    ap.add_argument("--keys", default=None, metavar="DIR", help="CurveZMQ key directory (as for training)")
+    ap.add_argument("--timeout", type=float, default=None, help="overrides network.timeout_s (the idle deadline)")
+    ap.add_argument("--max-rows", type=int, default=1024, help="ids in one request (and one batch) at most")
+    if role == "leader":
+        ap.add_argument("--bind", default=None, help="CurveZMQ endpoint for the followers (overrides network.bind)")
+        ap.add_argument("--http", default="127.0.0.1:8080", help="HOST:PORT of the JSON endpoint (port 0: any free)")
+        ap.add_argument("--deadline-ms", type=int, default=1000, help="a request's deadline unless it sets one")
+    else:
+        ap.add_argument("--connect", default=None, help="the leader's endpoint (overrides network.connect)")
+        ap.add_argument("--rows-per-s", type=float, default=DEFAULT_ROWS_PER_S, help="ids answered per second")
+    ap.add_argument("overrides", nargs="*", metavar="key.path=value", help="set any config key")
+    return ap
+
+
+def serve_main(argv: list[str] | None, role: str) -> int:
+    from vfl.cli import config_or_exit, fail, run_party
+    from vfl.obs.logs import RunLog
+
+    args = _arguments(role).parse_intermixed_args(argv)
+    args.out, args.epochs, args.resume, args.set_pairs = args.run, None, None, []
+    args.endpoint = args.bind if role == "leader" else args.connect
+    cfg = config_or_exit(args, "bind" if role == "leader" else "connect")
+    if isinstance(cfg, int):
+        return cfg
+    if cfg.role != role:
+        return fail(f"{args.config} has role {cfg.role!r}; python -m {role} serve needs role: {role}", 2)
+    log = RunLog(os.path.join(cfg.output.dir, f"{cfg.party}_serve.log"), cfg.party)
+    state: dict = {}
+    body = _leader_body if role == "leader" else _follower_body
+
+    def abort(reason: str) -> None:
+        if "channel" in state:
+            (state["channel"].abort_all if role == "leader" else state["channel"].abort)(reason)
+
+    try:
+        return run_party(cfg, log, lambda: body(cfg, args, log, state), abort)
+    finally:
+        for key in ("http", "worker"):
+            if key in state:
+                (state[key].server_close if key == "http" else state[key].stop)()
+        if "channel" in state:
+            state["channel"].close()
+        if "id_log" in state:
+            state["id_log"].close()
+        log.close()
+
+
+def _follower_body(cfg, args, log, state: dict) -> None:
+    from vfl.inference.serve_follower import ServeLimits, serve_follower
+
+    serve_follower(cfg, ServeLimits(args.max_rows, args.rows_per_s), args.checkpoint, log, state)
+
+
+def _leader_body(cfg, args, log, state: dict) -> None:
+    http = start_leader(cfg, args.http, args.max_rows, args.deadline_ms, args.checkpoint, log, state)
+    stop = threading.Event()
+
+    def on_signal(signum, frame) -> None:
+        stop.set()
+        threading.Thread(target=http.shutdown, daemon=True).start()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    http.serve_forever(poll_interval=0.5)
+    if stop.is_set():
+        state["channel"].abort_all(f"{cfg.party} stopped serving")
+        log(f"leader {cfg.party}: stopped after {state['worker'].batches} batches, {state['worker'].rows} rows")
+
+
+def start_leader(cfg, http: str, max_rows: int, deadline_ms: int, checkpoint: str | None, log, state: dict):
+    """Load the leader's model and table, greet every follower, start the worker; returns the HTTP server (not yet
+    serving)."""
+    from vfl.cli import party_keys
+    from vfl.data.shards import PartyShard
+    from vfl.inference.fingerprint import hello_problems
+    from vfl.inference.party_model import RowTable, load_party_model, scorer, top_in_dim
+    from vfl.inference.serve_http import ScoreHTTPServer
+    from vfl.inference.serve_leader import ScoringWorker
+    from vfl.session.leader import HandshakeError, LeaderSession
+    from vfl.training.party import set_threads
+    from vfl.wire import PROTOCOL_VERSION, LeaderChannel
+    from vfl.wire.frames import MAX_HEADER_BYTES
+    from vfl.wire.messages import MAX_CUT_DIM
+    from vfl.wire.serve_messages import MAX_SERVE_ROWS, ServeHello, ServeWelcome
+
+    if not 1 <= max_rows <= MAX_SERVE_ROWS:
+        raise ValueError(f"--max-rows must be in [1, {MAX_SERVE_ROWS}], got {max_rows}")
+    host, _, port = http.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"--http must be HOST:PORT, got {http!r}")
+    keys = party_keys(cfg)
+    set_threads(cfg.train.threads or 1, 1)
+    shard = PartyShard(cfg.data.path)
+    if not shard.has_labels:
+        raise ValueError(f"data.path {cfg.data.path} holds no labels: the leader serves its labelled shard")
+    checkpoint = checkpoint or os.path.join(cfg.output.dir, "checkpoints", f"{cfg.party}_final.pt")
+    bottom, top, ckpt, record = load_party_model(cfg, shard, checkpoint)
+    model, table = scorer(bottom, top, shard.task), RowTable(shard)
+    step = int(record["model_step"])
+    channel = state["channel"] = LeaderChannel(
+        cfg.network.bind,
+        cfg.network.followers,
+        keys,
+        cfg.network.timeout_s,
+        cfg.party,
+        max_message_bytes=MAX_SERVE_ROWS * (MAX_CUT_DIM + 2) * 8 + MAX_HEADER_BYTES,
+        notice=log,
+    )
+    log(f"leader {cfg.party}: serving step {step} ({len(table)} rows by id); waiting for {list(cfg.network.followers)}")
+    session = LeaderSession(cfg, channel)
+
+    def check(f: str, hello: ServeHello) -> list[str]:
+        return hello_problems(record, f, hello, checkpoint, PROTOCOL_VERSION)
+
+    hellos = session.greet(
+        ServeHello, check, lambda f: f"SERVE_HELLO from {f} (start `python -m follower serve` there)", "serving refused"
+    )
+    width = sum(session.cut_dims[f] for f in cfg.network.followers) + cfg.model.bottom.cut_dim
+    if width != top_in_dim(top):
+        raise HandshakeError(
+            f"serving refused: the cuts are {width} wide ({session.cut_dims}), the top model reads {top_in_dim(top)}"
+        )
+    session.start_run({f: h.nonce for f, h in hellos.items()}, lambda f: ServeWelcome(channel.run, hellos[f].nonce))
+    rows = min([max_rows, *(h.max_rows for h in hellos.values())])
+    worker = state["worker"] = ScoringWorker(
+        channel, list(cfg.network.followers), session.cut_dims, model, table, shard.task, rows
+    )
+    worker.keepalive_every = session.keepalive_every
+    worker.check_hello, worker.log = check, log
+    worker.start()
+    server = state["http"] = ScoreHTTPServer((host, int(port)), worker, rows, deadline_ms, step, log)
+    address = f"http://{server.server_address[0]}:{server.server_address[1]}"
+    log(f"leader {cfg.party}: scoring on {address} (POST /score, GET /health; run {channel.run}; at most {rows} ids)")
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning(
+            f"leader {cfg.party}: --http {http} is reachable beyond this host; the endpoint has no authentication"
+        )
+    return server
+
+
+SUBCOMMANDS = ("export", "serve")
+
+
+def inference_subcommand(argv: list[str], role: str) -> int | None:
+    """Run `python -m leader|follower export|serve ...` (None: argv is not one of those, training goes on)."""
+    if not argv or argv[0] not in SUBCOMMANDS:
+        return None
+    if argv[0] == "export":
+        from vfl.inference.export import export_main
+
+        return export_main(argv[1:], role)
+    return serve_main(argv[1:], role)

@@ -1,0 +1,168 @@
+"""`python -m follower serve`: a feature party that answers a serving leader with the cuts of the ids it asks for.
+
+The follower connects to the leader over CurveZMQ with its training keys (the leader admits only the keys of
+network.follower_keys; the follower pins network.leader_key_file), introduces its trained model (SERVE_HELLO:
+checkpoint step and run fingerprint, cut width, limits), and then answers each SERVE_IDS with the cut of those ids,
+looked up by id in its own prepared table (every split of its shard). It never receives a score or a label.
+
+A leader could ask about any id it likes (an honest-but-curious one probing who is a customer here), so the
+follower logs every id it is asked about (`<output.dir>/<party>_served_ids.log`: time, request, rows, the ids,
+whether it answered) and rate-limits them: a token bucket of `--rows-per-s` ids per second with a burst of one
+second's worth; a request beyond it gets SERVE_REFUSED with the wait before the next one is answered.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from vfl.wire.serve_messages import MAX_SERVE_ROWS, ServeCut, ServeHello, ServeIds, ServeRefused, ServeWelcome
+
+DEFAULT_ROWS_PER_S = 100_000.0
+
+
+@dataclass
+class ServeLimits:
+    """What a follower answers: at most `max_rows` ids a request and `rows_per_s` ids a second (burst: 1 s)."""
+
+    max_rows: int = 1024
+    rows_per_s: float = DEFAULT_ROWS_PER_S
+
+    def check(self) -> None:
+        if not 1 <= self.max_rows <= MAX_SERVE_ROWS:
+            raise ValueError(f"--max-rows must be in [1, {MAX_SERVE_ROWS}], got {self.max_rows}")
+        if not self.rows_per_s > 0:
+            raise ValueError(f"--rows-per-s must be > 0, got {self.rows_per_s}")
+
+
+class TokenBucket:
+    """At most `rate` units a second on average, `burst` at once; time from `clock` (monotonic seconds)."""
+
+    def __init__(self, rate: float, burst: float, clock=time.monotonic):
+        self.rate, self.burst, self.clock = float(rate), float(burst), clock
+        self.tokens, self.stamp = float(burst), clock()
+
+    def take(self, n: int) -> float:
+        """0.0 when n units are taken now; otherwise the seconds until they could be (nothing is taken)."""
+        now = self.clock()
+        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if n <= self.tokens:
+            self.tokens -= n
+            return 0.0
+        return (n - self.tokens) / self.rate
+
+
+class IdLog:
+    """An append-only text log of every id a leader asked about, one line per request (flushed per line)."""
+
+    def __init__(self, path: str):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self.path = path
+        self._f = open(path, "a", buffering=1 << 16)
+
+    def write(self, request: int, ids: np.ndarray, outcome: str) -> None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + f".{int(time.time() * 1000) % 1000:03d}Z"
+        self._f.write(f"{stamp} request={request} rows={ids.size} {outcome} ids={','.join(map(str, ids.tolist()))}\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+class FollowerServer:
+    """Answers SERVE_IDS with cuts from the party's own table; rate-limited, every id logged."""
+
+    def __init__(self, bottom, table, cut_dim: int, limits: ServeLimits, id_log: IdLog, clock=time.monotonic):
+        self.bottom, self.table, self.cut_dim = bottom, table, cut_dim
+        self.limits = limits
+        self.bucket = TokenBucket(limits.rows_per_s, max(limits.rows_per_s, limits.max_rows), clock)
+        self.id_log = id_log
+        self.answered = self.refused = self.rows = 0
+
+    def answer(self, msg: ServeIds) -> ServeCut | ServeRefused:
+        """The reply to one request (the ids are logged whatever the outcome)."""
+        import torch
+
+        if msg.rows > self.limits.max_rows:
+            self.id_log.write(msg.request, msg.ids, "refused:max_rows")
+            self.refused += 1
+            return ServeRefused(
+                msg.request, f"{msg.rows} ids exceed this follower's --max-rows {self.limits.max_rows}", 0
+            )
+        wait = self.bucket.take(msg.rows)
+        if wait > 0:
+            self.id_log.write(msg.request, msg.ids, "refused:rate")
+            self.refused += 1
+            return ServeRefused(
+                msg.request,
+                f"rate limit: this follower answers at most {self.limits.rows_per_s:g} ids/s",
+                max(1, int(np.ceil(wait * 1000))),
+            )
+        rows = self.table.rows_of(msg.ids)
+        with torch.inference_mode():
+            cut = self.bottom(*self.table.features(rows)).float().numpy()
+        unknown = np.flatnonzero(rows < 0).astype(np.int64)
+        if unknown.size:
+            cut[unknown] = 0.0  # nothing of a row this party does not hold
+        self.id_log.write(msg.request, msg.ids, f"answered unknown={unknown.size}")
+        self.answered += 1
+        self.rows += msg.rows
+        return ServeCut(msg.request, np.ascontiguousarray(cut, np.float32), unknown)
+
+
+def serve_follower(cfg, limits: ServeLimits, checkpoint: str | None, log, state: dict) -> None:
+    """Load the model and the table, connect, greet, and answer the leader until it says goodbye or is lost."""
+    from vfl.align.handshake import new_nonce
+    from vfl.cli import party_keys
+    from vfl.data.shards import PartyShard
+    from vfl.inference.fingerprint import pair_fingerprint
+    from vfl.inference.party_model import RowTable, load_party_model
+    from vfl.session.follower import FollowerSession
+    from vfl.training.party import set_threads
+    from vfl.wire import PROTOCOL_VERSION, FollowerChannel
+    from vfl.wire.frames import MAX_HEADER_BYTES
+
+    limits.check()
+    keys = party_keys(cfg)
+    set_threads(cfg.train.threads or 1, 1)
+    shard = PartyShard(cfg.data.path)
+    if shard.has_labels:
+        raise ValueError(f"data.path {cfg.data.path} holds labels; a follower serves a feature shard")
+    checkpoint = checkpoint or os.path.join(cfg.output.dir, "checkpoints", f"{cfg.party}_final.pt")
+    bottom, _, ckpt, record = load_party_model(cfg, shard, checkpoint)
+    table = RowTable(shard)
+    id_log = state["id_log"] = IdLog(os.path.join(cfg.output.dir, f"{cfg.party}_served_ids.log"))
+    server = FollowerServer(bottom, table, cfg.model.bottom.cut_dim, limits, id_log)
+    channel = state["channel"] = FollowerChannel(
+        cfg.network.connect,
+        cfg.party,
+        keys,
+        cfg.network.timeout_s,
+        max_message_bytes=MAX_SERVE_ROWS * 8 + MAX_HEADER_BYTES,
+    )
+    session = FollowerSession(cfg, channel)
+    cut_dim = cfg.model.bottom.cut_dim
+    hello = ServeHello(
+        new_nonce(),
+        cfg.party,
+        PROTOCOL_VERSION,
+        record["run"],
+        int(record["model_step"]),
+        pair_fingerprint(record, cfg.party, cut_dim, leader_side=False),
+        cut_dim,
+        float(cfg.network.timeout_s),
+        limits.max_rows,
+        float(limits.rows_per_s),
+    )
+    log(f"follower {cfg.party}: serving step {hello.step} ({len(table)} rows by id); connecting to {channel.endpoint}")
+    welcome = session.greet(hello, ServeWelcome)
+    session.join(welcome.run)
+    log(
+        f"follower {cfg.party}: serving the leader (run {welcome.run}); at most {limits.max_rows} ids a request and "
+        f"{limits.rows_per_s:g} ids/s; every id asked about is logged to {id_log.path}"
+    )
+    session.serve({ServeIds: lambda msg: channel.post(server.answer(msg))}, done=lambda: False)

@@ -1,0 +1,129 @@
+"""The leader's local HTTP JSON endpoint for online scoring (Python's http.server, 127.0.0.1 by default).
+
+    POST /score  {"ids": [17, "cust-000042", ...], "deadline_ms": 200}
+      200 {"scores": [0.12, null, ...], "missing": [{"index": 1, "id": "cust-000042", "reason": "unknown to shop"}],
+           "step": 1600, "ms": 1.9}
+      400 bad request, 413 too many ids, 429 a follower's rate limit (retry_ms), 503 a follower is down,
+      504 the deadline passed; every error is {"error": "<one line>"}.
+    GET /health  {"status": "ok" | "degraded", "followers": {"shop": "up"}, "step": 1600, "batches": .., "rows": ..}
+
+An id is what the party files' id column holds: an integer, or any text (hashed as vfl/data/ids.py does). A score is
+a probability (binary), K class probabilities (multiclass) or the value in the label's units (regression).
+
+Why the standard library: the endpoint is local to the leader (a serving stack, or a process beside it, calls it),
+requests are small JSON documents, and the scoring itself runs in one worker thread that owns the ZeroMQ socket
+(serve_leader.py), so an HTTP framework's event loop would buy no throughput; `ThreadingHTTPServer` with HTTP/1.1
+keep-alive (one thread per client connection) needs no dependency and no code of ours for the protocol.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+
+from vfl.inference.serve_leader import ServeError
+
+MAX_BODY_BYTES = 1 << 20
+MAX_DEADLINE_MS = 60_000
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def parse_request(body: bytes, max_rows: int, default_deadline_ms: int) -> tuple[list, np.ndarray, int]:
+    """(the ids as given, their int64 ids, deadline_ms) of a /score body; ServeError(400 or 413) naming the problem."""
+    from vfl.data.ids import ids64
+
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ServeError(400, f"the body is not JSON: {e}") from None
+    if not isinstance(doc, dict) or "ids" not in doc:
+        raise ServeError(400, 'the body must be a JSON object {"ids": [...], "deadline_ms": N}')
+    unknown = sorted(set(doc) - {"ids", "deadline_ms"})
+    if unknown:
+        raise ServeError(400, f"unknown key {unknown[0]!r}; allowed: ids, deadline_ms")
+    given = doc["ids"]
+    if not isinstance(given, list) or not given:
+        raise ServeError(400, f"ids must be a non-empty list of integers or strings, got {str(given)[:80]}")
+    if len(given) > max_rows:
+        raise ServeError(413, f"{len(given)} ids in one request; at most {max_rows} (--max-rows)")
+    deadline = doc.get("deadline_ms", default_deadline_ms)
+    if isinstance(deadline, bool) or not isinstance(deadline, int) or not 1 <= deadline <= MAX_DEADLINE_MS:
+        raise ServeError(400, f"deadline_ms must be an integer in [1, {MAX_DEADLINE_MS}], got {deadline!r}")
+    if all(type(i) is int and _INT64[0] <= i <= _INT64[1] for i in given):
+        return given, np.asarray(given, np.int64), deadline
+    bad = next((i for i in given if isinstance(i, bool) or not isinstance(i, (int, str)) or i == ""), None)
+    if bad is not None:
+        raise ServeError(400, f"an id must be an integer or a non-empty string, got {json.dumps(bad)[:80]}")
+    return given, ids64([str(i) for i in given]), deadline
+
+
+class ScoreHTTPServer(ThreadingHTTPServer):
+    """The HTTP server; its handler reads `worker`, `max_rows`, `deadline_ms`, `step` and `log` from here."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], worker, max_rows: int, deadline_ms: int, step: int, log=None):
+        self.worker, self.max_rows, self.deadline_ms, self.step = worker, max_rows, deadline_ms, step
+        self.log = log
+        super().__init__(address, ScoreHandler)
+
+
+class ScoreHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: a client's connection (and its thread) serves many requests
+    disable_nagle_algorithm = True  # headers and body are two writes: Nagle + delayed ACK would add 40 ms
+    server: ScoreHTTPServer
+
+    def do_POST(self) -> None:
+        t0 = time.perf_counter()
+        if self.path.split("?")[0] != "/score":
+            return self._reply(404, {"error": f"no such endpoint {self.path[:80]!r}: POST /score, GET /health"})
+        try:
+            length = int(self.headers.get("Content-Length") or -1)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_BODY_BYTES:
+            self.close_connection = True
+            return self._reply(
+                413 if length > MAX_BODY_BYTES else 411, {"error": f"Content-Length must be in [0, {MAX_BODY_BYTES}]"}
+            )
+        body = self.rfile.read(length)
+        try:
+            given, ids, deadline_ms = parse_request(body, self.server.max_rows, self.server.deadline_ms)
+            future = self.server.worker.submit(ids, deadline_ms / 1000)
+            try:  # the worker answers by the deadline; this guard only catches a worker that stopped
+                result = future.result(timeout=deadline_ms / 1000 + 1.0)
+            except TimeoutError:
+                raise ServeError(504, "the scorer did not answer in time") from None
+        except ServeError as e:
+            doc = {"error": str(e)}
+            if e.retry_ms is not None:
+                doc["retry_ms"] = e.retry_ms
+            return self._reply(e.status, doc)
+        missing = [{"index": i, "id": given[i], "reason": why} for i, why in sorted(result.missing.items())]
+        ms = round((time.perf_counter() - t0) * 1000, 3)
+        self._reply(200, {"scores": result.scores, "missing": missing, "step": self.server.step, "ms": ms})
+
+    def do_GET(self) -> None:
+        if self.path.split("?")[0] != "/health":
+            return self._reply(404, {"error": f"no such endpoint {self.path[:80]!r}: POST /score, GET /health"})
+        w = self.server.worker
+        followers = {f: w.down.get(f, "up") for f in w.followers}
+        status = "ok" if not w.down and w.failed is None else "degraded"
+        self._reply(
+            200,
+            {"status": status, "followers": followers, "step": self.server.step, "batches": w.batches, "rows": w.rows},
+        )
+
+    def _reply(self, status: int, doc: dict) -> None:
+        data = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 (the base class's name)
+        pass  # one line per request would cost more than the scoring; /health reports the counts

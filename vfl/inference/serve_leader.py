@@ -1,0 +1,301 @@
+"""`python -m leader serve`'s scoring core: one worker thread that owns the CurveZMQ channel to the followers.
+
+Client requests (a few ids each, with a deadline) wait in a queue; the worker takes the oldest and every other one
+that is already queued, up to --max-rows ids in all (dynamic batching: under load a batch fills, idle it is one
+request), sends each follower one SERVE_IDS, runs the leader's own bottom on its own rows meanwhile, awaits every
+follower's SERVE_CUT until the earliest deadline of the batch, runs the top and answers each request. Scores stay
+here: followers receive ids only.
+
+Failures are answers, never hangs:
+- a follower whose connection dropped is `down`: every later request fails at once with that reason (503);
+- a follower that does not answer by the deadline fails the batch (504); its late answer is read and dropped before
+  the next request is sent to it;
+- a follower's SERVE_REFUSED (its rate limit) fails the batch with its reason and retry time (429);
+- an id that the leader's or a follower's table lacks gets no score (listed in `missing`).
+While idle, the worker sends WAIT before a follower's deadline passes.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vfl.wire.serve_messages import ServeCut, ServeIds, ServeRefused
+
+
+class ServeError(RuntimeError):
+    """A request that gets no scores: `status` is the HTTP status it maps to, the text one line."""
+
+    def __init__(self, status: int, text: str, retry_ms: int | None = None):
+        super().__init__(text)
+        self.status, self.retry_ms = status, retry_ms
+
+
+@dataclass(eq=False)  # compared by identity (its ids are an array)
+class ScoreRequest:
+    ids: np.ndarray  # int64 (n,)
+    deadline: float  # time.monotonic() after which the client no longer waits
+    future: Future = field(default_factory=Future)
+
+
+@dataclass
+class Scored:
+    """The answer to one request: a score per id (None where missing) and which got none, with why."""
+
+    scores: list
+    missing: dict  # position in the request -> reason
+
+
+class ScoringWorker:
+    """The worker: batches queued requests, fetches the followers' cuts, scores with the leader's model."""
+
+    def __init__(self, channel, followers: list[str], cut_dims: dict[str, int], model, table, task, max_rows: int):
+        self.ch, self.followers, self.cut_dims = channel, list(followers), dict(cut_dims)
+        self.model, self.table, self.task = model, table, task
+        self.max_rows = int(max_rows)
+        self.keepalive_every = float(channel.timeout_s) / 4
+        self.queue: queue.Queue[ScoreRequest | None] = queue.Queue()
+        self.down: dict[str, str] = {}  # follower -> why it is down
+        self.late: dict[str, int] = {}  # follower -> request number of an answer still on its way
+        self.request_no = 0
+        self.batches = self.rows = 0
+        self._last_sent = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="leader-scorer", daemon=True)
+        self._held: ScoreRequest | None = None
+        self.failed: BaseException | None = None
+        self.check_hello = None  # (f, hello) -> problems, for a follower that connects again
+        self.log = None
+
+    # -- the client side (HTTP threads) --------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, ids: np.ndarray, deadline_s: float) -> Future:
+        """Queue a request; its future gets a Scored or a ServeError."""
+        req = ScoreRequest(np.asarray(ids, np.int64), time.monotonic() + deadline_s)
+        if self.failed is not None:
+            req.future.set_exception(ServeError(503, f"the scorer stopped: {self.failed}"))
+        else:
+            self.queue.put(req)
+        return req.future
+
+    def stop(self) -> None:
+        self.queue.put(None)
+        self._thread.join(timeout=5)
+
+    # -- the worker ----------------------------------------------------------------------------------
+    def _next_batch(self) -> list[ScoreRequest] | None:
+        """The oldest request and every one queued behind it, up to max_rows ids (None: stop; queue.Empty: idle)."""
+        first = self._held or self.queue.get(timeout=max(0.05, self.keepalive_every / 2))
+        self._held = None
+        if first is None:
+            return None
+        batch, rows = [first], first.ids.size
+        while rows < self.max_rows:
+            try:
+                nxt = self.queue.get_nowait()
+            except queue.Empty:
+                break
+            if nxt is None:
+                self.queue.put(None)  # stop after this batch
+                break
+            if rows + nxt.ids.size > self.max_rows:
+                self._held = nxt  # the next batch starts with it
+                break
+            batch.append(nxt)
+            rows += nxt.ids.size
+        return batch
+
+    def _run(self) -> None:
+        try:
+            while True:
+                try:
+                    batch = self._next_batch()
+                except queue.Empty:
+                    self._readmit()
+                    self._keepalive()
+                    continue
+                if batch is None:
+                    return
+                self._readmit()
+                try:
+                    self._score(batch)
+                except Exception as e:  # a bug or an unforeseen input: this batch fails, serving goes on
+                    self._fail(batch, e)
+        except BaseException as e:  # the channel itself broke: every waiting request learns why
+            self.failed = e
+            while True:
+                try:
+                    req = self.queue.get_nowait()
+                except queue.Empty:
+                    break
+                if req is not None and not req.future.done():
+                    req.future.set_exception(ServeError(503, f"the scorer stopped: {e}"))
+
+    def _fail(self, batch: list[ScoreRequest], e: Exception) -> None:
+        from vfl.wire import WireError
+
+        if isinstance(e, WireError):  # a follower sent what the protocol forbids: it must greet again
+            for f in self.followers:
+                if f not in self.down:
+                    self._mark_down(f, f"{f} is down (protocol error: {e})")
+        elif self.log is not None:
+            import traceback
+
+            self.log.file_only(traceback.format_exc())
+        for r in batch:
+            if not r.future.done():
+                r.future.set_exception(ServeError(500, f"scoring failed: {type(e).__name__}: {e}"))
+
+    def _keepalive(self) -> None:
+        from vfl.wire.messages import Wait
+
+        if time.monotonic() - self._last_sent < self.keepalive_every:
+            return
+        for f in self.followers:
+            if f not in self.down:
+                self._post(f, Wait())
+        self._last_sent = time.monotonic()
+
+    def _post(self, f: str, message) -> None:
+        from vfl.wire.channel import PeerLost, PeerTimeout
+
+        try:
+            self.ch.post(f, message)
+        except (PeerLost, PeerTimeout) as e:
+            self._mark_down(f, f"{f} is down ({e})")
+
+    def _mark_down(self, f: str, why: str) -> None:
+        """f's connection is gone: requests fail at once until it greets again (a restarted follower)."""
+        self.down[f] = why
+        self.late.pop(f, None)
+        self.ch.forget(f)
+        if self.log is not None:
+            self.log.warning(f"leader: {why}; requests fail until it is back (`python -m follower serve`)")
+
+    def _readmit(self) -> None:
+        """Greet a follower that was down and has connected again (SERVE_HELLO of the same run and cut width)."""
+        from vfl.wire import WireError
+        from vfl.wire.serve_messages import ServeHello, ServeWelcome
+
+        for f in list(self.down):
+            self.ch.timeout_s = 0.001
+            try:
+                hello = self.ch.expect(f, ServeHello)
+            except WireError:  # nobody there yet (a timeout), or a connection that went away again
+                continue
+            problems = self.check_hello(f, hello) if self.check_hello is not None else []
+            if hello.cut_dim != self.cut_dims[f]:
+                problems.append(f"{f} now cuts {hello.cut_dim} values, {self.cut_dims[f]} before")
+            if problems:
+                self.down[f] = f"{f} is down (its new connection was refused: {'; '.join(problems)})"
+                self.ch.forget(f)
+                continue
+            self.ch.post(f, ServeWelcome(self.ch.run, hello.nonce))
+            del self.down[f]
+            self.late.pop(f, None)
+            if self.log is not None:
+                self.log(f"leader: {f} is back")
+
+    def _score(self, batch: list[ScoreRequest]) -> None:
+        import torch
+
+        live = [r for r in batch if not r.future.done() and r.deadline > time.monotonic()]
+        for r in batch:
+            if r not in live and not r.future.done():
+                r.future.set_exception(ServeError(504, "the request's deadline passed while it was queued"))
+        if not live:
+            return
+        try:
+            self._check_up()
+            ids = np.concatenate([r.ids for r in live])
+            deadline = min(r.deadline for r in live)
+            self.request_no += 1
+            number = self.request_no
+            budget_ms = max(1, int((deadline - time.monotonic()) * 1000))
+            for f in self.followers:
+                self._settle_late(f, deadline)
+                self._post(f, ServeIds(number, ids, budget_ms))
+                if f not in self.down:
+                    self.late[f] = number  # until its answer is read
+            self._check_up()
+            self._last_sent = time.monotonic()
+            own_rows = self.table.rows_of(ids)
+            with torch.inference_mode():
+                own = self.model.bottom(*self.table.features(own_rows))
+            cuts, missing = [], {}
+            for f in self.followers:
+                cut, unknown = self._await_cut(f, number, deadline, ids.size)
+                cuts.append(torch.from_numpy(cut))
+                for i in unknown.tolist():
+                    missing.setdefault(i, f"unknown to {f}")
+            for i in np.flatnonzero(own_rows < 0).tolist():
+                missing[i] = "unknown to the leader"
+            with torch.inference_mode():
+                scores = self.model.head(own, torch.cat(cuts, dim=1) if cuts else own[:, :0]).numpy()
+        except ServeError as e:
+            for r in live:
+                r.future.set_exception(e)
+            return
+        self.batches += 1
+        self.rows += ids.size
+        start = 0
+        for r in live:
+            part = scores[start : start + r.ids.size].tolist()
+            gone = {i - start: why for i, why in missing.items() if start <= i < start + r.ids.size}
+            r.future.set_result(Scored([None if j in gone else v for j, v in enumerate(part)], gone))
+            start += r.ids.size
+
+    def _check_up(self) -> None:
+        if self.down:
+            f, why = next(iter(self.down.items()))
+            raise ServeError(503, why)
+
+    def _settle_late(self, f: str, deadline: float) -> None:
+        """Read and drop the answer to an earlier request that timed out, before asking `f` again."""
+        if f not in self.late or f in self.down:
+            return
+        self._receive(f, self.late.pop(f), deadline, keep=False)
+
+    def _await_cut(self, f: str, number: int, deadline: float, rows: int) -> tuple[np.ndarray, np.ndarray]:
+        msg = self._receive(f, number, deadline, keep=True)
+        if isinstance(msg, ServeRefused):
+            raise ServeError(429, f"{f} refused: {msg.reason}", msg.retry_ms)
+        if msg.cut.shape != (rows, self.cut_dims[f]):
+            raise ServeError(502, f"SERVE_CUT from {f}: expected ({rows}, {self.cut_dims[f]}), got {msg.cut.shape}")
+        return msg.cut, msg.unknown
+
+    def _receive(self, f: str, number: int, deadline: float, keep: bool):
+        """The answer of `f` to request `number` (older answers are dropped), by the deadline."""
+        from vfl.wire.channel import PeerAbort, PeerLost, PeerTimeout
+
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ServeError(504, f"{f} did not answer within the request's deadline")
+            self.ch.timeout_s = remaining
+            try:
+                msg = self.ch.expect(f, ServeCut, ServeRefused, what=f"SERVE_CUT from {f}")
+            except PeerTimeout:
+                raise ServeError(504, f"{f} did not answer within the request's deadline") from None
+            except PeerAbort as e:
+                self._mark_down(f, f"{f} is down ({e})")
+                raise ServeError(503, self.down[f]) from None
+            except PeerLost as e:  # some follower's connection dropped (perhaps not f's)
+                for g in self.followers:
+                    if g not in self.ch.alive and g not in self.down:
+                        self._mark_down(g, f"{g} is down ({e})")
+                self._check_up()
+                continue
+            if msg.request == number:
+                self.late.pop(f, None)
+                return msg
+            if msg.request > number:
+                raise ServeError(502, f"{f} answered request {msg.request} before {number} was asked")
+            if not keep and msg.request >= number:
+                return msg
