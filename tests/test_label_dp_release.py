@@ -113,17 +113,10 @@ def test_a_deleted_key_means_a_new_release_a_warning_and_a_larger_total(tmp_path
 
 def test_a_re_exported_source_is_charged_with_the_releases_of_the_overlapping_one(tmp_path, synth_small):
     # Prepare: the same rows plus one appended line: another file digest, the same sample ids
-    from vfl.data.parties import load_parties
-    from vfl.data.prepare import PrepareOptions, prepare
-
-    copy = tmp_path / "reexport.tsv"
-    text = synth_small.read_text()
-    copy.write_text(text + text.splitlines()[0] + "\n")
-    prepare(str(synth_small), str(tmp_path / "a"), load_parties(None), PrepareOptions(hash_buckets=500))
-    prepare(str(copy), str(tmp_path / "b"), load_parties(None), PrepareOptions(hash_buckets=500))
-    first = _labels(tmp_path / "a", tmp_path / "store")
+    a, b = _reexport_with_one_more_row(tmp_path, synth_small)
+    first = _labels(a, tmp_path / "store")
     # Execute
-    second = _labels(tmp_path / "b", tmp_path / "store")
+    second = _labels(b, tmp_path / "store")
     # Assert: a new dataset (new release), but the ledger charges the overlapping dataset's release to it
     assert second.report["dataset_id"] != first.report["dataset_id"] and second.report["new_release"] is True
     assert second.report["dataset_total_eps"] == 2.0 and second.report["overlapping_datasets"] == [
@@ -139,7 +132,8 @@ def _reexport_with_one_more_row(tmp_path, synth_small):
 
     copy = tmp_path / "reexport.tsv"
     text = synth_small.read_text()
-    copy.write_text(text + text.splitlines()[0] + "\n")
+    first_id, rest = text.splitlines()[0].split("\t", 1)
+    copy.write_text(text + f"{int(first_id) ^ 1}\t{rest}\n")  # the file's leading id column: a new id
     prepare(str(synth_small), str(tmp_path / "a"), load_parties(None), PrepareOptions(hash_buckets=500))
     prepare(str(copy), str(tmp_path / "b"), load_parties(None), PrepareOptions(hash_buckets=500))
     return tmp_path / "a", tmp_path / "b"
@@ -228,13 +222,13 @@ def test_a_release_over_the_budget_is_refused_before_any_label_is_drawn_and_noth
 
 
 def test_disjoint_datasets_are_not_charged_to_each_other(tmp_path, synth_small):
-    # Prepare: two halves of one file (ids are line numbers, so re-number the second half's file)
+    # Prepare: two halves of one file (its leading id column keeps the halves' ids apart)
     from vfl.data.parties import load_parties
     from vfl.data.prepare import PrepareOptions, prepare
 
     lines = synth_small.read_text().splitlines(keepends=True)
-    (tmp_path / "second.tsv").write_text("".join(f"{6000 + i}\t{x}" for i, x in enumerate(lines[6000:])))
-    (tmp_path / "first_ids.tsv").write_text("".join(f"{i}\t{x}" for i, x in enumerate(lines[:6000])))
+    (tmp_path / "second.tsv").write_text("".join(lines[6000:]))
+    (tmp_path / "first_ids.tsv").write_text("".join(lines[:6000]))
     prepare(str(tmp_path / "first_ids.tsv"), str(tmp_path / "a"), load_parties(None), PrepareOptions(hash_buckets=500))
     prepare(str(tmp_path / "second.tsv"), str(tmp_path / "b"), load_parties(None), PrepareOptions(hash_buckets=500))
     _labels(tmp_path / "a", tmp_path / "store")
@@ -359,10 +353,10 @@ def test_a_follower_rerunning_synth_with_the_public_seed_does_not_regenerate_the
     write_synthetic(str(tmp_path / "follower.tsv"), n, seed=0, max_vocab=500)
     a = (tmp_path / "leader.tsv").read_text().splitlines()
     b = (tmp_path / "follower.tsv").read_text().splitlines()
-    # Assert: the feature columns are the same, the labels and the truth are not
-    assert [x.split("\t", 1)[1] for x in a] == [x.split("\t", 1)[1] for x in b]
-    la = np.array([int(x.split("\t", 1)[0]) for x in a])
-    lb = np.array([int(x.split("\t", 1)[0]) for x in b])
+    # Assert: the feature columns are the same, the labels and the truth are not (fields: id, label, features)
+    assert [x.split("\t", 2)[2] for x in a] == [x.split("\t", 2)[2] for x in b]
+    la = np.array([int(x.split("\t", 2)[1]) for x in a])
+    lb = np.array([int(x.split("\t", 2)[1]) for x in b])
     assert np.mean(la == lb) < 0.9  # 1.0 before; independent label worlds agree on ~0.6-0.7
     ta, tb = np.load(str(tmp_path / "leader.tsv.truth.npy")), np.load(str(tmp_path / "follower.tsv.truth.npy"))
     assert np.corrcoef(ta, tb)[0, 1] < 0.5

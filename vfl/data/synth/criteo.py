@@ -17,10 +17,18 @@ synthetic data, too, the labels are the leader's secret, as they would be on rea
   * bias is calibrated so that about 25% of labels are positive; label ~ Bernoulli(sigmoid(logit)).
 The truth file (FILE.truth.npy, float32) holds sigmoid(logit) per row, so the Bayes-optimal AUC
 of any split is known exactly.
+
+Sample ids. Every generated file draws its own ids (a leading id column): splitmix64(base + row) read as int64,
+distinct within the file (splitmix64 is a bijection), with a fresh 64-bit base per file from the OS. Two generated
+files therefore hold different people, as two real data sets would, and the label-DP ledger, which charges releases
+on overlapping ids, does not count a second generated file as the first one's customers. A file written with an
+explicit `label_seed` (tests, benchmarks) derives its base from (seed, label_seed) by SHA-256, so it is reproducible
+and reveals nothing of the label seed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -196,6 +204,21 @@ class SyntheticCriteo:
         return pd.DataFrame(cols)
 
 
+def file_id_base(seed: int, label_seed: int | None) -> int:
+    """The 64-bit base of one generated file's ids: from the OS, or from SHA-256(seed, label_seed) when the
+    label seed is given (a reproducible file)."""
+    if label_seed is None:
+        return secrets.randbits(64)
+    digest = hashlib.sha256(f"vfl-synthetic-ids/v1:{seed}:{label_seed}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+def file_ids(base: int, start: int, n: int) -> np.ndarray:
+    """int64 ids of rows start .. start+n-1 of the file with this base (distinct: splitmix64 is a bijection)."""
+    rows = np.arange(start, start + n, dtype=np.uint64) + np.uint64(base)
+    return splitmix64(rows).view(np.int64)
+
+
 def write_synthetic(
     out_path: str, rows: int, seed: int = 0, max_vocab: int = 20_000, label_seed: int | None = None
 ) -> dict:
@@ -209,6 +232,7 @@ def write_synthetic(
     world = SyntheticCriteo(seed, max_vocab, label_seed)
     rng = np.random.default_rng([seed, 0xDA7A])
     label_rng = np.random.default_rng([world.label_seed, 0x1ABE1])
+    id_base = file_id_base(seed, label_seed)
     tmp_tsv, tmp_truth = f"{out_path}.tmp-{os.getpid()}", f"{out_path}.truth.tmp-{os.getpid()}.npy"
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     positives, psum = 0, 0.0
@@ -219,6 +243,7 @@ def write_synthetic(
             while done < rows:
                 n = min(BLOCK_ROWS, rows - done)
                 df, p = world.sample(rng, n, label_rng)
+                df.insert(0, "id", file_ids(id_base, done, n))
                 df.to_csv(f, sep="\t", header=False, index=False, lineterminator="\n")
                 truth.append(p)
                 positives += int(df["label"].sum())
@@ -239,6 +264,7 @@ def write_synthetic(
         "seed": seed,
         "max_vocab": max_vocab,
         "label_seed": "secret: drawn from the OS, not recorded" if label_seed is None else label_seed,
+        "sample_ids": "leading id column, splitmix64(base + row), a fresh base per file",
         "positive_rate": positives / rows,
         "mean_true_probability": psum / rows,
         "bias": world.bias,

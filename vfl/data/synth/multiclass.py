@@ -23,7 +23,7 @@ import numpy as np
 from vfl.data.errors import DataError
 from vfl.data.npy_stream import NpyAppender
 from vfl.data.readers.tokenizer import MAX_CLASSES
-from vfl.data.synth.criteo import BLOCK_ROWS, SyntheticCriteo
+from vfl.data.synth.criteo import BLOCK_ROWS, SyntheticCriteo, file_id_base, file_ids
 
 INFORMATIVE_CATEGORICALS = (0, 1, 3, 5, 6, 8, 9, 10, 12, 13, 14, 15, 16, 18, 20, 23, 24, 25)
 CAT_SCALE = 0.45
@@ -83,6 +83,7 @@ def write_synthetic_multiclass(
     world = SyntheticMulticlass(classes, seed, max_vocab, label_seed)
     rng = np.random.default_rng([seed, 0xDA7A])
     label_rng = np.random.default_rng([world.world.label_seed, 0x1ABE1, classes])
+    id_base = file_id_base(seed, label_seed)  # each generated file its own ids (see synth/criteo.py)
     tmp_tsv, tmp_truth = f"{out_path}.tmp-{os.getpid()}", f"{out_path}.truth.tmp-{os.getpid()}.npy"
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     counts = np.zeros(classes, np.int64)
@@ -94,6 +95,7 @@ def write_synthetic_multiclass(
             while done < rows:
                 n = min(BLOCK_ROWS, rows - done)
                 df, p = world.sample(rng, n, label_rng)
+                df.insert(0, "id", file_ids(id_base, done, n))
                 df.to_csv(f, sep="\t", header=False, index=False, lineterminator="\n")
                 truth.append(p)
                 counts += np.bincount(df["label"].to_numpy(), minlength=classes)
