@@ -293,7 +293,8 @@ def main() -> int:
             doc["runs"].append(r)
             print(
                 f"PSI {n:>9} ids/side: {r['seconds']:7.1f} s wall, {r['cpu_seconds']:7.1f} CPU s, "
-                f"{r['core_us_per_id_per_side']:.0f} core-us/id/side, {r['ids_per_second_per_side']} ids/s/side, "
+                f"{r['core_us_per_id_per_side']:.0f} core-us/id/side (SecretFlow {SECRETFLOW_CORE_US:.0f}), "
+                f"{r['ids_per_second_per_side']} ids/s/side, "
                 f"{r['bytes'] / 2**20:.1f} MiB ({r['bytes'] / (2 * n):.0f} B/id), intersection {r['intersection']}, "
                 f"load {r['load_before']:.2f} -> {r['load_after']:.2f}; reused: {r['reuse_psi_seconds']:.3f} s "
                 f"({r['reuse_wall_seconds_with_process_start']:.1f} s with process start), {r['reuse_bytes']} B",
