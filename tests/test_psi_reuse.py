@@ -196,3 +196,14 @@ def test_a_second_run_on_unchanged_shards_reuses_the_psi_over_real_processes(tmp
     assert m2["step_losses"] == m1["step_losses"] and m2["test_auc"] == m1["test_auc"]
     assert sorted(os.listdir(shards / "follower0" / "psi_cache")) == ["follower0--leader.rank0of1.psi"]
     print(f"PSI {m1['psi']['seconds']} s fresh, {m2['psi']['seconds']} s reused ({m1['psi']['intersection']} ids)")
+
+
+def test_a_cache_that_cannot_be_written_is_said_in_the_log_and_only_costs_the_next_reuse(tmp_path):
+    # Prepare: a cache directory below a regular file (as a read-only shard would refuse it, even to root)
+    (tmp_path / "file").write_text("")
+    cache = PSICache(str(tmp_path / "file" / "psi_cache"), b"k" * 40, "follower0", "leader", b"p" * 40)
+    lines = []
+    # Execute
+    cache.store(b"t" * 32, UNIVERSE[:10], UNIVERSE[:5], lines.append)
+    # Assert
+    assert len(lines) == 1 and "cannot be written" in lines[0] and cache.load(UNIVERSE[:10]) is None

@@ -78,7 +78,7 @@ def leader_psi(
         run.send_result(f, final_pos, all_cached=f in agreed and final_pos.size == pos.size)
     for f, ticket in tickets.items():
         if caches and f in caches:
-            caches[f].store(ticket, run.ids, run.ids[matched[f][0]])
+            caches[f].store(ticket, run.ids, run.ids[matched[f][0]], log)
     final = np.sort(run.ids[keep])
     report = PSIReport(
         int(final.size),

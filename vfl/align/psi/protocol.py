@@ -240,7 +240,7 @@ def follower_psi(
         pos, shared = run.checked_positions(run.answer_until_done())
         final, pairwise = np.sort(y[pos]), int(shared.sum())
         if cache is not None and run.ticket is not None:
-            cache.store(run.ticket, ids, y[shared])
+            cache.store(run.ticket, ids, y[shared], log)
     report = PSIReport(
         int(final.size),
         int(ids.size),

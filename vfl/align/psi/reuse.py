@@ -147,8 +147,9 @@ class PSICache:
             return None
         return Agreement(ticket, np.frombuffer(rest[2 * TICKET_BYTES :], "<i8").copy())
 
-    def store(self, ticket: bytes, ids: np.ndarray, shared: np.ndarray) -> None:
-        """Write the agreement atomically (a temporary file in the same directory, fsync, rename), mode 0600."""
+    def store(self, ticket: bytes, ids: np.ndarray, shared: np.ndarray, log=None) -> None:
+        """Write the agreement atomically (a temporary file in the same directory, fsync, rename), mode 0600; a
+        directory that cannot be written (a read-only shard) only means no reuse next time, said in the log."""
         if len(ticket) != TICKET_BYTES or len(self._binding) > _MAX_HEADER:
             raise ValueError(f"a PSI ticket is {TICKET_BYTES} bytes")
         shared = np.sort(np.asarray(shared, "<i8"))
@@ -156,8 +157,13 @@ class PSICache:
             b"".join((_MAGIC, len(self._binding).to_bytes(4, "little"), self._binding, ticket, self.own_digest(ids)))
             + shared.tobytes()
         )
-        os.makedirs(self.directory, mode=0o700, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".psi-")
+        try:
+            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".psi-")
+        except OSError as e:
+            if log is not None:
+                log(f"PSI reuse cache {self.path} cannot be written ({e.strerror}); the next run runs the PSI again")
+            return
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(body + _mac(self._k, body))
