@@ -77,6 +77,27 @@ def _swar_eight_digits(val: np.ndarray) -> np.ndarray:
     return ((val & mask) * mul1 + ((val >> _U64(16)) & mask) * mul2) >> _U64(32)
 
 
+def _few_digits(words, start, n):
+    """Values of the n <= 8 ASCII digits at each start (vectorized), and whether all n are digits (n = 0: 0, True)."""
+    low = _LOW_MASK[n]
+    filled = (words[start] & low) | (_ASCII0 & ~low)  # pad with '0' characters for the digit check
+    hi = _U64(0xF0F0F0F0F0F0F0F0)
+    all_digits = ((filled & hi) | (((filled + _U64(0x0606060606060606)) & hi) >> _U64(4))) == _U64(0x3333333333333333)
+    pad = _U64(8) * (_U64(8) - n.astype(np.uint64))
+    shifted = np.where(n == 0, _ASCII0, (filled << pad) | (_ASCII0 & ~(_LOW_MASK[8] << pad)))
+    return _swar_eight_digits(shifted), all_digits
+
+
+def _long_digits(words, start, n):
+    """Values of 9..19 ASCII digits as three groups of at most 8 (uint64: < 10^19 fits), and whether all are digits."""
+    lo, ok_lo = _few_digits(words, start + n - 8, np.full(n.shape, 8))
+    mid_n = np.minimum(n - 8, 8)
+    mid, ok_mid = _few_digits(words, start + n - 8 - mid_n, mid_n)
+    hi, ok_hi = _few_digits(words, start, np.maximum(n - 16, 0))
+    value = hi * _U64(10**16) + mid * _U64(10**8) + lo
+    return value, ok_lo & ok_mid & ok_hi
+
+
 def _parse_ints(arr, words, starts, lens):
     """Parse decimal integers; returns (values, missing, bad_mask_per_field)."""
     missing = lens == 0
@@ -84,21 +105,19 @@ def _parse_ints(arr, words, starts, lens):
     digits_start = starts + neg
     n_digits = lens - neg
     fast = n_digits <= 8
-    n_fast = np.where(fast, n_digits, 0)
-    low = _LOW_MASK[n_fast]
-    w = words[digits_start] & low
-    filled = w | (_ASCII0 & ~low)  # pad with '0' characters for the digit check
-    hi = _U64(0xF0F0F0F0F0F0F0F0)
-    all_digits = ((filled & hi) | (((filled + _U64(0x0606060606060606)) & hi) >> _U64(4))) == _U64(0x3333333333333333)
-    shifted = filled << (_U64(8) * (_U64(8) - n_fast.astype(np.uint64)))
-    shifted = np.where(
-        n_fast == 0, _ASCII0, shifted | (_ASCII0 & ~(_LOW_MASK[8] << (_U64(8) * (_U64(8) - n_fast.astype(np.uint64)))))
-    )
-    values = _swar_eight_digits(shifted).astype(np.int64)
+    values, all_digits = _few_digits(words, digits_start, np.where(fast, n_digits, 0))
+    values = values.astype(np.int64)
     values = np.where(neg, -values, values)
     bad = ~all_digits | (neg & (n_digits == 0))
-    slow = ~fast & ~missing
-    if slow.any():  # more than 8 digits: rare, parsed one by one
+    long = ~fast & ~missing & (n_digits <= 19)
+    if long.any():  # 9..19 digits (a 64-bit id): three 8-digit groups, still vectorized
+        value, ok = _long_digits(words, digits_start[long], n_digits[long])
+        fits = ok & (value <= _U64(2**63 - 1))  # -(2**63) is refused like every value beyond int64, as before
+        signed = np.where(fits, value, 0).astype(np.int64)
+        values[long] = np.where(neg[long], -signed, signed)
+        bad[long] = ~fits
+    slow = ~fast & ~missing & (n_digits > 19)
+    if slow.any():  # more than 19 digits (leading zeros): rare, parsed one by one
         raw = arr.tobytes()
         for idx in zip(*np.nonzero(slow)):
             s, n = int(starts[idx]), int(lens[idx])
