@@ -47,7 +47,9 @@ def _leaves(model, doc: dict, prefix: str = ""):
             yield f"{prefix}{key}", value, field
 
 
-def _plain(value):
+def _default(field):
+    """The field's default as YAML would show it (a default_factory called; tuples as lists)."""
+    value = field.get_default(call_default_factory=True)
     return list(value) if isinstance(value, tuple) else value
 
 
@@ -56,9 +58,9 @@ def _drift(doc: dict) -> tuple[list[str], list[str], int]:
     leaves = list(_leaves(PartyConfig, doc))
     unknown = [key for key, _, field in leaves if field is None]
     drifted = [
-        f"{key}: docs {value!r}, schema {_plain(field.default)!r}"
+        f"{key}: docs {value!r}, schema {_default(field)!r}"
         for key, value, field in leaves
-        if field is not None and key not in ILLUSTRATIVE and (field.is_required() or value != _plain(field.default))
+        if field is not None and key not in ILLUSTRATIVE and (field.is_required() or value != _default(field))
     ]
     return unknown, drifted, len(leaves)
 
