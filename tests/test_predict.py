@@ -245,3 +245,58 @@ def test_a_follower_receives_nothing_that_depends_on_the_scores_or_the_labels(tr
     assert np.abs(scores_a - scores_b).min() > 0
     assert len(view_a) > 2 and normal(view_a) == normal(view_b)
     assert normal(leak_a) != normal(leak_b)
+
+
+def test_the_fingerprint_refuses_another_run_another_key_and_another_config(trained, tmp_path):
+    """The leader's check of a PREDICT_HELLO: the follower's own checkpoint passes; the same checkpoint claimed for
+    another training run, or with another key, is refused naming both sides; a party whose model config or keys
+    differ from its checkpoint's stops before connecting."""
+    # Prepare: both parties' records, as their final checkpoints keep them
+    import dataclasses
+    from types import SimpleNamespace
+
+    from vfl.config.schema import load_config
+    from vfl.inference.fingerprint import check_own, key_fingerprints, pair_fingerprint
+    from vfl.inference.predict_leader import LeaderPredictor
+    from vfl.training.checkpoint import load_checkpoint
+    from vfl.wire import PROTOCOL_VERSION
+    from vfl.wire.predict_messages import PredictHello
+
+    ckpts = trained["root"] / "out" / "checkpoints"
+    cfg = {p: load_config(trained["cfgs"][p]) for p in ("leader", "follower0")}
+    rec = {p: load_checkpoint(str(ckpts / f"{p}_final.pt"))["extra"]["run"] for p in cfg}
+    leader = SimpleNamespace(record=rec["leader"], checkpoint="leader_final.pt")
+    ours = PredictHello(
+        "0" * 32,
+        "follower0",
+        PROTOCOL_VERSION,
+        rec["follower0"]["run"],
+        rec["follower0"]["model_step"],
+        pair_fingerprint(rec["follower0"], "follower0", 2, leader_side=False),
+        2,
+        100,
+        20.0,
+    )
+    other_run = dataclasses.replace(ours, run="f" * 32)
+    other_key = dataclasses.replace(
+        ours,
+        fingerprint=pair_fingerprint({**rec["follower0"], "keys": {"self": "x", "leader": "y"}}, "follower0", 2, False),
+    )
+    # Execute
+    problems = {
+        name: LeaderPredictor._check_hello(leader, "follower0", h)
+        for name, h in [("ours", ours), ("run", other_run), ("key", other_key)]
+    }
+    # Assert
+    assert problems["ours"] == []
+    run = rec["leader"]["run"][:12]
+    assert problems["run"][0].startswith("follower0's checkpoint is of training run ffffffffffff step ")
+    assert f"the leader's (leader_final.pt) of run {run} step {rec['leader']['model_step']}" in problems["run"][0]
+    assert "its keys or model differ from the training run's" in problems["key"][0]
+    f = cfg["follower0"]
+    bottom = f.model.bottom.model_copy(update={"cut_dim": 3})
+    bigger = f.model_copy(update={"model": f.model.model_copy(update={"bottom": bottom})})
+    with pytest.raises(ValueError, match="trained with another model config"):
+        check_own(rec["follower0"], bigger, "follower0_final.pt", key_fingerprints(cfg["follower0"]))
+    with pytest.raises(ValueError, match="trained under other CurveZMQ keys: follower0"):
+        check_own(rec["follower0"], cfg["follower0"], "f.pt", {**key_fingerprints(cfg["follower0"]), "self": "z"})
