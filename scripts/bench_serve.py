@@ -188,10 +188,9 @@ def main() -> int:
         hundred = summary(latencies(http_port, ids, 100, max(args.requests // 4, 50), 2))
         loaded = throughput(http_port, ids, 100, args.clients, args.seconds)
     finally:
-        for p in (leader, follower):
+        for p in (leader, follower):  # the leader first: it tells the follower that serving stopped
             if p.poll() is None:
                 p.terminate()
-        for p in (leader, follower):
             try:
                 p.wait(timeout=15)
             except subprocess.TimeoutExpired:

@@ -177,6 +177,13 @@ def test_serve_answers_with_the_evaluation_scores_a_hung_or_dead_follower_errs_w
         again = _post(http, {"ids": ids[:3], "deadline_ms": 5000})
         # Assert: the leader greeted it again and scores as before
         assert again[0] == 200 and np.allclose(again[1]["scores"], [want[i] for i in ids[:3]], atol=1e-6), again
+
+        # Execute: the leader is stopped (SIGTERM)
+        os.killpg(procs.procs["leader"].pid, signal.SIGTERM)
+        # Assert: both parties end cleanly, the follower told why
+        assert procs.procs["leader"].wait(timeout=30) == 0
+        assert procs.procs["telco"].wait(timeout=30) == 0
+        assert "the leader stopped serving" in open(tmp / "f2.out").read()
     finally:
         procs.cleanup()
 

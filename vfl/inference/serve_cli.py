@@ -82,6 +82,8 @@ def _follower_body(cfg, args, log, state: dict) -> None:
 
 
 def _leader_body(cfg, args, log, state: dict) -> None:
+    from vfl.inference.serve_follower import STOPPED
+
     http = start_leader(cfg, args.http, args.max_rows, args.deadline_ms, args.checkpoint, log, state)
     stop = threading.Event()
 
@@ -93,7 +95,7 @@ def _leader_body(cfg, args, log, state: dict) -> None:
         signal.signal(sig, on_signal)
     http.serve_forever(poll_interval=0.5)
     if stop.is_set():
-        state["channel"].abort_all(f"{cfg.party} stopped serving")
+        state["channel"].abort_all(f"{cfg.party} {STOPPED}")
         log(f"leader {cfg.party}: stopped after {state['worker'].batches} batches, {state['worker'].rows} rows")
 
 

@@ -22,6 +22,7 @@ import numpy as np
 from vfl.wire.serve_messages import MAX_SERVE_ROWS, ServeCut, ServeHello, ServeIds, ServeRefused, ServeWelcome
 
 DEFAULT_ROWS_PER_S = 100_000.0
+STOPPED = "stopped serving"  # the end of the ABORT reason of a leader that stops on purpose (SIGTERM, Ctrl-C)
 
 
 @dataclass
@@ -123,7 +124,7 @@ def serve_follower(cfg, limits: ServeLimits, checkpoint: str | None, log, state:
     from vfl.inference.party_model import RowTable, load_party_model
     from vfl.session.follower import FollowerSession
     from vfl.training.party import set_threads
-    from vfl.wire import PROTOCOL_VERSION, FollowerChannel
+    from vfl.wire import PROTOCOL_VERSION, FollowerChannel, PeerAbort
     from vfl.wire.frames import MAX_HEADER_BYTES
 
     limits.check()
@@ -165,4 +166,9 @@ def serve_follower(cfg, limits: ServeLimits, checkpoint: str | None, log, state:
         f"follower {cfg.party}: serving the leader (run {welcome.run}); at most {limits.max_rows} ids a request and "
         f"{limits.rows_per_s:g} ids/s; every id asked about is logged to {id_log.path}"
     )
-    session.serve({ServeIds: lambda msg: channel.post(server.answer(msg))}, done=lambda: False)
+    try:
+        session.serve({ServeIds: lambda msg: channel.post(server.answer(msg))}, done=lambda: False)
+    except PeerAbort as e:
+        if not str(e).endswith(STOPPED):  # any other reason is an error (run_party reports it)
+            raise
+        log(f"follower {cfg.party}: the leader stopped serving; {server.answered} requests answered, {server.rows} ids")
