@@ -221,14 +221,17 @@ def export_main(argv: list[str] | None, role: str) -> int:
     ap.add_argument("--run", default=None, help="the training run's output.dir (its checkpoints/; overrides the YAML)")
     ap.add_argument("--checkpoint", default=None, help="checkpoint (default: RUN/checkpoints/<party>_final.pt)")
     ap.add_argument("--data", default=None, help="this party's shard directory (overrides data.path)")
+    ap.add_argument("--keys", default=None, metavar="DIR", help="the run's CurveZMQ key directory (as for training)")
     ap.add_argument("overrides", nargs="*", metavar="key.path=value", help="set any config key")
     args = ap.parse_intermixed_args(argv)
     try:
         overrides = {k: v for k, v in (("output.dir", args.run), ("data.path", args.data)) if v is not None}
-        cfg = load_config(args.config, {**overrides, **dotted_overrides(args.overrides)})
+        cfg = load_config(args.config, {**overrides, **dotted_overrides(args.overrides)}, keys_dir=args.keys)
         if cfg.role != role:
             return fail(f"{args.config} has role {cfg.role!r}; python -m {role} export needs role: {role}", 2)
         export_party(cfg, args.out, args.checkpoint)
     except (ConfigError, DataError, ExportError, ModelLoadError) as e:
         return fail(one_line(e), 2)
+    except (OSError, RuntimeError, ValueError) as e:  # a user module's ModelError, a full disk, ...
+        return fail(f"{role} export: {type(e).__name__}: {one_line(e)}", 1)
     return 0
