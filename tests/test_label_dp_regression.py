@@ -313,3 +313,27 @@ def test_a_release_keeps_its_prior_and_design_so_a_later_run_draws_the_same_labe
     # Assert
     assert np.array_equal(again.labels, first.labels) and np.array_equal(again.valid, first.valid)
     assert again.report["prior_reused"] and again.report["design_reused"] and not first.report["design_reused"]
+
+
+def test_the_training_loop_selects_on_the_debiased_noisy_validation_rmse_when_the_leader_sets_the_variance():
+    # Prepare: the loop as the leader builds it under regression label DP (valid_eps set, then the noise variance)
+    from vfl.config.schema import TrainConfig
+    from vfl.training.loop import TrainingLoop
+
+    rng = np.random.default_rng(6)
+    y, y_test = rng.uniform(0, 40, 5000), rng.uniform(0, 40, 500)
+    noisy = laplace_label(y, 0, 40, 4.0, *rng.random((3, y.size)))
+    pred = {"valid": y + rng.normal(0, 2.0, y.size), "test": y_test + 1.0}
+    train = TrainConfig(task="regression", early_stopping={"patience": 3})
+    loops = []
+    for variance in (None, laplace_noise_variance(0, 40, 4.0)):
+        loop = TrainingLoop(train, 100, y_test, lambda *a, **k: None, noisy, 4.0, Task("regression"))
+        loop.valid_noise_var = variance
+        # Execute
+        loop._evaluate(0, lambda split: pred[split], None, 0.0, 1.0, 10)
+        loops.append(loop.history[-1])
+    # Assert: the selection reads the noisy labels, debiased once the variance is set; test metrics use the truth
+    plain, debiased = (entry["valid"]["rmse"] for entry in loops)
+    assert plain == noisy_regression_metrics(noisy, pred["valid"], None)["rmse"]
+    assert debiased == noisy_regression_metrics(noisy, pred["valid"], laplace_noise_variance(0, 40, 4.0))["rmse"]
+    assert debiased < plain / 3 and loops[1]["test_rmse"] == pytest.approx(1.0)
