@@ -64,6 +64,7 @@ class ScoreHTTPServer(ThreadingHTTPServer):
     """The HTTP server; its handler reads `worker`, `max_rows`, `deadline_ms`, `step` and `log` from here."""
 
     daemon_threads = True
+    request_queue_size = 128  # the listen backlog: many clients connecting at once are not made to retry (1 s)
 
     def __init__(self, address: tuple[str, int], worker, max_rows: int, deadline_ms: int, step: int, log=None):
         self.worker, self.max_rows, self.deadline_ms, self.step = worker, max_rows, deadline_ms, step
