@@ -60,7 +60,7 @@ def _sample_inputs(shard, follower_width: int | None):
     return tuple(inputs)
 
 
-def _to_onnx(module, inputs, names: list[str], output: str):
+def module_to_onnx(module, inputs, names: list[str], output: str):
     """onnx.ModelProto of module (batch axis dynamic), or the reason it cannot be exported."""
     import io
 
@@ -86,7 +86,7 @@ def _to_onnx(module, inputs, names: list[str], output: str):
     return onnx.load_from_string(buf.getvalue()), None
 
 
-def _check(model_bytes: bytes, feeds: dict, want: np.ndarray) -> float:
+def onnx_max_diff(model_bytes: bytes, feeds: dict, want: np.ndarray) -> float:
     import onnxruntime as ort
 
     session = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
@@ -119,10 +119,10 @@ def export_party(cfg, out_dir: str, checkpoint: str | None = None, log=print) ->
     with torch.no_grad():
         want = module(*inputs).numpy()
     feeds = {n: t.numpy() for n, t in zip(names, inputs)}
-    model, why = _to_onnx(module, inputs, names, output)
+    model, why = module_to_onnx(module, inputs, names, output)
     diff = None
     if model is not None:
-        diff = _check(model.SerializeToString(), feeds, want)
+        diff = onnx_max_diff(model.SerializeToString(), feeds, want)
         if not diff <= CHECK_TOLERANCE:
             why, model = f"onnxruntime differs from torch by {diff:.3g} (> {CHECK_TOLERANCE}) on the shard's rows", None
     directory = os.path.join(out_dir, cfg.party)
