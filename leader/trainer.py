@@ -123,10 +123,15 @@ class LeaderTrainer:
             self.log(w)
         if self.labels.report is not None:
             r = self.labels.report
+            changed = (  # a real-valued label: how far the noise moved it (every value changes)
+                f"noise RMSE {r['noise_rmse']:.4g} on the training labels"
+                if "noise_rmse" in r
+                else f"flipped {r['flipped_fraction']:.4f} of training labels"
+            )
             self.log(
                 f"label DP: {r['mechanism']} eps={r['eps']} once per sample for this release "
                 f"({'new' if r['new_release'] else 'reused'} release {r['release_id'][:12]}, key {r['key_fingerprint']}); "
-                f"flipped {r['flipped_fraction']:.4f} of training labels; debias={r.get('debias', False)}; "
+                f"{changed}; debias={r.get('debias', False)}; "
                 f"dataset total eps {r['dataset_total_eps']} over {r['dataset_releases']} release(s)"
             )
         self._check_resume_release()

@@ -62,10 +62,9 @@ def test_rr_on_bins_trains_split_charges_prior_and_randomizer_and_resists_the_fo
         ("rr_on_bins", 1.5),
     ]
     assert metrics["selection"]["metric"] == "rmse" and np.isfinite(metrics["test_rmse"])
-    assert (
-        "valid" in metrics["history"][0]
-        and "label DP: rr_on_bins eps=2.0" in (tmp_path / "out" / "leader.log").read_text()
-    )
+    log = (tmp_path / "out" / "leader.log").read_text()
+    assert "valid" in metrics["history"][0] and "label DP: rr_on_bins eps=2.0" in log
+    assert "noise RMSE " in log and "flipped" not in log
     # Assert: the follower's full view against the release's own noisy labels (replayed at no cost)
     shard = PartyShard(str(shards_reg / "leader"))
     release = LabelDPRelease.from_config(LabelDPConfig(**label_dp), Task("regression"))
