@@ -11,6 +11,11 @@ _EXPORTS = {
     "flip_probability": "privacy.label.randomized_response",
     "kary_rr": "privacy.label.randomized_response",
     "keep_probability": "privacy.label.randomized_response",
+    "laplace_label": "privacy.label.regression_mechanisms",
+    "rr_on_bins": "privacy.label.regression_mechanisms",
+    "rr_on_bins_design": "privacy.label.regression_mechanisms",
+    "unbiased_design": "privacy.label.regression_mechanisms",
+    "unbiased_label": "privacy.label.regression_mechanisms",
 }
 __all__ = list(_EXPORTS)
 
