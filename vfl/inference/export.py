@@ -20,16 +20,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import warnings
 
 import numpy as np
 
-from vfl.inference.onnx_transforms import KEY_SCHEMES, OPSET, FrozenTable, frozen_table, transforms_model
+from vfl.inference.onnx_engine import CHECK_TOLERANCE, module_to_onnx, onnx_max_diff
+from vfl.inference.onnx_transforms import KEY_SCHEMES, FrozenTable, frozen_table, transforms_model
 from vfl.inference.party_model import ModelLoadError, load_party_model, scorer, top_in_dim
 
 EXPORT_FORMAT = 1
 CHECK_ROWS = 256  # rows of the party's shard the export is checked on
-CHECK_TOLERANCE = 1e-5  # max |onnxruntime - torch| on those rows, else TorchScript
 
 
 class ExportError(RuntimeError):
@@ -58,40 +57,6 @@ def _sample_inputs(shard, follower_width: int | None):
         gen = torch.Generator().manual_seed(0)
         inputs.append(torch.randn(rows.size, follower_width, generator=gen))
     return tuple(inputs)
-
-
-def module_to_onnx(module, inputs, names: list[str], output: str):
-    """onnx.ModelProto of module (batch axis dynamic), or the reason it cannot be exported."""
-    import io
-
-    import onnx
-    import torch
-
-    buf = io.BytesIO()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(
-                module,
-                inputs,
-                buf,
-                input_names=names,
-                output_names=[output],
-                dynamic_axes={n: {0: "n"} for n in [*names, output]},
-                opset_version=OPSET,
-                dynamo=False,
-            )
-    except Exception as e:  # an operator ONNX lacks, data-dependent control flow, ...
-        return None, f"torch.onnx: {type(e).__name__}: {' '.join(str(e).split())[:300]}"
-    return onnx.load_from_string(buf.getvalue()), None
-
-
-def onnx_max_diff(model_bytes: bytes, feeds: dict, want: np.ndarray) -> float:
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
-    got = session.run(None, {i.name: feeds[i.name] for i in session.get_inputs()})[0]
-    return float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if want.size else 0.0
 
 
 def export_party(cfg, out_dir: str, checkpoint: str | None = None, log=print) -> dict:

@@ -31,6 +31,12 @@ def _arguments(role: str) -> argparse.ArgumentParser:
     ap.add_argument("--keys", default=None, metavar="DIR", help="CurveZMQ key directory (as for training)")
     ap.add_argument("--timeout", type=float, default=None, help="overrides network.timeout_s (the idle deadline)")
     ap.add_argument("--max-rows", type=int, default=1024, help="ids in one request (and one batch) at most")
+    ap.add_argument(
+        "--engine",
+        choices=("onnx", "torch"),
+        default="onnx",
+        help="what runs the model: onnxruntime on its ONNX export (checked against torch at start) or torch",
+    )
     if role == "leader":
         ap.add_argument("--bind", default=None, help="CurveZMQ endpoint for the followers (overrides network.bind)")
         ap.add_argument("--http", default="127.0.0.1:8080", help="HOST:PORT of the JSON endpoint (port 0: any free)")
@@ -78,13 +84,13 @@ def serve_main(argv: list[str] | None, role: str) -> int:
 def _follower_body(cfg, args, log, state: dict) -> None:
     from vfl.inference.serve_follower import ServeLimits, serve_follower
 
-    serve_follower(cfg, ServeLimits(args.max_rows, args.rows_per_s), args.checkpoint, log, state)
+    serve_follower(cfg, ServeLimits(args.max_rows, args.rows_per_s), args.checkpoint, log, state, args.engine)
 
 
 def _leader_body(cfg, args, log, state: dict) -> None:
     from vfl.inference.serve_follower import STOPPED
 
-    http = start_leader(cfg, args.http, args.max_rows, args.deadline_ms, args.checkpoint, log, state)
+    http = start_leader(cfg, args.http, args.max_rows, args.deadline_ms, args.checkpoint, log, state, args.engine)
     stop = threading.Event()
 
     def on_signal(signum, frame) -> None:
@@ -99,12 +105,18 @@ def _leader_body(cfg, args, log, state: dict) -> None:
         log(f"leader {cfg.party}: stopped after {state['worker'].batches} batches, {state['worker'].rows} rows")
 
 
-def start_leader(cfg, http: str, max_rows: int, deadline_ms: int, checkpoint: str | None, log, state: dict):
+def start_leader(
+    cfg, http: str, max_rows: int, deadline_ms: int, checkpoint: str | None, log, state: dict, engine: str = "onnx"
+):
     """Load the leader's model and table, greet every follower, start the worker; returns the HTTP server (not yet
     serving)."""
+    import numpy as np
+    import torch
+
     from vfl.cli import party_keys
     from vfl.data.shards import PartyShard
     from vfl.inference.fingerprint import hello_problems
+    from vfl.inference.onnx_engine import fast_forward, head_module
     from vfl.inference.party_model import RowTable, load_party_model, scorer, top_in_dim
     from vfl.inference.serve_http import ScoreHTTPServer
     from vfl.inference.serve_leader import ScoringWorker
@@ -157,6 +169,12 @@ def start_leader(cfg, http: str, max_rows: int, deadline_ms: int, checkpoint: st
     worker = state["worker"] = ScoringWorker(
         channel, list(cfg.network.followers), session.cut_dims, model, table, shard.task, rows
     )
+    sample = table.features(np.arange(min(256, len(table))))
+    worker.bottom_fn = fast_forward(model.bottom, ["dense", "dense_missing", "cat"], sample, engine, log)
+    with torch.no_grad():
+        own = model.bottom(*sample)
+    cuts = torch.randn(own.shape[0], width - own.shape[1], generator=torch.Generator().manual_seed(0))
+    worker.head_fn = fast_forward(head_module(model), ["own_cut", "follower_cuts"], (own, cuts), engine, log)
     worker.keepalive_every = session.keepalive_every
     worker.check_hello, worker.log = check, log
     worker.start()

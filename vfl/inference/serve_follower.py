@@ -75,7 +75,8 @@ class IdLog:
 
 
 class FollowerServer:
-    """Answers SERVE_IDS with cuts from the party's own table; rate-limited, every id logged."""
+    """Answers SERVE_IDS with cuts from the party's own table; rate-limited, every id logged. `bottom` computes the
+    cut from the table's features: the torch module, or onnxruntime in its place (onnx_engine.fast_forward)."""
 
     def __init__(self, bottom, table, cut_dim: int, limits: ServeLimits, id_log: IdLog, clock=time.monotonic):
         self.bottom, self.table, self.cut_dim = bottom, table, cut_dim
@@ -115,12 +116,13 @@ class FollowerServer:
         return ServeCut(msg.request, np.ascontiguousarray(cut, np.float32), unknown)
 
 
-def serve_follower(cfg, limits: ServeLimits, checkpoint: str | None, log, state: dict) -> None:
+def serve_follower(cfg, limits: ServeLimits, checkpoint: str | None, log, state: dict, engine: str = "onnx") -> None:
     """Load the model and the table, connect, greet, and answer the leader until it says goodbye or is lost."""
     from vfl.align.handshake import new_nonce
     from vfl.cli import party_keys
     from vfl.data.shards import PartyShard
     from vfl.inference.fingerprint import pair_fingerprint
+    from vfl.inference.onnx_engine import fast_forward
     from vfl.inference.party_model import RowTable, load_party_model
     from vfl.session.follower import FollowerSession
     from vfl.training.party import set_threads
@@ -136,6 +138,8 @@ def serve_follower(cfg, limits: ServeLimits, checkpoint: str | None, log, state:
     checkpoint = checkpoint or os.path.join(cfg.output.dir, "checkpoints", f"{cfg.party}_final.pt")
     bottom, _, ckpt, record = load_party_model(cfg, shard, checkpoint)
     table = RowTable(shard)
+    sample = table.features(np.arange(min(256, len(table))))
+    bottom = fast_forward(bottom, ["dense", "dense_missing", "cat"], sample, engine, log)
     id_log = state["id_log"] = IdLog(os.path.join(cfg.output.dir, f"{cfg.party}_served_ids.log"))
     server = FollowerServer(bottom, table, cfg.model.bottom.cut_dim, limits, id_log)
     channel = state["channel"] = FollowerChannel(

@@ -57,6 +57,8 @@ class ScoringWorker:
     def __init__(self, channel, followers: list[str], cut_dims: dict[str, int], model, table, task, max_rows: int):
         self.ch, self.followers, self.cut_dims = channel, list(followers), dict(cut_dims)
         self.model, self.table, self.task = model, table, task
+        # what computes the leader's cut and the score: the torch modules, or onnxruntime (onnx_engine.fast_forward)
+        self.bottom_fn, self.head_fn = model.bottom, model.head
         self.max_rows = int(max_rows)
         self.keepalive_every = float(channel.timeout_s) / 4
         self.queue: queue.Queue[ScoreRequest | None] = queue.Queue()
@@ -227,7 +229,7 @@ class ScoringWorker:
             self._last_sent = time.monotonic()
             own_rows = self.table.rows_of(ids)
             with torch.inference_mode():
-                own = self.model.bottom(*self.table.features(own_rows))
+                own = self.bottom_fn(*self.table.features(own_rows))
             cuts, missing = [], {}
             for f in self.followers:
                 cut, unknown = self._await_cut(f, number, deadline, ids.size)
@@ -237,7 +239,7 @@ class ScoringWorker:
             for i in np.flatnonzero(own_rows < 0).tolist():
                 missing[i] = "unknown to the leader"
             with torch.inference_mode():
-                scores = self.model.head(own, torch.cat(cuts, dim=1) if cuts else own[:, :0]).numpy()
+                scores = self.head_fn(own, torch.cat(cuts, dim=1) if cuts else own[:, :0]).numpy()
         except ServeError as e:
             for r in live:
                 r.future.set_exception(e)
