@@ -260,7 +260,8 @@ def test_the_registry_serves_every_task_and_agrees_with_the_config_domain():
 @pytest.mark.parametrize(
     "task, label_dp, message",
     [
-        ("regression", {"eps": 1.0}, "mechanism rr randomizes class labels; train.task: regression allows"),
+        ("regression", {"eps": 1.0, "mechanism": "rr"}, "mechanism rr randomizes class labels; train.task: regression"),
+        ("regression", {"eps": 1.0}, "privacy.label_dp.clip is required for mechanism rr_on_bins"),
         ("binary", {"eps": 1.0, "mechanism": "rr_on_bins"}, "mechanism rr_on_bins is for real-valued labels"),
         ("regression", {"eps": 1.0, "mechanism": "laplace"}, "privacy.label_dp.clip is required for mechanism laplace"),
         ("regression", {"eps": 1.0, "mechanism": "unbiased", "clip": [0, 1], "bins": 64}, "at most 48"),

@@ -451,6 +451,14 @@ REGRESSION_LABEL_DP = ("laplace", "rr_on_bins", "unbiased")
 CLASS_LABEL_DP = ("rr", "rr_prior")
 
 
+def _regression_label_dp_default(doc: dict) -> None:
+    """A regression leader's privacy.label_dp without a mechanism gets rr_on_bins (rr is for class labels): its
+    outputs stay within the clip and shrink towards the prior's mean, so no eps gives a negative R^2 (regression.md)."""
+    ld = _get(doc, "privacy", "label_dp")
+    if doc.get("role") == "leader" and _get(doc, "train", "task") == "regression" and isinstance(ld, dict):
+        ld.setdefault("mechanism", "rr_on_bins")
+
+
 def _label_dp_task_problems(ld: dict, task: str, schema: Any) -> list[str]:
     """The label-DP mechanism against train.task, and the regression keys (clip, bins, prior) against the mechanism."""
     mech = ld.get("mechanism", "rr")
@@ -526,6 +534,7 @@ def parse_config(doc: Any, source: str = "config") -> PartyConfig:
     if not isinstance(doc, dict):
         raise ConfigError(f"{source}: 1 problem(s):\n  - top level: expected a mapping, got {doc!r}")
     doc = fill_empty_sections(PartyConfig, copy.deepcopy(doc))
+    _regression_label_dp_default(doc)
     errors = _role_problems(doc)
     if doc.get("role") == "leader" and isinstance(doc.get("model", {}), dict):
         doc.setdefault("model", {}).setdefault("top", {})

@@ -143,7 +143,7 @@ class LabelDPRelease:
             float(label_dp.eps),
             label_dp.mechanism,
             task.classes,
-            bool(label_dp.debias),
+            bool(label_dp.debias) and not task.is_regression,
             label_dp.correction,
             float(label_dp.prior_fraction),
             int(label_dp.prior_epochs),

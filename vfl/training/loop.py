@@ -124,9 +124,12 @@ class TrainingLoop:
         self.global_step = start_step
         window = _Window()
         if self.valid_eps is not None:
+            biased = self.task.is_regression and self.valid_noise_var is None  # RR-on-Bins: no debiased RMSE
             self.log(
                 f"label DP: the training loss below is computed on the randomized (noisy) training labels "
-                f"(eps={self.valid_eps}); validation metrics are debiased from randomized validation labels"
+                f"(eps={self.valid_eps}); validation metrics are "
+                + ("read from" if biased else "debiased from")
+                + " randomized validation labels"
             )
         for epoch in range(first_epoch, tr.epochs):
             order = batch_order(self.n_train, tr.batch_size, tr.seed, epoch)
