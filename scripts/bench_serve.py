@@ -1,5 +1,6 @@
 """Online scoring benchmark: a leader and a follower `serve` a trained run on 127.0.0.1; p50/p99 latency of 1-row and
-100-row requests from one client, then throughput under concurrent clients (100-row requests, keep-alive HTTP).
+100-row requests from one client, then throughput under concurrent clients (100-row requests, keep-alive HTTP), for
+each --engines value (onnxruntime and torch, one after the other in one run).
 
 The run (default runs/local: the front door's Wide&Deep on Criteo, `scripts/run_vfl_train_local.sh`) must hold
 checkpoints/, shards/ and keys/. The follower's rate limit is lifted for the benchmark (--rows-per-s 1e9). Prints a
@@ -126,9 +127,10 @@ def summary(seconds: np.ndarray) -> dict:
     }
 
 
-def start_parties(args, out: str, port: int, http_port: int) -> tuple[subprocess.Popen, subprocess.Popen, str]:
+def start_parties(args, out: str, port: int, http_port: int, engine: str) -> tuple[subprocess.Popen, ...]:
     endpoint = f"tcp://127.0.0.1:{port}"
-    common = ["--keys", os.path.join(args.run, "keys"), "--max-rows", str(args.max_rows), f"output.dir={out}"]
+    common = ["--keys", os.path.join(args.run, "keys"), "--max-rows", str(args.max_rows), "--engine", engine]
+    common.append(f"output.dir={out}")
     shards, ckpt = os.path.join(args.run, "shards"), os.path.join(args.run, "checkpoints")
     follower = subprocess.Popen(
         [sys.executable, "-m", "follower", "serve", "--config", args.follower_config, "--connect", endpoint,
@@ -146,6 +148,33 @@ def start_parties(args, out: str, port: int, http_port: int) -> tuple[subprocess
     return leader, follower, leader_log
 
 
+def measure(args, out: str, ids: np.ndarray, engine: str, port: int, http_port: int) -> dict | None:
+    """Start both parties with `--engine engine`, measure, stop them; None if they did not start."""
+    leader, follower, leader_log = start_parties(args, out, port, http_port, engine)
+    try:
+        deadline = time.monotonic() + 300
+        while "scoring on" not in open(leader_log).read():
+            if leader.poll() is not None or follower.poll() is not None or time.monotonic() > deadline:
+                print(open(leader_log).read() + open(os.path.join(out, "follower.out")).read(), file=sys.stderr)
+                return None
+            time.sleep(0.2)
+        latencies(http_port, ids, 1, 200, 0)  # warm-up: first-touch pages, allocator, branch caches
+        latencies(http_port, ids, 100, 50, 0)
+        return {
+            "one_row": summary(latencies(http_port, ids, 1, args.requests, 1)),
+            "hundred_rows": summary(latencies(http_port, ids, 100, max(args.requests // 4, 50), 2)),
+            "concurrent": throughput(http_port, ids, 100, args.clients, args.seconds),
+        }
+    finally:
+        for p in (leader, follower):  # the leader first: it tells the follower that serving stopped
+            if p.poll() is None:
+                p.terminate()
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
 def main() -> int:
     import yaml
 
@@ -159,6 +188,7 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=4, help="concurrent client processes for the throughput")
     ap.add_argument("--seconds", type=float, default=10.0, help="duration of the throughput run")
     ap.add_argument("--max-rows", type=int, default=1024, help="the leader's batch (and request) size cap")
+    ap.add_argument("--engines", default="onnx,torch", help="serve --engine values to measure, one after the other")
     ap.add_argument("--json", default="runs/bench_serve/bench_serve.json")
     args = ap.parse_args()
     for need in ("checkpoints", "shards", "keys"):
@@ -172,29 +202,12 @@ def main() -> int:
     out = os.path.dirname(os.path.abspath(args.json))
     os.makedirs(out, exist_ok=True)
     ids = np.load(os.path.join(args.run, "shards", "leader", "test", "ids.npy"))
-    port, http_port = free_port(), free_port()
     load_before = load()
-    leader, follower, leader_log = start_parties(args, out, port, http_port)
-    try:
-        deadline = time.monotonic() + 300
-        while "scoring on" not in open(leader_log).read():
-            if leader.poll() is not None or follower.poll() is not None or time.monotonic() > deadline:
-                print(open(leader_log).read() + open(os.path.join(out, "follower.out")).read(), file=sys.stderr)
-                return 1
-            time.sleep(0.2)
-        latencies(http_port, ids, 1, 200, 0)  # warm-up: first-touch pages, allocator, branch caches
-        latencies(http_port, ids, 100, 50, 0)
-        one = summary(latencies(http_port, ids, 1, args.requests, 1))
-        hundred = summary(latencies(http_port, ids, 100, max(args.requests // 4, 50), 2))
-        loaded = throughput(http_port, ids, 100, args.clients, args.seconds)
-    finally:
-        for p in (leader, follower):  # the leader first: it tells the follower that serving stopped
-            if p.poll() is None:
-                p.terminate()
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+    results = {}
+    for engine in args.engines.split(","):
+        results[engine] = measure(args, out, ids, engine, free_port(), free_port())
+        if results[engine] is None:
+            return 1
     doc = {
         "cpu": cpu_name(),
         "cores": os.cpu_count(),
@@ -202,22 +215,26 @@ def main() -> int:
         "load_after": load(),
         "run": os.path.abspath(args.run),
         "model": yaml.safe_load(open(args.leader_config)).get("model"),
-        "one_row": one,
-        "hundred_rows": hundred,
-        "concurrent": loaded,
+        "engines": results,
         "targets": {"one_row_p99_ms": 10, "rows_per_s_100_row_requests": 20000},
     }
     with open(args.json, "w") as f:
         json.dump(doc, f, indent=2)
     print(f"bench_serve on {doc['cpu']} ({doc['cores']} cores), load {load_before} -> {doc['load_after']}")
-    print(f"  1-row requests   p50 {one['p50_ms']:.2f} ms  p99 {one['p99_ms']:.2f} ms  ({one['requests']} sequential)")
-    print(
-        f"  100-row requests p50 {hundred['p50_ms']:.2f} ms  p99 {hundred['p99_ms']:.2f} ms  ({hundred['requests']} sequential)"
-    )
-    print(
-        f"  {loaded['clients']} clients x 100-row requests: {loaded['rows_per_s']:.0f} rows/s "
-        f"({loaded['requests_per_s']:.0f} requests/s, p50 {loaded['p50_ms']:.1f} ms, p99 {loaded['p99_ms']:.1f} ms)"
-    )
+    for engine, r in results.items():
+        one, hundred, loaded = r["one_row"], r["hundred_rows"], r["concurrent"]
+        print(f"  --engine {engine}")
+        print(
+            f"    1-row requests   p50 {one['p50_ms']:.2f} ms  p99 {one['p99_ms']:.2f} ms  ({one['requests']} sequential)"
+        )
+        print(
+            f"    100-row requests p50 {hundred['p50_ms']:.2f} ms  p99 {hundred['p99_ms']:.2f} ms  "
+            f"({hundred['requests']} sequential)"
+        )
+        print(
+            f"    {loaded['clients']} clients x 100-row requests: {loaded['rows_per_s']:.0f} rows/s "
+            f"({loaded['requests_per_s']:.0f} requests/s, p50 {loaded['p50_ms']:.1f} ms, p99 {loaded['p99_ms']:.1f} ms)"
+        )
     print(f"  targets: p99 < 10 ms for 1 row; >= 20000 rows/s with 100-row requests. JSON: {args.json}")
     return 0
 
