@@ -75,6 +75,7 @@ class ScoreHTTPServer(ThreadingHTTPServer):
 class ScoreHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: a client's connection (and its thread) serves many requests
     disable_nagle_algorithm = True  # headers and body are two writes: Nagle + delayed ACK would add 40 ms
+    timeout = 60  # seconds a client's connection may stay silent (mid-request or idle between requests)
     server: ScoreHTTPServer
 
     def do_POST(self) -> None:

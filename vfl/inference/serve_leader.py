@@ -142,9 +142,12 @@ class ScoringWorker:
     def _fail(self, batch: list[ScoreRequest], e: Exception) -> None:
         from vfl.wire import WireError
 
-        if isinstance(e, WireError):  # a follower sent what the protocol forbids: it must greet again
+        if isinstance(e, WireError):  # a follower sent what the protocol forbids: told, and it must greet again
+            from vfl.wire.messages import Abort
+
             for f in self.followers:
                 if f not in self.down:
+                    self._post(f, Abort(f"the serving leader refused a message: {e}"))
                     self._mark_down(f, f"{f} is down (protocol error: {e})")
         elif self.log is not None:
             import traceback
