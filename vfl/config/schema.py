@@ -28,6 +28,7 @@ from privacy.domains import (
     domain_error,
     yaml12_number,
 )
+from vfl.config.label_dp_rules import label_dp_task_problems, regression_label_dp_default
 from vfl.config.report import apply_overrides, fill_empty_sections, parse_override, problems
 from vfl.config.table import SchemaConfig, load_schema_file
 from vfl.config.yamlfile import read_yaml
@@ -427,7 +428,7 @@ def _role_problems(doc: dict) -> list[str]:
         errors.append("train.loss huber needs train.task: regression (class labels train on cross-entropy)")
     ld = _get(doc, "privacy", "label_dp")
     if leader and _has(doc, "privacy", "label_dp") and isinstance(ld, dict):
-        errors.extend(_label_dp_task_problems(ld, task or "binary", _get(doc, "data", "schema")))
+        errors.extend(label_dp_task_problems(ld, task or "binary", _get(doc, "data", "schema")))
     if _has(doc, "privacy", "label_dp") and isinstance(ld, dict):  # (an empty `label_dp:` is {} by now)
         if "eps" not in ld:
             errors.append(f"privacy.label_dp.eps is required (a number {LABEL_EPS_DOMAIN})")
@@ -444,71 +445,6 @@ def _role_problems(doc: dict) -> list[str]:
             )
         if ld.get("debias") is True and ld.get("mechanism", "rr") != "rr":
             errors.append("privacy.label_dp.debias applies to mechanism rr only")
-    return errors
-
-
-REGRESSION_LABEL_DP = ("laplace", "rr_on_bins", "unbiased")
-CLASS_LABEL_DP = ("rr", "rr_prior")
-
-
-def _regression_label_dp_default(doc: dict) -> None:
-    """A regression leader's privacy.label_dp without a mechanism gets rr_on_bins (rr is for class labels): its
-    outputs stay within the clip and shrink towards the prior's mean, so no eps gives a negative R^2 (regression.md)."""
-    ld = _get(doc, "privacy", "label_dp")
-    if doc.get("role") == "leader" and _get(doc, "train", "task") == "regression" and isinstance(ld, dict):
-        ld.setdefault("mechanism", "rr_on_bins")
-
-
-def _label_dp_task_problems(ld: dict, task: str, schema: Any) -> list[str]:
-    """The label-DP mechanism against train.task, and the regression keys (clip, bins, prior) against the mechanism."""
-    mech = ld.get("mechanism", "rr")
-    regression_keys = [k for k in ("clip", "bins", "prior", "prior_eps_fraction") if k in ld]
-    if task == "regression" and mech in CLASS_LABEL_DP:
-        return [
-            f"privacy.label_dp.mechanism {mech} randomizes class labels; train.task: regression allows "
-            f"{list(REGRESSION_LABEL_DP)}"
-        ]
-    if task != "regression":
-        if mech in REGRESSION_LABEL_DP:
-            return [
-                f"privacy.label_dp.mechanism {mech} is for real-valued labels (train.task: regression); train.task: "
-                f"{task} allows {list(CLASS_LABEL_DP)}"
-            ]
-        return [f"privacy.label_dp.{k} applies to train.task: regression only" for k in regression_keys]
-    errors = []
-    label = schema.get("label") if isinstance(schema, dict) else None
-    if "clip" not in ld and not (isinstance(label, dict) and label.get("clip")) and not isinstance(schema, str):
-        errors.append(
-            f"privacy.label_dp.clip is required for mechanism {mech}: [lo, hi], the label's range in its units, "
-            "stated rather than read from the labels (or data.schema.label.clip)"
-        )
-    clip = ld.get("clip")
-    if clip is not None and not (
-        isinstance(clip, (list, tuple))
-        and len(clip) == 2
-        and all(_real(v) and abs(v) != float("inf") for v in clip)
-        and clip[0] < clip[1]
-    ):
-        errors.append(f"privacy.label_dp.clip must be [lo, hi] with finite numbers lo < hi, got {clip!r}")
-    if mech == "laplace":
-        errors.extend(
-            f"privacy.label_dp.{k} applies to rr_on_bins and unbiased (laplace uses no prior and no grid)"
-            for k in regression_keys
-            if k in ("prior", "prior_eps_fraction", "bins")
-        )
-    bins = ld.get("bins")
-    if mech == "unbiased" and _real(bins) and bins > 48:
-        errors.append(
-            f"privacy.label_dp.bins must be at most 48 for mechanism unbiased (a linear programme), got {bins}"
-        )
-    prior = ld.get("prior", "dp_histogram")
-    if isinstance(prior, str) and prior not in ("dp_histogram", "uniform") and not os.path.isfile(prior):
-        errors.append(
-            f"privacy.label_dp.prior {prior!r} is neither dp_histogram, uniform nor a file (allowed: dp_histogram, "
-            "uniform, or the path of a value,weight CSV)"
-        )
-    if "prior_eps_fraction" in ld and prior != "dp_histogram":
-        errors.append("privacy.label_dp.prior_eps_fraction applies to prior: dp_histogram only")
     return errors
 
 
@@ -534,7 +470,7 @@ def parse_config(doc: Any, source: str = "config") -> PartyConfig:
     if not isinstance(doc, dict):
         raise ConfigError(f"{source}: 1 problem(s):\n  - top level: expected a mapping, got {doc!r}")
     doc = fill_empty_sections(PartyConfig, copy.deepcopy(doc))
-    _regression_label_dp_default(doc)
+    regression_label_dp_default(doc)
     errors = _role_problems(doc)
     if doc.get("role") == "leader" and isinstance(doc.get("model", {}), dict):
         doc.setdefault("model", {}).setdefault("top", {})
