@@ -29,6 +29,11 @@ bit for bit.
   which this grid does not restrict. Above eps = UNBIASED_MAX_EPS the programme is solved at that eps (a channel that
   is 8-DP is DP at any larger eps; the solver is not reliable beyond). The label is first rounded to its two neighbouring grid points with
   randomized rounding, which keeps E[output | y] = y for every real y in [lo, hi]. scipy's HiGHS solves it.
+
+Granularity: every draw reads a uniform of 53 bits, so an output whose probability is below about 2^-53 (the far
+tail of the geometric noise, a moved bin at eps near 40) is never drawn: the ratio bound holds wherever outputs are
+drawn at all, as for binary RR at large eps; an exact sampler (Canonne, Kamath, Steinke 2020, Alg. 2) would remove
+this last gap.
 """
 
 from __future__ import annotations
