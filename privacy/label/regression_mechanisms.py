@@ -31,9 +31,9 @@ bit for bit.
   randomized rounding, which keeps E[output | y] = y for every real y in [lo, hi]. scipy's HiGHS solves it.
 
 Granularity: every draw reads a uniform of 53 bits, so an output whose probability is below about 2^-53 (the far
-tail of the geometric noise, a moved bin at eps near 40) is never drawn: the ratio bound holds wherever outputs are
-drawn at all, as for binary RR at large eps; an exact sampler (Canonne, Kamath, Steinke 2020, Alg. 2) would remove
-this last gap.
+tail of the geometric noise, a moved bin at eps near 40) is never drawn, though a neighbouring label may draw it:
+strictly each mechanism is (eps, delta)-DP with delta of order 2^-53 per label, as binary RR is at large eps. An
+exact sampler (Canonne, Kamath, Steinke 2020, Alg. 2) would close this gap.
 """
 
 from __future__ import annotations
