@@ -1,5 +1,5 @@
-"""A trained split model in use, over real processes on 127.0.0.1: `serve` answers with the scores the training run's
-own evaluation computes; a hung or dead follower gives a clear error within the request's deadline; the follower
+"""A trained split model in use, over real processes on 127.0.0.1: `serve` answers with the scores of batch
+prediction (`python -m leader|follower predict`, itself equal to the training run's evaluation); a hung or dead follower gives a clear error within the request's deadline; the follower
 logs every id it is asked about; and the export of both parties, loaded in a fresh process that imports neither this
 project nor torch, gives the same scores from the parties' raw files."""
 
@@ -57,33 +57,24 @@ def trained(tmp_path_factory):
     return {"tmp": tmp, "cfgs": cfgs, "frames": frames}
 
 
-def _evaluation_scores(trained) -> dict[int, float]:
-    """{id: score} of the test split as the training run's own evaluation computes it (vfl/training)."""
-    import torch
+@pytest.fixture(scope="module")
+def predicted(trained) -> dict[int, float]:
+    """{id: score} of 150 customers of the test split (held by both parties) by batch prediction: `simulate_predict`,
+    i.e. `python -m leader|follower predict` on those rows of the parties' own files (equal to the training run's
+    evaluation to 1e-6, tests/test_predict.py)."""
+    from vfl.api import simulate_predict
+    from vfl.data.ids import ids64
 
-    from vfl.config.schema import load_config
-    from vfl.data.shards import PartyShard
-    from vfl.training.checkpoint import load_checkpoint
-    from vfl.training.party import BottomParty
-    from vfl.training.top import TopTrainer
-
-    lc, fc = load_config(trained["cfgs"]["leader"]), load_config(trained["cfgs"]["telco"])
-    ls, fs = PartyShard(lc.data.path), PartyShard(fc.data.path)
-    common = np.intersect1d(ls.all_ids(), fs.all_ids())  # what PSI agreed on
-    ls.restrict(common)
-    fs.restrict(common)
-    ckpt = {
-        p: load_checkpoint(str(trained["tmp"] / "out" / "checkpoints" / f"{p}_final.pt")) for p in ("leader", "telco")
-    }
-    lb, fb = BottomParty(lc, ls, torch.device("cpu")), BottomParty(fc, fs, torch.device("cpu"))
-    lb.load_state(ckpt["leader"]["state"]["bottom"])
-    fb.load_state(ckpt["telco"]["state"]["bottom"])
-    dims = (lc.model.bottom.cut_dim, fc.model.bottom.cut_dim)
-    top = TopTrainer(lc.train, lc.model.top, dims, torch.device("cpu"), task=ls.task)
-    top.load_state(ckpt["leader"]["state"]["top"])
-    n = len(ls.split("test"))
-    scores = top.predict([lb.forward_eval(slice(0, n), "test"), fb.forward_eval(slice(0, n), "test")])
-    return dict(zip(np.asarray(ls.split("test").ids).tolist(), scores.tolist()))
+    tmp, cfgs, frames = trained["tmp"], trained["cfgs"], trained["frames"]
+    test_ids = set(np.load(tmp / "shards" / "leader" / "test" / "ids.npy").tolist())
+    telco = frames["telco"]
+    chosen = [t for t, i in zip(telco["cust"], ids64(telco["cust"]).tolist()) if i in test_ids][:150]
+    rows = {p: frames[p][frames[p]["cust"].isin(chosen)] for p in ("leader", "telco")}
+    out = simulate_predict(
+        cfgs["leader"], [cfgs["telco"]], rows, run=str(tmp / "out"), data=str(tmp / "shards"), keys=str(tmp / "keys")
+    )
+    assert len(out) == len(chosen)
+    return dict(zip(out["id"].tolist(), out["score"].tolist()))
 
 
 def _start(procs: Procs, name: str, role: str, cfg: str, log: str, *extra: str) -> None:
@@ -109,15 +100,15 @@ def _post(port: int, doc: dict, timeout: float = 10.0) -> tuple[int, dict, float
     return status, json.loads(body), time.perf_counter() - t0
 
 
-def test_serve_answers_with_the_evaluation_scores_a_hung_or_dead_follower_errs_within_the_deadline_and_can_return(
-    trained,
+def test_serve_answers_with_the_batch_prediction_scores_a_hung_or_dead_follower_errs_within_the_deadline_and_can_return(
+    trained, predicted
 ):
     from vfl.data.ids import ids64
 
     # Prepare: both parties serving the run's final checkpoints; the ids of the test split, one customer telco
     # lacks, and one nobody holds
     tmp, cfgs = trained["tmp"], trained["cfgs"]
-    want = _evaluation_scores(trained)
+    want = predicted
     leader_ids = set(ids64(trained["frames"]["leader"]["cust"]).tolist())
     not_at_telco = sorted(leader_ids - set(ids64(trained["frames"]["telco"]["cust"]).tolist()))[0]
     port, http = free_port(), free_port()
@@ -139,10 +130,10 @@ def test_serve_answers_with_the_evaluation_scores_a_hung_or_dead_follower_errs_w
             f"127.0.0.1:{http}",
         )
         procs.wait_for_line("leader", str(tmp / "l.out"), "scoring on", timeout=90)
-        ids = list(want)[:200]
+        ids = list(want)
         # Execute: one request of ids, one text id (hashed as the files' ids are), and the two without a score
         status, doc, _ = _post(http, {"ids": [*ids, not_at_telco, "cust-no-such-one"]})
-        # Assert: the evaluation's scores to 1e-6; no score (and why) where a party lacks the row
+        # Assert: batch prediction's scores to 1e-6; no score (and why) where a party lacks the row
         assert status == 200, doc
         got = np.array(doc["scores"][: len(ids)], dtype=np.float64)
         np.testing.assert_allclose(got, [want[i] for i in ids], atol=1e-6, rtol=0)
@@ -228,7 +219,7 @@ print(json.dumps({"scores": score.tolist(), "imported": sorted(m for m in ("vfl"
 """
 
 
-def test_export_loaded_in_a_fresh_process_gives_the_evaluation_scores_from_the_raw_files(trained):
+def test_export_loaded_in_a_fresh_process_gives_the_batch_prediction_scores_from_the_raw_files(trained, predicted):
     from vfl.data.ids import ids64
 
     # Prepare: both parties export their final checkpoint (two processes at once)
@@ -247,10 +238,10 @@ def test_export_loaded_in_a_fresh_process_gives_the_evaluation_scores_from_the_r
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
         assert json.load(open(tmp / "export" / party / "export.json"))["files"] == {"model": "model.onnx"}
-    want = _evaluation_scores(trained)
+    want = predicted
     texts = trained["frames"]["telco"]["cust"].tolist()
     by_id = dict(zip(ids64(texts).tolist(), texts))
-    id_texts = [by_id[i] for i in list(want)[:150]]
+    id_texts = [by_id[i] for i in want]
     tables = {p: str(tmp / f"{p}.csv") for p in ("leader", "telco")}
     # Execute: a process that imports onnxruntime, numpy and pandas only
     done = subprocess.run(
@@ -260,7 +251,7 @@ def test_export_loaded_in_a_fresh_process_gives_the_evaluation_scores_from_the_r
         text=True,
         timeout=120,
     )
-    # Assert: the evaluation's scores to 1e-6, computed without this project's code or torch
+    # Assert: batch prediction's scores to 1e-6, computed without this project's code or torch
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["imported"] == []
