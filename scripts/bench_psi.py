@@ -172,6 +172,9 @@ def sets(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _pairs(jobs: list[tuple], keys: dict) -> tuple[list, float, float]:
     """Run (role, endpoint, ids, cache_dir, core, rank) jobs as forked processes; (their results, wall s, CPU s)."""
+    import vfl.align.psi.leader_side  # noqa: F401 - imported once here, not by each forked party on the clock
+    import vfl.wire  # noqa: F401
+
     ctx = mp.get_context("fork")
     out = ctx.Queue()
     cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -223,32 +226,65 @@ def run(n: int, keys: dict, cache_dir: str) -> dict:
     }
 
 
+def reuse_only(n: int, keys: dict, cache_dir: str) -> dict:
+    """The reuse of n ids per side alone: both caches written as a checked PSI writes them (one ticket, the true
+    intersection), then the two processes agree on it; seconds as each side's report counts them."""
+    from vfl.align.psi.reuse import PSICache, new_ticket
+    from vfl.ports import free_port
+    from vfl.wire.keys import load_public_key, load_secret_key
+
+    lead, fol = sets(n)
+    ticket, shared = new_ticket(), np.intersect1d(lead, fol)
+    for me, peer, ids in (("leader", "follower0", lead), ("follower0", "leader", fol)):
+        secret, public = load_secret_key(keys[me][1])[1], load_public_key(keys[peer][0])
+        PSICache(os.path.join(cache_dir, me), secret, me, peer, public).store(ticket, ids, shared)
+    load0, ep = load(), f"tcp://127.0.0.1:{free_port()}"
+    res, wall, cpu = _pairs([("leader", ep, lead, cache_dir, None), ("follower", ep, fol, cache_dir, None)], keys)
+    got = {r[0]: r for r in res}
+    assert got["leader"][4] == ["follower0"] and got["leader"][1] == got["follower"][1] == n // 2, got
+    return {
+        "n": n,
+        "reuse_psi_seconds": round(max(got["leader"][2], got["follower"][2]), 3),
+        "reuse_psi_seconds_follower": round(got["follower"][2], 3),
+        "reuse_wall_seconds_with_process_start": round(wall, 2),
+        "cpu_seconds_with_process_start": round(cpu, 2),
+        "reuse_bytes": got["leader"][3],
+        "load_before": load0,
+        "load_after": load(),
+    }
+
+
 def ranks(n: int, keys: dict) -> dict:
-    """1 rank per party on core 0 against 2 ranks per party, rank r of both parties on core r (r mod the cores)."""
+    """1 rank per party against 2 ranks per party, every process pinned to one core, in two layouts: `shared`, rank r
+    of both parties on core r (1 rank: both parties on one core; 2 ranks: two cores), and `crossed`, the leader's
+    rank r on core r and the follower's on core r + 1 (both counts use every core; on a machine others load, the
+    scheduler then favours neither)."""
     from vfl.align.psi.buckets import rank_share
     from vfl.ports import free_port
 
     lead, fol = sets(n)
     cores = sorted(os.sched_getaffinity(0))
     doc = {"n": n, "cores": len(cores), "load_before": load()}
-    for r_count in (1, 2):
-        jobs = []
-        for r in range(r_count):
-            ep, core = f"tcp://127.0.0.1:{free_port()}", cores[r % len(cores)]
-            jobs += [
-                ("leader", ep, rank_share(lead, r, r_count), None, core, (r, r_count, n)),
-                ("follower", ep, rank_share(fol, r, r_count), None, core, (r, r_count, n)),
-            ]
-        res, wall, cpu = _pairs(jobs, keys)
-        assert sum(x[1] for x in res if x[0] == "leader") == n // 2, res
-        slowest = max(x[2] for x in res)
-        doc[f"ranks_{r_count}"] = {
-            "seconds": round(wall, 2),
-            "psi_seconds_slowest_rank": round(slowest, 2),
-            "cpu_seconds": round(cpu, 2),
-            "ids_per_second_per_side": round(n / slowest),
-        }
-    doc["speedup"] = round(doc["ranks_2"]["ids_per_second_per_side"] / doc["ranks_1"]["ids_per_second_per_side"], 2)
+    for layout, shift in (("shared", 0), ("crossed", 1)):
+        for r_count in (1, 2):
+            jobs = []
+            for r in range(r_count):
+                ep, part = f"tcp://127.0.0.1:{free_port()}", (r, r_count, n)
+                jobs += [
+                    ("leader", ep, rank_share(lead, r, r_count), None, cores[r % len(cores)], part),
+                    ("follower", ep, rank_share(fol, r, r_count), None, cores[(r + shift) % len(cores)], part),
+                ]
+            res, wall, cpu = _pairs(jobs, keys)
+            assert sum(x[1] for x in res if x[0] == "leader") == n // 2, res
+            slowest = max(x[2] for x in res)
+            doc[f"{layout}_ranks_{r_count}"] = {
+                "seconds": round(wall, 2),
+                "psi_seconds_slowest_rank": round(slowest, 2),
+                "cpu_seconds": round(cpu, 2),
+                "ids_per_second_per_side": round(n / slowest),
+            }
+        one, two = doc[f"{layout}_ranks_1"], doc[f"{layout}_ranks_2"]
+        doc[f"{layout}_speedup"] = round(two["ids_per_second_per_side"] / one["ids_per_second_per_side"], 2)
     doc["load_after"] = load()
     return doc
 
@@ -258,6 +294,9 @@ def main() -> int:
     ap.add_argument("--sizes", default="100000,1000000", help="ids per side, comma-separated (empty: stages only)")
     ap.add_argument("--stage-ids", type=int, default=20000, help="ids for the per-stage profile (0: skip)")
     ap.add_argument("--rank-ids", type=int, default=200000, help="ids per side for 1 vs 2 ranks (0: skip)")
+    ap.add_argument(
+        "--reuse-ids", default="", help="sizes to time the reuse alone at, caches written directly (e.g. 1000000)"
+    )
     ap.add_argument("--json", default=os.path.join(REPO, "runs", "bench_psi", "bench_psi.json"))
     args = ap.parse_args()
     from vfl.align.psi.ecdh import SUITE
@@ -300,16 +339,31 @@ def main() -> int:
                 f"({r['reuse_wall_seconds_with_process_start']:.1f} s with process start), {r['reuse_bytes']} B",
                 flush=True,
             )
-        if args.rank_ids:
-            k = doc["ranks"] = ranks(args.rank_ids, keys)
-            one, two = k["ranks_1"], k["ranks_2"]
+        for n in (int(x) for x in args.reuse_ids.split(",") if x):
+            r = reuse_only(n, keys, os.path.join(tmp, f"reuse{n}"))
+            doc.setdefault("reuse_only", []).append(r)
             print(
-                f"ranks, {k['n']} ids/side, rank r of both parties pinned to core r ({k['cores']} cores): "
-                f"1 rank {one['ids_per_second_per_side']} ids/s/side ({one['psi_seconds_slowest_rank']:.1f} s), "
-                f"2 ranks {two['ids_per_second_per_side']} ids/s/side ({two['psi_seconds_slowest_rank']:.1f} s): "
-                f"{k['speedup']:.2f}x; load {k['load_before']:.2f} -> {k['load_after']:.2f}",
+                f"reuse alone, {n} ids/side: {r['reuse_psi_seconds']:.3f} s (follower {r['reuse_psi_seconds_follower']:.3f} s; "
+                f"{r['reuse_wall_seconds_with_process_start']:.2f}"
+                f" s, {r['cpu_seconds_with_process_start']:.2f} CPU s with process start), {r['reuse_bytes']} B, "
+                f"load {r['load_before']:.2f} -> {r['load_after']:.2f}",
                 flush=True,
             )
+        if args.rank_ids:
+            k = doc["ranks"] = ranks(args.rank_ids, keys)
+            for layout, where in (
+                ("shared", "rank r of both parties on core r"),
+                ("crossed", "leader r on core r, follower r on core r+1"),
+            ):
+                one, two = k[f"{layout}_ranks_1"], k[f"{layout}_ranks_2"]
+                print(
+                    f"ranks, {k['n']} ids/side, {where} ({k['cores']} cores): 1 rank {one['ids_per_second_per_side']} "
+                    f"ids/s/side ({one['psi_seconds_slowest_rank']:.1f} s, {one['cpu_seconds']:.1f} CPU s), 2 ranks "
+                    f"{two['ids_per_second_per_side']} ids/s/side ({two['psi_seconds_slowest_rank']:.1f} s, "
+                    f"{two['cpu_seconds']:.1f} CPU s): {k[f'{layout}_speedup']:.2f}x",
+                    flush=True,
+                )
+            print(f"  load {k['load_before']:.2f} -> {k['load_after']:.2f}")
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, "w") as f:
         json.dump(doc, f, indent=2)
