@@ -86,38 +86,48 @@ def top_in_dim(top) -> int:
 
 
 class RowTable:
-    """A party's prepared rows (every split of its shard) indexed by sample id: features of any ids in one gather."""
+    """A party's prepared rows (every split of its shard) found by sample id. The feature arrays stay as the shard
+    holds them (memory-mapped when large: the page cache serves the rows asked for); the index is the ids sorted
+    once (16 bytes an id: 720 MiB for the 45M rows of Criteo's full day set), searched per request."""
 
     def __init__(self, shard):
-        import pandas as pd
-
         from vfl.splits import SPLITS
 
-        parts = [shard.split(s) for s in SPLITS]
-        self.ids = np.concatenate([np.asarray(p.ids, np.int64) for p in parts])
-        self.dense = np.ascontiguousarray(np.concatenate([np.asarray(p.dense) for p in parts]), np.float32)
-        self.dense_missing = np.ascontiguousarray(
-            np.concatenate([np.asarray(p.dense_missing) for p in parts]), np.float32
-        )
-        self.cat = np.ascontiguousarray(np.concatenate([np.asarray(p.cat) for p in parts]), np.int64)
-        self._index = pd.Index(self.ids)
-        if not self._index.is_unique:
+        self.parts = [shard.split(s) for s in SPLITS]
+        ids = np.concatenate([np.asarray(p.ids, np.int64) for p in self.parts])
+        self.starts = np.cumsum([0] + [len(p) for p in self.parts])
+        self.order = np.argsort(ids, kind="stable")
+        self.sorted_ids = ids[self.order]
+        if self.sorted_ids.size > 1 and bool(np.any(self.sorted_ids[1:] == self.sorted_ids[:-1])):
             raise ModelLoadError(f"shard {shard.path}: a sample id appears twice across its splits")
 
     def __len__(self) -> int:
-        return int(self.ids.size)
+        return int(self.sorted_ids.size)
 
     def rows_of(self, ids: np.ndarray) -> np.ndarray:
-        """The row of each id (-1 where the table lacks it)."""
-        return self._index.get_indexer(np.asarray(ids, np.int64))
+        """The row of each id across the splits (-1 where the table lacks it)."""
+        ids = np.asarray(ids, np.int64)
+        if not self.sorted_ids.size:
+            return np.full(ids.shape, -1, np.int64)
+        pos = np.minimum(np.searchsorted(self.sorted_ids, ids), self.sorted_ids.size - 1)
+        return np.where(self.sorted_ids[pos] == ids, self.order[pos], -1)
 
     def features(self, rows: np.ndarray):
-        """(dense, dense_missing, cat) tensors of these rows (row -1: zeros, for an unknown id)."""
+        """(dense float32, dense_missing float32, cat int64) tensors of these rows, in their order (row -1: zeros, for
+        an unknown id)."""
         import torch
 
-        safe = np.where(rows >= 0, rows, 0)
-        dense, missing, cat = self.dense[safe], self.dense_missing[safe], self.cat[safe]
-        unknown = rows < 0
-        if unknown.any():
-            dense[unknown], missing[unknown], cat[unknown] = 0.0, 0.0, 0
-        return torch.from_numpy(dense), torch.from_numpy(missing), torch.from_numpy(cat)
+        rows = np.asarray(rows, np.int64)
+        first = self.parts[0]
+        out = [
+            np.zeros((rows.size, *np.shape(first.dense)[1:]), np.float32),
+            np.zeros((rows.size, *np.shape(first.dense_missing)[1:]), np.float32),
+            np.zeros((rows.size, *np.shape(first.cat)[1:]), np.int64),
+        ]
+        for k, part in enumerate(self.parts):
+            at = np.flatnonzero((rows >= self.starts[k]) & (rows < self.starts[k + 1]))
+            if at.size:
+                local = rows[at] - self.starts[k]
+                for o, arr in zip(out, (part.dense, part.dense_missing, part.cat)):
+                    o[at] = arr[local]  # a memory map or a row subset reads only these rows
+        return tuple(torch.from_numpy(o) for o in out)
