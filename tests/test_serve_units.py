@@ -248,3 +248,54 @@ def test_a_follower_serving_another_runs_or_steps_checkpoint_is_refused_naming_b
     assert "step 300" in step and "step 400" in step
     (run,) = hello_problems(record, "f", hello("c" * 32, 400), "leader.pt", 5)
     assert "cccccccccccc" in run and "aaaaaaaaaaaa" in run
+
+
+class _TwoFollowers:
+    """The leader's channel to followers a (cut 3) and b (cut 2); b lacks ids >= 50; a answers after b each time."""
+
+    def __init__(self):
+        self.timeout_s, self.alive, self.answers = 1.0, {"a", "b"}, {"a": [], "b": []}
+
+    def post(self, peer, msg):
+        if not isinstance(msg, ServeIds):
+            return
+        width = 3 if peer == "a" else 2
+        cut = np.stack([np.cos(msg.ids * (k + 2.0)) for k in range(width)], 1).astype(np.float32)
+        unknown = np.flatnonzero(msg.ids >= 50) if peer == "b" else np.zeros(0, np.int64)
+        cut[unknown] = 0.0
+        self.answers[peer].append(ServeCut(msg.request, cut, unknown.astype(np.int64)))
+
+    def expect(self, peer, *classes, what=None):
+        return self.answers[peer].pop(0)
+
+    def forget(self, peer):
+        pass
+
+
+def test_two_followers_cuts_are_joined_in_config_order_and_each_missing_id_is_named():
+    from vfl.data.task import Task
+    from vfl.inference.party_model import scorer
+    from vfl.models.mlp import LinearTop
+    from vfl.models.wide_deep import WideDeepBottom
+
+    # Prepare: a leader whose top reads its cut (2), a's (3) and b's (2)
+    torch.manual_seed(0)
+    bottom, top = WideDeepBottom([5, 5], 2, 4, (8,), 2).eval(), LinearTop(7).eval()
+    top.target = (0.0, 1.0)
+    model, table = scorer(bottom, top, Task("binary")), _Table(3)
+    ch = _TwoFollowers()
+    worker = ScoringWorker(ch, ["a", "b"], {"a": 3, "b": 2}, model, table, None, max_rows=64)
+    worker.start()
+    ids = np.array([4, 60, 120, 9])
+    # Execute
+    got = worker.submit(ids, 5.0).result(timeout=10)
+    worker.stop()
+    # Assert: scores of the known ids as the model computes them from [leader, a, b]; why the others have none
+    cut_a = np.stack([np.cos(ids * (k + 2.0)) for k in range(3)], 1).astype(np.float32)
+    cut_b = np.stack([np.cos(ids * (k + 2.0)) for k in range(2)], 1).astype(np.float32)
+    with torch.no_grad():
+        own = bottom(*table.features(table.rows_of(ids)))
+        want = model.head(own, torch.from_numpy(np.concatenate([cut_a, cut_b], 1))).numpy()
+    assert got.missing == {1: "unknown to b", 2: "unknown to the leader"}
+    assert got.scores[1] is None and got.scores[2] is None
+    assert np.allclose([got.scores[0], got.scores[3]], want[[0, 3]], atol=1e-6)
