@@ -256,3 +256,48 @@ def test_export_loaded_in_a_fresh_process_gives_the_batch_prediction_scores_from
     out = json.loads(done.stdout)
     assert out["imported"] == []
     np.testing.assert_allclose(out["scores"], [want[i] for i in ids64(id_texts).tolist()], atol=1e-6, rtol=0)
+
+
+def test_a_model_onnx_cannot_hold_is_exported_as_torchscript_beside_its_transforms(trained, tmp_path, monkeypatch):
+    import onnxruntime as ort
+    import torch
+
+    import vfl.inference.export as export
+    from vfl.config.schema import load_config
+    from vfl.data.readers.criteo import ReadStats
+    from vfl.data.readers.table import read_table_blocks
+
+    # Prepare: torch.onnx refuses the follower's model (as it does an operator ONNX lacks)
+    cfg = load_config(trained["cfgs"]["telco"])
+    monkeypatch.setattr(export, "module_to_onnx", lambda *a, **k: (None, "planted: no ONNX for this module"))
+    # Execute
+    doc = export.export_party(cfg, str(tmp_path), log=lambda line: None)
+    # Assert: TorchScript and the transforms' ONNX, which together give the torch model's cut of raw rows
+    assert doc["files"] == {"model": "model.pt", "transforms": "transforms.onnx"}
+    assert doc["check"]["fallback_reason"] == "planted: no ONNX for this module"
+    (block,) = list(
+        read_table_blocks(str(trained["tmp"] / "telco.csv"), cfg.data.schema, False, False, False, ReadStats())
+    )
+    transforms = ort.InferenceSession(str(tmp_path / "telco" / "transforms.onnx"), providers=["CPUExecutionProvider"])
+    feeds = {
+        "numeric": block.numeric[:64],
+        "numeric_missing": block.numeric_missing[:64],
+        "cat_key": block.cat_key[:64].view(np.int64),
+        "cat_missing": block.cat_missing[:64],
+    }
+    dense, missing, cat = transforms.run(None, feeds)
+    scripted = torch.jit.load(str(tmp_path / "telco" / "model.pt"))
+    bottom = _bottom_of(cfg)
+    with torch.no_grad():
+        got = scripted(torch.from_numpy(dense), torch.from_numpy(missing), torch.from_numpy(cat)).numpy()
+        want = bottom(torch.from_numpy(dense), torch.from_numpy(missing), torch.from_numpy(cat)).numpy()
+    np.testing.assert_allclose(got, want, atol=1e-6, rtol=0)
+
+
+def _bottom_of(cfg):
+    """The party's bottom as serving and export load it."""
+    from vfl.data.shards import PartyShard
+    from vfl.inference.party_model import load_party_model as load
+
+    checkpoint = f"{cfg.output.dir}/checkpoints/{cfg.party}_final.pt"
+    return load(cfg, PartyShard(cfg.data.path), checkpoint)[0]

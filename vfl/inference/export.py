@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 
 import numpy as np
 
@@ -108,7 +109,9 @@ def export_party(cfg, out_dir: str, checkpoint: str | None = None, log=print) ->
         _write(os.path.join(directory, "model.onnx"), merged.SerializeToString())
     else:
         log(f"{cfg.party}: ONNX export refused ({why}); writing TorchScript model.pt and transforms.onnx")
-        traced = torch.jit.trace(module, inputs, check_trace=True)
+        with warnings.catch_warnings():  # torch.jit is deprecated in favour of torch.export, which has no file
+            warnings.simplefilter("ignore")  # format a serving stack loads without torch's Python
+            traced = torch.jit.trace(module, inputs, check_trace=True)
         files = {"model": "model.pt", "transforms": "transforms.onnx"}
         tmp = os.path.join(directory, f"model.pt.tmp-{os.getpid()}")
         traced.save(tmp)
