@@ -97,10 +97,11 @@ def test_a_followers_view_of_serving_does_not_depend_on_the_leaders_model_or_lab
     view_a, scores_a = _follower_view(top_seed=1)
     view_b, scores_b = _follower_view(top_seed=2)
     # Assert: the scores differ, what the follower received (message types, request numbers, ids) does not; it is
-    # the ids asked about, nothing else
+    # the ids asked about that the leader holds, nothing else
     assert scores_a != scores_b
     assert view_a == view_b
     assert [v[0] for v in view_a] == ["ServeIds"] * 4 and [v[2] for v in view_a][1] == [5, 7, 11]
+    assert view_a[3][2] == [2]  # id 200, which the leader's table lacks, is asked of no follower
 
 
 def test_the_follower_view_comparison_catches_a_planted_leak_of_the_scores():

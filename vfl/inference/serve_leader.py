@@ -2,9 +2,10 @@
 
 Client requests (a few ids each, with a deadline) wait in a queue; the worker takes the oldest and every other one
 that is already queued, up to --max-rows ids in all (dynamic batching: under load a batch fills, idle it is one
-request), sends each follower one SERVE_IDS, runs the leader's own bottom on its own rows meanwhile, awaits every
-follower's SERVE_CUT until the earliest deadline of the batch, runs the top and answers each request. Scores stay
-here: followers receive ids only.
+request), sends each follower one SERVE_IDS of the ids the leader's own table holds (no other id can be scored, so
+no follower hears of it), runs the leader's own bottom on its rows meanwhile, awaits every follower's SERVE_CUT
+until the earliest deadline of the batch, runs the top and answers each request. Scores stay here: followers
+receive ids only.
 
 Failures are answers, never hangs:
 - a follower whose connection dropped is `down`: every later request fails at once with that reason (503);
@@ -208,7 +209,6 @@ class ScoringWorker:
                 self.log(f"leader: {f} is back")
 
     def _score(self, batch: list[ScoreRequest]) -> None:
-        import torch
 
         live = [r for r in batch if not r.future.done() and r.deadline > time.monotonic()]
         for r in batch:
@@ -219,30 +219,13 @@ class ScoringWorker:
         try:
             self._check_up()
             ids = np.concatenate([r.ids for r in live])
-            deadline = min(r.deadline for r in live)
-            self.request_no += 1
-            number = self.request_no
-            budget_ms = max(1, int((deadline - time.monotonic()) * 1000))
-            for f in self.followers:
-                self._settle_late(f, deadline)
-                self._post(f, ServeIds(number, ids, budget_ms))
-                if f not in self.down:
-                    self.late[f] = number  # until its answer is read
-            self._check_up()
-            self._last_sent = time.monotonic()
             own_rows = self.table.rows_of(ids)
-            with torch.inference_mode():
-                own = self.bottom_fn(*self.table.features(own_rows))
-            cuts, missing = [], {}
-            for f in self.followers:
-                cut, unknown = self._await_cut(f, number, deadline, ids.size)
-                cuts.append(torch.from_numpy(cut))
-                for i in unknown.tolist():
-                    missing.setdefault(i, f"unknown to {f}")
-            for i in np.flatnonzero(own_rows < 0).tolist():
-                missing[i] = "unknown to the leader"
-            with torch.inference_mode():
-                scores = self.head_fn(own, torch.cat(cuts, dim=1) if cuts else own[:, :0]).numpy()
+            known = np.flatnonzero(own_rows >= 0)  # only these are scored, and only these go to the followers
+            missing = {int(i): "unknown to the leader" for i in np.flatnonzero(own_rows < 0)}
+            values: list = [None] * ids.size
+            if known.size:
+                for i, v in zip(known.tolist(), self._score_known(ids[known], own_rows[known], live, missing, known)):
+                    values[i] = v
         except ServeError as e:
             for r in live:
                 r.future.set_exception(e)
@@ -251,10 +234,37 @@ class ScoringWorker:
         self.rows += ids.size
         start = 0
         for r in live:
-            part = scores[start : start + r.ids.size].tolist()
             gone = {i - start: why for i, why in missing.items() if start <= i < start + r.ids.size}
+            part = values[start : start + r.ids.size]
             r.future.set_result(Scored([None if j in gone else v for j, v in enumerate(part)], gone))
             start += r.ids.size
+
+    def _score_known(self, ids, own_rows, live, missing: dict, known: np.ndarray) -> list:
+        """The scores of ids the leader holds (rows own_rows of its table); a follower's unknown ones go to missing
+        (by position in the batch: known[i])."""
+        import torch
+
+        deadline = min(r.deadline for r in live)
+        self.request_no += 1
+        number = self.request_no
+        budget_ms = max(1, int((deadline - time.monotonic()) * 1000))
+        for f in self.followers:
+            self._settle_late(f, deadline)
+            self._post(f, ServeIds(number, ids, budget_ms))
+            if f not in self.down:
+                self.late[f] = number  # until its answer is read
+        self._check_up()
+        self._last_sent = time.monotonic()
+        with torch.inference_mode():
+            own = self.bottom_fn(*self.table.features(own_rows))
+        cuts = []
+        for f in self.followers:
+            cut, unknown = self._await_cut(f, number, deadline, ids.size)
+            cuts.append(torch.from_numpy(cut))
+            for i in unknown.tolist():
+                missing.setdefault(int(known[i]), f"unknown to {f}")
+        with torch.inference_mode():
+            return self.head_fn(own, torch.cat(cuts, dim=1) if cuts else own[:, :0]).numpy().tolist()
 
     def _check_up(self) -> None:
         if self.down:
