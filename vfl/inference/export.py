@@ -26,7 +26,7 @@ import numpy as np
 
 from vfl.inference.onnx_engine import CHECK_TOLERANCE, module_to_onnx, onnx_max_diff
 from vfl.inference.onnx_transforms import KEY_SCHEMES, FrozenTable, frozen_table, transforms_model
-from vfl.inference.party_model import ModelLoadError, load_party_model, scorer, top_in_dim
+from vfl.inference.party_model import ModelLoadError, load_party_model, run_arguments, scorer, top_in_dim
 
 EXPORT_FORMAT = 1
 CHECK_ROWS = 256  # rows of the party's shard the export is checked on
@@ -174,22 +174,16 @@ def _write(path: str, data: bytes) -> None:
 
 def export_main(argv: list[str] | None, role: str) -> int:
     """`python -m leader|follower export --config PARTY.yaml --out DIR`: one line on success or on error."""
-    import argparse
 
     from vfl.cli import command_name, fail, one_line
     from vfl.config.schema import ConfigError, dotted_overrides, load_config
     from vfl.data.errors import DataError
 
-    ap = argparse.ArgumentParser(
-        prog=f"{command_name(role)} export",
-        description="Write this party's trained model with its frozen transforms as ONNX (docs/export.md).",
+    ap = run_arguments(
+        f"{command_name(role)} export",
+        "Write this party's trained model with its frozen transforms as ONNX (docs/export.md).",
     )
-    ap.add_argument("--config", required=True, help="the party YAML of the training run")
     ap.add_argument("--out", required=True, help="export directory: OUT/<party>/ is written")
-    ap.add_argument("--run", default=None, help="the training run's output.dir (its checkpoints/; overrides the YAML)")
-    ap.add_argument("--checkpoint", default=None, help="checkpoint (default: RUN/checkpoints/<party>_final.pt)")
-    ap.add_argument("--data", default=None, help="this party's shard directory (overrides data.path)")
-    ap.add_argument("--keys", default=None, metavar="DIR", help="the run's CurveZMQ key directory (as for training)")
     ap.add_argument("overrides", nargs="*", metavar="key.path=value", help="set any config key")
     args = ap.parse_intermixed_args(argv)
     try:

@@ -14,6 +14,20 @@ class ModelLoadError(RuntimeError):
     """The party's trained model cannot be loaded (a one-line reason)."""
 
 
+def run_arguments(prog: str, description: str):
+    """An argument parser with what every command on a trained party takes: --config, --run, --checkpoint, --data,
+    --keys (export, serve; key.path=value overrides are added last by the caller)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog=prog, description=description)
+    ap.add_argument("--config", required=True, help="the party YAML of the training run")
+    ap.add_argument("--run", default=None, help="the training run's output.dir (its checkpoints/; overrides the YAML)")
+    ap.add_argument("--checkpoint", default=None, help="checkpoint (default: RUN/checkpoints/<party>_final.pt)")
+    ap.add_argument("--data", default=None, help="this party's shard directory (overrides data.path)")
+    ap.add_argument("--keys", default=None, metavar="DIR", help="the run's CurveZMQ key directory (as for training)")
+    return ap
+
+
 def load_party_model(cfg, shard, checkpoint: str, need_run: bool = True):
     """(bottom, top or None, checkpoint, run record or None) of the party from its checkpoint, loaded as batch
     prediction loads it (BottomParty and TopTrainer, vfl/inference/predict_leader.py), in eval mode without grads.

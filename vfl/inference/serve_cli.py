@@ -10,25 +10,20 @@ default: the endpoint has no authentication of its own, so it stays local unless
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import threading
 
 
-def _arguments(role: str) -> argparse.ArgumentParser:
+def _arguments(role: str):
     from vfl.cli import command_name
+    from vfl.inference.party_model import run_arguments
     from vfl.inference.serve_follower import DEFAULT_ROWS_PER_S
 
-    ap = argparse.ArgumentParser(
-        prog=f"{command_name(role)} serve",
-        description="Score ids online: the leader asks each follower for the cuts of the ids (docs/serving.md).",
+    ap = run_arguments(
+        f"{command_name(role)} serve",
+        "Score ids online: the leader asks each follower for the cuts of the ids (docs/serving.md).",
     )
-    ap.add_argument("--config", required=True, help="the party YAML of the training run")
-    ap.add_argument("--run", default=None, help="the training run's output.dir (its checkpoints/; overrides the YAML)")
-    ap.add_argument("--checkpoint", default=None, help="checkpoint (default: RUN/checkpoints/<party>_final.pt)")
-    ap.add_argument("--data", default=None, help="this party's shard directory (overrides data.path)")
-    ap.add_argument("--keys", default=None, metavar="DIR", help="CurveZMQ key directory (as for training)")
     ap.add_argument("--timeout", type=float, default=None, help="overrides network.timeout_s (the idle deadline)")
     ap.add_argument("--max-rows", type=int, default=1024, help="ids in one request (and one batch) at most")
     ap.add_argument(
