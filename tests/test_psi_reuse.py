@@ -4,6 +4,7 @@ and a tampered, foreign or forged cache or proof is refused."""
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -207,3 +208,27 @@ def test_a_cache_that_cannot_be_written_is_said_in_the_log_and_only_costs_the_ne
     cache.store(b"t" * 32, UNIVERSE[:10], UNIVERSE[:5], lines.append)
     # Assert
     assert len(lines) == 1 and "cannot be written" in lines[0] and cache.load(UNIVERSE[:10]) is None
+
+
+@pytest.mark.parametrize(
+    "meta, tensors, needle",
+    [
+        ({"op": "hello", "suite": "s", "n": 5}, [np.zeros((3, 4), "<i8")], "expected int64 (2, 4)"),
+        ({"op": "hello", "suite": "s", "n": 5}, [np.zeros((2, 4), "<i4")], "expected int64 (2, 4)"),
+        ({"op": "ticket"}, [], "expected 1 tensor, got 0"),
+        ({"op": "ticket"}, [np.zeros((2, 4), "<i8")], "expected int64 (1, 4)"),
+        ({"op": "ticket", "size": 3}, [np.zeros((1, 4), "<i8")], "does not belong to a PSI ticket"),
+        ({"op": "hello", "suite": "s", "n": 5, "rank": 1}, [], "come together"),
+        ({"op": "hello", "suite": "s", "n": 5, "rank": 2, "ranks": 2}, [], "rank below ranks"),
+        ({"op": "mask", "start": 0, "stop": 1, "rank": 0, "ranks": 2}, [], "'rank' does not belong to a PSI mask"),
+    ],
+)
+def test_malformed_reuse_ticket_and_rank_fields_are_refused_on_parse(meta, tensors, needle):
+    # Prepare: a PSI message as the frames decode it, from an authenticated peer
+    from vfl.wire.frames import Message, WireError
+    from vfl.wire.messages import parse
+
+    msg = Message("PSI", "follower0", "", 0, meta, tensors)
+    # Execute / Assert: one WireError naming what is wrong, before any handler sees it
+    with pytest.raises(WireError, match=re.escape(needle)):
+        parse(msg)
