@@ -3,11 +3,13 @@ Criteo sample (when present), without and with label DP (eps 1): test AUC mean a
 parameters, all in one run on one machine (named in the output with its load).
 
 Every run is the centralized reference (split training computes the same steps: tests/test_models_split.py) on the
-example's configs, with only model.bottom.name changed on every party (sizes, top, lr, batch and early stopping are
-the example's), so the models compare at equal epochs and equal embedding and tower sizes.
+example's configs, with only model.bottom.name changed on every party (embedding and tower sizes, cut, top and early
+stopping are the example's; epochs, batch size and lr the bench's), so the models compare at equal epochs and
+equal sizes.
 
     python scripts/bench_models.py --json out.json [--seeds 3] [--epochs 3] [--synth-rows 20000]
-        [--flights-rows 30000] [--models wide_deep,deepfm,dcn_v2,mlp] [--datasets synthetic,flights,criteo]
+        [--flights-rows 20000] [--batch 256] [--lr 0.001] [--models wide_deep,deepfm,dcn_v2,mlp]
+        [--datasets synthetic,flights,criteo] [--eps none,1]
 """
 
 from __future__ import annotations
@@ -34,12 +36,12 @@ def machine() -> dict:
     return {"cpu": cpu_model(), "cores": os.cpu_count(), "load_1_5_15": [round(x, 2) for x in os.getloadavg()]}
 
 
-def _criteo_shards(out: str, raw: str, rows: int | None, min_count: int | None) -> str:
+def _criteo_shards(out: str, raw: str, buckets: int, min_count: int | None) -> str:
     """Shards of the two-party Criteo split (examples/wide_deep_criteo/parties.yaml) of a Criteo-format file."""
     from vfl.data.parties import load_parties
     from vfl.data.prepare import PrepareOptions, prepare
 
-    prepare(raw, out, load_parties(None), PrepareOptions(hash_buckets=20_000, vocab_min_count=min_count, force=True))
+    prepare(raw, out, load_parties(None), PrepareOptions(hash_buckets=buckets, vocab_min_count=min_count, force=True))
     return out
 
 
@@ -49,22 +51,21 @@ def synthetic(out: str, rows: int) -> tuple[str, dict]:
     raw = os.path.join(out, f"synth_{rows}.tsv")
     if not os.path.exists(raw):
         write_synthetic(raw, rows, seed=0, label_seed=1)
-    return _criteo_shards(os.path.join(out, "shards_synth"), raw, rows, 10), _criteo_docs()
+    return _criteo_shards(os.path.join(out, "shards_synth"), raw, 20_000, 10), _criteo_docs()
 
 
 def criteo_sample(out: str, path: str) -> tuple[str, dict]:
-    return _criteo_shards(os.path.join(out, "shards_criteo"), path, None, None), _criteo_docs(batch=64)
+    # values seen >= 10 times (BARS' Criteo preprocessing, as bench_utility's real sample)
+    return _criteo_shards(os.path.join(out, "shards_criteo"), path, 1_000, 10), _criteo_docs()
 
 
-def _criteo_docs(batch: int | None = None) -> dict:
+def _criteo_docs() -> dict:
     import yaml
 
     docs = {}
     for name in ("leader", "follower"):
         with open(os.path.join(REPO, "examples", "wide_deep_criteo", f"{name}.yaml")) as f:
             doc = yaml.safe_load(f)
-        if batch:
-            doc["train"]["batch_size"] = batch
         docs[doc["party"]] = doc
     return docs
 
@@ -101,8 +102,9 @@ def flights(out: str, rows: int) -> tuple[str, dict]:
     return shards, docs
 
 
-def run_one(shards: str, docs: dict, model: str, eps: float | None, seed: int, epochs: int, out: str) -> dict:
-    """One centralized run of `model` on every party: test AUC, samples/s, parameters."""
+def run_one(shards: str, docs: dict, model: str, eps: float | None, seed: int, train: dict, out: str) -> dict:
+    """One centralized run of `model` on every party (train: the bench's epochs, batch and lr over the example's):
+    test AUC, samples/s, parameters."""
     from vfl.centralized import train_centralized
     from vfl.config.schema import parse_config
     from vfl.data.shards import PartyShard
@@ -115,7 +117,7 @@ def run_one(shards: str, docs: dict, model: str, eps: float | None, seed: int, e
         doc["data"]["path"] = os.path.join(shards, party)
         doc["model"]["bottom"]["name"] = model
         doc["output"] = {"dir": out}
-        doc["train"].update({"epochs": epochs, "seed": seed, "log_every": 10**6})
+        doc["train"].update({**train, "seed": seed, "log_every": 10**6})
         doc.pop("privacy", None)
         if eps is not None and doc["role"] == "leader":
             doc["privacy"] = {"label_dp": {"eps": eps, "budget": math.inf}}
@@ -148,7 +150,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--synth-rows", type=int, default=20_000)
-    ap.add_argument("--flights-rows", type=int, default=30_000, help="flights kept (a public 1-in-N sample of ids)")
+    ap.add_argument("--flights-rows", type=int, default=20_000, help="flights kept (a public 1-in-N sample of ids)")
+    ap.add_argument("--batch", type=int, default=256, help="train.batch_size (the Criteo sample's: 64)")
+    ap.add_argument("--lr", type=float, default=0.001, help="train.lr of every run")
     ap.add_argument("--criteo", default=CRITEO_SAMPLE, help="the real Criteo sample (skipped when absent)")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--datasets", default=",".join(DATASETS))
@@ -196,7 +200,9 @@ def main(argv=None) -> int:
             for eps in eps_list:
                 runs = []
                 for seed in range(args.seeds):
-                    runs.append(run_one(shards, docs, model, eps, seed, args.epochs, os.path.join(out, "run")))
+                    train = {"epochs": args.epochs, "lr": args.lr, "batch_size": 64 if name == "criteo" else args.batch}
+                    train["eval_every_steps"] = 0  # once per epoch: the example's interval is for its own sizes
+                    runs.append(run_one(shards, docs, model, eps, seed, train, os.path.join(out, "run")))
                     done += 1
                     rate = done / (time.perf_counter() - t0)
                     print(
@@ -223,7 +229,7 @@ def main(argv=None) -> int:
         "machine": {**start, "load_1_5_15_at_end": [round(x, 2) for x in os.getloadavg()]},
         "seconds": round(time.perf_counter() - t0, 1),
         "seeds": args.seeds,
-        "epochs": args.epochs,
+        "train": {"epochs": args.epochs, "batch_size": args.batch, "lr": args.lr},
         "rows": {"synthetic": args.synth_rows, "flights": args.flights_rows},
         "cells": cells,
     }

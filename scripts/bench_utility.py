@@ -46,8 +46,9 @@ def configs(
     lr: float | None = None,
     early_stopping: dict | None = None,
     wide_cut: bool = False,
+    example: str = EXAMPLE,
 ):
-    """The example configs (examples/wide_deep_criteo: model sizes, lr, early stopping) with this cell's data,
+    """The example configs (examples/wide_deep_criteo, or `example`: model, lr, batch, early stopping) with this cell's data,
     output, seed, epochs, evaluation interval, privacy, and (where given) batch size, lr and early-stopping fields.
     wide_cut: cut_dim 8 on every party and an MLP top (hidden [64]), so the top can learn cross-party interactions."""
     import yaml
@@ -56,7 +57,7 @@ def configs(
 
     docs = {}
     for name in ("leader", "follower"):
-        with open(os.path.join(EXAMPLE, f"{name}.yaml")) as f:
+        with open(os.path.join(example, f"{name}.yaml")) as f:
             doc = yaml.safe_load(f)
         doc["data"]["path"] = f"{shards}/{doc['party']}"
         doc["output"] = {"dir": out}
@@ -132,6 +133,7 @@ def run_dataset(
     methods: list[str],
     lr: float | None = None,
     wide_cut: bool = False,
+    example: str = EXAMPLE,
 ) -> list[dict]:
     from vfl.centralized import train_centralized
     from vfl.config.schema import LabelDPConfig
@@ -157,6 +159,7 @@ def run_dataset(
                 batch,
                 lr,
                 wide_cut=wide_cut,
+                example=example,
             )
             m = train_centralized(lc, [fc], lc.output.dir, quiet)
             runs.append(m)
@@ -221,6 +224,12 @@ def main(argv=None) -> int:
         "--wide-cut",
         action="store_true",
         help="cut_dim 8 on every party and an MLP top (hidden [64]) instead of the examples' 2-value cut and linear top",
+    )
+    ap.add_argument(
+        "--example",
+        default=EXAMPLE,
+        help="the directory of the leader.yaml / follower.yaml every run starts from (default: examples/wide_deep_criteo; "
+        "examples/deepfm_criteo: the DeepFM recipe, docs/models.md)",
     )
     args = ap.parse_args(argv)
     eps_list = [float(e) for e in args.eps.split(",")]
@@ -309,6 +318,7 @@ def main(argv=None) -> int:
             methods,
             args.lr,
             args.wide_cut,
+            args.example,
         )
     json.dump(cells, open(os.path.join(args.out, "utility.json"), "w"), indent=2)
     print(
