@@ -178,7 +178,7 @@ class FrozenTransforms:
         src = PartySource(path, tuple(party["dense"]), tuple(party["categorical"]), labelled, num_classes=k)
         for b in read_party_blocks(src, strict, stats, digest=False):
             block = _Block(b.row_index, b.sample_id, b.dense, b.dense_missing, b.cat_key, b.cat_missing, b.label)
-            yield self._rows(block, b.label.astype(np.int8) if labelled else None)
+            yield self._rows(block, b.label.astype(task.label_dtype) if labelled else None)
 
     def _rows(self, block, label) -> NewRows:
         every = np.arange(block.sample_id.size)
