@@ -113,11 +113,10 @@ class ScoreHandler(BaseHTTPRequestHandler):
             return self._reply(404, {"error": f"no such endpoint {self.path[:80]!r}: POST /score, GET /health"})
         w = self.server.worker
         followers = {f: w.down.get(f, "up") for f in w.followers}
-        status = "ok" if not w.down and w.failed is None else "degraded"
-        self._reply(
-            200,
-            {"status": status, "followers": followers, "step": self.server.step, "batches": w.batches, "rows": w.rows},
-        )
+        status = "ok" if not w.down and w.failed is None else "degraded" if w.failed is None else "stopped"
+        scorer = "running" if w.failed is None else f"stopped: {type(w.failed).__name__}: {w.failed}"
+        doc = {"status": status, "scorer": scorer, "followers": followers, "step": self.server.step}
+        self._reply(200, {**doc, "batches": w.batches, "rows": w.rows})
 
     def _reply(self, status: int, doc: dict) -> None:
         data = json.dumps(doc).encode()

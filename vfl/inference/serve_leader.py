@@ -132,6 +132,8 @@ class ScoringWorker:
                     self._fail(batch, e)
         except BaseException as e:  # the channel itself broke: every waiting request learns why
             self.failed = e
+            if self.log is not None:
+                self.log.error(f"leader: the scorer stopped ({type(e).__name__}: {e}); every request fails (503)")
             while True:
                 try:
                     req = self.queue.get_nowait()
@@ -202,7 +204,12 @@ class ScoringWorker:
                 self.down[f] = f"{f} is down (its new connection was refused: {'; '.join(problems)})"
                 self.ch.forget(f)
                 continue
-            self.ch.post(f, ServeWelcome(self.ch.run, hello.nonce))
+            try:
+                self.ch.post(f, ServeWelcome(self.ch.run, hello.nonce))
+            except WireError as e:  # gone again before its welcome: it stays down, serving goes on
+                self.down[f] = f"{f} is down (its new connection dropped before it was welcomed: {e})"
+                self.ch.forget(f)
+                continue
             del self.down[f]
             self.late.pop(f, None)
             if self.log is not None:
