@@ -8,6 +8,7 @@ import pytest
 
 from tests.test_serve_units import CUT, _leader_model, _Table
 from vfl.inference.serve_leader import ScoringWorker, ServeError
+from vfl.wire import WireError
 from vfl.wire.channel import PeerLost, PeerTimeout
 from vfl.wire.serve_messages import ServeCut, ServeHello, ServeIds, ServeWelcome
 
@@ -66,3 +67,63 @@ def test_a_follower_that_drops_again_before_its_welcome_stays_down_and_the_score
     assert worker.failed is None and "f" not in worker.down
     assert [type(m).__name__ for _, m in ch.sent][:2] == ["ServeWelcome", "ServeIds"]
     assert None not in scored.scores and scored.missing == {}
+
+
+class _OneBroken:
+    """The leader's channel to followers honest and bad: bad's every SERVE_CUT breaks the protocol (the channel's
+    WireError naming bad); every message sent is recorded with its peer."""
+
+    def __init__(self, error_peer: str | None = "bad"):
+        self.timeout_s, self.alive, self.sent, self.cuts = 1.0, {"honest", "bad"}, [], []
+        self.error_peer = error_peer
+
+    def post(self, peer, msg):
+        self.sent.append((peer, msg))
+        if isinstance(msg, ServeIds) and peer == "honest":
+            self.cuts.append(ServeCut(msg.request, np.zeros((msg.ids.size, CUT), np.float32), np.zeros(0, np.int64)))
+
+    def expect(self, peer, *classes, what=None):
+        if peer == "bad" or self.error_peer is None:
+            error = WireError("SERVE_CUT from bad: tensor 'unknown' must list strictly increasing positions below 1")
+            error.peer = self.error_peer
+            raise error
+        return self.cuts.pop(0)
+
+    def forget(self, peer):
+        pass
+
+
+def test_one_followers_protocol_error_aborts_that_follower_alone_and_tells_no_other():
+    from vfl.wire.messages import Abort
+
+    # Prepare: two followers, one of which sends a malformed SERVE_CUT
+    ch = _OneBroken()
+    worker = _worker(ch, ("honest", "bad"))
+    worker.start()
+    # Execute
+    with pytest.raises(ServeError) as failed:
+        worker.submit(np.array([3]), 5.0).result(timeout=10)
+    worker.stop()
+    # Assert: the request names bad; bad alone got an ABORT (with its own error) and is down; honest got nothing
+    # but its SERVE_IDS and is up; the scorer goes on
+    assert failed.value.status == 503 and "bad is down (protocol error" in str(failed.value)
+    aborts = [(peer, m.reason) for peer, m in ch.sent if isinstance(m, Abort)]
+    assert len(aborts) == 1 and aborts[0][0] == "bad" and "strictly increasing" in aborts[0][1]
+    assert [type(m).__name__ for peer, m in ch.sent if peer == "honest"] == ["ServeIds"]
+    assert set(worker.down) == {"bad"} and worker.failed is None
+
+
+def test_a_channel_error_that_names_no_follower_stops_the_scorer_with_its_reason():
+    # Prepare: the channel itself fails (its connection gate stopped: no follower's fault)
+    ch = _OneBroken(error_peer=None)
+    worker = _worker(ch, ("honest", "bad"))
+    worker.start()
+    # Execute
+    with pytest.raises(ServeError):
+        worker.submit(np.array([3]), 5.0).result(timeout=10)
+    worker._thread.join(timeout=10)
+    later = worker.submit(np.array([3]), 5.0)
+    # Assert: no follower is blamed; every later request is refused with why the scorer stopped
+    assert worker.down == {} and worker.failed is not None
+    with pytest.raises(ServeError, match="the scorer stopped: SERVE_CUT from bad"):
+        later.result(timeout=1)

@@ -145,20 +145,31 @@ class ScoringWorker:
     def _fail(self, batch: list[ScoreRequest], e: Exception) -> None:
         from vfl.wire import WireError
 
-        if isinstance(e, WireError):  # a follower sent what the protocol forbids: told, and it must greet again
-            from vfl.wire.messages import Abort
-
-            for f in self.followers:
-                if f not in self.down:
-                    self._post(f, Abort(f"the serving leader refused a message: {e}"))
-                    self._mark_down(f, f"{f} is down (protocol error: {e})")
+        for r in batch:
+            if not r.future.done():
+                r.future.set_exception(ServeError(500, f"scoring failed: {type(e).__name__}: {e}"))
+        if isinstance(e, WireError):
+            self._peer_error(e)  # raises an error of the channel's own: the scorer stops
         elif self.log is not None:
             import traceback
 
             self.log.file_only(traceback.format_exc())
-        for r in batch:
-            if not r.future.done():
-                r.future.set_exception(ServeError(500, f"scoring failed: {type(e).__name__}: {e}"))
+
+    def _peer_error(self, e) -> None:
+        """The follower that e names (e.peer) aborted or sent what the protocol forbids: it alone is down (and told
+        why, with its own error only) until it greets again. An error that names no follower is the channel's own
+        (its connection gate failed): raised, and the scorer stops."""
+        from vfl.wire.channel import PeerAbort
+        from vfl.wire.messages import Abort
+
+        f = e.peer
+        if f not in self.cut_dims:
+            raise e
+        if isinstance(e, PeerAbort):
+            self._mark_down(f, f"{f} is down ({e})")
+            return
+        self._post(f, Abort(f"the serving leader refused your message: {e}"))
+        self._mark_down(f, f"{f} is down (protocol error: {e})")
 
     def _keepalive(self) -> None:
         from vfl.wire.messages import Wait
@@ -189,13 +200,17 @@ class ScoringWorker:
     def _readmit(self) -> None:
         """Greet a follower that was down and has connected again (SERVE_HELLO of the same run and cut width)."""
         from vfl.wire import WireError
+        from vfl.wire.channel import PeerLost, PeerTimeout
         from vfl.wire.serve_messages import ServeHello, ServeWelcome
 
         for f in list(self.down):
             self.ch.timeout_s = 0.001
             try:
                 hello = self.ch.expect(f, ServeHello)
-            except WireError:  # nobody there yet (a timeout), or a connection that went away again
+            except (PeerTimeout, PeerLost):  # nobody there yet, or a connection that went away again
+                continue
+            except WireError as e:  # f's new connection (or another follower) broke the protocol
+                self._peer_error(e)
                 continue
             problems = self.check_hello(f, hello) if self.check_hello is not None else []
             if hello.cut_dim != self.cut_dims[f]:
@@ -294,7 +309,8 @@ class ScoringWorker:
 
     def _receive(self, f: str, number: int, deadline: float, keep: bool):
         """The answer of `f` to request `number` (older answers are dropped), by the deadline."""
-        from vfl.wire.channel import PeerAbort, PeerLost, PeerTimeout
+        from vfl.wire import WireError
+        from vfl.wire.channel import PeerLost, PeerTimeout
 
         while True:
             remaining = deadline - time.monotonic()
@@ -305,13 +321,14 @@ class ScoringWorker:
                 msg = self.ch.expect(f, ServeCut, ServeRefused, what=f"SERVE_CUT from {f}")
             except PeerTimeout:
                 raise ServeError(504, f"{f} did not answer within the request's deadline") from None
-            except PeerAbort as e:
-                self._mark_down(f, f"{f} is down ({e})")
-                raise ServeError(503, self.down[f]) from None
             except PeerLost as e:  # some follower's connection dropped (perhaps not f's)
                 for g in self.followers:
                     if g not in self.ch.alive and g not in self.down:
                         self._mark_down(g, f"{g} is down ({e})")
+                self._check_up()
+                continue
+            except WireError as e:  # an ABORT or a broken message, of f's or another follower's: that one is down
+                self._peer_error(e)
                 self._check_up()
                 continue
             if msg.request == number:

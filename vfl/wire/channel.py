@@ -277,7 +277,7 @@ class LeaderChannel(_Endpoint):
     def expect(self, peer: str, *classes: type[WireMessage], what: str | None = None) -> WireMessage:
         """The next message from `peer`, which must be of one of `classes`, parsed and checked field by field."""
         msg = self._receive(peer, tuple(c.TYPE for c in classes), what)
-        return next(c for c in classes if c.TYPE == msg.type).from_wire(msg)
+        return _blamed(peer, lambda: next(c for c in classes if c.TYPE == msg.type).from_wire(msg))
 
     def recv(self, peer: str, type_: str, what: str | None = None) -> Message:
         """The next message from `peer`, which must be of `type_`, as a frames.Message (the transport's own tests)."""
@@ -293,7 +293,9 @@ class LeaderChannel(_Endpoint):
                 self._read_one(awaiting)
         msg = self._inbox[peer].popleft()
         if msg.type not in types:
-            raise WireError(f"expected {'/'.join(types)} from {peer}, got {msg.type}")
+            error = WireError(f"expected {'/'.join(types)} from {peer}, got {msg.type}")
+            error.peer = peer
+            raise error
         return msg
 
     def _read_one(self, awaiting: str) -> None:
@@ -302,6 +304,10 @@ class LeaderChannel(_Endpoint):
         party = body[0].get("User-Id") if body else ""
         if party not in self._inbox:  # cannot happen while ZAP is enforced; never trust a routing id instead
             raise WireError(f"message from an unauthenticated connection (User-Id {party!r}); refused")
+        _blamed(party, lambda: self._file(party, rid, body))
+
+    def _file(self, party: str, rid: bytes, body: list) -> None:
+        """Queue a message that arrived from `party`'s key (or refuse its connection); errors are party's."""
         if rid in self._refused:
             return
         known = self._route.get(party)
@@ -390,6 +396,18 @@ class LeaderChannel(_Endpoint):
 
     def _stop_auth(self) -> None:
         self._auth.stop()
+
+
+def _blamed(peer: str, step: Callable):
+    """step(), whose WireError (an ABORT included) is `peer`'s message's: it names that peer (error.peer); a lost
+    connection or a deadline is no message's fault."""
+    try:
+        return step()
+    except (PeerLost, PeerTimeout):
+        raise
+    except WireError as e:
+        e.peer = e.peer or peer
+        raise
 
 
 _FOLLOWER_EVENTS = (

@@ -66,7 +66,10 @@ MESSAGE_TYPES = (
 
 
 class WireError(RuntimeError):
-    """A message that must not be applied; the text names the peer and the field."""
+    """A message that must not be applied; the text names the peer and the field. `peer`: the authenticated party
+    whose message broke the protocol, where the leader's channel knows it (None: no one party's fault)."""
+
+    peer: str | None = None
 
 
 @dataclass
