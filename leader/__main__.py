@@ -36,9 +36,9 @@ def _label_key(cfg, env, ctx, shard):
     if ld is None:
         return None
     if env.distributed:  # rank 0 creates the key and writes the ledger; the others only read the key
-        key = open_label_key_ranks(ctx, ld.store_dir, ld.key_file, shard.manifest)
+        key = open_label_key_ranks(ctx, ld.store_dir, ld.key_file, shard)
     else:
-        key = open_label_key(ld.store_dir, ld.key_file, shard.manifest)
+        key = open_label_key(ld.store_dir, ld.key_file, shard)
     # a release over privacy.label_dp.budget is refused here, before any follower connects (and again before the draw)
     LabelDPRelease.from_config(ld, leader_task(cfg.train.task, shard)).check_budget(key)
     return key

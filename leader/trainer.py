@@ -81,7 +81,7 @@ class LeaderTrainer:
         self.label_key = (
             label_key
             if label_key is not None or rel is None
-            else open_label_key(rel.store_dir, rel.key_file, party.shard.manifest)
+            else open_label_key(rel.store_dir, rel.key_file, party.shard)
         )
 
     # -- handshake ---------------------------------------------------------------------------

@@ -261,7 +261,7 @@ def test_rr_and_rr_prior_releases_at_one_eps_draw_independently(tmp_path, shards
     eps = 1.0
     shard = PartyShard(str(shards_medium / "leader"))
     train = shard.split("train")
-    key = open_label_key(str(tmp_path), None, shard.manifest)
+    key = open_label_key(str(tmp_path), None, shard)
     rr = training_labels(train.labels, train.ids, LabelDPRelease.from_config(LabelDPConfig(eps=eps)), key)
     prior = training_labels(
         train.labels,

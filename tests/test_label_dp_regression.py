@@ -43,7 +43,7 @@ Z = 5.5
 
 def _key(tmp_path, name="x") -> LabelKey:
     store = LabelDPStore(str(tmp_path / "store"))
-    return LabelKey(store.key(), store, dataset_id(hashlib.sha256(name.encode()).hexdigest()), {})
+    return LabelKey(store.key(), store, dataset_id(hashlib.sha256(name.encode()).hexdigest()), {}, name)
 
 
 def _labels(n=4000, seed=0):

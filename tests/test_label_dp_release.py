@@ -208,7 +208,7 @@ def test_a_release_over_the_budget_is_refused_before_any_label_is_drawn_and_noth
     # Execute
     with pytest.raises(LabelDPBudgetError) as early:  # before any follower connects (leader/__main__.py)
         release.check_budget(
-            open_label_key(str(tmp_path / "store"), None, PartyShard(str(shards_small / "leader")).manifest)
+            open_label_key(str(tmp_path / "store"), None, PartyShard(str(shards_small / "leader")))
         )
     with pytest.raises(LabelDPBudgetError) as at_draw:
         _labels(shards_small, tmp_path / "store", eps=2.0, budget=8.0)
@@ -392,11 +392,13 @@ def test_the_release_object_draws_exactly_what_the_keyed_mechanism_draws(tmp_pat
     shard = PartyShard(str(shards_small / "leader"))
     train = shard.split("train")
     release = LabelDPRelease.from_config(LabelDPConfig(eps=0.7, store_dir=str(tmp_path)))
-    key = open_label_key(release.store_dir, release.key_file, shard.manifest)
+    key = open_label_key(release.store_dir, release.key_file, shard)
     # Execute
     drawn = release.draw(train.labels, train.ids, key)
     # Assert
-    rel = release_id(key.dataset, key.fingerprint, "binary_rr", {"eps": 0.7, "labels": "binary"})
+    rel = release_id(
+        key.dataset, key.fingerprint, "binary_rr", {"eps": 0.7, "labels": "binary", "label_set": key.label_set}
+    )
     assert drawn.release == rel
     np.testing.assert_array_equal(drawn.labels, randomize_binary_once(train.labels, train.ids, 0.7, key.key, rel))
 
@@ -440,7 +442,7 @@ def test_the_ledger_holds_lp2st_stage_one_before_its_prior_is_trained(tmp_path, 
         release.draw(
             train.labels,
             train.ids,
-            open_label_key(str(tmp_path), None, shard.manifest),
+            open_label_key(str(tmp_path), None, shard),
             stopped,
             valid.labels,
             valid.ids,
@@ -449,7 +451,7 @@ def test_the_ledger_holds_lp2st_stage_one_before_its_prior_is_trained(tmp_path, 
     full = release.draw(
         train.labels,
         train.ids,
-        open_label_key(str(tmp_path), None, shard.manifest),
+        open_label_key(str(tmp_path), None, shard),
         lambda first, noisy: np.full(first.size, 0.5),
         valid.labels,
         valid.ids,

@@ -133,9 +133,12 @@ def test_split_early_stopping_restores_the_best_step_like_the_centralized_refere
 def test_what_followers_receive_depends_on_true_labels_only_through_the_randomized_ones(tmp_path, shards_small, procs):
     # Prepare: dataset B has other true labels (train, valid and test) but, under its own leader key,
     # the same randomized labels as dataset A under A's key: y_B = y~_A xor flips_B
+    import os
+
     from privacy.label.keyed_random import keyed_uniforms
     from privacy.label.release_draws import PURPOSE_FLIP
     from privacy.label.store import release_id
+    from tests.procs import REPO
     from vfl.config.schema import LabelDPConfig
     from vfl.data.shards import PartyShard
     from vfl.labeldp.release import LabelDPRelease, leader_training_labels, open_label_key
@@ -147,8 +150,15 @@ def test_what_followers_receive_depends_on_true_labels_only_through_the_randomiz
     noisy_a = leader_training_labels(
         LabelDPRelease.from_config(LabelDPConfig(eps=eps, store_dir=str(tmp_path / "store_a"))), a
     )
-    key_b = open_label_key(str(tmp_path / "store_b"), None, a.manifest)
-    rel_b = release_id(key_b.dataset, key_b.fingerprint, "binary_rr", {"eps": eps, "labels": "binary"})
+    key_b = open_label_key(str(tmp_path / "store_b"), None, a)
+    # a release names its label set (a keyed digest of the labels), so no other labels can give A's noisy labels;
+    # B's leader is made to name its labels as A's (sitecustomize below): the same release id, B's true labels
+    pinned = {"label_set": key_b.label_set}
+    rel_b = release_id(key_b.dataset, key_b.fingerprint, "binary_rr", {"eps": eps, "labels": "binary", **pinned})
+    (tmp_path / "hook").mkdir()
+    (tmp_path / "hook" / "sitecustomize.py").write_text(
+        f"import vfl.labeldp.release as r\nr.label_set_digest = lambda key, splits: {key_b.label_set!r}\n"
+    )
     rho = flip_probability(eps)
     for split, noisy in (("train", noisy_a.labels.astype(np.int64)), ("valid", noisy_a.valid)):
         ids = a.split(split).ids
@@ -168,7 +178,10 @@ def test_what_followers_receive_depends_on_true_labels_only_through_the_randomiz
             follower_debug={"record_gradients": str(tmp_path / name / "grads.npz")},
         )
         # Execute
-        runs[name] = _run(procs, cfgs, env={"VFL_LABEL_DP_STORE": str(tmp_path / f"store_{name}")})
+        env = {"VFL_LABEL_DP_STORE": str(tmp_path / f"store_{name}")}
+        if name == "b":
+            env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "hook"), str(REPO)])
+        runs[name] = _run(procs, cfgs, env=env)
         procs.cleanup()
     ga, gb = np.load(tmp_path / "a/grads.npz"), np.load(tmp_path / "b/grads.npz")
     # Assert: ~39% of true labels differ, yet every gradient, the stop step and the restored step are equal

@@ -33,11 +33,11 @@ class LedgerReader:
         self.store.check_budget(release, planned, budget)
 
 
-def open_label_key_ranks(ctx, store_dir: str | None, key_file: str | None, manifest: dict):
+def open_label_key_ranks(ctx, store_dir: str | None, key_file: str | None, shard):
     """open_label_key on rank 0 first (it may create the key), then on every other rank with a LedgerReader."""
     from vfl.labeldp.release import open_label_key
 
-    key = ctx.in_order(lambda: open_label_key(store_dir, key_file, manifest))
+    key = ctx.in_order(lambda: open_label_key(store_dir, key_file, shard))
     if not ctx.is_main:
         key.store = LedgerReader(key.store)
     return key

@@ -5,7 +5,8 @@ mechanism, the flip probability or k-ary transition, the correction, the LP-2ST 
 store. Everything downstream takes the release, never the config: the loss (`training_loss`), the loop (`eps` for the
 debiased validation metrics), the prior (`flip_probability`, `transition`, `prior_epochs`) and the ranks (`store_dir`,
 `key_file`). `draw` opens nothing: given the leader's key (`open_label_key`) it derives the release id from the
-mechanism's parameters, records the release in the ledger (privacy/label/store.py; refused there, with nothing
+mechanism's parameters and the label set (a keyed digest of the labelled shard's ids and labels as prepared, so the
+same file with another label column or encoding is another release: privacy/label/release_names.py), records the release in the ledger (privacy/label/store.py; refused there, with nothing
 written, when it would take the dataset over `privacy.label_dp.budget`), and only then draws the noisy training and
 validation labels with the leader's PRF (privacy/label/release_draws.py). Nothing here uses `train.seed` or any
 other value a follower knows.
@@ -38,6 +39,7 @@ from privacy.label.release_draws import (
     run_report,
     stage_one_mask,
 )
+from privacy.label.release_names import label_set_digest
 from privacy.label.store import (
     STAGE_ONE,
     LabelDPStore,
@@ -85,25 +87,49 @@ class TrainingLabels:
 
 @dataclass
 class LabelKey:
-    """The leader's secret, the store holding its ledger, and the labelled dataset being randomized."""
+    """The leader's secret, the store holding its ledger, the labelled dataset being randomized and its label set's
+    keyed digest (every release's parameters carry it: other labels are another release)."""
 
     key: bytes
     store: LabelDPStore
     dataset: str
     source: dict
+    label_set: str
 
     @property
     def fingerprint(self) -> str:
         return key_fingerprint(self.key)
 
 
-def open_label_key(store_dir: str | None, key_file: str | None, manifest: dict) -> LabelKey:
-    """The leader's key (created on first use) and ledger, for the dataset its shard was prepared from.
-    Called before any follower connects, so that a store problem never reaches a follower."""
+def prepared_labels(shard_path: str):
+    """(split, sample ids, labels) of a labelled shard as prepared on disk, all splits: what PSI later restricts."""
+    from vfl.data.shards import PartyShard
+    from vfl.splits import SPLITS
+
+    shard = PartyShard(shard_path, in_memory=False)
+    for name in SPLITS:
+        split = shard.split(name)
+        yield name, split.ids, split.labels
+
+
+def open_label_key(store_dir: str | None, key_file: str | None, shard) -> LabelKey:
+    """The leader's key (created on first use) and ledger, for the labelled dataset of its shard (a PartyShard).
+    The dataset is named by its source file and its label column and encoding (the manifest's label entry), and its
+    labels by an HMAC under the key of the shard's ids and labels as prepared, all splits, read from disk (so a shard
+    already restricted by PSI gives the same digest). Called before any follower connects, so that a store problem
+    never reaches a follower."""
+    manifest = getattr(shard, "manifest", None)
+    if not isinstance(manifest, dict) or not isinstance(getattr(shard, "path", None), str):
+        raise TypeError(
+            f"open_label_key needs the leader's labelled shard (a PartyShard), got {type(shard).__name__}: a release "
+            "names the labels it randomizes"
+        )
     source = manifest.get("source") or {}
-    dataset = dataset_id(source.get("sha256"))
+    dataset = dataset_id(source.get("sha256"), manifest.get("label"))
     store = LabelDPStore(store_dir or default_store_dir(), key_file)
-    return LabelKey(store.key(), store, dataset, {"sha256": source.get("sha256"), "lines": source.get("lines")})
+    key = store.key()
+    label_set = label_set_digest(key, prepared_labels(shard.path))
+    return LabelKey(key, store, dataset, {"sha256": source.get("sha256"), "lines": source.get("lines")}, label_set)
 
 
 def _prior_digest(prior: np.ndarray) -> str:
@@ -252,17 +278,23 @@ class LabelDPRelease:
         )
 
     # -- one function per mechanism; each names its release by (dataset, key, mechanism, parameters) -------------------
+    @staticmethod
+    def _named(label_key: LabelKey, params: dict) -> dict:
+        """The parameters with the label set they randomize (label_key.label_set): other labels, another release."""
+        return {**params, "label_set": label_key.label_set}
+
     def _id(self, label_key: LabelKey, mechanism: str, params: dict) -> str:
-        return release_id(label_key.dataset, label_key.fingerprint, mechanism, params)
+        return release_id(label_key.dataset, label_key.fingerprint, mechanism, self._named(label_key, params))
 
     def _release(self, label_key: LabelKey, mechanism: str, params: dict, rows: int) -> Release:
         eps = float(params.get("eps", self.eps))  # a regression prior's release and its randomizer's split eps
+        params = self._named(label_key, params)
         return Release(self._id(label_key, mechanism, params), label_key.dataset, mechanism, eps, params, rows)
 
     def plan(self, label_key: LabelKey) -> Plan:
         """The releases this config draws, as (ledger mechanism, parameters): known from the leader's config alone,
-        before any follower connects."""
-        return self.entry.plan(self, label_key)
+        before any follower connects. Each release's parameters name the label set (LabelKey.label_set)."""
+        return [(m, self._named(label_key, p)) for m, p in self.entry.plan(self, label_key)]
 
     def _plan_binary_rr(self, label_key: LabelKey) -> Plan:
         return [("binary_rr", {"eps": self.eps, "labels": "binary"})]
@@ -458,6 +490,6 @@ def leader_training_labels(
     """The training labels of the leader's labelled shard (a PartyShard); opens the key unless given."""
     train, valid = shard.split("train"), shard.split("valid")
     if release is not None and label_key is None:
-        label_key = open_label_key(release.store_dir, release.key_file, shard.manifest)
+        label_key = open_label_key(release.store_dir, release.key_file, shard)
     real = shard.task is not None and shard.task.is_regression
     return training_labels(train.labels, train.ids, release, label_key, prior_fn, valid.labels, valid.ids, real)
