@@ -4,13 +4,14 @@ request's checks; the serving messages' domains."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import numpy as np
 import pytest
 import torch
 
-from vfl.inference.serve_follower import FollowerServer, IdLog, ServeLimits, TokenBucket
+from vfl.inference.serve_follower import FollowerServer, IdLog, IdLogFull, ServeLimits, TokenBucket
 from vfl.inference.serve_http import parse_request
 from vfl.inference.serve_leader import ScoringWorker, ServeError
 from vfl.wire.serve_messages import ServeCut, ServeIds, ServeRefused
@@ -117,12 +118,12 @@ def test_an_id_unknown_to_the_leader_gets_no_score_and_the_reason():
     assert scores[-1][1] is None and scores[-1][0] is not None
 
 
-def test_the_follower_rate_limits_and_logs_every_id_asked_about(tmp_path):
+def test_the_follower_rate_limits_and_logs_every_request_asked(tmp_path):
     # Prepare: a follower answering 50 ids/s on a clock the test moves (burst 64: one request of --max-rows fits)
     now = [0.0]
     table = _Table(2)
     bottom = _leader_model(1).bottom
-    log = IdLog(str(tmp_path / "ids.log"))
+    log = IdLog(str(tmp_path / "ids.log"), budget_bytes=10**6)
     server = FollowerServer(bottom, table, 2, ServeLimits(max_rows=64, rows_per_s=50), log, clock=lambda: now[0])
     # Execute: 40 ids, 40 more at once, the same 40 a second later; 65 ids (over --max-rows)
     first = server.answer(ServeIds(1, np.arange(40), 1000))
@@ -131,7 +132,8 @@ def test_the_follower_rate_limits_and_logs_every_id_asked_about(tmp_path):
     third = server.answer(ServeIds(3, np.arange(40, 80), 1000))
     big = server.answer(ServeIds(4, np.arange(65), 1000))
     log.close()
-    # Assert: the second waits for its tokens (16 of 40 missing at 50/s: 320 ms); every request's ids are logged
+    # Assert: the second waits for its tokens (16 of 40 missing at 50/s: 320 ms); every request is logged, an
+    # answered one with its ids, a refused one with their count and digest
     assert isinstance(first, ServeCut) and first.cut.shape == (40, 2) and first.unknown.size == 0
     assert isinstance(second, ServeRefused) and second.retry_ms == 320 and "50 ids/s" in second.reason
     assert isinstance(third, ServeCut)
@@ -143,7 +145,41 @@ def test_the_follower_rate_limits_and_logs_every_id_asked_about(tmp_path):
         ["request=3", "rows=40", "answered"],
         ["request=4", "rows=65", "refused:max_rows"],
     ]
-    assert lines[1].endswith("ids=" + ",".join(map(str, range(40, 80))))
+    assert lines[2].endswith(" ids=" + ",".join(map(str, range(40, 80))))
+    digest = hashlib.blake2b(np.arange(40, 80, dtype="<i8").tobytes(), digest_size=8).hexdigest()
+    assert lines[1].endswith(f" ids_blake2b64={digest}")
+
+
+def test_the_id_log_is_bounded_refused_floods_cost_little_it_rotates_and_stops_at_its_budget(tmp_path):
+    # Prepare: a follower answering 1 id/s whose id logs may take 20 kB, rotated every 4 kB
+    path = str(tmp_path / "ids.log")
+    log = IdLog(path, budget_bytes=20_000, rotate_bytes=4_000)
+    limits = ServeLimits(max_rows=16, rows_per_s=1.0)
+    server = FollowerServer(_leader_model(1).bottom, _Table(2), 2, limits, log, clock=lambda: 0.0)
+    flood = np.full(8192, -(2**63) + 1, np.int64)  # the most ids a SERVE_IDS carries, the longest in text
+    server.bucket.tokens = 0.0  # (its clock stands still: no id is answered until the bucket is replaced)
+    # Execute: 100 refused requests of 8192 ids (over --max-rows, and over the rate); then answered ones until the
+    # budget is spent
+    refused = [server.answer(ServeIds(n, flood if n % 2 else flood[:16], 1000)) for n in range(100)]
+    server.bucket = TokenBucket(1e9, 1e9, clock=lambda: 0.0)
+    answered = 0
+    with pytest.raises(IdLogFull, match="--id-log-mb 0.02"):
+        while True:
+            server.answer(ServeIds(1000 + answered, np.arange(16), 1000))
+            answered += 1
+    log.close()
+    # Assert: the refused requests took ~100 bytes each (not 8192 ids' 160 kB); the logs stayed within the budget in
+    # files of at most 4 kB; the request that did not fit was neither logged nor answered
+    assert all(isinstance(r, ServeRefused) for r in refused)
+    files = sorted(tmp_path.glob("ids.log*"))
+    sizes = [f.stat().st_size for f in files]
+    assert len(files) > 3 and max(sizes) <= 4_000 and 20_000 - 200 < sum(sizes) <= 20_000
+    text = "".join(f.read_text() for f in files)
+    assert text.count("refused:") == 100 and text.count("answered") == answered == server.answered > 0
+    assert f"request={1000 + answered} " not in text
+    # a follower started again in the same place finds the budget spent
+    with pytest.raises(IdLogFull):
+        IdLog(path, budget_bytes=20_000, rotate_bytes=4_000).write(1, np.arange(16), "answered unknown=0")
 
 
 def test_token_bucket_never_lets_more_than_rate_times_time_plus_burst():

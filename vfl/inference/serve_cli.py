@@ -18,7 +18,7 @@ import threading
 def _arguments(role: str):
     from vfl.cli import command_name
     from vfl.inference.party_model import run_arguments
-    from vfl.inference.serve_follower import DEFAULT_ROWS_PER_S
+    from vfl.inference.serve_follower import DEFAULT_ID_LOG_MB, DEFAULT_ROWS_PER_S
 
     ap = run_arguments(
         f"{command_name(role)} serve",
@@ -39,6 +39,12 @@ def _arguments(role: str):
     else:
         ap.add_argument("--connect", default=None, help="the leader's endpoint (overrides network.connect)")
         ap.add_argument("--rows-per-s", type=float, default=DEFAULT_ROWS_PER_S, help="ids answered per second")
+        ap.add_argument(
+            "--id-log-mb",
+            type=float,
+            default=DEFAULT_ID_LOG_MB,
+            help="disk budget of the served-ids logs (MB); serving stops when they reach it",
+        )
     ap.add_argument("overrides", nargs="*", metavar="key.path=value", help="set any config key")
     return ap
 
@@ -79,7 +85,9 @@ def serve_main(argv: list[str] | None, role: str) -> int:
 def _follower_body(cfg, args, log, state: dict) -> None:
     from vfl.inference.serve_follower import ServeLimits, serve_follower
 
-    serve_follower(cfg, ServeLimits(args.max_rows, args.rows_per_s), args.checkpoint, log, state, args.engine)
+    serve_follower(
+        cfg, ServeLimits(args.max_rows, args.rows_per_s, args.id_log_mb), args.checkpoint, log, state, args.engine
+    )
 
 
 def _leader_body(cfg, args, log, state: dict) -> None:

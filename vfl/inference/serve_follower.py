@@ -6,13 +6,18 @@ checkpoint step and run fingerprint, cut width, limits), and then answers each S
 looked up by id in its own prepared table (every split of its shard). It never receives a score or a label.
 
 A leader could ask about any id it likes (an honest-but-curious one probing who is a customer here), so the
-follower logs every id it is asked about (`<output.dir>/<party>_served_ids.log`: time, request, rows, the ids,
-whether it answered) and rate-limits them: a token bucket of `--rows-per-s` ids per second with a burst of one
-second's worth; a request beyond it gets SERVE_REFUSED with the wait before the next one is answered.
+follower logs every id it answers (`<output.dir>/<party>_served_ids.log`: time, request, rows, the ids) before it
+answers, and rate-limits them: a token bucket of `--rows-per-s` ids per second with a burst of one second's worth; a
+request beyond it gets SERVE_REFUSED with the wait before the next one is answered. A refused request teaches the
+leader nothing about its ids, so its line holds their count and digest only (a leader flooding refused requests
+cannot fill the disk at wire speed). The log is bounded: it rotates every 100 MB, and when the logs reach
+`--id-log-mb` the follower stops serving rather than answer what it cannot log.
 """
 
 from __future__ import annotations
 
+import glob
+import hashlib
 import os
 import time
 from dataclasses import dataclass
@@ -22,6 +27,8 @@ import numpy as np
 from vfl.wire.serve_messages import MAX_SERVE_ROWS, ServeCut, ServeHello, ServeIds, ServeRefused, ServeWelcome
 
 DEFAULT_ROWS_PER_S = 100_000.0
+DEFAULT_ID_LOG_MB = 10_000.0  # the id logs' disk budget (1 MB = 10^6 bytes)
+ROTATE_BYTES = 100_000_000  # an id log file is renamed <name>.<N> (N = 1, 2, ...: oldest first) past this size
 STOPPED = "stopped serving"  # the end of the ABORT reason of a leader that stops on purpose (SIGTERM, Ctrl-C)
 
 
@@ -31,12 +38,19 @@ class ServeLimits:
 
     max_rows: int = 1024
     rows_per_s: float = DEFAULT_ROWS_PER_S
+    id_log_mb: float = DEFAULT_ID_LOG_MB
 
     def check(self) -> None:
         if not 1 <= self.max_rows <= MAX_SERVE_ROWS:
             raise ValueError(f"--max-rows must be in [1, {MAX_SERVE_ROWS}], got {self.max_rows}")
         if not self.rows_per_s > 0:
             raise ValueError(f"--rows-per-s must be > 0, got {self.rows_per_s}")
+        if not self.id_log_mb > 0:
+            raise ValueError(f"--id-log-mb must be > 0, got {self.id_log_mb}")
+
+    @property
+    def id_log_bytes(self) -> int:
+        return int(self.id_log_mb * 1e6)
 
 
 class TokenBucket:
@@ -57,18 +71,49 @@ class TokenBucket:
         return (n - self.tokens) / self.rate
 
 
-class IdLog:
-    """An append-only text log of every id a leader asked about, one line per request (flushed per line)."""
+class IdLogFull(OSError):
+    """The id logs reached their disk budget: the follower stops serving (it never answers what it cannot log)."""
 
-    def __init__(self, path: str):
+
+class IdLog:
+    """An append-only text log of the ids a leader asked about, one line per request (flushed per line): an answered
+    request's ids, a refused one's count and digest. `budget_bytes` bounds the log files together (those of earlier
+    runs in the same place included); past `rotate_bytes` the file is renamed `<path>.<N>` and a new one started."""
+
+    def __init__(self, path: str, budget_bytes: int, rotate_bytes: int = ROTATE_BYTES):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        self.path = path
+        self.path, self.budget, self.rotate_bytes = path, int(budget_bytes), int(rotate_bytes)
+        self.spent = sum(os.path.getsize(p) for p in [path, *self._rotated()] if os.path.exists(p))
         self._f = open(path, "a", buffering=1 << 16)
 
+    def _rotated(self) -> list[str]:
+        return [p for p in glob.glob(glob.escape(self.path) + ".*") if p.rsplit(".", 1)[1].isdigit()]
+
     def write(self, request: int, ids: np.ndarray, outcome: str) -> None:
+        """The line of a request about to be answered: every id (IdLogFull, and nothing written, past the budget)."""
+        self._line(f"request={request} rows={ids.size} {outcome} ids={','.join(map(str, ids.tolist()))}")
+
+    def refused(self, request: int, ids: np.ndarray, outcome: str) -> None:
+        """The line of a refused request: the count and the digest of its ids (BLAKE2b-64 of their int64 bytes)."""
+        digest = hashlib.blake2b(np.ascontiguousarray(ids, "<i8").tobytes(), digest_size=8).hexdigest()
+        self._line(f"request={request} rows={ids.size} {outcome} ids_blake2b64={digest}")
+
+    def _line(self, text: str) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + f".{int(time.time() * 1000) % 1000:03d}Z"
-        self._f.write(f"{stamp} request={request} rows={ids.size} {outcome} ids={','.join(map(str, ids.tolist()))}\n")
+        line = f"{stamp} {text}\n"
+        if self.spent + len(line) > self.budget:
+            raise IdLogFull(
+                f"the id logs ({self.path} and its rotated files) reached --id-log-mb {self.budget / 1e6:g}: "
+                f"serving stopped (move the logs away or raise --id-log-mb, then start it again)"
+            )
+        if self._f.tell() + len(line) > self.rotate_bytes and self._f.tell() > 0:
+            self._f.close()
+            numbers = [int(p.rsplit(".", 1)[1]) for p in self._rotated()]
+            os.rename(self.path, f"{self.path}.{max(numbers, default=0) + 1}")
+            self._f = open(self.path, "a", buffering=1 << 16)
+        self._f.write(line)
         self._f.flush()
+        self.spent += len(line)
 
     def close(self) -> None:
         self._f.close()
@@ -86,18 +131,18 @@ class FollowerServer:
         self.answered = self.refused = self.rows = 0
 
     def answer(self, msg: ServeIds) -> ServeCut | ServeRefused:
-        """The reply to one request (the ids are logged whatever the outcome)."""
+        """The reply to one request (logged whatever the outcome: the ids of an answered one, before it is answered)."""
         import torch
 
         if msg.rows > self.limits.max_rows:
-            self.id_log.write(msg.request, msg.ids, "refused:max_rows")
+            self.id_log.refused(msg.request, msg.ids, "refused:max_rows")
             self.refused += 1
             return ServeRefused(
                 msg.request, f"{msg.rows} ids exceed this follower's --max-rows {self.limits.max_rows}", 0
             )
         wait = self.bucket.take(msg.rows)
         if wait > 0:
-            self.id_log.write(msg.request, msg.ids, "refused:rate")
+            self.id_log.refused(msg.request, msg.ids, "refused:rate")
             self.refused += 1
             return ServeRefused(
                 msg.request,
@@ -105,12 +150,12 @@ class FollowerServer:
                 max(1, int(np.ceil(wait * 1000))),
             )
         rows = self.table.rows_of(msg.ids)
+        unknown = np.flatnonzero(rows < 0).astype(np.int64)
+        self.id_log.write(msg.request, msg.ids, f"answered unknown={unknown.size}")
         with torch.inference_mode():
             cut = self.bottom(*self.table.features(rows)).float().numpy()
-        unknown = np.flatnonzero(rows < 0).astype(np.int64)
         if unknown.size:
             cut[unknown] = 0.0  # nothing of a row this party does not hold
-        self.id_log.write(msg.request, msg.ids, f"answered unknown={unknown.size}")
         self.answered += 1
         self.rows += msg.rows
         return ServeCut(msg.request, np.ascontiguousarray(cut, np.float32), unknown)
@@ -140,7 +185,7 @@ def serve_follower(cfg, limits: ServeLimits, checkpoint: str | None, log, state:
     table = RowTable(shard)
     sample = table.features(np.arange(min(256, len(table))))
     bottom = fast_forward(bottom, ["dense", "dense_missing", "cat"], sample, engine, log)
-    id_log = state["id_log"] = IdLog(os.path.join(cfg.output.dir, f"{cfg.party}_served_ids.log"))
+    id_log = state["id_log"] = IdLog(os.path.join(cfg.output.dir, f"{cfg.party}_served_ids.log"), limits.id_log_bytes)
     server = FollowerServer(bottom, table, cfg.model.bottom.cut_dim, limits, id_log)
     channel = state["channel"] = FollowerChannel(
         cfg.network.connect,
@@ -168,7 +213,8 @@ def serve_follower(cfg, limits: ServeLimits, checkpoint: str | None, log, state:
     session.join(welcome.run)
     log(
         f"follower {cfg.party}: serving the leader (run {welcome.run}); at most {limits.max_rows} ids a request and "
-        f"{limits.rows_per_s:g} ids/s; every id asked about is logged to {id_log.path}"
+        f"{limits.rows_per_s:g} ids/s; every id answered is logged to {id_log.path} (--id-log-mb {limits.id_log_mb:g}, "
+        f"{id_log.spent / 1e6:.1f} MB used)"
     )
     try:
         session.serve({ServeIds: lambda msg: channel.post(server.answer(msg))}, done=lambda: False)
