@@ -1,5 +1,5 @@
-"""The Python API of batch prediction (re-exported by vfl/api.py): `Leader(...).predict(rows)`,
-`Follower(...).predict(rows)` and `simulate_predict(...)`, on the same code as `python -m leader|follower predict`.
+"""Batch prediction in this process, for the Python API (vfl/api.py: `Leader(...).predict(rows)`,
+`Follower(...).predict(rows)`, `simulate_predict(...)`), on the same code as `python -m leader|follower predict`.
 
     from vfl.api import simulate, simulate_predict
     simulate("leader.yaml", ["follower.yaml"], data="runs/nb/shards", out="runs/nb")
@@ -14,9 +14,6 @@ file (a DataFrame is written to OUT/tables/new_<party>.parquet, or .tsv for a Cr
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -74,74 +71,3 @@ def predict_in_process(config, role: str, rows: Any, run: str | None, checkpoint
 
         return pd.read_parquet(os.path.join(out_dir, "predictions.parquet"))
     return state.get("summary", {})
-
-
-def simulate_predict(
-    leader,
-    followers: list,
-    rows: dict[str, Any],
-    *,
-    run: str,
-    data: str | None = None,
-    out: str | None = None,
-    keys: str | None = None,
-    overrides: dict[str, Any] | None = None,
-    timeout_s: float = 3600,
-):
-    """Predict with a local run's parties as processes over tcp on 127.0.0.1 (`python -m leader|follower predict`).
-
-    run: the training run's output directory (its checkpoints/, and keys/ when simulate() made them); rows:
-    {party: its new rows, a file or a DataFrame}, one per party; data: the prepared dataset (each party's transforms
-    in data/<party>), else run/shards/<party> when simulate() prepared tables there, else each config's data.path;
-    out: where the predictions go (default run/predict). Returns the leader's predictions (a DataFrame); raises
-    RuntimeError naming the party that failed."""
-    import json
-
-    import pandas as pd
-
-    from vfl.api import _config, _party_name, _stop, _yaml_path
-    from vfl.config.schema import ConfigError
-    from vfl.ports import free_port
-
-    run = os.path.abspath(run)
-    out = os.path.abspath(out or os.path.join(run, "predict"))
-    os.makedirs(out, exist_ok=True)
-    keys = keys or os.path.join(run, "keys")
-    names = [_party_name(leader)] + [_party_name(f) for f in followers]
-    missing = sorted(set(names) - set(rows))
-    if missing or set(rows) - set(names):
-        raise ConfigError(
-            f"rows must name every party {names} once; missing {missing}, unknown {sorted(set(rows) - set(names))}"
-        )
-    configs = [_yaml_path(c, out, n) for c, n in zip([leader, *followers], names)]
-    endpoint = f"tcp://127.0.0.1:{free_port()}"
-    pairs = [f"{k}={json.dumps(v)}" for k, v in (overrides or {}).items()]
-    procs: dict[str, subprocess.Popen] = {}
-    try:
-        for i, (name, path) in enumerate(zip(names, configs)):
-            shard = os.path.join(data, name) if data else os.path.join(run, "shards", name)
-            if not os.path.isdir(shard):
-                shard = _config(path, overrides, keys, None, None).data.path
-            cmd = [sys.executable, "-m", "leader" if i == 0 else "follower", "predict", "--config", path]
-            cmd += ["--rows", rows_file(rows[name], shard, out, name), "--run", run, "--out", out, "--keys", keys]
-            cmd += ["--data", shard, "--bind" if i == 0 else "--connect", endpoint, "-q", *pairs]
-            if i:
-                cmd += [f"network.leader_key_file={os.path.join(keys, names[0] + '.key')}"]
-            with open(os.path.join(out, f"{name}.predict.stderr"), "w") as err_file:
-                procs[name] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_file, start_new_session=True)
-        deadline = time.monotonic() + timeout_s
-        while any(p.poll() is None for p in procs.values()):
-            if any(p.poll() not in (None, 0) for p in procs.values()) or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        failed = [n for n, p in procs.items() if p.poll() not in (None, 0)]
-        if failed or any(p.poll() is None for p in procs.values()):
-            name = failed[0] if failed else names[0]
-            _stop(procs)
-            with open(os.path.join(out, f"{name}.predict.stderr")) as f:
-                err = f.read()
-            why = f"exited with status {procs[name].returncode}" if failed else f"did not finish in {timeout_s} s"
-            raise RuntimeError(f"{name} predict {why}: {' '.join(err.strip().splitlines()[-3:])}")
-    finally:
-        _stop(procs)
-    return pd.read_parquet(os.path.join(out, "predictions.parquet"))
