@@ -15,6 +15,7 @@ import math
 import numpy as np
 import pytest
 
+from privacy.label.keyed_random import keyed_uniforms
 from privacy.label.noisy_metrics import noisy_regression_metrics
 from privacy.label.regression_mechanisms import (
     channel_eps,
@@ -182,6 +183,44 @@ def test_dp_histogram_is_exact_at_eps_inf_and_its_noise_has_the_geometric_varian
     var = 2 * a / (1 - a) ** 2
     assert abs(noise.mean()) < Z * math.sqrt(var / noise.size)
     assert abs(noise.var() - var) < Z * math.sqrt((np.mean(noise.astype(float) ** 4) - var**2) / noise.size)
+
+
+def _moved_label_event(histogram, n: int = 4000, eps: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """1[noisy count of grid point 3 above its count without the moved label, and of grid point 12 at most its count]
+    over n draws of `histogram` on neighbouring label sets: D (one label at grid point 3) and D' (moved to 12)."""
+    grid = grid_values(0, 40, 16)
+    base = np.repeat(grid, 10)
+    d, d2 = np.append(base, grid[3]), np.append(base, grid[12])
+    c3, c12 = 10, 10  # counts of grid points 3 and 12 without the moved label
+    key = bytes(range(32))
+    out = []
+    for labels in (d, d2):
+        counts = np.array([histogram(labels, 0, 40, 16, eps, key, f"prior-{i}")[1][[3, 12]] for i in range(n)])
+        out.append(((counts[:, 0] > c3) & (counts[:, 1] <= c12)).astype(np.int64))
+    return out[0], out[1]
+
+
+def test_the_dp_histogram_prior_passes_the_empirical_dp_check_and_planted_leaks_fail():
+    """On the event {count 3 moved up, count 12 not}, the ratio of the two label sets' probabilities is exactly e^eps
+    for geometric noise at sensitivity 2 (alpha = e^(-eps/2) per count, each factor e^(eps/2)): the check is tight.
+    An exact histogram (no noise) or noise for sensitivity 1 (e^(2 eps) there) fails it. False failure <= 4e-8."""
+    # Prepare
+    from privacy.label.regression_draws import dp_histogram_once
+
+    def sensitivity_one(labels, lo, hi, bins, eps, key, release):  # the planted leak: half the noise it needs
+        u = [keyed_uniforms(key, release, p, np.arange(bins)) for p in ("regression/prior-a", "regression/prior-b")]
+        return None, label_histogram(labels, lo, hi, bins) + geometric_noise(eps, 1, *u)
+
+    def exact(labels, lo, hi, bins, eps, key, release):
+        return None, label_histogram(labels, lo, hi, bins)
+
+    # Execute
+    keyed = _moved_label_event(dp_histogram_once)
+    leaks = [_moved_label_event(leak) for leak in (sensitivity_one, exact)]
+    # Assert
+    assert dp_histogram_violations(*keyed, 1.0, 2) == []
+    for leak in leaks:
+        assert dp_histogram_violations(*leak, 1.0, 2) != []
 
 
 def test_a_prior_file_is_read_at_the_grid_and_a_bad_line_is_named(tmp_path):
