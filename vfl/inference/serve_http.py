@@ -19,6 +19,8 @@ keep-alive (one thread per client connection) needs no dependency and no code of
 from __future__ import annotations
 
 import json
+import sys
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -28,11 +30,19 @@ from vfl.inference.serve_leader import ServeError
 
 MAX_BODY_BYTES = 1 << 20
 MAX_DEADLINE_MS = 60_000
+MAX_CONNECTIONS = 64  # client connections served at once (a thread each); one more gets 503 and is closed
 _INT64 = (-(2**63), 2**63 - 1)
 
 
 def parse_request(body: bytes, max_rows: int, default_deadline_ms: int) -> tuple[list, np.ndarray, int]:
     """(the ids as given, their int64 ids, deadline_ms) of a /score body; ServeError(400 or 413) naming the problem."""
+    try:
+        return _parse(body, max_rows, default_deadline_ms)
+    except RecursionError:
+        raise ServeError(400, "the body nests JSON arrays or objects too deeply") from None
+
+
+def _parse(body: bytes, max_rows: int, default_deadline_ms: int) -> tuple[list, np.ndarray, int]:
     from vfl.data.ids import ids64
 
     try:
@@ -66,10 +76,52 @@ class ScoreHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128  # the listen backlog: many clients connecting at once are not made to retry (1 s)
 
-    def __init__(self, address: tuple[str, int], worker, max_rows: int, deadline_ms: int, step: int, log=None):
+    def __init__(
+        self,
+        address: tuple[str, int],
+        worker,
+        max_rows: int,
+        deadline_ms: int,
+        step: int,
+        log=None,
+        max_connections: int = MAX_CONNECTIONS,
+    ):
         self.worker, self.max_rows, self.deadline_ms, self.step = worker, max_rows, deadline_ms, step
-        self.log = log
+        self.log, self.max_connections = log, max_connections
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self.busy_refused = self.disconnects = 0
+        busy = json.dumps({"error": f"too many client connections (at most {max_connections}); retry later"})
+        self._busy = (
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            f"Content-Length: {len(busy)}\r\n\r\n{busy}"
+        ).encode()
         super().__init__(address, ScoreHandler)
+
+    def process_request(self, request, client_address) -> None:
+        """Serve the connection in a thread of its own, unless max_connections are served already: then 503."""
+        if not self._slots.acquire(blocking=False):
+            self.busy_refused += 1
+            try:
+                request.sendall(self._busy)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request, client_address) -> None:
+        """One line in the leader's log (a client that went away is only counted), never a traceback on stderr."""
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):
+            self.disconnects += 1
+        elif self.log is not None:
+            self.log.warning(f"leader: HTTP client {client_address[0]}: {type(error).__name__}: {error}")
 
 
 class ScoreHandler(BaseHTTPRequestHandler):

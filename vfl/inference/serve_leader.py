@@ -28,6 +28,8 @@ import numpy as np
 
 from vfl.wire.serve_messages import ServeCut, ServeIds, ServeRefused
 
+MAX_QUEUED = 256  # requests waiting for the scorer; one more gets 503 at once
+
 
 class ServeError(RuntimeError):
     """A request that gets no scores: `status` is the HTTP status it maps to, the text one line."""
@@ -63,6 +65,7 @@ class ScoringWorker:
         self.max_rows = int(max_rows)
         self.keepalive_every = float(channel.timeout_s) / 4
         self.queue: queue.Queue[ScoreRequest | None] = queue.Queue()
+        self.max_queued = MAX_QUEUED
         self.down: dict[str, str] = {}  # follower -> why it is down
         self.late: dict[str, int] = {}  # follower -> request number of an answer still on its way
         self.request_no = 0
@@ -83,6 +86,8 @@ class ScoringWorker:
         req = ScoreRequest(np.asarray(ids, np.int64), time.monotonic() + deadline_s)
         if self.failed is not None:
             req.future.set_exception(ServeError(503, f"the scorer stopped: {self.failed}"))
+        elif self.queue.qsize() >= self.max_queued:
+            req.future.set_exception(ServeError(503, f"the scorer's queue is full ({self.max_queued} requests)"))
         else:
             self.queue.put(req)
         return req.future

@@ -1,0 +1,117 @@
+"""The leader's HTTP endpoint on 127.0.0.1 with a stand-in scorer: bounded (connections, queue, nesting), quiet
+when a client goes away."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import time
+from concurrent.futures import Future
+
+import numpy as np
+import pytest
+
+from vfl.inference.serve_http import ScoreHTTPServer
+from vfl.inference.serve_leader import Scored
+
+
+class _Scorer:
+    """Scores every id 0.5 at once."""
+
+    followers, down, failed, batches, rows = ["f"], {}, None, 0, 0
+
+    def submit(self, ids, deadline_s):
+        future = Future()
+        future.set_result(Scored([0.5] * len(ids), {}))
+        return future
+
+
+class _Lines:
+    def __init__(self):
+        self.lines = []
+
+    def warning(self, line):
+        self.lines.append(line)
+
+
+@pytest.fixture
+def server():
+    srv = ScoreHTTPServer(("127.0.0.1", 0), _Scorer(), 16, 1000, 7, _Lines(), max_connections=2)
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def _post(port: int, body: bytes, headers: dict | None = None) -> tuple[int, dict]:
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("POST", "/score", body=body, headers={"Content-Type": "application/json", **(headers or {})})
+    r = c.getresponse()
+    status, doc = r.status, json.loads(r.read())
+    c.close()
+    return status, doc
+
+
+def test_deeply_nested_json_gets_400_with_the_reason(server):
+    # Prepare: arrays nested 100,000 deep, well inside the 1 MiB body limit
+    body = b'{"ids": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    # Execute
+    status, doc = _post(server.server_address[1], body)
+    # Assert: an answer, not a dropped connection
+    assert status == 400 and "too deeply" in doc["error"]
+
+
+def test_connections_beyond_the_bound_get_503_and_a_freed_slot_serves_again(server):
+    port = server.server_address[1]
+    # Prepare: two clients connected and silent (the bound is 2)
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+    deadline = time.monotonic() + 10
+    while server._slots._value and time.monotonic() < deadline:  # until the server has taken both
+        time.sleep(0.01)
+    # Execute: a third client; then one silent client leaves and a fourth comes
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:  # answered before it sends a byte
+        third = s.makefile("rb").read().decode()
+    idle.pop().close()
+    while not server._slots._value and time.monotonic() < deadline:
+        time.sleep(0.01)
+    fourth = _post(port, json.dumps({"ids": [1]}).encode())
+    for s in idle:
+        s.close()
+    # Assert: 503 naming the bound, then scores again
+    assert third.startswith("HTTP/1.1 503 ") and "at most 2" in json.loads(third.split("\r\n\r\n")[1])["error"]
+    assert server.busy_refused == 1
+    assert fourth == (200, {**fourth[1], "scores": [0.5]})
+
+
+def test_a_client_that_went_away_is_counted_and_another_error_is_one_line(server):
+    # Prepare / Execute: the server's error hook inside a client's broken pipe, then inside another error
+    try:
+        raise BrokenPipeError(32, "Broken pipe")
+    except BrokenPipeError:
+        server.handle_error(None, ("127.0.0.1", 5555))
+    try:
+        raise ValueError("odd")
+    except ValueError:
+        server.handle_error(None, ("127.0.0.1", 5555))
+    # Assert: the disconnect only counted, the other error one line in the leader's log
+    assert server.disconnects == 1
+    assert server.log.lines == ["leader: HTTP client 127.0.0.1: ValueError: odd"]
+
+
+def test_the_scorers_queue_is_bounded():
+    from tests.test_serve_units import _leader_model, _RecordingChannel, _Table
+    from vfl.inference.serve_leader import ScoringWorker, ServeError
+
+    # Prepare: a scorer not yet running, whose queue holds at most 2 requests
+    worker = ScoringWorker(_RecordingChannel(), ["f"], {"f": 3}, _leader_model(1), _Table(1), None, 64)
+    worker.max_queued = 2
+    # Execute
+    futures = [worker.submit(np.array([1]), 5.0) for _ in range(3)]
+    # Assert: the third is refused at once, 503
+    assert not futures[0].done() and not futures[1].done()
+    with pytest.raises(ServeError, match="queue is full") as e:
+        futures[2].result(timeout=0)
+    assert e.value.status == 503
