@@ -65,8 +65,8 @@ def test_every_builtin_bottom_maps_a_batch_of_the_schema_to_its_cut_with_sparse_
 @pytest.mark.parametrize("options", [{}, {"low_rank": 3, "structure": "stacked"}, {"fm_numeric": False}])
 def test_the_torch_free_parameter_count_of_preflight_is_the_built_models(name, options):
     # Prepare
-    from vfl.models.param_count import bottom_parameters
     from vfl.models.options import BOTTOM_OPTIONS
+    from vfl.models.param_count import bottom_parameters
 
     options = {k: v for k, v in options.items() if k in BOTTOM_OPTIONS[name].model_fields}
     cfg = BottomConfig.model_validate({**SIZES, "name": name, "options": options})
@@ -198,6 +198,33 @@ def test_resuming_with_another_model_is_refused_in_one_line():
     check_model_spec(None, other, "bottom of leader")
     with pytest.raises(ModelError, match=r"trained as .*deepfm.*, but this config builds .*dcn_v2"):
         check_model_spec(saved, other, "bottom of leader")
+
+
+def test_a_party_resumed_with_another_bottom_is_refused_before_any_weight_is_loaded(tmp_path, shards_small):
+    # Prepare: a deepfm party's checkpoint state, and the same party configured with dcn_v2
+    import torch as _torch
+
+    from tests.procs import party_configs
+    from vfl.config.schema import load_config
+    from vfl.data.shards import PartyShard
+    from vfl.training.party import BottomParty
+
+    def party(bottom: dict) -> BottomParty:
+        cfg = load_config(
+            party_configs(str(tmp_path / bottom["name"]), str(shards_small), model={"bottom": bottom})["follower0"]
+        )
+        return BottomParty(cfg, PartyShard(cfg.data.path), _torch.device("cpu"))
+
+    saved = party({"name": "deepfm", "embedding_dim": 4, "hidden": [8]}).state()
+    other = party({"name": "dcn_v2", "embedding_dim": 4, "hidden": [8]})
+    before = {k: v.clone() for k, v in other.model.state_dict().items()}
+    # Execute / Assert: one line naming both models; the weights are untouched
+    with pytest.raises(ModelError, match=r"bottom of follower0 was trained as .*deepfm.*this config builds .*dcn_v2"):
+        other.load_state(saved)
+    assert all(_torch.equal(v, other.model.state_dict()[k]) for k, v in before.items())
+    assert saved["model_spec"] == model_spec(
+        BottomConfig.model_validate({"name": "deepfm", "embedding_dim": 4, "hidden": [8]})
+    )
 
 
 def _follower(bottom: dict | None = None) -> dict:
