@@ -91,7 +91,9 @@ def _start(procs: Procs, name: str, role: str, cfg: str, log: str, *extra: str) 
 
 def _post(port: int, doc: dict, timeout: float = 10.0) -> tuple[int, dict, float]:
     t0 = time.perf_counter()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/score", json.dumps(doc).encode(), method="POST")
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/score", json.dumps(doc).encode(), {"Content-Type": "application/json"}, method="POST"
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             status, body = r.status, r.read()

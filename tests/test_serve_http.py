@@ -115,3 +115,23 @@ def test_the_scorers_queue_is_bounded():
     with pytest.raises(ServeError, match="queue is full") as e:
         futures[2].result(timeout=0)
     assert e.value.status == 503
+
+
+@pytest.mark.parametrize(
+    "headers, status, words",
+    [
+        ({"Content-Type": "text/plain"}, 415, "Content-Type must be application/json"),
+        ({"Host": "scores.attacker.example:{port}"}, 403, "Host header 'scores.attacker.example"),
+        ({"Origin": "http://attacker.example"}, 403, "Origin 'http://attacker.example'"),
+        ({"Host": "localhost:{port}", "Origin": "http://localhost:{port}"}, 200, None),
+    ],
+)
+def test_a_request_a_web_page_could_send_is_refused(server, headers, status, words):
+    # Prepare: the headers of a cross-site form post (text/plain) or of a DNS-rebinding page (its own host name)
+    port = server.server_address[1]
+    headers = {k: v.format(port=port) for k, v in headers.items()}
+    # Execute
+    got, doc = _post(port, json.dumps({"ids": [1]}).encode(), headers)
+    # Assert: refused with the reason; a request to the loopback name is scored
+    assert got == status, doc
+    assert (words in doc["error"]) if words else doc["scores"] == [0.5]

@@ -1,11 +1,15 @@
 """The leader's local HTTP JSON endpoint for online scoring (Python's http.server, 127.0.0.1 by default).
 
-    POST /score  {"ids": [17, "cust-000042", ...], "deadline_ms": 200}
+    POST /score  {"ids": [17, "cust-000042", ...], "deadline_ms": 200}   (Content-Type: application/json)
       200 {"scores": [0.12, null, ...], "missing": [{"index": 1, "id": "cust-000042", "reason": "unknown to shop"}],
            "step": 1600, "ms": 1.9}
-      400 bad request, 413 too many ids, 429 a follower's rate limit (retry_ms), 503 a follower is down,
-      504 the deadline passed; every error is {"error": "<one line>"}.
-    GET /health  {"status": "ok" | "degraded", "followers": {"shop": "up"}, "step": 1600, "batches": .., "rows": ..}
+      400 bad request, 413 too many ids, 415 not JSON, 429 a follower's rate limit (retry_ms), 503 a follower is
+      down, 504 the deadline passed; every error is {"error": "<one line>"}.
+    A request whose Host (or Origin) is not the endpoint's own address or a loopback name gets 403: a web page that
+    the leader's browser opens can neither post a form to it (text/plain is refused; application/json from another
+    origin needs a CORS preflight, which this endpoint does not answer) nor reach it under a rebound DNS name.
+    GET /health  {"status": "ok" | "degraded" | "stopped", "scorer": "running", "followers": {"shop": "up"},
+                  "step": 1600, "batches": .., "rows": ..}
 
 An id is what the party files' id column holds: an integer, or any text (hashed as vfl/data/ids.py does). A score is
 a probability (binary), K class probabilities (multiclass) or the value in the label's units (regression).
@@ -19,6 +23,7 @@ keep-alive (one thread per client connection) needs no dependency and no code of
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import threading
 import time
@@ -70,6 +75,15 @@ def _parse(body: bytes, max_rows: int, default_deadline_ms: int) -> tuple[list, 
     return given, ids64([str(i) for i in given]), deadline
 
 
+def endpoint_names(host: str, port: int) -> set[str]:
+    """The Host headers this endpoint answers (lower case): its own address and the loopback names, with its port.
+    Any other (a DNS-rebinding page's own name) is refused; a wildcard address adds this machine's names."""
+    names = {"127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in host else host}
+    if host in ("", "0.0.0.0", "::"):
+        names |= {socket.gethostname(), socket.getfqdn()}
+    return {f"{n}:{port}".lower() for n in names}
+
+
 class ScoreHTTPServer(ThreadingHTTPServer):
     """The HTTP server; its handler reads `worker`, `max_rows`, `deadline_ms`, `step` and `log` from here."""
 
@@ -96,6 +110,7 @@ class ScoreHTTPServer(ThreadingHTTPServer):
             f"Content-Length: {len(busy)}\r\n\r\n{busy}"
         ).encode()
         super().__init__(address, ScoreHandler)
+        self.hosts = endpoint_names(address[0], self.server_address[1])
 
     def process_request(self, request, client_address) -> None:
         """Serve the connection in a thread of its own, unless max_connections are served already: then 503."""
@@ -130,10 +145,30 @@ class ScoreHandler(BaseHTTPRequestHandler):
     timeout = 60  # seconds a client's connection may stay silent (mid-request or idle between requests)
     server: ScoreHTTPServer
 
+    def _foreign(self) -> bool:
+        """Refuse (403) a request whose Host or Origin is not this endpoint's own address: a web page the leader's
+        browser opened (cross-site, or a DNS-rebinding name) must not read or request scores."""
+        host = (self.headers.get("Host") or "").lower()
+        origin = self.headers.get("Origin")
+        if host not in self.server.hosts:
+            why = f"the Host header {host[:80]!r} is not this endpoint's address"
+        elif origin is not None and origin.lower().removeprefix("http://") not in self.server.hosts:
+            why = f"the Origin {origin[:80]!r} is not this endpoint's address"
+        else:
+            return False
+        self.close_connection = True
+        self._reply(403, {"error": f"{why} ({', '.join(sorted(self.server.hosts))}): refused"})
+        return True
+
     def do_POST(self) -> None:
         t0 = time.perf_counter()
+        if self._foreign():
+            return None
         if self.path.split("?")[0] != "/score":
             return self._reply(404, {"error": f"no such endpoint {self.path[:80]!r}: POST /score, GET /health"})
+        if self.headers.get_content_type() != "application/json":
+            self.close_connection = True
+            return self._reply(415, {"error": "Content-Type must be application/json"})
         try:
             length = int(self.headers.get("Content-Length") or -1)
         except ValueError:
@@ -161,6 +196,8 @@ class ScoreHandler(BaseHTTPRequestHandler):
         self._reply(200, {"scores": result.scores, "missing": missing, "step": self.server.step, "ms": ms})
 
     def do_GET(self) -> None:
+        if self._foreign():
+            return None
         if self.path.split("?")[0] != "/health":
             return self._reply(404, {"error": f"no such endpoint {self.path[:80]!r}: POST /score, GET /health"})
         w = self.server.worker
