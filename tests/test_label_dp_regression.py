@@ -287,6 +287,20 @@ def test_the_dp_histogram_prior_is_charged_beside_the_randomizer_and_shared_acro
     assert bins.valid_noise_var is None and unbiased.valid_noise_var > 0
 
 
+def test_an_eps_split_outside_the_label_eps_domain_is_refused_before_anything_is_charged(tmp_path):
+    # Prepare: eps 0.01 with 0.95 of it on the prior leaves the randomizer 0.0005, under the domain's 0.001
+    from vfl.config.label_dp_rules import PRIOR_EPS_FRACTION
+
+    cfg = LabelDPConfig(eps=0.01, mechanism="rr_on_bins", clip=(0.0, 40.0), prior_eps_fraction=0.95)
+    # Execute
+    with pytest.raises(ValueError) as e:
+        training_labels(*_labels()[:2], LabelDPRelease.from_config(cfg, Task("regression")), _key(tmp_path), None)
+    # Assert: one line naming both shares; the ledger never written; the rule's default is the config's
+    assert "\n" not in str(e.value) and "prior eps 0.0095 and the randomizer eps 0.0005" in str(e.value)
+    assert not (tmp_path / "store" / "ledger.json").exists()
+    assert PRIOR_EPS_FRACTION == LabelDPConfig.model_fields["prior_eps_fraction"].default
+
+
 def test_the_registry_serves_every_task_and_agrees_with_the_config_domain():
     # Assert: every (task, mechanism) the config accepts has a registry entry, and nothing else
     accepted = {(kind, m) for kind, ms in LABEL_DP_MECHANISMS.items() for m in ms}
@@ -308,6 +322,12 @@ def test_the_registry_serves_every_task_and_agrees_with_the_config_domain():
         ("regression", {"eps": 1.0, "mechanism": "laplace", "clip": [0, math.inf]}, "finite numbers lo < hi"),
         ("regression", {"eps": 1.0, "mechanism": "rr_on_bins", "clip": [0, 1], "prior": "nope.csv"}, "neither"),
         ("binary", {"eps": 1.0, "clip": [0, 1]}, "privacy.label_dp.clip applies to train.task: regression only"),
+        (
+            "regression",
+            {"eps": 0.01, "mechanism": "rr_on_bins", "clip": [0, 1], "prior_eps_fraction": 0.95},
+            "prior eps 0.0095 and the randomizer eps 0.0005; each must be in [0.001, 50]",
+        ),
+        ("regression", {"eps": 0.005, "mechanism": "unbiased", "clip": [0, 1]}, "prior eps 0.0005 and the randomizer"),
     ],
 )
 def test_a_wrong_label_dp_combination_is_a_one_line_config_error(task, label_dp, message):

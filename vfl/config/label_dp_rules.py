@@ -4,8 +4,11 @@ document, so every problem is reported with the others, each in one line naming 
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
+
+from privacy.domains import LABEL_EPS_DOMAIN, label_eps_error, yaml12_number
 
 
 def _real(value: Any) -> bool:
@@ -13,6 +16,7 @@ def _real(value: Any) -> bool:
 
 
 REGRESSION_LABEL_DP = ("laplace", "rr_on_bins", "unbiased")
+PRIOR_EPS_FRACTION = 0.1  # privacy.label_dp.prior_eps_fraction's default (vfl/config/schema.py)
 CLASS_LABEL_DP = ("rr", "rr_prior")
 
 
@@ -24,6 +28,22 @@ def regression_label_dp_default(doc: dict) -> None:
     task = train.get("task") if isinstance(train, dict) else None
     if doc.get("role") == "leader" and task == "regression" and isinstance(ld, dict):
         ld.setdefault("mechanism", "rr_on_bins")
+
+
+def eps_split_problem(eps: Any, fraction: Any) -> str | None:
+    """None when eps x fraction (the DP histogram's share) and eps x (1 - fraction) (the randomizer's) are both
+    label-DP eps values, else the one-line error naming both; None for values other rules refuse (not numbers)."""
+    eps, fraction = yaml12_number(eps), yaml12_number(fraction)
+    if not (_real(eps) and _real(fraction)) or label_eps_error("eps", eps) or not 0 < fraction < 1:
+        return None
+    prior, rest = eps * fraction, eps * (1.0 - fraction)
+    if math.isinf(eps) or not (label_eps_error("eps", prior) or label_eps_error("eps", rest)):
+        return None
+    return (
+        f"privacy.label_dp.eps {eps:g} with prior_eps_fraction {fraction:g} gives the DP-histogram prior eps "
+        f"{prior:.4g} and the randomizer eps {rest:.4g}; each must be {LABEL_EPS_DOMAIN} (raise eps, or move "
+        "prior_eps_fraction towards 0.5)"
+    )
 
 
 def label_dp_task_problems(ld: dict, task: str, schema: Any) -> list[str]:
@@ -76,4 +96,7 @@ def label_dp_task_problems(ld: dict, task: str, schema: Any) -> list[str]:
         )
     if "prior_eps_fraction" in ld and prior != "dp_histogram":
         errors.append("privacy.label_dp.prior_eps_fraction applies to prior: dp_histogram only")
+    if mech != "laplace" and prior == "dp_histogram":
+        split = eps_split_problem(ld.get("eps"), ld.get("prior_eps_fraction", PRIOR_EPS_FRACTION))
+        errors.extend([split] if split else [])
     return errors

@@ -29,6 +29,7 @@ from privacy.label.regression_mechanisms import (
     unbiased_design,
 )
 from privacy.label.regression_prior import file_digest, file_prior, uniform_prior
+from vfl.config.label_dp_rules import eps_split_problem
 
 PRIOR_RELEASE = "dp_histogram_prior"  # the ledger's name of the prior's release
 
@@ -54,7 +55,12 @@ class RegressionSpec:
         lo, hi = float(clip[0]), float(clip[1])
         if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
             raise ValueError(f"privacy.label_dp.clip must be [lo, hi] with finite lo < hi, got {list(clip)}")
-        return cls((lo, hi), int(label_dp.bins), str(label_dp.prior), float(label_dp.prior_eps_fraction))
+        spec = cls((lo, hi), int(label_dp.bins), str(label_dp.prior), float(label_dp.prior_eps_fraction))
+        if label_dp.mechanism != "laplace" and spec.prior == "dp_histogram":  # refused before anything is charged
+            split = eps_split_problem(float(label_dp.eps), spec.prior_eps_fraction)
+            if split:
+                raise ValueError(split)
+        return spec
 
     def split(self, mechanism: str, eps: float) -> tuple[float, float]:
         """(eps of the prior's release, eps of the randomizer's): 0 for a prior that costs nothing."""
