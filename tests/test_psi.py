@@ -205,6 +205,7 @@ def test_follower_refuses_a_leader_that_names_an_id_outside_the_intersection(tmp
             "follower0", "PSI", {"op": "leader", "start": 0, "stop": 10}, [as_wire(mask_ids(np.arange(1000, 1010), a))]
         )
         leader.recv("follower0", "PSI")
+        leader.send("follower0", "PSI", {"op": "ticket"}, [np.zeros((1, 4), np.int64)])
         # Execute: no id is shared, yet the leader names position 3
         leader.send("follower0", "PSI", {"op": "result", "start": 0, "stop": 1, "total": 1}, [np.array([3], np.int64)])
         leader.send("follower0", "PSI", {"op": "done", "size": 1})

@@ -18,6 +18,7 @@ from vfl.align.psi.protocol import (
     checked_range,
     chunks,
     declared_size,
+    distinct,
     expect_op,
     load_agreement,
     padded_size,
@@ -36,13 +37,6 @@ def peer_limit(own: int, max_peer_ids: int | None) -> int:
     declared id costs the leader 32 bytes and an exponentiation, and lets a malicious follower test one id of
     its choice for membership in the leader's set, so the leader bounds it."""
     return min(MAX_IDS, max_peer_ids if max_peer_ids is not None else max(16 * own, 1 << 20))
-
-
-def _distinct(points: np.ndarray, what: str) -> None:
-    """Refuse repeated points: each stands for one id, and a repeat would match several rows to one."""
-    rows = np.ascontiguousarray(points, dtype=np.uint8).reshape(-1, 32)
-    if np.unique(rows.view(np.dtype((np.void, 32))).ravel()).size != rows.shape[0]:
-        raise PSIError(f"{what} holds repeated points (one id each is the protocol)")
 
 
 def leader_psi(
@@ -185,8 +179,8 @@ class _LeaderPSI:
             x_ab[start:stop] = points_of(msg, f)
             self.keepalive(f)
             progress.add(stop - start)
-        _distinct(y_ab, f"PSI mask values of {f}")
-        _distinct(x_ab, f"PSI leader replies of {f}")
+        distinct(y_ab, f"PSI mask values of {f}")
+        distinct(x_ab, f"PSI leader replies of {f}")
         theirs = point_set(y_ab)
         raw = x_ab.tobytes()
         rows, pos = [], []

@@ -14,8 +14,13 @@ Leader L (ids X, fresh secret a per follower) and follower F (ids Y, secret b), 
       L -> F  PSI result {start, stop, total} + positions (in F's shuffled order) of the final intersection
       L -> F  PSI done {size}
 
-F checks that every position L names is a match by its own computation (H(y)^ab among the H(x)^ab it
-made), so L cannot make F train on an id outside the intersection. L compares the H(y)^ab it computed with
+F takes L's steps in exactly this order, each chunk once (a repeated mask request would show which slots are padding,
+fresh each time; a double after L's chunks would replace values L committed to with ones it made to match), refuses
+repeated H(y)^ab (a copy of a matching value would match a second id), and checks that every position L names is a
+match by its own computation (H(y)^ab among the H(x)^ab it made). Without a proof that every double is its input
+raised to one a, L can still raise some of F's values to a second exponent a' and send H(x)^a' for ids x it holds
+among its own rows: a slot y_i then matches when another slot holds such an x, so F accepts an id L does not hold
+(the mirror of the gap below; the same batched DLEQ proof, by L, would close it). L compares the H(y)^ab it computed with
 the (H(x)^a)^b that F returns, which F alone computes: a malicious F can return a copy of some H(y_j)^ab for
 leader row i and claim a match that is not there (a hostile review; before this suite too). That poisons the
 alignment (row x_i trained against y_j), and with several followers a follower claiming every row learns how many
@@ -199,6 +204,13 @@ def masked(ids: np.ndarray, real: np.ndarray, exponent: bytes) -> np.ndarray:
     return raise_to(points, exponent)
 
 
+def distinct(points: np.ndarray, what: str) -> None:
+    """Refuse repeated points: each stands for one id, and a repeat would match several rows to one."""
+    rows = np.ascontiguousarray(points, dtype=np.uint8).reshape(-1, 32)
+    if np.unique(rows.view(np.dtype((np.void, 32))).ravel()).size != rows.shape[0]:
+        raise PSIError(f"{what} holds repeated points (one id each is the protocol)")
+
+
 def check_ids(ids: np.ndarray, who: str) -> np.ndarray:
     try:
         sodium()
@@ -301,36 +313,48 @@ def _reused_positions(ch, n: int) -> np.ndarray:
 
 
 class _FollowerPSI:
-    """F's side: answers the leader's PSI steps by op (a table of handlers) until DONE, then checks every position
-    the leader names against the intersection this party computed itself."""
+    """F's side as a strict state machine: the leader's steps in the protocol's exact order, each chunk once (the
+    mask request and its double for each chunk of F's set, then the leader chunks of L's set, then one ticket, the
+    result chunks and DONE); anything else is refused in one line. Then every position the leader names is checked
+    against the intersection this party computed itself."""
 
     def __init__(self, ch, y: np.ndarray, real: np.ndarray, n_leader: int, log):
         self.ch, self.y, self.real, self.n_leader = ch, y, real, n_leader
         self.b = new_exponent()
         self.y_ab = np.zeros((y.size, 32), np.uint8)
-        self.got = np.zeros(y.size, bool)
         self.x_ab = np.zeros((n_leader, 32), np.uint8)
-        self.x_got = np.zeros(n_leader, bool)
         self.positions = _Positions(y.size)
         self.ticket: bytes | None = None
         self.progress = Progress(log, "with the leader", y.size + n_leader)
 
     def answer_until_done(self) -> int:
-        """Answer mask / double / leader / result until DONE; the size DONE announces."""
-        handlers = {
-            "mask": self._on_mask,
-            "double": self._on_double,
-            "leader": self._on_leader,
-            "result": self.positions.add,
-            "ticket": self._on_ticket,
-        }
-        while True:
-            msg = _recv(self.ch, None)
-            if msg.op == "done":
-                return msg.size
-            if msg.op not in handlers:
-                raise PSIError(f"unexpected PSI {msg.op} from the leader")
-            handlers[msg.op](msg)
+        """Answer the steps in order until DONE; the size DONE announces. A chunk asked twice would let the leader
+        tell padding from real slots (fresh padding each time) or, after its own chunks, replace the double-masked
+        values it committed to with values it made to match; so each is taken once, in this order only."""
+        for want in chunks(self.y.size):
+            self._on_mask(self._step("mask", want))
+            self._on_double(self._step("double", want))
+        distinct(self.y_ab, "the leader's PSI double values")  # a copy of a matching value would match a second id
+        for want in chunks(self.n_leader):
+            self._on_leader(self._step("leader", want))
+        self.ticket = ticket_from_wire(self._step("ticket").payload)
+        while (msg := _recv(self.ch, None)).op == "result":
+            self.positions.add(msg)
+        if msg.op != "done":
+            raise PSIError(f"PSI {msg.op} from the leader out of order: expected result or done after the ticket")
+        return msg.size
+
+    def _step(self, op: str, want: tuple[int, int] | None = None) -> Psi:
+        """The next PSI message, which must be op (for the chunk want)."""
+        msg = _recv(self.ch, None)
+        if msg.op != op:
+            where = f" {want[0]}..{want[1]}" if want else ""
+            raise PSIError(
+                f"PSI {msg.op} from the leader out of order: expected PSI {op}{where} (each step once, in order)"
+            )
+        if want is not None:
+            checked_range(msg, "the leader", self.n_leader if op == "leader" else self.y.size, want)
+        return msg
 
     def _on_mask(self, msg: Psi) -> None:
         start, stop = checked_range(msg, "the leader", self.y.size)
@@ -340,7 +364,6 @@ class _FollowerPSI:
     def _on_double(self, msg: Psi) -> None:
         start, stop = checked_range(msg, "the leader", self.y.size)
         self.y_ab[start:stop] = points_of(msg, "the leader")
-        self.got[start:stop] = True
 
     def _on_leader(self, msg: Psi) -> None:
         start, stop = checked_range(msg, "the leader", self.n_leader)
@@ -349,21 +372,13 @@ class _FollowerPSI:
         except PointError as e:
             raise PSIError(f"PSI leader chunk {start}..{stop} from the leader: {e}") from None
         self.x_ab[start:stop] = out
-        self.x_got[start:stop] = True
         self.ch.post(Psi.chunk("leader", start, stop, as_wire(out)))
         self.progress.add(stop - start)
-
-    def _on_ticket(self, msg: Psi) -> None:
-        if self.ticket is not None:
-            raise PSIError("the leader sent a second PSI ticket")
-        self.ticket = ticket_from_wire(msg.payload)
 
     def checked_positions(self, size: int) -> tuple[np.ndarray, np.ndarray]:
         """The positions the leader named, each checked to be an id this party found shared; and which of this
         party's (shuffled) ids it found shared with the leader (its pairwise intersection, a bool mask)."""
         pos = self.positions.checked(size)
-        if not self.got.all() or not self.x_got.all():
-            raise PSIError("the leader ended the PSI before every chunk was exchanged")
         theirs = point_set(self.x_ab)
         raw = self.y_ab.tobytes()
         shared = np.fromiter((raw[32 * i : 32 * i + 32] in theirs for i in range(self.y.size)), bool, self.y.size)
