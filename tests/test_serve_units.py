@@ -70,7 +70,7 @@ def _leader_model(top_seed: int):
     return scorer(bottom.eval(), top.eval(), Task("binary"))
 
 
-class _LeakyWorker(ScoringWorker):
+class _ScoresAsIds(ScoringWorker):
     """A planted leak: after each batch the leader also sends the follower the scores (as ids)."""
 
     def _score(self, batch):
@@ -79,17 +79,37 @@ class _LeakyWorker(ScoringWorker):
         self.ch.post("f", ServeIds(10**6, (np.array(scores) * 1e6).astype(np.int64), 1))
 
 
+class _ScoreInDeadline(ScoringWorker):
+    """A planted leak in a field the follower receives anyway: the previous request's first score in deadline_ms."""
+
+    last = 0.5
+
+    def _post(self, f, message):
+        if isinstance(message, ServeIds):
+            message = ServeIds(message.request, message.ids, 1 + int(self.last * 4000))
+        super()._post(f, message)
+
+    def _score(self, batch):
+        super()._score(batch)
+        first = batch[0].future.result().scores[0]
+        self.last = first if first is not None else 0.5
+
+
 def _follower_view(top_seed: int, worker_class=ScoringWorker) -> tuple[list, list]:
-    """(what the follower received, the scores the client got) for a fixed sequence of requests."""
+    """(every message the follower received, whole: type, fields and tensors; the scores the client got) for a fixed
+    sequence of requests. The worker's clock stands still, so a request's deadline_ms is its full 5000 ms (the
+    time spent in the leader's queue is no function of the model) and no keepalive depends on the machine's load."""
     ch = _RecordingChannel()
-    worker = worker_class(ch, ["f"], {"f": CUT}, _leader_model(top_seed), _Table(1), None, max_rows=64)
+    worker = worker_class(ch, ["f"], {"f": CUT}, _leader_model(top_seed), _Table(1), None, 64, clock=lambda: 0.0)
     worker.start()
     scores = []
     for ids in ([3], [5, 7, 11], list(range(40, 90)), [2, 200]):
         scores.append(worker.submit(np.array(ids), 5.0).result(timeout=10).scores)
     worker.stop()
-    view = [(type(m).__name__, getattr(m, "request", None), getattr(m, "ids", np.zeros(0)).tolist()) for m in ch.sent]
-    assert all(isinstance(m, ServeIds) and 0 < m.deadline_ms <= 5000 for m in ch.sent if type(m).__name__ != "Wait")
+    view = []
+    for m in ch.sent:
+        meta, tensors = m.to_wire()
+        view.append((m.TYPE, meta, [(t.dtype.str, t.shape, t.tobytes()) for t in map(np.asarray, tensors)]))
     return view, scores
 
 
@@ -97,18 +117,24 @@ def test_a_followers_view_of_serving_does_not_depend_on_the_leaders_model_or_lab
     # Prepare / Execute: the same requests scored by two leaders whose tops differ (as if trained on other labels)
     view_a, scores_a = _follower_view(top_seed=1)
     view_b, scores_b = _follower_view(top_seed=2)
-    # Assert: the scores differ, what the follower received (message types, request numbers, ids) does not; it is
-    # the ids asked about that the leader holds, nothing else
+    # Assert: the scores differ, every message the follower received (type, fields, tensors) does not; it is the
+    # ids asked about that the leader holds and the requests' deadlines, nothing else
     assert scores_a != scores_b
     assert view_a == view_b
-    assert [v[0] for v in view_a] == ["ServeIds"] * 4 and [v[2] for v in view_a][1] == [5, 7, 11]
-    assert view_a[3][2] == [2]  # id 200, which the leader's table lacks, is asked of no follower
+    assert [(v[0], v[1]["request"], v[1]["deadline_ms"]) for v in view_a] == [
+        ("SERVE_IDS", n, 5000) for n in (1, 2, 3, 4)
+    ]
+    assert np.frombuffer(view_a[1][2][0][2], np.int64).tolist() == [5, 7, 11]
+    assert np.frombuffer(view_a[3][2][0][2], np.int64).tolist() == [
+        2
+    ]  # id 200, unknown to the leader, is asked of no follower
 
 
-def test_the_follower_view_comparison_catches_a_planted_leak_of_the_scores():
-    # Prepare / Execute: a leader that also sends the scores
-    view_a, _ = _follower_view(top_seed=1, worker_class=_LeakyWorker)
-    view_b, _ = _follower_view(top_seed=2, worker_class=_LeakyWorker)
+@pytest.mark.parametrize("leak", [_ScoresAsIds, _ScoreInDeadline])
+def test_the_follower_view_comparison_catches_a_planted_leak_of_the_scores(leak):
+    # Prepare / Execute: a leader that also sends the scores, in a message of their own or in a field of SERVE_IDS
+    view_a, _ = _follower_view(top_seed=1, worker_class=leak)
+    view_b, _ = _follower_view(top_seed=2, worker_class=leak)
     # Assert: the views differ, so the check above has the power to see such a leak
     assert view_a != view_b
 

@@ -42,7 +42,7 @@ class ServeError(RuntimeError):
 @dataclass(eq=False)  # compared by identity (its ids are an array)
 class ScoreRequest:
     ids: np.ndarray  # int64 (n,)
-    deadline: float  # time.monotonic() after which the client no longer waits
+    deadline: float  # the worker's clock() after which the client no longer waits
     future: Future = field(default_factory=Future)
 
 
@@ -57,7 +57,9 @@ class Scored:
 class ScoringWorker:
     """The worker: batches queued requests, fetches the followers' cuts, scores with the leader's model."""
 
-    def __init__(self, channel, followers: list[str], cut_dims: dict[str, int], model, table, task, max_rows: int):
+    def __init__(
+        self, channel, followers: list[str], cut_dims: dict[str, int], model, table, task, max_rows: int, clock=None
+    ):
         self.ch, self.followers, self.cut_dims = channel, list(followers), dict(cut_dims)
         self.model, self.table, self.task = model, table, task
         # what computes the leader's cut and the score: the torch modules, or onnxruntime (onnx_engine.fast_forward)
@@ -70,7 +72,8 @@ class ScoringWorker:
         self.late: dict[str, int] = {}  # follower -> request number of an answer still on its way
         self.request_no = 0
         self.batches = self.rows = 0
-        self._last_sent = time.monotonic()
+        self.clock = clock or time.monotonic  # deadlines and keepalives (monotonic seconds; a test's fixed clock)
+        self._last_sent = self.clock()
         self._thread = threading.Thread(target=self._run, name="leader-scorer", daemon=True)
         self._held: ScoreRequest | None = None
         self.failed: BaseException | None = None
@@ -83,7 +86,7 @@ class ScoringWorker:
 
     def submit(self, ids: np.ndarray, deadline_s: float) -> Future:
         """Queue a request; its future gets a Scored or a ServeError."""
-        req = ScoreRequest(np.asarray(ids, np.int64), time.monotonic() + deadline_s)
+        req = ScoreRequest(np.asarray(ids, np.int64), self.clock() + deadline_s)
         if self.failed is not None:
             req.future.set_exception(ServeError(503, f"the scorer stopped: {self.failed}"))
         elif self.queue.qsize() >= self.max_queued:
@@ -179,12 +182,12 @@ class ScoringWorker:
     def _keepalive(self) -> None:
         from vfl.wire.messages import Wait
 
-        if time.monotonic() - self._last_sent < self.keepalive_every:
+        if self.clock() - self._last_sent < self.keepalive_every:
             return
         for f in self.followers:
             if f not in self.down:
                 self._post(f, Wait())
-        self._last_sent = time.monotonic()
+        self._last_sent = self.clock()
 
     def _post(self, f: str, message) -> None:
         from vfl.wire.channel import PeerLost, PeerTimeout
@@ -237,7 +240,7 @@ class ScoringWorker:
 
     def _score(self, batch: list[ScoreRequest]) -> None:
 
-        live = [r for r in batch if not r.future.done() and r.deadline > time.monotonic()]
+        live = [r for r in batch if not r.future.done() and r.deadline > self.clock()]
         for r in batch:
             if r not in live and not r.future.done():
                 r.future.set_exception(ServeError(504, "the request's deadline passed while it was queued"))
@@ -274,14 +277,14 @@ class ScoringWorker:
         deadline = min(r.deadline for r in live)
         self.request_no += 1
         number = self.request_no
-        budget_ms = max(1, int((deadline - time.monotonic()) * 1000))
+        budget_ms = max(1, int((deadline - self.clock()) * 1000))
         for f in self.followers:
             self._settle_late(f, deadline)
             self._post(f, ServeIds(number, ids, budget_ms))
             if f not in self.down:
                 self.late[f] = number  # until its answer is read
         self._check_up()
-        self._last_sent = time.monotonic()
+        self._last_sent = self.clock()
         with torch.inference_mode():
             own = self.bottom_fn(*self.table.features(own_rows))
         cuts = []
@@ -318,7 +321,7 @@ class ScoringWorker:
         from vfl.wire.channel import PeerLost, PeerTimeout
 
         while True:
-            remaining = deadline - time.monotonic()
+            remaining = deadline - self.clock()
             if remaining <= 0:
                 raise ServeError(504, f"{f} did not answer within the request's deadline")
             self.ch.timeout_s = remaining
