@@ -291,25 +291,31 @@ def simulate(
                 procs[name] = subprocess.Popen(
                     cmd, stdout=subprocess.DEVNULL if quiet else None, stderr=err_file, start_new_session=True
                 )
-        deadline = time.monotonic() + timeout_s
         watch = _Progress(os.path.join(out, f"{names[0]}.log"), progress_every_s)
-        while any(p.poll() is None for p in procs.values()):
-            failed = [n for n, p in procs.items() if p.poll() not in (None, 0)]
-            if failed or time.monotonic() > deadline:
-                break
-            watch.tick()
-            time.sleep(0.1)
-        failed = [n for n, p in procs.items() if p.poll() not in (None, 0)]
-        if failed or any(p.poll() is None for p in procs.values()):
-            name = failed[0] if failed else names[0]
-            _stop(procs)
-            with open(os.path.join(out, f"{name}.stderr")) as f:
-                err = f.read()
-            why = f"exited with status {procs[name].returncode}" if failed else f"did not finish in {timeout_s} s"
-            raise RuntimeError(f"{name} {why}: {' '.join(err.strip().splitlines()[-3:])}")
+        _wait(procs, names[0], timeout_s, lambda name: os.path.join(out, f"{name}.stderr"), "", watch.tick)
     finally:
         _stop(procs)
     return History.from_out_dir(out)
+
+
+def _wait(procs: dict[str, subprocess.Popen], first: str, timeout_s: float, stderr_of, what: str, tick=None) -> None:
+    """Wait for every process; the first that fails, or `first` past the deadline, raises RuntimeError with its name,
+    what it was doing and its last stderr lines (the others are stopped)."""
+    deadline = time.monotonic() + timeout_s
+    while any(p.poll() is None for p in procs.values()):
+        if any(p.poll() not in (None, 0) for p in procs.values()) or time.monotonic() > deadline:
+            break
+        if tick is not None:
+            tick()
+        time.sleep(0.1)
+    failed = [n for n, p in procs.items() if p.poll() not in (None, 0)]
+    if failed or any(p.poll() is None for p in procs.values()):
+        name = failed[0] if failed else first
+        _stop(procs)
+        with open(stderr_of(name)) as f:
+            err = f.read()
+        why = f"exited with status {procs[name].returncode}" if failed else f"did not finish in {timeout_s} s"
+        raise RuntimeError(f"{name}{what} {why}: {' '.join(err.strip().splitlines()[-3:])}")
 
 
 class _Progress:
@@ -400,19 +406,7 @@ def simulate_predict(
                 cmd += [f"network.leader_key_file={os.path.join(keys, names[0] + '.key')}"]
             with open(os.path.join(out, f"{name}.predict.stderr"), "w") as err_file:
                 procs[name] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_file, start_new_session=True)
-        deadline = time.monotonic() + timeout_s
-        while any(p.poll() is None for p in procs.values()):
-            if any(p.poll() not in (None, 0) for p in procs.values()) or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        failed = [n for n, p in procs.items() if p.poll() not in (None, 0)]
-        if failed or any(p.poll() is None for p in procs.values()):
-            name = failed[0] if failed else names[0]
-            _stop(procs)
-            with open(os.path.join(out, f"{name}.predict.stderr")) as f:
-                err = f.read()
-            why = f"exited with status {procs[name].returncode}" if failed else f"did not finish in {timeout_s} s"
-            raise RuntimeError(f"{name} predict {why}: {' '.join(err.strip().splitlines()[-3:])}")
+        _wait(procs, names[0], timeout_s, lambda name: os.path.join(out, f"{name}.predict.stderr"), " predict")
     finally:
         _stop(procs)
     return pd.read_parquet(os.path.join(out, "predictions.parquet"))
