@@ -30,7 +30,7 @@ SCHEMA_FILE = "schema.json"
 
 
 @dataclass
-class NewRows:
+class NewBlock:
     """One block of new rows after the frozen transforms, in file order."""
 
     row_index: np.ndarray  # int64 (n,): 0-based data row of the file
@@ -149,7 +149,7 @@ class FrozenTransforms:
 
         return self.label_spec.column in _columns_of(path)
 
-    def read(self, path: str, strict: bool = False, stats: ReadStats | None = None) -> Iterator[NewRows]:
+    def read(self, path: str, strict: bool = False, stats: ReadStats | None = None) -> Iterator[NewBlock]:
         """The new rows of `path`, block by block, transformed as at training; the label when the file has it."""
         stats = stats if stats is not None else ReadStats()
         labelled = self.has_label(path)
@@ -158,7 +158,7 @@ class FrozenTransforms:
         else:
             yield from self._read_criteo(path, strict, stats, labelled)
 
-    def _read_table(self, path: str, strict: bool, stats: ReadStats, labelled: bool) -> Iterator[NewRows]:
+    def _read_table(self, path: str, strict: bool, stats: ReadStats, labelled: bool) -> Iterator[NewBlock]:
         from vfl.data.readers.table import _line, read_table_blocks
 
         task = self.task
@@ -169,7 +169,7 @@ class FrozenTransforms:
                 label = self.table.label.encode(block.label, block.row_index, path, lambda r: _line(path, r))
             yield self._rows(block, label)
 
-    def _read_criteo(self, path: str, strict: bool, stats: ReadStats, labelled: bool) -> Iterator[NewRows]:
+    def _read_criteo(self, path: str, strict: bool, stats: ReadStats, labelled: bool) -> Iterator[NewBlock]:
         from vfl.data.readers.party import PartySource, read_party_blocks
 
         party = self.manifest["party"]
@@ -180,7 +180,7 @@ class FrozenTransforms:
             block = _Block(b.row_index, b.sample_id, b.dense, b.dense_missing, b.cat_key, b.cat_missing, b.label)
             yield self._rows(block, b.label.astype(task.label_dtype) if labelled else None)
 
-    def _rows(self, block, label) -> NewRows:
+    def _rows(self, block, label) -> NewBlock:
         every = np.arange(block.sample_id.size)
         dense, missing, cat = self.table.apply(block, every)
         n_vocab = [j for j, c in enumerate(self.table.categorical_columns()) if c.transform == "vocabulary"]
@@ -188,7 +188,7 @@ class FrozenTransforms:
             present = ~block.cat_missing[:, n_vocab]
             self.cat_values += int(present.sum())
             self.oov += int(((cat[:, n_vocab] == OOV_ID) & present).sum())
-        return NewRows(block.row_index, block.sample_id, dense, missing, cat, label)
+        return NewBlock(block.row_index, block.sample_id, dense, missing, cat, label)
 
 
 def _vocab(shard_dir: str, rel: str) -> np.ndarray:

@@ -12,42 +12,26 @@ count. Nothing it receives is computed from a score or a label; it writes no pre
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Callable
 
 import numpy as np
 import torch
 
 from vfl.config.schema import PartyConfig
-from vfl.data.shards import PartyShard, batch_digest
-from vfl.inference.fingerprint import check_own, key_fingerprints, load_predict_checkpoint, pair_fingerprint
-from vfl.inference.new_rows import NewRows
+from vfl.data.shards import batch_digest
+from vfl.inference.fingerprint import pair_fingerprint
+from vfl.inference.predict_party import PredictingParty
 from vfl.session.follower import FollowerSession
-from vfl.training.party import BottomParty
-from vfl.training.precision import autocast
 from vfl.wire import PROTOCOL_VERSION, WireError
 from vfl.wire.messages import Bye
 from vfl.wire.predict_messages import PredictCut, PredictDone, PredictHello, PredictRows, PredictWelcome
 
 
-class FollowerPredictor:
+class FollowerPredictor(PredictingParty):
     """This follower's bottom (from its checkpoint) and new rows; `run(channel, psi)` answers the leader."""
 
     def __init__(self, cfg: PartyConfig, checkpoint: str, rows_path: str, log, device: torch.device, strict=False):
-        self.cfg, self.log, self.device = cfg, log, device
-        ckpt = load_predict_checkpoint(checkpoint, cfg.party, ("bottom",))
-        self.record = check_own((ckpt.get("extra") or {}).get("run"), cfg, checkpoint, key_fingerprints(cfg))
-        self.party = BottomParty(cfg, PartyShard(cfg.data.path, in_memory=False), device)
-        self.party.load_state(ckpt["state"]["bottom"])
-        t0 = time.perf_counter()
-        work = os.path.join(cfg.output.dir, f".predict-{cfg.party}-{os.getpid()}")
-        self.rows = NewRows(cfg.data.path, rows_path, work, log, strict)
-        log(
-            f"follower {cfg.party}: {len(self.rows)} new rows of {rows_path} transformed with the frozen transforms "
-            f"in {time.perf_counter() - t0:.1f} s; checkpoint {checkpoint} (run {self.record['run'][:12]}, "
-            f"step {self.record['model_step']})"
-        )
+        super().__init__(cfg, checkpoint, rows_path, log, device, strict, ("bottom",))
         self.requests = 0
         self.rows_sent = 0
         self._done = False
@@ -77,7 +61,6 @@ class FollowerPredictor:
         common, _ = psi(self.rows.ids)
         missing = self.rows.align(common)
         self.log(f"follower {cfg.party}: {len(self.rows.split)} rows in the intersection ({missing} of ours are not)")
-        self.model = self.party.model.eval()
         session.serve({PredictRows: self._on_rows, PredictDone: self._on_done}, lambda: self._done)
         return {"requests": self.requests, "rows_sent": self.rows_sent, "intersection": len(self.rows.split)}
 
@@ -94,8 +77,7 @@ class FollowerPredictor:
                 f"PREDICT_ROWS {msg.start}..{msg.stop}: the ids' digest differs from the leader's (the intersections "
                 "disagree)"
             )
-        with torch.no_grad(), autocast(self.party.precision, self.device):
-            out = self.model(*split.features(slice(msg.start, msg.stop), self.device)).float()
+        out = self.cut(msg.start, msg.stop)
         self.ch.post(PredictCut(cut=out.cpu().numpy(), start=msg.start, stop=msg.stop))
         self.requests += 1
         self.rows_sent += msg.stop - msg.start

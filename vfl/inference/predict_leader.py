@@ -27,34 +27,26 @@ import numpy as np
 import torch
 
 from vfl.config.schema import PartyConfig
-from vfl.data.shards import PartyShard, batch_digest
-from vfl.inference.fingerprint import check_own, hello_problems, key_fingerprints, load_predict_checkpoint
-from vfl.inference.new_rows import NewRows
+from vfl.data.shards import batch_digest
+from vfl.inference.fingerprint import hello_problems
 from vfl.inference.outputs import PredictionWriter
+from vfl.inference.predict_party import PredictingParty
 from vfl.obs.progress import bar
 from vfl.session.leader import LeaderSession
-from vfl.training.party import BottomParty
-from vfl.training.precision import autocast
 from vfl.training.top import TopTrainer
 from vfl.wire import PROTOCOL_VERSION
 from vfl.wire.messages import Bye
 from vfl.wire.predict_messages import PredictCut, PredictDone, PredictHello, PredictRows, PredictWelcome
 
 
-class LeaderPredictor:
+class LeaderPredictor(PredictingParty):
     """The leader's model (from its checkpoint) and its new rows; `run(channel, psi)` scores them with the followers."""
 
     def __init__(self, cfg: PartyConfig, checkpoint: str, rows_path: str, log, device: torch.device, strict=False):
-        self.cfg, self.log, self.device = cfg, log, device
-        self.checkpoint = checkpoint
-        ckpt = load_predict_checkpoint(checkpoint, cfg.party, ("bottom", "top"))
-        self.record = check_own((ckpt.get("extra") or {}).get("run"), cfg, checkpoint, key_fingerprints(cfg))
-        self.shard = PartyShard(cfg.data.path, in_memory=False)
+        super().__init__(cfg, checkpoint, rows_path, log, device, strict, ("bottom", "top"))
         self.task = self.shard.task
-        self.party = BottomParty(cfg, self.shard, device)
-        self.party.load_state(ckpt["state"]["bottom"])
         cut_dims = self.record["cut_dims"]
-        top_state = ckpt["state"]["top"]
+        top_state = self.ckpt["state"]["top"]
         target = top_state.get("target")
         self.top = TopTrainer(
             cfg.train,
@@ -67,14 +59,6 @@ class LeaderPredictor:
             tuple(target) if target is not None else None,
         )
         self.top.load_state(top_state)
-        t0 = time.perf_counter()
-        work = os.path.join(cfg.output.dir, f".predict-{cfg.party}-{os.getpid()}")
-        self.rows = NewRows(cfg.data.path, rows_path, work, log, strict)
-        log(
-            f"leader {cfg.party}: {len(self.rows)} new rows of {rows_path} transformed with the frozen transforms "
-            f"in {time.perf_counter() - t0:.1f} s; checkpoint {checkpoint} (run {self.record['run'][:12]}, "
-            f"step {self.record['model_step']})"
-        )
 
     def _check_hello(self, f: str, hello: PredictHello) -> list[str]:
         """Every disagreement of a follower's PREDICT_HELLO with the leader's checkpoint, as sentences."""
@@ -159,15 +143,13 @@ class LeaderPredictor:
 
         progress = bar(total=n, desc="predict", unit="row")
         ask(0)
-        model = self.party.model.eval()
         for k, (lo, hi) in enumerate(ranges):
             remote = [
                 session.expect_cut(f, PredictCut, lambda m, lo=lo, hi=hi: _range_problem(m, lo, hi), hi - lo)
                 for f in session.followers
             ]
             ask(k + 1)  # the followers compute the next range while the leader scores this one
-            with torch.no_grad(), autocast(self.party.precision, self.device):
-                own = model(*split.features(slice(lo, hi), self.device)).float()
+            own = self.cut(lo, hi)
             probs = self.top.predict([own, *remote])
             writer.write(split.ids[lo:hi], probs, rows.row_index[lo:hi])
             if keep:

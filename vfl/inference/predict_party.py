@@ -1,0 +1,54 @@
+"""One party's side of a batch prediction before it connects: its checkpoint (checked against its config and keys),
+its bottom in eval mode, and its new rows through its frozen transforms; the leader's and a follower's predictors
+(vfl/inference/predict_leader.py, predict_follower.py) both start from it."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+from vfl.config.schema import PartyConfig
+from vfl.data.shards import PartyShard
+from vfl.inference.fingerprint import check_own, key_fingerprints, load_predict_checkpoint
+from vfl.inference.new_rows import NewRows
+from vfl.training.party import BottomParty
+from vfl.training.precision import autocast
+
+
+class PredictingParty:
+    """`ckpt` (the checkpoint), `record` (its training run), `party` (the bottom, loaded), `rows` (the new rows)."""
+
+    def __init__(
+        self,
+        cfg: PartyConfig,
+        checkpoint: str,
+        rows_path: str,
+        log,
+        device: torch.device,
+        strict: bool = False,
+        required: tuple[str, ...] = ("bottom",),
+    ):
+        self.cfg, self.log, self.device, self.checkpoint = cfg, log, device, checkpoint
+        self.ckpt = load_predict_checkpoint(checkpoint, cfg.party, required)
+        self.record = check_own((self.ckpt.get("extra") or {}).get("run"), cfg, checkpoint, key_fingerprints(cfg))
+        self.shard = PartyShard(cfg.data.path, in_memory=False)
+        self.party = BottomParty(cfg, self.shard, device)
+        self.party.load_state(self.ckpt["state"]["bottom"])
+        self.model = self.party.model.eval()
+        t0 = time.perf_counter()
+        work = os.path.join(cfg.output.dir, f".predict-{cfg.party}-{os.getpid()}")
+        self.rows = NewRows(cfg.data.path, rows_path, work, log, strict)
+        log(
+            f"{cfg.role} {cfg.party}: {len(self.rows)} new rows of {rows_path} transformed with the frozen "
+            f"transforms in {time.perf_counter() - t0:.1f} s; checkpoint {checkpoint} (run {self.record['run'][:12]}, "
+            f"step {self.record['model_step']})"
+        )
+
+    @torch.no_grad()
+    def cut(self, start: int, stop: int) -> torch.Tensor:
+        """This party's cut of aligned rows [start, stop), as the training run's evaluation computes it
+        (BottomParty.forward_eval: eval mode, train.precision, float32 out)."""
+        with autocast(self.party.precision, self.device):
+            return self.model(*self.rows.split.features(slice(start, stop), self.device)).float()
