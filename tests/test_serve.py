@@ -132,6 +132,11 @@ def test_serve_answers_with_the_batch_prediction_scores_a_hung_or_dead_follower_
             f"127.0.0.1:{http}",
         )
         procs.wait_for_line("leader", str(tmp / "l.out"), "scoring on", timeout=90)
+        # (the leader accepts from telco one batch's cut, 1024 ids x its cut width, float32, their positions and a
+        # header)
+        cut = yaml.safe_load(open(cfgs["telco"]))["model"]["bottom"]["cut_dim"]
+        limit = int(open(tmp / "l.out").read().split("a follower's message at most ")[1].split()[0])
+        assert limit <= 1024 * (4 * cut + 8) + (1 << 16) + 8, limit
         ids = list(want)
         # Execute: one request of ids, one text id (hashed as the files' ids are), and the two without a score
         status, doc, _ = _post(http, {"ids": [*ids, not_at_telco, "cust-no-such-one"]})

@@ -362,3 +362,22 @@ def test_two_followers_cuts_are_joined_in_config_order_and_each_missing_id_is_na
     assert got.missing == {1: "unknown to b", 2: "unknown to the leader"}
     assert got.scores[1] is None and got.scores[2] is None
     assert np.allclose([got.scores[0], got.scores[3]], want[[0, 3]], atol=1e-6)
+
+
+def test_the_serving_leader_accepts_from_a_follower_one_batchs_cut_and_no_more():
+    from vfl.wire.frames import encode
+    from vfl.wire.serve_messages import ServeHello, follower_message_bytes
+
+    def size(msg) -> int:
+        return sum(memoryview(f).nbytes for f in encode(msg.TYPE, "b", "r" * 32, 7, *msg.to_wire()))
+
+    # Prepare: batches of 1024 ids, followers cutting 2 and 3 values; before the handshake, a SERVE_HELLO
+    limit = follower_message_bytes(1024, {"a": 2, "b": 3})
+    full = ServeCut(7, np.ones((1024, 3), np.float32), np.arange(1024, dtype=np.int64))
+    rows = 1024 + (1 << 16) // (4 * 3 + 8) + 1  # a cut of more rows than the batch and a header's room allow
+    over = ServeCut(7, np.ones((rows, 3), np.float32), np.arange(rows, dtype=np.int64))
+    hello = ServeHello("b" * 32, "b" * 64, 5, "a" * 64, 10**15, "f" * 128, 4096, 86400.0, 8192, 1e12)
+    # Execute / Assert: the widest cut of a full batch (every id unknown) fits, a larger one does not; the limit is
+    # one batch's cut and a header (< 90 kB), not the 268 MB of MAX_SERVE_ROWS x MAX_CUT_DIM
+    assert size(full) <= limit < size(over) and limit < 90_000
+    assert size(hello) <= follower_message_bytes(0, {}) < 70_000

@@ -126,9 +126,7 @@ def start_leader(
     from vfl.session.leader import HandshakeError, LeaderSession
     from vfl.training.party import set_threads
     from vfl.wire import PROTOCOL_VERSION, LeaderChannel
-    from vfl.wire.frames import MAX_HEADER_BYTES
-    from vfl.wire.messages import MAX_CUT_DIM
-    from vfl.wire.serve_messages import MAX_SERVE_ROWS, ServeHello, ServeWelcome
+    from vfl.wire.serve_messages import MAX_SERVE_ROWS, ServeHello, ServeWelcome, follower_message_bytes
 
     if not 1 <= max_rows <= MAX_SERVE_ROWS:
         raise ValueError(f"--max-rows must be in [1, {MAX_SERVE_ROWS}], got {max_rows}")
@@ -150,7 +148,7 @@ def start_leader(
         keys,
         cfg.network.timeout_s,
         cfg.party,
-        max_message_bytes=MAX_SERVE_ROWS * (MAX_CUT_DIM + 2) * 8 + MAX_HEADER_BYTES,
+        max_message_bytes=follower_message_bytes(0, {}),  # a SERVE_HELLO; raised to a batch's SERVE_CUT below
         notice=log,
     )
     log(f"leader {cfg.party}: serving step {step} ({len(table)} rows by id); waiting for {list(cfg.network.followers)}")
@@ -169,6 +167,7 @@ def start_leader(
         )
     session.start_run({f: h.nonce for f, h in hellos.items()}, lambda f: ServeWelcome(channel.run, hellos[f].nonce))
     rows = min([max_rows, *(h.max_rows for h in hellos.values())])
+    channel.max_message_bytes = follower_message_bytes(rows, session.cut_dims)
     worker = state["worker"] = ScoringWorker(
         channel, list(cfg.network.followers), session.cut_dims, model, table, shard.task, rows
     )
@@ -183,7 +182,10 @@ def start_leader(
     worker.start()
     server = state["http"] = ScoreHTTPServer((host, int(port)), worker, rows, deadline_ms, step, log)
     address = f"http://{server.server_address[0]}:{server.server_address[1]}"
-    log(f"leader {cfg.party}: scoring on {address} (POST /score, GET /health; run {channel.run}; at most {rows} ids)")
+    log(
+        f"leader {cfg.party}: scoring on {address} (POST /score, GET /health; run {channel.run}; at most {rows} ids; "
+        f"a follower's message at most {channel.max_message_bytes} bytes)"
+    )
     if host not in ("127.0.0.1", "localhost", "::1"):
         log.warning(
             f"leader {cfg.party}: --http {http} is reachable beyond this host; the endpoint has no authentication"

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from vfl.wire.fields import Int, Real, Tensor, Text, WireMessage, fail, wire_message
-from vfl.wire.frames import Message
+from vfl.wire.frames import MAGIC, MAX_HEADER_BYTES, Message
 
 MAX_SERVE_ROWS = 8192  # ids in one request: a SERVE_IDS is 64 KiB at most
 MAX_DEADLINE_MS = 600_000
@@ -120,3 +120,11 @@ class ServeRefused(WireMessage):
 
 
 SERVE_MESSAGES = (ServeHello, ServeWelcome, ServeIds, ServeCut, ServeRefused)
+
+
+def follower_message_bytes(rows: int, cut_dims: dict[str, int]) -> int:
+    """The largest message a serving leader accepts from a follower once greeted: a SERVE_CUT of `rows` ids at the
+    widest follower's cut (float32) with every position unknown (int64), and its header. Before the handshake
+    (rows 0) a SERVE_HELLO's header is all that may arrive."""
+    widest = max(cut_dims.values(), default=0)
+    return rows * (4 * widest + 8) + MAX_HEADER_BYTES + len(MAGIC)
