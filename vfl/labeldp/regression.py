@@ -103,6 +103,15 @@ class Drawn:
     noise_variance: float | None = None
 
 
+def _design(mechanism: str, prior: np.ndarray, values: np.ndarray, eps: float) -> np.ndarray:
+    """The randomizer's design as the store keeps it: rr_on_bins, per grid point its bin and the bin's value;
+    unbiased, the outputs, then the channel's rows."""
+    if mechanism == "rr_on_bins":
+        group, outputs = rr_on_bins_design(prior, values, eps)
+        return np.column_stack([group, outputs[group]]).astype(np.float64)
+    return np.vstack(unbiased_design(prior, values, eps))
+
+
 def draw_regression(
     spec: RegressionSpec,
     mechanism: str,
@@ -116,20 +125,24 @@ def draw_regression(
     record: Callable[[list[tuple[str, dict]]], tuple[str, bool, dict]],
     kept: Callable[[str], np.ndarray | None] = lambda release: None,
     keep: Callable[[str, np.ndarray], None] = lambda release, matrix: None,
+    release_id_of: Callable[[str, dict], str] | None = None,
 ) -> Drawn:
     """Record the plan's releases (the prior's first) and draw the noisy training and validation labels.
 
     kept / keep read and write the store's matrix of a release (the leader's: LabelDPStore.stored_prior and
     keep_prior). The DP histogram is kept under its release and the design (bins and values, or the unbiased
-    channel) under the randomizer's, the first time each is computed, and read back on every later run: a release
-    id then always means one prior and one channel, whatever ids a later PSI yields or whichever scipy solves the
-    programme (two histograms drawn with the same noise on different label sets would reveal their difference)."""
+    channel) under the randomizer's, the first time each is computed, and read back on every later run: a release id
+    then always means one prior and one channel,
+    whatever ids a later PSI yields or whichever scipy solves the programme (two histograms drawn with the same noise
+    on different label sets would reveal their difference). The design is computed before the randomizer's release
+    is recorded, so a programme the solver cannot meet is refused with nothing of it charged; `release_id_of` (the
+    id a plan entry records) finds a kept design before that."""
     lo, hi = spec.clip
     labels, valid_labels = np.asarray(labels, np.float64), np.asarray(valid_labels, np.float64)
     eps_prior, eps_rand = spec.split(mechanism, eps)
     extra: dict = {"labels": "regression", "clip": [lo, hi], "debias": False}
     values = grid_values(lo, hi, spec.bins)
-    prior = None
+    prior = design = fresh = None
     if mechanism != "laplace":
         if spec.prior == "dp_histogram":
             # the prior's release is recorded before its noise is drawn (the budget counts the randomizer too)
@@ -146,30 +159,26 @@ def draw_regression(
             prior = uniform_prior(spec.bins) if spec.prior == "uniform" else file_prior(spec.prior, lo, hi, spec.bins)
             extra["prior_eps"] = 0.0
         extra.update(prior=spec.prior_name(), bins=spec.bins, randomizer_eps=eps_rand)
+        design = kept(release_id_of(*plan[0])) if release_id_of is not None else None
+        extra["design_reused"] = design is not None
+        if design is None:
+            fresh = _design(mechanism, prior, values, eps_rand)
     rel, is_new, summary = record(plan)
+    if fresh is not None:
+        keep(rel, fresh)
+        design = fresh
     ledger_name, params = plan[0]
     if mechanism == "laplace":
         draw = lambda y, i: laplace_once(y, i, lo, hi, eps_rand, key, rel)
         variance = laplace_noise_variance(lo, hi, eps_rand)
         extra["paper"] = "discrete Laplace on the clipped label (the papers' baseline)"
     elif mechanism == "rr_on_bins":
-        design = kept(rel)  # per grid point: its bin and the bin's value
-        extra["design_reused"] = design is not None
-        if design is None:
-            group, outputs = rr_on_bins_design(prior, values, eps_rand)
-            design = np.column_stack([group, outputs[group]]).astype(np.float64)
-            keep(rel, design)
         group = design[:, 0].astype(np.int64)
         outputs = design[np.unique(group, return_index=True)[1], 1]
         draw = lambda y, i: rr_on_bins_once(y, i, lo, hi, group, outputs, eps_rand, key, rel)
         variance = None  # biased: no debiased RMSE
         extra.update(bin_values=[round(float(v), 6) for v in outputs], paper="Ghazi et al. 2023, Algorithm 1")
     else:
-        design = kept(rel)  # the outputs, then the channel's rows
-        extra["design_reused"] = design is not None
-        if design is None:
-            design = np.vstack(unbiased_design(prior, values, eps_rand))
-            keep(rel, design)
         outputs, channel = design[0], design[1:]
         draw = lambda y, i: unbiased_once(y, i, lo, hi, outputs, channel, key, rel)
         variance = channel_noise_variance(prior, values, outputs, channel)

@@ -419,6 +419,7 @@ class LabelDPRelease:
             record,
             kept=lambda rel: None if (got := store.stored_prior(rel)) is None else got[1],
             keep=lambda rel, matrix: store.keep_prior(rel, np.arange(len(matrix)), matrix),
+            release_id_of=lambda m, p: self._id(label_key, m, p),
         )
 
     def _stage_two_prior(self, label_key, params, ids, first, noisy, prior_fn) -> tuple[np.ndarray, bool]:
