@@ -127,3 +127,22 @@ def test_a_channel_error_that_names_no_follower_stops_the_scorer_with_its_reason
     assert worker.down == {} and worker.failed is not None
     with pytest.raises(ServeError, match="the scorer stopped: SERVE_CUT from bad"):
         later.result(timeout=1)
+
+
+def test_a_refused_reconnect_is_told_why_and_stays_down():
+    from vfl.wire.messages import Abort
+
+    # Prepare: f was down and greets again with a cut of another width than the top reads
+    ch = _Returning([_hello(cut_dim=CUT + 1)], drop_welcomes=0)
+    worker = _worker(ch)
+    worker.down["f"] = "f is down (connection lost)"
+    worker.start()
+    # Execute
+    with pytest.raises(ServeError) as down:
+        worker.submit(np.array([3]), 5.0).result(timeout=10)
+    worker.stop()
+    # Assert: f got an ABORT naming why (it stops with that reason, instead of waiting for a welcome); the leader's
+    # clients are told the same
+    (abort,) = [m for _, m in ch.sent if isinstance(m, Abort)]
+    assert f"f now cuts {CUT + 1} values, {CUT} before" in abort.reason
+    assert down.value.status == 503 and "its new connection was refused" in str(down.value)

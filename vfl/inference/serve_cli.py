@@ -154,8 +154,8 @@ def start_leader(
     log(f"leader {cfg.party}: serving step {step} ({len(table)} rows by id); waiting for {list(cfg.network.followers)}")
     session = LeaderSession(cfg, channel)
 
-    def check(f: str, hello: ServeHello) -> list[str]:
-        return hello_problems(record, f, hello, checkpoint, PROTOCOL_VERSION)
+    def check(f: str, hello: ServeHello) -> list[str]:  # its sentences reach f: no path of the leader's in them
+        return hello_problems(record, f, hello, "its checkpoint", PROTOCOL_VERSION)
 
     hellos = session.greet(
         ServeHello, check, lambda f: f"SERVE_HELLO from {f} (start `python -m follower serve` there)", "serving refused"

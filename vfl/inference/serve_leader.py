@@ -77,7 +77,7 @@ class ScoringWorker:
         self._thread = threading.Thread(target=self._run, name="leader-scorer", daemon=True)
         self._held: ScoreRequest | None = None
         self.failed: BaseException | None = None
-        self.check_hello = None  # (f, hello) -> problems, for a follower that connects again
+        self.check_hello = None  # (f, hello) -> problems, for a follower that connects again (sent to it: no path)
         self.log = None
 
     # -- the client side (HTTP threads) --------------------------------------------------------------
@@ -209,6 +209,7 @@ class ScoringWorker:
         """Greet a follower that was down and has connected again (SERVE_HELLO of the same run and cut width)."""
         from vfl.wire import WireError
         from vfl.wire.channel import PeerLost, PeerTimeout
+        from vfl.wire.messages import Abort
         from vfl.wire.serve_messages import ServeHello, ServeWelcome
 
         for f in list(self.down):
@@ -223,9 +224,13 @@ class ScoringWorker:
             problems = self.check_hello(f, hello) if self.check_hello is not None else []
             if hello.cut_dim != self.cut_dims[f]:
                 problems.append(f"{f} now cuts {hello.cut_dim} values, {self.cut_dims[f]} before")
-            if problems:
-                self.down[f] = f"{f} is down (its new connection was refused: {'; '.join(problems)})"
+            if problems:  # told why (it stops with the reason), and down until a follower that fits greets
+                why = "; ".join(problems)
+                self._post(f, Abort(f"the serving leader refused this connection: {why}"))
+                self.down[f] = f"{f} is down (its new connection was refused: {why})"
                 self.ch.forget(f)
+                if self.log is not None:
+                    self.log.warning(f"leader: {self.down[f]}")
                 continue
             try:
                 self.ch.post(f, ServeWelcome(self.ch.run, hello.nonce))
