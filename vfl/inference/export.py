@@ -12,7 +12,8 @@
 ONNX is written by torch.onnx (opset 18) and checked with onnxruntime against the torch model on rows of the
 party's own shard before it is kept. A model that does not export cleanly (a user's module with an operator
 ONNX lacks) is written as TorchScript (`model.pt`, taking the bottom's inputs) beside `transforms.onnx`.
-Inference is in float32 whatever train.precision was.
+Inference is in float32 whatever train.precision was. The files carry the party's vocabularies and numeric
+statistics in the clear (docs/export.md, "What the files reveal"): they are as sensitive as the party's data.
 """
 
 from __future__ import annotations
