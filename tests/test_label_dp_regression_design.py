@@ -1,5 +1,6 @@
 """A regression release's prior and design: the unbiased programme is met at every config-valid (bins, eps) (the
-solver retried at a wider margin), and a design the solver cannot meet charges nothing of the randomizer.
+solver retried at a wider margin), a design the solver cannot meet charges nothing of the randomizer, and of two
+concurrent runs of one release both draw with the prior and design the store kept first.
 
 Noise-free checks (exact channels and stored matrices); no statistical bound is needed."""
 
@@ -12,11 +13,13 @@ import numpy as np
 import pytest
 
 import privacy.label.regression_mechanisms as mechanisms
-from privacy.label.regression_mechanisms import channel_eps, grid_values, unbiased_design
+from privacy.label.regression_mechanisms import channel_eps, grid_values, rr_on_bins_design, unbiased_design
 from privacy.label.regression_prior import uniform_prior
+from privacy.label.release_names import release_id
 from privacy.label.store import LabelDPStore, dataset_id
 from vfl.config.schema import LabelDPConfig
 from vfl.data.task import Task
+from vfl.labeldp.regression import RegressionSpec, draw_regression
 from vfl.labeldp.release import LabelDPRelease, LabelKey, training_labels
 
 CLIP = (0.0, 40.0)
@@ -72,3 +75,43 @@ def test_a_design_the_solver_cannot_meet_charges_nothing_of_the_randomizer(tmp_p
     ledger = tmp_path / "store" / "ledger.json"
     charged = [r["mechanism"] for r in json.loads(ledger.read_text())["releases"]] if ledger.exists() else []
     assert charged == ([] if prior == "uniform" else ["dp_histogram_prior"])
+
+
+def test_a_run_that_loses_the_race_draws_with_the_prior_and_design_kept_first():
+    # Prepare: another run of the same release keeps its prior and its design right after this run looked for them
+    key = bytes(range(32))
+    spec = RegressionSpec(CLIP, 16, "dp_histogram", 0.25)
+    name = lambda m, p: release_id("race", "fp", m, p)  # noqa: E731
+    plan = spec.plan("rr_on_bins", 2.0, name)
+    prior_rel, design_rel = name(*plan[0]), name(*plan[1])
+    other_prior = np.linspace(1.0, 2.0, 16) / np.linspace(1.0, 2.0, 16).sum()
+    group, outputs = rr_on_bins_design(other_prior, grid_values(*CLIP, 16), 1.5)
+    other = {prior_rel: other_prior, design_rel: np.column_stack([group, outputs[group]]).astype(np.float64)}
+    stored: dict = {}
+
+    def kept(release):
+        got = stored.get(release)
+        if got is None and release in other:
+            stored[release] = other.pop(release)  # the other run keeps its matrix just after this look
+        return got
+
+    y = np.random.default_rng(1).normal(20, 5, 2000)
+    # Execute
+    drawn = draw_regression(
+        spec,
+        "rr_on_bins",
+        2.0,
+        plan,
+        y,
+        np.arange(2000),
+        y[:0],
+        np.arange(0),
+        key,
+        lambda pl: (name(*pl[0]), True, {}),
+        kept=kept,
+        keep=lambda release, matrix: stored.setdefault(release, matrix),  # the store keeps the first
+        release_id_of=name,
+    )
+    # Assert: this run's labels come from the design kept first, not from the one it computed
+    assert drawn.extra["bin_values"] == [round(float(v), 6) for v in outputs]
+    assert set(np.unique(drawn.noisy)) <= set(outputs)

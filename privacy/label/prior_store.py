@@ -54,9 +54,11 @@ def save_prior(
     """Write the stored priors of `release`: those of `old` unchanged, plus those of ids `old` lacks. Returns the
     ledger entry {file, sha256, rows}."""
     ids, prior = np.asarray(ids, np.int64), np.asarray(prior, np.float64)
-    if old is not None:
+    if old is not None:  # nothing new: the old rows as they are (a matrix of another width is never merged)
         fresh = ~np.isin(ids, old[0])
-        ids, prior = np.concatenate([old[0], ids[fresh]]), np.concatenate([old[1], prior[fresh]])
+        ids, prior = (
+            (np.concatenate([old[0], ids[fresh]]), np.concatenate([old[1], prior[fresh]])) if fresh.any() else old
+        )
     order = np.argsort(ids, kind="stable")
     directory = os.path.join(store_dir, PRIOR_DIR)
     os.makedirs(directory, mode=0o700, exist_ok=True)

@@ -103,6 +103,14 @@ class Drawn:
     noise_variance: float | None = None
 
 
+def _kept_first(kept, keep, release: str, matrix: np.ndarray) -> np.ndarray:
+    """Keep a freshly computed matrix for the release and return the one the store holds: the store keeps the first
+    (LabelDPStore.keep_prior never replaces a row), so of two concurrent runs of one release both use the first's."""
+    keep(release, matrix)
+    stored = kept(release)
+    return matrix if stored is None else stored
+
+
 def _design(mechanism: str, prior: np.ndarray, values: np.ndarray, eps: float) -> np.ndarray:
     """The randomizer's design as the store keeps it: rr_on_bins, per grid point its bin and the bin's value;
     unbiased, the outputs, then the channel's rows."""
@@ -131,8 +139,8 @@ def draw_regression(
 
     kept / keep read and write the store's matrix of a release (the leader's: LabelDPStore.stored_prior and
     keep_prior). The DP histogram is kept under its release and the design (bins and values, or the unbiased
-    channel) under the randomizer's, the first time each is computed, and read back on every later run: a release id
-    then always means one prior and one channel,
+    channel) under the randomizer's, the first time each is computed, and read back on every later run and right
+    after keeping (a concurrent run's, kept first, wins): a release id then always means one prior and one channel,
     whatever ids a later PSI yields or whichever scipy solves the programme (two histograms drawn with the same noise
     on different label sets would reveal their difference). The design is computed before the randomizer's release
     is recorded, so a programme the solver cannot meet is refused with nothing of it charged; `release_id_of` (the
@@ -152,7 +160,7 @@ def draw_regression(
             if prior is None:
                 y_all = np.concatenate([labels, valid_labels])
                 prior, _ = dp_histogram_once(y_all, lo, hi, spec.bins, eps_prior, key, prior_rel)
-                keep(prior_rel, prior)
+                prior = _kept_first(kept, keep, prior_rel, prior)
             extra.update(prior_release=prior_rel, prior_eps=eps_prior)
             plan = plan[1:]
         else:
@@ -165,8 +173,7 @@ def draw_regression(
             fresh = _design(mechanism, prior, values, eps_rand)
     rel, is_new, summary = record(plan)
     if fresh is not None:
-        keep(rel, fresh)
-        design = fresh
+        design = _kept_first(kept, keep, rel, fresh)
     ledger_name, params = plan[0]
     if mechanism == "laplace":
         draw = lambda y, i: laplace_once(y, i, lo, hi, eps_rand, key, rel)
