@@ -141,3 +141,57 @@ def test_padded_bucket_sizes_depend_on_the_whole_set_size_alone_and_a_bucket_bey
     assert padded_size(10**6, 2) - 500_000 < 0.012 * 500_000 and padded_size(123, 1) == 123
     with pytest.raises(PSIError, match="rank 0 of 2 holds 1000 of the party's 1000 ids, above the padded"):
         declared_size(rank_share(sets[1000], 0, 2).size, 1000, RankEnv(0, 2), "leader")
+
+
+class _CountingSodium:
+    """libsodium with its element derivations and scalar multiplications counted."""
+
+    def __init__(self, lib, counts):
+        self.lib, self.counts = lib, counts
+
+    def __getattr__(self, name):
+        fn = getattr(self.lib, name)
+        if name not in ("crypto_core_ristretto255_from_hash", "crypto_scalarmult_ristretto255"):
+            return fn
+
+        def counted(*args):
+            self.counts[name] += 1
+            return fn(*args)
+
+        return counted
+
+
+@pytest.mark.parametrize("fraction", [1.0, 0.5, 0.01])
+def test_a_padding_slot_costs_the_same_sha512_derivation_and_multiplication_as_a_real_one(monkeypatch, fraction):
+    # Prepare: 512 slots of which `fraction` are real, every primitive counted, in this process (no workers)
+    import collections
+    import hashlib
+    from types import SimpleNamespace
+
+    from vfl.align.psi import ecdh
+    from vfl.align.psi.leader_side import _LeaderPSI
+    from vfl.align.psi.protocol import masked
+
+    counts = collections.Counter()
+    lib, sha512 = ecdh.sodium(), hashlib.sha512
+    monkeypatch.setattr(ecdh, "PARALLEL_MIN", 10**9)
+    monkeypatch.setattr(ecdh, "sodium", lambda: _CountingSodium(lib, counts))
+    monkeypatch.setattr(hashlib, "sha512", lambda *a: (counts.update(["sha512"]), sha512(*a))[1])
+    n, real = 512, np.zeros(512, bool)
+    real[: int(fraction * n)] = True
+    ids = UNIVERSE[:n]
+    # Execute: the follower's mask answer, then the leader's hashes of its rows (ids, then padding rows)
+    out = masked(ids, real, ecdh.new_exponent())
+    follower_counts = dict(counts)
+    counts.clear()
+    lead = _LeaderPSI(SimpleNamespace(timeout_s=10.0), ["follower0"], ids[real], None, RankEnv(0, 2), n)
+    hashed = lead.hashes(np.arange(n))
+    # Assert: one SHA-512, one derivation and (follower) one multiplication per slot, whatever the share of padding
+    # (review 33's r3: padding skipped the SHA-512 and ran serially in the parent); every slot a distinct point
+    assert follower_counts == {
+        "sha512": n,
+        "crypto_core_ristretto255_from_hash": n,
+        "crypto_scalarmult_ristretto255": n,
+    }
+    assert dict(counts) == {"sha512": n, "crypto_core_ristretto255_from_hash": n}
+    assert len({bytes(p) for p in out}) == n and len({bytes(p) for p in hashed}) == n

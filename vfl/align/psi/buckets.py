@@ -6,14 +6,16 @@ union over r of the intersections of bucket r (the buckets partition every set t
 holds a channel to rank r of every other party (vfl/distributed/pairing.py), runs the ordinary PSI there on its
 bucket, and the party's ranks all-gather their parts: the result is the one-rank PSI's, id for id (tests).
 
-What this adds to what each side learns: nothing. Each rank declares, and sends points for, padded_size(n, N) slots
+What this adds to what each side learns: nothing against an honest peer. Each rank declares, and sends points for, padded_size(n, N) slots
 (protocol.py: a bucket's binomial mean + 8 sd + 8, a function of the party's whole set size n alone), its real ids
 in random slots and, in the others, R^e for a fresh uniformly random element R (RFC 9496 derivation of 64 random
 bytes), which matches nothing and which the peer cannot tell from a masked id (DDH, as for any id it does not hold);
-each slot costs the same derivation and scalar multiplication, so neither the values nor their timing count the
-padding; so a peer learns N x padded_size(n, N), a function of
+each slot costs the same SHA-512, derivation and scalar multiplication in one call (ecdh.slot_messages), so neither
+the values nor their timing count the padding; so a peer learns N x padded_size(n, N), a function of
 the n the one-rank PSI reveals, and not how the ids fall into buckets (their counts would be a statistic of the set
-under a public hash). Padding costs about 8 sqrt(n N) points in all (1.1% at 10^6 ids on 2 ranks). The leader's bound
+under a public hash). A malicious follower widens this through the known gap of protocol.py: answering every leader
+row with a distinct copy of one of its own double-masked values, it is named back exactly the leader's real rows and
+so counts the leader's ids in its bucket (until the leader checks a DLEQ proof). Padding costs about 8 sqrt(n N) points in all (1.1% at 10^6 ids on 2 ranks). The leader's bound
 on a follower's declared size is padded alike, so N ranks let a follower probe at most that many more ids. Each
 rank keeps its own reuse cache (vfl/align/psi/reuse.py), bound to its rank and N.
 """

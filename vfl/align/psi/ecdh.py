@@ -174,9 +174,36 @@ def _parallel(fn, arr: np.ndarray, *args) -> np.ndarray:
     return np.concatenate(pool.starmap(fn, [(p, *args) for p in parts]))
 
 
+def slot_messages(ids: np.ndarray, real: np.ndarray | None = None) -> np.ndarray:
+    """Each slot's 32-byte hash input, uint8 (n, 32): DOMAIN | int64 id (little-endian) in a real slot, 32 fresh random
+    bytes where real is False (a padding slot, vfl/align/psi/buckets.py). Every slot then costs the same SHA-512 of
+    32 bytes, element derivation and (when masked) scalar multiplication, in the same workers, so neither the values
+    nor the timing count the padding. A padding element is the derivation of SHA-512 of 32 random bytes: uniform in
+    the group (RFC 9496 Sec. 4.3.4), equal to an H(id) with probability 2^-192 (the domain's 24 bytes)."""
+    ids = np.ascontiguousarray(ids, dtype="<i8")
+    out = np.empty((ids.size, len(_DOMAIN) + 8), np.uint8)
+    out[:, : len(_DOMAIN)] = np.frombuffer(_DOMAIN, np.uint8)
+    out[:, len(_DOMAIN) :] = ids.view(np.uint8).reshape(-1, 8)
+    if real is not None and not real.all():
+        k = int((~real).sum())
+        out[~real] = np.frombuffer(secrets.token_bytes(out.shape[1] * k), np.uint8).reshape(k, -1)
+    return out
+
+
+def hash_slots(messages: np.ndarray) -> np.ndarray:
+    """The element of each slot_messages row (H(id) in a real slot): uint8 (n, 32) ristretto255 encodings."""
+    return _parallel(_hash_messages, messages)
+
+
+def mask_slots(messages: np.ndarray, exponent: bytes) -> np.ndarray:
+    """Each slot_messages row's element raised to exponent, hashing and raising in the same worker."""
+    _check_exponent(exponent)
+    return _parallel(_mask_messages, messages, exponent)
+
+
 def hash_ids(ids: np.ndarray) -> np.ndarray:
     """H(id) for int64 ids: uint8 (n, 32) ristretto255 encodings."""
-    return _parallel(_hash_ids, np.ascontiguousarray(ids, dtype="<i8"))
+    return hash_slots(slot_messages(ids))
 
 
 def raise_to(points: np.ndarray, exponent: bytes) -> np.ndarray:
@@ -187,8 +214,7 @@ def raise_to(points: np.ndarray, exponent: bytes) -> np.ndarray:
 
 def mask_ids(ids: np.ndarray, exponent: bytes) -> np.ndarray:
     """H(id)^exponent for int64 ids, hashing and raising in the same worker."""
-    _check_exponent(exponent)
-    return _parallel(_mask_ids, np.ascontiguousarray(ids, dtype="<i8"), exponent)
+    return mask_slots(slot_messages(ids), exponent)
 
 
 def _check_exponent(exponent) -> None:
@@ -201,15 +227,17 @@ def _check_exponent(exponent) -> None:
 
 def digests(ids: np.ndarray) -> bytes:
     """SHA-512(DOMAIN | int64 id) of every id, concatenated: the 64 uniform bytes each H(id) is derived from."""
-    raw = np.ascontiguousarray(ids, dtype="<i8").tobytes()
-    sha512, dom = hashlib.sha512, _DOMAIN
-    return b"".join([sha512(dom + raw[i : i + 8]).digest() for i in range(0, len(raw), 8)])
+    return _sha512_rows(slot_messages(ids))
+
+
+def _sha512_rows(messages: np.ndarray) -> bytes:
+    raw, width, sha512 = np.ascontiguousarray(messages, np.uint8).tobytes(), messages.shape[1], hashlib.sha512
+    return b"".join([sha512(raw[i : i + width]).digest() for i in range(0, len(raw), width)])
 
 
 def random_points(k: int) -> np.ndarray:
-    """k elements derived from 64 fresh random bytes each: uniform in the group (RFC 9496 Sec. 4.3.4), so a padding
-    value is indistinguishable from a masked H(id) to anyone without the exponent (vfl/align/psi/buckets.py)."""
-    return from_digests(secrets.token_bytes(HASH_BYTES * k))
+    """k elements uniform in the group, each derived from SHA-512 of 32 fresh random bytes (as a padding slot's)."""
+    return hash_slots(slot_messages(np.zeros(k, np.int64), np.zeros(k, bool)))
 
 
 def from_digests(h: bytes) -> np.ndarray:
@@ -224,11 +252,12 @@ def from_digests(h: bytes) -> np.ndarray:
     return out
 
 
-def _hash_ids(ids: np.ndarray) -> np.ndarray:
-    out = from_digests(digests(ids))
+def _hash_messages(messages: np.ndarray) -> np.ndarray:
+    out = from_digests(_sha512_rows(messages))
     zero = ~out.any(axis=1)
-    if zero.any():  # the identity: probability 2**-252 per id
-        raise PointError(f"id {int(ids[np.argmax(zero)])} hashes to the identity")
+    if zero.any():  # the identity: probability 2**-252 per slot
+        i = int(np.argmax(zero))
+        raise PointError(f"id {int(messages[i, len(_DOMAIN) :].view('<i8')[0])} hashes to the identity")
     return out
 
 
@@ -245,8 +274,13 @@ def _raise_to(points: np.ndarray, exponent: bytes) -> np.ndarray:
     return out
 
 
+def _mask_messages(messages: np.ndarray, exponent: bytes) -> np.ndarray:
+    return _raise_to(_hash_messages(messages), exponent)
+
+
 def _mask_ids(ids: np.ndarray, exponent: bytes) -> np.ndarray:
-    return _raise_to(_hash_ids(ids), exponent)
+    """H(id)^exponent in the calling process (scripts/bench_psi.py times it)."""
+    return _mask_messages(slot_messages(ids), exponent)
 
 
 def as_wire(points: np.ndarray) -> np.ndarray:

@@ -7,7 +7,16 @@ import time
 
 import numpy as np
 
-from vfl.align.psi.ecdh import SUITE, PointError, as_wire, hash_ids, new_exponent, point_set, raise_to, random_points
+from vfl.align.psi.ecdh import (
+    SUITE,
+    PointError,
+    as_wire,
+    hash_slots,
+    new_exponent,
+    point_set,
+    raise_to,
+    slot_messages,
+)
 from vfl.align.psi.protocol import (
     MAX_IDS,
     ONE_RANK,
@@ -148,13 +157,11 @@ class _LeaderPSI:
 
     def hashes(self, rows: np.ndarray) -> np.ndarray:
         """H(x) of rows below len(ids), a random element (drawn once, like H(x) computed once for every follower)
-        for the padding rows: the same derivation per row, and then the same scalar multiplication."""
+        for the padding rows: the same SHA-512 and derivation per row in one call on the same workers
+        (ecdh.slot_messages), and then the same scalar multiplication."""
         todo = rows[~self.is_hashed[rows]]
         real = todo < self.ids.size
-        if real.any():
-            self.hashed[todo[real]] = hash_ids(self.ids[todo[real]])
-        if not real.all():
-            self.hashed[todo[~real]] = random_points(int((~real).sum()))
+        self.hashed[todo] = hash_slots(slot_messages(self.ids[np.where(real, todo, 0)], real))  # one call, as alike
         self.is_hashed[todo] = True
         return self.hashed[rows]
 

@@ -20,20 +20,21 @@ repeated H(y)^ab (a copy of a matching value would match a second id), and check
 match by its own computation (H(y)^ab among the H(x)^ab it made). Without a proof that every double is its input
 raised to one a, L can still raise some of F's values to a second exponent a' and send H(x)^a' for ids x it holds
 among its own rows: a slot y_i then matches when another slot holds such an x, so F accepts an id L does not hold
-(the mirror of the gap below; the same batched DLEQ proof, by L, would close it). L compares the H(y)^ab it computed with
-the (H(x)^a)^b that F returns, which F alone computes: a malicious F can return a copy of some H(y_j)^ab for
+(the mirror of the gap below; the same batched DLEQ proof, by L, would close it). L compares the H(y)^ab it computed
+with the (H(x)^a)^b that F returns, which F alone computes: a malicious F can return a copy of some H(y_j)^ab for
 leader row i and claim a match that is not there (a hostile review; before this suite too). That poisons the
-alignment (row x_i trained against y_j), and with several followers a follower claiming every row learns how many
-of the leader's ids the others hold. The fix is a proof that each reply is its input raised to one b (a batched
-Chaum-Pedersen DLEQ proof against a published g^b), not yet built. Both sides shuffle with the OS's randomness, so a
-position says nothing about an id's rank. Each side learns the other's set size, and the intersection (F: its ids at the positions L names;
-L: its ids whose H(x)^ab matched). A point is a 32-byte ristretto255 encoding (the suite, named in
-both HELLOs, is in ecdh.py; carried as 4 int64), a message at most CHUNK_POINTS points; a set above
-MAX_IDS ids is refused before anything is computed. Every receive has the channel's deadline; the
-leader sends WAIT to followers that wait for their turn. Under N ranks per party, rank r of each party runs this
-on bucket r of its ids (vfl/align/psi/buckets.py); both hellos name the rank, and a peer of another rank count or
-rank is refused before any id is hashed. Reuse of an unchanged pair of sets, and why it keeps these guarantees:
-vfl/align/psi/reuse.py. This module holds the shared pieces and F's side; L's side is leader_side.py.
+alignment (row x_i trained against y_j), and with several followers a follower claiming every row learns how many of
+the leader's ids the others hold; under N ranks, by claiming every row, it counts the leader's real ids in its bucket
+(the padding rows are never named back), which the padding is meant to hide. The fix is a proof that each reply is
+its input raised to one b (a batched Chaum-Pedersen DLEQ proof against a published g^b), not yet built. Both sides
+shuffle with the OS's randomness, so a position says nothing about an id's rank. Each side learns the other's set
+size, and the intersection (F: its ids at the positions L names; L: its ids whose H(x)^ab matched). A point is a
+32-byte ristretto255 encoding (the suite, named in both HELLOs, is in ecdh.py; carried as 4 int64), a message at most
+CHUNK_POINTS points; a set above MAX_IDS ids is refused before anything is computed. Every receive has the channel's
+deadline; the leader sends WAIT to followers that wait for their turn. Under N ranks per party, rank r of each party
+runs this on bucket r of its ids (vfl/align/psi/buckets.py); both hellos name the rank, and a peer of another rank
+count or rank is refused before any id is hashed. Reuse of an unchanged pair of sets, and why it keeps these
+guarantees: vfl/align/psi/reuse.py. This module holds the shared pieces and F's side; L's side is leader_side.py.
 """
 
 from __future__ import annotations
@@ -51,12 +52,11 @@ from vfl.align.psi.ecdh import (
     SodiumUnavailable,
     as_wire,
     from_wire,
-    hash_ids,
-    mask_ids,
+    mask_slots,
     new_exponent,
     point_set,
     raise_to,
-    random_points,
+    slot_messages,
     sodium,
 )
 from vfl.align.psi.reuse import Agreement, PSICache, ticket_from_wire
@@ -195,13 +195,10 @@ def padded_slots(ids: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def masked(ids: np.ndarray, real: np.ndarray, exponent: bytes) -> np.ndarray:
-    """H(id)^exponent in the real slots, R^exponent for a fresh random element R in the padding slots: the same two
-    operations per slot (an element derivation and a scalar multiplication), so their timing does not count them."""
-    if real.all():
-        return mask_ids(ids, exponent)
-    points = random_points(ids.size)
-    points[real] = hash_ids(ids[real])
-    return raise_to(points, exponent)
+    """H(id)^exponent in the real slots, R^exponent for a fresh random element R in the padding slots, all in one
+    call: the same SHA-512, element derivation and scalar multiplication per slot, on the same workers
+    (ecdh.slot_messages), so their timing does not count the padding."""
+    return mask_slots(slot_messages(ids, real), exponent)
 
 
 def distinct(points: np.ndarray, what: str) -> None:
