@@ -168,6 +168,20 @@ def test_laplace_passes_the_empirical_dp_check_and_a_planted_leak_fails():
     assert dp_histogram_violations(cells(lo), cells(leak), eps, 12) != []
 
 
+def test_the_sampled_mechanisms_state_a_delta_covering_what_53_bit_uniforms_never_draw(tmp_path):
+    # Prepare: the largest geometric the Laplace sampler can draw at eps 1 (from the largest uniform, 1 - 2^-53)
+    from privacy.label.regression_mechanisms import laplace_alpha, sampling_delta
+
+    log_a = math.log(laplace_alpha(1.0))
+    top = math.floor(math.log1p(-(1.0 - 2.0**-53)) / log_a)
+    # Execute
+    delta, never_drawn = sampling_delta(1.0), math.exp(log_a * (top + 1))  # the exact tail beyond it
+    report = _draw(tmp_path, mechanism="rr_on_bins", prior="uniform", bins=16).report
+    # Assert: a positive delta, at least the mass never drawn; the release reports its own
+    assert 0 < never_drawn <= delta < 1e-9 and sampling_delta(math.inf) == 0.0
+    assert report["sampling_delta"] == sampling_delta(1.0, len(report["bin_values"])) > 0
+
+
 # -- the prior ----------------------------------------------------------------------------------------------------------
 def test_dp_histogram_is_exact_at_eps_inf_and_its_noise_has_the_geometric_variance():
     # Prepare

@@ -26,6 +26,7 @@ from privacy.label.regression_mechanisms import (
     grid_values,
     laplace_noise_variance,
     rr_on_bins_design,
+    sampling_delta,
     unbiased_design,
 )
 from privacy.label.regression_prior import file_digest, file_prior, uniform_prior
@@ -190,6 +191,8 @@ def draw_regression(
         draw = lambda y, i: unbiased_once(y, i, lo, hi, outputs, channel, key, rel)
         variance = channel_noise_variance(prior, values, outputs, channel)
         extra.update(outputs=int(outputs.size), paper="Badanidiyuru et al. 2023, Algorithm 1")
+    # the delta of sampling from 53-bit uniforms (regression_mechanisms.py: Granularity)
+    extra["sampling_delta"] = sampling_delta(eps_rand, None if mechanism == "laplace" else outputs.size)
     noisy, valid_noisy = draw(labels, ids), draw(valid_labels, valid_ids)
     err = noisy - np.clip(labels, lo, hi)
     extra.update(
