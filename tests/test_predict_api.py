@@ -24,9 +24,9 @@ def test_simulate_predict_on_dataframes_reproduces_the_runs_test_metrics_and_lea
     from vfl.data.shards import PartyShard
     from vfl.obs.metrics import test_metrics
 
-    frames = own_table(2000, seed=1)
+    frames = own_table(1500, seed=1)
     cfgs = party_configs(
-        str(tmp_path), str(tmp_path / "unused"), followers=("shop", "telco"), train={"epochs": 2, "batch_size": 128}
+        str(tmp_path), str(tmp_path / "unused"), followers=("shop", "telco"), train={"epochs": 1, "batch_size": 128}
     )
     docs = {}
     for name in frames:
