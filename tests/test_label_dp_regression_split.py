@@ -74,6 +74,20 @@ def test_rr_on_bins_trains_split_charges_prior_and_randomizer_and_resists_the_fo
     with np.load(tmp_path / "grads.npz") as z:
         record = {k: z[k] for k in ("ids", "epoch", "step", "grad")}
     truth = np.clip(train.labels.astype(np.float64), 0.0, 40.0)
-    view = follower_view_regression(record, train.ids, truth, noisy.labels, 2.0, (0.0, 40.0), follower_seed=0)
+    # the release's channel (its design, kept in the store) lets the replay read any public pick uniform
+    from privacy.label.regression_mechanisms import grid_values, rr_on_bins_channel
+    from privacy.label.store import LabelDPStore
+
+    _, design = LabelDPStore(label_dp["store_dir"]).stored_prior(noisy.release)
+    group = design[:, 0].astype(np.int64)
+    outputs = design[np.unique(group, return_index=True)[1], 1]
+    channel = {
+        "values": grid_values(0.0, 40.0, 24),
+        "outputs": outputs,
+        "channel": rr_on_bins_channel(group, outputs.size, 1.5),
+    }
+    view = follower_view_regression(
+        record, train.ids, truth, noisy.labels, 2.0, (0.0, 40.0), follower_seed=0, design=channel
+    )
     assert view["excess"] >= -Z * view["excess_se"], view
     assert view["candidates"] > 200 and view["rows"] == train.ids.size
