@@ -195,3 +195,72 @@ def test_a_padding_slot_costs_the_same_sha512_derivation_and_multiplication_as_a
     }
     assert dict(counts) == {"sha512": n, "crypto_core_ristretto255_from_hash": n}
     assert len({bytes(p) for p in out}) == n and len({bytes(p) for p in hashed}) == n
+
+
+def _ranks_psi(tmp_path, lead, fol, caches) -> dict:
+    """One PSI of a leader and follower0, 2 ranks each (threads) with their reuse caches: {(party, rank): the rank's
+    own PSI report} (before the party sums them)."""
+    views, own, threads = {p: _ThreadRanks(2) for p in ("leader", "follower0")}, {}, []
+
+    def keep(party, r, fn):
+        def run(part, total):
+            common, report = fn(part, total)
+            own[(party, r)] = report
+            return common, report
+
+        return run
+
+    for r in range(2):
+        leader, follower = _channels(tmp_path / f"r{r}")
+        ch, env = follower("follower0"), RankEnv(r, 2)
+        frun = keep(
+            "follower0", r, lambda p, t, ch=ch, env=env, c=caches["follower0"][r]: follower_psi(ch, p, None, c, env, t)
+        )
+        lrun = keep(
+            "leader",
+            r,
+            lambda p, t, ch=leader, env=env, c=caches["leader"][r]: leader_psi(
+                ch, ["follower0"], p, None, None, {"follower0": c}, env, t
+            ),
+        )
+        threads.append((_in_thread(intersect_on_ranks, views["follower0"].view(r), fol, frun, "follower0"), ch))
+        threads.append((_in_thread(intersect_on_ranks, views["leader"].view(r), lead, lrun, "leader"), leader))
+    for (t, box), ch in threads:
+        t.join(120)
+        ch.close()
+        assert "error" not in box, box.get("error")
+        np.testing.assert_array_equal(box["value"][0], np.intersect1d(lead, fol))
+    return own
+
+
+def test_a_party_reuses_on_all_its_ranks_or_none_so_a_peer_never_learns_which_bucket_changed(tmp_path):
+    # Prepare: each party's reuse cache on each of 2 ranks; the leader will swap one id the follower does not hold for
+    # another it does not hold (same size, same intersection: invisible in a fresh PSI)
+    from tests.procs import party_keys
+    from vfl.align.psi.reuse import PSICache
+    from vfl.wire.keys import load_public_key, load_secret_key
+
+    keys = party_keys(str(tmp_path / "keys"), ("leader", "follower0"))
+    sec = {p: load_secret_key(keys[p][1])[1] for p in keys}
+    pub = {p: load_public_key(keys[p][0]) for p in keys}
+    caches = {
+        "leader": [
+            PSICache(str(tmp_path / "L"), sec["leader"], "leader", "follower0", pub["follower0"], r, 2) for r in (0, 1)
+        ],
+        "follower0": [
+            PSICache(str(tmp_path / "F"), sec["follower0"], "follower0", "leader", pub["leader"], r, 2) for r in (0, 1)
+        ],
+    }
+    lead, fol = UNIVERSE[:2000], UNIVERSE[1000:3000]
+    spare = UNIVERSE[5000:5100]
+    new = spare[bucket_of(spare, 2) == bucket_of(lead[:1], 2)[0]][0]  # the same bucket: the other one is unchanged
+    swapped = np.append(lead[1:], new)
+    assert lead[0] not in fol and new not in fol
+    # Execute: a fresh PSI, the same sets again, then the leader's swap
+    runs = [_ranks_psi(tmp_path / name, x, fol, caches) for name, x in (("a", lead), ("b", lead), ("c", swapped))]
+    # Assert: the unchanged run reuses on both ranks of both parties; after the swap, which changed one bucket of the
+    # leader's, no rank of either party reuses (review 33's r2: the changed bucket's rank alone ran the PSI)
+    reused = [{key: rep.reused for key, rep in run.items()} for run in runs]
+    assert all(v == [] for v in reused[0].values())
+    assert reused[1] == {("leader", r): ["follower0"] for r in (0, 1)} | {("follower0", r): ["leader"] for r in (0, 1)}
+    assert all(v == [] for v in reused[2].values()), reused[2]

@@ -17,7 +17,9 @@ under a public hash). A malicious follower widens this through the known gap of 
 row with a distinct copy of one of its own double-masked values, it is named back exactly the leader's real rows and
 so counts the leader's ids in its bucket (until the leader checks a DLEQ proof). Padding costs about 8 sqrt(n N) points in all (1.1% at 10^6 ids on 2 ranks). The leader's bound
 on a follower's declared size is padded alike, so N ranks let a follower probe at most that many more ids. Each
-rank keeps its own reuse cache (vfl/align/psi/reuse.py), bound to its rank and N.
+rank keeps its own reuse cache (vfl/align/psi/reuse.py), bound to its rank and N, and a party reuses on all its ranks
+or none (an all-reduce of each rank's decision before its hello), so a peer learns one bit per run, never which
+buckets changed.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from collections.abc import Callable
 import numpy as np
 
 from privacy.public_hash import splitmix64
-from vfl.align.psi.protocol import PSIError, PSIReport
+from vfl.align.psi.protocol import RANKS_AGREE, PSIError, PSIReport
 from vfl.align.psi.reuse import CACHE_DIR, PSICache
 
 _BUCKET_SALT = np.uint64(0x7073692D72616E6B)  # "psi-rank": buckets independent of every other public hash's draws
@@ -55,9 +57,13 @@ def intersect_on_ranks(ctx, ids: np.ndarray, run: Callable, me: str) -> tuple[np
             f"{me}: rank {ctx.rank} of {ctx.ranks} has no ids in its PSI bucket ({len(ids)} ids in all); "
             f"run fewer ranks"
         )
-    common, report = run(part, len(ids))
     if ctx.ranks == 1:
-        return common, report
+        return run(part, len(ids))
+    token = RANKS_AGREE.set(lambda flag: ctx.total(float(flag)) == ctx.ranks)  # reuse: all ranks or none
+    try:
+        common, report = run(part, len(ids))
+    finally:
+        RANKS_AGREE.reset(token)
     everything = np.sort(ctx.gather_ids(np.asarray(common, np.int64)))
     return everything, _summed(ctx, report, everything.size)
 

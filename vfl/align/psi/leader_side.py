@@ -30,6 +30,7 @@ from vfl.align.psi.protocol import (
     distinct,
     expect_op,
     load_agreement,
+    on_every_rank,
     padded_size,
     peer_size,
     points_of,
@@ -129,6 +130,9 @@ class _LeaderPSI:
                 )
             if f in caches and (a := self._accept(f, hello.payload, caches[f])) is not None:
                 agreed[f] = a
+        for f in self.followers:  # in network.followers order on every rank
+            if not on_every_rank(f in agreed, f"the reuse {f} offers is accepted", self.log):
+                agreed.pop(f, None)
         for f in self.followers:
             offer = agreed[f].offer("leader") if f in agreed else None
             self.ch.post(f, Psi.hello(SUITE, self.m, offer, self.env.rank, self.env.ranks))

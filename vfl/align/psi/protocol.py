@@ -39,9 +39,11 @@ guarantees: vfl/align/psi/reuse.py. This module holds the shared pieces and F's 
 
 from __future__ import annotations
 
+import contextvars
 import math
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -236,6 +238,8 @@ def follower_psi(
     ids = check_ids(ids, ch.me)
     m = declared_size(ids.size, total, env, ch.me)
     agreed = load_agreement(cache, ids, "the leader", log)
+    if not on_every_rank(agreed is not None, "this follower could offer reuse", log):
+        agreed = None
     ch.post(Psi.hello(SUITE, m, agreed.offer("follower") if agreed else None, env.rank, env.ranks))
     hello = _recv(ch, "hello")
     n_leader = peer_size(hello, "the leader", env, "this follower")
@@ -269,6 +273,20 @@ def load_agreement(cache: PSICache | None, ids: np.ndarray, peer: str, log) -> A
     if cache is not None and agreed is None and log is not None:
         log(f"PSI with {peer}: nothing to reuse ({cache.refused})")
     return agreed
+
+
+# The party's ranks' AND of a reuse decision (set by vfl/align/psi/buckets.intersect_on_ranks around each rank's PSI):
+# one rank's bucket reused while another's runs would tell the peer which buckets of this party's set changed.
+RANKS_AGREE: contextvars.ContextVar[Callable[[bool], bool] | None] = contextvars.ContextVar("psi_ranks_agree")
+
+
+def on_every_rank(flag: bool, what: str, log) -> bool:
+    """flag when it holds on every rank of this party (one rank: flag), so the peer sees one reuse bit per run."""
+    agree = RANKS_AGREE.get(None)
+    every = flag if agree is None else agree(flag)
+    if flag and not every and log is not None:
+        log(f"PSI: {what} on this rank, but not on every rank of this party; running the PSI on all of them")
+    return every
 
 
 class _Positions:
