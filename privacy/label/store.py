@@ -12,7 +12,7 @@ the PRF input. The same parameters reproduce the same release and cost nothing m
 new release, drawn independently, and the ledger adds its eps (basic sequential composition, Dwork &
 Roth 2014, Theorem 3.16).
 
-Datasets are named by their source, which a re-export or one appended row changes. So the ledger
+Datasets are named by their source and label, which a re-export or one appended row changes. So the ledger
 also keeps every sample id each dataset has released, as the sorted set of their 64-bit hashes keyed by
 the ledger secret (privacy/label/ledger_math.py; <store>/id_hashes/ over SKETCH_K ids, the sketch in
 the ledger below), and charges every release of an overlapping dataset to a new one: the total it
