@@ -53,7 +53,10 @@ def _intersect(cfg, env, ctx, channel, keys, shard, log) -> None:
 
     cache = psi_caches(cfg, keys, env.rank, env.ranks).get("leader")
     common, psi = intersect_on_ranks(
-        ctx, shard.all_ids(), lambda ids, total: follower_psi(channel, ids, log, cache, env, total), cfg.party
+        ctx,
+        shard.all_ids(),
+        lambda ids, total: follower_psi(channel, ids, log, cache, env, total, cfg.data.psi_max_peer_ids),
+        cfg.party,
     )
     log(
         f"follower {cfg.party}: PSI intersection {psi.intersection} ids (this party {psi.own_ids}, leader {psi.peer_ids['leader']}, "

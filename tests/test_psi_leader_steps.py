@@ -102,3 +102,52 @@ def test_follower_refuses_a_leader_step_out_of_order_or_a_repeated_double_in_one
     err = box.get("error")
     assert "value" not in box, f"the follower accepted {box['value'][0].size} ids"
     assert isinstance(err, PSIError) and needle in str(err) and "\n" not in str(err), err
+
+
+def test_a_leader_that_only_sends_wait_is_refused_after_the_follower_s_wait_limit(tmp_path, monkeypatch):
+    # Prepare: a 1 s wait limit (1 h + 1 ms per leader id in a run) and a 1 s channel deadline
+    import time
+
+    from vfl.align.psi import protocol
+    from vfl.wire.messages import Wait
+
+    monkeypatch.setattr(protocol, "WAIT_BASE_S", 1.0, raising=False)
+    monkeypatch.setattr(protocol, "WAIT_PER_LEADER_ID_S", 0.0, raising=False)
+    leader, follower = _channels(tmp_path, timeout=1.0)
+    ch = follower(F)
+    t, box = _in_thread(follower_psi, ch, Y)
+    # Execute: the leader answers the hello with a WAIT every 0.25 s, each renewing the channel's deadline (r5)
+    try:
+        leader.expect(F, Psi, what="hello")
+        t0 = time.monotonic()
+        while t.is_alive() and time.monotonic() - t0 < 8:
+            leader.post(F, Wait())
+            time.sleep(0.25)
+        waited = time.monotonic() - t0
+        t.join(5)
+    finally:
+        ch.close()
+        leader.close()
+    # Assert: refused in one line after about the limit, not held for as long as WAITs come
+    err = box.get("error")
+    assert isinstance(err, PSIError) and "has sent only WAIT for" in str(err) and "\n" not in str(err), err
+    assert waited < 4
+
+
+def test_a_leader_declaring_more_ids_than_the_follower_s_limit_is_refused_before_any_allocation(tmp_path):
+    # Prepare
+    leader, follower = _channels(tmp_path, timeout=5.0)
+    ch = follower(F)
+    t, box = _in_thread(lambda: follower_psi(ch, Y, max_peer_ids=1000))
+    # Execute: the leader declares 1001 ids (r8: up to 2**27, 4 GiB for the follower to allocate)
+    try:
+        leader.expect(F, Psi, what="hello")
+        leader.post(F, Psi.hello(SUITE, 1001))
+        t.join(30)
+    finally:
+        ch.close()
+        leader.close()
+    # Assert
+    err = box.get("error")
+    assert isinstance(err, PSIError), err
+    assert str(err) == "the leader declares 1001 ids, above this follower's limit of 1000 (data.psi_max_peer_ids)"

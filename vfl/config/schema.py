@@ -79,7 +79,7 @@ class DataConfig(_Section):
     path: Path  # this party's shard directory (OUT/<party> of `python -m vfl.data prepare`)
     dense: Optional[tuple[str, ...]] = None  # optional: must equal the shard's columns
     categorical: Optional[tuple[str, ...]] = None
-    # leader: refuse a follower declaring more ids for the PSI; unset: max(16 x the leader's ids, 2**20)
+    # refuse a peer declaring more ids for the PSI; unset: a leader allows max(16 x its ids, 2**20), a follower 2**27
     psi_max_peer_ids: Optional[Number(1, 2**27, integer=True)] = None
     # reuse the last agreed intersection when neither side's ids changed (cache in <path>/psi_cache; docs/psi.md)
     psi_reuse: Flag() = True

@@ -228,12 +228,19 @@ def check_ids(ids: np.ndarray, who: str) -> np.ndarray:
 
 # -- follower ------------------------------------------------------------------------------------------
 def follower_psi(
-    ch, ids: np.ndarray, log=None, cache: PSICache | None = None, env: RankEnv = ONE_RANK, total: int | None = None
+    ch,
+    ids: np.ndarray,
+    log=None,
+    cache: PSICache | None = None,
+    env: RankEnv = ONE_RANK,
+    total: int | None = None,
+    max_peer_ids: int | None = None,
 ) -> tuple[np.ndarray, PSIReport]:
     """Run F's side over a FollowerChannel; return the ids of the final intersection (ascending) and the report.
     cache: this party's agreement with the leader (vfl/align/psi/reuse.py), offered when its ids are unchanged;
     env: this rank, whose bucket of ids (vfl/align/psi/buckets.py) the leader's same rank must intersect; total: the
-    party's whole set size under N ranks (the bucket is padded to padded_size(total, N))."""
+    party's whole set size under N ranks (the bucket is padded to padded_size(total, N)); max_peer_ids: the most ids
+    the leader may declare (data.psi_max_peer_ids; unset: MAX_IDS), refused before anything is allocated for them."""
     t0, sent0, recv0 = time.perf_counter(), ch.bytes_sent, ch.bytes_received
     ids = check_ids(ids, ch.me)
     m = declared_size(ids.size, total, env, ch.me)
@@ -243,10 +250,15 @@ def follower_psi(
     ch.post(Psi.hello(SUITE, m, agreed.offer("follower") if agreed else None, env.rank, env.ranks))
     hello = _recv(ch, "hello")
     n_leader = peer_size(hello, "the leader", env, "this follower")
+    if n_leader > (limit := padded_size(MAX_IDS if max_peer_ids is None else max_peer_ids, env.ranks)):
+        raise PSIError(
+            f"the leader declares {n_leader} ids, above this follower's limit of {limit} (data.psi_max_peer_ids"
+            + (f", padded as a bucket of {env.ranks})" if env.ranks > 1 else ")")
+        )
     if hello.payload is not None:  # the leader accepts the offer and proves the same agreement
         if agreed is None or not agreed.matches(hello.payload, "leader"):
             raise PSIError("the leader's PSI hello claims a reuse that this party's cached PSI does not prove; refused")
-        final, pairwise = agreed.shared[_reused_positions(ch, agreed.shared.size)], agreed.shared.size
+        final, pairwise = agreed.shared[_reused_positions(ch, agreed.shared.size, n_leader)], agreed.shared.size
     else:
         y, real = padded_slots(ids, m)
         run = _FollowerPSI(ch, y, real, n_leader, log)
@@ -314,11 +326,11 @@ class _Positions:
         return pos
 
 
-def _reused_positions(ch, n: int) -> np.ndarray:
+def _reused_positions(ch, n: int, n_leader: int) -> np.ndarray:
     """Reuse: the final ids as strictly increasing indices into this party's cached shared ids (n of them); DONE
     with no result before it names all n (the only n strictly increasing indices of n)."""
     positions = _Positions(n)
-    while (msg := _recv(ch, None)).op != "done":
+    while (msg := _recv(ch, None, wait_limit(n_leader))).op != "done":
         if msg.op != "result":
             raise PSIError(f"unexpected PSI {msg.op} from the leader after both agreed to reuse their intersection")
         positions.add(msg)
@@ -336,8 +348,13 @@ class _FollowerPSI:
     def __init__(self, ch, y: np.ndarray, real: np.ndarray, n_leader: int, log):
         self.ch, self.y, self.real, self.n_leader = ch, y, real, n_leader
         self.b = new_exponent()
-        self.y_ab = np.zeros((y.size, 32), np.uint8)
-        self.x_ab = np.zeros((n_leader, 32), np.uint8)
+        try:
+            self.y_ab, self.x_ab = np.zeros((y.size, 32), np.uint8), np.zeros((n_leader, 32), np.uint8)
+        except MemoryError:
+            raise PSIError(
+                f"this follower cannot hold {y.size + n_leader} points of 32 bytes for its {y.size} and the leader's "
+                f"{n_leader} ids; lower data.psi_max_peer_ids or free memory"
+            ) from None
         self.positions = _Positions(y.size)
         self.ticket: bytes | None = None
         self.progress = Progress(log, "with the leader", y.size + n_leader)
@@ -353,7 +370,7 @@ class _FollowerPSI:
         for want in chunks(self.n_leader):
             self._on_leader(self._step("leader", want))
         self.ticket = ticket_from_wire(self._step("ticket").payload)
-        while (msg := _recv(self.ch, None)).op == "result":
+        while (msg := _recv(self.ch, None, wait_limit(self.n_leader))).op == "result":
             self.positions.add(msg)
         if msg.op != "done":
             raise PSIError(f"PSI {msg.op} from the leader out of order: expected result or done after the ticket")
@@ -361,7 +378,7 @@ class _FollowerPSI:
 
     def _step(self, op: str, want: tuple[int, int] | None = None) -> Psi:
         """The next PSI message, which must be op (for the chunk want)."""
-        msg = _recv(self.ch, None)
+        msg = _recv(self.ch, None, wait_limit(self.n_leader))
         if msg.op != op:
             where = f" {want[0]}..{want[1]}" if want else ""
             raise PSIError(
@@ -407,7 +424,18 @@ class _FollowerPSI:
         return pos, shared
 
 
-def _recv(ch, op: str | None) -> Psi:
+WAIT_BASE_S = 3600.0  # the longest run of WAITs a follower takes from the leader: 1 h, plus per leader id
+WAIT_PER_LEADER_ID_S = 1e-3  # ~10 other followers of the leader's size at 100 core-us per id and side (docs/psi.md)
+
+
+def wait_limit(n_leader: int = 0) -> float:
+    """How long a follower keeps taking WAITs in a row (the leader serves other followers meanwhile): a leader that
+    keeps sending them holds it no longer than this (each WAIT would otherwise renew the channel's deadline)."""
+    return WAIT_BASE_S + WAIT_PER_LEADER_ID_S * n_leader
+
+
+def _recv(ch, op: str | None, wait_s: float | None = None) -> Psi:
+    t0, limit = time.monotonic(), wait_limit() if wait_s is None else wait_s
     while True:
         msg = ch.expect(
             Psi,
@@ -416,6 +444,11 @@ def _recv(ch, op: str | None) -> Psi:
             + (" (is the leader running?)" if op == "hello" else ""),
         )
         if isinstance(msg, Wait):
+            if time.monotonic() - t0 > limit:
+                raise PSIError(
+                    f"the leader has sent only WAIT for {time.monotonic() - t0:.0f} s, above this follower's limit of "
+                    f"{limit:.0f} s for its turn in the PSI (1 h + 1 ms per leader id); refused"
+                )
             continue
         if op is not None:
             expect_op(msg, "the leader", op)
