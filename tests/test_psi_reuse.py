@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -115,12 +116,17 @@ def test_a_cache_for_another_key_or_rank_is_refused_and_the_write_is_atomic(tmp_
     mine.store(b"t" * 32, ids, shared)
     # Execute: read back under another peer key, another party's secret, another rank, another set
     other_peer = PSICache(str(tmp_path / "c"), secret, "follower0", "leader", load_public_key(keys["other"][0]))
-    other_key = PSICache(str(tmp_path / "c"), load_secret_key(keys["other"][1])[1], "follower0", "leader", b"x")
+    new_leader = other_peer.load(ids)  # another leader of the same name: its own file (the key's hint in its name)
+    shutil.copyfile(mine.path, other_peer.path)  # and were the file copied to its name, its binding refuses it
+    leader_key = load_public_key(keys["leader"][0])
+    other_key = PSICache(str(tmp_path / "c"), load_secret_key(keys["other"][1])[1], "follower0", "leader", leader_key)
     other_rank = PSICache(str(tmp_path / "c"), secret, "follower0", "leader", load_public_key(keys["leader"][0]), 0, 2)
     # Assert
     got = mine.load(RNG.permutation(ids))
     assert got is not None and got.ticket == b"t" * 32 and np.array_equal(got.shared, np.sort(shared))
+    assert new_leader is None and other_peer.path != mine.path
     assert other_peer.load(ids) is None and "another peer key" in other_peer.refused
+    os.unlink(other_peer.path)
     assert other_key.load(ids) is None and "sealed by another key" in other_key.refused
     assert other_rank.load(ids) is None and "no earlier PSI" in other_rank.refused  # its own file name
     assert mine.load(ids[1:]) is None and "ids changed" in mine.refused
@@ -195,7 +201,8 @@ def test_a_second_run_on_unchanged_shards_reuses_the_psi_over_real_processes(tmp
     assert m2["psi"]["intersection"] == m1["psi"]["intersection"] > 0
     assert m2["psi"]["bytes_sent"] + m2["psi"]["bytes_received"] < 1000 < m1["psi"]["bytes_sent"]
     assert m2["step_losses"] == m1["step_losses"] and m2["test_auc"] == m1["test_auc"]
-    assert sorted(os.listdir(shards / "follower0" / "psi_cache")) == ["follower0--leader.rank0of1.psi"]
+    (name,) = os.listdir(shards / "follower0" / "psi_cache")
+    assert re.fullmatch(r"follower0--leader-[0-9a-f]{12}\.rank0of1\.psi", name), name
     print(f"PSI {m1['psi']['seconds']} s fresh, {m2['psi']['seconds']} s reused ({m1['psi']['intersection']} ids)")
 
 
@@ -208,6 +215,42 @@ def test_a_cache_that_cannot_be_written_is_said_in_the_log_and_only_costs_the_ne
     cache.store(b"t" * 32, UNIVERSE[:10], UNIVERSE[:5], lines.append)
     # Assert
     assert len(lines) == 1 and "cannot be written" in lines[0] and cache.load(UNIVERSE[:10]) is None
+
+
+def test_a_write_error_after_agreement_is_one_log_line_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    # Prepare: a full disk when the cache file is synced (review 33's r7: the write raised out of the PSI)
+    cache = PSICache(str(tmp_path / "psi_cache"), b"k" * 40, "follower0", "leader", b"p" * 40)
+    lines = []
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    # Execute
+    cache.store(b"t" * 32, UNIVERSE[:10], UNIVERSE[:5], lines.append)
+    # Assert: one line naming the file and the error, nothing left in the directory, nothing to reuse
+    assert len(lines) == 1 and "No space left on device" in lines[0] and cache.path in lines[0]
+    assert os.listdir(tmp_path / "psi_cache") == [] and cache.load(UNIVERSE[:10]) is None
+
+
+def test_a_store_keeps_the_cache_directory_private_and_removes_stale_temporary_files(tmp_path):
+    # Prepare: a cache directory made earlier with mode 0755, a temporary file a killed run left 2 h ago and one
+    # another rank is writing now
+    directory = tmp_path / "psi_cache"
+    directory.mkdir(mode=0o755)
+    os.chmod(directory, 0o755)
+    (directory / ".psi-stale").write_bytes(b"x")
+    os.utime(directory / ".psi-stale", (0, os.path.getmtime(directory) - 7200))
+    (directory / ".psi-live").write_bytes(b"x")
+    cache = PSICache(str(directory), b"k" * 40, "follower0", "leader", b"p" * 40)
+    long_name = PSICache(str(directory), b"k" * 40, "f" * 5000, "leader", b"p" * 40)
+    # Execute
+    cache.store(b"t" * 32, UNIVERSE[:10], UNIVERSE[:5])
+    # Assert: mode 0700, the stale file gone, the live one and the cache kept; a too-long binding named as such
+    assert oct(os.stat(directory).st_mode & 0o777) == "0o700"
+    assert sorted(os.listdir(directory)) == sorted([".psi-live", os.path.basename(cache.path)])
+    with pytest.raises(ValueError, match="binding"):
+        long_name.store(b"t" * 32, UNIVERSE[:10], UNIVERSE[:5])
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,8 @@
 
 After a PSI that both sides checked (vfl/align/psi/protocol.py), the leader draws a 32-byte ticket T from the OS and
 sends it to that follower over their CurveZMQ channel (encrypted, and authenticated by both parties' keys). Each side
-then writes one cache file per peer and rank, `<data.path>/psi_cache/<me>--<peer>.rank<r>of<N>.psi`:
+then writes one cache file per peer and rank, `<data.path>/psi_cache/<me>--<peer>-<key hint>.rank<r>of<N>.psi` (the
+hint: 12 hex digits of SHA-256 of the peer's public key):
 
     T | own = HMAC(k, "own-set" | binding | this party's ids, sorted) | S, the ids both sides hold (sorted)
     sealed with HMAC(k, everything before), k = HMAC(this party's CurveZMQ secret key, "vfl-psi-cache/v1")
@@ -42,6 +43,7 @@ import json
 import os
 import secrets
 import tempfile
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,7 +107,8 @@ class PSICache:
 
     def __init__(self, directory: str, secret_key: bytes, me: str, peer: str, peer_key: bytes, rank=0, ranks=1):
         self.directory = directory
-        self.path = os.path.join(directory, f"{me}--{peer}.rank{rank}of{ranks}.psi")
+        key_hint = hashlib.sha256(peer_key).hexdigest()[:12]  # two peers of one name (two leaders) keep two files
+        self.path = os.path.join(directory, f"{me}--{peer}-{key_hint}.rank{rank}of{ranks}.psi")
         self._k = _mac(secret_key, b"vfl-psi-cache/v1")
         self._binding = json.dumps(
             {"suite": SUITE, "me": me, "peer": peer, "peer_key": peer_key.hex(), "rank": rank, "ranks": ranks},
@@ -150,29 +153,78 @@ class PSICache:
         return Agreement(ticket, np.frombuffer(rest[2 * TICKET_BYTES :], "<i8").copy())
 
     def store(self, ticket: bytes, ids: np.ndarray, shared: np.ndarray, log=None) -> None:
-        """Write the agreement atomically (a temporary file in the same directory, fsync, rename), mode 0600; a
-        directory that cannot be written (a read-only shard) only means no reuse next time, said in the log."""
-        if len(ticket) != TICKET_BYTES or len(self._binding) > _MAX_HEADER:
-            raise ValueError(f"a PSI ticket is {TICKET_BYTES} bytes")
+        """Write the agreement atomically (a temporary file in the same directory, fsync, rename, fsync of the
+        directory), mode 0600 in a directory of mode 0700; an error on the way (a read-only shard, a full disk) only
+        means no reuse next time, said in one log line, and leaves no temporary file. Temporary files that a killed
+        run left over an hour ago are removed."""
+        if len(ticket) != TICKET_BYTES:
+            raise ValueError(f"a PSI ticket is {TICKET_BYTES} bytes, got {len(ticket)}")
+        if len(self._binding) > _MAX_HEADER:
+            raise ValueError(
+                f"the PSI cache's binding (party names) is {len(self._binding)} bytes, above {_MAX_HEADER}"
+            )
         shared = np.sort(np.asarray(shared, "<i8"))
         body = (
             b"".join((_MAGIC, len(self._binding).to_bytes(4, "little"), self._binding, ticket, self.own_digest(ids)))
             + shared.tobytes()
         )
+        tmp = None
         try:
             os.makedirs(self.directory, mode=0o700, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".psi-")
-        except OSError as e:
-            if log is not None:
-                log(f"PSI reuse cache {self.path} cannot be written ({e.strerror}); the next run runs the PSI again")
-            return
-        try:
+            _private(self.directory)
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=_TMP_PREFIX)
             with os.fdopen(fd, "wb") as f:
                 f.write(body + _mac(self._k, body))
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, self.path)
-        except BaseException:
-            if os.path.exists(tmp):
+            tmp = None
+            _fsync_directory(self.directory)
+            _remove_stale(self.directory)
+        except OSError as e:
+            if log is not None:
+                log(
+                    f"PSI reuse cache {self.path} cannot be written ({e.strerror or e}); the next run runs the PSI again"
+                )
+        finally:
+            if tmp is not None and os.path.exists(tmp):
                 os.unlink(tmp)
-            raise
+
+
+_TMP_PREFIX = ".psi-"
+_STALE_S = 3600.0  # a temporary file older than this belongs to no running write
+
+
+def _private(directory: str) -> None:
+    """Mode 0700 for a cache directory made earlier with another mode (where this process may change it)."""
+    try:
+        if os.stat(directory).st_mode & 0o077:
+            os.chmod(directory, 0o700)
+    except OSError:
+        pass
+
+
+def _fsync_directory(directory: str) -> None:
+    """Make the rename durable (POSIX); a system without directory fds skips it."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _remove_stale(directory: str) -> None:
+    """Remove temporary cache files a killed run left (older than _STALE_S: another rank may be writing its own)."""
+    now = time.time()
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        try:
+            if name.startswith(_TMP_PREFIX) and now - os.stat(path).st_mtime > _STALE_S:
+                os.unlink(path)
+        except OSError:
+            continue
