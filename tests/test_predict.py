@@ -151,16 +151,46 @@ def test_a_checkpoint_of_another_step_is_refused_naming_both_sides(trained, proc
     assert not (tmp_path / "pred" / "predictions.parquet").exists()
 
 
-def _follower_view(trained, tmp_path, leader_rows, perturb_top: bool, leak: bool = False):
+def _fixed_randomness(monkeypatch, seed: int = 5) -> None:
+    """Every draw of `secrets` (PSI exponents, shuffles, padding, tickets, nonces) from a seeded generator per thread
+    (the leader in the main thread, the follower in its own), so two predictions draw the same randomness and a
+    follower's views of them can be compared byte for byte: any difference then comes from the leader's inputs."""
+    import random
+    import secrets
+    import threading
+
+    rngs: dict[str, random.Random] = {}
+
+    def rng() -> random.Random:
+        name = threading.current_thread().name
+        return rngs.setdefault(name, random.Random(f"{seed}/{name}"))
+
+    monkeypatch.setattr(secrets, "token_bytes", lambda n=None: rng().randbytes(32 if n is None else n))
+    monkeypatch.setattr(secrets, "randbits", lambda k: rng().getrandbits(k))
+
+
+def _wire_view(messages) -> list:
+    """Messages as their wire content: (type, meta as JSON, each tensor's dtype, shape and bytes)."""
+    out = []
+    for m in messages:
+        meta, tensors = m.to_wire()
+        arrays = [(np.asarray(t).dtype.str, np.asarray(t).shape, np.asarray(t).tobytes()) for t in tensors]
+        out.append((m.TYPE, json.dumps(meta, sort_keys=True, default=repr), arrays))
+    return out
+
+
+def _follower_view(trained, tmp_path, monkeypatch, leader_rows, follower_rows, perturb_top=False, leak=False):
     """Predict in this process over the in-memory channel pair (every message encoded, decoded and parsed as on the
-    wire); returns (every message the leader sent the follower, the leader's scores). PSI is replaced by the clear
-    intersection of both files' ids (its own view is tested in test_psi.py): what is compared here is the prediction
-    phase. leak: plant a leak (a PREDICT_DONE whose row count encodes the first score) for the power test."""
+    wire), the real PSI included (vfl/align/psi, with _fixed_randomness); returns (every message the leader sent the
+    follower as _wire_view, the intersection the follower's PSI gave it, the leader's scores, its report).
+    leak: plant a leak (a PREDICT_DONE whose row count encodes the first score) for the power test."""
     import threading
 
     import torch
 
     from tests.test_trainers_in_memory import MemoryFollowerChannel, MemoryLeaderChannel, _Queues
+    from vfl.align.psi.leader_side import leader_psi
+    from vfl.align.psi.protocol import follower_psi
     from vfl.config.schema import load_config
     from vfl.inference.predict_follower import FollowerPredictor
     from vfl.inference.predict_leader import LeaderPredictor
@@ -168,13 +198,14 @@ def _follower_view(trained, tmp_path, leader_rows, perturb_top: bool, leak: bool
     from vfl.wire.messages import Abort
     from vfl.wire.predict_messages import PredictDone
 
+    _fixed_randomness(monkeypatch)
     ckpts = trained["root"] / "out" / "checkpoints"
     cfg = {p: load_config(trained["cfgs"][p]) for p in ("leader", "follower0")}
     tmp_path.mkdir(parents=True, exist_ok=True)
     log = RunLog(str(tmp_path / "view.log"), "test")
     lead = LeaderPredictor(cfg["leader"], str(ckpts / "leader_final.pt"), str(leader_rows), log, torch.device("cpu"))
     follower = FollowerPredictor(
-        cfg["follower0"], str(ckpts / "follower0_final.pt"), str(trained["rows"]["follower0"]), log, torch.device("cpu")
+        cfg["follower0"], str(ckpts / "follower0_final.pt"), str(follower_rows), log, torch.device("cpu")
     )
     if perturb_top:  # another top: every score changes
         with torch.no_grad():
@@ -188,63 +219,113 @@ def _follower_view(trained, tmp_path, leader_rows, perturb_top: bool, leak: bool
             session.post_all(PredictDone(rows=int(1e6 * float(np.ravel(scores[0])[0]))))
 
         lead._score = leaky
-    common = np.intersect1d(lead.rows.ids, follower.rows.ids)
     queues = _Queues(("follower0",))
-    errors = []
+    leader_channel, follower_channel = MemoryLeaderChannel("leader", queues), MemoryFollowerChannel("follower0", queues)
+    errors, learnt = [], {}
 
-    follower_channel = MemoryFollowerChannel("follower0", queues)
+    def follower_side_psi(ids):
+        learnt["common"], report = follower_psi(follower_channel, ids)
+        return learnt["common"], report
 
     def follow():
         try:
-            follower.run(follower_channel, lambda ids: (common, None))
+            follower.run(follower_channel, follower_side_psi)
         except Exception as e:  # noqa: BLE001 - the planted leak makes the follower refuse; its view is still kept
             errors.append(e)
             follower_channel.post(Abort(f"follower0: {e}"))  # as follower/__main__.py: the leader is told at once
 
-    thread = threading.Thread(target=follow, daemon=True)
+    thread = threading.Thread(target=follow, name="follower0-view", daemon=True)
     thread.start()
+    report = None
     try:
-        lead.run(MemoryLeaderChannel("leader", queues), lambda ids: (common, None), str(tmp_path / "out"))
+        report = lead.run(
+            leader_channel, lambda ids: leader_psi(leader_channel, ["follower0"], ids), str(tmp_path / "out")
+        )
     except Exception as e:  # noqa: BLE001 - as above
         errors.append(e)
     thread.join(30)
     for r in (lead.rows, follower.rows):
         r.close()
     assert leak or not errors, errors
-    import pandas as pd
-
-    view = [m for s, r, m in queues.posted if s == "leader" and r == "follower0"]
+    view = _wire_view(m for s, r, m in queues.posted if s == "leader" and r == "follower0")
     scores = pd.read_parquet(tmp_path / "out" / "predictions.parquet")["score"].to_numpy() if not leak else None
-    return view, scores
+    return view, learnt.get("common"), scores, report
 
 
-def test_a_follower_receives_nothing_that_depends_on_the_scores_or_the_labels(trained, tmp_path):
-    """The follower's full view of a prediction (every message the leader sends it) is the same, message for message,
-    when the leader's labels are flipped and its top model replaced (so that every score changes), once the session's
-    fresh run id and nonce are set aside; a planted leak (a row count that encodes a score) is caught by the same
-    comparison (power)."""
-    # Prepare: the leader's new rows, and the same rows with every label flipped
-    import dataclasses
+def _view_files(trained, tmp_path) -> dict:
+    """Small files of new rows (fewer ids than PSI's parallel threshold): the follower holds raw rows 100..399, the
+    leader rows 0..299 in three versions of their labels: as they are; flipped, with 40 blank (rows 80..119) and 25
+    invalid ("2", "x", "nan", " ", "-1", "1.0"; rows 150..169 and 200..204); without the label column."""
+    raw = {p: pd.read_csv(trained["rows"][p], sep="\t", dtype=str, keep_default_na=False) for p in trained["rows"]}
+    follower = tmp_path / "follower.tsv"
+    raw["follower0"].iloc[100:400].to_csv(follower, sep="\t", index=False)
+    leader = raw["leader"].iloc[:300].reset_index(drop=True)
+    versions = {"as_is": leader.copy(), "no_label": leader.drop(columns=["label"])}
+    varied = leader.copy()
+    varied["label"] = np.where(varied["label"] == "1", "0", "1")
+    varied.loc[80:119, "label"] = ""  # outcome not known yet: half outside, half inside the intersection
+    varied.loc[150:169, "label"] = ["2", "x", "nan", " ", "-1"] * 4
+    varied.loc[200:204, "label"] = "1.0"
+    versions["varied"] = varied
+    paths = {"follower": follower}
+    for name, df in versions.items():
+        paths[name] = tmp_path / f"leader_{name}.tsv"
+        df.to_csv(paths[name], sep="\t", index=False)
+    paths["ids"] = {
+        "leader": raw["leader"]["id"].iloc[:300].to_numpy(),
+        "follower": raw["follower0"]["id"].iloc[100:400].to_numpy(),
+    }
+    return paths
 
-    from vfl.wire.predict_messages import PredictWelcome
 
-    rows = pd.read_csv(trained["rows"]["leader"], sep="\t", dtype=str, keep_default_na=False)
-    rows["label"] = np.where(rows["label"] == "1", "0", "1")
-    flipped = tmp_path / "flipped.tsv"
-    rows.to_csv(flipped, sep="\t", index=False)
+def test_a_follower_view_with_psi_does_not_depend_on_the_leaders_labels_or_scores(trained, tmp_path, monkeypatch):
+    """The follower's full view of a prediction, PSI included (every message the leader sends it, byte for byte, and
+    the intersection its PSI gives it) is the same whether the leader's file carries its labels as they are, flipped
+    with some blank or invalid (an outcome not known yet) under another top model (every score changes), or no label
+    column at all: a row is never dropped for its label. The rows with a blank or invalid label are scored and only
+    leave the metrics. Power: a planted leak of a score in PREDICT_DONE, and a planted drop of the rows with an
+    invalid label before PSI (the reader's old behaviour), each change the view."""
+    # Prepare
+    from vfl.data import frozen
+    from vfl.data.ids import ids64
 
-    def normal(view):
-        return [dataclasses.replace(m, run="", nonce="") if isinstance(m, PredictWelcome) else m for m in view]
+    files = _view_files(trained, tmp_path)
+    want = np.sort(ids64(np.intersect1d(files["ids"]["leader"], files["ids"]["follower"])))
+
+    def run(name, label_file, **kw):
+        return _follower_view(trained, tmp_path / name, monkeypatch, files[label_file], files["follower"], **kw)
 
     # Execute
-    view_a, scores_a = _follower_view(trained, tmp_path / "a", trained["rows"]["leader"], perturb_top=False)
-    view_b, scores_b = _follower_view(trained, tmp_path / "b", flipped, perturb_top=True)
-    leak_a, _ = _follower_view(trained, tmp_path / "c", trained["rows"]["leader"], perturb_top=False, leak=True)
-    leak_b, _ = _follower_view(trained, tmp_path / "d", flipped, perturb_top=True, leak=True)
-    # Assert: the scores differ everywhere, the follower's views do not; the planted leak shows
+    view_a, common_a, scores_a, report_a = run("a", "as_is")
+    view_b, common_b, scores_b, report_b = run("b", "varied", perturb_top=True)
+    view_c, common_c, _, report_c = run("c", "no_label")
+    leak_a, *_ = run("leak_a", "as_is", leak=True)
+    leak_b, *_ = run("leak_b", "varied", perturb_top=True, leak=True)
+    read = frozen.FrozenTransforms.read
+
+    def drop_invalid_labels(self, *args, **kw):  # the planted label-dependent drop
+        for block in read(self, *args, **kw):
+            if block.label_valid is not None:
+                k = block.label_valid
+                block = frozen.NewBlock(*(None if v is None else v[k] for v in vars(block).values()))
+            yield block
+
+    monkeypatch.setattr(frozen.FrozenTransforms, "read", drop_invalid_labels)
+    view_drop, common_drop, _, _ = run("drop", "varied", perturb_top=True)
+    # Assert: the scores differ everywhere, the follower's views and intersections do not
     assert np.abs(scores_a - scores_b).min() > 0
-    assert len(view_a) > 2 and normal(view_a) == normal(view_b)
-    assert normal(leak_a) != normal(leak_b)
+    assert {t for t, _, _ in view_a} == {"PREDICT_WELCOME", "PSI", "PREDICT_ROWS", "PREDICT_DONE"}
+    assert view_a == view_b == view_c
+    assert np.array_equal(common_a, want) and np.array_equal(common_b, want) and np.array_equal(common_c, want)
+    # every row held by both (raw rows 100..299) is scored; the metrics leave out the 20 blank and 25 invalid labels
+    # among them
+    assert report_a["rows_scored"] == report_b["rows_scored"] == report_c["rows_scored"] == want.size
+    assert report_a["rows_evaluated"] == want.size and report_a["rows_without_valid_label"] == 0
+    assert report_b["rows_without_valid_label"] == 45 and report_b["rows_evaluated"] == want.size - 45
+    assert set(report_b["metrics"]) == {"auc", "logloss"} and "metrics" not in report_c
+    # Assert (power): a leaked score, and a label-dependent drop, each show in the follower's view
+    assert leak_a != leak_b
+    assert view_drop != view_b and common_drop.size == want.size - 45
 
 
 def test_the_fingerprint_refuses_another_run_another_key_and_another_config(trained, tmp_path):

@@ -7,10 +7,15 @@
 through the same reader and the same `FittedColumn.apply` as preparation: a value unseen at fit time gets the
 out-of-vocabulary id 1, a missing one 0, hashing and numeric statistics are the saved ones. Blocks are bounded
 (the reader's chunks); nothing is written here.
+
+A row is never skipped, nor the file refused, for its label: a new row's outcome is often not known yet. The label
+is parsed leniently (`label_valid` marks the rows whose label is in the task's domain; the others only leave the
+metrics), so which rows are read, and so the ids PSI sees, depend on the ids and features alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Iterator
@@ -39,6 +44,7 @@ class NewBlock:
     dense_missing: np.ndarray  # uint8 (n, d)
     cat: np.ndarray  # int32 (n, c)
     label: np.ndarray | None  # the task's labels (int8 class ids or float32 values) when the file carries them
+    label_valid: np.ndarray | None  # bool (n,): the label is in the task's domain (else `label` holds 0, unused)
 
 
 @dataclass
@@ -166,8 +172,24 @@ class FrozenTransforms:
         for block in read_table_blocks(path, self.table.schema, labelled, regression, strict, stats, digest=False):
             label = None
             if labelled:
-                label = self.table.label.encode(block.label, block.row_index, path, lambda r: _line(path, r))
+                valid = self._valid_table_labels(block.label)
+                label = np.zeros(valid.size, task.label_dtype)
+                label[valid] = self.table.label.encode(
+                    block.label[valid], block.row_index[valid], path, lambda r: _line(path, r)
+                )
+                label = (label, valid)
             yield self._rows(block, label)
+
+    def _valid_table_labels(self, values: np.ndarray) -> np.ndarray:
+        """Which labels of a table block the label encoder accepts: a finite number within float32 once clipped
+        (regression), one of the classes (classification); blank and NA are not."""
+        enc = self.table.label
+        if enc.kind == "regression":
+            v = np.asarray(values, np.float64)
+            with np.errstate(invalid="ignore"):
+                v = np.clip(v, *enc.clip) if enc.clip is not None else v
+                return np.isfinite(v) & (np.abs(v) <= np.finfo(np.float32).max)
+        return np.isin(np.asarray(values, dtype=object).astype(str), [str(c) for c in enc.classes])
 
     def _read_criteo(self, path: str, strict: bool, stats: ReadStats, labelled: bool) -> Iterator[NewBlock]:
         from vfl.data.readers.party import PartySource, read_party_blocks
@@ -176,11 +198,13 @@ class FrozenTransforms:
         task = self.task
         k = task.num_classes if task is not None and task.kind == "multiclass" else 2
         src = PartySource(path, tuple(party["dense"]), tuple(party["categorical"]), labelled, num_classes=k)
+        src = dataclasses.replace(src, label_text=True)  # the label checked here, leniently: no row skipped for it
         for b in read_party_blocks(src, strict, stats, digest=False):
             block = _Block(b.row_index, b.sample_id, b.dense, b.dense_missing, b.cat_key, b.cat_missing, b.label)
-            yield self._rows(block, b.label.astype(task.label_dtype) if labelled else None)
+            yield self._rows(block, _criteo_labels(b.label, k, task) if labelled else None)
 
-    def _rows(self, block, label) -> NewBlock:
+    def _rows(self, block, label: tuple[np.ndarray, np.ndarray] | None) -> NewBlock:
+        """The block transformed; label: (labels, which are valid) when the file carries the label."""
         every = np.arange(block.sample_id.size)
         dense, missing, cat = self.table.apply(block, every)
         n_vocab = [j for j, c in enumerate(self.table.categorical_columns()) if c.transform == "vocabulary"]
@@ -188,7 +212,18 @@ class FrozenTransforms:
             present = ~block.cat_missing[:, n_vocab]
             self.cat_values += int(present.sum())
             self.oov += int(((cat[:, n_vocab] == OOV_ID) & present).sum())
-        return NewBlock(block.row_index, block.sample_id, dense, missing, cat, label)
+        labels, valid = label if label is not None else (None, None)
+        return NewBlock(block.row_index, block.sample_id, dense, missing, cat, labels, valid)
+
+
+def _criteo_labels(text: np.ndarray, k: int, task: Task) -> tuple[np.ndarray, np.ndarray]:
+    """(labels, which are valid) of a Criteo-style party's label text: 0 or 1 (k = 2), a class id 0..k-1."""
+    text = np.asarray(text, dtype=object).astype(str)
+    values, idx = np.unique(text, return_inverse=True)  # each distinct text parsed once
+    cls = np.array([int(v) if v.isascii() and v.isdigit() and len(v) <= 3 else -1 for v in values], np.int64)
+    ok = (cls >= 0) & (cls < k) if k > 2 else np.isin(values, ["0", "1"])
+    valid = ok[idx]
+    return np.where(valid, cls[idx], 0).astype(task.label_dtype), valid
 
 
 def _vocab(shard_dir: str, rel: str) -> np.ndarray:

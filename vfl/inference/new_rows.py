@@ -26,8 +26,10 @@ PROGRESS_EVERY_S = 10.0
 
 
 class NewRows:
-    """One party's new rows: `ids` (file order), `split` (after align: the aligned rows), `labels` (leader, when
-    its file carries the label), `row_index` (each row's 0-based data row in the file)."""
+    """One party's new rows: `ids` (file order), `split` (after align: the aligned rows), `labels` and
+    `label_valid` (leader, when its file carries the label: a row whose label is missing or invalid is kept, scored
+    and left out of the metrics only), `row_index` (each row's 0-based data row in the file). `rows_in_file` counts
+    the rows kept and those refused for a malformed id or feature value (stats.bad_rows)."""
 
     def __init__(self, shard_dir: str, path: str, work_dir: str, log, strict: bool = False):
         if not os.path.isfile(path):
@@ -51,6 +53,7 @@ class NewRows:
         task = self.frozen.task
         if labelled:
             files["labels"] = NpyAppender(self._p("labels"), task.label_dtype)
+            files["label_valid"] = NpyAppender(self._p("label_valid"), np.bool_)
         last = t0
         for block in self.frozen.read(path, strict, self.stats):
             for name, app in files.items():
@@ -67,8 +70,10 @@ class NewRows:
         check_unique(self.ids, path)
         self.seconds = time.perf_counter() - t0
         self.labelled = labelled
+        self.rows_in_file = len(self) + self.stats.bad_rows
         self.split: ShardSplit | None = None
         self.labels: np.ndarray | None = None
+        self.label_valid: np.ndarray | None = None
         self.row_index: np.ndarray | None = None
 
     def _p(self, name: str) -> str:
@@ -86,6 +91,7 @@ class NewRows:
         self.split = full.subset(keep)
         self.row_index = np.asarray(load("row_index")[keep])
         self.labels = np.asarray(load("labels")[keep]) if self.labelled else None
+        self.label_valid = np.asarray(load("label_valid")[keep]) if self.labelled else None
         return len(self) - int(keep.size)
 
     def oov_fraction(self) -> float | None:

@@ -5,16 +5,19 @@ Order of a prediction (docs/predict.md):
    against its config and keys, and reads its new rows through its frozen transforms (vfl/inference/new_rows.py);
 2. every follower's PREDICT_HELLO announces its checkpoint's training run, step and fingerprint
    (vfl/inference/fingerprint.py); any difference refuses the session with one line naming both sides;
-3. PSI on the new ids, as in training; rows of the leader without a match get no score (counted and reported);
+3. PSI on the new ids, as in training; rows of the leader without a match get no score (counted and reported, with
+   the rows its reader refused for a malformed id or feature value);
 4. the leader walks the intersection in ascending id order in ranges of `batch_rows`: PREDICT_ROWS to every
    follower (the next range is asked for before the current one is scored, so followers compute while the leader
    does), its own bottom, the followers' PREDICT_CUTs, the top: exactly the training run's evaluation
    (BottomParty and TopTrainer.predict), in eval mode and train.precision;
 5. scores go to predictions.parquet / .csv (vfl/inference/outputs.py); with labels in its file, the leader also
-   reports AUC and logloss (or accuracy, or RMSE, MAE and R^2) in predict.json. PREDICT_DONE, then each BYE.
+   reports AUC and logloss (or accuracy, or RMSE, MAE and R^2) in predict.json, over the scored rows whose label is
+   valid (a missing or invalid label keeps its row: scored, in PSI, out of the metrics only). PREDICT_DONE, then
+   each BYE.
 
 Only the leader ever holds a score: what a follower receives (the welcome, PSI, the ranges with their id digests,
-PREDICT_DONE) is the same whatever the model or the labels.
+PREDICT_DONE) is the same whatever the model or the labels: the ids PSI sees depend on the ids and features alone.
 """
 
 from __future__ import annotations
@@ -82,10 +85,11 @@ class LeaderPredictor(PredictingParty):
         )
         common, psi_report = psi(self.rows.ids)
         missing = self.rows.align(common)
-        n = len(self.rows.split)
+        n, bad = len(self.rows.split), self.rows.stats.bad_rows
         self.log(
-            f"leader {cfg.party}: {n} of {len(self.rows)} new rows held by every party will be scored; "
-            f"{missing} get no score (no follower row with their id)"
+            f"leader {cfg.party}: {n} of the {self.rows.rows_in_file} new rows of its file will be scored; "
+            f"{missing + bad} get no score ({missing} without a follower row of their id, {bad} refused for a "
+            "malformed id or feature value)"
         )
         writer = PredictionWriter(out_dir, self.task, self._class_names())
         t0 = time.perf_counter()
@@ -103,10 +107,11 @@ class LeaderPredictor(PredictingParty):
             raise
         seconds = time.perf_counter() - t0
         report = {
-            "rows_in_file": len(self.rows),
+            "rows_in_file": self.rows.rows_in_file,
             "rows_scored": n,
-            "rows_without_score": missing,
-            "bad_rows_skipped": self.rows.stats.bad_rows,
+            "rows_without_score": missing + bad,
+            "rows_not_held_by_every_party": missing,
+            "bad_rows_skipped": bad,
             "predict_seconds": seconds,
             "rows_per_second": n / max(seconds, 1e-9),
             "transform_seconds": self.rows.seconds,
@@ -119,12 +124,24 @@ class LeaderPredictor(PredictingParty):
             "session_run": channel.run,
             "psi": psi_report.as_dict() if hasattr(psi_report, "as_dict") else None,
         }
-        if self.rows.labels is not None and n:
+        if self.rows.labels is not None:
+            report.update(self._metrics(scores))
+        return report
+
+    def _metrics(self, scores: list) -> dict:
+        """The metrics over the scored rows whose label is valid, and how many rows they cover."""
+        valid = self.rows.label_valid
+        out = {"rows_evaluated": int(valid.sum()), "rows_without_valid_label": int(valid.size - valid.sum())}
+        self.log(
+            f"leader {self.cfg.party}: metrics over the {out['rows_evaluated']} scored rows with a valid label; "
+            f"{out['rows_without_valid_label']} scored rows have a missing or invalid label (left out of them)"
+        )
+        if out["rows_evaluated"]:
             from vfl.obs.metrics import test_metrics
 
-            m = test_metrics(self.rows.labels, np.concatenate(scores), self.task.is_regression)
-            report["metrics"] = {k[5:]: v for k, v in m.items()}
-        return report
+            m = test_metrics(self.rows.labels[valid], np.concatenate(scores)[valid], self.task.is_regression)
+            out["metrics"] = {k[5:]: v for k, v in m.items()}
+        return out
 
     def _class_names(self) -> list[str] | None:
         classes = (self.shard.manifest.get("label") or {}).get("classes")

@@ -44,6 +44,7 @@ class PartySource:
     id_column: str = "id"
     label_column: str = "label"
     num_classes: int = 2  # 2: the label is 0 or 1; K > 2: class ids 0..K-1
+    label_text: bool = False  # the label as its stripped text, never checked: no row is skipped for it (prediction)
 
 
 @dataclass
@@ -52,7 +53,7 @@ class PartyBlock:
 
     row_index: np.ndarray  # int64 (n,), 0-based data row of the file (the truth file is indexed by it)
     sample_id: np.ndarray  # int64 (n,), see vfl/data/ids.py
-    label: np.ndarray | None  # int8 (n,), labelled party only
+    label: np.ndarray | None  # int8 (n,), labelled party only (object (n,) of str with PartySource.label_text)
     dense: np.ndarray  # float64 (n, d), 0 where missing
     dense_missing: np.ndarray  # bool (n, d)
     cat_key: np.ndarray  # uint64 (n, c), 0 where missing
@@ -230,7 +231,10 @@ def _arrow_block(src: PartySource, table, row0: int, stats: ReadStats) -> PartyB
     label = None
     if src.label:
         lab = arrow_text.column(table, src.label_column)
-        if src.num_classes == 2:
+        if src.label_text:
+            values, idx = arrow_text.distinct(lab, stripped=True)
+            label = values[idx]
+        elif src.num_classes == 2:
             values, idx = arrow_text.distinct(lab, stripped=True)
             if not np.isin(values, ["0", "1"]).all():
                 return None
@@ -327,7 +331,9 @@ def _block(src: PartySource, df, row0: int, strict: bool, stats: ReadStats) -> I
     label = None
     if src.label:
         lab = df[src.label_column].str.strip()
-        if src.num_classes == 2:
+        if src.label_text:
+            label = lab.to_numpy(dtype=object)
+        elif src.num_classes == 2:
             lab = lab.to_numpy()
             flag(~((lab == "0") | (lab == "1")), lambda r: f"{src.label_column} must be 0 or 1")
             label = (lab == "1").astype(np.int8)
