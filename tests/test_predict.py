@@ -148,6 +148,11 @@ def test_a_checkpoint_of_another_step_is_refused_naming_both_sides(trained, proc
     assert f"follower0's checkpoint is of training run {run} step 3, the leader's" in lines[0]
     assert f"of run {run} step {trained['metrics']['model_step']}" in lines[0]
     assert result["follower0"][0] == 1
+    # the follower is told the run and step, not where the leader keeps its checkpoint; the leader's log says it
+    leader_ckpt = str(trained["root"] / "out" / "checkpoints" / "leader_final.pt")
+    assert f"step 3, the leader's of run {run}" in result["follower0"][1]
+    assert "leader_final.pt" not in result["follower0"][1] and "leader_final.pt" not in lines[0]
+    assert leader_ckpt in (tmp_path / "pred" / "leader_predict.log").read_text()
     assert not (tmp_path / "pred" / "predictions.parquet").exists()
 
 
@@ -346,7 +351,13 @@ def test_the_fingerprint_refuses_another_run_another_key_and_another_config(trai
     ckpts = trained["root"] / "out" / "checkpoints"
     cfg = {p: load_config(trained["cfgs"][p]) for p in ("leader", "follower0")}
     rec = {p: load_checkpoint(str(ckpts / f"{p}_final.pt"))["extra"]["run"] for p in cfg}
-    leader = SimpleNamespace(record=rec["leader"], checkpoint="leader_final.pt")
+    logged = []  # the leader's own log
+    leader = SimpleNamespace(
+        record=rec["leader"],
+        checkpoint="/runs/x/leader_final.pt",
+        cfg=SimpleNamespace(party="leader"),
+        log=logged.append,
+    )
     ours = PredictHello(
         "0" * 32,
         "follower0",
@@ -372,7 +383,10 @@ def test_the_fingerprint_refuses_another_run_another_key_and_another_config(trai
     assert problems["ours"] == []
     run = rec["leader"]["run"][:12]
     assert problems["run"][0].startswith("follower0's checkpoint is of training run ffffffffffff step ")
-    assert f"the leader's (leader_final.pt) of run {run} step {rec['leader']['model_step']}" in problems["run"][0]
+    assert f"the leader's of run {run} step {rec['leader']['model_step']}" in problems["run"][0]
+    # the sentences reach the follower (ABORT): the leader's checkpoint path stays in the leader's own log
+    assert not any("leader_final.pt" in p for ps in problems.values() for p in ps)
+    assert len(logged) == 2 and all("/runs/x/leader_final.pt" in line for line in logged)
     assert "its keys or model differ from the training run's" in problems["key"][0]
     f = cfg["follower0"]
     bottom = f.model.bottom.model_copy(update={"cut_dim": 3})

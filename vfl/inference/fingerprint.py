@@ -113,16 +113,18 @@ def pair_fingerprint(record: dict, follower: str, cut_dim: int, leader_side: boo
     return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:32]
 
 
-def hello_problems(mine: dict, f: str, hello, checkpoint: str, protocol: int) -> list[str]:
+def hello_problems(mine: dict, f: str, hello, checkpoint: str | None, protocol: int) -> list[str]:
     """Every disagreement of a follower's hello (PREDICT_HELLO or SERVE_HELLO: protocol, run, step, cut_dim,
-    fingerprint) with the leader's checkpoint record `mine`, as sentences naming both sides."""
+    fingerprint) with the leader's checkpoint record `mine`, as sentences naming both sides. They reach the follower
+    (the leader's ABORT): `checkpoint` is a name for the leader's checkpoint that may (never its path; None: no
+    name), the leader logs its path itself."""
     if hello.protocol != protocol:
         return [f"{f} speaks protocol {hello.protocol}, the leader speaks {protocol}"]
     if (hello.run, hello.step) != (mine["run"], mine["model_step"]):
         return [
-            f"{f}'s checkpoint is of training run {hello.run[:12]} step {hello.step}, the leader's "
-            f"({checkpoint}) of run {mine['run'][:12]} step {mine['model_step']}: give every party "
-            "its checkpoint of the same run (checkpoints/<party>_final.pt)"
+            f"{f}'s checkpoint is of training run {hello.run[:12]} step {hello.step}, the leader's"
+            f"{f' ({checkpoint})' if checkpoint else ''} of run {mine['run'][:12]} step {mine['model_step']}: give "
+            "every party its checkpoint of the same run (checkpoints/<party>_final.pt)"
         ]
     want_cut = int(mine["cut_dims"].get(f, -1))
     want = pair_fingerprint(mine, f, want_cut, leader_side=True)

@@ -64,8 +64,15 @@ class LeaderPredictor(PredictingParty):
         self.top.load_state(top_state)
 
     def _check_hello(self, f: str, hello: PredictHello) -> list[str]:
-        """Every disagreement of a follower's PREDICT_HELLO with the leader's checkpoint, as sentences."""
-        return hello_problems(self.record, f, hello, self.checkpoint, PROTOCOL_VERSION)
+        """Every disagreement of a follower's PREDICT_HELLO with the leader's checkpoint, as sentences: they reach
+        the followers (the refusal's ABORT), so they name no path of the leader's; its own log names it."""
+        problems = hello_problems(self.record, f, hello, None, PROTOCOL_VERSION)
+        if problems:
+            self.log(
+                f"leader {self.cfg.party}: {f}'s PREDICT_HELLO disagrees with the leader's checkpoint "
+                f"{self.checkpoint} (run {self.record['run'][:12]}, step {self.record['model_step']})"
+            )
+        return problems
 
     def run(self, channel, psi: Callable[[np.ndarray], tuple[np.ndarray, object]], out_dir: str) -> dict:
         """Handshake, PSI (psi(ids) -> (common ids, report)), scoring; returns the report (predict.json)."""
