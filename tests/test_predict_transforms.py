@@ -77,3 +77,36 @@ def test_a_table_shard_under_its_schema_and_an_unseen_category(tmp_path):
     assert cat[0, city] == OOV_ID and cat[1, city] == MISSING_ID and cat[2, city] > OOV_ID
     assert frozen.oov == 1 and frozen.cat_values == 2
     assert blocks[0].label.tolist() == [int(c == "yes") for c in new["churn"]]
+    assert blocks[0].label_valid.all()
+
+
+def test_a_new_row_with_a_missing_or_invalid_label_is_read_and_only_marked(tmp_path):
+    """A table shard's leader file of new rows whose label is blank, NA or no class at all (an outcome not known yet):
+    every row is read and transformed (before, the file was refused with a DataError), and `label_valid` marks the
+    rows whose label the metrics may use."""
+    # Prepare
+    from vfl.config.table import SchemaConfig
+    from vfl.data.prepare import PrepareOptions
+    from vfl.data.prepare_table import prepare_table
+
+    frame = own_table(400, seed=4)["leader"]
+    frame.to_csv(tmp_path / "leader.csv", index=False)
+    prepare_table(
+        str(tmp_path / "leader.csv"),
+        str(tmp_path / "s"),
+        "leader",
+        SchemaConfig(**SCHEMAS["leader"]),
+        "binary",
+        PrepareOptions(),
+    )
+    new = frame.iloc[:6].copy()
+    new["churn"] = ["yes", "", "NA", "maybe", "no", " "]
+    new.to_csv(tmp_path / "new.csv", index=False)
+    # Execute
+    _, ids, dense, _, _, blocks = _read(tmp_path / "s", tmp_path / "new.csv")
+    # Assert: six rows, the same features as with valid labels; labels valid only for "yes" and "no"
+    _, ids_ok, dense_ok, _, _, _ = _read(tmp_path / "s", tmp_path / "leader.csv")
+    assert ids.size == 6 and np.array_equal(dense, dense_ok[:6]) and np.array_equal(ids, ids_ok[:6])
+    valid = np.concatenate([b.label_valid for b in blocks])
+    assert valid.tolist() == [True, False, False, False, True, False]
+    assert np.concatenate([b.label for b in blocks])[valid].tolist() == [1, 0]
