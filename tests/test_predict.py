@@ -259,8 +259,9 @@ def _follower_view(trained, tmp_path, monkeypatch, leader_rows, follower_rows, p
 
 def _view_files(trained, tmp_path) -> dict:
     """Small files of new rows (fewer ids than PSI's parallel threshold): the follower holds raw rows 100..399, the
-    leader rows 0..299 in three versions of their labels: as they are; flipped, with 40 blank (rows 80..119) and 25
-    invalid ("2", "x", "nan", " ", "-1", "1.0"; rows 150..169 and 200..204); without the label column."""
+    leader rows 0..299 in four versions: as they are; flipped, with 40 blank (rows 80..119) and 25
+    invalid ("2", "x", "nan", " ", "-1", "1.0"; rows 150..169 and 200..204); without the label column; and with a
+    malformed feature value in rows 0..2 and 110..111."""
     raw = {p: pd.read_csv(trained["rows"][p], sep="\t", dtype=str, keep_default_na=False) for p in trained["rows"]}
     follower = tmp_path / "follower.tsv"
     raw["follower0"].iloc[100:400].to_csv(follower, sep="\t", index=False)
@@ -272,6 +273,10 @@ def _view_files(trained, tmp_path) -> dict:
     varied.loc[150:169, "label"] = ["2", "x", "nan", " ", "-1"] * 4
     varied.loc[200:204, "label"] = "1.0"
     versions["varied"] = varied
+    malformed = leader.copy()
+    malformed.loc[0:2, "I1"] = "abc"  # refused for a feature value: rows 0..2 (outside), 110..111 (inside)
+    malformed.loc[110:111, "I1"] = "abc"
+    versions["malformed"] = malformed
     paths = {"follower": follower}
     for name, df in versions.items():
         paths[name] = tmp_path / f"leader_{name}.tsv"
@@ -304,6 +309,7 @@ def test_a_follower_view_with_psi_does_not_depend_on_the_leaders_labels_or_score
     view_a, common_a, scores_a, report_a = run("a", "as_is")
     view_b, common_b, scores_b, report_b = run("b", "varied", perturb_top=True)
     view_c, common_c, _, report_c = run("c", "no_label")
+    _, _, _, report_bad = run("bad", "malformed")
     leak_a, *_ = run("leak_a", "as_is", leak=True)
     leak_b, *_ = run("leak_b", "varied", perturb_top=True, leak=True)
     read = frozen.FrozenTransforms.read
@@ -328,6 +334,9 @@ def test_a_follower_view_with_psi_does_not_depend_on_the_leaders_labels_or_score
     assert report_a["rows_evaluated"] == want.size and report_a["rows_without_valid_label"] == 0
     assert report_b["rows_without_valid_label"] == 45 and report_b["rows_evaluated"] == want.size - 45
     assert set(report_b["metrics"]) == {"auc", "logloss"} and "metrics" not in report_c
+    # rows refused for a malformed feature count among the rows without a score (5 of them, 2 held by both)
+    assert report_bad["rows_in_file"] == 300 and report_bad["bad_rows_skipped"] == 5
+    assert report_bad["rows_scored"] == want.size - 2 and report_bad["rows_without_score"] == 300 - want.size + 2
     # Assert (power): a leaked score, and a label-dependent drop, each show in the follower's view
     assert leak_a != leak_b
     assert view_drop != view_b and common_drop.size == want.size - 45
