@@ -133,27 +133,73 @@ def test_train_then_predict_equals_the_training_runs_evaluation(trained, procs, 
     assert set(report["metrics"]) == {"auc", "logloss"}  # the leader's file carried the label
 
 
-def test_a_checkpoint_of_another_step_is_refused_naming_both_sides(trained, procs, tmp_path):
+def test_a_checkpoint_of_another_step_is_refused_naming_both_sides(trained, tmp_path):
     """A follower that loads the step-3 checkpoint while the leader loads the final one: the leader refuses at the
-    handshake, before any PSI, with one line naming both runs and steps; both exit non-zero, no prediction file."""
+    handshake, before any PSI, with one line naming both runs and steps; both stop with exit code 1, no prediction
+    file. The follower is told the runs and steps, never the leader's checkpoint path (the leader's log keeps it).
+    In this process over the in-memory channel pair, under the parties' own entry (vfl.cli.run_party, as `predict`
+    runs them: one-line error, ABORT to the peers); the tcp path is the test above."""
     # Prepare
-    ckpt = trained["root"] / "out" / "checkpoints" / "follower0_step3.pt"
+    import threading
+
+    import torch
+
+    from tests.test_trainers_in_memory import MemoryFollowerChannel, MemoryLeaderChannel, _Queues
+    from vfl.cli import run_party
+    from vfl.config.schema import load_config
+    from vfl.inference.predict_follower import FollowerPredictor
+    from vfl.inference.predict_leader import LeaderPredictor
+    from vfl.obs.logs import RunLog, message_of
+    from vfl.wire.messages import Abort
+
+    ckpts = trained["root"] / "out" / "checkpoints"
+    cfg = {p: load_config(trained["cfgs"][p]) for p in ("leader", "follower0")}
+    logs = {p: RunLog(str(tmp_path / f"{p}.log"), p) for p in cfg}
+    cpu = torch.device("cpu")
+    lead = LeaderPredictor(
+        cfg["leader"], str(ckpts / "leader_final.pt"), str(trained["rows"]["leader"]), logs["leader"], cpu
+    )
+    follower = FollowerPredictor(
+        cfg["follower0"], str(ckpts / "follower0_step3.pt"), str(trained["rows"]["follower0"]), logs["follower0"], cpu
+    )
+    queues = _Queues(("follower0",))
+    lch, fch = MemoryLeaderChannel("leader", queues), MemoryFollowerChannel("follower0", queues)
+    psi_calls, codes = [], {}
+
+    def psi(ids):
+        psi_calls.append(ids)
+        return ids, None
+
     # Execute
-    result = _predict(procs, trained, tmp_path / "pred", follower_extra=("--checkpoint", str(ckpt)))
+    def follow():
+        codes["follower0"] = run_party(
+            cfg["follower0"], logs["follower0"], lambda: follower.run(fch, psi), lambda r: fch.post(Abort(r))
+        )
+
+    thread = threading.Thread(target=follow, name="follower0", daemon=True)
+    thread.start()
+    out = tmp_path / "pred"
+    codes["leader"] = run_party(
+        cfg["leader"], logs["leader"], lambda: lead.run(lch, psi, str(out)), lambda r: lch.abort_all(r)
+    )
+    thread.join(30)
+    for p in cfg:
+        logs[p].close()
+    for r in (lead.rows, follower.rows):
+        r.close()
     # Assert
-    code, err = result["leader"]
-    lines = [line for line in err.splitlines() if line.startswith("error:")]
-    assert code == 1 and len(lines) == 1, err
-    run = trained["metrics"]["run_id"][:12]
-    assert f"follower0's checkpoint is of training run {run} step 3, the leader's" in lines[0]
-    assert f"of run {run} step {trained['metrics']['model_step']}" in lines[0]
-    assert result["follower0"][0] == 1
-    # the follower is told the run and step, not where the leader keeps its checkpoint; the leader's log says it
-    leader_ckpt = str(trained["root"] / "out" / "checkpoints" / "leader_final.pt")
-    assert f"step 3, the leader's of run {run}" in result["follower0"][1]
-    assert "leader_final.pt" not in result["follower0"][1] and "leader_final.pt" not in lines[0]
-    assert leader_ckpt in (tmp_path / "pred" / "leader_predict.log").read_text()
-    assert not (tmp_path / "pred" / "predictions.parquet").exists()
+    text = {p: (tmp_path / f"{p}.log").read_text() for p in cfg}
+    errors = {p: [message_of(line) for line in text[p].splitlines() if " ERROR " in line] for p in cfg}
+    assert codes == {"leader": 1, "follower0": 1} and not psi_calls
+    assert len(errors["leader"]) == 1 and len(errors["follower0"]) == 1, errors
+    run, step = trained["metrics"]["run_id"][:12], trained["metrics"]["model_step"]
+    for line in (errors["leader"][0], errors["follower0"][0]):
+        assert f"follower0's checkpoint is of training run {run} step 3, the leader's of run {run} step {step}" in line
+        assert "leader_final.pt" not in line
+    told = [m.reason for s, _, m in queues.posted if s == "leader" and isinstance(m, Abort)]
+    assert len(told) == 1 and "leader_final.pt" not in told[0] and "step 3" in told[0]
+    assert str(ckpts / "leader_final.pt") in text["leader"]  # the leader's own log names its checkpoint
+    assert not (out / "predictions.parquet").exists()
 
 
 def _fixed_randomness(monkeypatch, seed: int = 5) -> None:
