@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -72,3 +73,29 @@ def test_simulate_predict_on_dataframes_reproduces_the_runs_test_metrics_and_lea
         assert code == 0, err
     assert len(predictions) == len(new["telco"]) and predictions["score"].between(0, 1).all()
     assert "metrics" not in yaml.safe_load(open(out / "predict.json"))
+
+
+def test_an_in_process_prediction_that_fails_tells_the_followers_no_path_of_the_leaders(tmp_path, monkeypatch):
+    """Leader(...).predict failing after its channel is up (here: its predictions cannot be written) raises the
+    error in the caller's process, and the ABORT its followers get is the CLI's (vfl.cli.run_party: the category of
+    the failure), not the exception's text with the leader's paths; before, the text went to every follower."""
+    # Prepare: a leader whose predict body opens its channel, then fails on a path of its own
+    import leader.__main__ as leader_main
+    import vfl.cli
+    from vfl.config.schema import load_config
+    from vfl.inference.predict_api import predict_in_process
+
+    cfg = load_config(party_configs(str(tmp_path), str(tmp_path / "shards"))["leader"])
+    told = []
+    secret = str(tmp_path / "private" / "predictions.parquet")
+
+    def body(cfg, args, log, state):
+        state["channel"] = SimpleNamespace(abort_all=told.append, close=lambda: None)
+        raise PermissionError(13, "Permission denied", secret)
+
+    monkeypatch.setattr(vfl.cli, "party_keys", lambda cfg: None)
+    monkeypatch.setattr(leader_main, "predict_body", body)
+    # Execute / Assert: the caller gets the error itself; the follower is told one line without the path
+    with pytest.raises(PermissionError, match="Permission denied"):
+        predict_in_process(cfg, "leader", str(tmp_path / "rows.csv"), None, None, str(tmp_path / "out"))
+    assert len(told) == 1 and told[0].startswith("leader") and str(tmp_path) not in told[0], told

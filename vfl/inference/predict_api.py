@@ -37,9 +37,10 @@ def rows_file(rows: Any, shard_dir: str, out: str, party: str) -> str:
 
 
 def predict_in_process(config, role: str, rows: Any, run: str | None, checkpoint: str | None, out: str | None):
-    """Run this party's `predict` in this process (the CLI's body; errors raise). Returns the leader's predictions
-    as a DataFrame, or the follower's summary dict."""
-    from vfl.cli import party_keys
+    """Run this party's `predict` in this process (the CLI's body under vfl.cli.run_party, so the peers are told
+    what the CLI tells them: the project's own sentences, never an exception's text that may quote this party's
+    paths; errors raise). Returns the leader's predictions as a DataFrame, or the follower's summary dict."""
+    from vfl.cli import party_keys, run_party
     from vfl.inference.predict_cli import checkpoint_of
     from vfl.obs.logs import RunLog
 
@@ -53,13 +54,21 @@ def predict_in_process(config, role: str, rows: Any, run: str | None, checkpoint
     args = SimpleNamespace(rows=path, checkpoint=checkpoint, strict=False)
     log = RunLog(os.path.join(out_dir, f"{cfg.party}_predict.log"), cfg.party)
     state: dict = {"out_dir": out_dir}
+    failed: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            party_keys(cfg)
+            args.checkpoint = checkpoint_of(args, cfg)
+            module.predict_body(cfg, args, log, state)
+        except BaseException as e:
+            failed.append(e)
+            raise
+
     try:
-        party_keys(cfg)
-        args.checkpoint = checkpoint_of(args, cfg)
-        module.predict_body(cfg, args, log, state)
-    except BaseException as e:
-        module.abort(state, f"{cfg.party}: {' '.join(str(e).split()) or type(e).__name__}")
-        raise
+        run_party(cfg, log, body, lambda reason: module.abort(state, reason))
+        if failed:
+            raise failed[0]
     finally:
         if "channel" in state:
             state["channel"].close()
