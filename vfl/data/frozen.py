@@ -15,7 +15,6 @@ metrics), so which rows are read, and so the ids PSI sees, depend on the ids and
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from collections.abc import Iterator
@@ -197,8 +196,10 @@ class FrozenTransforms:
         party = self.manifest["party"]
         task = self.task
         k = task.num_classes if task is not None and task.kind == "multiclass" else 2
-        src = PartySource(path, tuple(party["dense"]), tuple(party["categorical"]), labelled, num_classes=k)
-        src = dataclasses.replace(src, label_text=True)  # the label checked here, leniently: no row skipped for it
+        # label_text: the label read as text and checked here, leniently: no row is skipped for it
+        src = PartySource(
+            path, tuple(party["dense"]), tuple(party["categorical"]), labelled, num_classes=k, label_text=True
+        )
         for b in read_party_blocks(src, strict, stats, digest=False):
             block = _Block(b.row_index, b.sample_id, b.dense, b.dense_missing, b.cat_key, b.cat_missing, b.label)
             yield self._rows(block, _criteo_labels(b.label, k, task) if labelled else None)
