@@ -29,9 +29,10 @@ Why this keeps the protocol's guarantees (the threat model: a stranger reaches a
   by another key, for another peer key, suite or rank, is refused the same way (the PSI runs in full).
 - The digests say nothing about ids. `own` is keyed by k and never leaves the party; id(T) and the proofs are HMACs
   under T, a random key only the two parties hold, of values both already know. What each side learns from them is
-  one bit per run: whether the other's set (and cache) is unchanged since their last agreed PSI (a full PSI would
-  show the other's set size, which usually tells as much), and that the other kept that agreement (both took part
-  in that PSI, so each already knows it happened). The bit is the other's to choose: a malicious party can always
+  one bit per run (under N ranks too: a party's ranks offer and accept together, vfl/align/psi/buckets.py): whether
+  the other's set (and cache) is unchanged since their last agreed PSI (a full PSI would show the other's set size,
+  which usually tells as much), and that the other kept that agreement (both took part in that PSI, so each already
+  knows it happened). The bit is the other's to choose: a malicious party can always
   decline, or offer a stale ticket, which only makes the PSI run in full.
 """
 
