@@ -190,7 +190,7 @@ def test_a_second_run_on_unchanged_shards_reuses_the_psi_over_real_processes(tmp
     from tests.procs import party_configs, run_split
 
     shards = tmp_path / "shards"
-    shutil.copytree(shards_small, shards)
+    shutil.copytree(shards_small, shards, ignore=shutil.ignore_patterns("psi_cache"))  # other tests' caches stay
     cfgs = party_configs(str(tmp_path), str(shards), train={"epochs": 1, "batch_size": 1024})
     # Execute: the same run twice
     m1 = run_split(procs, cfgs)
