@@ -5,12 +5,22 @@ so no index travels except the micro-batch number j that EMBEDDING and GRADIENT 
 Each micro-batch's mean loss is weighted by its share of the batch rows, so the accumulated gradient is
 the full batch's mean-loss gradient up to float summation order (and exactly the same computation at M = 1).
 The follower sends all M embeddings before it waits for the first gradient: the leader runs the top of
-micro-batch j while the follower still computes j + 1.
+micro-batch j while the follower still computes j + 1. So while the leader waits for one follower's embedding j,
+another may already have sent j .. M-1: the leader's channel reads every party's messages off one socket, in arrival
+order, and must hold up to M unread messages per follower during a step (pipelined), one outside it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Protocol
+
 import torch
+
+
+class _Inbox(Protocol):
+    ahead: int  # unread messages a party may have queued at the leader (vfl/wire/channel.py LeaderChannel)
 
 
 def micro_slices(n_rows: int, microbatches: int) -> list[slice]:
@@ -41,3 +51,16 @@ def check_micro(got: int | None, expected: int, what: str, error: type[Exception
             f"{what}: expected micro-batch {expected} (an integer in [0, train.microbatches)), "
             f"got micro {str(got)[:20]!r}"
         )
+
+
+@contextmanager
+def pipelined(channel: _Inbox, depth: int) -> Iterator[None]:
+    """Within: each party may be up to `depth` messages ahead at the leader's channel (a step's M embeddings);
+    one again afterwards, also when the step fails. A party ahead by more is refused by the channel."""
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"a pipelined depth must be an integer of at least 1, got {depth!r}")
+    channel.ahead = depth
+    try:
+        yield
+    finally:
+        channel.ahead = 1

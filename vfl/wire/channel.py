@@ -6,7 +6,8 @@ sender is the party of the key that authenticated its connection (the `User-Id` 
 a name the message claims. A follower pins the leader's public key. A channel enforces per-peer
 sequence numbers, the run id and a deadline on every receive; it treats only the loss of an
 authenticated party's own connection as that party's loss (strangers' connects, closes and failed
-handshakes are ignored), and it buffers at most one message ahead per peer. It knows nothing
+handshakes are ignored), and it buffers at most `ahead` messages per peer (one, unless the leader opens a
+pipelined exchange: training.microbatch.pipelined). It knows nothing
 about training: the parties post() and expect() the typed messages of messages.py (parsed and
 checked field by field on arrival); send() and recv() move a type string and its meta, for the
 transport's own tests.
@@ -253,6 +254,9 @@ class LeaderChannel(_Endpoint):
         self.duplicates_refused = 0
         self.impostors_refused = 0
         self.notice = notice  # where refusals that the run survives are reported (the leader's log)
+        # unread messages a party may have here: 1, or M while each follower sends a step's M micro-batch embeddings
+        # before it awaits the first gradient (training.microbatch.pipelined); one more is refused
+        self.ahead = 1
 
     @property
     def connected(self) -> set[str]:
@@ -327,10 +331,10 @@ class LeaderChannel(_Endpoint):
                 return
             self._track(party, body[0])
             self._route[party] = rid
-        if self._inbox[party]:
+        if len(self._inbox[party]) >= self.ahead:
             raise WireError(
-                f"{party} sent a message while its previous {self._inbox[party][0].type} was unread "
-                f"(a party may be at most one message ahead)"
+                f"{party} sent a message while {len(self._inbox[party])} of its messages were unread "
+                f"({self._inbox[party][0].type} first; a party may be at most {self.ahead} message(s) ahead here)"
             )
         self._inbox[party].append(self._accept(party, body))
 

@@ -1,0 +1,93 @@
+"""train.microbatches with two followers: each sends a step's M embeddings before its first gradient, so the leader's
+inbox holds up to M unread messages per follower during a step (and one otherwise); a party beyond that is refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.procs import free_port, party_configs, party_keys, run_centralized, run_split
+from vfl.training.microbatch import pipelined
+from vfl.wire import FollowerChannel, LeaderChannel, WireError
+from vfl.wire.channel import PeerTimeout
+from vfl.wire.keys import load_follower_keys, load_leader_keys
+
+RUN = "run-micro"
+
+
+@pytest.fixture
+def trio(tmp_path):
+    """A leader channel admitting f0 and f1, and both followers' channels, connected over tcp."""
+    keys = party_keys(str(tmp_path), ("leader", "f0", "f1"))
+    port = free_port()
+    lk = load_leader_keys(keys["leader"][1], {f: keys[f][0] for f in ("f0", "f1")})
+    leader = LeaderChannel(f"tcp://127.0.0.1:{port}", ("f0", "f1"), lk, 1.0, "leader", RUN)
+    followers = {}
+    for f in ("f0", "f1"):
+        followers[f] = FollowerChannel(
+            f"tcp://127.0.0.1:{port}", f, load_follower_keys(keys[f][1], keys["leader"][0]), 5.0
+        )
+        followers[f].run = RUN
+    yield leader, followers
+    for ch in followers.values():
+        ch.close()
+    leader.close()
+
+
+def _send_embeddings(follower: FollowerChannel, n: int) -> None:
+    for j in range(n):
+        follower.send("EMBEDDING", {"micro": j}, [np.full((2, 2), j, np.float32)])
+
+
+def test_inbox_holds_the_pipelined_depth_per_party_in_order(trio):
+    # Prepare: f1 sends a step's 3 embeddings while the leader waits on f0 (which sends nothing)
+    leader, followers = trio
+    _send_embeddings(followers["f1"], 3)
+    # Execute: the wait on f0 files all of f1's messages, then reaches its deadline
+    with pipelined(leader, 3):
+        with pytest.raises(PeerTimeout, match="awaiting EMBEDDING from f0"):
+            leader.recv("f0", "EMBEDDING")
+        got = [leader.recv("f1", "EMBEDDING") for _ in range(3)]
+    # Assert: nothing refused; f1's messages come out in the order sent; the depth is back to one
+    assert [m.meta["micro"] for m in got] == [0, 1, 2]
+    assert [float(m.tensors[0][0, 0]) for m in got] == [0.0, 1.0, 2.0]
+    assert leader.ahead == 1
+
+
+@pytest.mark.parametrize("depth, sent", [(1, 2), (3, 4)], ids=["one-ahead", "pipelined-3"])
+def test_a_party_beyond_the_allowed_depth_is_refused_by_name(trio, depth, sent):
+    # Prepare: f1 sends one message more than the depth the leader allows
+    leader, followers = trio
+    _send_embeddings(followers["f1"], sent)
+    # Execute / Assert: the wait on f0 refuses f1, naming it and the depth
+    with pipelined(leader, depth):
+        with pytest.raises(WireError, match=f"f1 sent a message while {depth} of its messages were unread") as err:
+            leader.recv("f0", "EMBEDDING")
+    assert not isinstance(err.value, PeerTimeout) and err.value.peer == "f1"
+    assert f"at most {depth} message" in str(err.value)
+
+
+def test_pipelined_refuses_a_depth_below_one_and_restores_on_error(trio):
+    # Prepare
+    leader, _ = trio
+    # Execute / Assert
+    with pytest.raises(ValueError, match="at least 1"):
+        with pipelined(leader, 0):
+            pass
+    with pytest.raises(RuntimeError):
+        with pipelined(leader, 4):
+            assert leader.ahead == 4
+            raise RuntimeError("a failed step")
+    assert leader.ahead == 1
+
+
+def test_two_followers_with_microbatches_train_split_equal_to_centralized(tmp_path, shards_three, procs):
+    # Prepare: leader + 2 followers over tcp, 3 micro-batches per step, 10 steps (batch 1024 of 9.6k rows)
+    train = {"batch_size": 1024, "microbatches": 3, "log_every": 100}
+    cfgs = party_configs(str(tmp_path), str(shards_three), followers=("follower0", "follower1"), train=train)
+    # Execute
+    split = run_split(procs, cfgs)
+    central = run_centralized(cfgs, str(tmp_path / "central"))
+    # Assert: the same micro-batches in the same order: the very same float32 losses
+    assert split["microbatches"] == 3 and split["steps"] >= 9
+    assert split["step_losses"] == central["step_losses"]
