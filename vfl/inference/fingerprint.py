@@ -137,23 +137,20 @@ def hello_problems(mine: dict, f: str, hello, checkpoint: str | None, protocol: 
     return []
 
 
-def load_predict_checkpoint(path: str, party: str, required: tuple[str, ...]) -> dict:
-    """A party's checkpoint for prediction, checked for owner and content (one-line errors)."""
-    from vfl.training.checkpoint import load_checkpoint
+def load_predict_checkpoint(
+    cfg: PartyConfig, path: str, required: tuple[str, ...], need_run: bool = True
+) -> tuple[dict, dict | None]:
+    """(checkpoint, its training run's record) of this party for prediction, checked for owner and content and
+    against its config and keys now (one-line errors). need_run: the checkpoint must record its training run (batch
+    prediction and serving compare it across parties; export does not: None where it records none)."""
+    from vfl.training.checkpoint import load_party_checkpoint
 
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"checkpoint {path!r} does not exist (train first, or pass --checkpoint / --run)")
-    try:
-        ckpt = load_checkpoint(path)
-    except Exception as e:  # a truncated or foreign file
-        raise ValueError(f"checkpoint {path!r} is not readable: {e}") from None
-    if not isinstance(ckpt, dict) or ckpt.get("party") != party:
-        owner = ckpt.get("party") if isinstance(ckpt, dict) else None
-        raise ValueError(f"checkpoint {path!r} belongs to party {owner!r}, not {party!r}")
-    missing = [k for k in required if k not in (ckpt.get("state") or {})]
-    if missing:
-        raise ValueError(f"checkpoint {path!r} lacks {missing}")
-    return ckpt
+    ckpt = load_party_checkpoint(
+        path, cfg.party, required, "checkpoint", absent_hint=" (train first, or pass --checkpoint / --run)"
+    )
+    saved = (ckpt.get("extra") or {}).get("run")
+    record = check_own(saved, cfg, path, key_fingerprints(cfg)) if need_run or saved else None
+    return ckpt, record
 
 
 def default_checkpoint(cfg: PartyConfig, run_dir: str | None) -> str:

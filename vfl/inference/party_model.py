@@ -34,14 +34,13 @@ def load_party_model(cfg, shard, checkpoint: str, need_run: bool = True):
     need_run: the checkpoint must record its training run (serving compares it across parties; export does not)."""
     import torch
 
-    from vfl.inference.fingerprint import check_own, key_fingerprints, load_predict_checkpoint
+    from vfl.inference.fingerprint import load_predict_checkpoint
     from vfl.training.party import BottomParty
     from vfl.training.top import TopTrainer
 
     try:
-        ckpt = load_predict_checkpoint(checkpoint, cfg.party, ("bottom", "top") if cfg.is_leader else ("bottom",))
-        saved = (ckpt.get("extra") or {}).get("run")
-        record = check_own(saved, cfg, checkpoint, key_fingerprints(cfg)) if need_run or saved else None
+        required = ("bottom", "top") if cfg.is_leader else ("bottom",)
+        ckpt, record = load_predict_checkpoint(cfg, checkpoint, required, need_run)
     except (FileNotFoundError, ValueError) as e:
         raise ModelLoadError(str(e)) from None
     device = torch.device("cpu")

@@ -11,7 +11,7 @@ import torch
 
 from vfl.config.schema import PartyConfig
 from vfl.data.shards import PartyShard
-from vfl.inference.fingerprint import check_own, key_fingerprints, load_predict_checkpoint
+from vfl.inference.fingerprint import load_predict_checkpoint
 from vfl.inference.new_rows import NewRows
 from vfl.training.party import BottomParty
 from vfl.training.precision import autocast
@@ -31,8 +31,7 @@ class PredictingParty:
         required: tuple[str, ...] = ("bottom",),
     ):
         self.cfg, self.log, self.device, self.checkpoint = cfg, log, device, checkpoint
-        self.ckpt = load_predict_checkpoint(checkpoint, cfg.party, required)
-        self.record = check_own((self.ckpt.get("extra") or {}).get("run"), cfg, checkpoint, key_fingerprints(cfg))
+        self.ckpt, self.record = load_predict_checkpoint(cfg, checkpoint, required)
         self.shard = PartyShard(cfg.data.path, in_memory=False)
         self.party = BottomParty(cfg, self.shard, device)
         self.party.load_state(self.ckpt["state"]["bottom"])

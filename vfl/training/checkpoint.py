@@ -84,20 +84,37 @@ def load_checkpoint(path: str) -> dict:
     return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
 
 
-def load_resume_checkpoint(path: str, party: str, required: tuple[str, ...]) -> dict:
-    """A checkpoint to resume `party` from, checked for owner and content; restores the torch RNG."""
+def load_party_checkpoint(
+    path: str,
+    party: str,
+    required: tuple[str, ...],
+    name: str,
+    unreadable: str = "is not readable",
+    absent_hint: str = "",
+    need_step: bool = False,
+) -> dict:
+    """The checkpoint of `party` at `path` holding the state `required` (and an int step where `need_step`), else a
+    one-line error naming it as `name` ("train.resume_from", "checkpoint"); training resume and prediction read it."""
     if not os.path.exists(path):
-        raise FileNotFoundError(f"train.resume_from {path!r} does not exist")
+        raise FileNotFoundError(f"{name} {path!r} does not exist{absent_hint}")
     try:
         ckpt = load_checkpoint(path)
     except Exception as e:  # a truncated or foreign file
-        raise ValueError(f"train.resume_from {path!r} is not a readable checkpoint: {e}") from None
+        raise ValueError(f"{name} {path!r} {unreadable}: {e}") from None
     if not isinstance(ckpt, dict) or ckpt.get("party") != party:
         owner = ckpt.get("party") if isinstance(ckpt, dict) else None
-        raise ValueError(f"train.resume_from {path!r} belongs to party {owner!r}, not {party!r}")
-    missing = [k for k in required if k not in ckpt.get("state", {})]
-    if missing or not isinstance(ckpt.get("step"), int):
-        raise ValueError(f"train.resume_from {path!r} lacks {missing or ['step']}")
+        raise ValueError(f"{name} {path!r} belongs to party {owner!r}, not {party!r}")
+    missing = [k for k in required if k not in (ckpt.get("state") or {})]
+    if missing or (need_step and not isinstance(ckpt.get("step"), int)):
+        raise ValueError(f"{name} {path!r} lacks {missing or ['step']}")
+    return ckpt
+
+
+def load_resume_checkpoint(path: str, party: str, required: tuple[str, ...]) -> dict:
+    """A checkpoint to resume `party` from, checked for owner and content; restores the torch RNG."""
+    ckpt = load_party_checkpoint(
+        path, party, required, "train.resume_from", unreadable="is not a readable checkpoint", need_step=True
+    )
     if "torch_rng" in ckpt:
         torch.set_rng_state(ckpt["torch_rng"])
     return ckpt
