@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from vfl.wire.fields import Int, Real, Tensor, Text, WireMessage, fail, wire_message
+from vfl.wire.fields import Field, Int, Real, Tensor, Text, WireMessage, fail, wire_message
 from vfl.wire.frames import MAX_DIM, Message
 
 HEX32 = "32 hex digits"
@@ -34,11 +34,11 @@ def _hex(name: str) -> Text:
 
 
 @wire_message
-class PredictHello(WireMessage):
-    """PREDICT_HELLO (follower -> leader): what the follower's checkpoint was trained in, and its fingerprint
-    (vfl/inference/fingerprint.pair_fingerprint), compared with the leader's own."""
+class TrainedHello(WireMessage):
+    """The fields that open a follower's hello to a trained leader (PREDICT_HELLO here, SERVE_HELLO in
+    serve_messages.py): its nonce, party and protocol, its checkpoint's training run, model step and pair fingerprint
+    (vfl/inference/fingerprint.py), and its cut width."""
 
-    TYPE = "PREDICT_HELLO"
     nonce: str
     party: str
     protocol: int
@@ -46,16 +46,31 @@ class PredictHello(WireMessage):
     step: int
     fingerprint: str
     cut_dim: int
+
+    @staticmethod
+    def trained_fields(nonce: Field, fingerprint: Field) -> tuple[Field, ...]:
+        """These seven fields' domains in wire order, with the hello's own nonce and fingerprint domains."""
+        return (
+            nonce,
+            Text("party", 64),
+            Int("protocol", 0, 255),
+            Text("run", 64),
+            Int("step"),
+            fingerprint,
+            Int("cut_dim", 2, 4096),
+        )
+
+
+@wire_message
+class PredictHello(TrainedHello):
+    """PREDICT_HELLO (follower -> leader): what the follower's checkpoint was trained in, and its fingerprint
+    (vfl/inference/fingerprint.pair_fingerprint), compared with the leader's own."""
+
+    TYPE = "PREDICT_HELLO"
     rows: int
     timeout_s: float
     FIELDS = (
-        _hex("nonce"),
-        Text("party", 64),
-        Int("protocol", 0, 255),
-        Text("run", 64),
-        Int("step"),
-        _hex("fingerprint"),
-        Int("cut_dim", 2, 4096),
+        *TrainedHello.trained_fields(_hex("nonce"), _hex("fingerprint")),
         Int("rows"),
         Real("timeout_s", 0, 86400),
     )

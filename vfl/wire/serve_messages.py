@@ -16,6 +16,7 @@ import numpy as np
 
 from vfl.wire.fields import Int, Real, Tensor, Text, WireMessage, fail, wire_message
 from vfl.wire.frames import MAGIC, MAX_HEADER_BYTES, Message
+from vfl.wire.predict_messages import TrainedHello
 
 MAX_SERVE_ROWS = 8192  # ids in one request: a SERVE_IDS is 64 KiB at most
 MAX_DEADLINE_MS = 600_000
@@ -23,30 +24,19 @@ NONCE_PATTERN = re.compile(r"^[0-9a-f]{32}$")
 
 
 @wire_message
-class ServeHello(WireMessage):
+class ServeHello(TrainedHello):
     """SERVE_HELLO (follower -> leader): who it is, which trained model it serves (its checkpoint's training run,
     model step and pair fingerprint, vfl/inference/fingerprint.py), its cut width, its deadline, and the most rows
     and rows per second it will answer."""
 
     TYPE = "SERVE_HELLO"
-    nonce: str
-    party: str
-    protocol: int
-    run: str
-    step: int
-    fingerprint: str
-    cut_dim: int
     timeout_s: float
     max_rows: int
     rows_per_s: float
     FIELDS = (
-        Text("nonce", 32, pattern=NONCE_PATTERN, domain="32 hex digits (a fresh nonce)"),
-        Text("party", 64),
-        Int("protocol", 0, 255),
-        Text("run", 64),
-        Int("step"),
-        Text("fingerprint", 128),
-        Int("cut_dim", 2, 4096),
+        *TrainedHello.trained_fields(
+            Text("nonce", 32, pattern=NONCE_PATTERN, domain="32 hex digits (a fresh nonce)"), Text("fingerprint", 128)
+        ),
         Real("timeout_s", 0, 86400),
         Int("max_rows", 1, MAX_SERVE_ROWS),
         Real("rows_per_s", 0, 1e12),
