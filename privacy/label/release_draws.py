@@ -85,22 +85,29 @@ def rr_prior_classes_once(
     )
 
 
+REPORT_TASKS = ("binary", "multiclass", "regression")
+
+
 def run_report(
     true: np.ndarray,
     noisy: np.ndarray,
     eps: float,
     mechanism: str,
+    task: str = "binary",
     num_classes: int | None = None,
-    real_valued: bool = False,
     **extra,
 ) -> dict:
-    """What metrics.json records about the run's label DP (num_classes: K for class ids, None for 0/1 labels;
-    real_valued: regression labels, whose flipped_fraction counts the values the mechanism changed)."""
-    cast = np.float64 if real_valued else np.int64
+    """What metrics.json records about the run's label DP. task: "binary" (0/1 labels), "multiclass" (class ids in
+    [0, num_classes)) or "regression" (real values, whose flipped_fraction counts the values the mechanism changed)."""
+    if task not in REPORT_TASKS:
+        raise ValueError(f"label DP report: task {task!r} is not one of {list(REPORT_TASKS)}")
+    if (task == "multiclass") != (num_classes is not None):
+        raise ValueError(f"label DP report: num_classes {num_classes!r} is given exactly for multiclass, task {task!r}")
+    cast = np.float64 if task == "regression" else np.int64
     true, noisy = np.asarray(true).astype(cast), np.asarray(noisy).astype(cast)
-    if real_valued:
+    if task == "regression":
         rates = {}
-    elif num_classes is None:
+    elif task == "binary":
         rates = {
             "flip_probability": flip_probability(eps),
             "noisy_positive_rate": float(noisy.mean()) if noisy.size else 0.0,

@@ -255,7 +255,7 @@ class LabelDPRelease:
             d.noisy,
             self.eps,
             d.mechanism,
-            real_valued=entry.real_valued,
+            task=self.task_kind,
             **d.extra,
             release_id=d.release,
             new_release=is_new,
