@@ -8,24 +8,22 @@ model and the load average are printed beside them.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-
-def say(line: str) -> None:
-    print(line, flush=True)
-
-
-def load_avg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+from bench_runs import (
+    load_avg,
+    local_parties,
+    prepare_data,
+    run_central,
+    run_split,
+    say,
+    write_configs,
+    write_json,
+)
 
 
 # -- the machine ---------------------------------------------------------------------------------
@@ -72,168 +70,6 @@ def peaks(threads: int, model_shape: tuple[int, int, int], quick: bool, native_b
             best = max(best, g)
         out[name] = round(best, 1)
     return out
-
-
-# -- data, configs, runs --------------------------------------------------------------------------
-def prepare_data(py: str, rows: int, work: str, name: str = "shards", parties: str | None = None) -> str:
-    data = os.path.join(REPO, "data", "synthetic", f"criteo_synth_{rows}.tsv")
-    if not os.path.exists(data):
-        say(f"== synthesizing {rows} rows -> {data}")
-        subprocess.run(
-            [py, "-m", "vfl.data", "synth", "--rows", str(rows), "--out", data], check=True, stdout=subprocess.DEVNULL
-        )
-    shards = os.path.join(work, name)
-    say(f"== preparing the two parties' shards of {rows} rows")
-    subprocess.run(
-        [py, "-m", "vfl.data", "prepare", "--input", data, "--out", shards, "--hash-buckets", "20000"]
-        + (["--parties", parties] if parties else []),
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    return shards
-
-
-def write_configs(
-    py: str, work: str, shards: str, tag: str, model: dict, train: dict, leader_model: dict | None = None
-) -> dict[str, str]:
-    """The two parties' YAML for one run; leader_model (bottom and top) defaults to model with a linear top."""
-    import yaml
-
-    from vfl.ports import free_port
-
-    keys = os.path.join(work, "keys")
-    if not os.path.exists(os.path.join(keys, "leader.key")):
-        for p in ("leader", "follower0"):
-            subprocess.run([py, "-m", "vfl.keys", "new", p, "--dir", keys], check=True, stdout=subprocess.DEVNULL)
-    port = free_port()
-    out = os.path.join(work, tag)
-    net = {"timeout_s": 600}
-    leader = {
-        "role": "leader",
-        "party": "leader",
-        "network": {
-            **net,
-            "bind": f"tcp://127.0.0.1:{port}",
-            "followers": ["follower0"],
-            "secret_key_file": f"{keys}/leader.key_secret",
-            "follower_keys": {"follower0": f"{keys}/follower0.key"},
-        },
-        "data": {"path": f"{shards}/leader"},
-        "model": leader_model or {**model, "top": {"name": "linear"}},
-        "train": train,
-        "output": {"dir": out},
-    }
-    follower = {
-        "role": "follower",
-        "party": "follower0",
-        "network": {
-            **net,
-            "connect": f"tcp://127.0.0.1:{port}",
-            "secret_key_file": f"{keys}/follower0.key_secret",
-            "leader_key_file": f"{keys}/leader.key",
-        },
-        "data": {"path": f"{shards}/follower0"},
-        "model": model,
-        "train": train,
-        "output": {"dir": out},
-    }
-    paths = {}
-    for name, doc in (("leader", leader), ("follower0", follower)):
-        paths[name] = os.path.join(work, f"{tag}_{name}.yaml")
-        with open(paths[name], "w") as f:
-            yaml.safe_dump(doc, f)
-    paths["out"] = out
-    return paths
-
-
-def run_split(py: str, cfgs: dict, pin: bool) -> dict:
-    """Leader and follower processes (each on its own core with taskset when pin); the leader's metrics plus
-    the follower's breakdown."""
-    cmd = lambda core, mod, cfg: (["taskset", "-c", str(core)] if pin else []) + [py, "-m", mod, "--config", cfg, "-q"]
-    logs = {
-        p: open(os.path.join(os.path.dirname(cfgs["leader"]), f"{os.path.basename(cfgs['out'])}_{p}.out"), "w")
-        for p in ("leader", "follower0")
-    }
-    procs = {
-        "leader": subprocess.Popen(
-            cmd(0, "leader", cfgs["leader"]), cwd=REPO, stdout=logs["leader"], stderr=subprocess.STDOUT
-        ),
-        "follower0": subprocess.Popen(
-            cmd(1, "follower", cfgs["follower0"]), cwd=REPO, stdout=logs["follower0"], stderr=subprocess.STDOUT
-        ),
-    }
-    try:
-        for name, p in procs.items():
-            if p.wait(timeout=3600) != 0:
-                logs[name].close()
-                raise RuntimeError(f"{name} failed:\n" + open(logs[name].name).read()[-3000:])
-    finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-    m = json.load(open(os.path.join(cfgs["out"], "metrics.json")))
-    m["follower_breakdown"] = json.load(open(os.path.join(cfgs["out"], "follower0_step_breakdown.json")))
-    return m
-
-
-def run_central(py: str, cfgs: dict) -> dict:
-    r = subprocess.run(
-        [
-            py,
-            "-m",
-            "vfl.centralized",
-            "--config",
-            cfgs["leader"],
-            "--follower-config",
-            cfgs["follower0"],
-            "--out",
-            cfgs["out"],
-            "-q",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-    )
-    if r.returncode != 0:
-        raise RuntimeError("centralized failed:\n" + r.stderr[-3000:])
-    return json.load(open(os.path.join(cfgs["out"], "metrics.json")))
-
-
-def local_parties(shards: str, model: dict, train: dict, device: str = "cpu") -> tuple[list, object]:
-    """The leader's and follower0's bottoms and the leader's linear top, built in this process (no wire), on device."""
-    import torch
-
-    from vfl.config.schema import parse_config
-    from vfl.data.shards import PartyShard
-    from vfl.training.party import BottomParty
-    from vfl.training.top import TopTrainer
-
-    dev = torch.device(device)
-    parties, cfgs = [], []
-    for name, role in (("leader", "leader"), ("follower0", "follower")):
-        doc = {
-            "role": role,
-            "party": name,
-            "data": {"path": f"{shards}/{name}"},
-            "model": model,
-            "train": train,
-            "network": {"connect": "tcp://127.0.0.1:1"},
-        }
-        if role == "leader":
-            doc.update(
-                network={"bind": "tcp://127.0.0.1:1", "followers": ["follower0"]},
-                model={**model, "top": {"name": "linear"}},
-            )
-        cfgs.append(parse_config(doc))
-        parties.append(BottomParty(cfgs[-1], PartyShard(f"{shards}/{name}"), dev))
-    return parties, TopTrainer(cfgs[0].train, cfgs[0].model.top, sum(p.cut_dim for p in parties), dev)
-
-
-def write_json(path: str | None, result: dict) -> None:
-    if path:
-        with open(path, "w") as f:
-            json.dump(result, f, indent=2)
-        say(f"wrote {path}")
 
 
 def flop_per_sample(shards: str, model: dict, train: dict, rows: int = 256) -> tuple[float, tuple[int, int, int]]:

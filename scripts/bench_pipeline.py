@@ -24,7 +24,7 @@ import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_compute import load_avg, prepare_data, run_split, say, write_configs, write_json  # noqa: E402
+from bench_runs import load_avg, prepare_data, run_split, say, write_configs, write_json  # noqa: E402
 
 LEADER_DENSE = ["I1", "I2", "I3"]
 

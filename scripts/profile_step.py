@@ -37,7 +37,7 @@ def main() -> int:
         )
     import numpy as np
     import torch
-    from bench_compute import local_parties
+    from bench_runs import local_parties
     from torch.profiler import ProfilerActivity, profile
 
     from vfl.training.precision import cpu_model
