@@ -1,0 +1,187 @@
+"""One end of a CurveZMQ channel, what the leader's ROUTER and a follower's DEALER share (channel.py): the socket's
+options, per-peer sequence numbers, the run id, the message size limit, a deadline on every receive, and the loss of
+an authenticated party's own connection (from the socket's monitor events), with the errors that report them.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from vfl.wire.frames import MAX_MESSAGE_BYTES, MAX_WIRE_FRAME, Message, WireError, decode, encode
+from vfl.wire.messages import Abort, Hello, Welcome
+from vfl.wire.serve_messages import ServeHello, ServeWelcome
+
+ZERO_COPY_MIN_BYTES = 1 << 16  # below this zmq copies anyway (pyzmq serialization docs)
+LINGER_MS = 2000
+HEARTBEAT_IVL_MS = 2000  # ZMTP PING every 2 s; a peer silent for 20 s is disconnected (and so lost)
+HEARTBEAT_TIMEOUT_MS = 20000
+ABORT_SEND_MS = 1000  # a best-effort ABORT waits at most this long for a peer
+RCVHWM = 4  # messages queued per connection before libzmq stops reading that peer's socket
+LATE_READS = 64  # messages read after a deadline passed, before the timeout is declared anyway
+# the messages that come before a run id is agreed (the handshakes of training and serving) or that end any run
+UNBOUND_TYPES = (Hello.TYPE, Welcome.TYPE, ServeHello.TYPE, ServeWelcome.TYPE, Abort.TYPE)
+
+
+class PeerAbort(WireError):
+    """The peer sent ABORT; the text is its reason."""
+
+
+class PeerTimeout(WireError):
+    """A receive deadline passed."""
+
+
+class PeerLost(WireError):
+    """The connection of an authenticated peer dropped."""
+
+
+def send_frames(sock: zmq.Socket, frames: list, prefix: list | None = None) -> None:
+    """Send `prefix` (a ROUTER's routing id) and a message's frames, large ones without a copy; a send past the
+    deadline is PeerTimeout, a peer not connected PeerLost."""
+    parts = (prefix or []) + frames
+    copy_flags = [not (isinstance(p, memoryview) and p.nbytes >= ZERO_COPY_MIN_BYTES) for p in parts]
+    try:
+        for i, (part, copy) in enumerate(zip(parts, copy_flags)):
+            sock.send(part, zmq.SNDMORE if i < len(parts) - 1 else 0, copy=copy)
+    except zmq.Again:
+        raise PeerTimeout(
+            f"send timed out after {sock.getsockopt(zmq.SNDTIMEO) / 1000:g} s (peer not connected or not reading)"
+        ) from None
+    except zmq.ZMQError as e:
+        if e.errno == zmq.EHOSTUNREACH:
+            raise PeerLost("peer is not connected") from None
+        raise
+
+
+class Endpoint:
+    """One end of a channel: its socket's options, sequence numbers, run id, size limit, deadlines and the
+    authenticated peers' connections (LeaderChannel and FollowerChannel in channel.py build on it)."""
+
+    def __init__(self, me: str, timeout_s: float, max_message_bytes: int):
+        self._late_reads = 0
+        self.me = me
+        self.timeout_s = float(timeout_s)
+        self.max_message_bytes = int(min(max_message_bytes, MAX_MESSAGE_BYTES))
+        self.run = ""
+        self._ctx = zmq.Context()  # this channel's own context: its ZAP handler must live on it
+        self._send_seq: dict[str, int] = {}
+        self._recv_seq: dict[str, int] = {}
+        self._fds: dict[str, int] = {}  # authenticated party -> file descriptor of its connection
+        self.watch_disconnect = True
+        self.check_claims = True
+        self.bytes_sent = 0
+        self.bytes_received = 0
+
+    def _make_socket(self, kind: int) -> zmq.Socket:
+        sock = self._ctx.socket(kind)
+        sock.setsockopt(zmq.LINGER, LINGER_MS)
+        # every frame, the CURVE handshake's included, is capped small: libzmq allocates a frame's claimed size
+        # when its header arrives, so this bounds what a stranger's connection can make us hold (frames.py)
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_WIRE_FRAME)
+        sock.setsockopt(zmq.RCVHWM, RCVHWM)
+        sock.setsockopt(zmq.SNDTIMEO, max(1, int(self.timeout_s * 1000)))  # a send waits no longer than a receive
+        sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+        sock.setsockopt(zmq.HEARTBEAT_TTL, HEARTBEAT_TIMEOUT_MS)
+        return sock
+
+    def _watch(self, monitor: zmq.Socket) -> None:
+        """Poll the data socket and `monitor`, a socket that delivers the data socket's monitor events."""
+        self._monitor = monitor
+        self._poller = zmq.Poller()
+        self._poller.register(self._sock, zmq.POLLIN)
+        self._poller.register(self._monitor, zmq.POLLIN)
+
+    def _frames(self, peer: str, type_: str, meta: dict | None, tensors) -> list:
+        seq = self._send_seq.get(peer, 0)
+        frames = encode(type_, self.me, self.run, seq, meta, [np.asarray(t) for t in tensors])
+        self._send_seq[peer] = seq + 1  # only once the message exists: a failed encode uses up no number
+        self.bytes_sent += sum(memoryview(f).nbytes for f in frames)
+        return frames
+
+    def _accept(self, peer: str, frames: list) -> Message:
+        size = sum(memoryview(f).nbytes for f in frames)
+        self.bytes_received += size
+        if size > self.max_message_bytes:
+            raise WireError(
+                f"a message of {size} bytes from {peer} exceeds this run's limit of {self.max_message_bytes} bytes"
+            )
+        msg = decode(frames, peer)
+        if self.check_claims and msg.claimed != peer:
+            raise WireError(f"a message authenticated as {peer} claims to be from {msg.claimed!r}; refused")
+        want = self._recv_seq.get(peer, 0)
+        if msg.seq != want:
+            raise WireError(
+                f"{msg.type} from {peer} has sequence number {msg.seq}, expected {want} (replayed or lost message)"
+            )
+        if msg.type not in UNBOUND_TYPES and msg.run != self.run:
+            raise WireError(f"{msg.type} from {peer} belongs to run {msg.run!r}, this run is {self.run!r}")
+        self._recv_seq[peer] = want + 1
+        if msg.type == Abort.TYPE:
+            try:
+                reason = Abort.from_wire(msg).reason
+            except WireError:
+                reason = "no reason given"
+            raise PeerAbort(f"{peer} aborted: {reason}")
+        return msg
+
+    def _track(self, peer: str, frame: zmq.Frame) -> None:
+        """Remember which connection an authenticated peer's messages arrive on (once)."""
+        if peer not in self._fds:
+            self._drain_events("the first message")  # stale events of a closed fd that this connection reuses
+            self._fds[peer] = frame.get(zmq.SRCFD)
+
+    def _drain_events(self, awaiting: str) -> None:
+        while self._monitor.poll(0):
+            self._on_event(recv_monitor_message(self._monitor), awaiting)
+
+    def _on_event(self, evt: dict, awaiting: str) -> None:
+        if evt["event"] == zmq.EVENT_DISCONNECTED:
+            lost = [p for p, fd in self._fds.items() if fd == evt["value"]]
+            for p in lost:
+                del self._fds[p]
+            if lost and self.watch_disconnect:
+                raise PeerLost(f"connection lost: {lost[0]} disconnected while awaiting {awaiting}")
+
+    def _poll(self, deadline: float, awaiting: str) -> bool:
+        """Wait for socket input until the deadline; True when the data socket is readable."""
+        self._check_health()
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 and self._late_reads < LATE_READS and self._sock.poll(0, zmq.POLLIN):
+            self._late_reads += 1  # input that already arrived is read before a timeout is declared (bounded)
+            return True
+        if remaining <= 0:
+            raise PeerTimeout(
+                f"timed out after {self.timeout_s:g} s awaiting {awaiting} (network.timeout_s){self._why_silent()}"
+            )
+        events = dict(self._poller.poll(max(1, int(remaining * 1000))))
+        if self._sock in events:  # messages that arrived before a disconnect are read first (an ABORT, say)
+            return True
+        if self._monitor in events:
+            self._on_event(recv_monitor_message(self._monitor), awaiting)
+        return False
+
+    def _why_silent(self) -> str:
+        return ""
+
+    def _check_health(self) -> None:
+        pass
+
+    def close(self) -> None:
+        try:
+            self._sock.disable_monitor()
+        except zmq.ZMQError:
+            pass
+        self._unwatch()
+        self._sock.close()
+        self._stop_auth()
+        self._ctx.term()
+
+    def _unwatch(self) -> None:
+        self._monitor.close(0)
+
+    def _stop_auth(self) -> None:
+        pass
