@@ -10,18 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-require_values --rows --out --epochs --batch-rows -- "$@"
 ROWS=1000000 OUT=runs/bench_predict EPOCHS=1 BATCH=()
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --rows) ROWS=$2; shift 2 ;;
-    --out) OUT=$2; shift 2 ;;
-    --epochs) EPOCHS=$2; shift 2 ;;
-    --batch-rows) BATCH=(--batch-rows "$2"); shift 2 ;;
-    -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 0 ;;
-    *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
-  esac
-done
+parse_flags --rows=ROWS --out=OUT --epochs=EPOCHS --batch-rows=BATCH[] -- "$@"
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 START=$(date +%s)
 echo "== training (scripts/run_vfl_train_local.sh --rows $ROWS --epochs $EPOCHS --out $OUT)"

@@ -21,6 +21,22 @@ require_values() {  # require_values FLAG... -- "$@": a value flag that is last 
     shift
   done
 }
+parse_flags() {  # parse_flags FLAG=VAR... -- "$@": each `FLAG VALUE` sets VAR, or the array VAR to (FLAG VALUE) where
+  # given as FLAG=VAR[] (to pass on); -h/--help prints the script's header comment; a flag without its value or an
+  # unknown argument is a one-line error
+  local specs=() spec var
+  while [ "$1" != -- ]; do specs+=("$1"); shift; done
+  shift
+  require_values "${specs[@]%%=*}" -- "$@"
+  while [ $# -gt 0 ]; do
+    case "$1" in -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 0 ;; esac
+    var=""
+    for spec in "${specs[@]}"; do [ "$1" != "${spec%%=*}" ] || var=${spec#*=}; done
+    [ -n "$var" ] || { echo "error: unknown argument $1 (see --help)" >&2; exit 2; }
+    if [[ "$var" == *"[]" ]]; then eval "${var%"[]"}=(\"\$1\" \"\$2\")"; else printf -v "$var" %s "$2"; fi
+    shift 2
+  done
+}
 launcher() {  # launcher MODULE RANKS NNODES NODE_RANK MASTER_ADDR MASTER_PORT: sets LAUNCH, the command starting the party
   local module=$1 ranks=$2 nnodes=$3 node_rank=$4 addr=$5 port=$6
   [[ "$ranks" =~ ^[1-9][0-9]{0,3}$ ]] || { echo "error: --ranks $ranks: allowed: an integer in [1, 9999]" >&2; exit 2; }

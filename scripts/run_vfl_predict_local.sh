@@ -11,18 +11,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-require_values --run --out --data --batch-rows -- "$@"
 RUN="" OUT="" DATA="" BATCH=()
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --run) RUN=$2; shift 2 ;;
-    --out) OUT=$2; shift 2 ;;
-    --data) DATA=$2; shift 2 ;;
-    --batch-rows) BATCH=(--batch-rows "$2"); shift 2 ;;
-    -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 0 ;;
-    *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
-  esac
-done
+parse_flags --run=RUN --out=OUT --data=DATA --batch-rows=BATCH[] -- "$@"
 [ -n "$RUN" ] || { echo "error: --run RUN_DIR is required (the --out of scripts/run_vfl_train_local.sh)" >&2; exit 2; }
 [ -d "$RUN/checkpoints" ] || { echo "error: --run $RUN has no checkpoints/ (train first: scripts/run_vfl_train_local.sh --out $RUN)" >&2; exit 2; }
 [ -z "$DATA" ] || [ -f "$DATA" ] || { echo "error: --data $DATA: file not found" >&2; exit 2; }
