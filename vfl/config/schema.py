@@ -35,6 +35,7 @@ from vfl.models.options import (
     BOTTOM_OPTIONS,
     IMPORT_PATTERN,
     IMPORT_RX,
+    NUMERIC_SCALINGS,
     TOP_OPTIONS,
     options_problems,
     options_schema,
@@ -155,6 +156,8 @@ class BottomConfig(_ModelChoice):
     hidden: IntList(1) = (1024, 512, 256, 128)
     cut_dim: Number(2, 4096, integer=True) = 2  # wide_deep, deepfm: 1 wide/FM value + (cut_dim - 1) deep values
     dropout: Number(0.0, 1.0, hi_open=True) = 0.0
+    # standard: numeric inputs x -> (x - mean) / std, from this party's own training split (docs/models.md)
+    numeric_scaling: Choice(*NUMERIC_SCALINGS) = "none"
 
     _checked = field_validator("options", mode="before")(
         classmethod(lambda cls, v, info: _model_options(v, info, "model.bottom", BOTTOM_OPTIONS))
@@ -164,6 +167,14 @@ class BottomConfig(_ModelChoice):
     def _one(self) -> "BottomConfig":
         self._one_choice("bottom")
         return self
+
+    @property
+    def spec(self) -> dict:
+        """The model's identity in a checkpoint; numeric_scaling only when on, so older checkpoints still match."""
+        out = super().spec
+        if out.get("numeric_scaling") == "none":
+            del out["numeric_scaling"]
+        return out
 
 
 class TopConfig(_ModelChoice):

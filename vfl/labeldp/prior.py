@@ -149,7 +149,8 @@ def leader_prior_fn(
     def fit_predict(stage_one: np.ndarray, noisy: np.ndarray) -> np.ndarray:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.train.seed)
-            bottom = build_bottom(cfg.model.bottom, InputSchema.of_shard(shard), cfg.train.seed, "lp2st-prior")
+            schema = InputSchema.of_shard(shard, cfg.model.bottom.numeric_scaling)
+            bottom = build_bottom(cfg.model.bottom, schema, cfg.train.seed, "lp2st-prior")
             net = _PriorNet(bottom, cfg.model.bottom.cut_dim).to(device)
         opt = build_optimizer(net, cfg.train)
         rows = np.flatnonzero(stage_one)

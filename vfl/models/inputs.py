@@ -14,20 +14,33 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from vfl.models.numeric_scaling import split_numeric_stats
+
 
 @dataclass(frozen=True)
 class InputSchema:
-    """One party's model inputs: numeric column names, categorical column names and their vocabulary sizes."""
+    """One party's model inputs: numeric column names, categorical column names and their vocabulary sizes; with
+    `model.bottom.numeric_scaling: standard`, each numeric column's training mean and std
+    (vfl/models/numeric_scaling.py; None otherwise, and where a model is built to load a checkpoint's)."""
 
     numeric: tuple[str, ...]
     categorical: tuple[str, ...]
     vocab_sizes: tuple[int, ...]
+    numeric_mean: tuple[float, ...] | None = None
+    numeric_std: tuple[float, ...] | None = None
 
     @classmethod
-    def of_shard(cls, shard) -> InputSchema:
-        """The columns of a prepared party shard (vfl/data/shards.py PartyShard), in the shard's order."""
+    def of_shard(cls, shard, numeric_scaling: str = "none") -> InputSchema:
+        """The columns of a prepared party shard (vfl/data/shards.py PartyShard), in the shard's order; with
+        numeric_scaling "standard", the numeric statistics of its training split too."""
+        stats = (None, None)
+        if numeric_scaling == "standard":
+            stats = split_numeric_stats(shard.split("train"))
         return cls(
-            tuple(shard.dense_columns), tuple(shard.categorical_columns), tuple(int(v) for v in shard.field_sizes)
+            tuple(shard.dense_columns),
+            tuple(shard.categorical_columns),
+            tuple(int(v) for v in shard.field_sizes),
+            *stats,
         )
 
     @property

@@ -17,6 +17,8 @@ from privacy.domains import Choice, Flag, Number
 # `package.module:Class` (the entry-point syntax); the class may be nested (`mod:Outer.Inner`)
 IMPORT_PATTERN = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"
 IMPORT_RX = re.compile(IMPORT_PATTERN)
+# model.bottom.numeric_scaling, for every bottom (vfl/models/numeric_scaling.py)
+NUMERIC_SCALINGS = ("none", "standard")
 
 
 class Options(BaseModel):

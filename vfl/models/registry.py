@@ -22,6 +22,7 @@ from vfl.models.inputs import InputSchema
 from vfl.models.interaction import InteractionTop
 from vfl.models.mlp import LinearTop, MLPTop
 from vfl.models.mlp_bottom import MLPBottom
+from vfl.models.numeric_scaling import with_numeric_scaling
 from vfl.models.options import BOTTOM_OPTIONS, TOP_OPTIONS, Options
 from vfl.models.user_module import ModelError, dry_run_bottom, dry_run_top, user_bottom, user_top
 from vfl.models.wide_deep import WideDeepBottom
@@ -79,16 +80,18 @@ def init_seed(seed: int, role: str) -> int:
 
 def build_bottom(cfg: BottomConfig, schema: InputSchema, seed: int, party: str) -> nn.Module:
     """The bottom model of one party over its own columns, initialised from (seed, party) only; a user's module
-    is dry-run on a dummy batch (ModelError when it breaks its contract)."""
+    is dry-run on a dummy batch (ModelError when it breaks its contract). With numeric_scaling standard, the bottom
+    (built-in or the user's) sees its numeric inputs standardized by the schema's statistics."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(init_seed(seed, party))
         if cfg.import_ is not None:
             module = user_bottom(cfg.import_, schema, cfg.cut_dim, cfg.options)
         else:
             entry = BOTTOMS[cfg.name]
-            return entry.build(schema, cfg, entry.options.model_validate(cfg.options))
-    dry_run_bottom(module, schema, cfg.cut_dim)
-    return module
+            module = entry.build(schema, cfg, entry.options.model_validate(cfg.options))
+    if cfg.import_ is not None:
+        dry_run_bottom(module, schema, cfg.cut_dim)
+    return with_numeric_scaling(module, cfg.numeric_scaling, schema)
 
 
 def build_top(cfg: TopConfig, cut_dims: int | Sequence[int], seed: int, outputs: int = 1) -> nn.Module:

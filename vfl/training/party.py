@@ -37,7 +37,8 @@ class BottomParty(SnapshotTrainable):
         self.train_split = shard.split("train")
         self.valid_split = shard.split("valid")
         self.test_split = shard.split("test")
-        self.model = build_bottom(cfg.model.bottom, InputSchema.of_shard(shard), cfg.train.seed, cfg.party).to(device)
+        schema = InputSchema.of_shard(shard, cfg.model.bottom.numeric_scaling)  # with its numeric stats when on
+        self.model = build_bottom(cfg.model.bottom, schema, cfg.train.seed, cfg.party).to(device)
         self.model_spec = model_spec(cfg.model.bottom)  # kept in checkpoints: resume refuses another model
         self.train_model = self.model  # with N ranks, the DistributedDataParallel wrapper of self.model
         total = cfg.train.epochs * steps_per_epoch(len(self.train_split), cfg.train.batch_size)
