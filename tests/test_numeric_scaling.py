@@ -4,6 +4,8 @@ with it equals the centralized reference and scores after loading as its own eva
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 import torch
@@ -146,11 +148,12 @@ def test_split_training_with_standard_scaling_equals_centralized_and_loads_for_s
     from vfl.training.checkpoint import load_checkpoint
 
     model = {"bottom": {**SMALL_MODEL["bottom"], "numeric_scaling": "standard"}}
-    cfgs = party_configs(str(tmp_path), str(shards_small), train={"batch_size": 400}, model=model)
+    cfgs = party_configs(str(tmp_path), str(shards_small), train={"batch_size": 800}, model=model)
     # Execute
     split = run_split(procs, cfgs)
     central = run_centralized(cfgs, str(tmp_path / "central"))
     # Assert: the same steps as the centralized reference (the same statistics on both sides)
+    assert len(split["step_losses"]) == len(central["step_losses"]) == split["steps"] > 10
     np.testing.assert_allclose(split["step_losses"], central["step_losses"], rtol=1e-5)
     assert abs(split["test_auc"] - central["test_auc"]) < 1e-4
     # each checkpoint holds its party's own training-split statistics (not 0 / 1)
@@ -176,3 +179,9 @@ def test_split_training_with_standard_scaling_equals_centralized_and_loads_for_s
         scores = scorer(bottom, top, parts["leader"][1].task)(*test["leader"].features(rows), cuts[0]).numpy()
     m = test_metrics(np.asarray(test["leader"].labels), scores)
     assert m["test_auc"] == pytest.approx(split["test_auc"], abs=1e-6)
+    # the export writes ONNX whose scores onnxruntime checks against this loaded model
+    if importlib.util.find_spec("onnxruntime") is not None:
+        from vfl.inference.export import export_party
+
+        doc = export_party(parts["leader"][0], str(tmp_path / "export"), log=lambda line: None)
+        assert doc["files"]["model"] == "model.onnx" and doc["check"]["max_abs_diff"] <= 1e-5
