@@ -110,7 +110,7 @@ class FollowerTrainer:
         self.key_fingerprints = key_fingerprints(cfg)  # recorded in every checkpoint for prediction's fingerprint
         if cfg.train.resume_from:
             ckpt = load_resume_checkpoint(cfg.train.resume_from, cfg.party, ("bottom",))
-            party.load_state(ckpt["state"]["bottom"])
+            party.load_state(ckpt["state"]["bottom"], resume=True)
             self.start_step = ckpt["step"]
         self.ctx.check_batches(len(party.train_split), cfg.train.batch_size)
         party.train_model = self.ctx.wrap(party.model)

@@ -67,7 +67,7 @@ class LeaderTrainer:
         self.resume = None
         if cfg.train.resume_from:
             self.resume = load_resume_checkpoint(cfg.train.resume_from, cfg.party, ("bottom", "top"))
-            party.load_state(self.resume["state"]["bottom"])
+            party.load_state(self.resume["state"]["bottom"], resume=True)
         self.start_step = self.resume["step"] if self.resume else 0
         self.ctx.check_batches(len(party.train_split), cfg.train.batch_size)
         party.train_model = self.ctx.wrap(party.model)
@@ -162,7 +162,7 @@ class LeaderTrainer:
         )
         self.loop.valid_noise_var = self.labels.valid_noise_var  # regression label DP: debiases the valid RMSE
         if self.resume:
-            self.top.load_state(self.resume["state"]["top"])
+            self.top.load_state(self.resume["state"]["top"], resume=True)
             self.loop.load_state((self.resume.get("extra") or {}).get("loop") or {})
             self.log(f"resumed from {self.cfg.train.resume_from} at global step {self.start_step}")
         if self.ctx.is_main:  # curves, like checkpoints and metrics.json, are rank 0's

@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from tests.procs import party_configs, run_centralized, run_split
 from vfl.obs.logs import message_of
@@ -77,19 +78,22 @@ def test_outputs_metrics_logs_and_weights_only_checkpoints(tmp_path, shards_smal
     assert "model" in f10["state"]["bottom"] and "optimizer" in f10["state"]["bottom"]
 
 
-def test_resumed_run_continues_exactly_with_label_dp(tmp_path, shards_small, procs):
-    # Prepare: one uninterrupted 2-epoch run, and a 1-epoch run resumed for the second epoch
+@pytest.mark.parametrize("ema_decay", [0.0, 0.9], ids=["plain", "weight_average"])
+def test_resumed_run_continues_exactly_with_label_dp(tmp_path, shards_small, procs, ema_decay):
+    # Prepare: one uninterrupted 2-epoch run, and a 1-epoch run resumed for the second epoch (with train.ema_decay:
+    # the checkpoint's raw weights train on, its average goes on being evaluated)
     dp = {"label_dp": {"eps": 1.0}}
     for d in ("full", "first", "second"):
         (tmp_path / d).mkdir()
-    full = party_configs(str(tmp_path / "full"), str(shards_small), train={"epochs": 2}, privacy=dp)
-    first = party_configs(str(tmp_path / "first"), str(shards_small), train={"epochs": 1}, privacy=dp)
+    train = {"epochs": 2, "ema_decay": ema_decay}
+    full = party_configs(str(tmp_path / "full"), str(shards_small), train=train, privacy=dp)
+    first = party_configs(str(tmp_path / "first"), str(shards_small), train={**train, "epochs": 1}, privacy=dp)
     straight = run_split(procs, full)
     procs.cleanup()
     run_split(procs, first)
     procs.cleanup()
     ckpts = tmp_path / "first/out/checkpoints"
-    second = party_configs(str(tmp_path / "second"), str(shards_small), train={"epochs": 2}, privacy=dp)
+    second = party_configs(str(tmp_path / "second"), str(shards_small), train=train, privacy=dp)
     # Execute
     procs.start("leader", "leader", second["leader"], "--resume", str(ckpts / "leader_final.pt"))
     procs.start("follower0", "follower", second["follower0"], "--resume", str(ckpts / "follower0_final.pt"))
@@ -104,6 +108,26 @@ def test_resumed_run_continues_exactly_with_label_dp(tmp_path, shards_small, pro
     assert [h["epoch"] for h in resumed["history"]] == [0, 1]
     assert resumed["test_auc"] == pytest.approx(straight["test_auc"], abs=1e-6)
     assert "resumed from" in (tmp_path / "second/out/leader.log").read_text()
+
+
+def test_weight_average_with_microbatches_and_restore_equals_centralized(tmp_path, shards_small, procs):
+    # Prepare: train.ema_decay on both parties, two micro-batches, early stopping that restores a best step
+    train = {"epochs": 4, "lr": 0.05, "ema_decay": 0.9, "microbatches": 2, "eval_every_steps": 10}
+    es = {"early_stopping": {"metric": "auc", "patience": 2}}
+    cfgs = party_configs(str(tmp_path), str(shards_small), train=train, leader_train=es)
+    # Execute
+    split = run_split(procs, cfgs)
+    central = run_centralized(cfgs, str(tmp_path / "central"))
+    # Assert: the raw weights train alike (losses), the averaged ones are evaluated, selected and restored alike
+    np.testing.assert_allclose(split["step_losses"], central["step_losses"], rtol=1e-5)
+    assert split["test_auc"] == pytest.approx(central["test_auc"], abs=1e-6) and split["test_auc"] > 0.65
+    sel = split["selection"]
+    assert sel["best_step"] == central["selection"]["best_step"] and split["model_step"] == sel["best_step"]
+    best = next(h for h in split["history"] if h["step"] == sel["best_step"])
+    assert split["test_auc"] == pytest.approx(best["test_auc"], abs=1e-9)  # the restored average is the best step's
+    final = load_checkpoint(str(tmp_path / "out/checkpoints/follower0_final.pt"))["state"]["bottom"]
+    raw = final["optimizer"]["average"]["raw"]
+    assert set(raw) == set(final["model"]) and any(not torch.equal(raw[k], final["model"][k]) for k in raw)
 
 
 def test_parties_resuming_from_different_steps_are_refused(tmp_path, shards_small, procs):

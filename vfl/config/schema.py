@@ -243,6 +243,9 @@ class TrainConfig(_Section):
     microbatches: Number(1, 1_000_000, integer=True) = (
         1  # M micro-batches per batch, pipelined between parties; every party the same
     )
+    # > 0: evaluate, select and save an exponential moving average of the weights (avg <- d avg + (1 - d) param
+    # after every step, vfl/training/weight_average.py); 0 = off. Set the same value on every party.
+    ema_decay: Number(0.0, 1.0, hi_open=True) = 0.0
 
     @model_validator(mode="after")
     def _task_default_metric(self) -> "TrainConfig":

@@ -52,10 +52,11 @@ class CutSource(Protocol):
 
 def prior_config(cfg: PartyConfig, epochs: int) -> PartyConfig:
     """A party's config for its stage-one bottom: its own init seed name, `epochs` (the release's prior_epochs; a
-    follower is told it in PRIOR), a constant LR, no selection."""
+    follower is told it in PRIOR), a constant LR, no selection, no weight average."""
     from vfl.config.schema import LRScheduleConfig
 
-    train = cfg.train.model_copy(update={"epochs": epochs, "early_stopping": None, "lr_schedule": LRScheduleConfig()})
+    update = {"epochs": epochs, "early_stopping": None, "lr_schedule": LRScheduleConfig(), "ema_decay": 0.0}
+    train = cfg.train.model_copy(update=update)
     return cfg.model_copy(update={"party": cfg.party + PRIOR_PARTY_SUFFIX, "train": train})
 
 

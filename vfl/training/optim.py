@@ -55,6 +55,7 @@ class ScheduledOptimizer:
         self.schedule = cfg.lr_schedule
         self.total_steps = total_steps
         self.updates = start_step
+        self.average = None  # a WeightAverage (train.ema_decay) its holder attaches, updated after every step
 
     def step(self) -> None:
         from vfl.training.schedule import lr_factor
@@ -62,7 +63,11 @@ class ScheduledOptimizer:
         self.optimizer.set_lr_factor(
             lr_factor(self.updates, self.total_steps, self.schedule.name, self.schedule.warmup_steps)
         )
+        if self.average is not None:
+            self.average.before_step()
         self.optimizer.step()
+        if self.average is not None:
+            self.average.after_step()
         self.updates += 1
 
     def zero_grad(self) -> None:

@@ -48,6 +48,7 @@ class BottomParty(SnapshotTrainable):
         keep_narrow_layers_fp32(self.model, self.precision)
         self._pending: list[torch.Tensor | None] = []  # one cut per micro-batch forwarded since the last step
         self.best: Snapshot | None = None
+        self.keep_average(cfg.train.ema_decay, self.precision)  # evaluation uses the averaged weights when on
 
     def forward_train(self, rows: np.ndarray) -> torch.Tensor:
         """The fp32 cut-layer activation of these training rows, kept for backward (one per micro-batch)."""
@@ -85,17 +86,17 @@ class BottomParty(SnapshotTrainable):
     def state(self) -> dict:
         return {**super().state(), "model_spec": self.model_spec}
 
-    def load_state(self, state: dict) -> None:
+    def load_state(self, state: dict, resume: bool = False) -> None:
         check_model_spec(state.get("model_spec"), self.model_spec, f"bottom of {self.name}")
-        super().load_state(state)
+        super().load_state(state, resume)
 
     @torch.no_grad()
     def forward_eval(self, rows: slice, split: str = "test") -> torch.Tensor:
         """The cut of rows of the valid or test split (or the train split, for the LP-2ST prior), in eval mode."""
-        self.model.eval()
+        model = self.eval_model().eval()
         data = {"train": self.train_split, "valid": self.valid_split}.get(split, self.test_split)
         with autocast(self.precision, self.device):
-            return self.model(*data.features(rows, self.device)).float()
+            return model(*data.features(rows, self.device)).float()
 
 
 def set_threads(threads: int, parties_on_host: int) -> int:

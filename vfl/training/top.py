@@ -85,6 +85,7 @@ class TopTrainer(SnapshotTrainable):
         self.device = device
         self.precision = train.precision
         keep_narrow_layers_fp32(self.model, self.precision)
+        self.keep_average(train.ema_decay, self.precision)  # predict uses the averaged weights when on
 
     def loss(self, cuts: list[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
         self.model.train()
@@ -103,9 +104,9 @@ class TopTrainer(SnapshotTrainable):
     def predict(self, cuts: list[torch.Tensor]) -> np.ndarray:
         """Click probabilities sigmoid(logit) (n,), class probabilities softmax(logits) (n, K), or predicted
         values in the label's units (n,), for evaluation."""
-        self.model.eval()
+        model = self.eval_model().eval()
         with autocast(self.precision, self.device):
-            logits = self.model(torch.cat(cuts, dim=1)).float()
+            logits = model(torch.cat(cuts, dim=1)).float()
         if self.target is not None:
             return (logits.double() * self.target[1] + self.target[0]).cpu().numpy()
         probs = torch.softmax(logits.double(), dim=1) if self.task.kind == "multiclass" else torch.sigmoid(logits)
@@ -118,6 +119,6 @@ class TopTrainer(SnapshotTrainable):
             out["target"] = list(self.target)
         return out
 
-    def load_state(self, state: dict) -> None:
+    def load_state(self, state: dict, resume: bool = False) -> None:
         check_model_spec(state.get("model_spec"), self.model_spec, "top")
-        super().load_state(state)
+        super().load_state(state, resume)
