@@ -34,7 +34,8 @@ def trained(synth_tiny, tmp_path_factory):
     cfgs = party_configs(
         str(root),
         str(shards),
-        train={"epochs": 1, "batch_size": 256, "eval_every_steps": 2, "checkpoint_every": 3},
+        # with a weight average: prediction must score with the averaged weights the training run evaluated
+        train={"epochs": 1, "batch_size": 256, "eval_every_steps": 2, "checkpoint_every": 3, "ema_decay": 0.5},
         leader_train={"early_stopping": {"metric": "auc", "patience": 100}},
     )
     procs = Procs()

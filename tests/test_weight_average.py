@@ -91,6 +91,7 @@ def test_checkpoint_holds_averaged_weights_and_resume_continues_exactly():
     assert not torch.equal(state["model"]["net.0.weight"], state["optimizer"]["average"]["raw"]["net.0.weight"])
     for trainer in (predicting, plain):  # prediction's holders (vfl/inference) read .model after load_state
         assert all(torch.equal(a, b) for a, b in zip(trainer.model.state_dict().values(), state["model"].values()))
+        assert trainer.eval_model() is trainer.model
     assert (predicting.predict(cuts) == plain.predict(cuts)).all()
 
 

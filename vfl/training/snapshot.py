@@ -69,11 +69,13 @@ class SnapshotTrainable:
 
     def load_weights(self, weights: dict, resume: bool) -> None:
         """Load {"model", "optimizer"} state; resume: training goes on from it (the raw weights where it holds an
-        average), else the model keeps the "model" entry (prediction)."""
+        average), else the model keeps the "model" entry and is what evaluates (prediction: no average is kept)."""
         self.model.load_state_dict(weights["model"])
         self.optimizer.load_state_dict(weights["optimizer"])  # an "average" block is not the optimizer's
-        if self.average is not None:
-            self.average.load(weights["optimizer"].get("average") if resume else None)
+        if self.average is not None and resume:
+            self.average.load(weights["optimizer"].get("average"))
+        elif self.average is not None:
+            self.keep_average(0.0, "fp32")
 
     def state(self) -> dict:
         """Model and optimizer state, plus the best-step snapshot when one is held (for resume)."""

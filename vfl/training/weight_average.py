@@ -121,7 +121,8 @@ class WeightAverage:
     def load(self, block: dict | None) -> None:
         """After the model took a checkpoint's "model" entry (the averaged weights where the run kept an average): the
         average starts from those; with `block` (the run's "average" state: resume, best-step restore) the model takes
-        its raw weights back and the step count goes on, else the model keeps the averaged ones (prediction)."""
+        its raw weights back and the step count goes on, else (a checkpoint of a run without an average) training goes
+        on from those weights, the average restarting there."""
         self.averaged.load_state_dict(self.model.state_dict())
         if block is not None:
             self.model.load_state_dict(block["raw"])
