@@ -152,3 +152,32 @@ def test_a_checkpoints_fused_kernel_choice_follows_the_device_it_is_loaded_on():
     target.load_state_dict(saved)
     # Assert: CPU parameters run the default (non-fused) kernel again
     assert target.optimizers[0].param_groups[0]["fused"] is None
+
+
+def test_embedding_adam_eps_reaches_the_sparse_tables_and_scales_a_rare_rows_step_with_its_gradient():
+    """train.embedding_adam_eps is the lazy Adam's eps. A row touched once with a tiny gradient g moves by about
+    lr * sqrt(1-b2^t)/(1-b1^t) * (1-b1) g / (sqrt(1-b2) |g| + eps): about lr at the default eps (about 3.16 lr
+    once t is large), and proportional to g once eps >> |g| (the rare-id regime the option is for, docs/models.md)."""
+    from vfl.config.schema import TrainConfig
+    from vfl.training.optim import build_optimizer
+
+    # Prepare: a sparse table and a dense layer, one optimizer per eps; the step count t = 1 (no bias inflation)
+    moved = {}
+    for eps in (1e-8, 1e-4):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Embedding(10, 1, sparse=True))
+        torch.nn.init.zeros_(model[0].weight)
+        opt = build_optimizer(model, TrainConfig(lr=1e-3, embedding_adam_eps=eps))
+        (lazy,) = [o for o in opt.optimizers if isinstance(o, LazyAdam)]
+        assert lazy.param_groups[0]["eps"] == eps
+        # Execute: one step where row 3 gets the gradient g = 1e-5 (one example's share of a batch's mean loss)
+        (model[0](torch.tensor([3])).sum() * 1e-5).backward()
+        opt.step()
+        moved[eps] = float(-model[0].weight.detach()[3, 0])
+        # Assert: only that row moved, by the closed form
+        b1, b2, g, lr = 0.9, 0.999, 1e-5, 1e-3
+        expected = lr * (1 - b2) ** 0.5 / (1 - b1) * (1 - b1) * g / ((1 - b2) ** 0.5 * g + eps)
+        assert moved[eps] == pytest.approx(expected, rel=1e-4)
+        assert int((model[0].weight != 0).sum()) == 1
+    assert moved[1e-8] == pytest.approx(1e-3, rel=0.05)  # about the full lr whatever the gradient
+    assert moved[1e-4] < moved[1e-8] / 10  # proportional to the (small) gradient

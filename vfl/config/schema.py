@@ -246,6 +246,10 @@ class TrainConfig(_Section):
     # > 0: evaluate, select and save an exponential moving average of the weights (avg <- d avg + (1 - d) param
     # after every step, vfl/training/weight_average.py); 0 = off. Set the same value on every party.
     ema_decay: Number(0.0, 1.0, hi_open=True) = 0.0
+    # Adam's epsilon on the sparse embedding tables (lazy Adam; optimizer adam only). Lazy Adam moves a row a batch
+    # touched by about lr whatever its gradient, so a rarely seen id takes full-size steps on one or two rows'
+    # evidence; a larger eps (1e-4) makes such a row's step proportional to its gradient (docs/models.md)
+    embedding_adam_eps: Number(1e-12, 1.0) = 1e-8
 
     @model_validator(mode="after")
     def _task_default_metric(self) -> "TrainConfig":
