@@ -56,8 +56,8 @@ def test_every_builtin_bottom_trains_split_equal_to_centralized(tmp_path, shards
 
 
 def test_deepfm_and_parallel_dcn_v2_with_microbatches_equal_centralized_exactly(tmp_path, shards_small, procs):
-    # Prepare: two parties (micro-batches with two followers overrun the leader's one-message inbox at HEAD, a
-    # wire matter, not a model one): the leader's DCN-v2 full-rank and parallel, the follower's DeepFM
+    # Prepare: two parties (two followers with micro-batches: tests/test_microbatch_followers.py): the leader's
+    # DCN-v2 full-rank and parallel, the follower's DeepFM
     bottoms = {
         "leader": {"name": "dcn_v2", "embedding_dim": 4, "hidden": [16], "cut_dim": 3, "options": {"cross_layers": 2}},
         "follower0": BOTTOMS["leader"],
