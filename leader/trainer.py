@@ -22,7 +22,7 @@ from vfl.obs.progress import track
 from vfl.session.leader import HandshakeError, LeaderSession
 from vfl.training.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.training.loop import TrainingLoop
-from vfl.training.microbatch import micro_slices, pipelined, weighted_loss
+from vfl.training.microbatch import embedding_bytes_bound, micro_slices, pipelined, weighted_loss
 from vfl.training.party import BottomParty
 from vfl.training.step_timer import TIMER
 from vfl.training.top import TopTrainer, regression_target
@@ -222,7 +222,8 @@ class LeaderTrainer:
             value, total = 0.0, 0.0
             # each follower sends its M embeddings before its first gradient: up to M of one follower's arrive while
             # the leader awaits another's (M = 1: one ahead, as outside a step)
-            with pipelined(self.ch, len(parts)):
+            bound = embedding_bytes_bound(rows.size, len(parts), [self.cut_dims[f] for f in self.followers])
+            with pipelined(self.ch, len(parts), bound):
                 for j, part in enumerate(parts):  # M = 1: the whole batch, exactly as without micro-batches
                     share, total = self._micro_step(
                         epoch, i, j, rows[part], rows.size, batch.size, labels, j + 1 == len(parts), value

@@ -67,6 +67,26 @@ def test_a_party_beyond_the_allowed_depth_is_refused_by_name(trio, depth, sent):
     assert f"at most {depth} message" in str(err.value)
 
 
+def test_a_message_queued_ahead_may_hold_one_micro_batch_embedding_and_no_more(trio):
+    """A follower may queue M messages during a step, but each one behind another is bounded by one micro-batch's
+    embedding: it cannot pin M messages of the channel's full size (up to 1 GiB each) at the leader."""
+    from vfl.training.microbatch import embedding_bytes_bound
+
+    # Prepare: the bound for 2-row micro-batches of a 2-wide cut; f1 sends one embedding of that size, then one
+    # 4,000 times larger, while the leader waits on f0
+    leader, followers = trio
+    bound = embedding_bytes_bound(6, 3, [2])
+    assert bound == 2 * 2 * 4 + 65_536
+    followers["f1"].send("EMBEDDING", {"micro": 0}, [np.zeros((2, 2), np.float32)])
+    followers["f1"].send("EMBEDDING", {"micro": 1}, [np.zeros((8000, 2 * 4), np.float32)])
+    # Execute / Assert: the wait on f0 refuses f1 by name, the size and the bound in the line
+    with pipelined(leader, 3, bound):
+        with pytest.raises(WireError, match="f1 sent a message of [0-9]+ bytes ahead of its turn") as err:
+            leader.recv("f0", "EMBEDDING")
+    assert err.value.peer == "f1" and f"at most {bound} bytes" in str(err.value)
+    assert leader.ahead == 1 and leader.ahead_bytes is None
+
+
 def test_pipelined_refuses_a_depth_below_one_and_restores_on_error(trio):
     # Prepare
     leader, _ = trio

@@ -21,6 +21,7 @@ import torch
 
 class _Inbox(Protocol):
     ahead: int  # unread messages a party may have queued at the leader (vfl/wire/channel.py LeaderChannel)
+    ahead_bytes: int | None  # the most bytes a message queued behind another may hold (None: the channel's limit)
 
 
 def micro_slices(n_rows: int, microbatches: int) -> list[slice]:
@@ -54,13 +55,26 @@ def check_micro(got: int | None, expected: int, what: str, error: type[Exception
 
 
 @contextmanager
-def pipelined(channel: _Inbox, depth: int) -> Iterator[None]:
-    """Within: each party may be up to `depth` messages ahead at the leader's channel (a step's M embeddings);
-    one again afterwards, also when the step fails. A party ahead by more is refused by the channel."""
+def pipelined(channel: _Inbox, depth: int, ahead_bytes: int | None = None) -> Iterator[None]:
+    """Within: each party may be up to `depth` messages ahead at the leader's channel (a step's M embeddings), and a
+    message queued behind another may hold at most `ahead_bytes` (one micro-batch's embedding), so a follower cannot
+    pin M messages of the channel's full size; one message and no byte bound again afterwards, also when the step
+    fails. A party ahead by more is refused by the channel."""
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise ValueError(f"a pipelined depth must be an integer of at least 1, got {depth!r}")
-    channel.ahead = depth
+    if ahead_bytes is not None and (
+        isinstance(ahead_bytes, bool) or not isinstance(ahead_bytes, int) or ahead_bytes < 1
+    ):
+        raise ValueError(f"a pipelined byte bound must be a positive integer or None, got {ahead_bytes!r}")
+    channel.ahead, channel.ahead_bytes = depth, ahead_bytes
     try:
         yield
     finally:
-        channel.ahead = 1
+        channel.ahead, channel.ahead_bytes = 1, None
+
+
+def embedding_bytes_bound(rows: int, microbatches: int, cut_dims) -> int:
+    """The most bytes one micro-batch's EMBEDDING may take on the wire: its float32 cut of the widest follower, plus
+    64 KiB for the frames' headers."""
+    per_micro = -(-int(rows) // max(1, min(int(microbatches), int(rows) or 1)))
+    return per_micro * max(cut_dims, default=1) * 4 + 65_536

@@ -90,6 +90,9 @@ class LeaderChannel(Endpoint):
         # unread messages a party may have here: 1, or M while each follower sends a step's M micro-batch embeddings
         # before it awaits the first gradient (training.microbatch.pipelined); one more is refused
         self.ahead = 1
+        self.ahead_bytes: int | None = (
+            None  # within a pipelined step: the most a message queued behind another may hold
+        )
 
     @property
     def connected(self) -> set[str]:
@@ -169,6 +172,13 @@ class LeaderChannel(Endpoint):
                 f"{party} sent a message while {len(self._inbox[party])} of its messages were unread "
                 f"({self._inbox[party][0].type} first; a party may be at most {self.ahead} message(s) ahead here)"
             )
+        if self._inbox[party] and self.ahead_bytes is not None:
+            size = sum(memoryview(f).nbytes for f in body)
+            if size > self.ahead_bytes:  # a queued message is one micro-batch's embedding, no more
+                raise WireError(
+                    f"{party} sent a message of {size} bytes ahead of its turn; a message queued here may hold one "
+                    f"micro-batch's embedding, at most {self.ahead_bytes} bytes"
+                )
         self._inbox[party].append(self._accept(party, body))
 
     def _refuse_impostor(self, party: str, claimed: str, rid: bytes, frame: zmq.Frame) -> None:
