@@ -181,3 +181,20 @@ def test_embedding_adam_eps_reaches_the_sparse_tables_and_scales_a_rare_rows_ste
         assert int((model[0].weight != 0).sum()) == 1
     assert moved[1e-8] == pytest.approx(1e-3, rel=0.05)  # about the full lr whatever the gradient
     assert moved[1e-4] < moved[1e-8] / 10  # proportional to the (small) gradient
+
+
+def test_a_resumed_optimizer_keeps_the_configured_eps_and_weight_decay_not_the_checkpoints():
+    from vfl.config.schema import TrainConfig
+    from vfl.training.optim import build_optimizer
+
+    # Prepare: a checkpointed optimizer state written with torch's eps and no weight decay
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 2, sparse=True), torch.nn.Linear(2, 1))
+    old = build_optimizer(model, TrainConfig(embedding_adam_eps=1e-8, weight_decay=0.0)).state_dict()
+    # Execute: a run configured with other values loads it (train.resume_from)
+    new = build_optimizer(model, TrainConfig(embedding_adam_eps=1e-4, weight_decay=0.01))
+    new.load_state_dict(old)
+    # Assert: the configured values hold
+    (lazy,) = [o for o in new.optimizers if isinstance(o, LazyAdam)]
+    (dense,) = [o for o in new.optimizers if type(o) is torch.optim.Adam]
+    assert lazy.param_groups[0]["eps"] == 1e-4
+    assert dense.param_groups[0]["weight_decay"] == 0.01

@@ -91,7 +91,7 @@ def test_none_builds_the_old_module_and_standard_wraps_it_with_two_buffers(name)
 
 
 def test_a_scaled_bottom_built_without_statistics_takes_them_from_its_checkpoint_and_exports_them():
-    # Prepare: a trained-looking scaled bottom; the prediction path builds it without statistics (0 / 1)
+    # Prepare: a trained-looking scaled bottom, and one built without statistics (0 / 1: a schema that holds none)
     pytest.importorskip("onnxruntime")
     from vfl.inference.onnx_engine import module_to_onnx, onnx_max_diff
 

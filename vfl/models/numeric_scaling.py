@@ -93,6 +93,8 @@ class ScaledInputs(nn.Module):
         super().__init__()
         self.inner = inner
         self.scaler = scaler
+        # what the rank wrapper reads (vfl/distributed/context.py: a bottom without fields leaves parameters unused)
+        self.n_fields = getattr(inner, "n_fields", 1)
 
     def forward(self, dense: torch.Tensor, dense_missing: torch.Tensor, cat: torch.Tensor) -> torch.Tensor:
         return self.inner(self.scaler(dense, dense_missing), dense_missing, cat)

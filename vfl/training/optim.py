@@ -15,6 +15,11 @@ class OptimizerSet:
     def __init__(self, optimizers: list[torch.optim.Optimizer]):
         self.optimizers = optimizers
         self._base_lrs = [[g["lr"] for g in o.param_groups] for o in optimizers]
+        # the configured hyperparameters besides lr: a checkpoint's load must not put its own back (a resumed run
+        # with another train.embedding_adam_eps or weight_decay runs with the configured one)
+        self._configured = [
+            [{k: g[k] for k in ("eps", "weight_decay", "betas") if k in g} for g in o.param_groups] for o in optimizers
+        ]
 
     def set_lr_factor(self, factor: float) -> None:
         """Scale every group's learning rate to factor x its configured value (lr schedules)."""
@@ -42,6 +47,8 @@ class OptimizerSet:
     def load_state_dict(self, state: dict) -> None:
         for i, o in enumerate(self.optimizers):
             o.load_state_dict(state[str(i)])
+            for g, configured in zip(o.param_groups, self._configured[i]):
+                g.update(configured)
             if type(o) is torch.optim.Adam:  # a checkpoint's kernel choice belongs to the device it was written on
                 for g in o.param_groups:
                     g["fused"] = fused_kernel(g["params"])

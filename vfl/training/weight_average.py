@@ -32,6 +32,8 @@ from torch import nn
 from vfl.training.lazy_adam import unique_rows
 from vfl.training.precision import keep_narrow_layers_fp32
 
+SYNC_BLOCK_ROWS = 1 << 16  # rows of a table brought up to date at once before an evaluation or a checkpoint
+
 
 class WeightAverage:
     """The averaged copy of `model` (a module of the same class, no grads) and the step count it is current at."""
@@ -66,7 +68,7 @@ class WeightAverage:
             if p.grad is None:
                 continue  # no row moves
             rows = unique_rows(p.grad)[0] if p.grad.is_sparse else None  # a dense gradient: every row
-            self._catch_up(name, p, a, rows)
+            self._catch_up(name, p, a, slice(None) if rows is None else rows)
             self._moving.append((name, p, a, rows))
 
     @torch.no_grad()
@@ -85,17 +87,19 @@ class WeightAverage:
                 self.last[name].index_fill_(0, rows, self.steps)
         self._moving = []
 
-    def _catch_up(self, name: str, p: torch.Tensor, a: torch.Tensor, rows: torch.Tensor | None) -> None:
-        """avg_r <- p_r + d^(steps - last_r) (avg_r - p_r) on `rows` (None: all), exact where the lag is 0."""
+    def _catch_up(self, name: str, p: torch.Tensor, a: torch.Tensor, rows: torch.Tensor | slice) -> None:
+        """avg_r <- p_r + d^(steps - last_r) (avg_r - p_r) on `rows` (ids, or a slice of the table), exact where the
+        lag is 0."""
         last = self.last[name]
-        lag = self.steps - (last if rows is None else last.index_select(0, rows))
-        pr = p.detach() if rows is None else p.detach().index_select(0, rows)
-        ar = a if rows is None else a.index_select(0, rows)
+        sliced = isinstance(rows, slice)
+        lag = self.steps - (last[rows] if sliced else last.index_select(0, rows))
+        pr = p.detach()[rows] if sliced else p.detach().index_select(0, rows)
+        ar = a[rows] if sliced else a.index_select(0, rows)
         factor = torch.pow(self.decay, lag.to(torch.float64)).to(p.dtype).view(-1, *([1] * (p.dim() - 1)))
         caught = torch.where(lag.view_as(factor) == 0, ar, pr + factor * (ar - pr))
-        if rows is None:
-            a.copy_(caught)
-            last.fill_(self.steps)
+        if sliced:
+            a[rows].copy_(caught)
+            last[rows].fill_(self.steps)
         else:
             a.index_copy_(0, rows, caught)
             last.index_fill_(0, rows, self.steps)
@@ -104,8 +108,9 @@ class WeightAverage:
     def sync(self) -> nn.Module:
         """The averaged module, every row brought up to the current step (a no-op when nothing moved since)."""
         if self._synced_at != self.steps:
-            for name, p, a in self.sparse:
-                self._catch_up(name, p, a, None)
+            for name, p, a in self.sparse:  # in blocks of rows: the temporaries stay a block's size, not a table's
+                for start in range(0, p.shape[0], SYNC_BLOCK_ROWS):
+                    self._catch_up(name, p, a, slice(start, start + SYNC_BLOCK_ROWS))
             for mine, theirs in zip(self.averaged.buffers(), self.model.buffers()):
                 mine.copy_(theirs)
             self._synced_at = self.steps
