@@ -180,12 +180,12 @@ def run_party(cfg: PartyConfig, log, body, abort) -> int:
         return 1
     except (ConfigError, DataError, WireError) as e:  # the project's own sentences: the peers read them as they are
         reason = one_line(e)
+        log.error(f"error: {reason}")  # in our log before the peers hear of it (they may stop us right after)
         abort(f"{cfg.party}: {reason}")
-        log.error(f"error: {reason}")
         return 2 if isinstance(e, ConfigError) else 1
     except (FloatingPointError, RuntimeError, ValueError, OSError) as e:  # may quote our paths and config values
-        abort(stopped_reason(cfg.party, e))
         log.error(f"error: {one_line(e)}")
+        abort(stopped_reason(cfg.party, e))
         return 1
     except KeyboardInterrupt:
         abort(f"{cfg.party} interrupted")
@@ -195,9 +195,9 @@ def run_party(cfg: PartyConfig, log, body, abort) -> int:
         import traceback
 
         reason = f"unexpected {type(e).__name__}: {one_line(e)}"
-        abort(internal_error_reason(cfg.party))  # the peers get the project's words; the exception stays in our log
         log.file_only(traceback.format_exc())
         log.error(f"error: {reason} (traceback in {cfg.party}.log)")
+        abort(internal_error_reason(cfg.party))  # the peers get the project's words; the exception stays in our log
         return 1
 
 
