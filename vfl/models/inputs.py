@@ -80,6 +80,8 @@ class FieldEmbeddings(nn.Module):
             nn.init.normal_(self.table.weight, std=std)
         else:
             nn.init.zeros_(self.table.weight)
+        if not sizes:  # no categorical column: a 1-row placeholder no forward reads, frozen so that DDP (ranks) does
+            self.table.weight.requires_grad_(False)  # not wait for its gradient
 
     def forward(self, cat: torch.Tensor) -> torch.Tensor:
         """(rows, fields) ids -> (rows, fields, dim) vectors."""

@@ -47,6 +47,9 @@ class WideDeepBottom(nn.Module):
         self.deep_embedding = nn.Embedding(max(total, 1), embedding_dim, sparse=True)
         nn.init.zeros_(self.wide_embedding.weight)
         nn.init.normal_(self.deep_embedding.weight, std=0.01)
+        if not field_sizes:  # no categorical column: 1-row placeholders no forward reads, frozen so that DDP (ranks)
+            for table in (self.wide_embedding, self.deep_embedding):  # does not wait for their gradients
+                table.weight.requires_grad_(False)
         self.wide_dense = nn.Linear(2 * n_dense, 1)
         self.deep = mlp([self.n_fields * embedding_dim + 2 * n_dense, *hidden, cut_dim - 1], dropout)
 
