@@ -222,7 +222,8 @@ class LeaderTrainer:
             value, total = 0.0, 0.0
             # each follower sends its M embeddings before its first gradient: up to M of one follower's arrive while
             # the leader awaits another's (M = 1: one ahead, as outside a step)
-            bound = embedding_bytes_bound(rows.size, len(parts), [self.cut_dims[f] for f in self.followers])
+            widest = max(part.stop - part.start for part in parts)  # micro_slices: sizes differ by one at most
+            bound = embedding_bytes_bound(widest, [self.cut_dims[f] for f in self.followers])
             with pipelined(self.ch, len(parts), bound):
                 for j, part in enumerate(parts):  # M = 1: the whole batch, exactly as without micro-batches
                     share, total = self._micro_step(

@@ -75,7 +75,7 @@ def test_a_message_queued_ahead_may_hold_one_micro_batch_embedding_and_no_more(t
     # Prepare: the bound for 2-row micro-batches of a 2-wide cut; f1 sends one embedding of that size, then one
     # 4,000 times larger, while the leader waits on f0
     leader, followers = trio
-    bound = embedding_bytes_bound(6, 3, [2])
+    bound = embedding_bytes_bound(2, [2])
     assert bound == 2 * 2 * 4 + 65_536
     followers["f1"].send("EMBEDDING", {"micro": 0}, [np.zeros((2, 2), np.float32)])
     followers["f1"].send("EMBEDDING", {"micro": 1}, [np.zeros((8000, 2 * 4), np.float32)])

@@ -73,8 +73,7 @@ def pipelined(channel: _Inbox, depth: int, ahead_bytes: int | None = None) -> It
         channel.ahead, channel.ahead_bytes = 1, None
 
 
-def embedding_bytes_bound(rows: int, microbatches: int, cut_dims) -> int:
-    """The most bytes one micro-batch's EMBEDDING may take on the wire: its float32 cut of the widest follower, plus
-    64 KiB for the frames' headers."""
-    per_micro = -(-int(rows) // max(1, min(int(microbatches), int(rows) or 1)))
-    return per_micro * max(cut_dims, default=1) * 4 + 65_536
+def embedding_bytes_bound(micro_rows: int, cut_dims) -> int:
+    """The most bytes one micro-batch's EMBEDDING of `micro_rows` rows may take on the wire: its float32 cut of the
+    widest follower, plus 64 KiB for the frames' headers."""
+    return int(micro_rows) * max(cut_dims, default=1) * 4 + 65_536

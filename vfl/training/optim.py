@@ -108,9 +108,8 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> OptimizerSet:
         if dense:
             opts.append(torch.optim.Adam(dense, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused_kernel(dense)))
         if sparse:
-            opts.append(
-                LazyAdam(sparse, lr=cfg.lr, eps=cfg.embedding_adam_eps)
-            )  # SparseAdam's update, bit for bit, without sparse masks
+            # SparseAdam's update, bit for bit, without sparse masks
+            opts.append(LazyAdam(sparse, lr=cfg.lr, eps=cfg.embedding_adam_eps))
         return OptimizerSet(opts)
     if cfg.optimizer == "sgd":
         return OptimizerSet([torch.optim.SGD(list(model.parameters()), lr=cfg.lr)])
