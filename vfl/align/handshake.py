@@ -46,6 +46,7 @@ def hello_message(
         microbatches=cfg.train.microbatches,  # every party cuts a batch into the same micro-batches
         resume_step=resume_step,
         timeout_s=cfg.network.timeout_s,  # the leader keeps long preparation shorter than this
+        ema_decay=cfg.train.ema_decay or None,  # every party averages its weights alike; 0 (off) is left out
         **(rank_fields or {}),
     )
 
@@ -76,4 +77,14 @@ def hello_problems(peer: str, theirs: Hello, ours: Hello) -> list[str]:
                 f"{peer} has train.{key}={str(getattr(theirs, key))[:20]} but the leader has "
                 f"train.{key}={getattr(ours, key)!r}"
             )
+    if theirs.ema_decay != ours.ema_decay:
+        problems.append(
+            f"{peer} has train.ema_decay={_decay(theirs.ema_decay)} but the leader has "
+            f"train.ema_decay={_decay(ours.ema_decay)}: set the same train.ema_decay on every party"
+        )
     return problems
+
+
+def _decay(value: float | None) -> str:
+    """train.ema_decay as a HELLO carries it: None is off (0)."""
+    return "0 (off)" if value is None else repr(value)

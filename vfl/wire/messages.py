@@ -14,6 +14,7 @@ receiver's ids, agreement with the receiver's own settings) is checked by the re
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -54,10 +55,20 @@ def _ranks_together(msg: Message, rank: int | None, ranks: int | None) -> None:
         raise fail(msg, f"field 'rank' must be below 'ranks', got rank {rank} of {ranks}")
 
 
+def _below_one(field: Field) -> Field:
+    """A Real field in (lo, 1], narrowed to (lo, 1): a moving average's decay (train.ema_decay) is below 1."""
+    return dataclasses.replace(
+        field,
+        domain=field.domain.replace("1]", "1)") + " (absent: off)",
+        accepts=lambda v: field.accepts(v) and v < 1,
+    )
+
+
 @wire_message
 class Hello(WireMessage):
     """HELLO (follower -> leader): what a follower announces about itself, compared with the leader's own view
-    (vfl/align/handshake.hello_problems); rank and ranks only under N ranks per party."""
+    (vfl/align/handshake.hello_problems); rank and ranks only under N ranks per party, ema_decay only when
+    train.ema_decay is on (absent: off, so a follower that predates the field reads as off)."""
 
     TYPE = "HELLO"
     nonce: str
@@ -73,6 +84,7 @@ class Hello(WireMessage):
     timeout_s: float
     rank: int | None = None
     ranks: int | None = None
+    ema_decay: float | None = None  # train.ema_decay; None (absent, as from a follower before it was sent) = off
     FIELDS = (
         Text("nonce", 32, pattern=NONCE_PATTERN, domain="32 hex digits (a fresh nonce)"),
         Text("party", 64),
@@ -87,6 +99,7 @@ class Hello(WireMessage):
         Real("timeout_s", 0, 86400),
         Int("rank", 0, MAX_RANKS - 1, optional=True),
         Int("ranks", 1, MAX_RANKS, optional=True),
+        _below_one(Real("ema_decay", 0, 1, optional=True)),
     )
 
     @classmethod
