@@ -6,6 +6,7 @@ import importlib
 
 _EXPORTS = {
     "LabelDP": "privacy.label.label_dp",
+    "RegressionLabelDP": "privacy.label.regression_label_dp",
     "binary_rr": "privacy.label.randomized_response",
     "debias_count": "privacy.label.randomized_response",
     "flip_probability": "privacy.label.randomized_response",

@@ -101,6 +101,24 @@ def label_eps_error(name: str, value) -> str | None:
     return f"{name} must be {LABEL_EPS_DOMAIN}, got {name.rsplit('.', 1)[-1]}={value!r}"
 
 
+def eps_split_problem(eps: Any, fraction: Any, name: str = "privacy.label_dp.") -> str | None:
+    """None when eps x fraction (the DP histogram's share) and eps x (1 - fraction) (the randomizer's) are both
+    label-DP eps values, else the one-line error naming both (`name`: the settings' prefix); None for values other
+    rules refuse (not numbers)."""
+    eps, fraction = yaml12_number(eps), yaml12_number(fraction)
+    real = [isinstance(v, (int, float)) and not isinstance(v, bool) and v == v for v in (eps, fraction)]
+    if not all(real) or label_eps_error("eps", eps) or not 0 < fraction < 1:
+        return None
+    prior, rest = eps * fraction, eps * (1.0 - fraction)
+    if math.isinf(eps) or not (label_eps_error("eps", prior) or label_eps_error("eps", rest)):
+        return None
+    return (
+        f"{name}eps {eps:g} with prior_eps_fraction {fraction:g} gives the DP-histogram prior eps "
+        f"{prior:.4g} and the randomizer eps {rest:.4g}; each must be {LABEL_EPS_DOMAIN} (raise eps, or move "
+        "prior_eps_fraction towards 0.5)"
+    )
+
+
 def LabelEps():
     """A label-DP eps: a float in [LABEL_EPS_MIN, LABEL_EPS_MAX], or inf (no noise)."""
 

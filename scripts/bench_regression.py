@@ -5,7 +5,7 @@ example's arrival delay (minutes, clipped to [-60, 180]), the bikeshare example'
 floor each cell is read against, beside the same MLP on the true labels (the eps = inf column).
 
 Each cell draws its noisy training and validation labels through the leader's own code path
-(vfl/labeldp/regression.py: draw_regression, the DP-histogram prior at prior_eps_fraction 0.1, 32 bins) with a
+(privacy/label/regression_release.py: draw_regression, the DP-histogram prior at prior_eps_fraction 0.1, 32 bins) with a
 fresh scratch key per seed and no ledger (a benchmark on public data; nothing here is a protected release), trains a
 small MLP (one hidden layer of 64) on the standardized noisy label with MSE, selects the epoch on the randomized
 validation labels (RMSE debiased by the noise variance where the mechanism is unbiased, as the leader does), and
@@ -100,8 +100,8 @@ def synthetic(rows: int, rng: np.random.Generator):
 def noisy_labels(mechanism, eps, y_train, y_valid, clip, seed):
     """The leader's release for this cell (draw_regression), keyed by a scratch key of the seed: (train, valid,
     noise variance or None)."""
+    from privacy.label.regression_release import RegressionSpec, draw_regression
     from privacy.label.release_names import key_fingerprint, release_id
-    from vfl.labeldp.regression import RegressionSpec, draw_regression
 
     if math.isinf(eps):
         return y_train.clip(*clip), y_valid.clip(*clip), 0.0

@@ -376,7 +376,7 @@ def test_a_release_keeps_its_prior_and_design_so_a_later_run_draws_the_same_labe
     key = _key(tmp_path)
     first = _draw(tmp_path, key, mechanism=mechanism)
     # Execute: a later run where recomputing either would give something else (another scipy, other PSI ids)
-    import vfl.labeldp.regression as regression
+    import privacy.label.regression_release as regression
 
     def refuse(*args, **kwargs):
         raise AssertionError("the kept prior and design must be read back, not recomputed")

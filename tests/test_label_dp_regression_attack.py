@@ -62,7 +62,7 @@ def _record(ids, noisy_per_epoch: list[np.ndarray], batch: int = 512) -> dict:
 
 
 def _design(key: LabelKey, release: str, mechanism: str, eps: float) -> dict | None:
-    """The channel the leader's release drew with, from the design kept in its store (vfl/labeldp/regression.py)."""
+    """The channel the leader's release drew with, from the design kept in its store (privacy/label/regression_release.py)."""
     if mechanism == "laplace":
         return None
     _, matrix = key.store.stored_prior(release)

@@ -15,11 +15,11 @@ import pytest
 import privacy.label.regression_mechanisms as mechanisms
 from privacy.label.regression_mechanisms import channel_eps, grid_values, rr_on_bins_design, unbiased_design
 from privacy.label.regression_prior import uniform_prior
+from privacy.label.regression_release import RegressionSpec, draw_regression
 from privacy.label.release_names import release_id
 from privacy.label.store import LabelDPStore, dataset_id
 from vfl.config.schema import LabelDPConfig
 from vfl.data.task import Task
-from vfl.labeldp.regression import RegressionSpec, draw_regression
 from vfl.labeldp.release import LabelDPRelease, LabelKey, training_labels
 
 CLIP = (0.0, 40.0)
@@ -58,7 +58,7 @@ def test_a_solution_that_misses_eps_is_solved_again_at_a_wider_margin(monkeypatc
 @pytest.mark.parametrize("prior", ["uniform", "dp_histogram"])
 def test_a_design_the_solver_cannot_meet_charges_nothing_of_the_randomizer(tmp_path, monkeypatch, prior):
     # Prepare: a programme the solver fails
-    import vfl.labeldp.regression as regression
+    import privacy.label.regression_release as regression
 
     def fails(*a, **k):
         raise ValueError("the unbiased randomizer's linear programme failed at eps=1.0: planted")

@@ -4,11 +4,10 @@ document, so every problem is reported with the others, each in one line naming 
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any
 
-from privacy.domains import LABEL_EPS_DOMAIN, label_eps_error, yaml12_number
+from privacy.domains import eps_split_problem
 
 
 def _real(value: Any) -> bool:
@@ -28,22 +27,6 @@ def regression_label_dp_default(doc: dict) -> None:
     task = train.get("task") if isinstance(train, dict) else None
     if doc.get("role") == "leader" and task == "regression" and isinstance(ld, dict):
         ld.setdefault("mechanism", "rr_on_bins")
-
-
-def eps_split_problem(eps: Any, fraction: Any) -> str | None:
-    """None when eps x fraction (the DP histogram's share) and eps x (1 - fraction) (the randomizer's) are both
-    label-DP eps values, else the one-line error naming both; None for values other rules refuse (not numbers)."""
-    eps, fraction = yaml12_number(eps), yaml12_number(fraction)
-    if not (_real(eps) and _real(fraction)) or label_eps_error("eps", eps) or not 0 < fraction < 1:
-        return None
-    prior, rest = eps * fraction, eps * (1.0 - fraction)
-    if math.isinf(eps) or not (label_eps_error("eps", prior) or label_eps_error("eps", rest)):
-        return None
-    return (
-        f"privacy.label_dp.eps {eps:g} with prior_eps_fraction {fraction:g} gives the DP-histogram prior eps "
-        f"{prior:.4g} and the randomizer eps {rest:.4g}; each must be {LABEL_EPS_DOMAIN} (raise eps, or move "
-        "prior_eps_fraction towards 0.5)"
-    )
 
 
 def label_dp_task_problems(ld: dict, task: str, schema: Any) -> list[str]:

@@ -13,7 +13,7 @@ other value a follower knows.
 
 Mechanisms are looked up by (task, `privacy.label_dp.mechanism`) in `MECHANISMS`, a registry of what each plans and
 draws: binary RR, k-ary RR and LP-2ST for class labels; laplace, rr_on_bins and unbiased for real-valued labels
-(vfl/labeldp/regression.py, whose DP-histogram prior is a release of its own beside the randomizer's).
+(privacy/label/regression_release.py, whose DP-histogram prior is a release of its own beside the randomizer's).
 
 LP-2ST's stage-two release is named by its stage-one release and the leader's `prior_epochs`, never by the prior's
 values, which the followers' bottoms shape: its first prior is kept in the store (privacy/label/prior_store.py) and
@@ -31,6 +31,8 @@ import numpy as np
 
 from privacy.label.prior_store import priors_of
 from privacy.label.randomized_response import flip_probability, kary_transition, keep_probability
+from privacy.label.regression_release import Drawn as _Drawn
+from privacy.label.regression_release import RegressionSpec, draw_regression
 from privacy.label.release_draws import (
     randomize_binary_once,
     randomize_classes_once,
@@ -52,8 +54,6 @@ from privacy.label.store import (
 from vfl.config.schema import LabelDPConfig
 from vfl.data.task import Task
 from vfl.labeldp.losses import corrected_loss
-from vfl.labeldp.regression import Drawn as _Drawn
-from vfl.labeldp.regression import RegressionSpec, draw_regression
 
 PriorFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 Plan = list[tuple[str, dict]]  # the (ledger mechanism, parameters) of each release a run draws, in order
@@ -404,7 +404,7 @@ class LabelDPRelease:
         return _Drawn(rel, mechanism, params, noisy, valid_noisy, extra, is_new, summary)
 
     def _regression(self, labels, ids, label_key, prior_fn, valid_labels, valid_ids, record):
-        """laplace, rr_on_bins or unbiased on a real-valued label (vfl/labeldp/regression.py)."""
+        """laplace, rr_on_bins or unbiased on a real-valued label (privacy/label/regression_release.py)."""
         plan, store = self.plan(label_key), label_key.store
         return draw_regression(
             self.regression,

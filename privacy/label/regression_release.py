@@ -10,6 +10,8 @@ Each randomizer is a pure function of the leader's keyed uniforms (privacy/label
 and validation labels are drawn in the same release. Where the mechanism is unbiased (laplace, unbiased) the noise
 variance E[Var(y~ | y)] is known, and model selection subtracts it from the noisy validation MSE
 (privacy/label/noisy_metrics.py: noisy_regression_metrics); RR-on-Bins is biased and selects on the plain noisy RMSE.
+Training (vfl/labeldp/release.py) and the standalone API (privacy/label/regression_label_dp.py) both draw through
+`draw_regression`, so one release gives one set of noisy labels whichever of the two draws it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from privacy.domains import eps_split_problem
 from privacy.label.regression_draws import dp_histogram_once, laplace_once, rr_on_bins_once, unbiased_once
 from privacy.label.regression_mechanisms import (
     channel_noise_variance,
@@ -30,7 +33,6 @@ from privacy.label.regression_mechanisms import (
     unbiased_design,
 )
 from privacy.label.regression_prior import file_digest, file_prior, uniform_prior
-from vfl.config.label_dp_rules import eps_split_problem
 
 PRIOR_RELEASE = "dp_histogram_prior"  # the ledger's name of the prior's release
 

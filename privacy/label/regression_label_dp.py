@@ -1,0 +1,235 @@
+"""RegressionLabelDP: label DP for real-valued labels as a standalone API, drawing the release training draws.
+
+`RegressionLabelDP(eps, lo, hi, mechanism="rr_on_bins", dataset="claims-2026-11")(labels, ids=sample_ids)` returns the
+noisy labels of one release, from the leader's keyed PRF at (key, release, sample id), recorded in the ledger of the
+leader's store (privacy/label/store.py; `store_dir`, `key_file`, or `key=` bytes and no ledger, as LabelDP). The
+mechanisms are those of `privacy.label_dp` in training, with its names, defaults and limits:
+* `laplace`: discrete Laplace on the clipped label (the two-sided geometric mechanism, Ghosh, Roughgarden and
+  Sundararajan 2009, Def. 2.3), unbiased, variance `laplace_noise_variance(lo, hi, eps)`, no prior;
+* `rr_on_bins` (the default): Ghazi et al., "Regression with Label Differential Privacy", ICLR 2023, Algorithm 1;
+* `unbiased`: Badanidiyuru et al., "Optimal Unbiased Randomizers for Regression with Label Differential Privacy",
+  NeurIPS 2023, Algorithm 1 (at most 48 bins).
+The last two are optimised for a prior over `bins` grid points: `dp_histogram` (the labels' histogram with two-sided
+geometric noise, a release of its own at eps x prior_eps_fraction; the randomizer spends the rest), `uniform`, or a
+`value,weight` CSV (free, and it must not come from these labels). privacy/label/regression_mechanisms.py has the
+maths, privacy/label/regression_release.py the releases and draws that training (vfl/labeldp/release.py) uses too.
+
+The release is (dataset name, key, mechanism, eps, clip, bins, prior, label set): the label set is an HMAC under the
+key of the (id, label) pairs, in id order, so the same labels replay the same noisy labels at no cost, in any row
+order, and other labels (a corrected value, another subset of ids) are another release with independent draws,
+charged again: a replay of one release's uniforms on other labels would reveal their difference (y1 - y2 under
+Laplace). Pass the whole label set in one call. Training names its dataset by its source file and label encoding and
+its label set by every split of its shard, so its release ids differ from a standalone call's on the same labels;
+with the same dataset id and label set (vfl/labeldp/release.py's LabelKey) the two draw the same noisy labels, bit
+for bit. `generator=` instead draws fresh noise per call (a new release each call, nothing recorded): its key is 32
+bytes from the generator. Labels: a numpy array or a torch tensor of real values, shape (N,) or (N, 1); the result
+has the same type, shape, dtype and device. eps = inf returns the clipped labels.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+from privacy.domains import domain_error, eps_split_problem, suggest
+from privacy.label.keyed_random import KEY_BYTES
+from privacy.label.label_dp import LabelDP, _check_ids, _from_numpy, _numpy_generator, _to_numpy
+from privacy.label.randomized_response import check_label_eps
+from privacy.label.regression_mechanisms import UNBIASED_MAX_BINS, check_clip, sampling_delta
+from privacy.label.regression_prior import PRIOR_KINDS
+from privacy.label.regression_release import Drawn, RegressionSpec, draw_regression
+
+MECHANISMS = ("laplace", "rr_on_bins", "unbiased")
+# privacy.label_dp's defaults and domains in vfl/config/schema.py (LabelDPConfig; tests/test_regression_label_dp.py
+# checks they agree): the mechanism a regression leader gets unset, bins in [2, 256], prior_eps_fraction in (0, 1)
+DEFAULT_MECHANISM = "rr_on_bins"
+DEFAULT_BINS, BINS_RANGE = 32, (2, 256)
+DEFAULT_PRIOR, DEFAULT_PRIOR_EPS_FRACTION = "dp_histogram", 0.1
+LABEL_SET_SPLIT = "labels"  # the split name the label-set digest gives a standalone call's labels
+
+
+def real_labels(arr: np.ndarray) -> np.ndarray:
+    """The labels as float64 (N,); ValueError naming the shape, the dtype or the first non-finite row."""
+    if arr.ndim not in (1, 2) or (arr.ndim == 2 and arr.shape[1] != 1):
+        raise ValueError(f"labels must have shape (N,) or (N, 1) (one real value per row), got shape {arr.shape}")
+    if not np.issubdtype(arr.dtype, np.floating):
+        raise ValueError(f"labels must be real values of a float dtype, got dtype {arr.dtype} (cast them to float)")
+    y = arr.reshape(-1).astype(np.float64)
+    bad = np.flatnonzero(~np.isfinite(y))
+    if bad.size:
+        raise ValueError(f"labels must be finite; row {bad[0]} is {float(y[bad[0]])!r}")
+    return y
+
+
+class RegressionLabelDP:
+    """eps-label-DP randomizer of real labels; once per sample and release when given sample ids (keyed mode)."""
+
+    def __init__(
+        self,
+        eps: float,
+        lo: float,
+        hi: float,
+        mechanism: str = DEFAULT_MECHANISM,
+        bins: int | None = None,
+        prior: str | None = None,
+        prior_eps_fraction: float | None = None,
+        dataset: str | None = None,
+        store_dir: str | None = None,
+        key_file: str | None = None,
+        key: bytes | None = None,
+    ):
+        self.eps = check_label_eps(eps)
+        self.lo, self.hi = check_clip(lo, hi)
+        if mechanism not in MECHANISMS:
+            raise ValueError(
+                f"mechanism must be one of {list(MECHANISMS)}, got {mechanism!r}{suggest(mechanism, MECHANISMS)}"
+            )
+        if mechanism == "laplace":
+            options = (("bins", bins), ("prior", prior), ("prior_eps_fraction", prior_eps_fraction))
+            given = [name for name, value in options if value is not None]
+            if given:
+                raise ValueError(f"{given[0]} applies to rr_on_bins and unbiased (laplace uses no prior and no grid)")
+        bins = DEFAULT_BINS if bins is None else bins
+        err = domain_error("bins", bins, *BINS_RANGE, integer=True)
+        if err is None and mechanism == "unbiased" and bins > UNBIASED_MAX_BINS:
+            err = f"bins must be at most {UNBIASED_MAX_BINS} for mechanism unbiased (a linear programme), got {bins}"
+        prior = DEFAULT_PRIOR if prior is None else prior
+        if not isinstance(prior, str) or (prior not in PRIOR_KINDS and not os.path.isfile(prior)):
+            err = err or (
+                f"prior must be dp_histogram, uniform or the path of a value,weight CSV file, got {prior!r} "
+                "(not a file)"
+            )
+        if prior_eps_fraction is not None and prior != "dp_histogram":
+            err = err or "prior_eps_fraction applies to prior dp_histogram only"
+        fraction = DEFAULT_PRIOR_EPS_FRACTION if prior_eps_fraction is None else prior_eps_fraction
+        err = err or domain_error("prior_eps_fraction", fraction, 0.0, 1.0, lo_open=True, hi_open=True)
+        if err is None and mechanism != "laplace" and prior == "dp_histogram":
+            err = eps_split_problem(self.eps, fraction, name="")
+        if key is not None and (store_dir is not None or key_file is not None):
+            err = err or "pass key (no ledger) or store_dir/key_file (key and ledger on disk), not both"
+        if key is not None and (not isinstance(key, (bytes, bytearray)) or len(key) != KEY_BYTES):
+            got = f"{len(key)} bytes" if isinstance(key, (bytes, bytearray)) else type(key).__name__
+            err = err or f"key must be {KEY_BYTES} secret random bytes (secrets.token_bytes({KEY_BYTES})), got {got}"
+        if err:
+            raise ValueError(err)
+        self.mechanism = mechanism
+        self.spec = RegressionSpec((self.lo, self.hi), int(bins), prior, float(fraction))
+        self.dataset, self.store_dir, self.key_file = dataset, store_dir, key_file
+        self._key = bytes(key) if key is not None else None
+        self._store = None
+        self._kept: dict[str, np.ndarray] = {}  # key= mode: the prior and design of each release, as a store keeps them
+        self.last_release: dict | None = None  # keyed mode: the release and the ledger's totals of the last call
+
+    # -- naming ---------------------------------------------------------------------------------------------------------
+    _secret = LabelDP._secret  # the key of `key=`, else of the store (created on first use), as LabelDP
+
+    def _naming(self, key: bytes, y: np.ndarray, ids: np.ndarray, dataset: str):
+        """(dataset id, id of a plan entry's release with the label set, the plan), as vfl/labeldp/release.py names
+        a training release (LabelDPRelease._id, _named, plan)."""
+        from privacy.label.release_names import key_fingerprint, label_set_digest, named_dataset_id, release_id
+
+        order = np.argsort(ids, kind="stable")
+        label_set = label_set_digest(key, [(LABEL_SET_SPLIT, ids[order], y[order])])
+        ds, fp = named_dataset_id(dataset), key_fingerprint(key)
+        named = lambda params: {**params, "label_set": label_set}
+        id_of = lambda mechanism, params: release_id(ds, fp, mechanism, named(params))
+        plan = [(m, named(p)) for m, p in self.spec.plan(self.mechanism, self.eps, id_of)]
+        return ds, id_of, plan
+
+    def release_id(self, labels, ids) -> str:
+        """The randomizer's release id for these labels and sample ids (public; names no key bit and no label)."""
+        arr, _ = _to_numpy(labels)
+        y = real_labels(arr)
+        _, id_of, plan = self._naming(self._secret(), y, _check_ids(ids, y.size), self._dataset_name())
+        return id_of(*plan[-1])
+
+    def _dataset_name(self) -> str:
+        if self.dataset is None:
+            raise ValueError(
+                "once-per-sample randomization (ids=...) needs RegressionLabelDP(..., dataset=NAME): the name of the "
+                "label set, so that two label sets on the same ids never share coins"
+            )
+        return self.dataset
+
+    # -- drawing ----------------------------------------------------------------------------------------------------------
+    def _draw(self, key: bytes, y: np.ndarray, ids: np.ndarray, dataset: str, keyed: bool) -> Drawn:
+        """draw_regression (training's) on one label set; keyed, its releases are recorded in the store's ledger and
+        their prior and design kept there (key= bytes: in this object) and read back, as training does."""
+        from privacy.label.store import Release
+
+        ds, id_of, plan = self._naming(key, y, ids, dataset)
+        store = self._store if keyed else None
+
+        def record(entries):
+            releases = [Release(id_of(m, p), ds, m, float(p["eps"]), p, int(ids.size)) for m, p in entries]
+            if store is None:
+                return releases[0].release_id, True, {}
+            is_new, summary = store.record(releases[0], key, ids, {"name": dataset}, planned=tuple(releases[1:]))
+            return releases[0].release_id, is_new, summary
+
+        kept, keep = (self._kept.get, self._kept.setdefault) if keyed else (lambda rel: None, lambda rel, m: None)
+        if store is not None:
+            kept = lambda rel: None if (got := store.stored_prior(rel)) is None else got[1]
+            keep = lambda rel, matrix: store.keep_prior(rel, np.arange(len(matrix)), matrix)
+        empty = np.zeros(0)
+        return draw_regression(
+            self.spec, self.mechanism, self.eps, plan, y, ids, empty, empty.astype(np.int64), key, record,
+            kept=kept, keep=keep, release_id_of=id_of,
+        )  # fmt: skip
+
+    def __call__(self, labels, generator=None, ids=None):
+        arr, kind = _to_numpy(labels)
+        y = real_labels(arr)
+        keyed = ids is not None
+        if keyed:
+            ids = _check_ids(ids, y.size)
+            if generator is not None:
+                raise ValueError("pass ids (keyed, once per sample) or generator (fresh noise), not both")
+            dataset = self._dataset_name()
+            key = self._secret()
+        else:  # fresh noise: a new release under a key of the generator's, drawn nowhere else and recorded nowhere
+            ids, dataset = np.arange(y.size, dtype=np.int64), self.dataset or "fresh noise"
+            key = _numpy_generator(generator).bytes(KEY_BYTES)
+        if y.size == 0:
+            return _from_numpy(arr.copy(), kind)
+        d = self._draw(key, y, ids, dataset, keyed)
+        if keyed:
+            self.last_release = {
+                "release_id": d.release,
+                "eps": self.eps,
+                "mechanism": d.mechanism,
+                "params": d.params,
+                **{k: v for k, v in d.extra.items() if k not in ("bin_values",)},
+                "new_release": d.new_release,
+            }
+            if self._store is not None:
+                self.last_release.update(dataset_total_eps=d.summary["total_eps"], ledger=self._store.ledger_path)
+        return _from_numpy(d.noisy.reshape(arr.shape).astype(arr.dtype), kind)
+
+    # -- cost ---------------------------------------------------------------------------------------------------------------
+    def privacy_cost(self) -> dict:
+        """(eps, delta) per label of one release, as the ledger adds it: eps in all, of which `prior_eps` the DP
+        histogram's release (dp_histogram prior) and `randomizer_eps` the randomizer's (basic composition); delta is the
+        sampling delta of the randomizer as drawn from 53-bit uniforms (regression_mechanisms.py, Granularity), at most
+        the value given (rr_on_bins has at most `bins` outputs, unbiased at most 3 bins + 1). Keyed, every call with
+        the same labels repeats the release at no further cost; with a generator every call is a new release."""
+        eps_prior, eps_rand = self.spec.split(self.mechanism, self.eps)
+        outputs = {"laplace": None, "rr_on_bins": self.spec.bins, "unbiased": 3 * self.spec.bins + 1}[self.mechanism]
+        return {
+            "eps": self.eps,
+            "delta": sampling_delta(eps_rand, outputs),
+            "prior_eps": eps_prior,
+            "randomizer_eps": eps_rand,
+            "releases": len(self.spec.plan(self.mechanism, self.eps, lambda m, p: "")),
+        }
+
+    def __repr__(self) -> str:
+        eps = "inf" if math.isinf(self.eps) else repr(self.eps)
+        text = f"RegressionLabelDP(eps={eps}, lo={self.lo!r}, hi={self.hi!r}, mechanism={self.mechanism!r}"
+        if self.mechanism != "laplace":
+            text += f", bins={self.spec.bins}, prior={self.spec.prior!r}"
+            if self.spec.prior == "dp_histogram":
+                text += f", prior_eps_fraction={self.spec.prior_eps_fraction!r}"
+        return text + (f", dataset={self.dataset!r})" if self.dataset is not None else ")")

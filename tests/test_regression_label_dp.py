@@ -1,0 +1,236 @@
+"""RegressionLabelDP, the standalone API for real-valued labels: exact at eps = inf, keyed replay bit for bit, any
+change a new release with independent draws, the same noisy labels as the training path for the same release,
+Laplace's mean and variance, torch in and out, one-line errors, and the ledger's count.
+
+Statistical checks are seeded and use z = 5.5 standard deviations (two-sided P < 4e-8 each under the normal
+approximation); with the 7 below the module fails by chance with probability < 3e-7."""
+
+from __future__ import annotations
+
+import math
+import secrets
+
+import numpy as np
+import pytest
+import torch
+
+from privacy import RegressionLabelDP
+from privacy.label.regression_label_dp import (
+    BINS_RANGE,
+    DEFAULT_BINS,
+    DEFAULT_MECHANISM,
+    DEFAULT_PRIOR,
+    DEFAULT_PRIOR_EPS_FRACTION,
+    LABEL_SET_SPLIT,
+)
+from privacy.label.regression_mechanisms import laplace_noise_variance
+from privacy.label.release_names import label_set_digest, named_dataset_id
+from privacy.label.store import LabelDPStore
+from vfl.config.label_dp_rules import regression_label_dp_default
+from vfl.config.schema import LabelDPConfig
+from vfl.data.task import Task
+from vfl.labeldp.release import LabelDPRelease, LabelKey, training_labels
+
+Z = 5.5
+KEY = bytes(range(32))
+N = 4000
+
+
+def _labels(n=N, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(20, 8, n), rng.permutation(10 * n)[:n].astype(np.int64)
+
+
+def _laplace(**kw):
+    args = {"eps": 1.0, "lo": 0.0, "hi": 40.0, "mechanism": "laplace", "dataset": "claims", "key": KEY, **kw}
+    return RegressionLabelDP(**args)
+
+
+def _uncorrelated(a, b) -> bool:
+    """|Pearson r| < Z / sqrt(n): what independent draws give, except with probability < 4e-8."""
+    return abs(np.corrcoef(a, b)[0, 1]) < Z / math.sqrt(a.size)
+
+
+@pytest.mark.parametrize("mechanism", ["laplace", "rr_on_bins", "unbiased"])
+def test_eps_inf_returns_the_clipped_labels_exactly(mechanism):
+    # Prepare: labels beyond the clip on both sides
+    y, ids = _labels(500)
+    bins = None if mechanism == "laplace" else 8
+    dp = RegressionLabelDP(math.inf, 5.0, 30.0, mechanism, bins=bins, dataset="claims", key=KEY)
+    # Execute
+    keyed, fresh = dp(y, ids=ids), dp(y, generator=1)
+    # Assert
+    assert np.array_equal(keyed, np.clip(y, 5.0, 30.0)) and np.array_equal(fresh, np.clip(y, 5.0, 30.0))
+
+
+def test_keyed_mode_replays_bit_for_bit_across_calls_instances_and_row_order():
+    # Prepare
+    y, ids = _labels()
+    order = np.random.default_rng(1).permutation(N)
+    # Execute
+    first = _laplace()(y, ids=ids)
+    again, other_instance = _laplace()(y, ids=ids), _laplace()(y[order], ids=ids[order])
+    # Assert
+    assert np.array_equal(again, first) and np.array_equal(other_instance, first[order])
+    assert _laplace().release_id(y[order], ids[order]) == _laplace().release_id(y, ids)
+
+
+def test_any_change_is_a_new_release_with_independent_draws():
+    # Prepare: Laplace noise of the first release
+    y, ids = _labels()
+    base = _laplace()
+    noise = base(y, ids=ids) - np.clip(y, 0, 40)
+    changes = {
+        "eps": _laplace(eps=2.0),
+        "clip": _laplace(lo=-10.0, hi=50.0),
+        "key": _laplace(key=secrets.token_bytes(32)),
+        "dataset": _laplace(dataset="claims-v2"),
+    }
+    # Execute / Assert: another release id, noise uncorrelated with the first's
+    for name, dp in changes.items():
+        other = dp(y, ids=ids) - np.clip(y, dp.lo, dp.hi)
+        assert dp.release_id(y, ids) != base.release_id(y, ids), name
+        assert _uncorrelated(other, noise), name
+    # another label on one row: another label set, another release
+    y2 = y.copy()
+    y2[0] += 1.0
+    assert base.release_id(y2, ids) != base.release_id(y, ids)
+    assert _uncorrelated(base(y2, ids=ids)[1:] - np.clip(y2, 0, 40)[1:], noise[1:])
+    # another mechanism, on one constant label (the outputs vary with the pick uniform only): the two share the
+    # PRF's pick purpose, and only the release id keeps their picks apart
+    flat = np.full(N, 20.0)
+    rr = RegressionLabelDP(1.0, 0, 40, "rr_on_bins", bins=8, prior="uniform", dataset="c", key=KEY)
+    ub = RegressionLabelDP(1.0, 0, 40, "unbiased", bins=8, prior="uniform", dataset="c", key=KEY)
+    assert _uncorrelated(rr(flat, ids=ids), ub(flat, ids=ids))
+    # power: the same release (the noise of a replay) is perfectly correlated
+    assert not _uncorrelated(base(y, ids=ids) - np.clip(y, 0, 40), noise)
+
+
+@pytest.mark.parametrize(
+    "mechanism, options",
+    [("laplace", {}), ("rr_on_bins", {"bins": 16}), ("unbiased", {"bins": 8, "prior": "uniform"})],
+)
+def test_the_standalone_call_draws_the_training_paths_noisy_labels_for_the_same_release(tmp_path, mechanism, options):
+    # Prepare: the training path's key and ledger, named by the standalone API's dataset id and label set
+    store = LabelDPStore(str(tmp_path / "store"))
+    key = store.key()
+    y, ids = _labels(1000)
+    order = np.argsort(ids)
+    label_set = label_set_digest(key, [(LABEL_SET_SPLIT, ids[order], y[order])])
+    label_key = LabelKey(key, store, named_dataset_id("claims"), {}, label_set)
+    cfg = LabelDPConfig(eps=2.0, mechanism=mechanism, clip=(0.0, 40.0), **options)
+    release = LabelDPRelease.from_config(cfg, Task("regression"))
+    dp = RegressionLabelDP(2.0, 0.0, 40.0, mechanism, dataset="claims", key=key, **options)
+    # Execute
+    trained = training_labels(y, ids, release, label_key, real_valued=True)
+    standalone = dp(y, ids=ids)
+    # Assert: one release id, the same noisy labels (training keeps them as float32)
+    assert trained.release == dp.last_release["release_id"] == dp.release_id(y, ids)
+    assert np.array_equal(trained.labels, standalone.astype(np.float32))
+    assert not np.array_equal(standalone, np.clip(y, 0, 40))
+
+
+def test_laplace_is_unbiased_with_the_documented_variance():
+    # Prepare: 100k samples of one label between lattice points
+    n, y0 = 100_000, 13.7
+    ids = np.arange(n, dtype=np.int64)
+    # Execute
+    noisy = _laplace()(np.full(n, y0), ids=ids)
+    # Assert: the mean within Z standard errors of the label; the variance within Z standard errors of
+    # laplace_noise_variance, plus the randomized rounding's step^2 / 4 that it leaves out
+    assert abs(noisy.mean() - y0) < Z * noisy.std() / math.sqrt(n)
+    v = laplace_noise_variance(0, 40, 1.0)
+    se_var = math.sqrt((np.mean((noisy - y0) ** 4) - v * v) / n)
+    assert abs(np.var(noisy) - v) < Z * se_var + (40 / 4096) ** 2 / 4
+
+
+def test_torch_in_torch_out_with_its_shape_dtype_and_the_same_values():
+    # Prepare
+    y, ids = _labels(300)
+    t = torch.tensor(y, dtype=torch.float32).reshape(-1, 1)
+    # Execute
+    out = _laplace()(t, ids=torch.from_numpy(ids))
+    # Assert
+    assert isinstance(out, torch.Tensor) and out.shape == (300, 1) and out.dtype == torch.float32
+    assert np.array_equal(out.numpy(), _laplace()(t.numpy(), ids=ids))
+
+
+def test_fresh_noise_mode_reproduces_with_a_seed_and_records_nothing(tmp_path):
+    # Prepare
+    y, _ = _labels(500)
+    dp = RegressionLabelDP(1.0, 0, 40, "laplace", store_dir=str(tmp_path / "store"))
+    # Execute
+    a, b, c = dp(y, generator=7), dp(y, generator=7), dp(y, generator=np.random.default_rng(8))
+    # Assert
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+    assert dp.last_release is None and not (tmp_path / "store" / "ledger.json").exists()
+
+
+def test_the_defaults_and_limits_are_the_training_configs():
+    # Prepare
+    fields = LabelDPConfig.model_fields
+    doc = {"role": "leader", "train": {"task": "regression"}, "privacy": {"label_dp": {"eps": 1.0}}}
+    # Execute
+    regression_label_dp_default(doc)
+    # Assert
+    assert doc["privacy"]["label_dp"]["mechanism"] == DEFAULT_MECHANISM
+    assert (fields["bins"].default, fields["prior"].default) == (DEFAULT_BINS, DEFAULT_PRIOR)
+    assert fields["prior_eps_fraction"].default == DEFAULT_PRIOR_EPS_FRACTION
+    for bins in BINS_RANGE:
+        LabelDPConfig(bins=bins)
+        RegressionLabelDP(1.0, 0, 1, bins=bins)
+    with pytest.raises(ValueError, match="bins must be an integer in \\[2, 256\\], got bins=257"):
+        RegressionLabelDP(1.0, 0, 1, bins=BINS_RANGE[1] + 1)
+    with pytest.raises(ValueError):
+        LabelDPConfig(bins=BINS_RANGE[1] + 1)
+
+
+@pytest.mark.parametrize(
+    "kwargs, labels, ids, message",
+    [
+        ({"eps": 0.0}, None, None, r"eps must be in \[0.001, 50\], or inf for no noise, got eps=0.0"),
+        ({"lo": 3.0, "hi": 3.0}, None, None, r"clip must be \[lo, hi\] with finite lo < hi, got \[3.0, 3.0\]"),
+        ({"mechanism": "gauss"}, None, None, r"mechanism must be one of \['laplace', 'rr_on_bins', 'unbiased'\]"),
+        ({"bins": 16}, None, None, "bins applies to rr_on_bins and unbiased"),
+        ({"mechanism": "unbiased", "bins": 64}, None, None, "bins must be at most 48 for mechanism unbiased"),
+        ({"mechanism": "rr_on_bins", "prior": "nope.csv"}, None, None, "prior must be dp_histogram, uniform or"),
+        ({"mechanism": "rr_on_bins", "eps": 0.005}, None, None, "gives the DP-histogram prior eps 0.0005"),
+        ({"key": b"short"}, None, None, "key must be 32 secret random bytes .* got 5 bytes"),
+        ({"dataset": None}, None, None, r"needs RegressionLabelDP\(..., dataset=NAME\)"),
+        ({}, np.array([1.0, np.nan, 2.0]), None, "labels must be finite; row 1 is nan"),
+        ({}, np.ones((3, 2)), None, r"labels must have shape \(N,\) or \(N, 1\) .* got shape \(3, 2\)"),
+        ({}, np.arange(3), None, "labels must be real values of a float dtype, got dtype int64"),
+        ({}, None, np.array([0, 1, 1]), "ids must be unique"),
+        ({}, None, np.array([0, 1]), "ids must be 3 integer sample ids"),
+    ],
+)
+def test_bad_input_is_a_one_line_value_error_naming_the_value_and_the_domain(kwargs, labels, ids, message):
+    # Prepare
+    labels = np.array([1.0, 2.0, 3.0]) if labels is None else labels
+    ids = np.arange(labels.shape[0]) if ids is None else ids
+    # Execute / Assert
+    with pytest.raises(ValueError, match=message) as err:
+        _laplace(**kwargs)(labels, ids=ids)
+    assert "\n" not in str(err.value)
+
+
+def test_the_ledger_records_one_release_once_however_many_calls_and_a_second_eps_adds_its_cost(tmp_path):
+    # Prepare: rr_on_bins with the DP-histogram prior: two ledger entries (the prior's and the randomizer's)
+    y, ids = _labels(1000)
+    store = str(tmp_path / "store")
+    make = lambda eps: RegressionLabelDP(eps, 0, 40, "rr_on_bins", bins=16, dataset="claims", store_dir=store)
+    dp = make(1.0)
+    # Execute
+    first = dp(y, ids=ids)
+    again, other_instance = dp(y, ids=ids), make(1.0)(y, ids=ids)
+    releases = len(LabelDPStore(store).ledger()["releases"])
+    second = make(2.0)
+    second(y, ids=ids)
+    # Assert
+    assert np.array_equal(first, again) and np.array_equal(first, other_instance)
+    assert releases == dp.privacy_cost()["releases"] == 2 and dp.last_release["new_release"] is False
+    assert dp.last_release["dataset_total_eps"] == pytest.approx(dp.privacy_cost()["eps"]) == pytest.approx(1.0)
+    assert second.last_release["new_release"] is True
+    assert second.last_release["dataset_total_eps"] == pytest.approx(3.0)
+    assert len(LabelDPStore(store).ledger()["releases"]) == 4
+    assert dp.privacy_cost()["prior_eps"] == pytest.approx(0.1) and "rr_on_bins" in repr(dp)
