@@ -122,6 +122,8 @@ class FollowerTrainer:
         if problems:
             raise WireError("handshake failed: " + "; ".join(problems))
         self.session.join(welcome.run)
+        # the leader's epochs decide the run's length, so they size this party's lr schedule (not its own config)
+        self.party.optimizer.total_steps = welcome.epochs * welcome.steps_per_epoch
         return welcome
 
     def _rows(self, epoch: int, step: int) -> np.ndarray:

@@ -94,6 +94,16 @@ def _leader_only_selection(cfgs):
     return cfgs
 
 
+def _with_epochs(config: str, epochs: int, out) -> str:
+    """A copy of a party's YAML with train.epochs set."""
+    import yaml
+
+    doc = yaml.safe_load(open(config))
+    doc["train"]["epochs"] = epochs
+    yaml.safe_dump(doc, open(out, "w"))
+    return str(out)
+
+
 def _run(procs, cfgs, env=None):
     return run_split(procs, _leader_only_selection(cfgs), env)
 
@@ -112,8 +122,10 @@ def test_split_early_stopping_restores_the_best_step_like_the_centralized_refere
     cfgs = _leader_only_selection(
         party_configs(str(tmp_path), str(shards_small), train=ES, privacy={"label_dp": {"eps": 2.0}})
     )
+    # the follower's own epochs differ from the leader's: the leader's (WELCOME) size its lr schedule all the same
+    split_cfgs = {**cfgs, "follower0": _with_epochs(cfgs["follower0"], 2, tmp_path / "follower0_2_epochs.yaml")}
     # Execute
-    split = _run(procs, cfgs)
+    split = _run(procs, split_cfgs)
     central = run_centralized(cfgs, str(tmp_path / "c"))
     # Assert
     sel = split["selection"]

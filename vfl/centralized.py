@@ -160,6 +160,8 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     train, valid, test = parties[0].train_split, parties[0].valid_split, parties[0].test_split
     loss = release.training_loss() if release is not None else None
     steps = tr.epochs * steps_per_epoch(len(train), tr.batch_size)
+    for party in parties[1:]:  # as a split follower: the leader's epochs size its lr schedule (WELCOME)
+        party.optimizer.total_steps = steps
     target = regression_target(labels_info.labels) if task.is_regression else None
     top = TopTrainer(tr, leader_cfg.model.top, tuple(p.cut_dim for p in parties), device, loss, steps, task, target)
     eps = release.eps if release is not None else None
