@@ -101,6 +101,9 @@ def label_eps_error(name: str, value) -> str | None:
     return f"{name} must be {LABEL_EPS_DOMAIN}, got {name.rsplit('.', 1)[-1]}={value!r}"
 
 
+PRIOR_EPS_FRACTION = 0.1  # privacy.label_dp.prior_eps_fraction's default: the DP-histogram prior's share of eps
+
+
 def eps_split_problem(eps: Any, fraction: Any, name: str = "privacy.label_dp.") -> str | None:
     """None when eps x fraction (the DP histogram's share) and eps x (1 - fraction) (the randomizer's) are both
     label-DP eps values, else the one-line error naming both (`name`: the settings' prefix); None for values other

@@ -56,7 +56,7 @@ def test_torch_input_keeps_type_shape_dtype_and_device():
     oh = torch.tensor([[0, 1, 0], [1, 0, 0]], dtype=torch.int32)
     # Execute
     a = LabelDP(1.0)(y, generator=torch.Generator().manual_seed(0))
-    b = LabelDP(1.0)(oh, generator=5)
+    b = LabelDP(1.0)(oh, generator=np.random.default_rng(5))
     # Assert
     assert isinstance(a, torch.Tensor) and a.shape == (3, 1) and a.dtype == torch.float64 and a.device == y.device
     assert isinstance(b, torch.Tensor) and b.shape == (2, 3) and b.dtype == torch.int32 and (b.sum(1) == 1).all()
@@ -69,7 +69,7 @@ def test_eps_infinity_is_exact_and_the_smallest_eps_is_near_uniform():
     # Execute
     exact = LabelDP(math.inf)(labels)
     exact_t = LabelDP(float("inf"))(onehot)
-    uniform = LabelDP(0.001)(np.zeros(N, np.int64), generator=8)
+    uniform = LabelDP(0.001)(np.zeros(N, np.int64), generator=np.random.default_rng(8))
     # Assert
     np.testing.assert_array_equal(exact, labels)
     assert exact.dtype == np.int8 and torch.equal(exact_t, onehot)
@@ -78,11 +78,34 @@ def test_eps_infinity_is_exact_and_the_smallest_eps_is_near_uniform():
     assert keep_probability(50.0, 3) == 1.0 and 0 < flip_probability(50.0) < 2e-21  # the largest eps: no overflow
 
 
-def test_same_generator_seed_reproduces_the_output():
+def test_same_generator_seed_reproduces_the_output_and_no_generator_never_repeats():
+    # Prepare
     labels = np.random.default_rng(9).integers(0, 2, 1000)
+    # Execute
     a = LabelDP(1.0)(labels, generator=np.random.default_rng(42))
     b = LabelDP(1.0)(labels, generator=np.random.default_rng(42))
+    c = LabelDP(1.0)(labels, generator=42, insecure_seed=True)
+    d = LabelDP(1.0)(labels, generator=torch.Generator().manual_seed(42))
+    os_a, os_b = LabelDP(1.0)(labels), LabelDP(1.0)(labels)
+    # Assert: a secret Generator or the opt-in seed replays; OS entropy is another key every call
     np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(c, LabelDP(1.0)(labels, generator=42, insecure_seed=True))
+    assert d.shape == a.shape and not np.array_equal(os_a, os_b)
+
+
+def test_an_int_seed_is_refused_without_the_insecure_opt_in_and_a_store_warning_is_shown(tmp_path):
+    # Prepare
+    labels = np.array([0, 1, 1, 0])
+    # Execute / Assert: a seed others may know replays the flips (tests/test_regression_label_dp.py shows the attack)
+    with pytest.raises(ValueError, match=r"generator=7: a seed others can know voids the DP guarantee.*ids=") as e:
+        LabelDP(1.0)(labels, generator=7)
+    assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="generator must be a numpy Generator or a torch Generator"):
+        LabelDP(1.0)(labels, generator="x")
+    dp = LabelDP(1.0, dataset="clicks", store_dir=str(tmp_path / "store"))
+    with pytest.warns(UserWarning, match="created a new key store"):
+        dp(labels, ids=np.arange(4))
+    assert len(dp.last_release["warnings"]) == 1
 
 
 @pytest.mark.parametrize("eps", [0.5, 1.0, 2.0])
@@ -138,8 +161,8 @@ def test_release_noise_is_a_function_of_key_release_and_sample_id():
 @pytest.mark.parametrize(
     "eps, exc, needle",
     [
-        (True, TypeError, "real number, got bool"),
-        ("1.0", TypeError, "real number, got str"),
+        (True, ValueError, "eps must be a real number in [0.001, 50], or inf for no noise, got bool True"),
+        ("1.0", ValueError, "got str '1.0'"),
         (-1.0, ValueError, "eps must be in [0.001, 50], or inf for no noise, got eps=-1.0"),
         (float("nan"), ValueError, "got eps=nan"),
         (0.0, ValueError, "eps must be in [0.001, 50], or inf for no noise, got eps=0.0"),
@@ -193,6 +216,7 @@ def test_keyed_labeldp_gives_each_sample_the_same_noisy_label_on_every_call(tmp_
     assert dp.last_release["dataset_total_eps"] == 1.0 and dp.privacy_cost() == {"eps": 1.0, "delta": 0.0}
 
 
+@pytest.mark.filterwarnings("ignore:label DP. dataset")
 def test_keyed_labeldp_draws_independently_for_another_label_set_or_eps(tmp_path):
     # Prepare
     ids = np.arange(50_000)

@@ -32,10 +32,18 @@ def _purpose_tag(purpose: str) -> int:
     return int.from_bytes(hashlib.sha256(purpose.encode()).digest()[:8], "little")
 
 
+def key_error(key) -> str | None:
+    """None for a label-DP key (KEY_BYTES bytes), else the one-line error naming what was given."""
+    if isinstance(key, (bytes, bytearray)) and len(key) == KEY_BYTES:
+        return None
+    got = f"{len(key)} bytes" if isinstance(key, (bytes, bytearray)) else type(key).__name__
+    return f"key must be {KEY_BYTES} secret random bytes (secrets.token_bytes({KEY_BYTES})), got {got}"
+
+
 def _check_key(key: bytes) -> bytes:
-    if not isinstance(key, (bytes, bytearray)) or len(key) != KEY_BYTES:
-        got = f"{len(key)} bytes" if isinstance(key, (bytes, bytearray)) else type(key).__name__
-        raise ValueError(f"the label-DP key must be {KEY_BYTES} random bytes, got {got}")
+    err = key_error(key)
+    if err:
+        raise ValueError(f"the label-DP {err}")
     return bytes(key)
 
 

@@ -9,41 +9,49 @@ Two forms:
   `key=` bytes instead skips the ledger. Cost: `privacy_cost()` = rr_cost(eps), (eps, 0) per sample
   for the release however many times it is called; the ledger adds up distinct releases.
 * fresh noise per call (MindSpore's `LabelDP(eps=...)(labels)`, kept for compatibility): every call
-  is a new eps-DP release of the same labels; calling it once per epoch spends epochs x eps.
+  is a new eps-DP release of the same labels, drawn with the leader's PRF under a fresh key (`fresh_key`: 32 bytes
+  of OS entropy, or of a numpy / torch Generator passed as `generator=`, whose seed must then be secret: whoever
+  knows it replays the noise and reads the labels); calling it once per epoch spends epochs x eps. An int seed is
+  refused unless `insecure_seed=True` says the noise is for tests and examples only.
 Both take a numpy array or a torch tensor and return the same type, shape, dtype and device. Binary labels ((N,) or (N, 1), values in {0, 1}) flip with rho = 1/(1+e^eps);
 one-hot labels ((N, K), K >= 2, exactly one 1 per row) and class ids ((N,) integers in [0, K) with
 num_classes=K) keep their class with p1 = e^eps/(K-1+e^eps) and otherwise move uniformly to one of
 the other K-1 classes.
 Unlike MindSpore: eps must lie in [0.001, 50] (where the mechanisms are numerically sound; privacy/domains.py) or
 be inf, which returns the labels exactly, not silently capped at 100; every row is validated (not just the total
-count of ones), and a generator makes results reproducible.
+count of ones), and no seed others may know ever draws the noise.
 """
 
 from __future__ import annotations
 
+import numbers
+import secrets
+import warnings
+
 import numpy as np
 
-from privacy.label.keyed_random import KEY_BYTES
-from privacy.label.randomized_response import (
-    binary_rr,
-    check_label_eps,
-    flip_probability,
-    kary_rr,
-    keep_probability,
-    rr_cost,
-)
+from privacy.domains import LABEL_EPS_DOMAIN
+from privacy.label.keyed_random import KEY_BYTES, key_error
+from privacy.label.randomized_response import check_label_eps, flip_probability, keep_probability, rr_cost
 from privacy.label.release_draws import randomize_binary_once, randomize_classes_once
 
+FRESH_RELEASE = "fresh noise"  # the release name of a fresh-noise call (its key is new each call)
 
-def _to_numpy(labels):
+
+def _to_numpy(labels, what: str = "labels"):
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is a dependency
         torch = None
     if torch is not None and isinstance(labels, torch.Tensor):
-        return labels.detach().cpu().numpy(), ("torch", labels.dtype, labels.device)
+        t = labels.detach().cpu()
+        if t.dtype == torch.bfloat16:  # numpy has no bfloat16: float32 holds every value exactly
+            t = t.float()
+        return t.numpy(), ("torch", labels.dtype, labels.device)
     if isinstance(labels, np.ndarray):
         return labels, ("numpy", labels.dtype, None)
+    if what != "labels":
+        raise ValueError(f"{what} must be a numpy array or a torch tensor, got {type(labels).__name__}")
     raise TypeError(f"labels must be a numpy array or a torch tensor, got {type(labels).__name__}")
 
 
@@ -56,20 +64,35 @@ def _from_numpy(arr: np.ndarray, kind) -> object:
     return torch.from_numpy(np.ascontiguousarray(arr)).to(device=device, dtype=dtype)
 
 
-def _numpy_generator(generator) -> np.random.Generator:
+def checked_eps(eps) -> float:
+    """eps as a float when it is a label-DP eps ([0.001, 50] or inf); a one-line ValueError otherwise."""
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise ValueError(f"eps must be a real number {LABEL_EPS_DOMAIN}, got {type(eps).__name__} {eps!r}")
+    return check_label_eps(eps)
+
+
+def fresh_key(generator=None, insecure_seed: bool = False) -> bytes:
+    """The key of one fresh-noise release: 32 bytes of OS entropy (`secrets`) with no generator, else 32 bytes of a
+    numpy or torch Generator, whose seed must be secret. An int seed is refused unless insecure_seed=True: anyone
+    who knows it (a config, a notebook) replays the noise exactly and reads every label, whatever eps says."""
     if generator is None:
-        return np.random.default_rng()
-    if isinstance(generator, np.random.Generator):
-        return generator
+        return secrets.token_bytes(KEY_BYTES)
     if isinstance(generator, (int, np.integer)) and not isinstance(generator, bool):
-        return np.random.default_rng(int(generator))
+        if not insecure_seed:
+            raise ValueError(
+                f"generator={int(generator)}: a seed others can know voids the DP guarantee (it replays the noise); "
+                "pass ids= and dataset= for keyed noise under a secret key, no generator, or insecure_seed=True "
+                "for tests and examples only"
+            )
+        return np.random.default_rng(int(generator)).bytes(KEY_BYTES)
+    if isinstance(generator, np.random.Generator):
+        return generator.bytes(KEY_BYTES)
     import torch
 
     if isinstance(generator, torch.Generator):
-        seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
-        return np.random.default_rng(seed)
-    raise TypeError(
-        f"generator must be a numpy Generator, a torch Generator or an int seed, got {type(generator).__name__}"
+        return torch.randint(0, 256, (KEY_BYTES,), dtype=torch.uint8, generator=generator).numpy().tobytes()
+    raise ValueError(
+        f"generator must be a numpy Generator or a torch Generator (with a secret seed), got {type(generator).__name__}"
     )
 
 
@@ -108,7 +131,7 @@ def label_kind(labels: np.ndarray, num_classes: int | None = None) -> str:
 
 
 def _check_ids(ids, n: int) -> np.ndarray:
-    arr, _ = _to_numpy(ids)
+    arr, _ = _to_numpy(ids, "ids")
     if arr.ndim != 1 or arr.shape[0] != n or not np.issubdtype(arr.dtype, np.integer):
         raise ValueError(
             f"ids must be {n} integer sample ids, one per label row; got dtype {arr.dtype} shape {arr.shape}"
@@ -118,7 +141,43 @@ def _check_ids(ids, n: int) -> np.ndarray:
     return arr.astype(np.int64)
 
 
-class LabelDP:
+def key_source_error(key, store_dir, key_file) -> str | None:
+    """None when the key's source is one of `key=` 32 bytes or the store (store_dir / key_file), else the error."""
+    if key is not None and (store_dir is not None or key_file is not None):
+        return "pass key (no ledger) or store_dir/key_file (key and ledger on disk), not both"
+    return None if key is None else key_error(key)
+
+
+class KeyedLabels:
+    """The key of `key=` bytes, else of the leader's store (created on first use), and the store's warnings, each
+    shown once with warnings.warn (training logs them): a new key store, ids shared with other datasets."""
+
+    def _keep_key(self, key, store_dir: str | None, key_file: str | None) -> None:
+        self.store_dir, self.key_file = store_dir, key_file
+        self._key = bytes(key) if key is not None else None
+        self._store = None
+        self._shown = 0  # the store's warnings shown so far
+
+    def _secret(self) -> bytes:
+        if self._key is None:
+            from privacy.label.store import LabelDPStore, default_store_dir
+
+            self._store = LabelDPStore(self.store_dir or default_store_dir(), self.key_file)
+            self._key = self._store.key()
+        return self._key
+
+    def _new_warnings(self) -> list[str]:
+        """The store's warnings since the last call, each shown with warnings.warn."""
+        if self._store is None:
+            return []
+        new = self._store.warnings[self._shown :]
+        self._shown = len(self._store.warnings)
+        for text in new:
+            warnings.warn(text, UserWarning, stacklevel=3)
+        return list(new)
+
+
+class LabelDP(KeyedLabels):
     """eps-label-DP randomized response; once per sample when given sample ids (keyed mode)."""
 
     def __init__(
@@ -130,29 +189,22 @@ class LabelDP:
         key: bytes | None = None,
         num_classes: int | None = None,
     ):
-        self.eps = check_label_eps(eps)
-        if key is not None and (store_dir is not None or key_file is not None):
-            raise ValueError("pass key (no ledger) or store_dir/key_file (key and ledger on disk), not both")
-        if key is not None and (not isinstance(key, (bytes, bytearray)) or len(key) != KEY_BYTES):
-            raise ValueError(f"key must be {KEY_BYTES} secret random bytes (secrets.token_bytes({KEY_BYTES}))")
+        from privacy.label.release_names import named_dataset_id
+
+        self.eps = checked_eps(eps)
+        err = key_source_error(key, store_dir, key_file)
+        if err:
+            raise ValueError(err)
         if num_classes is not None and (
-            isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2
+            isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 2
         ):
             raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
+        if dataset is not None:
+            named_dataset_id(dataset)  # a bad name is refused before any store is created
         self.dataset = dataset
-        self.store_dir, self.key_file = store_dir, key_file
-        self._key = bytes(key) if key is not None else None
-        self._store = None
-        self.num_classes = num_classes
+        self._keep_key(key, store_dir, key_file)
+        self.num_classes = None if num_classes is None else int(num_classes)
         self.last_release: dict | None = None  # keyed mode: the release and the ledger's totals of the last call
-
-    def _secret(self) -> bytes:
-        if self._key is None:
-            from privacy.label.store import LabelDPStore, default_store_dir
-
-            self._store = LabelDPStore(self.store_dir or default_store_dir(), self.key_file)
-            self._key = self._store.key()
-        return self._key
 
     def release_id(self, kind: str, k: int) -> str:
         """The release this object draws for this dataset, label kind and K (public; names no key bits)."""
@@ -193,15 +245,20 @@ class LabelDP:
             self.last_release.update(
                 new_release=is_new, dataset_total_eps=summary["total_eps"], ledger=self._store.ledger_path
             )
+        self.last_release["warnings"] = self._new_warnings()
         return out
 
-    def __call__(self, labels, generator=None, ids=None):
+    def __call__(self, labels, generator=None, ids=None, insecure_seed: bool = False):
+        """The noisy labels: keyed once per sample with `ids=`; else fresh noise under `fresh_key(generator,
+        insecure_seed)` (a Generator's seed must be secret; an int seed only with insecure_seed=True)."""
         arr, kind = _to_numpy(labels)
         label_type = label_kind(arr, self.num_classes)
         if ids is not None:
             ids = _check_ids(ids, arr.shape[0])
             if generator is not None:
                 raise ValueError("pass ids (keyed, once per sample) or generator (fresh noise), not both")
+        else:  # fresh noise: a new release under a new key, recorded nowhere
+            key = fresh_key(generator, insecure_seed)
         if arr.shape[0] == 0 or np.isinf(self.eps):
             return _from_numpy(arr.copy(), kind)
         if label_type == "binary":
@@ -212,18 +269,13 @@ class LabelDP:
             cls, k = np.argmax(arr, axis=1), arr.shape[1]
         # two classes are binary whatever their encoding: one mechanism (keep e^eps/(1+e^eps)), one release
         if k == 2:
-            if ids is not None:
-                noisy = self._keyed(
-                    "binary", 2, ids, lambda key, rel: randomize_binary_once(cls, ids, self.eps, key, rel)
-                )
-            else:
-                noisy = binary_rr(cls, self.eps, _numpy_generator(generator))
-        elif ids is not None:
-            noisy = self._keyed(
-                "classes", k, ids, lambda key, rel: randomize_classes_once(cls, ids, k, self.eps, key, rel)
-            )
+            draw = lambda key, rel, rows: randomize_binary_once(cls, rows, self.eps, key, rel)
         else:
-            noisy = kary_rr(cls, k, self.eps, _numpy_generator(generator))
+            draw = lambda key, rel, rows: randomize_classes_once(cls, rows, k, self.eps, key, rel)
+        if ids is not None:
+            noisy = self._keyed("binary" if k == 2 else "classes", k, ids, lambda key, rel: draw(key, rel, ids))
+        else:
+            noisy = draw(key, FRESH_RELEASE, np.arange(cls.shape[0], dtype=np.int64))
         if label_type == "onehot":
             out = np.zeros_like(arr)
             out[np.arange(arr.shape[0]), noisy] = 1

@@ -21,9 +21,16 @@ charged again: a replay of one release's uniforms on other labels would reveal t
 Laplace). Pass the whole label set in one call. Training names its dataset by its source file and label encoding and
 its label set by every split of its shard, so its release ids differ from a standalone call's on the same labels;
 with the same dataset id and label set (vfl/labeldp/release.py's LabelKey) the two draw the same noisy labels, bit
-for bit. `generator=` instead draws fresh noise per call (a new release each call, nothing recorded): its key is 32
-bytes from the generator. Labels: a numpy array or a torch tensor of real values, shape (N,) or (N, 1); the result
-has the same type, shape, dtype and device. eps = inf returns the clipped labels.
+for bit. The label set is digested on the clipped labels (`standalone_label_set`): labels that differ only beyond
+the clip, or 0.0 and -0.0, are the same input to every mechanism and replay the same release.
+
+Without ids, each call draws fresh noise (a new release each call, nothing recorded) under a key of 32 bytes of OS
+entropy, or of a numpy / torch Generator passed as `generator=`, whose seed must be secret: whoever knows it replays
+the noise exactly and reads every label. An int seed is refused unless `insecure_seed=True` (tests and examples).
+Labels: a numpy array or a torch tensor of real values, shape (N,) or (N, 1); the result has the same type, shape,
+dtype and device (refused up front when that dtype cannot hold the mechanism's outputs). eps = inf returns the
+clipped labels. `last_release` never holds statistics of the true labels (`LEADER_ONLY`: the noise's RMSE and MAE,
+which training keeps in the leader's own metrics): it may be passed on like the noisy labels.
 """
 
 from __future__ import annotations
@@ -33,20 +40,35 @@ import os
 
 import numpy as np
 
-from privacy.domains import domain_error, eps_split_problem, suggest
-from privacy.label.keyed_random import KEY_BYTES
-from privacy.label.label_dp import LabelDP, _check_ids, _from_numpy, _numpy_generator, _to_numpy
-from privacy.label.randomized_response import check_label_eps
-from privacy.label.regression_mechanisms import UNBIASED_MAX_BINS, check_clip, sampling_delta
-from privacy.label.regression_prior import PRIOR_KINDS
-from privacy.label.regression_release import Drawn, RegressionSpec, draw_regression
+from privacy.domains import PRIOR_EPS_FRACTION, domain_error, eps_split_problem, suggest
+from privacy.label.label_dp import (
+    KeyedLabels,
+    _check_ids,
+    _from_numpy,
+    _to_numpy,
+    checked_eps,
+    fresh_key,
+    key_source_error,
+)
+from privacy.label.regression_mechanisms import UNBIASED_MAX_BINS, check_clip
+from privacy.label.regression_prior import PRIOR_KINDS, file_prior
+from privacy.label.regression_release import (
+    LEADER_ONLY,
+    Drawn,
+    RegressionSpec,
+    ReleaseNames,
+    draw_regression,
+    store_matrices,
+)
+from privacy.label.release_names import key_fingerprint, label_set_digest, named_dataset_id
 
 MECHANISMS = ("laplace", "rr_on_bins", "unbiased")
 # privacy.label_dp's defaults and domains in vfl/config/schema.py (LabelDPConfig; tests/test_regression_label_dp.py
-# checks they agree): the mechanism a regression leader gets unset, bins in [2, 256], prior_eps_fraction in (0, 1)
+# checks they agree): the mechanism a regression leader gets unset, bins in [2, 256]; prior_eps_fraction's default
+# is privacy/domains.py's PRIOR_EPS_FRACTION, in (0, 1)
 DEFAULT_MECHANISM = "rr_on_bins"
 DEFAULT_BINS, BINS_RANGE = 32, (2, 256)
-DEFAULT_PRIOR, DEFAULT_PRIOR_EPS_FRACTION = "dp_histogram", 0.1
+DEFAULT_PRIOR = "dp_histogram"
 LABEL_SET_SPLIT = "labels"  # the split name the label-set digest gives a standalone call's labels
 
 
@@ -63,7 +85,19 @@ def real_labels(arr: np.ndarray) -> np.ndarray:
     return y
 
 
-class RegressionLabelDP:
+def standalone_label_set(key: bytes, ids: np.ndarray, labels: np.ndarray, lo: float, hi: float) -> str:
+    """The label-set digest of a standalone call: the clipped labels (+ 0.0: -0.0 is 0.0) in id order, so labels
+    that every mechanism sees alike name one release."""
+    order = np.argsort(ids, kind="stable")
+    return label_set_digest(key, [(LABEL_SET_SPLIT, ids[order], np.clip(labels[order], lo, hi) + 0.0)])
+
+
+def _plain(value):
+    """A numpy scalar as the Python number it holds (the domain checks take int and float)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+class RegressionLabelDP(KeyedLabels):
     """eps-label-DP randomizer of real labels; once per sample and release when given sample ids (keyed mode)."""
 
     def __init__(
@@ -80,7 +114,7 @@ class RegressionLabelDP:
         key_file: str | None = None,
         key: bytes | None = None,
     ):
-        self.eps = check_label_eps(eps)
+        self.eps = checked_eps(eps)
         self.lo, self.hi = check_clip(lo, hi)
         if mechanism not in MECHANISMS:
             raise ValueError(
@@ -91,7 +125,7 @@ class RegressionLabelDP:
             given = [name for name, value in options if value is not None]
             if given:
                 raise ValueError(f"{given[0]} applies to rr_on_bins and unbiased (laplace uses no prior and no grid)")
-        bins = DEFAULT_BINS if bins is None else bins
+        bins = DEFAULT_BINS if bins is None else _plain(bins)
         err = domain_error("bins", bins, *BINS_RANGE, integer=True)
         if err is None and mechanism == "unbiased" and bins > UNBIASED_MAX_BINS:
             err = f"bins must be at most {UNBIASED_MAX_BINS} for mechanism unbiased (a linear programme), got {bins}"
@@ -103,47 +137,38 @@ class RegressionLabelDP:
             )
         if prior_eps_fraction is not None and prior != "dp_histogram":
             err = err or "prior_eps_fraction applies to prior dp_histogram only"
-        fraction = DEFAULT_PRIOR_EPS_FRACTION if prior_eps_fraction is None else prior_eps_fraction
+        fraction = PRIOR_EPS_FRACTION if prior_eps_fraction is None else _plain(prior_eps_fraction)
         err = err or domain_error("prior_eps_fraction", fraction, 0.0, 1.0, lo_open=True, hi_open=True)
         if err is None and mechanism != "laplace" and prior == "dp_histogram":
             err = eps_split_problem(self.eps, fraction, name="")
-        if key is not None and (store_dir is not None or key_file is not None):
-            err = err or "pass key (no ledger) or store_dir/key_file (key and ledger on disk), not both"
-        if key is not None and (not isinstance(key, (bytes, bytearray)) or len(key) != KEY_BYTES):
-            got = f"{len(key)} bytes" if isinstance(key, (bytes, bytearray)) else type(key).__name__
-            err = err or f"key must be {KEY_BYTES} secret random bytes (secrets.token_bytes({KEY_BYTES})), got {got}"
+        err = err or key_source_error(key, store_dir, key_file)
         if err:
             raise ValueError(err)
+        if dataset is not None:
+            named_dataset_id(dataset)  # a bad name is refused before any store is created
+        if mechanism != "laplace" and prior not in PRIOR_KINDS:
+            file_prior(prior, self.lo, self.hi, int(bins))  # a bad CSV line likewise
         self.mechanism = mechanism
         self.spec = RegressionSpec((self.lo, self.hi), int(bins), prior, float(fraction))
-        self.dataset, self.store_dir, self.key_file = dataset, store_dir, key_file
-        self._key = bytes(key) if key is not None else None
-        self._store = None
+        self.dataset = dataset
+        self._keep_key(key, store_dir, key_file)
         self._kept: dict[str, np.ndarray] = {}  # key= mode: the prior and design of each release, as a store keeps them
         self.last_release: dict | None = None  # keyed mode: the release and the ledger's totals of the last call
 
     # -- naming ---------------------------------------------------------------------------------------------------------
-    _secret = LabelDP._secret  # the key of `key=`, else of the store (created on first use), as LabelDP
-
-    def _naming(self, key: bytes, y: np.ndarray, ids: np.ndarray, dataset: str):
-        """(dataset id, id of a plan entry's release with the label set, the plan), as vfl/labeldp/release.py names
-        a training release (LabelDPRelease._id, _named, plan)."""
-        from privacy.label.release_names import key_fingerprint, label_set_digest, named_dataset_id, release_id
-
-        order = np.argsort(ids, kind="stable")
-        label_set = label_set_digest(key, [(LABEL_SET_SPLIT, ids[order], y[order])])
-        ds, fp = named_dataset_id(dataset), key_fingerprint(key)
-        named = lambda params: {**params, "label_set": label_set}
-        id_of = lambda mechanism, params: release_id(ds, fp, mechanism, named(params))
-        plan = [(m, named(p)) for m, p in self.spec.plan(self.mechanism, self.eps, id_of)]
-        return ds, id_of, plan
+    def _naming(self, key: bytes, y: np.ndarray, ids: np.ndarray, dataset: str) -> tuple[ReleaseNames, list]:
+        """(the names of this label set's releases, the plan), as training names its own (ReleaseNames)."""
+        label_set = standalone_label_set(key, ids, y, self.lo, self.hi)
+        names = ReleaseNames(named_dataset_id(dataset), key_fingerprint(key), label_set)
+        return names, names.plan(self.spec.plan(self.mechanism, self.eps, names.id_of))
 
     def release_id(self, labels, ids) -> str:
         """The randomizer's release id for these labels and sample ids (public; names no key bit and no label)."""
         arr, _ = _to_numpy(labels)
         y = real_labels(arr)
-        _, id_of, plan = self._naming(self._secret(), y, _check_ids(ids, y.size), self._dataset_name())
-        return id_of(*plan[-1])
+        ids = _check_ids(ids, y.size)
+        names, plan = self._naming(self._secret(), y, ids, self._dataset_name())
+        return names.id_of(*plan[-1])
 
     def _dataset_name(self) -> str:
         if self.dataset is None:
@@ -157,13 +182,11 @@ class RegressionLabelDP:
     def _draw(self, key: bytes, y: np.ndarray, ids: np.ndarray, dataset: str, keyed: bool) -> Drawn:
         """draw_regression (training's) on one label set; keyed, its releases are recorded in the store's ledger and
         their prior and design kept there (key= bytes: in this object) and read back, as training does."""
-        from privacy.label.store import Release
-
-        ds, id_of, plan = self._naming(key, y, ids, dataset)
+        names, plan = self._naming(key, y, ids, dataset)
         store = self._store if keyed else None
 
         def record(entries):
-            releases = [Release(id_of(m, p), ds, m, float(p["eps"]), p, int(ids.size)) for m, p in entries]
+            releases = [names.release(m, p, int(ids.size), p["eps"]) for m, p in entries]
             if store is None:
                 return releases[0].release_id, True, {}
             is_new, summary = store.record(releases[0], key, ids, {"name": dataset}, planned=tuple(releases[1:]))
@@ -171,15 +194,31 @@ class RegressionLabelDP:
 
         kept, keep = (self._kept.get, self._kept.setdefault) if keyed else (lambda rel: None, lambda rel, m: None)
         if store is not None:
-            kept = lambda rel: None if (got := store.stored_prior(rel)) is None else got[1]
-            keep = lambda rel, matrix: store.keep_prior(rel, np.arange(len(matrix)), matrix)
+            kept, keep = store_matrices(store)
         empty = np.zeros(0)
         return draw_regression(
             self.spec, self.mechanism, self.eps, plan, y, ids, empty, empty.astype(np.int64), key, record,
-            kept=kept, keep=keep, release_id_of=id_of,
+            kept=kept, keep=keep, release_id_of=names.id_of,
         )  # fmt: skip
 
-    def __call__(self, labels, generator=None, ids=None):
+    def _check_dtype(self, arr: np.ndarray, kind) -> None:
+        """ValueError when the labels' dtype cannot hold every output of the mechanism (float16 at a wide clip)."""
+        import torch
+
+        dtype = kind[1]
+        largest = float(torch.finfo(dtype).max if isinstance(dtype, torch.dtype) else np.finfo(arr.dtype).max)
+        bound = self.spec.output_bound(self.mechanism, self.eps)
+        if bound > largest:
+            raise ValueError(
+                f"labels of dtype {str(dtype).replace('torch.', '')} hold at most {largest:.4g}, and {self.mechanism} "
+                f"at eps {self.eps:g} on clip [{self.lo:g}, {self.hi:g}] outputs up to {bound:.4g}: pass float32 "
+                "or float64 labels"
+            )
+
+    def __call__(self, labels, generator=None, ids=None, insecure_seed: bool = False):
+        """The noisy labels: keyed once per sample with `ids=` (needs dataset=); else fresh noise under
+        `fresh_key(generator, insecure_seed)` (a Generator's seed must be secret; an int seed only with
+        insecure_seed=True, for tests and examples)."""
         arr, kind = _to_numpy(labels)
         y = real_labels(arr)
         keyed = ids is not None
@@ -188,10 +227,12 @@ class RegressionLabelDP:
             if generator is not None:
                 raise ValueError("pass ids (keyed, once per sample) or generator (fresh noise), not both")
             dataset = self._dataset_name()
+        self._check_dtype(arr, kind)
+        if keyed:
             key = self._secret()
-        else:  # fresh noise: a new release under a key of the generator's, drawn nowhere else and recorded nowhere
+        else:  # fresh noise: a new release under a new key, drawn nowhere else and recorded nowhere
             ids, dataset = np.arange(y.size, dtype=np.int64), self.dataset or "fresh noise"
-            key = _numpy_generator(generator).bytes(KEY_BYTES)
+            key = fresh_key(generator, insecure_seed)
         if y.size == 0:
             return _from_numpy(arr.copy(), kind)
         d = self._draw(key, y, ids, dataset, keyed)
@@ -201,25 +242,26 @@ class RegressionLabelDP:
                 "eps": self.eps,
                 "mechanism": d.mechanism,
                 "params": d.params,
-                **{k: v for k, v in d.extra.items() if k not in ("bin_values",)},
+                **{k: v for k, v in d.extra.items() if k not in ("bin_values", *LEADER_ONLY)},
                 "new_release": d.new_release,
             }
             if self._store is not None:
                 self.last_release.update(dataset_total_eps=d.summary["total_eps"], ledger=self._store.ledger_path)
+            self.last_release["warnings"] = self._new_warnings()
         return _from_numpy(d.noisy.reshape(arr.shape).astype(arr.dtype), kind)
 
     # -- cost ---------------------------------------------------------------------------------------------------------------
     def privacy_cost(self) -> dict:
         """(eps, delta) per label of one release, as the ledger adds it: eps in all, of which `prior_eps` the DP
         histogram's release (dp_histogram prior) and `randomizer_eps` the randomizer's (basic composition); delta is the
-        sampling delta of the randomizer as drawn from 53-bit uniforms (regression_mechanisms.py, Granularity), at most
-        the value given (rr_on_bins has at most `bins` outputs, unbiased at most 3 bins + 1). Keyed, every call with
-        the same labels repeats the release at no further cost; with a generator every call is a new release."""
+        sampling delta of the randomizer and of the DP histogram as drawn from 53-bit uniforms (regression_mechanisms.py,
+        Granularity; regression_prior.py, histogram_sampling_delta), at most the value given (rr_on_bins has at most
+        `bins` outputs, unbiased at most 3 bins + 1). Keyed, every call with the same labels repeats the release at
+        no further cost; fresh noise is a new release every call."""
         eps_prior, eps_rand = self.spec.split(self.mechanism, self.eps)
-        outputs = {"laplace": None, "rr_on_bins": self.spec.bins, "unbiased": 3 * self.spec.bins + 1}[self.mechanism]
         return {
             "eps": self.eps,
-            "delta": sampling_delta(eps_rand, outputs),
+            "delta": self.spec.sampling_delta(self.mechanism, self.eps),
             "prior_eps": eps_prior,
             "randomizer_eps": eps_rand,
             "releases": len(self.spec.plan(self.mechanism, self.eps, lambda m, p: "")),

@@ -43,6 +43,7 @@ the PRF's bits would make it pure DP.
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
@@ -57,11 +58,12 @@ UNBIASED_MAX_EPS = 8.0  # above it HiGHS misses the ratio constraints (e^10 ~ 2e
 
 
 def check_clip(lo: float, hi: float) -> tuple[float, float]:
-    """(lo, hi) as floats; ValueError unless both are finite and lo < hi."""
-    lo, hi = float(lo), float(hi)
-    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-        raise ValueError(f"clip must be [lo, hi] with finite lo < hi, got [{lo!r}, {hi!r}]")
-    return lo, hi
+    """(lo, hi) as floats; ValueError unless both are real numbers, finite, lo < hi and hi - lo finite (the grid's
+    and the lattice's steps are fractions of it)."""
+    real = all(isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) for v in (lo, hi))
+    if not real or not (math.isfinite(lo) and math.isfinite(hi) and lo < hi and math.isfinite(hi - lo)):
+        raise ValueError(f"clip must be [lo, hi] of real numbers with finite lo < hi and hi - lo, got [{lo!r}, {hi!r}]")
+    return float(lo), float(hi)
 
 
 def grid_values(lo: float, hi: float, bins: int) -> np.ndarray:

@@ -24,7 +24,7 @@ import os
 import numpy as np
 
 from privacy.label.randomized_response import check_label_eps
-from privacy.label.regression_mechanisms import nearest_index
+from privacy.label.regression_mechanisms import nearest_index, sampling_delta
 
 PRIOR_KINDS = ("dp_histogram", "uniform")  # anything else names a file
 
@@ -43,6 +43,19 @@ def geometric_noise(eps: float, sensitivity: int, u_a: np.ndarray, u_b: np.ndarr
     g_a = np.floor(np.log1p(-np.asarray(u_a)) / log_a)
     g_b = np.floor(np.log1p(-np.asarray(u_b)) / log_a)
     return (g_a - g_b).astype(np.int64)
+
+
+def histogram_sampling_delta(eps: float) -> float:
+    """The delta of the DP histogram as sampled from 53-bit uniforms (regression_mechanisms.py, Granularity): each
+    count's noise is two geometrics with alpha = e^(-eps / 2), each drawn by an inverse CDF that gives every value up
+    to the largest drawn (`top`) its probability within 2^-52 and never draws beyond. A neighbour moves two counts;
+    the others have the same law in both, so the two counts' four geometrics of top + 1 values each bound the total
+    variation, and the histogram is (eps, (1 + e^eps) TV)-DP: sampling_delta with 4 (top + 1) outputs; 0 at inf."""
+    eps = check_label_eps(eps)
+    if math.isinf(eps):
+        return 0.0
+    top = math.floor(math.log(2.0**-53) / (-eps / 2))  # the largest geometric the sampler draws
+    return sampling_delta(eps, 4 * (top + 1))
 
 
 def dp_histogram_prior(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from privacy.domains import eps_split_problem
+from privacy.domains import PRIOR_EPS_FRACTION, eps_split_problem
 
 
 def _real(value: Any) -> bool:
@@ -15,7 +15,6 @@ def _real(value: Any) -> bool:
 
 
 REGRESSION_LABEL_DP = ("laplace", "rr_on_bins", "unbiased")
-PRIOR_EPS_FRACTION = 0.1  # privacy.label_dp.prior_eps_fraction's default (vfl/config/schema.py)
 CLASS_LABEL_DP = ("rr", "rr_prior")
 
 

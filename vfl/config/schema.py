@@ -18,6 +18,7 @@ from pydantic_core import PydanticCustomError
 
 from privacy.domains import (
     DOMAIN_ERROR,
+    PRIOR_EPS_FRACTION,
     Choice,
     Flag,
     IntList,
@@ -269,7 +270,7 @@ class LabelDPConfig(_Section):
     clip: Optional[tuple[Number(), Number()]] = None
     bins: Number(2, 256, integer=True) = 32
     prior: Text() = "dp_histogram"
-    prior_eps_fraction: Number(0.0, 1.0, lo_open=True, hi_open=True) = 0.1
+    prior_eps_fraction: Number(0.0, 1.0, lo_open=True, hi_open=True) = PRIOR_EPS_FRACTION
     # debias: the loss corrects for the noise. Default (unset): on for rr (forward correction beat plain RR at
     # eps <= 2 and tied above; README, Utility), off for rr_prior (its labels are not a fixed-rate channel)
     debias: Optional[Flag()] = None

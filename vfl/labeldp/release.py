@@ -32,7 +32,7 @@ import numpy as np
 from privacy.label.prior_store import priors_of
 from privacy.label.randomized_response import flip_probability, kary_transition, keep_probability
 from privacy.label.regression_release import Drawn as _Drawn
-from privacy.label.regression_release import RegressionSpec, draw_regression
+from privacy.label.regression_release import RegressionSpec, ReleaseNames, draw_regression, store_matrices
 from privacy.label.release_draws import (
     randomize_binary_once,
     randomize_classes_once,
@@ -49,7 +49,6 @@ from privacy.label.store import (
     dataset_id,
     default_store_dir,
     key_fingerprint,
-    release_id,
 )
 from vfl.config.schema import LabelDPConfig
 from vfl.data.task import Task
@@ -99,6 +98,11 @@ class LabelKey:
     @property
     def fingerprint(self) -> str:
         return key_fingerprint(self.key)
+
+    @property
+    def names(self) -> ReleaseNames:
+        """How this label set's releases are named (the standalone API names its own the same way)."""
+        return ReleaseNames(self.dataset, self.fingerprint, self.label_set)
 
 
 def prepared_labels(shard_path: str):
@@ -278,23 +282,17 @@ class LabelDPRelease:
         )
 
     # -- one function per mechanism; each names its release by (dataset, key, mechanism, parameters) -------------------
-    @staticmethod
-    def _named(label_key: LabelKey, params: dict) -> dict:
-        """The parameters with the label set they randomize (label_key.label_set): other labels, another release."""
-        return {**params, "label_set": label_key.label_set}
-
     def _id(self, label_key: LabelKey, mechanism: str, params: dict) -> str:
-        return release_id(label_key.dataset, label_key.fingerprint, mechanism, self._named(label_key, params))
+        return label_key.names.id_of(mechanism, params)
 
     def _release(self, label_key: LabelKey, mechanism: str, params: dict, rows: int) -> Release:
-        eps = float(params.get("eps", self.eps))  # a regression prior's release and its randomizer's split eps
-        params = self._named(label_key, params)
-        return Release(self._id(label_key, mechanism, params), label_key.dataset, mechanism, eps, params, rows)
+        # a regression prior's release and its randomizer's split eps
+        return label_key.names.release(mechanism, params, rows, params.get("eps", self.eps))
 
     def plan(self, label_key: LabelKey) -> Plan:
         """The releases this config draws, as (ledger mechanism, parameters): known from the leader's config alone,
         before any follower connects. Each release's parameters name the label set (LabelKey.label_set)."""
-        return [(m, self._named(label_key, p)) for m, p in self.entry.plan(self, label_key)]
+        return label_key.names.plan(self.entry.plan(self, label_key))
 
     def _plan_binary_rr(self, label_key: LabelKey) -> Plan:
         return [("binary_rr", {"eps": self.eps, "labels": "binary"})]
@@ -405,21 +403,21 @@ class LabelDPRelease:
 
     def _regression(self, labels, ids, label_key, prior_fn, valid_labels, valid_ids, record):
         """laplace, rr_on_bins or unbiased on a real-valued label (privacy/label/regression_release.py)."""
-        plan, store = self.plan(label_key), label_key.store
+        kept, keep = store_matrices(label_key.store)
         return draw_regression(
             self.regression,
             self.mechanism,
             self.eps,
-            plan,
+            self.plan(label_key),
             labels,
             ids,
             valid_labels,
             valid_ids,
             label_key.key,
             record,
-            kept=lambda rel: None if (got := store.stored_prior(rel)) is None else got[1],
-            keep=lambda rel, matrix: store.keep_prior(rel, np.arange(len(matrix)), matrix),
-            release_id_of=lambda m, p: self._id(label_key, m, p),
+            kept=kept,
+            keep=keep,
+            release_id_of=label_key.names.id_of,
         )
 
     def _stage_two_prior(self, label_key, params, ids, first, noisy, prior_fn) -> tuple[np.ndarray, bool]:
