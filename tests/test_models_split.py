@@ -37,7 +37,8 @@ def _configs(tmp, shards, train, top=TOP):
     "train, rtol",
     [
         pytest.param({}, 1e-5, id="fp32"),  # the tolerance of wide_deep's split == centralized test
-        pytest.param({"precision": "bf16"}, BF16_LOSS_RTOL, id="bf16"),
+        # slow: bf16 split == centralized runs by default in tests/test_compute_options.py
+        pytest.param({"precision": "bf16"}, BF16_LOSS_RTOL, id="bf16", marks=pytest.mark.slow),
     ],
 )
 def test_every_builtin_bottom_trains_split_equal_to_centralized(tmp_path, shards_three, procs, train, rtol):
