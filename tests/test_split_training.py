@@ -112,8 +112,16 @@ def test_resumed_run_continues_exactly_with_label_dp(tmp_path, shards_small, pro
 
 
 def test_weight_average_with_microbatches_and_restore_equals_centralized(tmp_path, shards_small, procs):
-    # Prepare: train.ema_decay on both parties, two micro-batches, early stopping that restores a best step
-    train = {"epochs": 4, "lr": 0.05, "ema_decay": 0.9, "microbatches": 2, "eval_every_steps": 10}
+    # Prepare: train.ema_decay on both parties, two micro-batches, early stopping that restores a best step; the wide
+    # parts on their own Adagrad (train.linear_optimizer)
+    train = {
+        "epochs": 4,
+        "lr": 0.05,
+        "ema_decay": 0.9,
+        "microbatches": 2,
+        "eval_every_steps": 10,
+        "linear_optimizer": {"lr": 0.05},
+    }
     es = {"early_stopping": {"metric": "auc", "patience": 2}}
     cfgs = party_configs(str(tmp_path), str(shards_small), train=train, leader_train=es)
     # Execute
@@ -129,6 +137,7 @@ def test_weight_average_with_microbatches_and_restore_equals_centralized(tmp_pat
     final = load_checkpoint(str(tmp_path / "out/checkpoints/follower0_final.pt"))["state"]["bottom"]
     raw = final["optimizer"]["average"]["raw"]
     assert set(raw) == set(final["model"]) and any(not torch.equal(raw[k], final["model"][k]) for k in raw)
+    assert final["optimizer"]["kinds"] == ["Adam", "LazyAdam", "Adagrad"]
 
 
 def test_parties_resuming_from_different_steps_are_refused(tmp_path, shards_small, procs):

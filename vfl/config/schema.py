@@ -219,6 +219,11 @@ class LRScheduleConfig(_Section):
     warmup_steps: Number(0, integer=True) = 0
 
 
+class LinearOptimizerConfig(_Section):
+    name: Choice("adagrad") = "adagrad"
+    lr: Number(0.0, 10.0, lo_open=True) = 0.03  # its own rate (not train.lr); train.lr_schedule scales it too
+
+
 class TrainConfig(_Section):
     epochs: Number(1, 10_000, integer=True) = 1
     batch_size: Number(1, 10_000_000, integer=True) = 16000
@@ -251,6 +256,10 @@ class TrainConfig(_Section):
     # touched by about lr whatever its gradient, so a rarely seen id takes full-size steps on one or two rows'
     # evidence; a larger eps (1e-4) makes such a row's step proportional to its gradient (docs/models.md)
     embedding_adam_eps: Number(1e-12, 1.0) = 1e-8
+    # the bottom's linear part (wide_deep's wide part, deepfm's first order: one weight per id and the numbers' linear
+    # layer) trained by its own optimizer, as Wide&Deep trains its wide part apart from the deep (docs/models.md);
+    # unset: the linear part trains with the rest
+    linear_optimizer: Optional[LinearOptimizerConfig] = None
 
     @model_validator(mode="after")
     def _task_default_metric(self) -> "TrainConfig":

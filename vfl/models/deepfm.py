@@ -51,6 +51,11 @@ class DeepFMBottom(nn.Module):
         self.numeric_vectors = nn.Parameter(torch.randn(n_num, embedding_dim) * 0.01) if options.fm_numeric else None
         self.deep = mlp([schema.n_categorical * embedding_dim + 2 * n_num, *hidden, cut_dim - 1], dropout)
 
+    def linear_parameters(self) -> list[nn.Parameter]:
+        """The FM's first order (Eq. 2's <w, x>: one weight per id, and the numeric values' linear layer), which
+        `train.linear_optimizer` trains apart from the embeddings and the deep tower."""
+        return [self.first_order.table.weight, *self.first_order_numeric.parameters()]
+
     def forward(self, dense: torch.Tensor, dense_missing: torch.Tensor, cat: torch.Tensor) -> torch.Tensor:
         x_dense = torch.cat([dense, dense_missing], dim=1)
         embedded = self.embedding(cat)  # (rows, F, dim)

@@ -35,18 +35,20 @@ TopBuilder = Callable[[tuple[int, ...], int, TopConfig, Options], nn.Module]
 class Registered:
     build: Callable
     options: type[Options]
+    linear_part: bool = False  # the module has linear_parameters() (train.linear_optimizer)
 
 
 BOTTOMS: dict[str, Registered] = {}
 TOPS: dict[str, Registered] = {}
 
 
-def register_bottom(name: str, build: BottomBuilder, options: type[Options]) -> None:
+def register_bottom(name: str, build: BottomBuilder, options: type[Options], linear_part: bool = False) -> None:
     """A built-in bottom: build(schema, cfg, options) -> module whose forward(dense, dense_missing, cat) is the cut.
-    Its options model must be the one the config validates `model.bottom.options` with."""
+    Its options model must be the one the config validates `model.bottom.options` with; linear_part: the module
+    declares a linear part (linear_parameters()) that train.linear_optimizer trains."""
     if BOTTOM_OPTIONS.get(name) is not options:
         raise ValueError(f"bottom {name!r}: options {options.__name__} is not BOTTOM_OPTIONS[{name!r}]")
-    BOTTOMS[name] = Registered(build, options)
+    BOTTOMS[name] = Registered(build, options, linear_part)
 
 
 def register_top(name: str, build: TopBuilder, options: type[Options]) -> None:
@@ -64,8 +66,9 @@ register_bottom(
     "wide_deep",
     lambda s, c, o: WideDeepBottom(list(s.vocab_sizes), s.n_numeric, c.embedding_dim, c.hidden, c.cut_dim, c.dropout),
     BOTTOM_OPTIONS["wide_deep"],
+    linear_part=True,
 )
-register_bottom("deepfm", _towers(DeepFMBottom), BOTTOM_OPTIONS["deepfm"])
+register_bottom("deepfm", _towers(DeepFMBottom), BOTTOM_OPTIONS["deepfm"], linear_part=True)
 register_bottom("dcn_v2", _towers(DCNv2Bottom), BOTTOM_OPTIONS["dcn_v2"])
 register_bottom("mlp", _towers(MLPBottom), BOTTOM_OPTIONS["mlp"])
 register_top("linear", lambda dims, k, c, o: LinearTop(sum(dims), k), TOP_OPTIONS["linear"])
@@ -109,6 +112,17 @@ def build_top(cfg: TopConfig, cut_dims: int | Sequence[int], seed: int, outputs:
     return module
 
 
+def linear_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """The trainable parameters of the linear part that `model` (or a module inside it: the numeric scaler wraps a
+    bottom) declares with a linear_parameters() method; empty when it declares none."""
+    found: dict[int, nn.Parameter] = {}
+    for module in model.modules():
+        declared = getattr(module, "linear_parameters", None)
+        if callable(declared):
+            found.update((id(p), p) for p in declared() if p.requires_grad)
+    return list(found.values())
+
+
 def model_spec(cfg: BottomConfig | TopConfig) -> str:
     """The model's identity as canonical JSON (name or import path, options, sizes): kept in every checkpoint."""
     return json.dumps(cfg.spec, sort_keys=True, separators=(",", ":"))
@@ -126,9 +140,20 @@ def check_model_spec(saved: str | None, current: str, who: str) -> None:
 def dry_run_models(cfg, shard) -> None:
     """Build this party's own modules (model.bottom.import, and the leader's model.top.import) once and run them on
     a dummy batch, before any peer is contacted: a ModelError of one line when one breaks its contract. The top is
-    tried with every follower's cut as wide as this party's (their widths arrive with HELLO). Built-ins need no try."""
-    if cfg.model.bottom.import_ is not None:
-        build_bottom(cfg.model.bottom, InputSchema.of_shard(shard), cfg.train.seed, cfg.party)
+    tried with every follower's cut as wide as this party's (their widths arrive with HELLO). Built-ins need no try.
+    With train.linear_optimizer, the bottom must declare a linear part (ModelError otherwise)."""
+    bottom = cfg.model.bottom
+    if bottom.import_ is not None:
+        module = build_bottom(bottom, InputSchema.of_shard(shard), cfg.train.seed, cfg.party)
+        has_linear = bool(linear_parameters(module))
+    else:
+        has_linear = BOTTOMS[bottom.name].linear_part
+    if cfg.train.linear_optimizer is not None and not has_linear:
+        which = f"model.bottom.import {bottom.import_}" if bottom.import_ is not None else f"bottom {bottom.name!r}"
+        raise ModelError(
+            f"train.linear_optimizer trains a bottom's linear part, but {which} has none: use wide_deep or deepfm, "
+            "give your module a linear_parameters() method (docs/models.md), or drop train.linear_optimizer"
+        )
     top = cfg.model.top
     if cfg.is_leader and top is not None and top.import_ is not None:
         outputs = shard.task.outputs if shard.task is not None else 1

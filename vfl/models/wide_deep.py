@@ -53,6 +53,12 @@ class WideDeepBottom(nn.Module):
         self.wide_dense = nn.Linear(2 * n_dense, 1)
         self.deep = mlp([self.n_fields * embedding_dim + 2 * n_dense, *hidden, cut_dim - 1], dropout)
 
+    def linear_parameters(self) -> list[nn.Parameter]:
+        """The wide part (Cheng et al. 2016, Eq. 1: one weight per id, and the numeric values' linear layer), which
+        `train.linear_optimizer` trains apart from the deep part (the paper: FTRL for the wide part, AdaGrad for the
+        deep)."""
+        return [self.wide_embedding.weight, *self.wide_dense.parameters()]
+
     def forward(self, dense: torch.Tensor, dense_missing: torch.Tensor, cat: torch.Tensor) -> torch.Tensor:
         x_dense = torch.cat([dense, dense_missing], dim=1)
         wide = self.wide_dense(x_dense)

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from vfl.config.schema import TrainConfig
+from vfl.models.registry import linear_parameters
 from vfl.training.lazy_adam import LazyAdam
 
 
@@ -42,9 +43,19 @@ class OptimizerSet:
                 o.step()
 
     def state_dict(self) -> dict:
-        return {str(i): o.state_dict() for i, o in enumerate(self.optimizers)}
+        return {**{str(i): o.state_dict() for i, o in enumerate(self.optimizers)}, "kinds": self.kinds()}
+
+    def kinds(self) -> list[str]:
+        """Each optimizer's class, in order: a checkpoint's must match the config's to resume."""
+        return [type(o).__name__ for o in self.optimizers]
 
     def load_state_dict(self, state: dict) -> None:
+        saved = state.get("kinds")  # a checkpoint without it is older: its layout was the adam/sgd/adagrad one
+        if saved is not None and list(saved) != self.kinds():
+            raise ValueError(
+                f"train.resume_from: the checkpoint's optimizers {saved} differ from this config's {self.kinds()}; "
+                "resume with the train.optimizer and train.linear_optimizer it was trained with, or start a new run"
+            )
         for i, o in enumerate(self.optimizers):
             o.load_state_dict(state[str(i)])
             for g, configured in zip(o.param_groups, self._configured[i]):
@@ -96,21 +107,24 @@ def fused_kernel(params) -> bool | None:
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> OptimizerSet:
-    """adam: LazyAdam (= SparseAdam) on sparse embeddings + Adam on the rest; sgd and adagrad take both."""
-    sparse, dense = [], []
-    for module in model.modules():
-        if isinstance(module, nn.Embedding) and module.sparse:
-            sparse.append(module.weight)
-    sparse_ids = {id(p) for p in sparse}
-    dense = [p for p in model.parameters() if id(p) not in sparse_ids]
+    """adam: LazyAdam (= SparseAdam) on sparse embeddings + Adam on the rest; sgd and adagrad take both. With
+    train.linear_optimizer, the linear part the model declares (wide_deep's wide part, deepfm's first order) has an
+    Adagrad of its own, as Wide&Deep trains its wide part apart from the deep (Cheng et al. 2016, Sec. 4)."""
+    linear = linear_parameters(model) if cfg.linear_optimizer is not None else []
+    own = {id(p) for p in linear}
+    params = [p for p in model.parameters() if id(p) not in own]
+    sparse_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding) and m.sparse}
+    opts: list[torch.optim.Optimizer] = []
     if cfg.optimizer == "adam":
-        opts: list[torch.optim.Optimizer] = []
+        sparse = [p for p in params if id(p) in sparse_ids]
+        dense = [p for p in params if id(p) not in sparse_ids]
         if dense:
             opts.append(torch.optim.Adam(dense, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused_kernel(dense)))
         if sparse:
             # SparseAdam's update, bit for bit, without sparse masks
             opts.append(LazyAdam(sparse, lr=cfg.lr, eps=cfg.embedding_adam_eps))
-        return OptimizerSet(opts)
-    if cfg.optimizer == "sgd":
-        return OptimizerSet([torch.optim.SGD(list(model.parameters()), lr=cfg.lr)])
-    return OptimizerSet([torch.optim.Adagrad(list(model.parameters()), lr=cfg.lr)])
+    elif params:
+        opts.append((torch.optim.SGD if cfg.optimizer == "sgd" else torch.optim.Adagrad)(params, lr=cfg.lr))
+    if linear:  # Adagrad moves only the rows of a sparse gradient, as lazy Adam does (the averaged weights rely on it)
+        opts.append(torch.optim.Adagrad(linear, lr=cfg.linear_optimizer.lr))
+    return OptimizerSet(opts)
