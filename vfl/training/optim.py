@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from vfl.config.schema import TrainConfig
+from vfl.config.schema import ConfigError, TrainConfig
 from vfl.models.registry import linear_parameters
 from vfl.training.lazy_adam import LazyAdam
 
@@ -50,9 +50,10 @@ class OptimizerSet:
         return [type(o).__name__ for o in self.optimizers]
 
     def load_state_dict(self, state: dict) -> None:
-        saved = state.get("kinds")  # a checkpoint without it is older: its layout was the adam/sgd/adagrad one
-        if saved is not None and list(saved) != self.kinds():
-            raise ValueError(
+        # a checkpoint without "kinds" is older (no linear optimizer): it has as many as train.optimizer builds alone
+        saved = state.get("kinds", f"{sum(k.isdigit() for k in state)} optimizers")
+        if saved != self.kinds() and saved != f"{len(self.optimizers)} optimizers":
+            raise ConfigError(
                 f"train.resume_from: the checkpoint's optimizers {saved} differ from this config's {self.kinds()}; "
                 "resume with the train.optimizer and train.linear_optimizer it was trained with, or start a new run"
             )
