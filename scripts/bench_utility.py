@@ -229,7 +229,7 @@ def main(argv=None) -> int:
         "--example",
         default=EXAMPLE,
         help="the directory of the leader.yaml / follower.yaml every run starts from (default: examples/wide_deep_criteo; "
-        "examples/deepfm_criteo: the DeepFM recipe, docs/models.md)",
+        "examples/recipe_criteo: the small-table recipe that beats the logistic regression, docs/models.md)",
     )
     args = ap.parse_args(argv)
     eps_list = [float(e) for e in args.eps.split(",")]
