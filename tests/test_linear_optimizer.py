@@ -34,7 +34,7 @@ def test_the_linear_part_has_its_own_adagrad_and_every_other_parameter_keeps_its
     model = _bottom(name)
     # Execute
     plain = build_optimizer(model, TrainConfig())
-    split = build_optimizer(model, TrainConfig(linear_optimizer=LINEAR))
+    split = build_optimizer(model, TrainConfig(linear_optimizer=LINEAR), bottom=True)
     # Assert: the same parameters in all, each in one optimizer; the linear ones (one weight per id and the numeric
     # linear layer) in the Adagrad at its own lr, none of them in Adam or lazy Adam
     linear = {id(p) for p in linear_parameters(model)}
@@ -59,7 +59,7 @@ def test_the_linear_adagrad_moves_only_the_rows_a_batch_touched_and_the_lazy_ave
     # Prepare: a wide_deep bottom, averaged weights (their lazy rows rely on sparse steps touching only the batch's rows)
     model = _bottom("wide_deep")
     cfg = TrainConfig(lr=0.05, ema_decay=0.8, linear_optimizer=LINEAR)
-    opt = ScheduledOptimizer(build_optimizer(model, cfg), cfg, 12)
+    opt = ScheduledOptimizer(build_optimizer(model, cfg, bottom=True), cfg, 12)
     opt.average = WeightAverage(model, cfg.ema_decay)
     full = {n: p.detach().double().clone() for n, p in model.named_parameters()}
     wide = model.wide_embedding.weight
@@ -94,13 +94,13 @@ def test_resuming_with_another_optimizer_layout_is_refused_in_one_line():
     refusals = []
     for state in (saved, older):
         with pytest.raises(ConfigError) as e:
-            build_optimizer(model, TrainConfig(linear_optimizer=LINEAR)).load_state_dict(state)
+            build_optimizer(model, TrainConfig(linear_optimizer=LINEAR), bottom=True).load_state_dict(state)
         refusals.append(str(e.value))
     build_optimizer(model, TrainConfig()).load_state_dict(older)  # the same layout loads, recorded or not
     # Assert
     assert not any("\n" in r for r in refusals)
     assert "['Adam', 'LazyAdam'] differ from this config's ['Adam', 'LazyAdam', 'Adagrad']" in refusals[0]
-    assert "optimizers 2 optimizers differ" in refusals[1]
+    assert "optimizers of [6, 2] parameters (an older checkpoint) differ" in refusals[1]
 
 
 @pytest.mark.parametrize("name", ["mlp", "dcn_v2"])
@@ -128,3 +128,31 @@ def test_lazy_adam_is_untouched_without_the_option():
     (lazy,) = [o for o in build_optimizer(model, TrainConfig()).optimizers if isinstance(o, LazyAdam)]
     # Assert: both sparse tables (first order and embeddings) in lazy Adam, as before the option existed
     assert len(lazy.param_groups[0]["params"]) == 2
+
+
+def test_prediction_loads_a_checkpoint_of_another_optimizer_layout_and_resume_refuses_it(tmp_path, shards_small):
+    # Prepare: the leader's bottom trained with the linear optimizer (its state as a checkpoint holds it), and the
+    # same party configured without it (a prediction config, or a resume with another layout)
+    from tests.procs import party_configs
+    from vfl.config.schema import ConfigError, load_config
+    from vfl.data.shards import PartyShard
+    from vfl.models.user_module import ModelError
+    from vfl.training.party import BottomParty
+
+    def party(train):
+        cfg = load_config(party_configs(str(tmp_path / str(len(train))), str(shards_small), train=train)["leader"])
+        return BottomParty(cfg, PartyShard(cfg.data.path), torch.device("cpu"))
+
+    state = party({"linear_optimizer": LINEAR}).state()
+    plain = party({})
+    # Execute / Assert: prediction (resume=False) takes the model and never reads the optimizer's layout
+    plain.load_state(state)
+    assert all(torch.equal(plain.model.state_dict()[k], v) for k, v in state["model"].items())
+    with pytest.raises(ConfigError, match="differ from this config's"):
+        plain.load_state(state, resume=True)
+    # a bottom without a linear part is refused wherever it is built (the centralized reference too)
+    bottoms = {"leader": {"name": "mlp", "embedding_dim": 4, "hidden": [8], "cut_dim": 2}}
+    cfgs = party_configs(str(tmp_path / "mlp"), str(shards_small), train={"linear_optimizer": LINEAR}, bottoms=bottoms)
+    cfg = load_config(cfgs["leader"])
+    with pytest.raises(ModelError, match="but this bottom has none"):
+        BottomParty(cfg, PartyShard(cfg.data.path), torch.device("cpu"))

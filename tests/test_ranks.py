@@ -6,7 +6,6 @@ import json
 import time
 
 import numpy as np
-import pytest
 
 from tests.procs import free_port, party_configs, run_split
 
@@ -41,7 +40,6 @@ def start_ranks(procs, cfgs: dict[str, str], ranks: int) -> list[str]:
     return names
 
 
-@pytest.mark.slow  # 2 ranks == centralized runs by default in tests/test_models_split.py
 def test_two_ranks_per_party_equal_one_rank_with_label_dp(tmp_path, shards_small, procs):
     # Prepare: the same configs (label DP on, early stopping on) for a 1-rank and a 2-rank run; a key store of this
     # test's own, so other tests on the same shards (same worker, same session store) cannot add uses to its ledger

@@ -123,6 +123,15 @@ def linear_parameters(model: nn.Module) -> list[nn.Parameter]:
     return list(found.values())
 
 
+def require_linear_part(train, has_linear: bool, which: str) -> None:
+    """train.linear_optimizer needs a bottom with a linear part: a ModelError of one line otherwise."""
+    if train.linear_optimizer is not None and not has_linear:
+        raise ModelError(
+            f"train.linear_optimizer trains a bottom's linear part, but {which} has none: use wide_deep or deepfm, "
+            "give your module a linear_parameters() method (docs/models.md), or drop train.linear_optimizer"
+        )
+
+
 def model_spec(cfg: BottomConfig | TopConfig) -> str:
     """The model's identity as canonical JSON (name or import path, options, sizes): kept in every checkpoint."""
     return json.dumps(cfg.spec, sort_keys=True, separators=(",", ":"))
@@ -148,12 +157,8 @@ def dry_run_models(cfg, shard) -> None:
         has_linear = bool(linear_parameters(module))
     else:
         has_linear = BOTTOMS[bottom.name].linear_part
-    if cfg.train.linear_optimizer is not None and not has_linear:
-        which = f"model.bottom.import {bottom.import_}" if bottom.import_ is not None else f"bottom {bottom.name!r}"
-        raise ModelError(
-            f"train.linear_optimizer trains a bottom's linear part, but {which} has none: use wide_deep or deepfm, "
-            "give your module a linear_parameters() method (docs/models.md), or drop train.linear_optimizer"
-        )
+    which = f"model.bottom.import {bottom.import_}" if bottom.import_ is not None else f"bottom {bottom.name!r}"
+    require_linear_part(cfg.train, has_linear, which)
     top = cfg.model.top
     if cfg.is_leader and top is not None and top.import_ is not None:
         outputs = shard.task.outputs if shard.task is not None else 1

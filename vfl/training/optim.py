@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from vfl.config.schema import ConfigError, TrainConfig
-from vfl.models.registry import linear_parameters
+from vfl.models.registry import linear_parameters, require_linear_part
 from vfl.training.lazy_adam import LazyAdam
 
 
@@ -50,9 +50,11 @@ class OptimizerSet:
         return [type(o).__name__ for o in self.optimizers]
 
     def load_state_dict(self, state: dict) -> None:
-        # a checkpoint without "kinds" is older (no linear optimizer): it has as many as train.optimizer builds alone
-        saved = state.get("kinds", f"{sum(k.isdigit() for k in state)} optimizers")
-        if saved != self.kinds() and saved != f"{len(self.optimizers)} optimizers":
+        # a checkpoint without "kinds" is older: matched by the number of parameters each of its optimizers holds
+        sizes = [sum(len(g["params"]) for g in o.param_groups) for o in self.optimizers]
+        saved_sizes = [sum(len(g["params"]) for g in state[k]["param_groups"]) for k in state if k.isdigit()]
+        if state.get("kinds", self.kinds()) != self.kinds() or saved_sizes != sizes:
+            saved = state.get("kinds") or f"of {saved_sizes} parameters (an older checkpoint)"
             raise ConfigError(
                 f"train.resume_from: the checkpoint's optimizers {saved} differ from this config's {self.kinds()}; "
                 "resume with the train.optimizer and train.linear_optimizer it was trained with, or start a new run"
@@ -107,11 +109,14 @@ def fused_kernel(params) -> bool | None:
     return True if all(p.is_cuda for p in params) else None
 
 
-def build_optimizer(model: nn.Module, cfg: TrainConfig) -> OptimizerSet:
+def build_optimizer(model: nn.Module, cfg: TrainConfig, bottom: bool = False) -> OptimizerSet:
     """adam: LazyAdam (= SparseAdam) on sparse embeddings + Adam on the rest; sgd and adagrad take both. With
     train.linear_optimizer, the linear part the model declares (wide_deep's wide part, deepfm's first order) has an
-    Adagrad of its own, as Wide&Deep trains its wide part apart from the deep (Cheng et al. 2016, Sec. 4)."""
-    linear = linear_parameters(model) if cfg.linear_optimizer is not None else []
+    Adagrad of its own, as Wide&Deep trains its wide part apart from the deep (Cheng et al. 2016, Sec. 4); bottom:
+    the model is a party's bottom (a top never has one), ModelError when it declares no linear part."""
+    linear = linear_parameters(model) if bottom and cfg.linear_optimizer is not None else []
+    if bottom:
+        require_linear_part(cfg, bool(linear), "this bottom")
     own = {id(p) for p in linear}
     params = [p for p in model.parameters() if id(p) not in own]
     sparse_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding) and m.sparse}
@@ -127,5 +132,6 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> OptimizerSet:
     elif params:
         opts.append((torch.optim.SGD if cfg.optimizer == "sgd" else torch.optim.Adagrad)(params, lr=cfg.lr))
     if linear:  # Adagrad moves only the rows of a sparse gradient, as lazy Adam does (the averaged weights rely on it)
+        torch.sparse.check_sparse_tensor_invariants.disable()  # torch's default, set explicitly: no warning per party
         opts.append(torch.optim.Adagrad(linear, lr=cfg.linear_optimizer.lr))
     return OptimizerSet(opts)

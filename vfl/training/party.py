@@ -42,7 +42,7 @@ class BottomParty(SnapshotTrainable):
         self.model_spec = model_spec(cfg.model.bottom)  # kept in checkpoints: resume refuses another model
         self.train_model = self.model  # with N ranks, the DistributedDataParallel wrapper of self.model
         total = cfg.train.epochs * steps_per_epoch(len(self.train_split), cfg.train.batch_size)
-        self.optimizer = ScheduledOptimizer(build_optimizer(self.model, cfg.train), cfg.train, total)
+        self.optimizer = ScheduledOptimizer(build_optimizer(self.model, cfg.train, bottom=True), cfg.train, total)
         self.cut_dim = cfg.model.bottom.cut_dim
         self.precision = cfg.train.precision
         keep_narrow_layers_fp32(self.model, self.precision)

@@ -71,7 +71,8 @@ class SnapshotTrainable:
         """Load {"model", "optimizer"} state; resume: training goes on from it (the raw weights where it holds an
         average), else the model keeps the "model" entry and is what evaluates (prediction: no average is kept)."""
         self.model.load_state_dict(weights["model"])
-        self.optimizer.load_state_dict(weights["optimizer"])  # an "average" block is not the optimizer's
+        if resume:  # prediction never steps: the optimizer's state (and its layout, train.linear_optimizer) is moot
+            self.optimizer.load_state_dict(weights["optimizer"])  # an "average" block is not the optimizer's
         if self.average is not None and resume:
             self.average.load(weights["optimizer"].get("average"))
         elif self.average is not None:
