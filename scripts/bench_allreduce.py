@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from vfl.distributed.context import _no_buffer_sync
+from vfl.distributed.context import _no_buffer_sync, release_process_group
 from vfl.models.wide_deep import WideDeepBottom
 
 
@@ -82,7 +82,8 @@ def main() -> None:
             f"dense all_reduce {t_dense * 1e3:.1f} ms; sparse all_reduce (gloo, all-gather of rows) {t_sparse * 1e3:.1f} ms; "
             f"backward {plain * 1e3:.0f} ms alone vs {with_ddp * 1e3:.0f} ms with DDP"
         )
-    dist.destroy_process_group()
+    ddp = None
+    release_process_group()  # gloo aborts at exit if DDP's reducer is only freed during finalization
 
 
 if __name__ == "__main__":

@@ -158,7 +158,18 @@ def run_party(cfg: PartyConfig, log, body, abort) -> int:
 
     Shared by both party entry points so that every failure looks the same: `error: <reason>` on
     stderr and in the party's log, exit 2 for configuration errors, 1 otherwise, 130 on Ctrl-C.
+    The process group of N ranks is released on the way out, whatever happened (release_process_group).
     """
+    try:
+        return _run_guarded(cfg, log, body, abort)
+    finally:
+        from vfl.distributed.context import release_process_group
+
+        release_process_group()
+
+
+def _run_guarded(cfg: PartyConfig, log, body, abort) -> int:
+    """run_party without the release: the exit code of body(), every failure worded once."""
     from privacy.label.store import LabelDPBudgetError, LabelDPStoreError
     from vfl.config.schema import ConfigError
     from vfl.data.errors import DataError
