@@ -131,8 +131,11 @@ class _Party:
             module.abort(state, f"{self.config.party}: {' '.join(str(e).split()) or type(e).__name__}")
             raise
         finally:
+            from vfl.distributed.context import release_process_group
+
             if "channel" in state:
                 state["channel"].close()
+            release_process_group()  # under torchrun: the group this run started, freed before the caller exits
             log.close()
 
 
