@@ -18,6 +18,7 @@ from vfl.distributed.pairing import rank_meta, rank_problems
 from vfl.inference.fingerprint import key_fingerprints, run_record
 from vfl.labeldp.prior import prior_config, prior_order
 from vfl.obs.metrics import RunLog, loss_line
+from vfl.preflight import resume_identity
 from vfl.session.follower import FollowerSession
 from vfl.training.checkpoint import checkpoint_tag, load_resume_checkpoint, save_checkpoint
 from vfl.training.microbatch import check_micro, micro_slices
@@ -319,4 +320,5 @@ class FollowerTrainer:
         record = run_record(
             self.cfg, self.ch.run, model_step, {self.cfg.party: self.party.cut_dim}, self.key_fingerprints
         )
-        save_checkpoint(path, self.cfg.party, {"bottom": self.party.state()}, epoch, step, {"run": record})
+        state = {"bottom": self.party.state()}
+        save_checkpoint(path, self.cfg.party, state, epoch, step, {"run": record}, resume_identity(self.cfg))

@@ -19,6 +19,7 @@ from vfl.labeldp.release import LabelDPRelease, bayes_accuracy_of, leader_task, 
 from vfl.obs.curves import RunCurves
 from vfl.obs.metrics import RunLog
 from vfl.obs.progress import track
+from vfl.preflight import resume_identity
 from vfl.session.leader import HandshakeError, LeaderSession
 from vfl.training.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.training.loop import TrainingLoop
@@ -358,7 +359,7 @@ class LeaderTrainer:
                 self.key_fingerprints,
             ),
         }
-        save_checkpoint(path, self.cfg.party, state, epoch, step, extra)
+        save_checkpoint(path, self.cfg.party, state, epoch, step, extra, resume_identity(self.cfg))
         return path
 
     def finish(self, epoch: int, step: int) -> None:

@@ -16,11 +16,12 @@ from vfl.preflight import (
     check_resume,
     projected_checkpoint_bytes,
     resolve_data_path,
+    resume_identity,
     size_warning,
 )
 
 
-def _cfg(path="d", **train):
+def _cfg(path="d", model=None, **train):
     return parse_config(
         {
             "role": "leader",
@@ -28,7 +29,7 @@ def _cfg(path="d", **train):
             "data": {"path": str(path)},
             "train": train,
             "network": {"bind": "tcp://127.0.0.1:1", "followers": ["follower0"]},
-            "model": {"bottom": {"embedding_dim": 16, "hidden": [8]}},
+            "model": model or {"bottom": {"embedding_dim": 16, "hidden": [8]}},
         }
     )
 
@@ -127,6 +128,37 @@ def test_resume_past_the_last_epoch_is_refused_before_torch(tmp_path, shards_sma
         check_resume(_cfg(shards_small / "leader", resume_from=str(other)), manifest)
     with pytest.raises(ConfigError, match="does not exist"):
         check_resume(_cfg(shards_small / "leader", resume_from=str(tmp_path / "gone.pt")), manifest)
+
+
+def test_resume_with_another_model_or_optimizer_is_refused_from_the_sidecar_before_torch(tmp_path, shards_small):
+    # Prepare: a checkpoint whose sidecar records a run's models and optimizers
+    manifest = json.loads((shards_small / "leader" / "manifest.json").read_text())
+    ckpt = tmp_path / "leader_final.pt"
+    ckpt.write_bytes(b"x")
+
+    def sidecar(resume):
+        (tmp_path / "leader_final.pt.json").write_text(json.dumps({"party": "leader", "step": 0, "resume": resume}))
+
+    cfg = _cfg(shards_small / "leader", resume_from=str(ckpt))
+    trained = resume_identity(cfg)
+    small = {"embedding_dim": 16, "hidden": [8]}
+    changes = {
+        "model.bottom": {"model": {"bottom": {**small, "name": "deepfm"}}},
+        "model.top": {"model": {"bottom": small, "top": {"name": "mlp", "hidden": [4]}}},
+        "train.optimizer": {"optimizer": "sgd"},
+        "train.linear_optimizer": {"linear_optimizer": {"lr": 0.1}},
+    }
+    # Execute / Assert: the same settings resume (another lr is no new layout), an older sidecar without the record too
+    sidecar(trained)
+    check_resume(cfg, manifest)
+    check_resume(_cfg(shards_small / "leader", resume_from=str(ckpt), lr=0.5), manifest)
+    sidecar(None)
+    check_resume(_cfg(shards_small / "leader", resume_from=str(ckpt), optimizer="sgd"), manifest)
+    sidecar(trained)
+    for key, change in changes.items():
+        other = _cfg(shards_small / "leader", resume_from=str(ckpt), **change)
+        with pytest.raises(ConfigError, match=rf"was trained with {key} .*, but this config has .*start a new run"):
+            check_resume(other, manifest)
 
 
 def test_projected_checkpoint_size_matches_a_real_checkpoint_and_large_ones_warn(shards_small, tmp_path):

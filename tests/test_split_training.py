@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
+import yaml
 
+from tests.conftest import REPO
 from tests.procs import party_configs, run_centralized, run_split
+from vfl.config.schema import load_config
 from vfl.obs.logs import message_of
+from vfl.preflight import resume_identity
 from vfl.training.checkpoint import load_checkpoint
 
 
@@ -138,6 +144,25 @@ def test_weight_average_with_microbatches_and_restore_equals_centralized(tmp_pat
     raw = final["optimizer"]["average"]["raw"]
     assert set(raw) == set(final["model"]) and any(not torch.equal(raw[k], final["model"][k]) for k in raw)
     assert final["optimizer"]["kinds"] == ["Adam", "LazyAdam", "Adagrad"]
+    # the sidecar records what a resume must keep; another optimizer layout is refused before torch or any peer
+    ckpt = tmp_path / "out/checkpoints/follower0_final.pt"
+    sidecar = json.loads((tmp_path / "out/checkpoints/follower0_final.pt.json").read_text())
+    assert sidecar["resume"] == resume_identity(load_config(cfgs["follower0"]))
+    assert sidecar["resume"]["train.linear_optimizer"] == "adagrad"
+    doc = yaml.safe_load(open(cfgs["follower0"]))
+    del doc["train"]["linear_optimizer"]
+    (tmp_path / "without_linear.yaml").write_text(yaml.safe_dump(doc))
+    other = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "follower", "--config", str(tmp_path / "without_linear.yaml")]
+        + ["--resume", str(ckpt), "--epochs", "5"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    imported = {line.split("|")[-1].strip() for line in other.stderr.splitlines() if line.startswith("import time:")}
+    assert other.returncode == 2 and "torch" not in imported, other.stderr[-2000:]
+    assert 'was trained with train.linear_optimizer "adagrad", but this config has null' in other.stderr
 
 
 def test_parties_resuming_from_different_steps_are_refused(tmp_path, shards_small, procs):

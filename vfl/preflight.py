@@ -91,7 +91,8 @@ def read_manifest(shard_dir: str) -> dict:
 
 
 def checkpoint_meta(path: str) -> dict | None:
-    """The JSON sidecar `<checkpoint>.json` ({party, epoch, step}) written beside each checkpoint, when present."""
+    """The JSON sidecar `<checkpoint>.json` ({party, epoch, step, bytes, resume}) beside each checkpoint, when
+    present."""
     try:
         with open(path + ".json") as f:
             doc = json.load(f)
@@ -100,8 +101,36 @@ def checkpoint_meta(path: str) -> dict | None:
         return None
 
 
+def resume_identity(cfg: PartyConfig) -> dict:
+    """What a run must keep to be resumed: its models (name or import path, options, sizes) and its optimizers.
+
+    Written into each checkpoint's sidecar, so that check_resume refuses another one here, before torch is imported
+    and before any peer is contacted; loading the checkpoint checks the same again (check_model_spec, OptimizerSet).
+    """
+    identity = {
+        "model.bottom": cfg.model.bottom.spec,
+        "train.optimizer": cfg.train.optimizer,
+        "train.linear_optimizer": cfg.train.linear_optimizer.name if cfg.train.linear_optimizer else None,
+    }
+    if cfg.is_leader:
+        identity["model.top"] = cfg.model.top.spec
+    return json.loads(json.dumps(identity))  # as the sidecar reads it back (tuples as lists)
+
+
+def _check_identity(cfg: PartyConfig, path: str, saved: dict) -> None:
+    """Each setting the sidecar recorded must be this config's (keys it lacks are from an older checkpoint)."""
+    for key, now in resume_identity(cfg).items():
+        if key in saved and saved[key] != now:
+            was, has = (json.dumps(v, sort_keys=True, separators=(",", ":")) for v in (saved[key], now))
+            raise ConfigError(
+                f"train.resume_from {path!r} was trained with {key} {was}, but this config has {has}; "
+                "resume with the settings it was trained with, or start a new run"
+            )
+
+
 def check_resume(cfg: PartyConfig, manifest: dict) -> None:
-    """A resume checkpoint must exist, belong to this party and leave steps to train under train.epochs."""
+    """A resume checkpoint must exist, belong to this party, have been trained with this config's models and
+    optimizers, and leave steps to train under train.epochs."""
     path = cfg.train.resume_from
     if not path:
         return
@@ -114,6 +143,8 @@ def check_resume(cfg: PartyConfig, manifest: dict) -> None:
         return  # an older checkpoint without a sidecar: checked when loaded
     if meta.get("party") not in (None, cfg.party):
         raise ConfigError(f"train.resume_from {path!r} belongs to party {meta.get('party')!r}, not {cfg.party!r}")
+    if isinstance(meta.get("resume"), dict):
+        _check_identity(cfg, path, meta["resume"])
     rows = (manifest.get("rows") or {}).get("train")
     step = meta.get("step")
     if isinstance(rows, int) and isinstance(step, int):

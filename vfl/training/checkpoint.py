@@ -32,8 +32,11 @@ def checkpoint_tag(tag: str) -> str:
     return tag
 
 
-def save_checkpoint(path: str, party: str, state: dict, epoch: int, step: int, extra: dict | None = None) -> None:
-    """Write {party, epoch, step, state, torch_rng, extra} to path via a temporary file and a rename."""
+def save_checkpoint(
+    path: str, party: str, state: dict, epoch: int, step: int, extra: dict | None = None, resume: dict | None = None
+) -> None:
+    """Write {party, epoch, step, state, torch_rng, extra} to path via a temporary file and a rename, and the sidecar
+    path.json {party, epoch, step, bytes, resume}: resume is vfl.preflight.resume_identity, checked before torch."""
     directory = os.path.dirname(os.path.abspath(path))
     buf = io.BytesIO()
     torch.save(
@@ -56,7 +59,7 @@ def save_checkpoint(path: str, party: str, state: dict, epoch: int, step: int, e
             f.write(payload)
         os.replace(tmp, path)
         with open(f"{path}.json.tmp-{os.getpid()}", "w") as f:  # read by vfl/preflight.py before torch is imported
-            json.dump({"party": party, "epoch": epoch, "step": step, "bytes": len(payload) + 40}, f)
+            json.dump({"party": party, "epoch": epoch, "step": step, "bytes": len(payload) + 40, "resume": resume}, f)
         os.replace(f"{path}.json.tmp-{os.getpid()}", f"{path}.json")
     except OSError as e:
         try:
