@@ -32,6 +32,26 @@ def test_valid_leader_config_gets_defaults():
     assert cfg.train.batch_size == 16000 and cfg.privacy.label_dp is None
 
 
+def test_an_optional_section_given_false_is_off_and_given_nothing_takes_its_defaults():
+    # Prepare: what a YAML file switched on, and the command line's `train.early_stopping=false` over it
+    on = {"early_stopping": {"patience": 3}, "linear_optimizer": {"lr": 0.1}}
+    # Execute
+    yaml_only = parse_config(_leader(train=on)).train
+    switched_off = parse_config(_leader(train={"early_stopping": False, "linear_optimizer": False})).train
+    empty = parse_config(_leader(train={"early_stopping": None, "linear_optimizer": None})).train
+    # Assert: false is off; an empty section is its defaults (on); a required section still refuses false
+    assert yaml_only.early_stopping.patience == 3 and yaml_only.linear_optimizer.lr == 0.1
+    assert switched_off.early_stopping is None and switched_off.linear_optimizer is None
+    assert empty.early_stopping is not None and empty.linear_optimizer.lr == 0.03
+    follower = {"role": "follower", "party": "f", "network": {"connect": "tcp://127.0.0.1:1"}, "data": {"path": "x"}}
+    off = parse_config({**follower, "train": {"early_stopping": False}, "privacy": {"label_dp": False}})
+    assert off.train.early_stopping is None and off.privacy.label_dp is None  # off is no leader-only setting
+    with pytest.raises(ConfigError, match="train: expected a mapping, got False"):
+        parse_config(_leader(train=False))
+    with pytest.raises(ConfigError, match="train.lr_schedule: expected a mapping, got False"):
+        parse_config(_leader(train={"lr_schedule": False}))
+
+
 def test_all_errors_are_reported_together_with_domains():
     # Prepare
     doc = _leader(

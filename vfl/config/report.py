@@ -44,7 +44,9 @@ def section_keys(root: type[BaseModel], path: tuple) -> list[str]:
 
 
 def fill_empty_sections(root: type[BaseModel], doc: Any) -> Any:
-    """`train:` with nothing under it means the section's defaults, as in a mapping with no keys."""
+    """`train:` with nothing under it means the section's defaults, as in a mapping with no keys; an optional section
+    (one that is off by default: early_stopping, label_dp, linear_optimizer) given `false` is off, so that
+    `train.early_stopping=false` on the command line switches off what the YAML switched on."""
     if not isinstance(doc, dict):
         return doc
     out = dict(doc)
@@ -52,6 +54,9 @@ def fill_empty_sections(root: type[BaseModel], doc: Any) -> Any:
         field = root.model_fields.get(key) if isinstance(key, str) else None
         sub = _model_of(field.annotation) if field is not None else None
         if sub is None:
+            continue
+        if value is False and field.default is None:
+            out[key] = None
             continue
         out[key] = {} if value is None else fill_empty_sections(sub, value)
     return out

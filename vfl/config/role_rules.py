@@ -80,9 +80,9 @@ def role_problems(doc: dict, party_pattern: str, default_batch_size: int, defaul
             errors.append("network.follower_keys is only used by the leader")
         if _has(doc, "model", "top"):
             errors.append("model.top is only used by the leader (followers hold bottom models)")
-        if _has(doc, "train", "early_stopping"):
+        if _has(doc, "train", "early_stopping") and _get(doc, "train", "early_stopping") is not None:  # false: off
             errors.append("train.early_stopping is set on the leader only (it holds the validation labels)")
-        if _has(doc, "privacy", "label_dp"):
+        if _has(doc, "privacy", "label_dp") and _get(doc, "privacy", "label_dp") is not None:
             errors.append("privacy.label_dp is set on the leader only (it holds the labels)")
         if _has(doc, "train", "task"):
             errors.append(
