@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from vfl.config.schema import ConfigError, parse_config
+from vfl.config.schema import ConfigError, json_schema, parse_config
 
 
 def _leader(**over):
@@ -50,6 +50,11 @@ def test_an_optional_section_given_false_is_off_and_given_nothing_takes_its_defa
         parse_config(_leader(train=False))
     with pytest.raises(ConfigError, match="train.lr_schedule: expected a mapping, got False"):
         parse_config(_leader(train={"lr_schedule": False}))
+    with pytest.raises(ConfigError, match="model.top: expected a mapping, got False"):  # a leader always has a top
+        parse_config(_leader(model={"top": False}))
+    train_schema = json_schema()["$defs"]["TrainConfig"]["properties"]
+    assert {"const": False} in train_schema["early_stopping"]["anyOf"]  # editors accept what the loader accepts
+    assert {"const": False} not in train_schema["lr_schedule"].get("anyOf", [])
 
 
 def test_all_errors_are_reported_together_with_domains():

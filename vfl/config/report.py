@@ -43,9 +43,14 @@ def section_keys(root: type[BaseModel], path: tuple) -> list[str]:
     return list(model.model_fields) if model is not None else []
 
 
+def off_switch(schema: dict) -> None:
+    """json_schema_extra of an optional section that `false` switches off (fill_empty_sections): editors accept it."""
+    schema.setdefault("anyOf", []).append({"const": False})
+
+
 def fill_empty_sections(root: type[BaseModel], doc: Any) -> Any:
-    """`train:` with nothing under it means the section's defaults, as in a mapping with no keys; an optional section
-    (one that is off by default: early_stopping, label_dp, linear_optimizer) given `false` is off, so that
+    """`train:` with nothing under it means the section's defaults, as in a mapping with no keys; a section that is off
+    by default and declares off_switch (early_stopping, label_dp, linear_optimizer) given `false` is off, so that
     `train.early_stopping=false` on the command line switches off what the YAML switched on."""
     if not isinstance(doc, dict):
         return doc
@@ -55,7 +60,7 @@ def fill_empty_sections(root: type[BaseModel], doc: Any) -> Any:
         sub = _model_of(field.annotation) if field is not None else None
         if sub is None:
             continue
-        if value is False and field.default is None:
+        if value is False and field.json_schema_extra is off_switch:
             out[key] = None
             continue
         out[key] = {} if value is None else fill_empty_sections(sub, value)

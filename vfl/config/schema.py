@@ -28,7 +28,7 @@ from privacy.domains import (
     domain_error,
 )
 from vfl.config.label_dp_rules import regression_label_dp_default
-from vfl.config.report import apply_overrides, fill_empty_sections, parse_override, problems
+from vfl.config.report import apply_overrides, fill_empty_sections, off_switch, parse_override, problems
 from vfl.config.role_rules import role_problems
 from vfl.config.table import SchemaConfig, load_schema_file
 from vfl.config.yamlfile import read_yaml
@@ -238,7 +238,9 @@ class TrainConfig(_Section):
     threads: Number(0, 1024, integer=True) = 0  # torch intra-op threads; 0 = cores / parties on this host
     resume_from: Optional[Path] = None  # this party's checkpoint (.pt) to continue from
     eval_every_steps: Number(0, integer=True) = 0  # evaluate every N global steps; 0 = at the end of every epoch
-    early_stopping: Optional[EarlyStoppingConfig] = None  # leader: select the best step on valid, restore it
+    early_stopping: Optional[EarlyStoppingConfig] = Field(
+        None, json_schema_extra=off_switch
+    )  # leader: select the best step on valid, restore it
     lr_schedule: LRScheduleConfig = Field(default_factory=LRScheduleConfig)
     # leader: one sigmoid output | K softmax outputs (K from the shard) | one real value (MSE or Huber)
     task: Choice("binary", "multiclass", "regression") = "binary"
@@ -259,7 +261,7 @@ class TrainConfig(_Section):
     # the bottom's linear part (wide_deep's wide part, deepfm's first order: one weight per id and the numbers' linear
     # layer) trained by its own optimizer, as Wide&Deep trains its wide part apart from the deep (docs/models.md);
     # unset: the linear part trains with the rest
-    linear_optimizer: Optional[LinearOptimizerConfig] = None
+    linear_optimizer: Optional[LinearOptimizerConfig] = Field(None, json_schema_extra=off_switch)
 
     @model_validator(mode="after")
     def _task_default_metric(self) -> "TrainConfig":
@@ -315,7 +317,7 @@ class DistributedConfig(_Section):
 
 
 class PrivacyConfig(_Section):
-    label_dp: Optional[LabelDPConfig] = None
+    label_dp: Optional[LabelDPConfig] = Field(None, json_schema_extra=off_switch)
 
 
 class OutputConfig(_Section):
