@@ -54,6 +54,12 @@ def _fail(message: str):
     return PydanticCustomError(DOMAIN_ERROR, "{message}", {"message": message})
 
 
+# the most eps any sample id of a labelled dataset may spend over every release of it (training's
+# privacy.label_dp.budget and the standalone LabelDP / RegressionLabelDP's budget=): 8 is the top of the range label-DP
+# papers report (Ghazi et al. 2021 go to 8), where binary RR flips 0.03% of labels
+DEFAULT_LABEL_DP_BUDGET = 8.0
+
+
 def domain_error(
     name: str, value, lo=None, hi=None, lo_open: bool = False, hi_open: bool = False, integer: bool = False
 ) -> str | None:

@@ -15,6 +15,7 @@ import torch
 from privacy import LabelDP, flip_probability, keep_probability
 from privacy.label.randomized_response import kary_rr
 from privacy.label.release_draws import randomize_binary_once, randomize_classes_once
+from privacy.label.store import LabelDPBudgetError
 from privacy.public_hash import uniform_from_ids
 from tests.dp_stats import binomial_tolerance, dp_histogram_violations
 
@@ -269,12 +270,37 @@ def test_keyed_class_ids_keep_their_class_with_p1():
         ({"dataset": "d", "key": bytes(32)}, {"ids": np.array([0, 1, 1, 2])}, "ids must be unique"),
         ({"dataset": "d", "key": b"short"}, None, "32 secret random bytes"),
         ({"num_classes": 1}, None, "num_classes must be an integer >= 2"),
+        ({"budget": 0}, None, "budget must be > 0"),
+        ({"budget": "eight"}, None, "budget must be a number, got 'eight'"),
+        ({"budget": True}, None, "budget must be a number, got True"),
     ],
 )
 def test_keyed_labeldp_rejects_bad_arguments_naming_them(kwargs, call, needle):
     with pytest.raises(ValueError) as e:
         LabelDP(1.0, **kwargs)(np.array([0, 1, 1, 0]), **(call or {}))
     assert needle in str(e.value)
+
+
+@pytest.mark.filterwarnings("ignore:label DP. created a new key store")
+def test_a_release_over_the_budget_is_refused_before_anything_is_drawn_or_recorded_and_a_replay_is_free(tmp_path):
+    # Prepare: one dataset's release at eps 3 under a budget of 5
+    store = str(tmp_path / "store")
+    labels, ids = np.array([0, 1, 1, 0] * 25), np.arange(100)
+    first = LabelDP(3.0, dataset="clicks", store_dir=store, budget=5)(labels, ids=ids)
+    ledger = (tmp_path / "store" / "ledger.json").read_text()
+    # Execute / Assert: a second release (eps 2.5) would spend 5.5: refused in one line, the ledger unchanged
+    with pytest.raises(LabelDPBudgetError) as e:
+        LabelDP(2.5, dataset="clicks", store_dir=store, budget=5)(labels, ids=ids)
+    assert "\n" not in str(e.value) and "to 5.5, over LabelDP's budget 5;" in str(e.value)
+    assert (tmp_path / "store" / "ledger.json").read_text() == ledger
+    # the same release replays at no cost; budget=None (no cap) and the default 8 let the second one through
+    assert np.array_equal(LabelDP(3.0, dataset="clicks", store_dir=store, budget=5)(labels, ids=ids), first)
+    second = LabelDP(2.5, dataset="clicks", store_dir=store)
+    second(labels, ids=ids)
+    assert second.last_release["dataset_total_eps"] == pytest.approx(5.5)
+    with pytest.raises(LabelDPBudgetError, match="to 9.5, over LabelDP's budget 8;"):
+        LabelDP(4.0, dataset="clicks", store_dir=store)(labels, ids=ids)
+    LabelDP(4.0, dataset="clicks", store_dir=store, budget=None)(labels, ids=ids)
 
 
 # -- K = 10: the k-ary RR release the multi-class trainer uses (randomize_classes_once, leader's PRF) --------

@@ -33,7 +33,7 @@ from privacy.label.regression_label_dp import (
 from privacy.label.regression_mechanisms import laplace_noise_variance, sampling_delta
 from privacy.label.regression_prior import histogram_sampling_delta, label_histogram
 from privacy.label.release_names import named_dataset_id
-from privacy.label.store import LabelDPStore
+from privacy.label.store import LabelDPBudgetError, LabelDPStore
 from vfl.config.label_dp_rules import regression_label_dp_default
 from vfl.config.schema import LabelDPConfig
 from vfl.data.task import Task
@@ -276,6 +276,25 @@ def test_the_ledger_records_one_release_once_however_many_calls_and_a_second_eps
     assert second.last_release["dataset_total_eps"] == pytest.approx(3.0)
     assert len(LabelDPStore(store).ledger()["releases"]) == 4
     assert dp.privacy_cost()["prior_eps"] == pytest.approx(0.1) and "rr_on_bins" in repr(dp)
+
+
+@pytest.mark.filterwarnings("ignore:label DP. created a new key store")
+def test_a_release_over_the_budget_is_refused_with_its_prior_and_nothing_is_recorded(tmp_path):
+    # Prepare: rr_on_bins at eps 3 (prior 0.3 + randomizer 2.7) under a budget of 5
+    y, ids = _labels(1000)
+    store = str(tmp_path / "store")
+    make = lambda eps, **kw: RegressionLabelDP(
+        eps, 0, 40, "rr_on_bins", bins=16, dataset="claims", store_dir=store, **kw
+    )
+    make(3.0, budget=5)(y, ids=ids)
+    before = LabelDPStore(store).ledger()["releases"]
+    # Execute / Assert: eps 2.5 (two new entries) would spend 5.5: refused, neither entry recorded
+    with pytest.raises(LabelDPBudgetError) as e:
+        make(2.5, budget=5)(y, ids=ids)
+    assert "\n" not in str(e.value) and "to 5.5, over RegressionLabelDP's budget 5;" in str(e.value)
+    assert LabelDPStore(store).ledger()["releases"] == before
+    with pytest.raises(ValueError, match="budget must be > 0"):
+        make(1.0, budget=-1)
 
 
 def test_store_mode_charges_a_corrected_label_a_subset_and_another_dataset_name_on_the_same_ids(tmp_path):

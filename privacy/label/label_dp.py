@@ -7,7 +7,9 @@ Two forms:
   another label set is another release with independent draws. The key and a ledger of releases live
   in the leader's store (privacy/label/store.py; `store_dir`, `key_file`), created on first use;
   `key=` bytes instead skips the ledger. Cost: `privacy_cost()` = rr_cost(eps), (eps, 0) per sample
-  for the release however many times it is called; the ledger adds up distinct releases.
+  for the release however many times it is called; the ledger adds up distinct releases, and a new release that
+  would take the dataset's total over `budget` (8 by default, as training's privacy.label_dp.budget; None: no cap)
+  raises LabelDPBudgetError before anything is drawn or recorded.
 * fresh noise per call (MindSpore's `LabelDP(eps=...)(labels)`, kept for compatibility): every call
   is a new eps-DP release of the same labels, drawn with the leader's PRF under a fresh key (`fresh_key`: 32 bytes
   of OS entropy, or of a numpy / torch Generator passed as `generator=`, whose seed must then be secret: whoever
@@ -30,7 +32,7 @@ import warnings
 
 import numpy as np
 
-from privacy.domains import LABEL_EPS_DOMAIN
+from privacy.domains import DEFAULT_LABEL_DP_BUDGET, LABEL_EPS_DOMAIN, domain_error
 from privacy.label.keyed_random import KEY_BYTES, key_error
 from privacy.label.randomized_response import check_label_eps, flip_probability, keep_probability, rr_cost
 from privacy.label.release_draws import randomize_binary_once, randomize_classes_once
@@ -141,6 +143,11 @@ def _check_ids(ids, n: int) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+def budget_problem(budget) -> str | None:
+    """None when budget is None (no cap) or a number > 0 (inf: no cap either), else the one-line error."""
+    return None if budget is None else domain_error("budget", budget, 0.0, lo_open=True)
+
+
 def key_source_error(key, store_dir, key_file) -> str | None:
     """None when the key's source is one of `key=` 32 bytes or the store (store_dir / key_file), else the error."""
     if key is not None and (store_dir is not None or key_file is not None):
@@ -152,8 +159,9 @@ class KeyedLabels:
     """The key of `key=` bytes, else of the leader's store (created on first use), and the store's warnings, each
     shown once with warnings.warn (training logs them): a new key store, ids shared with other datasets."""
 
-    def _keep_key(self, key, store_dir: str | None, key_file: str | None) -> None:
+    def _keep_key(self, key, store_dir: str | None, key_file: str | None, budget: float | None) -> None:
         self.store_dir, self.key_file = store_dir, key_file
+        self.budget = None if budget is None else float(budget)  # checked by budget_problem; the store's ledger's cap
         self._key = bytes(key) if key is not None else None
         self._store = None
         self._shown = 0  # the store's warnings shown so far
@@ -188,11 +196,12 @@ class LabelDP(KeyedLabels):
         key_file: str | None = None,
         key: bytes | None = None,
         num_classes: int | None = None,
+        budget: float | None = DEFAULT_LABEL_DP_BUDGET,
     ):
         from privacy.label.release_names import named_dataset_id
 
         self.eps = checked_eps(eps)
-        err = key_source_error(key, store_dir, key_file)
+        err = key_source_error(key, store_dir, key_file) or budget_problem(budget)
         if err:
             raise ValueError(err)
         if num_classes is not None and (
@@ -202,7 +211,7 @@ class LabelDP(KeyedLabels):
         if dataset is not None:
             named_dataset_id(dataset)  # a bad name is refused before any store is created
         self.dataset = dataset
-        self._keep_key(key, store_dir, key_file)
+        self._keep_key(key, store_dir, key_file, budget)
         self.num_classes = None if num_classes is None else int(num_classes)
         self.last_release: dict | None = None  # keyed mode: the release and the ledger's totals of the last call
 
@@ -241,6 +250,8 @@ class LabelDP(KeyedLabels):
                 self._key,
                 ids,
                 {"name": self.dataset},
+                budget=self.budget,
+                budget_name="LabelDP's budget",
             )
             self.last_release.update(
                 new_release=is_new, dataset_total_eps=summary["total_eps"], ledger=self._store.ledger_path

@@ -2,7 +2,9 @@
 
 `RegressionLabelDP(eps, lo, hi, mechanism="rr_on_bins", dataset="claims-2026-11")(labels, ids=sample_ids)` returns the
 noisy labels of one release, from the leader's keyed PRF at (key, release, sample id), recorded in the ledger of the
-leader's store (privacy/label/store.py; `store_dir`, `key_file`, or `key=` bytes and no ledger, as LabelDP). The
+leader's store (privacy/label/store.py; `store_dir`, `key_file`, or `key=` bytes and no ledger, as LabelDP); a new
+release that would take the dataset's total eps over `budget` (8 by default, as training's; None: no cap) is refused
+before anything is drawn or recorded. The
 mechanisms are those of `privacy.label_dp` in training, with its names, defaults and limits:
 * `laplace`: discrete Laplace on the clipped label (the two-sided geometric mechanism, Ghosh, Roughgarden and
   Sundararajan 2009, Def. 2.3), unbiased, variance `laplace_noise_variance(lo, hi, eps)`, no prior;
@@ -40,12 +42,13 @@ import os
 
 import numpy as np
 
-from privacy.domains import PRIOR_EPS_FRACTION, domain_error, eps_split_problem, suggest
+from privacy.domains import DEFAULT_LABEL_DP_BUDGET, PRIOR_EPS_FRACTION, domain_error, eps_split_problem, suggest
 from privacy.label.label_dp import (
     KeyedLabels,
     _check_ids,
     _from_numpy,
     _to_numpy,
+    budget_problem,
     checked_eps,
     fresh_key,
     key_source_error,
@@ -113,6 +116,7 @@ class RegressionLabelDP(KeyedLabels):
         store_dir: str | None = None,
         key_file: str | None = None,
         key: bytes | None = None,
+        budget: float | None = DEFAULT_LABEL_DP_BUDGET,
     ):
         self.eps = checked_eps(eps)
         self.lo, self.hi = check_clip(lo, hi)
@@ -141,7 +145,7 @@ class RegressionLabelDP(KeyedLabels):
         err = err or domain_error("prior_eps_fraction", fraction, 0.0, 1.0, lo_open=True, hi_open=True)
         if err is None and mechanism != "laplace" and prior == "dp_histogram":
             err = eps_split_problem(self.eps, fraction, name="")
-        err = err or key_source_error(key, store_dir, key_file)
+        err = err or key_source_error(key, store_dir, key_file) or budget_problem(budget)
         if err:
             raise ValueError(err)
         if dataset is not None:
@@ -151,7 +155,7 @@ class RegressionLabelDP(KeyedLabels):
         self.mechanism = mechanism
         self.spec = RegressionSpec((self.lo, self.hi), int(bins), prior, float(fraction))
         self.dataset = dataset
-        self._keep_key(key, store_dir, key_file)
+        self._keep_key(key, store_dir, key_file, budget)
         self._kept: dict[str, np.ndarray] = {}  # key= mode: the prior and design of each release, as a store keeps them
         self.last_release: dict | None = None  # keyed mode: the release and the ledger's totals of the last call
 
@@ -189,7 +193,15 @@ class RegressionLabelDP(KeyedLabels):
             releases = [names.release(m, p, int(ids.size), p["eps"]) for m, p in entries]
             if store is None:
                 return releases[0].release_id, True, {}
-            is_new, summary = store.record(releases[0], key, ids, {"name": dataset}, planned=tuple(releases[1:]))
+            is_new, summary = store.record(
+                releases[0],
+                key,
+                ids,
+                {"name": dataset},
+                budget=self.budget,
+                planned=tuple(releases[1:]),
+                budget_name="RegressionLabelDP's budget",
+            )
             return releases[0].release_id, is_new, summary
 
         kept, keep = (self._kept.get, self._kept.setdefault) if keyed else (lambda rel: None, lambda rel, m: None)

@@ -276,10 +276,12 @@ class LabelDPStore:
         source: dict | None = None,
         budget: float | None = None,
         planned: tuple[Release, ...] = (),
+        budget_name: str = "privacy.label_dp.budget",
     ) -> tuple[bool, dict]:
         """Add the release (and its dataset) to the ledger unless it is there, and merge this run's ids into the
         dataset's id set either way; `planned` releases, which this run records later, count towards the budget too.
-        LabelDPBudgetError, with nothing written, when a new one would take the dataset's total over `budget`.
+        LabelDPBudgetError, with nothing written, when a new one would take the dataset's total over `budget` (named
+        budget_name in the error: the setting that holds it).
         Returns (is_new, summary) with the dataset's total eps.
 
         The dataset's `rows` is the number of distinct ids it has ever released: exact, since the whole set is held
@@ -314,7 +316,7 @@ class LabelDPStore:
                 trial = [r for r in doc["releases"] + [r.entry("") for r in new] if r.get("dataset") in charged]
                 total = composed_eps(trial)
                 if total - budget > 1e-9:
-                    raise budget_error(release, new, total, budget, len(overlapping), self.ledger_path)
+                    raise budget_error(release, new, total, budget, len(overlapping), self.ledger_path, budget_name)
             found = known.get(release.release_id)
             if found is None:
                 doc["releases"].append(release.entry(fp))
@@ -488,13 +490,19 @@ class LabelDPStore:
 
 
 def budget_error(
-    release: Release, new: list[Release], total: float, budget: float, overlapping: int, ledger: str
+    release: Release,
+    new: list[Release],
+    total: float,
+    budget: float,
+    overlapping: int,
+    ledger: str,
+    budget_name: str = "privacy.label_dp.budget",
 ) -> LabelDPBudgetError:
     """The one-line refusal: what would be spent, the total it would reach, the budget, and what to do."""
     what = ", ".join(f"{r.mechanism} eps={r.eps:g}" for r in new)
     return LabelDPBudgetError(
         f"label DP: the new release ({what}) would bring dataset {release.dataset}'s total eps (its most exposed "
-        f"sample id, {overlapping} overlapping dataset(s) included) to {total:g}, over privacy.label_dp.budget "
+        f"sample id, {overlapping} overlapping dataset(s) included) to {total:g}, over {budget_name} "
         f"{budget:g}; nothing was drawn or recorded (re-running an earlier release costs nothing; raise the budget "
         f"only knowingly; ledger {ledger})"
     )

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 
 from privacy.domains import (
+    DEFAULT_LABEL_DP_BUDGET,
     DOMAIN_ERROR,
     PRIOR_EPS_FRACTION,
     Choice,
@@ -292,7 +293,7 @@ class LabelDPConfig(_Section):
     # datasets (the ledger's dataset_total_eps); a new release beyond it is refused before any label is drawn. 8: the
     # top of the range label-DP papers report (Ghazi et al. 2021 go to 8), where binary RR flips 0.03% of labels;
     # that is 8 runs at eps 1 or 4 at eps 2, while re-runs of one release cost nothing. .inf = no cap (say so knowingly)
-    budget: Number(0.0, lo_open=True) = 8.0
+    budget: Number(0.0, lo_open=True) = DEFAULT_LABEL_DP_BUDGET
     store_dir: Optional[Path] = (
         None  # per-dataset key + ledger; None: $VFL_LABEL_DP_STORE or ~/.local/share/vfl/label_dp
     )
