@@ -135,6 +135,10 @@ class LeaderTrainer:
                 f"{changed}; debias={r.get('debias', False)}; "
                 f"dataset total eps {r['dataset_total_eps']} over {r['dataset_releases']} release(s)"
             )
+        else:  # said once, so that a YAML's label DP switched off on the command line (=false) is never silent
+            self.log(
+                "label DP: off (privacy.label_dp unset or false): the followers' gradients come from the true labels"
+            )
         self._check_resume_release()
         self.label_digests = self.ctx.same_on_every_rank(
             "the training labels (noisy under label DP)",

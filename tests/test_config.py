@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from vfl.config.schema import ConfigError, json_schema, parse_config
+from vfl.config.report import apply_overrides
+from vfl.config.schema import ConfigError, dotted_overrides, json_schema, parse_config
 
 
 def _leader(**over):
@@ -52,6 +53,13 @@ def test_an_optional_section_given_false_is_off_and_given_nothing_takes_its_defa
         parse_config(_leader(train={"lr_schedule": False}))
     with pytest.raises(ConfigError, match="model.top: expected a mapping, got False"):  # a leader always has a top
         parse_config(_leader(model={"top": False}))
+    # overrides: a section and a key inside it at once is refused; a key inside a section the file switched off is on
+    with pytest.raises(ConfigError, match=r"overrides privacy.label_dp=False and privacy.label_dp.eps=3 conflict"):
+        dotted_overrides(["privacy.label_dp.eps=3", "privacy.label_dp=false"])
+    with pytest.raises(ConfigError, match=r"overrides privacy.label_dp=False and privacy.label_dp.eps=3 conflict"):
+        dotted_overrides(["privacy.label_dp=false", "privacy.label_dp.eps=3"])
+    doc = apply_overrides(_leader(privacy={"label_dp": False}), dotted_overrides(["privacy.label_dp.eps=3"]))
+    assert parse_config(doc).privacy.label_dp.eps == 3
     train_schema = json_schema()["$defs"]["TrainConfig"]["properties"]
     assert {"const": False} in train_schema["early_stopping"]["anyOf"]  # editors accept what the loader accepts
     assert {"const": False} not in train_schema["lr_schedule"].get("anyOf", [])

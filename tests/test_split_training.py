@@ -74,6 +74,7 @@ def test_outputs_metrics_logs_and_weights_only_checkpoints(tmp_path, shards_smal
     assert m["label_dp"] is None and len(m["history"]) == 1
     log = (out / "leader.log").read_text()
     assert "epoch 0 step 5/" in log and "loss: " in log
+    assert "label DP: off (privacy.label_dp unset or false): the followers' gradients come from the true labels" in log
     follower_log = (out / "follower0.log").read_text()
     assert [message_of(x) for x in log.splitlines() if " step " in x] == [
         message_of(x) for x in follower_log.splitlines() if " step " in x

@@ -112,13 +112,14 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 def apply_overrides(doc: dict, overrides: dict[str, Any]) -> dict:
-    """doc with each dotted key set (sections created as needed); a malformed section is left for validation."""
+    """doc with each dotted key set (sections created as needed, and a section the file switched off with `false` is
+    switched on by a key set inside it); a malformed section is left for validation."""
     for dotted, value in overrides.items():
         node = doc
         *parents, leaf = dotted.split(".")
         for key in parents:
             child = node.get(key)
-            if child is None:
+            if child is None or child is False:
                 child = node[key] = {}
             if not isinstance(child, dict):
                 break  # the section itself is malformed; validation reports it

@@ -414,6 +414,13 @@ def dotted_overrides(pairs: list[str]) -> dict[str, Any]:
         except ValueError as e:
             raise ConfigError(str(e)) from None
         out[key] = value
+    for key in out:  # `privacy.label_dp=false privacy.label_dp.eps=3`: which one is meant depends on nothing stated
+        inner = next((k for k in out if k.startswith(key + ".")), None)
+        if inner is not None:
+            raise ConfigError(
+                f"overrides {key}={out[key]!r} and {inner}={out[inner]!r} conflict: the first sets the whole section; "
+                "give one of them"
+            )
     return out
 
 
