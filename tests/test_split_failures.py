@@ -272,3 +272,39 @@ def test_the_projects_own_errors_reach_the_followers_in_their_own_words(tmp_path
     # Assert
     assert code == (2 if kind == "ConfigError" else 1)
     assert sent == ["leader: follower0's train sample ids differ from the leader's"]
+
+
+@pytest.mark.parametrize(
+    "error, told",
+    [
+        (ValueError("bad lr at /home/leader/secret"), "leader stopped: an invalid value (details in its log)"),
+        (
+            "budget",
+            "leader: the leader's label-DP budget for this dataset is spent (details in the leader's log)",
+        ),
+    ],
+    ids=["ValueError", "LabelDPBudgetError"],
+)
+def test_the_python_api_tells_the_peers_what_the_command_line_tells_them(
+    tmp_path, shards_small, monkeypatch, error, told
+):
+    # Prepare: Leader.fit() whose body fails with a text that names the leader's paths or ledger
+    import leader.__main__ as leader_main
+    from privacy.label.store import LabelDPBudgetError
+    from vfl.api import Leader
+
+    if error == "budget":
+        error = LabelDPBudgetError("label DP: ... to 9, over privacy.label_dp.budget 8; ledger /home/leader/ledger")
+    sent = []
+
+    def body(cfg, log, state):
+        raise error
+
+    monkeypatch.setattr(leader_main, "body", body)
+    monkeypatch.setattr(leader_main, "abort", lambda state, reason: sent.append(reason))
+    cfgs = party_configs(str(tmp_path), str(shards_small))
+    # Execute
+    with pytest.raises(type(error)):
+        Leader(cfgs["leader"]).fit()
+    # Assert: the followers get the category or the project's words, never the paths (the caller keeps the exception)
+    assert sent == [told]

@@ -14,6 +14,7 @@ CLI commands), waits for them with a deadline, and returns the leader's history.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -114,7 +115,7 @@ class _Party:
             raise ConfigError(f"{type(self).__name__} needs a config with role: {self.role}, got {self.config.role!r}")
 
     def _run(self) -> dict:
-        from vfl.cli import party_keys
+        from vfl.cli import party_keys, peer_reason
         from vfl.obs.logs import RunLog
         from vfl.preflight import preflight
 
@@ -128,14 +129,16 @@ class _Party:
             module.body(cfg, log, state)
             return state
         except BaseException as e:
-            module.abort(state, f"{self.config.party}: {' '.join(str(e).split()) or type(e).__name__}")
+            reason = peer_reason(self.config.party, e)  # as the CLI words it: no ledger, path or library text
+            if reason is not None:
+                module.abort(state, reason)
             raise
         finally:
-            from vfl.distributed.context import release_process_group
-
             if "channel" in state:
                 state["channel"].close()
-            release_process_group()  # under torchrun: the group this run started, freed before the caller exits
+            if "ctx" in state:  # under torchrun: the group this run started (never one of the caller's), and its
+                state["ctx"].close()  # DDP reducers, freed while the interpreter is alive (release_process_group)
+                gc.collect()
             log.close()
 
 

@@ -165,7 +165,34 @@ def run_party(cfg: PartyConfig, log, body, abort) -> int:
     finally:
         from vfl.distributed.context import release_process_group
 
-        release_process_group()
+        try:
+            release_process_group()
+        except BaseException as e:  # the exit code stays the run's
+            log.warning(f"warning: releasing the process group of the ranks failed: {one_line(e)}")
+
+
+def peer_reason(party: str, e: BaseException) -> str | None:
+    """The ABORT reason the peers are told of a failure (None: a PeerAbort, which they sent): the project's own
+    sentences as they are; the budget's and the key store's details, a library's text or a traceback never (they
+    may name this party's paths, config values and ledger), only what kind of stop it was."""
+    from privacy.label.store import LabelDPBudgetError, LabelDPStoreError
+    from vfl.config.schema import ConfigError
+    from vfl.data.errors import DataError
+    from vfl.wire import PeerAbort, WireError
+
+    if isinstance(e, PeerAbort):
+        return None
+    if isinstance(e, LabelDPBudgetError):
+        return f"{party}: the leader's label-DP budget for this dataset is spent (details in the leader's log)"
+    if isinstance(e, LabelDPStoreError):
+        return f"{party}: the leader's label-DP key store cannot be used (details in the leader's log)"
+    if isinstance(e, (ConfigError, DataError, WireError)):
+        return f"{party}: {one_line(e)}"
+    if isinstance(e, (FloatingPointError, RuntimeError, ValueError, OSError)):
+        return stopped_reason(party, e)
+    if isinstance(e, KeyboardInterrupt):
+        return f"{party} interrupted"
+    return internal_error_reason(party)
 
 
 def _run_guarded(cfg: PartyConfig, log, body, abort) -> int:
@@ -181,25 +208,20 @@ def _run_guarded(cfg: PartyConfig, log, body, abort) -> int:
     except PeerAbort as e:  # the peer already knows; just report its reason
         log.error(f"error: {one_line(e)}")
         return 1
-    except LabelDPBudgetError as e:  # the dataset's totals and ledger path stay in the leader's log
-        abort(f"{cfg.party}: the leader's label-DP budget for this dataset is spent (details in the leader's log)")
-        log.error(f"error: {one_line(e)}")
-        return 1
-    except LabelDPStoreError as e:  # names the leader's key path: the detail stays in the leader's log
-        abort(f"{cfg.party}: the leader's label-DP key store cannot be used (details in the leader's log)")
+    except (LabelDPBudgetError, LabelDPStoreError) as e:  # the totals and key path stay in the leader's log
+        abort(peer_reason(cfg.party, e))
         log.error(f"error: {one_line(e)}")
         return 1
     except (ConfigError, DataError, WireError) as e:  # the project's own sentences: the peers read them as they are
-        reason = one_line(e)
-        log.error(f"error: {reason}")  # in our log before the peers hear of it (they may stop us right after)
-        abort(f"{cfg.party}: {reason}")
+        log.error(f"error: {one_line(e)}")  # in our log before the peers hear of it (they may stop us right after)
+        abort(peer_reason(cfg.party, e))
         return 2 if isinstance(e, ConfigError) else 1
     except (FloatingPointError, RuntimeError, ValueError, OSError) as e:  # may quote our paths and config values
         log.error(f"error: {one_line(e)}")
-        abort(stopped_reason(cfg.party, e))
+        abort(peer_reason(cfg.party, e))
         return 1
-    except KeyboardInterrupt:
-        abort(f"{cfg.party} interrupted")
+    except KeyboardInterrupt as e:
+        abort(peer_reason(cfg.party, e))
         log.error("error: interrupted")
         return 130
     except Exception as e:  # a bug, or input no check foresaw: still one line and an ABORT, never a bare traceback
@@ -208,7 +230,7 @@ def _run_guarded(cfg: PartyConfig, log, body, abort) -> int:
         reason = f"unexpected {type(e).__name__}: {one_line(e)}"
         log.file_only(traceback.format_exc())
         log.error(f"error: {reason} (traceback in {cfg.party}.log)")
-        abort(internal_error_reason(cfg.party))  # the peers get the project's words; the exception stays in our log
+        abort(peer_reason(cfg.party, e))  # the peers get the project's words; the exception stays in our log
         return 1
 
 
