@@ -159,6 +159,21 @@ def test_resume_with_another_model_or_optimizer_is_refused_from_the_sidecar_befo
         other = _cfg(shards_small / "leader", resume_from=str(ckpt), **change)
         with pytest.raises(ConfigError, match=rf"was trained with {key} .*, but this config has .*start a new run"):
             check_resume(other, manifest)
+    # a sidecar of another file (a .pt copied over this one without its .json) is stale: read as absent
+    import hashlib
+
+    payload = b"the checkpoint's bytes"
+    ckpt.write_bytes(b"VFLCKPT1" + hashlib.sha256(payload).digest() + payload)
+    deepfm = _cfg(shards_small / "leader", resume_from=str(ckpt), **changes["model.bottom"])
+    for digest, refused in ((hashlib.sha256(payload).hexdigest(), True), ("00" * 32, False)):
+        (tmp_path / "leader_final.pt.json").write_text(
+            json.dumps({"party": "leader", "step": 0, "sha256": digest, "resume": trained})
+        )
+        if refused:
+            with pytest.raises(ConfigError, match="was trained with model.bottom"):
+                check_resume(deepfm, manifest)
+        else:
+            check_resume(deepfm, manifest)
 
 
 def test_projected_checkpoint_size_matches_a_real_checkpoint_and_large_ones_warn(shards_small, tmp_path):

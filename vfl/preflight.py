@@ -13,6 +13,9 @@ import os
 from vfl.config.schema import ConfigError, PartyConfig
 
 CHECKPOINT_WARN_BYTES = 1 << 30  # warn above 1 GiB per checkpoint
+# a checkpoint file starts with this magic and the SHA-256 of the rest (vfl/training/checkpoint.py, which imports torch)
+CHECKPOINT_MAGIC = b"VFLCKPT1"
+CHECKPOINT_HEADER_BYTES = len(CHECKPOINT_MAGIC) + 32
 RAW_SUFFIXES = (".tsv", ".txt", ".csv", ".gz")
 
 
@@ -91,12 +94,20 @@ def read_manifest(shard_dir: str) -> dict:
 
 
 def checkpoint_meta(path: str) -> dict | None:
-    """The JSON sidecar `<checkpoint>.json` ({party, epoch, step, bytes, resume}) beside each checkpoint, when
-    present."""
+    """The JSON sidecar `<checkpoint>.json` ({party, epoch, step, bytes, sha256, resume}) beside each checkpoint,
+    when present and written with this checkpoint: one whose sha256 is not the checkpoint's own (a .pt copied over
+    another without its sidecar) is stale and read as absent (the load checks everything again)."""
     try:
         with open(path + ".json") as f:
             doc = json.load(f)
-        return doc if isinstance(doc, dict) else None
+        if not isinstance(doc, dict):
+            return None
+        if "sha256" in doc:
+            with open(path, "rb") as f:
+                header = f.read(CHECKPOINT_HEADER_BYTES)
+            if header[len(CHECKPOINT_MAGIC) :].hex() != doc["sha256"]:
+                return None
+        return doc
     except (OSError, ValueError):
         return None
 

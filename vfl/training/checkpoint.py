@@ -20,7 +20,9 @@ import re
 
 import torch
 
-CKPT_MAGIC = b"VFLCKPT1"
+from vfl.preflight import CHECKPOINT_MAGIC
+
+CKPT_MAGIC = CHECKPOINT_MAGIC  # the one definition is torch-free, for preflight
 
 _TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
@@ -36,7 +38,8 @@ def save_checkpoint(
     path: str, party: str, state: dict, epoch: int, step: int, extra: dict | None = None, resume: dict | None = None
 ) -> None:
     """Write {party, epoch, step, state, torch_rng, extra} to path via a temporary file and a rename, and the sidecar
-    path.json {party, epoch, step, bytes, resume}: resume is vfl.preflight.resume_identity, checked before torch."""
+    path.json {party, epoch, step, bytes, sha256, resume}: resume is vfl.preflight.resume_identity, checked before
+    torch; sha256 (the header's) tells preflight that the sidecar belongs to this very file."""
     directory = os.path.dirname(os.path.abspath(path))
     buf = io.BytesIO()
     torch.save(
@@ -51,15 +54,17 @@ def save_checkpoint(
         buf,
     )
     payload = buf.getbuffer()
+    digest = hashlib.sha256(payload).digest()
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
         os.makedirs(directory, exist_ok=True)
         with open(tmp, "wb") as f:
-            f.write(CKPT_MAGIC + hashlib.sha256(payload).digest())
+            f.write(CKPT_MAGIC + digest)
             f.write(payload)
         os.replace(tmp, path)
         with open(f"{path}.json.tmp-{os.getpid()}", "w") as f:  # read by vfl/preflight.py before torch is imported
-            json.dump({"party": party, "epoch": epoch, "step": step, "bytes": len(payload) + 40, "resume": resume}, f)
+            sidecar = {"party": party, "epoch": epoch, "step": step, "bytes": len(payload) + 40}
+            json.dump({**sidecar, "sha256": digest.hex(), "resume": resume}, f)
         os.replace(f"{path}.json.tmp-{os.getpid()}", f"{path}.json")
     except OSError as e:
         try:
