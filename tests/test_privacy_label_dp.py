@@ -271,8 +271,10 @@ def test_keyed_class_ids_keep_their_class_with_p1():
         ({"dataset": "d", "key": b"short"}, None, "32 secret random bytes"),
         ({"num_classes": 1}, None, "num_classes must be an integer >= 2"),
         ({"budget": 0}, None, "budget must be > 0"),
-        ({"budget": "eight"}, None, "budget must be a number, got 'eight'"),
-        ({"budget": True}, None, "budget must be a number, got True"),
+        ({"budget": "8"}, None, "budget must be a number > 0 or None (no cap), got str '8'"),
+        ({"budget": True}, None, "budget must be a number > 0 or None (no cap), got bool True"),
+        ({"budget": 5, "key": bytes(32)}, None, "budget=5 is enforced by the store's ledger"),
+        ({"budget": 5}, None, "fresh noise is recorded nowhere"),
     ],
 )
 def test_keyed_labeldp_rejects_bad_arguments_naming_them(kwargs, call, needle):
@@ -289,10 +291,11 @@ def test_a_release_over_the_budget_is_refused_before_anything_is_drawn_or_record
     first = LabelDP(3.0, dataset="clicks", store_dir=store, budget=5)(labels, ids=ids)
     ledger = (tmp_path / "store" / "ledger.json").read_text()
     # Execute / Assert: a second release (eps 2.5) would spend 5.5: refused in one line, the ledger unchanged
+    refused = LabelDP(2.5, dataset="clicks", store_dir=store, budget=5)
     with pytest.raises(LabelDPBudgetError) as e:
-        LabelDP(2.5, dataset="clicks", store_dir=store, budget=5)(labels, ids=ids)
+        refused(labels, ids=ids)
     assert "\n" not in str(e.value) and "to 5.5, over LabelDP's budget 5;" in str(e.value)
-    assert (tmp_path / "store" / "ledger.json").read_text() == ledger
+    assert (tmp_path / "store" / "ledger.json").read_text() == ledger and refused.last_release is None
     # the same release replays at no cost; budget=None (no cap) and the default 8 let the second one through
     assert np.array_equal(LabelDP(3.0, dataset="clicks", store_dir=store, budget=5)(labels, ids=ids), first)
     second = LabelDP(2.5, dataset="clicks", store_dir=store)
@@ -301,6 +304,15 @@ def test_a_release_over_the_budget_is_refused_before_anything_is_drawn_or_record
     with pytest.raises(LabelDPBudgetError, match="to 9.5, over LabelDP's budget 8;"):
         LabelDP(4.0, dataset="clicks", store_dir=store)(labels, ids=ids)
     LabelDP(4.0, dataset="clicks", store_dir=store, budget=None)(labels, ids=ids)
+    # eps = inf keyed: over any finite budget, refused before anything is recorded; with budget=None the true labels
+    # are a release the ledger records (its total is then inf); fresh noise at eps = inf stays the exact labels
+    ledger = (tmp_path / "store" / "ledger.json").read_text()
+    with pytest.raises(LabelDPBudgetError, match=r"LabelDP eps=inf is over its budget=8: .*budget=None"):
+        LabelDP(math.inf, dataset="clicks", store_dir=store)(labels, ids=ids)
+    assert (tmp_path / "store" / "ledger.json").read_text() == ledger
+    exact = LabelDP(math.inf, dataset="clicks", store_dir=store, budget=None)
+    assert np.array_equal(exact(labels, ids=ids), labels) and exact.last_release["dataset_total_eps"] == "inf"
+    assert np.array_equal(LabelDP(math.inf)(labels), labels)
 
 
 # -- K = 10: the k-ary RR release the multi-class trainer uses (randomize_classes_once, leader's PRF) --------

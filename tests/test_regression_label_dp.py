@@ -295,6 +295,13 @@ def test_a_release_over_the_budget_is_refused_with_its_prior_and_nothing_is_reco
     assert LabelDPStore(store).ledger()["releases"] == before
     with pytest.raises(ValueError, match="budget must be > 0"):
         make(1.0, budget=-1)
+    with pytest.raises(LabelDPBudgetError, match="RegressionLabelDP eps=inf is over its budget=8"):
+        make(math.inf)(y, ids=ids)
+    assert LabelDPStore(store).ledger()["releases"] == before
+    with pytest.raises(ValueError, match="key= bytes keep no ledger"):
+        RegressionLabelDP(1.0, 0, 40, "laplace", key=bytes(32), budget=5)
+    with pytest.raises(ValueError, match="fresh noise is recorded nowhere"):
+        RegressionLabelDP(1.0, 0, 40, "laplace", budget=5)(y)
 
 
 def test_store_mode_charges_a_corrected_label_a_subset_and_another_dataset_name_on_the_same_ids(tmp_path):

@@ -26,6 +26,7 @@ count of ones), and no seed others may know ever draws the noise.
 
 from __future__ import annotations
 
+import math
 import numbers
 import secrets
 import warnings
@@ -143,9 +144,41 @@ def _check_ids(ids, n: int) -> np.ndarray:
     return arr.astype(np.int64)
 
 
-def budget_problem(budget) -> str | None:
-    """None when budget is None (no cap) or a number > 0 (inf: no cap either), else the one-line error."""
-    return None if budget is None else domain_error("budget", budget, 0.0, lo_open=True)
+class _DefaultBudget(float):
+    """budget='s default (DEFAULT_LABEL_DP_BUDGET), told apart from a budget the caller set: only the store's ledger
+    can enforce one, so a budget set with key= bytes or for fresh noise is refused rather than ignored."""
+
+
+DEFAULT_BUDGET_ARG = _DefaultBudget(DEFAULT_LABEL_DP_BUDGET)
+
+
+def budget_problem(budget, key) -> str | None:
+    """None when budget is None (no cap) or a number > 0 (inf: no cap either) that the ledger can enforce, else the
+    one-line error."""
+    if budget is None:
+        return None
+    if isinstance(budget, (bool, str)) or not isinstance(budget, numbers.Real):
+        return f"budget must be a number > 0 or None (no cap), got {type(budget).__name__} {budget!r}"
+    err = domain_error("budget", budget, 0.0, lo_open=True)
+    if err is None and key is not None and budget is not DEFAULT_BUDGET_ARG and not math.isinf(budget):
+        err = (
+            f"budget={budget!r} is enforced by the store's ledger (store_dir=, key_file=); key= bytes keep no ledger: "
+            "use the store, or leave budget out"
+        )
+    return err
+
+
+def over_budget(eps: float, budget: float | None, api: str):
+    """The one-line LabelDPBudgetError of a release whose own eps exceeds the budget (none could be drawn), or None."""
+    from privacy.label.store import LabelDPBudgetError
+
+    if budget is None or eps <= budget:
+        return None
+    hint = "eps=inf releases the true labels: pass budget=None to do it knowingly" if math.isinf(eps) else ""
+    return LabelDPBudgetError(
+        f"label DP: {api} eps={eps:g} is over its budget={budget:g}: no release could be drawn, nothing was recorded "
+        f"({hint or 'raise the budget only knowingly'})"
+    )
 
 
 def key_source_error(key, store_dir, key_file) -> str | None:
@@ -162,6 +195,7 @@ class KeyedLabels:
     def _keep_key(self, key, store_dir: str | None, key_file: str | None, budget: float | None) -> None:
         self.store_dir, self.key_file = store_dir, key_file
         self.budget = None if budget is None else float(budget)  # checked by budget_problem; the store's ledger's cap
+        self.budget_set = budget is not DEFAULT_BUDGET_ARG  # a caller's own budget, which fresh noise cannot keep
         self._key = bytes(key) if key is not None else None
         self._store = None
         self._shown = 0  # the store's warnings shown so far
@@ -196,12 +230,12 @@ class LabelDP(KeyedLabels):
         key_file: str | None = None,
         key: bytes | None = None,
         num_classes: int | None = None,
-        budget: float | None = DEFAULT_LABEL_DP_BUDGET,
+        budget: float | None = DEFAULT_BUDGET_ARG,
     ):
         from privacy.label.release_names import named_dataset_id
 
         self.eps = checked_eps(eps)
-        err = key_source_error(key, store_dir, key_file) or budget_problem(budget)
+        err = key_source_error(key, store_dir, key_file) or budget_problem(budget, key)
         if err:
             raise ValueError(err)
         if num_classes is not None and (
@@ -227,6 +261,7 @@ class LabelDP(KeyedLabels):
         )
 
     def _keyed(self, kind: str, k: int, ids: np.ndarray, draw) -> np.ndarray:
+        """The release's noisy labels, recorded in the store's ledger (its budget checked) before they are drawn."""
         from privacy.label.store import Release, named_dataset_id
 
         if self.dataset is None:
@@ -234,10 +269,13 @@ class LabelDP(KeyedLabels):
                 "once-per-sample randomization (ids=...) needs LabelDP(eps, dataset=NAME): the name of "
                 "the label set, so that two label sets on the same ids never share coins"
             )
+        key = self._secret()
         rel = self.release_id(kind, k)
-        out = draw(self._secret(), rel)
-        self.last_release = {"release_id": rel, "eps": self.eps, "mechanism": f"labeldp/{kind}"}
+        release = {"release_id": rel, "eps": self.eps, "mechanism": f"labeldp/{kind}"}
         if self._store is not None:
+            refused = over_budget(self.eps, self.budget, "LabelDP")
+            if refused is not None:
+                raise refused
             is_new, summary = self._store.record(
                 Release(
                     rel,
@@ -247,16 +285,15 @@ class LabelDP(KeyedLabels):
                     {"eps": self.eps, "k": k},
                     int(ids.size),
                 ),
-                self._key,
+                key,
                 ids,
                 {"name": self.dataset},
                 budget=self.budget,
                 budget_name="LabelDP's budget",
             )
-            self.last_release.update(
-                new_release=is_new, dataset_total_eps=summary["total_eps"], ledger=self._store.ledger_path
-            )
-        self.last_release["warnings"] = self._new_warnings()
+            release.update(new_release=is_new, dataset_total_eps=summary["total_eps"], ledger=self._store.ledger_path)
+        out = draw(key, rel)
+        self.last_release = {**release, "warnings": self._new_warnings()}
         return out
 
     def __call__(self, labels, generator=None, ids=None, insecure_seed: bool = False):
@@ -269,8 +306,13 @@ class LabelDP(KeyedLabels):
             if generator is not None:
                 raise ValueError("pass ids (keyed, once per sample) or generator (fresh noise), not both")
         else:  # fresh noise: a new release under a new key, recorded nowhere
+            if self.budget_set:
+                raise ValueError(
+                    "budget= caps the releases the ledger records (ids=...); fresh noise is recorded nowhere: "
+                    "call with ids=, or leave budget out"
+                )
             key = fresh_key(generator, insecure_seed)
-        if arr.shape[0] == 0 or np.isinf(self.eps):
+        if arr.shape[0] == 0 or (ids is None and np.isinf(self.eps)):
             return _from_numpy(arr.copy(), kind)
         if label_type == "binary":
             cls, k = arr.reshape(-1).astype(np.int64), 2
@@ -279,7 +321,9 @@ class LabelDP(KeyedLabels):
         else:
             cls, k = np.argmax(arr, axis=1), arr.shape[1]
         # two classes are binary whatever their encoding: one mechanism (keep e^eps/(1+e^eps)), one release
-        if k == 2:
+        if np.isinf(self.eps):  # keyed: the true labels, recorded (and capped) as a release of eps = inf
+            draw = lambda key, rel, rows: cls.copy()
+        elif k == 2:
             draw = lambda key, rel, rows: randomize_binary_once(cls, rows, self.eps, key, rel)
         else:
             draw = lambda key, rel, rows: randomize_classes_once(cls, rows, k, self.eps, key, rel)

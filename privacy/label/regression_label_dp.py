@@ -42,8 +42,9 @@ import os
 
 import numpy as np
 
-from privacy.domains import DEFAULT_LABEL_DP_BUDGET, PRIOR_EPS_FRACTION, domain_error, eps_split_problem, suggest
+from privacy.domains import PRIOR_EPS_FRACTION, domain_error, eps_split_problem, suggest
 from privacy.label.label_dp import (
+    DEFAULT_BUDGET_ARG,
     KeyedLabels,
     _check_ids,
     _from_numpy,
@@ -52,6 +53,7 @@ from privacy.label.label_dp import (
     checked_eps,
     fresh_key,
     key_source_error,
+    over_budget,
 )
 from privacy.label.regression_mechanisms import UNBIASED_MAX_BINS, check_clip
 from privacy.label.regression_prior import PRIOR_KINDS, file_prior
@@ -116,7 +118,7 @@ class RegressionLabelDP(KeyedLabels):
         store_dir: str | None = None,
         key_file: str | None = None,
         key: bytes | None = None,
-        budget: float | None = DEFAULT_LABEL_DP_BUDGET,
+        budget: float | None = DEFAULT_BUDGET_ARG,
     ):
         self.eps = checked_eps(eps)
         self.lo, self.hi = check_clip(lo, hi)
@@ -145,7 +147,7 @@ class RegressionLabelDP(KeyedLabels):
         err = err or domain_error("prior_eps_fraction", fraction, 0.0, 1.0, lo_open=True, hi_open=True)
         if err is None and mechanism != "laplace" and prior == "dp_histogram":
             err = eps_split_problem(self.eps, fraction, name="")
-        err = err or key_source_error(key, store_dir, key_file) or budget_problem(budget)
+        err = err or key_source_error(key, store_dir, key_file) or budget_problem(budget, key)
         if err:
             raise ValueError(err)
         if dataset is not None:
@@ -242,6 +244,14 @@ class RegressionLabelDP(KeyedLabels):
         self._check_dtype(arr, kind)
         if keyed:
             key = self._secret()
+            refused = over_budget(self.eps, self.budget, "RegressionLabelDP") if self._store is not None else None
+            if refused is not None:
+                raise refused
+        elif self.budget_set:
+            raise ValueError(
+                "budget= caps the releases the ledger records (ids=...); fresh noise is recorded nowhere: "
+                "call with ids=, or leave budget out"
+            )
         else:  # fresh noise: a new release under a new key, drawn nowhere else and recorded nowhere
             ids, dataset = np.arange(y.size, dtype=np.int64), self.dataset or "fresh noise"
             key = fresh_key(generator, insecure_seed)
