@@ -221,6 +221,13 @@ def main(argv=None) -> int:
         "front door (run_vfl_train_local.sh) prepares it",
     )
     ap.add_argument(
+        "--label-seed",
+        type=int,
+        default=None,
+        help="synthetic data: the seed of its label world (default: a secret one per generated file, so each run "
+        "draws its own world); give one to compare examples side by side in one world, or to repeat a run",
+    )
+    ap.add_argument(
         "--wide-cut",
         action="store_true",
         help="cut_dim 8 on every party and an MLP top (hidden [64]) instead of the examples' 2-value cut and linear top",
@@ -266,9 +273,10 @@ def main(argv=None) -> int:
 
     datasets = []
     if "synthetic" in datasets_wanted:
-        synth = os.path.join(args.out, f"synth_{args.rows}.tsv")
+        world = "" if args.label_seed is None else f"_world{args.label_seed}"
+        synth = os.path.join(args.out, f"synth_{args.rows}{world}.tsv")
         if not os.path.exists(synth):
-            write_synthetic(synth, args.rows, seed=0)
+            write_synthetic(synth, args.rows, seed=0, label_seed=args.label_seed)
         prepare(
             synth,
             os.path.join(args.out, "shards_synth"),
@@ -320,6 +328,8 @@ def main(argv=None) -> int:
             args.wide_cut,
             args.example,
         )
+    for c in cells:  # which world the synthetic cells came from (None: a secret one)
+        c.setdefault("label_seed", args.label_seed if c["dataset"] == "synthetic" else None)
     json.dump(cells, open(os.path.join(args.out, "utility.json"), "w"), indent=2)
     print(
         "\n| data | eps | method | test AUC (mean ± sd) | best-step test AUC (oracle) | max gap | test logloss | "
