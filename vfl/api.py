@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -132,6 +133,10 @@ class _Party:
             reason = peer_reason(self.config.party, e)  # as the CLI words it: no ledger, path or library text
             if reason is not None:
                 module.abort(state, reason)
+            if "ctx" in state and state["ctx"].ranks > 1:
+                # the traceback's frames hold the trainer and its DDP reducers: freed now, not at interpreter exit
+                # (where gloo aborts the process), at the cost of their locals for a post-mortem
+                traceback.clear_frames(e.__traceback__)
             raise
         finally:
             if "channel" in state:
