@@ -27,7 +27,7 @@ def test_binary_flip_rate_matches_one_over_one_plus_e_eps(eps):
     # Prepare
     labels = np.random.default_rng(1).integers(0, 2, N)
     # Execute
-    noisy = LabelDP(eps)(labels, generator=np.random.default_rng(2))
+    noisy = LabelDP(eps)(labels, generator=np.random.default_rng(2), insecure_seed=True)
     # Assert
     rho = 1 / (1 + math.exp(eps))
     assert abs(np.mean(noisy != labels) - rho) < binomial_tolerance(N, rho)
@@ -39,7 +39,7 @@ def test_one_hot_keep_and_move_rates(eps, k):
     cls = np.random.default_rng(3).integers(0, k, N)
     onehot = np.eye(k, dtype=np.float32)[cls]
     # Execute
-    out = LabelDP(eps)(onehot, generator=np.random.default_rng(4))
+    out = LabelDP(eps)(onehot, generator=np.random.default_rng(4), insecure_seed=True)
     new = out.argmax(axis=1)
     # Assert: keep rate p1, and each other class gets p2 = 1/(k-1+e^eps)
     p1 = math.exp(eps) / (k - 1 + math.exp(eps))
@@ -56,8 +56,8 @@ def test_torch_input_keeps_type_shape_dtype_and_device():
     y = torch.tensor([[0.0], [1.0], [1.0]], dtype=torch.float64)
     oh = torch.tensor([[0, 1, 0], [1, 0, 0]], dtype=torch.int32)
     # Execute
-    a = LabelDP(1.0)(y, generator=torch.Generator().manual_seed(0))
-    b = LabelDP(1.0)(oh, generator=np.random.default_rng(5))
+    a = LabelDP(1.0)(y, generator=torch.Generator().manual_seed(0), insecure_seed=True)
+    b = LabelDP(1.0)(oh, generator=np.random.default_rng(5), insecure_seed=True)
     # Assert
     assert isinstance(a, torch.Tensor) and a.shape == (3, 1) and a.dtype == torch.float64 and a.device == y.device
     assert isinstance(b, torch.Tensor) and b.shape == (2, 3) and b.dtype == torch.int32 and (b.sum(1) == 1).all()
@@ -70,7 +70,7 @@ def test_eps_infinity_is_exact_and_the_smallest_eps_is_near_uniform():
     # Execute
     exact = LabelDP(math.inf)(labels)
     exact_t = LabelDP(float("inf"))(onehot)
-    uniform = LabelDP(0.001)(np.zeros(N, np.int64), generator=np.random.default_rng(8))
+    uniform = LabelDP(0.001)(np.zeros(N, np.int64), generator=np.random.default_rng(8), insecure_seed=True)
     # Assert
     np.testing.assert_array_equal(exact, labels)
     assert exact.dtype == np.int8 and torch.equal(exact_t, onehot)
@@ -83,18 +83,18 @@ def test_same_generator_seed_reproduces_the_output_and_no_generator_never_repeat
     # Prepare
     labels = np.random.default_rng(9).integers(0, 2, 1000)
     # Execute
-    a = LabelDP(1.0)(labels, generator=np.random.default_rng(42))
-    b = LabelDP(1.0)(labels, generator=np.random.default_rng(42))
+    a = LabelDP(1.0)(labels, generator=np.random.default_rng(42), insecure_seed=True)
+    b = LabelDP(1.0)(labels, generator=np.random.default_rng(42), insecure_seed=True)
     c = LabelDP(1.0)(labels, generator=42, insecure_seed=True)
-    d = LabelDP(1.0)(labels, generator=torch.Generator().manual_seed(42))
+    d = LabelDP(1.0)(labels, generator=torch.Generator().manual_seed(42), insecure_seed=True)
     os_a, os_b = LabelDP(1.0)(labels), LabelDP(1.0)(labels)
-    # Assert: a secret Generator or the opt-in seed replays; OS entropy is another key every call
+    # Assert: the opted-in Generator or seed replays; OS entropy is another key every call
     np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(c, LabelDP(1.0)(labels, generator=42, insecure_seed=True))
     assert d.shape == a.shape and not np.array_equal(os_a, os_b)
 
 
-def test_an_int_seed_is_refused_without_the_insecure_opt_in_and_a_store_warning_is_shown(tmp_path):
+def test_a_seed_or_a_generator_is_refused_without_the_insecure_opt_in_and_a_store_warning_is_shown(tmp_path):
     # Prepare
     labels = np.array([0, 1, 1, 0])
     # Execute / Assert: a seed others may know replays the flips (tests/test_regression_label_dp.py shows the attack)
@@ -103,6 +103,9 @@ def test_an_int_seed_is_refused_without_the_insecure_opt_in_and_a_store_warning_
     assert "\n" not in str(e.value)
     with pytest.raises(ValueError, match="generator must be a numpy Generator or a torch Generator"):
         LabelDP(1.0)(labels, generator="x")
+    for gen in (np.random.default_rng(7), torch.Generator(), torch.Generator().manual_seed(7)):
+        with pytest.raises(ValueError, match=r"generator=(Generator): a seed others can know voids the DP guarantee"):
+            LabelDP(1.0)(labels, generator=gen)
     dp = LabelDP(1.0, dataset="clicks", store_dir=str(tmp_path / "store"))
     with pytest.warns(UserWarning, match="created a new key store"):
         dp(labels, ids=np.arange(4))
@@ -114,16 +117,16 @@ def test_dp_histogram_on_neighbouring_binary_labels(eps):
     # Prepare: the same mechanism on label 0 and on label 1 (neighbouring datasets of one record)
     rng = np.random.default_rng(10)
     # Execute
-    out0 = LabelDP(eps)(np.zeros(N, np.int64), generator=rng)
-    out1 = LabelDP(eps)(np.ones(N, np.int64), generator=rng)
+    out0 = LabelDP(eps)(np.zeros(N, np.int64), generator=rng, insecure_seed=True)
+    out1 = LabelDP(eps)(np.ones(N, np.int64), generator=rng, insecure_seed=True)
     # Assert
     assert dp_histogram_violations(out0, out1, eps, bins=2) == []
 
 
 def test_dp_histogram_on_neighbouring_one_hot_labels():
     rng = np.random.default_rng(11)
-    a = LabelDP(1.0)(np.tile(np.eye(4)[0], (N, 1)), generator=rng).argmax(1)
-    b = LabelDP(1.0)(np.tile(np.eye(4)[1], (N, 1)), generator=rng).argmax(1)
+    a = LabelDP(1.0)(np.tile(np.eye(4)[0], (N, 1)), generator=rng, insecure_seed=True).argmax(1)
+    b = LabelDP(1.0)(np.tile(np.eye(4)[1], (N, 1)), generator=rng, insecure_seed=True).argmax(1)
     assert dp_histogram_violations(a, b, 1.0, bins=4) == []
 
 
@@ -313,6 +316,59 @@ def test_a_release_over_the_budget_is_refused_before_anything_is_drawn_or_record
     exact = LabelDP(math.inf, dataset="clicks", store_dir=store, budget=None)
     assert np.array_equal(exact(labels, ids=ids), labels) and exact.last_release["dataset_total_eps"] == "inf"
     assert np.array_equal(LabelDP(math.inf)(labels), labels)
+
+
+@pytest.mark.filterwarnings("ignore:label DP. (created a new key store|dataset)")
+@pytest.mark.parametrize("k", [2, 10])
+def test_a_changed_label_under_the_same_release_is_refused_and_batches_of_one_label_set_replay_it(tmp_path, k):
+    # Prepare: a label set given batch by batch, then the whole of it; a corrected copy with 5% of its labels changed
+    store = str(tmp_path / "store")
+    rng = np.random.default_rng(40 + k)
+    ids = rng.permutation(20_000).astype(np.int64) * 7 + 3
+    labels = rng.integers(0, k, ids.size)
+    changed = rng.random(ids.size) < 0.05
+    corrected = np.where(changed, (labels + 1) % k, labels)
+    make = lambda name: LabelDP(1.0, dataset=name, store_dir=store, num_classes=None if k == 2 else k)
+    # Execute: two batches, then the whole set (a replay), then the corrected set under the same name
+    halves = [make("clicks")(labels[part], ids=ids[part]) for part in (slice(0, 12_000), slice(12_000, None))]
+    whole = make("clicks")
+    out = whole(labels, ids=ids)
+    ledger = (tmp_path / "store" / "ledger.json").read_text()
+    pins = sorted((tmp_path / "store" / "label_pins").iterdir())
+    refused = make("clicks")
+    with pytest.raises(ValueError) as e:
+        refused(corrected, ids=ids)
+    # Assert: batches and the whole set are one release (same labels, no new cost); the changed labels are refused in
+    # one line naming the count and the way out, with the ledger and the pins as they were and nothing drawn
+    np.testing.assert_array_equal(np.concatenate(halves), out)
+    assert whole.last_release["new_release"] is False and whole.last_release["dataset_total_eps"] == 1.0
+    assert f"{changed.sum()} of the {ids.size} ids already have another label in dataset 'clicks'" in str(e.value)
+    assert "\n" not in str(e.value) and "another dataset= name" in str(e.value) and refused.last_release is None
+    assert (tmp_path / "store" / "ledger.json").read_text() == ledger
+    assert sorted((tmp_path / "store" / "label_pins").iterdir()) == pins and len(pins) == 1
+    # the way out: another name draws new coins, and the ledger charges both (they share every id)
+    fixed = make("clicks-corrected")
+    again = fixed(corrected, ids=ids)
+    keep = math.e / (k - 1 + math.e)
+    same = keep * keep + (1 - keep) ** 2 / (k - 1)  # independent draws on the unchanged labels agree this often
+    assert abs(np.mean(again[~changed] == out[~changed]) - same) < binomial_tolerance(int((~changed).sum()), same)
+    assert fixed.last_release["dataset_total_eps"] == 2.0
+
+
+def test_the_planted_leak_the_pins_prevent_reads_every_changed_label():
+    """Power: with `key=` bytes (no store, no pins) the same release on a changed label set reuses its coins, and the
+    XOR of the two outputs is exactly the XOR of the two label sets; the store's pins refuse that second call."""
+    # Prepare
+    ids = np.arange(10_000, dtype=np.int64)
+    rng = np.random.default_rng(44)
+    labels = rng.integers(0, 2, ids.size)
+    corrected = np.where(rng.random(ids.size) < 0.05, 1 - labels, labels)
+    key = bytes(range(32))
+    # Execute
+    a = LabelDP(1.0, dataset="clicks", key=key)(labels, ids=ids)
+    b = LabelDP(1.0, dataset="clicks", key=key)(corrected, ids=ids)
+    # Assert
+    np.testing.assert_array_equal(a ^ b, labels ^ corrected)
 
 
 # -- K = 10: the k-ary RR release the multi-class trainer uses (randomize_classes_once, leader's PRF) --------

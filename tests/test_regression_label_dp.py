@@ -172,7 +172,7 @@ def test_fresh_noise_mode_reproduces_only_with_the_insecure_opt_in_and_records_n
     dp = RegressionLabelDP(1.0, 0, 40, "laplace", store_dir=str(tmp_path / "store"))
     # Execute
     a, b = dp(y, generator=7, insecure_seed=True), dp(y, generator=7, insecure_seed=True)
-    c, d, e = dp(y, generator=np.random.default_rng(8)), dp(y), dp(y)
+    c, d, e = dp(y, generator=np.random.default_rng(8), insecure_seed=True), dp(y), dp(y)
     # Assert: an int seed replays (for tests only); OS entropy never repeats; nothing is recorded
     assert np.array_equal(a, b) and not np.array_equal(a, c) and not np.array_equal(d, e)
     assert dp.last_release is None and not (tmp_path / "store").exists()
@@ -192,10 +192,13 @@ def test_a_known_seed_is_refused_because_replaying_it_reads_the_labels(make):
         else dp(guess, generator=7, insecure_seed=True)
     )
     hits = [c for c in (0.0, 1.0) if np.array_equal(replay(np.r_[c, y[1:]]), observed)]
-    # Execute / Assert: the seed alone is refused, in one line naming the way out
+    # Execute / Assert: the seed alone is refused, in one line naming the way out; so is torch's default Generator,
+    # whose seed is a public constant (the same replay reads the labels)
     with pytest.raises(ValueError, match="a seed others can know voids the DP guarantee.*ids=") as err:
         make()(y, generator=7)
     assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="generator=Generator: a seed others can know"):
+        make()(y, generator=torch.Generator())
     assert hits == [y[0]]  # power: with the opt-in, the replay finds the label at eps 0.1
 
 

@@ -3,8 +3,11 @@
 Two forms:
 * once per sample (use this): `LabelDP(eps, dataset="clicks-2026-11")(labels, ids=sample_ids)` draws
   every sample's noise from a keyed PRF of (secret key, release, sample id), so a sample gets the same
-  noisy label on every call, epoch and run. The release is (dataset name, eps, K, key): another eps or
-  another label set is another release with independent draws. The key and a ledger of releases live
+  noisy label on every call, epoch and run (calls may give the dataset batch by batch). The release is (dataset
+  name, eps, K, key): another eps or another dataset name is another release with independent draws. The store pins
+  each id's label per release (privacy/label/label_pins.py): a call that gives an id another label than the
+  release drew for it is refused, since the same coins would show which labels changed (a corrected label set takes
+  another dataset name; `key=` bytes keep no pins, so there that is the caller's duty). The key and a ledger of releases live
   in the leader's store (privacy/label/store.py; `store_dir`, `key_file`), created on first use;
   `key=` bytes instead skips the ledger. Cost: `privacy_cost()` = rr_cost(eps), (eps, 0) per sample
   for the release however many times it is called; the ledger adds up distinct releases, and a new release that
@@ -12,9 +15,9 @@ Two forms:
   raises LabelDPBudgetError before anything is drawn or recorded.
 * fresh noise per call (MindSpore's `LabelDP(eps=...)(labels)`, kept for compatibility): every call
   is a new eps-DP release of the same labels, drawn with the leader's PRF under a fresh key (`fresh_key`: 32 bytes
-  of OS entropy, or of a numpy / torch Generator passed as `generator=`, whose seed must then be secret: whoever
-  knows it replays the noise and reads the labels); calling it once per epoch spends epochs x eps. An int seed is
-  refused unless `insecure_seed=True` says the noise is for tests and examples only.
+  of OS entropy); calling it once per epoch spends epochs x eps. An int seed or a numpy / torch Generator passed as
+  `generator=` is refused unless `insecure_seed=True` says the noise is for tests and examples only: whoever knows
+  the seed replays the noise and reads the labels, and no check can tell a secret seed from a known one.
 Both take a numpy array or a torch tensor and return the same type, shape, dtype and device. Binary labels ((N,) or (N, 1), values in {0, 1}) flip with rho = 1/(1+e^eps);
 one-hot labels ((N, K), K >= 2, exactly one 1 per row) and class ids ((N,) integers in [0, K) with
 num_classes=K) keep their class with p1 = e^eps/(K-1+e^eps) and otherwise move uniformly to one of
@@ -75,28 +78,31 @@ def checked_eps(eps) -> float:
 
 
 def fresh_key(generator=None, insecure_seed: bool = False) -> bytes:
-    """The key of one fresh-noise release: 32 bytes of OS entropy (`secrets`) with no generator, else 32 bytes of a
-    numpy or torch Generator, whose seed must be secret. An int seed is refused unless insecure_seed=True: anyone
-    who knows it (a config, a notebook) replays the noise exactly and reads every label, whatever eps says."""
+    """The key of one fresh-noise release: 32 bytes of OS entropy (`secrets`) with no generator. A seed or a numpy /
+    torch Generator is refused unless insecure_seed=True: whoever knows its seed (a config, a notebook, torch's public
+    default seed of `torch.Generator()`) replays the noise exactly and reads every label, whatever eps says, and
+    nothing here can tell a secret seed from a known one."""
     if generator is None:
         return secrets.token_bytes(KEY_BYTES)
-    if isinstance(generator, (int, np.integer)) and not isinstance(generator, bool):
-        if not insecure_seed:
-            raise ValueError(
-                f"generator={int(generator)}: a seed others can know voids the DP guarantee (it replays the noise); "
-                "pass ids= and dataset= for keyed noise under a secret key, no generator, or insecure_seed=True "
-                "for tests and examples only"
-            )
+    import torch
+
+    seed = isinstance(generator, (int, np.integer)) and not isinstance(generator, bool)
+    if not (seed or isinstance(generator, (np.random.Generator, torch.Generator))):
+        raise ValueError(
+            f"generator must be a numpy Generator or a torch Generator (tests only), got {type(generator).__name__}"
+        )
+    if not insecure_seed:
+        what = f"generator={int(generator)}" if seed else f"generator={type(generator).__name__}"
+        raise ValueError(
+            f"{what}: a seed others can know voids the DP guarantee (it replays the noise; torch.Generator() starts "
+            "from a public seed); leave generator out (OS entropy), pass ids= and dataset= for keyed noise under a "
+            "secret key, or insecure_seed=True for tests and examples only"
+        )
+    if seed:
         return np.random.default_rng(int(generator)).bytes(KEY_BYTES)
     if isinstance(generator, np.random.Generator):
         return generator.bytes(KEY_BYTES)
-    import torch
-
-    if isinstance(generator, torch.Generator):
-        return torch.randint(0, 256, (KEY_BYTES,), dtype=torch.uint8, generator=generator).numpy().tobytes()
-    raise ValueError(
-        f"generator must be a numpy Generator or a torch Generator (with a secret seed), got {type(generator).__name__}"
-    )
+    return torch.randint(0, 256, (KEY_BYTES,), dtype=torch.uint8, generator=generator).numpy().tobytes()
 
 
 def label_kind(labels: np.ndarray, num_classes: int | None = None) -> str:
@@ -260,8 +266,10 @@ class LabelDP(KeyedLabels):
             {"eps": self.eps, "k": k},
         )
 
-    def _keyed(self, kind: str, k: int, ids: np.ndarray, draw) -> np.ndarray:
-        """The release's noisy labels, recorded in the store's ledger (its budget checked) before they are drawn."""
+    def _keyed(self, kind: str, k: int, ids: np.ndarray, cls: np.ndarray, draw) -> np.ndarray:
+        """The release's noisy labels, recorded in the store's ledger (its budget checked) and each id's label pinned
+        (privacy/label/label_pins.py: a pinned id given another label is refused) before they are drawn."""
+        from privacy.label.label_pins import check_pins, label_tags, pin
         from privacy.label.store import Release, named_dataset_id
 
         if self.dataset is None:
@@ -276,6 +284,9 @@ class LabelDP(KeyedLabels):
             refused = over_budget(self.eps, self.budget, "LabelDP")
             if refused is not None:
                 raise refused
+            tags = label_tags(key, rel, ids, cls)
+            with self._store.locked():  # a relabelled id is refused before anything is recorded
+                check_pins(self._store.dir, rel, self.dataset, tags)
             is_new, summary = self._store.record(
                 Release(
                     rel,
@@ -292,13 +303,15 @@ class LabelDP(KeyedLabels):
                 budget_name="LabelDP's budget",
             )
             release.update(new_release=is_new, dataset_total_eps=summary["total_eps"], ledger=self._store.ledger_path)
+            with self._store.locked():  # checked again: another process may have pinned these ids meanwhile
+                pin(self._store.dir, rel, self.dataset, tags)
         out = draw(key, rel)
         self.last_release = {**release, "warnings": self._new_warnings()}
         return out
 
     def __call__(self, labels, generator=None, ids=None, insecure_seed: bool = False):
         """The noisy labels: keyed once per sample with `ids=`; else fresh noise under `fresh_key(generator,
-        insecure_seed)` (a Generator's seed must be secret; an int seed only with insecure_seed=True)."""
+        insecure_seed)` (OS entropy; a seed or a Generator only with insecure_seed=True, for tests)."""
         arr, kind = _to_numpy(labels)
         label_type = label_kind(arr, self.num_classes)
         if ids is not None:
@@ -328,7 +341,7 @@ class LabelDP(KeyedLabels):
         else:
             draw = lambda key, rel, rows: randomize_classes_once(cls, rows, k, self.eps, key, rel)
         if ids is not None:
-            noisy = self._keyed("binary" if k == 2 else "classes", k, ids, lambda key, rel: draw(key, rel, ids))
+            noisy = self._keyed("binary" if k == 2 else "classes", k, ids, cls, lambda key, rel: draw(key, rel, ids))
         else:
             noisy = draw(key, FRESH_RELEASE, np.arange(cls.shape[0], dtype=np.int64))
         if label_type == "onehot":

@@ -27,8 +27,8 @@ for bit. The label set is digested on the clipped labels (`standalone_label_set`
 the clip, or 0.0 and -0.0, are the same input to every mechanism and replay the same release.
 
 Without ids, each call draws fresh noise (a new release each call, nothing recorded) under a key of 32 bytes of OS
-entropy, or of a numpy / torch Generator passed as `generator=`, whose seed must be secret: whoever knows it replays
-the noise exactly and reads every label. An int seed is refused unless `insecure_seed=True` (tests and examples).
+entropy. An int seed or a numpy / torch Generator passed as `generator=` is refused unless `insecure_seed=True`
+(tests and examples): whoever knows its seed replays the noise exactly and reads every label.
 Labels: a numpy array or a torch tensor of real values, shape (N,) or (N, 1); the result has the same type, shape,
 dtype and device (refused up front when that dtype cannot hold the mechanism's outputs). eps = inf returns the
 clipped labels. `last_release` never holds statistics of the true labels (`LEADER_ONLY`: the noise's RMSE and MAE,
@@ -231,8 +231,8 @@ class RegressionLabelDP(KeyedLabels):
 
     def __call__(self, labels, generator=None, ids=None, insecure_seed: bool = False):
         """The noisy labels: keyed once per sample with `ids=` (needs dataset=); else fresh noise under
-        `fresh_key(generator, insecure_seed)` (a Generator's seed must be secret; an int seed only with
-        insecure_seed=True, for tests and examples)."""
+        `fresh_key(generator, insecure_seed)` (OS entropy; a seed or a Generator only with insecure_seed=True, for
+        tests and examples)."""
         arr, kind = _to_numpy(labels)
         y = real_labels(arr)
         keyed = ids is not None

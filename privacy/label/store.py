@@ -187,7 +187,8 @@ class LabelDPStore:
             )
 
     @contextlib.contextmanager
-    def _locked(self):
+    def locked(self):
+        """The store's exclusive lock (not re-entrant: record() takes it itself)."""
         fd = os.open(os.path.join(self.dir, ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -225,7 +226,7 @@ class LabelDPStore:
     def key(self) -> bytes:
         """The leader's key, created on first use. A new key where the ledger already has releases is
         warned about: its releases are independent of the old ones and add their eps."""
-        with self._locked():
+        with self.locked():
             if os.path.exists(self.key_path):
                 return read_key(self.key_path)
             key = create_key(self.key_path)
@@ -288,7 +289,7 @@ class LabelDPStore:
         (a lower bound where the set is `partial`)."""
         fp = key_fingerprint(key)
         ids = np.asarray(ids, dtype=np.int64)
-        with self._locked():
+        with self.locked():
             doc = self.ledger()
             secret = self._secret(doc)
             ds = doc["datasets"].setdefault(
@@ -376,7 +377,7 @@ class LabelDPStore:
         releases would take the dataset over `budget`, counting its own releases, the datasets its recorded ids
         share ids with and those that cannot be compared (a lower bound of what record() charges: it checks again
         with this run's ids)."""
-        with self._locked():
+        with self.locked():
             doc = self.ledger()
             known = {r["release_id"] for r in doc["releases"]}
             new = [r for r in (release, *planned) if r.release_id not in known]
@@ -460,13 +461,13 @@ class LabelDPStore:
     def stored_prior(self, release: str) -> tuple[np.ndarray, np.ndarray] | None:
         """(sample ids, prior rows) recorded for the stage-two release, or None; LabelDPStoreError when the ledger
         names a prior file that is missing or altered."""
-        with self._locked():
+        with self.locked():
             entry = self.ledger().get("priors", {}).get(release)
             return None if entry is None else load_prior(self.dir, entry)
 
     def keep_prior(self, release: str, ids: np.ndarray, prior: np.ndarray) -> None:
         """Add the priors of ids not yet stored for the stage-two release (those stored are never replaced)."""
-        with self._locked():
+        with self.locked():
             doc = self.ledger()
             priors = doc.setdefault("priors", {})
             old = load_prior(self.dir, priors[release]) if release in priors else None

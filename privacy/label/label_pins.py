@@ -1,0 +1,124 @@
+"""A keyed standalone release's labels, pinned per sample id: its coins are never applied to a changed label.
+
+A keyed release draws each sample's noise from PRF(key, release, id), so two calls of one release on the same id
+reuse the same coins: that is what makes a replay free. Applied to a *changed* label, the same coins give the
+change away (binary RR: the XOR of the two outputs is the XOR of the two labels, exactly) while the ledger charges
+nothing. The standalone API (`LabelDP(eps, dataset=...)(labels, ids=...)`) may be called batch by batch, so the
+release cannot digest its whole label set as training does (privacy/label/release_names.label_set_digest); instead
+the store pins, for each release, every id's label as a keyed tag, and a call that gives a pinned id another label
+is refused before anything is drawn or recorded. A corrected label set is another dataset (another `dataset=`
+name): new coins, and the ledger charges it with the first, as they share ids.
+
+    <store>/label_pins/<release id>.npy   uint64 (n, 2): keyed id tag, keyed (id, label) tag; sorted by id tag; 0600
+
+The tags are PRF outputs under the release's key, so the file reveals neither ids nor labels without it; it is
+written under a new name and renamed over the old one, so it is never half-written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import numpy as np
+
+from privacy.label.keyed_random import keyed_words
+from privacy.label.secret_files import LabelDPStoreError, check_private
+
+PIN_DIR = "label_pins"
+EMPTY_PINS = np.zeros((0, 2), dtype=np.uint64)
+
+
+def label_tags(key: bytes, release: str, ids: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """(n, 2) uint64: each row's keyed id tag and keyed (id, class) tag, in the rows' order."""
+    ids = np.asarray(ids, dtype=np.int64)
+    classes = np.asarray(classes, dtype=np.int64)
+    tags = np.empty((ids.size, 2), dtype=np.uint64)
+    tags[:, 0] = keyed_words(key, release, "label-pin/id", ids)
+    for c in np.unique(classes):
+        rows = np.flatnonzero(classes == c)
+        tags[rows, 1] = keyed_words(key, release, f"label-pin/class {int(c)}", ids[rows])
+    return tags
+
+
+def relabelled_rows(pinned: np.ndarray, tags: np.ndarray) -> np.ndarray:
+    """The rows of `tags` whose id is pinned with another label (pinned sorted by its first column)."""
+    if pinned.shape[0] == 0 or tags.shape[0] == 0:
+        return np.zeros(0, dtype=np.int64)
+    at = np.minimum(np.searchsorted(pinned[:, 0], tags[:, 0]), pinned.shape[0] - 1)
+    known = pinned[at, 0] == tags[:, 0]
+    return np.flatnonzero(known & (pinned[at, 1] != tags[:, 1]))
+
+
+def merged_pins(pinned: np.ndarray, tags: np.ndarray) -> np.ndarray:
+    """The pins with the rows of `tags` whose id is not pinned yet, sorted by id tag (ids distinct)."""
+    both = np.concatenate([pinned, tags]).astype(np.uint64)
+    first = np.unique(both[:, 0], return_index=True)[1]  # pinned rows come first: an id keeps its first label
+    return both[first]
+
+
+def _path(store_dir: str, release: str) -> str:
+    if not release.isalnum():
+        raise ValueError(f"release id must be alphanumeric, got {release!r}")
+    return os.path.join(store_dir, PIN_DIR, f"{release}.npy")
+
+
+def load_pins(store_dir: str, release: str) -> np.ndarray:
+    """The release's pins (none yet: an empty array); LabelDPStoreError when the file cannot be read as pins."""
+    path = _path(store_dir, release)
+    if not os.path.exists(path):
+        return EMPTY_PINS
+    try:
+        check_private(path, "label-DP label pins")
+        pins = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        if isinstance(e, LabelDPStoreError):
+            raise
+        raise LabelDPStoreError(f"label-DP label pins {path} cannot be read ({e})") from None
+    if pins.dtype != np.uint64 or pins.ndim != 2 or pins.shape[1] != 2:
+        raise LabelDPStoreError(f"label-DP label pins {path} do not hold (n, 2) 64-bit tags")
+    return pins
+
+
+def save_pins(store_dir: str, release: str, pins: np.ndarray) -> None:
+    """Write the release's pins under a new name, then rename it over the old file."""
+    path = _path(store_dir, release)
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, np.ascontiguousarray(pins, dtype=np.uint64), allow_pickle=False)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise LabelDPStoreError(f"label-DP label pins {path} cannot be written: {e.strerror}") from None
+
+
+def relabel_error(dataset: str, changed: int, rows: int) -> ValueError:
+    """The one-line refusal of a call that gives pinned ids other labels (names counts, never ids or labels)."""
+    return ValueError(
+        f"label DP: {changed} of the {rows} ids already have another label in dataset {dataset!r} at this eps; the "
+        "same coins on a changed label would show which labels changed. A corrected label set is another release: "
+        "pass another dataset= name (the ledger charges the two together, as they share ids); nothing was drawn"
+    )
+
+
+def check_pins(store_dir: str, release: str, dataset: str, tags: np.ndarray) -> np.ndarray:
+    """The release's pins after a check of `tags` against them (relabel_error when an id changed its label)."""
+    pinned = load_pins(store_dir, release)
+    changed = relabelled_rows(pinned, tags)
+    if changed.size:
+        raise relabel_error(dataset, int(changed.size), int(tags.shape[0]))
+    return pinned
+
+
+def pin(store_dir: str, release: str, dataset: str, tags: np.ndarray) -> None:
+    """Check `tags` against the release's pins (relabel_error) and add the ids not pinned yet."""
+    pinned = check_pins(store_dir, release, dataset, tags)
+    merged = merged_pins(pinned, tags)
+    if merged.shape[0] != pinned.shape[0]:
+        save_pins(store_dir, release, merged)
