@@ -355,6 +355,42 @@ def test_a_changed_label_under_the_same_release_is_refused_and_batches_of_one_la
     assert fixed.last_release["dataset_total_eps"] == 2.0
 
 
+@pytest.mark.filterwarnings("ignore:label DP. (created a new key store|dataset)")
+def test_pins_lost_or_rolled_back_are_refused_and_a_key_shared_by_two_stores_draws_other_coins(tmp_path):
+    # Prepare: a release pinned in store A over two batches; a copy of its pins after the first batch
+    from privacy.label.secret_files import LabelDPStoreError
+
+    ids = np.arange(4_000, dtype=np.int64)
+    labels = np.random.default_rng(45).integers(0, 2, ids.size)
+    key_file = str(tmp_path / "keys" / "label.key")
+    (tmp_path / "keys").mkdir(mode=0o700)
+    make = lambda store: LabelDP(1.0, dataset="clicks", store_dir=str(tmp_path / store), key_file=key_file)
+    make("a")(labels[:2_000], ids=ids[:2_000])
+    (pins,) = (tmp_path / "a" / "label_pins").iterdir()
+    first_batch = pins.read_bytes()
+    out_a = make("a")(labels[2_000:], ids=ids[2_000:])
+    flipped = labels.copy()
+    flipped[3_000] ^= 1
+    # Execute / Assert: the pins rolled back to the first batch, or deleted, are refused by name; restored, they
+    # refuse the changed label again
+    whole = pins.read_bytes()
+    for damage in (lambda: pins.write_bytes(first_batch), pins.unlink):
+        damage()
+        with pytest.raises(LabelDPStoreError, match="label pins .* are missing or not the ones ledger .* recorded"):
+            make("a")(flipped, ids=ids)
+    pins.write_bytes(whole)
+    pins.chmod(0o600)
+    with pytest.raises(ValueError, match="1 of the 4000 ids already have another label"):
+        make("a")(flipped, ids=ids)
+    # the same key in store B is another release: other coins, so its outputs say nothing of A's labels' changes
+    dp_b = make("b")
+    out_b = dp_b(flipped[2_000:], ids=ids[2_000:])
+    assert dp_b.release_id("binary", 2) != make("a").release_id("binary", 2)
+    r = 1 / (1 + math.e)
+    want = 2 * r * (1 - r)  # independent draws on (mostly) the same labels disagree this often
+    assert abs(np.mean(out_a != out_b) - want) < binomial_tolerance(2_000, want)
+
+
 def test_the_planted_leak_the_pins_prevent_reads_every_changed_label():
     """Power: with `key=` bytes (no store, no pins) the same release on a changed label set reuses its coins, and the
     XOR of the two outputs is exactly the XOR of the two label sets; the store's pins refuse that second call."""

@@ -257,14 +257,14 @@ class LabelDP(KeyedLabels):
 
     def release_id(self, kind: str, k: int) -> str:
         """The release this object draws for this dataset, label kind and K (public; names no key bits)."""
+        from privacy.label.label_pins import PIN_FORMAT
         from privacy.label.store import key_fingerprint, named_dataset_id, release_id
 
-        return release_id(
-            named_dataset_id(self.dataset),
-            key_fingerprint(self._secret()),
-            f"labeldp/{kind}",
-            {"eps": self.eps, "k": k},
-        )
+        key = self._secret()
+        params = {"eps": self.eps, "k": k}
+        if self._store is not None:  # pinned (label_pins.py), and this store's: another store's coins are others
+            params.update(pins=PIN_FORMAT, store=self._store.identity())
+        return release_id(named_dataset_id(self.dataset), key_fingerprint(key), f"labeldp/{kind}", params)
 
     def _keyed(self, kind: str, k: int, ids: np.ndarray, cls: np.ndarray, draw) -> np.ndarray:
         """The release's noisy labels, recorded in the store's ledger (its budget checked) and each id's label pinned
@@ -286,7 +286,7 @@ class LabelDP(KeyedLabels):
                 raise refused
             tags = label_tags(key, rel, ids, cls)
             with self._store.locked():  # a relabelled id is refused before anything is recorded
-                check_pins(self._store.dir, rel, self.dataset, tags)
+                check_pins(self._store, rel, self.dataset, tags)
             is_new, summary = self._store.record(
                 Release(
                     rel,
@@ -304,7 +304,7 @@ class LabelDP(KeyedLabels):
             )
             release.update(new_release=is_new, dataset_total_eps=summary["total_eps"], ledger=self._store.ledger_path)
             with self._store.locked():  # checked again: another process may have pinned these ids meanwhile
-                pin(self._store.dir, rel, self.dataset, tags)
+                pin(self._store, rel, self.dataset, tags)
         out = draw(key, rel)
         self.last_release = {**release, "warnings": self._new_warnings()}
         return out

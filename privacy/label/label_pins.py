@@ -12,12 +12,16 @@ name): new coins, and the ledger charges it with the first, as they share ids.
     <store>/label_pins/<release id>.npy   uint64 (n, 2): keyed id tag, keyed (id, label) tag; sorted by id tag; 0600
 
 The tags are PRF outputs under the release's key, so the file reveals neither ids nor labels without it; it is
-written under a new name and renamed over the old one, so it is never half-written.
+written under a new name and renamed over the old one, so it is never half-written, and the ledger's release entry
+records its row count and digest, so a pins file lost or rolled back is refused rather than read as "no pins".
+The release id of a pinned release names the pin format and the store (its ledger secret's fingerprint): a
+release drawn before pins existed, or under the same key in another store, is another release with other coins.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 
 import numpy as np
@@ -26,6 +30,7 @@ from privacy.label.keyed_random import keyed_words
 from privacy.label.secret_files import LabelDPStoreError, check_private
 
 PIN_DIR = "label_pins"
+PIN_FORMAT = 1  # in a pinned release's id: releases drawn before pins existed are other releases
 EMPTY_PINS = np.zeros((0, 2), dtype=np.uint64)
 
 
@@ -75,13 +80,20 @@ def load_pins(store_dir: str, release: str) -> np.ndarray:
         if isinstance(e, LabelDPStoreError):
             raise
         raise LabelDPStoreError(f"label-DP label pins {path} cannot be read ({e})") from None
-    if pins.dtype != np.uint64 or pins.ndim != 2 or pins.shape[1] != 2:
-        raise LabelDPStoreError(f"label-DP label pins {path} do not hold (n, 2) 64-bit tags")
+    if pins.dtype != np.uint64 or pins.ndim != 2 or pins.shape[1] != 2 or (np.diff(pins[:, 0]) == 0).any():
+        raise LabelDPStoreError(f"label-DP label pins {path} do not hold (n, 2) 64-bit tags, one row per id")
+    if (pins[1:, 0] < pins[:-1, 0]).any():
+        raise LabelDPStoreError(f"label-DP label pins {path} are not sorted by id tag")
     return pins
 
 
+def pins_record(pins: np.ndarray) -> dict:
+    """What the ledger's release entry records of its pins: {rows, sha256}."""
+    return {"rows": int(pins.shape[0]), "sha256": hashlib.sha256(np.ascontiguousarray(pins).tobytes()).hexdigest()}
+
+
 def save_pins(store_dir: str, release: str, pins: np.ndarray) -> None:
-    """Write the release's pins under a new name, then rename it over the old file."""
+    """Write the release's pins under a new name, then rename it over the old file (the directory synced)."""
     path = _path(store_dir, release)
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
@@ -92,6 +104,11 @@ def save_pins(store_dir: str, release: str, pins: np.ndarray) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
     except OSError as e:
         with contextlib.suppress(OSError):
             os.remove(tmp)
@@ -107,18 +124,40 @@ def relabel_error(dataset: str, changed: int, rows: int) -> ValueError:
     )
 
 
-def check_pins(store_dir: str, release: str, dataset: str, tags: np.ndarray) -> np.ndarray:
-    """The release's pins after a check of `tags` against them (relabel_error when an id changed its label)."""
-    pinned = load_pins(store_dir, release)
+def _entry(doc: dict, release: str) -> dict | None:
+    return next((r for r in doc["releases"] if r.get("release_id") == release), None)
+
+
+def check_pins(store, release: str, dataset: str, tags: np.ndarray) -> np.ndarray:
+    """The release's pins after a check of `tags` against them (relabel_error when an id changed its label), called
+    under the store's lock. The pins must be the ones the ledger recorded with the release: a pins file lost, rolled
+    back or replaced is a LabelDPStoreError, never a release without pins. (A release the ledger holds without a
+    record of pins drew nothing: its labels are drawn only after the pins are recorded.)"""
+    pinned = load_pins(store.dir, release)
+    entry = _entry(store.ledger(), release)
+    noted = None if entry is None else entry.get("pins")
+    if noted is not None and noted != pins_record(pinned):
+        raise LabelDPStoreError(
+            f"label-DP label pins {_path(store.dir, release)} are missing or not the ones ledger {store.ledger_path} "
+            f"recorded ({noted['rows']} ids) for this release: restore them from the backup of the ledger, or pass "
+            "another dataset= name"
+        )
     changed = relabelled_rows(pinned, tags)
     if changed.size:
         raise relabel_error(dataset, int(changed.size), int(tags.shape[0]))
     return pinned
 
 
-def pin(store_dir: str, release: str, dataset: str, tags: np.ndarray) -> None:
-    """Check `tags` against the release's pins (relabel_error) and add the ids not pinned yet."""
-    pinned = check_pins(store_dir, release, dataset, tags)
+def pin(store, release: str, dataset: str, tags: np.ndarray) -> None:
+    """Under the store's lock: check `tags` against the release's pins (check_pins), add the ids not pinned yet, and
+    record the pins in the release's ledger entry (the file first: a pins file the ledger does not name yet is
+    only ever more pins than it recorded, and was written before anything was drawn)."""
+    pinned = check_pins(store, release, dataset, tags)
     merged = merged_pins(pinned, tags)
+    doc = store.ledger()
+    entry = _entry(doc, release)
     if merged.shape[0] != pinned.shape[0]:
-        save_pins(store_dir, release, merged)
+        save_pins(store.dir, release, merged)
+    if entry is not None and entry.get("pins") != pins_record(merged):
+        entry["pins"] = pins_record(merged)
+        store.write_ledger(doc)

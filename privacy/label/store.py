@@ -239,6 +239,15 @@ class LabelDPStore:
                 )
             return key
 
+    def identity(self) -> str:
+        """The store's public identity: its ledger secret's fingerprint (the secret created on first use)."""
+        with self.locked():
+            return key_fingerprint(self._secret(self.ledger()))
+
+    def write_ledger(self, doc: dict) -> None:
+        """Write the ledger document (the caller holds the lock and read it under it)."""
+        self._write(doc)
+
     def _secret(self, doc: dict) -> bytes:
         """The ledger secret (called under the lock): created with the first id set, never replaced."""
         if os.path.exists(self.secret_path):
