@@ -102,12 +102,18 @@ def test_pipelined_refuses_a_depth_below_one_and_restores_on_error(trio):
 
 
 def test_two_followers_with_microbatches_train_split_equal_to_centralized(tmp_path, shards_three, procs):
-    # Prepare: leader + 2 followers over tcp, 3 micro-batches per step, 10 steps (batch 1024 of 9.6k rows)
+    # Prepare: leader + 2 followers over tcp, 3 micro-batches per step, 10 steps (batch 1024 of 9.6k rows);
+    # follower1 on the mlp bottom, so that every built-in runs micro-batches (deepfm and dcn_v2:
+    # tests/test_models_split.py)
     train = {"batch_size": 1024, "microbatches": 3, "log_every": 100}
-    cfgs = party_configs(str(tmp_path), str(shards_three), followers=("follower0", "follower1"), train=train)
+    bottoms = {"follower1": {"name": "mlp", "embedding_dim": 4, "hidden": [16], "cut_dim": 3}}
+    cfgs = party_configs(
+        str(tmp_path), str(shards_three), followers=("follower0", "follower1"), train=train, bottoms=bottoms
+    )
     # Execute
     split = run_split(procs, cfgs)
     central = run_centralized(cfgs, str(tmp_path / "central"))
     # Assert: the same micro-batches in the same order: the very same float32 losses
+    assert split["cut_dims"]["follower1"] == 3  # its own bottom (wide_deep's cut is 2)
     assert split["microbatches"] == 3 and split["steps"] >= 9
     assert split["step_losses"] == central["step_losses"]
