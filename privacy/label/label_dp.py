@@ -29,14 +29,14 @@ count of ones), and no seed others may know ever draws the noise.
 
 from __future__ import annotations
 
-import math
 import numbers
 import secrets
 import warnings
 
 import numpy as np
 
-from privacy.domains import DEFAULT_LABEL_DP_BUDGET, LABEL_EPS_DOMAIN, domain_error
+from privacy.domains import LABEL_EPS_DOMAIN
+from privacy.label.budget import DEFAULT_BUDGET_ARG, budget_problem, over_budget
 from privacy.label.keyed_random import KEY_BYTES, key_error
 from privacy.label.randomized_response import check_label_eps, flip_probability, keep_probability, rr_cost
 from privacy.label.release_draws import randomize_binary_once, randomize_classes_once
@@ -148,43 +148,6 @@ def _check_ids(ids, n: int) -> np.ndarray:
     if np.unique(arr).size != n:
         raise ValueError("ids must be unique: two rows with one id would share one draw")
     return arr.astype(np.int64)
-
-
-class _DefaultBudget(float):
-    """budget='s default (DEFAULT_LABEL_DP_BUDGET), told apart from a budget the caller set: only the store's ledger
-    can enforce one, so a budget set with key= bytes or for fresh noise is refused rather than ignored."""
-
-
-DEFAULT_BUDGET_ARG = _DefaultBudget(DEFAULT_LABEL_DP_BUDGET)
-
-
-def budget_problem(budget, key) -> str | None:
-    """None when budget is None (no cap) or a number > 0 (inf: no cap either) that the ledger can enforce, else the
-    one-line error."""
-    if budget is None:
-        return None
-    if isinstance(budget, (bool, str)) or not isinstance(budget, numbers.Real):
-        return f"budget must be a number > 0 or None (no cap), got {type(budget).__name__} {budget!r}"
-    err = domain_error("budget", budget, 0.0, lo_open=True)
-    if err is None and key is not None and budget is not DEFAULT_BUDGET_ARG and not math.isinf(budget):
-        err = (
-            f"budget={budget!r} is enforced by the store's ledger (store_dir=, key_file=); key= bytes keep no ledger: "
-            "use the store, or leave budget out"
-        )
-    return err
-
-
-def over_budget(eps: float, budget: float | None, api: str):
-    """The one-line LabelDPBudgetError of a release whose own eps exceeds the budget (none could be drawn), or None."""
-    from privacy.label.store import LabelDPBudgetError
-
-    if budget is None or eps <= budget:
-        return None
-    hint = "eps=inf releases the true labels: pass budget=None to do it knowingly" if math.isinf(eps) else ""
-    return LabelDPBudgetError(
-        f"label DP: {api} eps={eps:g} is over its budget={budget:g}: no release could be drawn, nothing was recorded "
-        f"({hint or 'raise the budget only knowingly'})"
-    )
 
 
 def key_source_error(key, store_dir, key_file) -> str | None:

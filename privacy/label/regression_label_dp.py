@@ -43,17 +43,15 @@ import os
 import numpy as np
 
 from privacy.domains import PRIOR_EPS_FRACTION, domain_error, eps_split_problem, suggest
+from privacy.label.budget import DEFAULT_BUDGET_ARG, budget_problem, over_budget
 from privacy.label.label_dp import (
-    DEFAULT_BUDGET_ARG,
     KeyedLabels,
     _check_ids,
     _from_numpy,
     _to_numpy,
-    budget_problem,
     checked_eps,
     fresh_key,
     key_source_error,
-    over_budget,
 )
 from privacy.label.regression_mechanisms import UNBIASED_MAX_BINS, check_clip
 from privacy.label.regression_prior import PRIOR_KINDS, file_prior

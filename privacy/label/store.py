@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from privacy.label.budget import LabelDPBudgetError, budget_error
 from privacy.label.id_store import load_id_hashes, remove_replaced, save_id_hashes
 from privacy.label.ledger_math import (
     EMPTY,
@@ -100,10 +101,6 @@ __all__ = [
     "read_key",
     "release_id",
 ]
-
-
-class LabelDPBudgetError(LabelDPStoreError):
-    """A new release would take its dataset's most exposed sample id over privacy.label_dp.budget."""
 
 
 def _now() -> str:
@@ -497,22 +494,3 @@ class LabelDPStore:
             with contextlib.suppress(OSError):
                 os.remove(tmp)
             raise LabelDPStoreError(f"label-DP ledger {self.ledger_path} cannot be written: {e.strerror}") from None
-
-
-def budget_error(
-    release: Release,
-    new: list[Release],
-    total: float,
-    budget: float,
-    overlapping: int,
-    ledger: str,
-    budget_name: str = "privacy.label_dp.budget",
-) -> LabelDPBudgetError:
-    """The one-line refusal: what would be spent, the total it would reach, the budget, and what to do."""
-    what = ", ".join(f"{r.mechanism} eps={r.eps:g}" for r in new)
-    return LabelDPBudgetError(
-        f"label DP: the new release ({what}) would bring dataset {release.dataset}'s total eps (its most exposed "
-        f"sample id, {overlapping} overlapping dataset(s) included) to {total:g}, over {budget_name} "
-        f"{budget:g}; nothing was drawn or recorded (re-running an earlier release costs nothing; raise the budget "
-        f"only knowingly; ledger {ledger})"
-    )
