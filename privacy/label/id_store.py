@@ -47,17 +47,22 @@ def load_id_hashes(store_dir: str, entry: dict) -> np.ndarray:
     return hashes
 
 
+def write_private_uint64(path: str, values: np.ndarray) -> None:
+    """Write values as a uint64 .npy file of mode 0600 (created or truncated), flushed to disk (OSError as it comes)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        np.save(f, np.ascontiguousarray(values, dtype=np.uint64), allow_pickle=False)
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def save_id_hashes(store_dir: str, dataset: str, hashes: np.ndarray) -> dict:
     """Write the sorted hashes of a dataset under a new name; returns the ledger entry {file, sha256, rows}."""
     directory = os.path.join(store_dir, ID_DIR)
     os.makedirs(directory, mode=0o700, exist_ok=True)
     tmp = os.path.join(directory, f"{dataset}.tmp-{os.getpid()}")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, np.ascontiguousarray(hashes, dtype=np.uint64), allow_pickle=False)
-            f.flush()
-            os.fsync(f.fileno())
+        write_private_uint64(tmp, hashes)
         digest = _digest(tmp)
         name = os.path.join(ID_DIR, f"{dataset}-{digest[:16]}.npy")
         os.replace(tmp, os.path.join(store_dir, name))

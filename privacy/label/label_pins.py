@@ -26,6 +26,7 @@ import os
 
 import numpy as np
 
+from privacy.label.id_store import write_private_uint64
 from privacy.label.keyed_random import keyed_words
 from privacy.label.secret_files import LabelDPStoreError, check_private
 
@@ -98,11 +99,7 @@ def save_pins(store_dir: str, release: str, pins: np.ndarray) -> None:
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, np.ascontiguousarray(pins, dtype=np.uint64), allow_pickle=False)
-            f.flush()
-            os.fsync(f.fileno())
+        write_private_uint64(tmp, pins)
         os.replace(tmp, path)
         dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
         try:
