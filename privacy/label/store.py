@@ -166,6 +166,7 @@ class LabelDPStore:
         self.ledger_path = os.path.join(self.dir, "ledger.json")
         self.secret_path = os.path.join(self.dir, "ledger_secret")
         self.warnings: list[str] = []
+        self._identity: str | None = None
         self.created = not os.path.exists(self.dir)
         try:
             os.makedirs(self.dir, mode=0o700, exist_ok=True)
@@ -237,9 +238,12 @@ class LabelDPStore:
             return key
 
     def identity(self) -> str:
-        """The store's public identity: its ledger secret's fingerprint (the secret created on first use)."""
-        with self.locked():
-            return key_fingerprint(self._secret(self.ledger()))
+        """The store's public identity: its ledger secret's fingerprint (the secret created on first use and never
+        replaced, so it is read once per store object)."""
+        if self._identity is None:
+            with self.locked():
+                self._identity = key_fingerprint(self._secret(self.ledger()))
+        return self._identity
 
     def write_ledger(self, doc: dict) -> None:
         """Write the ledger document (the caller holds the lock and read it under it)."""
