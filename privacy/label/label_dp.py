@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import numbers
 import secrets
+import sys
 import warnings
 
 import numpy as np
@@ -84,10 +85,10 @@ def fresh_key(generator=None, insecure_seed: bool = False) -> bytes:
     nothing here can tell a secret seed from a known one."""
     if generator is None:
         return secrets.token_bytes(KEY_BYTES)
-    import torch
-
+    torch = sys.modules.get("torch")  # a torch Generator exists only where torch is imported: never imported here
     seed = isinstance(generator, (int, np.integer)) and not isinstance(generator, bool)
-    if not (seed or isinstance(generator, (np.random.Generator, torch.Generator))):
+    is_torch = torch is not None and isinstance(generator, torch.Generator)
+    if not (seed or is_torch or isinstance(generator, np.random.Generator)):
         raise ValueError(
             f"generator must be a numpy Generator or a torch Generator (tests only), got {type(generator).__name__}"
         )

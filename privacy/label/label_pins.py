@@ -81,10 +81,8 @@ def load_pins(store_dir: str, release: str) -> np.ndarray:
         if isinstance(e, LabelDPStoreError):
             raise
         raise LabelDPStoreError(f"label-DP label pins {path} cannot be read ({e})") from None
-    if pins.dtype != np.uint64 or pins.ndim != 2 or pins.shape[1] != 2 or (np.diff(pins[:, 0]) == 0).any():
-        raise LabelDPStoreError(f"label-DP label pins {path} do not hold (n, 2) 64-bit tags, one row per id")
-    if (pins[1:, 0] < pins[:-1, 0]).any():
-        raise LabelDPStoreError(f"label-DP label pins {path} are not sorted by id tag")
+    if pins.dtype != np.uint64 or pins.ndim != 2 or pins.shape[1] != 2 or (pins[1:, 0] <= pins[:-1, 0]).any():
+        raise LabelDPStoreError(f"label-DP label pins {path} do not hold (n, 2) 64-bit tags, one row per id, sorted")
     return pins
 
 
