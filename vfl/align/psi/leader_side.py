@@ -1,5 +1,6 @@
 """The leader's side of the PSI (vfl/align/psi/protocol.py describes the exchange): every follower in turn, or its
-reused agreement (vfl/align/psi/reuse.py), then the intersection over all followers, named to each."""
+reused agreement (vfl/align/psi/reuse.py), then the intersection over all followers, named to each. With each
+follower the chunks stream: up to PSI_WINDOW requests are out before the first reply returns."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from vfl.align.psi.ecdh import (
 from vfl.align.psi.protocol import (
     MAX_IDS,
     ONE_RANK,
+    PSI_WINDOW,
     Progress,
     PSIError,
     PSIReport,
@@ -183,8 +185,12 @@ class _LeaderPSI:
         y_ab = self._double_masks(f, n, a, progress)
         perm = shuffled_order(self.m)  # rows >= len(ids): random padding points, never matched
         x_ab = np.empty((self.m, 32), np.uint8)
-        for start, stop in chunks(self.m):
-            self.ch.post(f, Psi.chunk("leader", start, stop, as_wire(raise_to(self.hashes(perm[start:stop]), a))))
+        parts, sent = chunks(self.m), 0
+        for i, (start, stop) in enumerate(parts):
+            while sent < min(len(parts), i + PSI_WINDOW):  # up to PSI_WINDOW chunks in flight
+                s0, s1 = parts[sent]
+                self.ch.post(f, Psi.chunk("leader", s0, s1, as_wire(raise_to(self.hashes(perm[s0:s1]), a))))
+                sent += 1
             msg = _leader_recv(self.ch, f, "leader")
             checked_range(msg, f, self.m, (start, stop))
             x_ab[start:stop] = points_of(msg, f)
@@ -205,8 +211,11 @@ class _LeaderPSI:
     def _double_masks(self, f: str, n: int, a, progress) -> np.ndarray:
         """f's masked hashes H(y)^b, chunk by chunk, raised to a and returned to f: H(y)^ab, in f's order."""
         y_ab = np.empty((n, 32), np.uint8)
-        for start, stop in chunks(n):
-            self.ch.post(f, Psi.chunk("mask", start, stop))
+        parts, asked = chunks(n), 0
+        for i, (start, stop) in enumerate(parts):
+            while asked < min(len(parts), i + PSI_WINDOW):  # up to PSI_WINDOW masks asked before a reply
+                self.ch.post(f, Psi.chunk("mask", *parts[asked]))
+                asked += 1
             msg = _leader_recv(self.ch, f, "mask")
             checked_range(msg, f, n, (start, stop))
             try:

@@ -4,17 +4,19 @@ Leader L (ids X, fresh secret a per follower) and follower F (ids Y, secret b), 
 
     F -> L  PSI hello  {suite, n: |Y|, [rank, ranks]} [+ reuse offer]
     L -> F  PSI hello  {suite, n: |X|, [rank, ranks]} [+ reuse proof: then only the result and DONE follow]
-    for each chunk of F's shuffled Y:
+    for each chunk of F's shuffled Y (up to PSI_WINDOW masks asked before their doubles return):
       L -> F  PSI mask {start, stop}                   F -> L  PSI mask {start, stop} + H(y)^b
       L -> F  PSI double {start, stop} + (H(y)^b)^a    (F keeps them)
-    for each chunk of L's shuffled X:
+    for each chunk of L's shuffled X (up to PSI_WINDOW chunks before their replies return):
       L -> F  PSI leader {start, stop} + H(x)^a         F -> L  PSI leader {start, stop} + (H(x)^a)^b
     L matches H(x)^ab with H(y)^ab, intersects over all followers, then
       L -> F  PSI ticket + T (32 random bytes: the key of the next run's reuse, vfl/align/psi/reuse.py)
       L -> F  PSI result {start, stop, total} + positions (in F's shuffled order) of the final intersection
       L -> F  PSI done {size}
 
-F takes L's steps in exactly this order, each chunk once (a repeated mask request would show which slots are padding,
+The window streams the chunks over a long round trip (the time is about bytes / bandwidth plus a few RTTs, and each
+side computes while the other's chunks travel), never chunks x RTT. F takes L's steps in exactly this order, each
+chunk once (a repeated mask request would show which slots are padding,
 fresh each time; a double after L's chunks would replace values L committed to with ones it made to match), refuses
 repeated H(y)^ab (a copy of a matching value would match a second id), and checks that every position L names is a
 match by its own computation (H(y)^ab among the H(x)^ab it made). Without a proof that every double is its input
@@ -71,6 +73,7 @@ from vfl.wire.psi_messages import PSI_CHUNK_POINTS, PSI_MAX_IDS, Psi
 CHUNK_POINTS = PSI_CHUNK_POINTS  # 256 KiB of points per message: a chunk's exponentiations stay well inside a deadline
 MAX_IDS = PSI_MAX_IDS  # ids per party (134 M; the Kaggle Criteo set has 45.8 M)
 MAX_PSI_MESSAGE_BYTES = CHUNK_POINTS * 32 + MAX_HEADER_BYTES + 1024  # the largest PSI message
+PSI_WINDOW = 4  # chunks the leader asks for before the first reply returns: 1 MiB in flight, within RCVHWM (4)
 ONE_RANK = RankEnv()
 
 
@@ -362,10 +365,10 @@ class _FollowerPSI:
     def answer_until_done(self) -> int:
         """Answer the steps in order until DONE; the size DONE announces. A chunk asked twice would let the leader
         tell padding from real slots (fresh padding each time) or, after its own chunks, replace the double-masked
-        values it committed to with values it made to match; so each is taken once, in this order only."""
-        for want in chunks(self.y.size):
-            self._on_mask(self._step("mask", want))
-            self._on_double(self._step("double", want))
+        values it committed to with values it made to match; so each is taken once, in this order only. The leader
+        may ask for the masks of up to PSI_WINDOW chunks before their doubles return (a window that streams over a
+        long round trip): the masks come in chunk order, each double after its chunk's mask, also in order."""
+        self._masks_and_doubles(chunks(self.y.size))
         distinct(self.y_ab, "the leader's PSI double values")  # a copy of a matching value would match a second id
         for want in chunks(self.n_leader):
             self._on_leader(self._step("leader", want))
@@ -375,6 +378,28 @@ class _FollowerPSI:
         if msg.op != "done":
             raise PSIError(f"PSI {msg.op} from the leader out of order: expected result or done after the ticket")
         return msg.size
+
+    def _masks_and_doubles(self, parts: list[tuple[int, int]]) -> None:
+        """Every chunk's mask request, then its double, in chunk order; masks may run ahead of doubles."""
+        asked, doubled = 0, 0
+        while doubled < len(parts):
+            msg = _recv(self.ch, None, wait_limit(self.n_leader))
+            if msg.op == "mask" and asked < len(parts):
+                checked_range(msg, "the leader", self.y.size, parts[asked])
+                self._on_mask(msg)
+                asked += 1
+            elif msg.op == "double" and doubled < asked:
+                checked_range(msg, "the leader", self.y.size, parts[doubled])
+                self._on_double(msg)
+                doubled += 1
+            else:
+                wants = ([f"mask {parts[asked][0]}..{parts[asked][1]}"] if asked < len(parts) else []) + (
+                    [f"double {parts[doubled][0]}..{parts[doubled][1]}"] if doubled < asked else []
+                )
+                raise PSIError(
+                    f"PSI {msg.op} from the leader out of order: expected PSI {' or '.join(wants)} (each step once, "
+                    "in order)"
+                )
 
     def _step(self, op: str, want: tuple[int, int] | None = None) -> Psi:
         """The next PSI message, which must be op (for the chunk want)."""
