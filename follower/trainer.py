@@ -19,6 +19,7 @@ from vfl.inference.fingerprint import key_fingerprints, run_record
 from vfl.labeldp.prior import prior_config, prior_order
 from vfl.obs.metrics import RunLog, loss_line
 from vfl.preflight import resume_identity
+from vfl.session.cut_digest import range_digest
 from vfl.session.follower import FollowerSession
 from vfl.training.checkpoint import checkpoint_tag, load_resume_checkpoint, save_checkpoint
 from vfl.training.microbatch import check_micro, micro_slices
@@ -305,9 +306,15 @@ class FollowerTrainer:
             raise WireError("EVAL for the LP-2ST prior must follow a PRIOR message and name the train split")
         if not prior and split not in ("valid", "test"):
             raise WireError(f"EVAL split must be 'valid' or 'test', got {split!r}")
-        n = len({"train": self.party.train_split, "valid": self.party.valid_split}.get(split, self.party.test_split))
+        rows = {"train": self.party.train_split, "valid": self.party.valid_split}.get(split, self.party.test_split)
+        n = len(rows)
         if not start < stop <= n:
             raise WireError(f"EVAL range {start}..{stop} outside the {split} split of {n} rows")
+        if range_digest(split, start, stop, rows.ids[start:stop]) != msg.digest:
+            raise WireError(
+                f"EVAL {split} {start}..{stop}: the leader's id digest {msg.digest[:12]} does not name this party's "
+                f"ids of those rows (the intersections disagree); no cut sent"
+            )
         out = (self.prior if prior else self.party).forward_eval(slice(start, stop), split)
         self.ch.post(Embedding(cut=out.cpu().numpy(), eval=(split, start, stop)))
 

@@ -20,6 +20,7 @@ from vfl.obs.curves import RunCurves
 from vfl.obs.metrics import RunLog
 from vfl.obs.progress import track
 from vfl.preflight import resume_identity
+from vfl.session.cut_digest import range_digest
 from vfl.session.leader import HandshakeError, LeaderSession
 from vfl.training.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.training.loop import TrainingLoop
@@ -332,8 +333,10 @@ class LeaderTrainer:
             eval_batches(hi - lo, self.cfg.train.eval_batch_size), desc=f"evaluate {split}", unit="batch"
         ):
             sl = slice(lo + part.start, lo + part.stop)
+            ids = (self.party.valid_split if split == "valid" else self.party.test_split).ids[sl]
+            digest = range_digest(split, sl.start, sl.stop, ids)  # the follower sends no cut of ids we cannot name
             for f in self.followers:
-                self.ch.post(f, Eval(split=split, start=sl.start, stop=sl.stop))
+                self.ch.post(f, Eval(split=split, start=sl.start, stop=sl.stop, digest=digest))
             cuts = [self.party.forward_eval(sl, split)]
             cuts += [
                 self._remote_cut(f, "eval", (split, sl.start, sl.stop), sl.stop - sl.start) for f in self.followers
@@ -434,5 +437,6 @@ class _FollowerPriorSource:
         self.leader.ch.post(self.f, Gradient(grad=grad.detach().cpu().numpy(), epoch=epoch, step=step, phase="prior"))
 
     def evaluate(self, rows: slice) -> torch.Tensor:
-        self.leader.ch.post(self.f, Eval(split="train", start=rows.start, stop=rows.stop, phase="prior"))
+        digest = range_digest("train", rows.start, rows.stop, self.leader.party.train_split.ids[rows])
+        self.leader.ch.post(self.f, Eval(split="train", start=rows.start, stop=rows.stop, digest=digest, phase="prior"))
         return self.leader._remote_cut(self.f, "eval", ("train", rows.start, rows.stop), rows.stop - rows.start)

@@ -89,9 +89,10 @@ class MemoryFollowerChannel(_MemoryEndpoint):
 
 
 class Session:
-    """A leader and one follower trainer on restricted shards of `shards`, the follower in a thread."""
+    """A leader and one follower trainer on restricted shards of `shards`, the follower in a thread. `holds` maps
+    a party to the ids its shard is restricted to instead (a forged intersection: parties that disagree)."""
 
-    def __init__(self, tmp_path, shards, **config):
+    def __init__(self, tmp_path, shards, holds: dict[str, np.ndarray] | None = None, **config):
         from follower.trainer import FollowerTrainer
         from leader.trainer import LeaderTrainer
         from vfl.config.schema import load_config
@@ -99,7 +100,7 @@ class Session:
 
         paths = party_configs(str(tmp_path), str(shards), **config)
         self.cfgs = {name: load_config(path) for name, path in paths.items()}
-        self.parties = {name: self.bottom(name) for name in self.cfgs}
+        self.parties = {name: self.bottom(name, (holds or {}).get(name)) for name in self.cfgs}
         queues = _Queues(("follower0",))
         self.posted = queues.posted
         self.leader_ch = MemoryLeaderChannel("leader", queues)
@@ -122,14 +123,15 @@ class Session:
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._follow, name="follower0", daemon=True)
 
-    def bottom(self, name: str):
-        """A fresh bottom of party `name` on its shard restricted to the ids every party holds (as after PSI)."""
+    def bottom(self, name: str, keep: np.ndarray | None = None):
+        """A fresh bottom of party `name` on its shard restricted to the ids every party holds (as after PSI), or to
+        `keep`."""
         from vfl.data.shards import PartyShard
         from vfl.training.party import BottomParty
 
         shards = {n: PartyShard(c.data.path) for n, c in self.cfgs.items()}
         common = np.intersect1d(*[s.all_ids() for s in shards.values()])
-        shards[name].restrict(common)
+        shards[name].restrict(common if keep is None else keep)
         return BottomParty(self.cfgs[name], shards[name], torch.device("cpu"))
 
     def _follow(self) -> None:
@@ -358,3 +360,90 @@ def test_a_follower_changing_only_its_own_lr_makes_the_leader_release_nothing_ne
     np.testing.assert_array_equal(a.labels, b.labels)
     np.testing.assert_array_equal(a.valid, b.valid)
     assert len(first.sent("leader", Prior)) == 1 and second.sent("leader", Prior) == []
+
+
+def _eval_cuts(s: Session) -> list:
+    """The EMBEDDINGs of EVAL ranges that the follower posted."""
+    return [c for c in s.sent("follower0", Embedding) if c.eval is not None]
+
+
+def test_a_leader_with_a_forged_intersection_gets_no_evaluation_cut(tmp_path, shards_small, monkeypatch):
+    """Issue 42's attack: a leader that made the follower accept ids it does not hold (a forged PSI: the follower
+    holds every shared id, the leader every other one) and ignores the HELLO's digest mismatch asks for the cut of
+    a valid range. It can name only its own ids, so the follower refuses in one line before it computes anything
+    and the leader gets no EMBEDDING (before the fix: 300 rows' cut, about half of them of ids the leader does not hold)."""
+    # Prepare: the parties' shards disagree; the leader's handshake check is switched off (a malicious leader)
+    import leader.trainer
+
+    probe = Session(tmp_path / "probe", shards_small)
+    every = np.sort(probe.parties["follower0"].shard.all_ids())
+    (tmp_path / "run").mkdir()
+    s = Session(tmp_path / "run", shards_small, holds={"leader": every[::2]}, train={"eval_batch_size": 300})
+    monkeypatch.setattr(leader.trainer, "hello_problems", lambda *args: [])
+    # Execute / Assert: the follower's refusal reaches the leader as its ABORT
+    with pytest.raises(PeerAbort, match=r"EVAL valid 0\.\.300: the leader's id digest \w+ does not name this party"):
+        with s:
+            s.leader.prepare()
+            s.leader.evaluate("valid")
+    assert isinstance(s.error, WireError) and "\n" not in str(s.error)
+    assert len(s.sent("leader", Eval)) == 1 and _eval_cuts(s) == []
+
+
+def test_an_eval_naming_the_whole_split_by_the_followers_hello_digest_gets_no_cut(tmp_path, shards_small):
+    """HELLO tells the leader SHA-256 of the follower's valid ids in ascending order; a leader that knows none of
+    them cannot pass its first 32 hex digits off as the digest of the range of every row (one EVAL covers the split)."""
+    # Prepare: the leader replaces each EVAL's digest with the one the follower's HELLO announced for the split
+    from vfl.wire.messages import Hello
+
+    s = Session(tmp_path, shards_small, train={"eval_batch_size": 65536})
+    post = s.leader_ch.post
+
+    def echo(peer: str, message: WireMessage) -> None:
+        if isinstance(message, Eval):
+            (hello,) = s.sent("follower0", Hello)
+            message = dataclasses.replace(message, digest=hello.id_digest[message.split][:32])
+        post(peer, message)
+
+    s.leader_ch.post = echo
+    # Execute / Assert
+    with pytest.raises(PeerAbort, match=r"EVAL valid 0\.\.\d+: the leader's id digest \w+ does not name this party"):
+        with s:
+            s.leader.prepare()
+            s.leader.evaluate("valid")
+    (ev,) = s.sent("leader", Eval)
+    assert (ev.start, ev.stop) == (0, len(s.parties["follower0"].valid_split)) and _eval_cuts(s) == []
+
+
+def test_a_stage_one_eval_of_train_rows_naming_other_ids_gets_no_cut(tmp_path, shards_k10):
+    """LP-2ST's stage one asks for the cut of every training row (EVAL of phase prior): a request whose digest
+    names the range's ids in another order (each rotated one slot, as issue 42's forging leader rotated its PSI
+    answers) is refused like any EVAL, after the stage-one training and before any cut."""
+    # Prepare: the leader's stage-one EVALs name their rows' ids rotated by one
+    from vfl.session.cut_digest import range_digest
+
+    s = Session(
+        tmp_path,
+        shards_k10,
+        train={"batch_size": 1024},
+        leader_train={"task": "multiclass"},
+        model={"bottom": {"embedding_dim": 4, "hidden": [16], "cut_dim": 4}},
+        privacy={
+            "label_dp": {"eps": 1.0, "mechanism": "rr_prior", "prior_epochs": 1, "store_dir": str(tmp_path / "store")}
+        },  # a store of its own: a prior kept by another test's release would be reused, and no stage one run
+    )
+    ids = s.parties["leader"].train_split.ids
+    post = s.leader_ch.post
+
+    def shifted(peer: str, message: WireMessage) -> None:
+        if isinstance(message, Eval):
+            a, b = message.start, message.stop
+            message = dataclasses.replace(message, digest=range_digest("train", a, b, np.roll(ids[a:b], 1)))
+        post(peer, message)
+
+    s.leader_ch.post = shifted
+    # Execute / Assert
+    with pytest.raises(PeerAbort, match=r"EVAL train 0\.\.\d+: the leader's id digest \w+ does not name this party"):
+        with s:
+            s.leader.prepare()
+    assert s.sent("leader", Forward) and all(f.phase == "prior" for f in s.sent("leader", Forward))
+    assert len(s.sent("leader", Eval)) == 1 and _eval_cuts(s) == []

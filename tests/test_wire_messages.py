@@ -105,8 +105,14 @@ SAMPLES: list[tuple[WireMessage, dict]] = [
     (Gradient(grad=CUT, epoch=1, step=7, micro=0), {"epoch": 1, "step": 7, "micro": 0}),
     (Gradient(grad=CUT, epoch=1, step=7, micro=1, loss=0.4123), {"epoch": 1, "step": 7, "micro": 1, "loss": 0.4123}),
     (Gradient(grad=CUT, epoch=0, step=2, phase="prior"), {"phase": "prior", "epoch": 0, "step": 2}),
-    (Eval(split="test", start=0, stop=4), {"split": "test", "start": 0, "stop": 4}),
-    (Eval(split="train", start=4, stop=8, phase="prior"), {"phase": "prior", "split": "train", "start": 4, "stop": 8}),
+    (
+        Eval(split="test", start=0, stop=4, digest="e" * 32),
+        {"split": "test", "start": 0, "stop": 4, "digest": "e" * 32},
+    ),
+    (
+        Eval(split="train", start=4, stop=8, digest="0a" * 16, phase="prior"),
+        {"phase": "prior", "split": "train", "start": 4, "stop": 8, "digest": "0a" * 16},
+    ),
     (Save(tag="step100", epoch=1, step=100), {"tag": "step100", "epoch": 1, "step": 100}),
     (Snapshot(step=40), {"step": 40}),
     (Restore(step=40), {"step": 40}),

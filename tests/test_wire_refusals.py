@@ -55,7 +55,7 @@ from vfl.wire.psi_messages import PSI_CHUNK_POINTS
         ),
         (Save(tag="final", epoch=0, step=0), {"tag": ""}, "field 'tag' must be a string of 1..64 characters, got ''"),
         (
-            Eval(split="valid", start=0, stop=1),
+            Eval(split="valid", start=0, stop=1, digest="e" * 32),
             {"split": "train2"},
             "field 'split' must be one of 'train', 'valid', 'test'",
         ),
@@ -109,6 +109,22 @@ def test_out_of_domain_values_and_inconsistent_fields_are_refused(message, meta_
     with pytest.raises(WireError, match=f"^{message.TYPE}.* from \\w+: ") as e:
         parse(_wire(message, meta))
     assert needle in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["E" * 32, "e" * 31, "e" * 33, "g" * 32, "e" * 31 + "\n", " " + "e" * 31, "e" * 64, "", 7, None, ["e" * 32]],
+    ids=["upper", "short", "long", "not-hex", "newline", "space", "hello-length", "empty", "int", "null", "list"],
+)
+def test_an_eval_whose_digest_is_not_32_hex_digits_is_refused_in_one_line(bad):
+    """EVAL's range digest is exactly 32 lowercase hex digits: HELLO's 64-digit split digest, a near miss, another
+    type or nothing is refused at parse, naming the field and its domain (the follower never reaches its handler)."""
+    # Prepare
+    meta = {**Eval(split="valid", start=0, stop=4, digest="e" * 32).to_wire()[0], "digest": bad}
+    # Execute / Assert
+    with pytest.raises(WireError, match=r"^EVAL from \w+: field 'digest' must be 32 hex digits") as e:
+        parse(_wire(Eval(split="valid", start=0, stop=4, digest="e" * 32), meta))
+    assert "\n" not in str(e.value)
 
 
 @pytest.mark.parametrize(
@@ -198,7 +214,7 @@ def test_an_abort_reason_travels_cut_to_its_limit():
 def test_a_message_parsed_as_another_class_names_both_types():
     """from_wire of one class refuses a message of another type (a receiver expecting GRADIENT gets EVAL)."""
     # Prepare
-    msg = _wire(Eval(split="valid", start=0, stop=1))
+    msg = _wire(Eval(split="valid", start=0, stop=1, digest="e" * 32))
     # Execute / Assert
     with pytest.raises(WireError, match="expected GRADIENT from leader, got EVAL"):
         Gradient.from_wire(msg)

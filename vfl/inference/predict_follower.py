@@ -3,8 +3,9 @@
 The follower loads its checkpoint (`<run>/checkpoints/<party>_final.pt`), checks it against its config and keys,
 reads its own file of new rows through its frozen transforms (vfl/inference/new_rows.py), and sends PREDICT_HELLO
 with its checkpoint's training run, step and fingerprint (vfl/inference/fingerprint.py). After PSI it answers each
-PREDICT_ROWS (a range of the intersection in ascending id order, checked against the digest of its own ids there)
-with PREDICT_CUT, its bottom's cut in eval mode, until PREDICT_DONE; then BYE.
+PREDICT_ROWS (a range of the intersection in ascending id order, checked against the range digest of its own ids
+there, vfl/session/cut_digest.py, before anything is computed) with PREDICT_CUT, its bottom's cut in eval mode,
+until PREDICT_DONE; then BYE.
 
 What it learns: the intersection of the new ids (as in training), the ranges (fixed-size, in id order) and the row
 count. Nothing it receives is computed from a score or a label; it writes no prediction.
@@ -18,9 +19,9 @@ import numpy as np
 import torch
 
 from vfl.config.schema import PartyConfig
-from vfl.data.shards import batch_digest
 from vfl.inference.fingerprint import pair_fingerprint
 from vfl.inference.predict_party import PredictingParty
+from vfl.session.cut_digest import range_digest
 from vfl.session.follower import FollowerSession
 from vfl.wire import PROTOCOL_VERSION, WireError
 from vfl.wire.messages import Bye
@@ -72,7 +73,7 @@ class FollowerPredictor(PredictingParty):
                 f"PREDICT_ROWS {msg.start}..{msg.stop}: outside the {n} rows of the intersection or over "
                 f"{self.batch_rows} rows"
             )
-        if batch_digest(split.ids[msg.start : msg.stop]) != msg.digest:
+        if range_digest("predict", msg.start, msg.stop, split.ids[msg.start : msg.stop]) != msg.digest:
             raise WireError(
                 f"PREDICT_ROWS {msg.start}..{msg.stop}: the ids' digest differs from the leader's (the intersections "
                 "disagree)"

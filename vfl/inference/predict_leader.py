@@ -30,11 +30,11 @@ import numpy as np
 import torch
 
 from vfl.config.schema import PartyConfig
-from vfl.data.shards import batch_digest
 from vfl.inference.fingerprint import hello_problems
 from vfl.inference.outputs import PredictionWriter
 from vfl.inference.predict_party import PredictingParty
 from vfl.obs.progress import bar
+from vfl.session.cut_digest import range_digest
 from vfl.session.leader import LeaderSession
 from vfl.training.top import TopTrainer
 from vfl.wire import PROTOCOL_VERSION
@@ -163,7 +163,8 @@ class LeaderPredictor(PredictingParty):
         def ask(k: int) -> None:
             if k < len(ranges):
                 lo, hi = ranges[k]
-                session.post_all(PredictRows(start=lo, stop=hi, digest=batch_digest(split.ids[lo:hi])))
+                digest = range_digest("predict", lo, hi, split.ids[lo:hi])  # a follower cuts only rows we can name
+                session.post_all(PredictRows(start=lo, stop=hi, digest=digest))
 
         progress = bar(total=n, desc="predict", unit="row")
         ask(0)

@@ -22,10 +22,12 @@ from typing import Any
 
 import numpy as np
 
-PROTOCOL_VERSION = 5  # v2: CurveZMQ transport, no frame HMAC, nonce-bound run ids; valid split (EVAL names
+PROTOCOL_VERSION = 6  # v2: CurveZMQ transport, no frame HMAC, nonce-bound run ids; valid split (EVAL names
 # its split), SNAPSHOT and RESTORE; v3: PSI messages (private set intersection of the ids) before HELLO;
 # v4: tensor buffers travel in frames of at most WIRE_FRAME_BYTES (a small per-frame cap for strangers);
 # v5: batch prediction's PREDICT_* (predict_messages.py) and online scoring's SERVE_* messages (serve_messages.py)
+# v6: EVAL carries the digest of its range's ids, and EVAL's and PREDICT_ROWS' digests are range digests
+# (vfl/session/cut_digest.py): a follower sends no cut of rows the leader cannot name
 MAGIC_PREFIX = b"VFLW"
 MAGIC = MAGIC_PREFIX + bytes([PROTOCOL_VERSION])
 MAX_HEADER_BYTES = 1 << 16

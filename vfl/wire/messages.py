@@ -46,6 +46,7 @@ MAX_RANKS = 1 << 16
 MAX_REASON = 2000  # characters of an ABORT's reason that travel (and that a receiver keeps)
 MAX_PRIOR_EPOCHS = 1000  # privacy.label_dp.prior_epochs' domain
 NONCE_PATTERN = re.compile(r"^[0-9a-f]{32}$")
+HEX32_PATTERN = re.compile(r"^[0-9a-f]{32}$")  # a range digest (EVAL)
 
 
 def _ranks_together(msg: Message, rank: int | None, ranks: int | None) -> None:
@@ -215,14 +216,23 @@ class Gradient(WireMessage):
 
 @wire_message
 class Eval(WireMessage):
-    """EVAL (leader -> follower): the cut of rows [start, stop) of a split (train only in stage one, phase prior)."""
+    """EVAL (leader -> follower): the cut of rows [start, stop) of a split (train only in stage one, phase prior),
+    whose ids the leader names by `digest` (vfl/session/cut_digest.range_digest; the follower checks it against its
+    own ids before it computes anything)."""
 
     TYPE = "EVAL"
     split: str
     start: int
     stop: int
+    digest: str
     phase: str | None = None
-    FIELDS = (Choice("phase", PHASES, optional=True), Choice("split", SPLITS), Int("start"), Int("stop"))
+    FIELDS = (
+        Choice("phase", PHASES, optional=True),
+        Choice("split", SPLITS),
+        Int("start"),
+        Int("stop"),
+        Text("digest", 32, pattern=HEX32_PATTERN, domain="32 hex digits (the range's id digest)"),
+    )
 
 
 @wire_message
