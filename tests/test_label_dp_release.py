@@ -170,8 +170,10 @@ def test_a_format_2_ledger_is_migrated_and_its_unmeasurable_sketches_are_charged
     ds["sketch"] = id_sketch(read_key(str(tmp_path / "store" / "key")), np.concatenate([train.ids, valid.ids]))
     doc["format"] = 2
     doc.pop("ledger_secret")
+    doc.pop("generation")  # written before seals: no write count, no seal
     ledger_path.write_text(json.dumps(doc))
     os.remove(tmp_path / "store" / "ledger_secret")
+    os.remove(tmp_path / "store" / "ledger_seal")
     os.remove(tmp_path / "store" / "key")
     # Execute
     second = _labels(b, tmp_path / "store")

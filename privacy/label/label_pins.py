@@ -13,7 +13,9 @@ name): new coins, and the ledger charges it with the first, as they share ids.
 
 The tags are PRF outputs under the release's key, so the file reveals neither ids nor labels without it; it is
 written under a new name and renamed over the old one, so it is never half-written, and the ledger's release entry
-records its row count and digest, so a pins file lost or rolled back is refused rather than read as "no pins".
+records its row count and digest, so a pins file lost or rolled back is refused rather than read as "no pins". The
+ledger itself is sealed (privacy/label/ledger_seal.py): losing it with the pins is refused at open, and the only way
+on, `ack-reset`, draws new coins, so lost pins never mean the same coins on a changed label.
 The release id of a pinned release names the pin format and the store (its ledger secret's fingerprint): a
 release drawn before pins existed, or under the same key in another store, is another release with other coins.
 """

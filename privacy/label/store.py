@@ -3,6 +3,7 @@
     <store>/key            32 random bytes as hex, mode 0600 (or privacy.label_dp.key_file)
     <store>/ledger.json    every labelled dataset the leader has randomized and every release, with its eps
     <store>/ledger_secret  32 random bytes as hex, mode 0600: the key of the ledger's id sketches (never the label key)
+    <store>/ledger_seal    the ledger's write count and digest, MACed under the ledger secret (privacy/label/ledger_seal.py)
     <store>/priors/        LP-2ST: the first prior of each stage-two release, reused by every later run of it
 
 The store lives outside any shard directory, so re-preparing the data (`prepare --force`) never
@@ -30,7 +31,8 @@ every dataset to it (over-counts, never under-counts; a warning says so). A form
 with a run's ids while that run holds its key, and is otherwise charged.
 
 A release that would take the total of its dataset's most exposed sample id over the budget
-(privacy.label_dp.budget) is refused before it is recorded, and it is recorded before it is drawn.
+(privacy.label_dp.budget) is refused before it is recorded, and it is recorded before it is drawn. A ledger deleted
+or rolled back is refused when the store opens, before anything is drawn (its seal: privacy/label/ledger_seal.py).
 """
 
 from __future__ import annotations
@@ -59,6 +61,16 @@ from privacy.label.ledger_math import (
     shares_any,
     sketch_hashes,
     sketch_hex,
+)
+from privacy.label.ledger_seal import (
+    Seal,
+    checked_state,
+    coin_key,
+    ledger_digest,
+    seal_unsealed,
+    sealed_write,
+    sync_dir,
+    write_seal,
 )
 from privacy.label.prior_store import load_prior, save_prior
 from privacy.label.release_names import (
@@ -160,13 +172,15 @@ class Release:
 class LabelDPStore:
     """The leader's key, ledger and ledger secret; every change happens under an exclusive file lock."""
 
-    def __init__(self, root: str, key_file: str | None = None):
+    def __init__(self, root: str, key_file: str | None = None, _check_at_open: bool = True):
         self.dir = os.path.abspath(root)
         self.key_path = os.path.abspath(key_file) if key_file else os.path.join(self.dir, "key")
         self.ledger_path = os.path.join(self.dir, "ledger.json")
         self.secret_path = os.path.join(self.dir, "ledger_secret")
+        self.seal_path = os.path.join(self.dir, "ledger_seal")
         self.warnings: list[str] = []
         self._identity: str | None = None
+        self._state = None  # the ledger's LedgerState under its seal, as last read under the lock
         self.created = not os.path.exists(self.dir)
         try:
             os.makedirs(self.dir, mode=0o700, exist_ok=True)
@@ -183,6 +197,21 @@ class LabelDPStore:
                 "another store: if these labels were released before, point privacy.label_dp.store_dir "
                 "(or $VFL_LABEL_DP_STORE) at that store instead"
             )
+        if _check_at_open:  # a ledger deleted or rolled back is refused here, before any key is read
+            with self.locked():
+                resets = self.ledger().get("resets") or []
+                bare = self._state.secret is None and self._state.sha256 is None and os.path.exists(self.key_path)
+            if bare and not self.created:
+                self.warnings.append(
+                    f"label DP: store {self.dir} has a key but no ledger, seal or ledger secret: it starts a new "
+                    "ledger; releases drawn under this key in a store since deleted are not counted"
+                )
+            if resets:
+                self.warnings.append(
+                    f"label DP: the ledger of {self.dir} was reset {len(resets)} time(s) (last on "
+                    f"{resets[-1].get('at', '?')[:10]}, acknowledged with ack-reset): its totals do not count the "
+                    "releases lost then"
+                )
 
     @contextlib.contextmanager
     def locked(self):
@@ -195,13 +224,39 @@ class LabelDPStore:
             os.close(fd)
 
     def ledger(self) -> dict:
-        """The ledger document ({format, datasets: {...}, releases: [...]}); empty when none was written yet."""
-        if not os.path.exists(self.ledger_path):
-            return {"format": LEDGER_FORMAT, "datasets": {}, "releases": []}
+        """The ledger document ({format, datasets: {...}, releases: [...]}); empty when none was written yet.
+        Called under the lock: LabelDPStoreError when the seal does not accept it (deleted, rolled back)."""
+        doc, self._state = self._read_checked()
+        return doc
+
+    def _read_checked(self):
+        """(the ledger document, its LedgerState under the seal); a ledger written before seals is sealed now."""
+        raw = self._read_raw()
+        doc = self._parse(raw) if raw is not None else {"format": LEDGER_FORMAT, "datasets": {}, "releases": []}
+        state = checked_state(self, raw, doc.get("generation") if raw is not None else None)
+        if state.unsealed:
+            state = seal_unsealed(self, state)
+        if doc["format"] in MIGRATED_FORMATS:
+            doc = migrate(doc, doc["format"])
+            doc["format"] = LEDGER_FORMAT
+        return doc, state
+
+    def _read_raw(self) -> bytes | None:
         try:
-            with open(self.ledger_path) as f:
-                doc = json.load(f)
-        except (OSError, ValueError) as e:
+            with open(self.ledger_path, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise LabelDPStoreError(
+                f"label-DP ledger {self.ledger_path} cannot be read ({e}); it is the only record of "
+                "what these labels have spent: restore it rather than delete it"
+            ) from None
+
+    def _parse(self, raw: bytes) -> dict:
+        try:
+            doc = json.loads(raw)
+        except ValueError as e:
             raise LabelDPStoreError(
                 f"label-DP ledger {self.ledger_path} cannot be read ({e}); it is the only record of "
                 "what these labels have spent: restore it rather than delete it"
@@ -216,19 +271,17 @@ class LabelDPStore:
                 f"label-DP ledger {self.ledger_path} is not a format-{LEDGER_FORMAT} ledger (nor an older one this "
                 "version migrates): restore it from a backup, or run the version that wrote it"
             )
-        if doc["format"] in MIGRATED_FORMATS:
-            doc = migrate(doc, doc["format"])
-            doc["format"] = LEDGER_FORMAT
         return doc
 
     def key(self) -> bytes:
         """The leader's key, created on first use. A new key where the ledger already has releases is
         warned about: its releases are independent of the old ones and add their eps."""
         with self.locked():
+            doc = self.ledger()  # after an acknowledged reset the store draws with coin_key(key, its nonce)
             if os.path.exists(self.key_path):
-                return read_key(self.key_path)
-            key = create_key(self.key_path)
-            old = {r["key_fingerprint"] for r in self.ledger()["releases"]}
+                return coin_key(read_key(self.key_path), self._state.coins)
+            key = coin_key(create_key(self.key_path), self._state.coins)
+            old = {r["key_fingerprint"] for r in doc["releases"]}
             if old:
                 self.warnings.append(
                     f"label DP: created a new key {key_fingerprint(key)} in a store whose ledger already has releases "
@@ -260,6 +313,8 @@ class LabelDPStore:
             )
         else:
             secret = create_secret(self.secret_path, SECRET_WHAT, SECRET_DAMAGED)
+            if not os.path.exists(self.seal_path):  # the seal is born with the secret: the ledger as it is now
+                write_seal(self.seal_path, secret, Seal(0, ledger_digest(self._read_raw())))
         fp = key_fingerprint(secret)
         if doc.setdefault("ledger_secret", fp) != fp:
             raise LabelDPStoreError(
@@ -485,15 +540,22 @@ class LabelDPStore:
             self._write(doc)
 
     def _write(self, doc: dict) -> None:
+        """Write the ledger under the lock, sealed: its write count goes up by one (privacy/label/ledger_seal.py)."""
+        secret = self._secret(doc)
+        _, state = self._read_checked()  # the ledger on disk, as this lock holder read it
+        doc["generation"] = state.generation + 1
+        sealed_write(self, state, secret, (json.dumps(doc, indent=1) + "\n").encode(), self._put)
+
+    def _put(self, data: bytes) -> None:
         tmp = f"{self.ledger_path}.tmp-{os.getpid()}"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                json.dump(doc, f, indent=1)
-                f.write("\n")
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, self.ledger_path)
+            sync_dir(self.dir)
         except OSError as e:
             with contextlib.suppress(OSError):
                 os.remove(tmp)

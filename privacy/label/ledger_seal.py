@@ -1,0 +1,193 @@
+"""The ledger's seal: a write counter and the ledger's digest, MACed under the ledger secret, so a ledger deleted or rolled back is refused.
+
+    <store>/ledger_seal   JSON {format, generation, ledger_sha256, next_sha256, coins, mac}, mode 0600
+
+Every ledger write bumps the generation: the seal first names the digest about to be written (`next_sha256`), then the
+ledger is renamed into place, then the seal names it alone (each file fsynced, then renamed over the old one). So a
+crash between two steps leaves a ledger the seal still accepts, and any other ledger is refused at open, before
+anything is drawn: one that is missing while the seal exists (deleted), or whose digest the seal does not name (an
+older copy restored, or edited). A store holding its ledger secret but no seal (the ledger and the seal deleted) is
+refused too. The refusal names the one command that lifts it, `python -m privacy.label ack-reset --store DIR`
+(privacy/label/ledger_reset.py), which records the reset in the ledger and draws a new `coins` nonce: from then on the
+store's label key is HMAC(key file, nonce) (`coin_key`), so nothing drawn after a reset reuses the coins of a release
+the lost ledger (or its lost label pins) knew of.
+
+The MAC is HMAC-SHA256 under the ledger secret, so the seal is not rewritten by anyone without it; what a seal cannot
+see is a copy of the whole store (ledger, seal, secret and pins together) restored from an older backup: that is a
+consistent older store (docs/label-dp.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+from dataclasses import dataclass, replace
+
+from privacy.label.secret_files import LabelDPStoreError, check_private, read_secret
+
+SEAL_FILE = "ledger_seal"
+SEAL_FORMAT = 1
+SEAL_DOMAIN = b"vfl/label-dp/ledger-seal/v1|"
+COIN_DOMAIN = b"vfl/label-dp/reset-coins/v1|"
+ACK_COMMAND = "python -m privacy.label ack-reset --store {store}"
+
+
+@dataclass(frozen=True)
+class Seal:
+    """What the seal file says: the ledger's generation and digest (None: no ledger written yet), the digest a write
+    in progress is about to put there, and the coins nonce of the last acknowledged reset (None: never reset)."""
+
+    generation: int
+    ledger_sha256: str | None
+    next_sha256: str | None = None
+    coins: str | None = None
+
+    def fields(self) -> dict:
+        return {
+            "format": SEAL_FORMAT,
+            "generation": self.generation,
+            "ledger_sha256": self.ledger_sha256,
+            "next_sha256": self.next_sha256,
+            "coins": self.coins,
+        }
+
+
+@dataclass(frozen=True)
+class LedgerState:
+    """The ledger on disk as its seal accepts it: its generation, its digest (None: no ledger), the ledger secret that
+    seals it (None: a store never sealed) and the coins nonce; `unsealed` marks a ledger written before seals."""
+
+    generation: int
+    sha256: str | None
+    secret: bytes | None
+    coins: str | None = None
+    unsealed: bool = False
+
+
+def ledger_digest(raw: bytes | None) -> str | None:
+    return None if raw is None else hashlib.sha256(raw).hexdigest()
+
+
+def _mac(secret: bytes, fields: dict) -> str:
+    return hmac.new(secret, SEAL_DOMAIN + json.dumps(fields, sort_keys=True).encode(), hashlib.sha256).hexdigest()
+
+
+def coin_key(key: bytes, coins: str | None) -> bytes:
+    """The label key the store draws with: the key file's bytes, or after an acknowledged reset HMAC(key, nonce)."""
+    if coins is None:
+        return key
+    return hmac.new(key, COIN_DOMAIN + bytes.fromhex(coins), hashlib.sha256).digest()
+
+
+def read_seal(path: str, secret: bytes) -> Seal | None:
+    """The seal at path (None when there is none); LabelDPStoreError when it is damaged or not MACed by `secret`."""
+    if not os.path.exists(path):
+        return None
+    try:
+        check_private(path, "label-DP ledger seal")
+        with open(path, "rb") as f:
+            doc = json.loads(f.read())
+        seal = Seal(doc["generation"], doc["ledger_sha256"], doc["next_sha256"], doc["coins"])
+        ok = doc["format"] == SEAL_FORMAT and isinstance(seal.generation, int) and seal.generation >= 0
+        ok = ok and hmac.compare_digest(str(doc["mac"]), _mac(secret, seal.fields()))
+    except LabelDPStoreError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError):
+        ok = False
+    if not ok:
+        raise LabelDPStoreError(
+            f"label-DP ledger seal {path} is damaged or not sealed by this store's ledger secret: the ledger cannot be "
+            f"checked against it; restore it with the ledger from a backup, or run `{ACK_COMMAND.format(store=os.path.dirname(path))}`"
+        )
+    return seal
+
+
+def write_seal(path: str, secret: bytes, seal: Seal) -> None:
+    """Write the seal under a new name (0600, fsynced), rename it over the old one and sync the directory."""
+    fields = seal.fields()
+    data = json.dumps({**fields, "mac": _mac(secret, fields)}, indent=1).encode() + b"\n"
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        sync_dir(os.path.dirname(path))
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise LabelDPStoreError(f"label-DP ledger seal {path} cannot be written: {e.strerror}") from None
+
+
+def sync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _refused(store, what: str) -> LabelDPStoreError:
+    return LabelDPStoreError(
+        f"label-DP ledger {store.ledger_path} {what}: what these labels have spent is unknown, and drawing now could "
+        "pass the budget or reuse coins on changed labels. Restore the ledger (with label_pins/, id_hashes/ and "
+        f"priors/) from a backup, or acknowledge the loss with `{ACK_COMMAND.format(store=store.dir)}` (the lost "
+        "spend is then not counted; new releases draw new coins)"
+    )
+
+
+def checked_state(store, raw: bytes | None, generation: int | None) -> LedgerState:
+    """The ledger bytes `raw` (None: no ledger file) with its own `generation` field (None: written before seals)
+    as the store's seal accepts them; LabelDPStoreError (naming ack-reset) when the ledger was deleted or rolled back,
+    the seal was deleted or damaged, or the ledger secret that MACs the seal is missing. `store` gives the paths
+    (dir, ledger_path, secret_path, seal_path)."""
+    sha = ledger_digest(raw)
+    has_secret = os.path.exists(store.secret_path)
+    if not has_secret:
+        if os.path.exists(store.seal_path):
+            raise LabelDPStoreError(
+                f"label-DP ledger secret {store.secret_path} is missing but the ledger is sealed by it "
+                f"({store.seal_path}); restore it from a backup: the seal and the ledger's id sketches are keyed by it"
+            )
+        if generation is not None:
+            raise _refused(store, f"was sealed but its seal {store.seal_path} and ledger secret are missing")
+        return LedgerState(0, sha, None)  # a new store, or one whose ledger was written before seals
+    secret = read_secret(store.secret_path, "label-DP ledger secret", "restore it from a backup")
+    seal = read_seal(store.seal_path, secret)
+    if seal is None:
+        if raw is None:
+            raise _refused(
+                store, f"and its seal {store.seal_path} are missing while the ledger secret {store.secret_path} exists"
+            )
+        if generation is not None:
+            raise _refused(store, f"was sealed but its seal {store.seal_path} is missing")
+        return LedgerState(0, sha, secret, unsealed=True)
+    if sha == seal.ledger_sha256:
+        return LedgerState(seal.generation, sha, secret, seal.coins)
+    if sha is not None and sha == seal.next_sha256:  # a write stopped after the ledger, before its seal
+        return LedgerState(seal.generation + 1, sha, secret, seal.coins)
+    if raw is None:
+        raise _refused(store, f"is missing but its seal {store.seal_path} records it (write {seal.generation})")
+    if generation is not None and generation < seal.generation:
+        raise _refused(store, f"is an older copy (write {generation} of the {seal.generation} its seal records)")
+    raise _refused(store, f"is not the one its seal records (write {seal.generation}): it was altered or replaced")
+
+
+def seal_unsealed(store, state: LedgerState) -> LedgerState:
+    """Seal a ledger written before seals (called at open under the lock): from now on it is checked."""
+    write_seal(store.seal_path, state.secret, Seal(state.generation, state.sha256, None, state.coins))
+    return replace(state, unsealed=False)
+
+
+def sealed_write(store, state: LedgerState, secret: bytes, data: bytes, put_ledger) -> None:
+    """Replace the ledger (state: as checked under the same lock) by `data` with `put_ledger(data)`, the seal naming
+    the new digest first as the next one and then alone (a crash between leaves a ledger the seal accepts)."""
+    new = ledger_digest(data)
+    write_seal(store.seal_path, secret, Seal(state.generation, state.sha256, new, state.coins))
+    put_ledger(data)
+    write_seal(store.seal_path, secret, Seal(state.generation + 1, new, None, state.coins))
