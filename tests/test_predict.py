@@ -451,3 +451,79 @@ def test_the_fingerprint_refuses_another_run_another_key_and_another_config(trai
         check_own(rec["follower0"], bigger, "follower0_final.pt", key_fingerprints(cfg["follower0"]))
     with pytest.raises(ValueError, match="trained under other CurveZMQ keys: follower0"):
         check_own(rec["follower0"], cfg["follower0"], "f.pt", {**key_fingerprints(cfg["follower0"]), "self": "z"})
+
+
+def _leader_config_with(trained, tmp_path, **train) -> dict:
+    """trained, with a leader YAML whose train section also sets `train` (the same run and checkpoints)."""
+    import yaml
+
+    doc = yaml.safe_load(open(trained["cfgs"]["leader"]).read())
+    doc["train"].update(train)
+    path = tmp_path / "leader_predict.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return {**trained, "cfgs": {**trained["cfgs"], "leader": str(path)}}
+
+
+def test_the_leader_asks_for_a_window_of_ranges_before_the_first_cut_returns(trained, tmp_path, monkeypatch):
+    """Prediction streams: PREDICT_WINDOW ranges are out before the leader awaits the first cut, and never more, so a
+    long round trip is paid a few times, not once a range (the scores are the same: test above)."""
+    # Prepare: ranges of 16 rows; the in-memory leader channel records what the leader posts and awaits
+    from tests import test_trainers_in_memory as memory
+    from vfl.inference.predict_leader import PREDICT_WINDOW
+
+    log = []
+
+    class Recording(memory.MemoryLeaderChannel):
+        def post(self, peer, message):
+            log.append(("post", message.TYPE))
+            super().post(peer, message)
+
+        def expect(self, peer, *classes, what=None):
+            msg = super().expect(peer, *classes, what=what)
+            log.append(("recv", msg.TYPE))
+            return msg
+
+    monkeypatch.setattr(memory, "MemoryLeaderChannel", Recording)
+    small = _leader_config_with(trained, tmp_path, eval_batch_size=16)
+    files = _view_files(trained, tmp_path)
+    # Execute
+    _, _, scores, report = _follower_view(small, tmp_path / "w", monkeypatch, files["as_is"], files["follower"])
+    # Assert: the window before the first cut, then one range asked per cut received
+    events = [e for e in log if e[1] in ("PREDICT_ROWS", "PREDICT_CUT")]
+    ranges = -(-report["rows_scored"] // 16)
+    assert ranges > PREDICT_WINDOW and len(scores) == report["rows_scored"]
+    assert events[:PREDICT_WINDOW] == [("post", "PREDICT_ROWS")] * PREDICT_WINDOW
+    assert events[PREDICT_WINDOW] == ("recv", "PREDICT_CUT")
+    out = [sum(1 if k == "post" else -1 for k, _ in events[: i + 1]) for i in range(len(events))]
+    assert max(out) == PREDICT_WINDOW and out[-1] == 0 and events.count(("post", "PREDICT_ROWS")) == ranges
+
+
+def test_predict_through_a_wan_link_gives_the_same_scores(trained, procs, tmp_path):
+    """Both parties' `predict` as processes, the follower connected through the shipped relay (40 ms RTT, 5 ms
+    jitter, 100 Mbit/s) with ranges of 32 rows: every row is scored, the test split's as the training run's
+    evaluation computes them (to 1e-6), and the cuts travelled through the link."""
+    # Prepare
+    from vfl.data.shards import PartyShard
+    from vfl.netlink.relay import LinkSpec, Relay
+
+    test = PartyShard(str(trained["shards"] / "leader")).split("test")
+    small = _leader_config_with(trained, tmp_path, eval_batch_size=32)
+    port = int(yaml_load(small["cfgs"]["leader"])["network"]["bind"].rsplit(":", 1)[1])
+    # Execute
+    with Relay(("127.0.0.1", port), LinkSpec(rtt_ms=40, jitter_ms=5, bandwidth_mbit=100), seed=1) as relay:
+        result = _predict(procs, small, tmp_path / "wan", follower_extra=(f"network.connect={relay.endpoint}",))
+    # Assert
+    assert result == {"leader": (0, ""), "follower0": (0, "")}, result
+    report = json.loads((tmp_path / "wan" / "predict.json").read_text())
+    parquet = pd.read_parquet(tmp_path / "wan" / "predictions.parquet")
+    assert len(parquet) == report["rows_scored"] and report["rows_without_score"] == LEADER_ONLY
+    scores = parquet.set_index("id").loc[np.asarray(test.ids), "score"].to_numpy()
+    np.testing.assert_allclose(scores, _evaluate_in_process(trained, np.asarray(test.ids)), rtol=0, atol=1e-6)
+    cut_bytes = 4 * 2 * len(parquet)  # float32, cut_dim 2
+    assert relay.bytes_up > cut_bytes and relay.bytes_down > 0
+
+
+def yaml_load(path: str) -> dict:
+    import yaml
+
+    return yaml.safe_load(open(path).read())

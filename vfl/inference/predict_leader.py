@@ -8,8 +8,8 @@ Order of a prediction (docs/predict.md):
 3. PSI on the new ids, as in training; rows of the leader without a match get no score (counted and reported, with
    the rows its reader refused for a malformed id or feature value);
 4. the leader walks the intersection in ascending id order in ranges of `batch_rows`: PREDICT_ROWS to every
-   follower (the next range is asked for before the current one is scored, so followers compute while the leader
-   does), its own bottom, the followers' PREDICT_CUTs, the top: exactly the training run's evaluation
+   follower (up to PREDICT_WINDOW ranges are asked for before the first cut returns, so followers compute while the
+   leader scores and a long round trip is paid a few times, not once a range), its own bottom, the followers' PREDICT_CUTs, the top: exactly the training run's evaluation
    (BottomParty and TopTrainer.predict), in eval mode and train.precision;
 5. scores go to predictions.parquet / .csv (vfl/inference/outputs.py); with labels in its file, the leader also
    reports AUC and logloss (or accuracy, or RMSE, MAE and R^2) in predict.json, over the scored rows whose label is
@@ -36,10 +36,13 @@ from vfl.inference.predict_party import PredictingParty
 from vfl.obs.progress import bar
 from vfl.session.cut_digest import range_digest
 from vfl.session.leader import LeaderSession
+from vfl.training.microbatch import embedding_bytes_bound, pipelined
 from vfl.training.top import TopTrainer
 from vfl.wire import PROTOCOL_VERSION
 from vfl.wire.messages import Bye
 from vfl.wire.predict_messages import PredictCut, PredictDone, PredictHello, PredictRows, PredictWelcome
+
+PREDICT_WINDOW = 4  # ranges asked for ahead of their cuts (4 per connection fit the channel's RCVHWM)
 
 
 class LeaderPredictor(PredictingParty):
@@ -167,19 +170,23 @@ class LeaderPredictor(PredictingParty):
                 session.post_all(PredictRows(start=lo, stop=hi, digest=digest))
 
         progress = bar(total=n, desc="predict", unit="row")
-        ask(0)
-        for k, (lo, hi) in enumerate(ranges):
-            remote = [
-                session.expect_cut(f, PredictCut, lambda m, lo=lo, hi=hi: _range_problem(m, lo, hi), hi - lo)
-                for f in session.followers
-            ]
-            ask(k + 1)  # the followers compute the next range while the leader scores this one
-            own = self.cut(lo, hi)
-            probs = self.top.predict([own, *remote])
-            writer.write(split.ids[lo:hi], probs, rows.row_index[lo:hi])
-            if keep:
-                scores.append(probs)
-            progress.update(hi - lo)
+        for k in range(PREDICT_WINDOW):
+            ask(k)
+        # while the leader awaits one follower's cut, another may have sent all its cuts of the window: each is one
+        # range's cut at most (the window's bound on what waits here)
+        with pipelined(session.ch, PREDICT_WINDOW, embedding_bytes_bound(batch_rows, session.cut_dims.values())):
+            for k, (lo, hi) in enumerate(ranges):
+                remote = [
+                    session.expect_cut(f, PredictCut, lambda m, lo=lo, hi=hi: _range_problem(m, lo, hi), hi - lo)
+                    for f in session.followers
+                ]
+                ask(k + PREDICT_WINDOW)  # the followers compute the next ranges while the leader scores this one
+                own = self.cut(lo, hi)
+                probs = self.top.predict([own, *remote])
+                writer.write(split.ids[lo:hi], probs, rows.row_index[lo:hi])
+                if keep:
+                    scores.append(probs)
+                progress.update(hi - lo)
         progress.close()
 
 
