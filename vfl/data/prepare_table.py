@@ -7,7 +7,9 @@ Two passes over the party's file, nothing else opened:
 The shard has the layout of vfl/data/prepare.py (`<split>/{ids,dense,dense_missing,cat,labels}.npy`, labels int8
 class ids or float32 regression values) plus `schema.json` (the declarations and what was fitted) and
 `vocab/<n>.npy`; the manifest records the task. It is built in a temporary sibling and renamed into place, so a
-failure (a bad label, an empty column) leaves nothing half-written.
+failure (a bad label, an empty column) leaves nothing half-written. A row is never dropped for its label: the whole
+file is read, then refused in one line naming every blank or invalid label's count and first lines
+(vfl/data/bad_labels.py), since the shard's ids are what the leader brings to the private set intersection.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from vfl.config.table import SchemaConfig
+from vfl.data.bad_labels import BadLabels
 from vfl.data.errors import DataError
 from vfl.data.ids import check_unique
 from vfl.data.manifest import FORMAT_VERSION, id_digest, party_manifest_of, source_doc, split_doc
@@ -104,6 +107,7 @@ def prepare_table(
     shutil.rmtree(tmp, ignore_errors=True)
     stats = ReadStats()
     label_dtype = np.float32 if regression else np.int8
+    bad_labels = BadLabels(path, schema.label.column, lambda r: _line(path, r)) if labelled else None
     try:
         writers = [
             _SplitWriter(os.path.join(tmp, s), len(fitted.dense_names), len(fitted.cat_names), labelled, label_dtype)
@@ -127,8 +131,12 @@ def prepare_table(
                 w.cat.append(cat)
                 if labelled:
                     w.labels.append(
-                        fitted.label.encode(block.label[rows], block.row_index[rows], path, lambda r: _line(path, r))
+                        fitted.label.encode(
+                            block.label[rows], block.row_index[rows], path, lambda r: _line(path, r), bad_labels
+                        )
                     )
+        if labelled:  # a row is never dropped for its label: a file with a blank or invalid one is refused
+            bad_labels.refuse()
         for w in writers:
             w.close()
         stream_seconds = time.perf_counter() - t0

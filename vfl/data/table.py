@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from vfl.config.table import ColumnSpec, SchemaConfig
+from vfl.data.bad_labels import BadLabels
 from vfl.data.errors import DataError
 from vfl.data.task import MAX_CLASSES, Task
 from vfl.data.transforms import MISSING_ID, VocabularyCounter, dense_transform, field_salts, hash_bucket
@@ -128,7 +129,7 @@ class FittedColumn:
 
 
 class LabelEncoder:
-    """Label text (or float) -> the task's label array; every value outside the task's domain is an error."""
+    """Label text (or float) -> the task's label array; a value outside the task's domain refuses the file."""
 
     def __init__(self, task_kind: str, classes: tuple[str, ...] | None, clip: tuple[float, float] | None, column: str):
         self.kind, self.column, self.clip = task_kind, column, clip
@@ -157,17 +158,22 @@ class LabelEncoder:
                 )
             self.classes = tuple(values)
 
-    def encode(self, labels: np.ndarray, rows: np.ndarray, path: str, line) -> np.ndarray:
-        """The label array of a block; DataError naming the first value outside the task's domain and its line."""
+    def encode(self, labels: np.ndarray, rows: np.ndarray, path: str, line, bad: BadLabels | None = None) -> np.ndarray:
+        """The label array of a block (data rows `rows`); a value outside the task's domain is recorded in `bad` (0 in
+        its place; the caller refuses the file once it is read), or, without `bad`, a DataError naming it and its
+        line. No row is ever dropped for its label (vfl/data/bad_labels.py)."""
+        own = bad is None
+        bad = BadLabels(path, self.column, line) if own else bad
+        out = self._encode(labels, rows, path, line, bad)
+        if own:
+            bad.refuse()
+        return out
+
+    def _encode(self, labels: np.ndarray, rows: np.ndarray, path: str, line, bad: BadLabels) -> np.ndarray:
         if self.kind == "regression":
-            bad = ~np.isfinite(labels)
-            if bad.any():
-                r = int(np.flatnonzero(bad)[0])
-                raise DataError(
-                    f"{path}: {line(int(rows[r]))}: label {self.column!r} must be a number for a regression task, "
-                    f"got a missing or non-numeric value (drop rows without a label before preparing)"
-                )
-            v = labels.astype(np.float64)
+            missing = ~np.isfinite(labels)
+            bad.add(rows[missing], labels[missing], "a finite number (regression task)")
+            v = np.where(missing, 0.0, labels).astype(np.float64)
             if self.clip is not None:
                 v = np.clip(v, *self.clip)
             too_big = np.abs(v) > np.finfo(np.float32).max  # float32 would make it inf
@@ -183,18 +189,14 @@ class LabelEncoder:
         text = np.asarray(uniques, dtype=object).astype(str)
         ids = np.array([lookup.get(t, -1) for t in text], dtype=np.int64)[codes]
         if (ids < 0).any():
-            r = int(np.flatnonzero(ids < 0)[0])
-            text = text[codes]
             hint = (
                 "declare data.schema.label.classes: [negative, positive], or set train.task: multiclass"
                 if self.kind == "binary"
                 else "list it in data.schema.label.classes"
             )
-            raise DataError(
-                f"{path}: {line(int(rows[r]))}: label {self.column!r} is {text[r][:40]!r}, not one of "
-                f"{list(self.classes)[:20]} ({self.kind} task): {hint}; no row is dropped for its label"
-            )
-        return ids.astype(np.int8)
+            out = ids < 0
+            bad.add(rows[out], text[codes][out], f"one of {list(self.classes)[:20]} ({self.kind} task): {hint}")
+        return np.maximum(ids, 0).astype(np.int8)
 
     def task(self) -> Task:
         if self.kind == "multiclass":

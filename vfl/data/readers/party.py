@@ -4,8 +4,10 @@ TSV or CSV (the header's first tab decides; .gz is read directly), read in bound
 every value as text. Dense values must be numbers (empty = missing); categorical values are keyed
 exactly as the combined-file tokenizer keys them (8 hex digits -> their value, other text -> a
 CRC-based key above 2**32), so a party's shard equals the one the combined path would give; the
-label must be 0 or 1. A row with a bad value is skipped with a warning naming its line (an error
-with strict); a line with the wrong number of fields is an error.
+label must be 0 or 1 (a class id 0..K-1). A row with a bad feature value or id is skipped with a warning naming its
+line (an error with strict); a line with the wrong number of fields is an error. A row is never skipped for its label:
+a file with a blank or invalid label is refused once it has been read (vfl/data/bad_labels.py), and prediction reads
+the label as text (label_text), unchecked.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vfl.data.bad_labels import BadLabels
 from vfl.data.errors import DataError
 from vfl.data.ids import ids64
 from vfl.data.readers import arrow_text
@@ -121,7 +124,8 @@ def _cat_keys(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def read_party_blocks(
     src: PartySource, strict: bool, stats: ReadStats, chunk_rows: int = CHUNK_ROWS, digest: bool = True
 ) -> Iterator[PartyBlock]:
-    """Yield the parsed good rows of a party file, chunk by chunk; bad rows are counted (or raise with strict).
+    """Yield the parsed good rows of a party file, chunk by chunk; bad rows are counted (or raise with strict). A
+    blank or invalid label skips no row: once the file is read, it is refused naming them (vfl/data/bad_labels.py).
 
     pyarrow reads the file and parses whole columns at once (readers/arrow_text.py); a block with a bad value, and
     a file pyarrow cannot read, take the pandas text path below, so both give the same blocks, warnings and errors.
@@ -142,26 +146,28 @@ def read_party_blocks(
                 sha.update(chunk)
             stats.bytes_read += len(chunk)
     cols = [src.id_column, *src.dense, *src.categorical, *([src.label_column] if src.label else [])]
+    bad_labels = BadLabels(src.path, src.label_column, lambda r: f"line {r + 2}")
     row0 = 0
     if arrow_text.usable(src.path, names):
         try:
             for row0, table in arrow_text.text_tables(src.path, sep, names, cols, chunk_rows):
                 block = _arrow_block(src, table, row0, stats)
                 if block is None:
-                    yield from _block(src, arrow_text.text_frame(table), row0, strict, stats)
+                    yield from _block(src, arrow_text.text_frame(table), row0, strict, stats, bad_labels)
                 elif block.row_index.size:
                     yield block
                 row0 += table.num_rows
         except arrow_text.ArrowTextFailed as e:
             row0 = e.row0  # pandas reads the rest (and names a bad line as it always did)
         else:
-            return _finish(src, stats, row0, sha)
+            return _finish(src, stats, row0, sha, bad_labels)
     read = [0]
-    yield from _pandas_blocks(src, sep, cols, row0, strict, stats, chunk_rows, read)
-    _finish(src, stats, read[0], sha)
+    yield from _pandas_blocks(src, sep, cols, row0, strict, stats, chunk_rows, read, bad_labels)
+    _finish(src, stats, read[0], sha, bad_labels)
 
 
-def _finish(src: PartySource, stats: ReadStats, rows: int, sha) -> None:
+def _finish(src: PartySource, stats: ReadStats, rows: int, sha, bad_labels: BadLabels) -> None:
+    bad_labels.refuse()
     stats.lines = rows + 1
     stats.sha256 = sha.hexdigest() if sha is not None else ""
     if stats.good_rows == 0:
@@ -201,11 +207,11 @@ def text_frames(path: str, sep: str, cols: list[str], chunk_rows: int, skip: int
         raise DataError(f"{path}: {' '.join(str(e).split())[:300]}") from None
 
 
-def _pandas_blocks(src, sep, cols, skip: int, strict: bool, stats: ReadStats, chunk_rows: int, read: list):
+def _pandas_blocks(src, sep, cols, skip: int, strict: bool, stats: ReadStats, chunk_rows: int, read: list, bad_labels):
     """The text path: pandas' C parser, every value as text; the first `skip` data rows were read already
     (read[0]: the data rows of the file)."""
     for row0, part in text_frames(src.path, sep, cols, chunk_rows, skip, read):
-        yield from _block(src, part, row0, strict, stats)
+        yield from _block(src, part, row0, strict, stats, bad_labels)
 
 
 def _arrow_block(src: PartySource, table, row0: int, stats: ReadStats) -> PartyBlock | None:
@@ -307,7 +313,9 @@ class BadRows:
         return keep
 
 
-def _block(src: PartySource, df, row0: int, strict: bool, stats: ReadStats) -> Iterator[PartyBlock]:
+def _block(
+    src: PartySource, df, row0: int, strict: bool, stats: ReadStats, bad_labels: BadLabels
+) -> Iterator[PartyBlock]:
     import pandas as pd
 
     n = len(df)
@@ -335,13 +343,16 @@ def _block(src: PartySource, df, row0: int, strict: bool, stats: ReadStats) -> I
             label = lab.to_numpy(dtype=object)
         elif src.num_classes == 2:
             lab = lab.to_numpy()
-            flag(~((lab == "0") | (lab == "1")), lambda r: f"{src.label_column} must be 0 or 1")
+            ok = (lab == "0") | (lab == "1")
+            bad_labels.add(row0 + np.flatnonzero(~ok), lab[~ok], "0 or 1")
             label = (lab == "1").astype(np.int8)
         else:
             k = src.num_classes
+            text = lab.to_numpy()
             cls = pd.to_numeric(lab.where(lab.str.fullmatch(r"\d{1,3}"), "-1"), errors="coerce").to_numpy()
-            flag(~((cls >= 0) & (cls < k)), lambda r: f"{src.label_column} must be a class id in [0, {k - 1}]")
-            label = np.where((cls >= 0) & (cls < k), cls, 0).astype(np.int8)
+            ok = (cls >= 0) & (cls < k)
+            bad_labels.add(row0 + np.flatnonzero(~ok), text[~ok], f"a class id in [0, {k - 1}]")
+            label = np.where(ok, cls, 0).astype(np.int8)
     first = min(rows.reasons) if rows.reasons else 0
     keep = rows.settle(src.path, f"line {row0 + first + 2}", row0, strict, stats)
     if not keep.any():
