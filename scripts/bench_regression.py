@@ -118,10 +118,12 @@ def noisy_labels(mechanism, eps, y_train, y_valid, clip, seed):
 
 
 def train_mlp(x, y_noisy, xv, yv_noisy, noise_var, xt, yt, epochs, seed):
-    """Adam on MSE of the standardized noisy label; the epoch with the best (debiased) noisy validation RMSE."""
+    """Adam on MSE of the standardized noisy label; the epoch the leader would select (the least unclamped debiased
+    noisy validation MSE)."""
     import torch
 
     from privacy.label.noisy_metrics import noisy_regression_metrics
+    from vfl.training.selection import selection_value
 
     torch.manual_seed(seed)
     mean, sd = float(y_noisy.mean()), float(y_noisy.std()) or 1.0
@@ -137,7 +139,7 @@ def train_mlp(x, y_noisy, xv, yv_noisy, noise_var, xt, yt, epochs, seed):
             torch.nn.functional.mse_loss(model(xs[rows]).squeeze(1), ys[rows]).backward()
             opt.step()
         with torch.no_grad():
-            valid = noisy_regression_metrics(yv_noisy, predict(xv), noise_var)["rmse"]
+            valid = selection_value("rmse", noisy_regression_metrics(yv_noisy, predict(xv), noise_var))[0]
             if valid < best[0]:
                 best = (valid, predict(xt))
     return scores(best[1], yt)

@@ -166,6 +166,7 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     top = TopTrainer(tr, leader_cfg.model.top, tuple(p.cut_dim for p in parties), device, loss, steps, task, target)
     eps = release.eps if release is not None else None
     loop = TrainingLoop(tr, len(train), test.labels, log, labels_info.valid, eps, task)
+    loop.valid_noise_var = labels_info.valid_noise_var  # regression label DP: debiases the valid MSE, as the leader
     loop.curves = RunCurves(out_dir, "centralized", log=log, regression=task.is_regression)
     ref = _Reference(parties, top, torch.from_numpy(labels_info.labels), tr, task)
     TIMER.reset()

@@ -178,24 +178,48 @@ def noisy_multiclass_validation_metrics(noisy: np.ndarray, probs: np.ndarray, ep
 
 
 def noisy_regression_metrics(noisy: np.ndarray, predictions: np.ndarray, noise_variance: float | None) -> dict:
-    """{rmse, rmse_ci95, mae, r2} of predictions against randomized real labels y~. With an unbiased mechanism
-    (E[y~ | y] = y, noise independent of the prediction) E[(f - y~)^2] = E[(f - y)^2] + v with v = E[Var(y~ | y)]
-    known from the mechanism, so rmse = sqrt(max(mean (f - y~)^2 - v, 0)) and r2 = 1 - (mse~ - v) / (var(y~) - v)
-    are debiased; the MAE stays the noisy one (no such identity). noise_variance None (a biased mechanism such as
-    RR-on-Bins): every metric is on the noisy labels as they are."""
+    """Validation metrics of real-valued predictions against randomized labels y~.
+
+    With an unbiased mechanism (E[y~ | y] = y, noise independent of the prediction) E[(f - y~)^2] = E[(f - y)^2] + v,
+    v = E[Var(y~ | y)] known from the mechanism, so mse = mean (f - y~)^2 - v is unbiased for the true MSE. It is
+    kept unclamped: at small eps v can exceed the noisy MSE, and clamping at 0 would make every step tie. Every
+    model is scored on the same y~, so mse, mse_noisy and the true MSE rank steps alike in expectation; selection
+    (vfl/training/selection.py) ranks by mse. Reported:
+    * mse, mse_ci95 (mean +- 1.96 sd((f - y~)^2) / sqrt(n)), mse_noisy, and rmse_noisy = sqrt(mse_noisy);
+    * rmse = sqrt(mse), NaN when v was subtracted and mse <= 0 (not estimable: the noise hides it), and
+      rmse_ci95, the MSE interval's ends through sqrt(max(., 0)) (an interval for the true RMSE, which is >= 0,
+      whatever the sign of mse);
+    * r2 = 1 - mse / (var(y~) - v), NaN where rmse is or where var(y~) - v <= 0 (label_variance, the debiased
+      variance of the labels; label_variance_noisy = var(y~));
+    * mae, the noisy one (there is no such identity for it); debiased: whether v was subtracted.
+    noise_variance None (a biased mechanism such as RR-on-Bins): every metric is on the noisy labels as they are."""
     y = np.asarray(noisy, dtype=np.float64)
     err = np.asarray(predictions, dtype=np.float64) - y
-    if y.size == 0:
-        return {"rmse": math.nan, "rmse_ci95": [math.nan, math.nan], "mae": math.nan, "r2": math.nan}
     v = float(noise_variance or 0.0)
-    mse = max(float(np.mean(err * err)) - v, 0.0)
-    sst = float(np.var(y)) - v
-    rmse = math.sqrt(mse)
-    # delta method on the noisy squared errors, as vfl/obs/metrics.regression_metrics
-    half = 1.96 * float(np.std(err * err)) / math.sqrt(y.size) / (2 * rmse) if rmse > 0 else 0.0
+    if y.size == 0:
+        nan2 = [math.nan, math.nan]
+        return {
+            **dict.fromkeys(("mse", "mse_noisy", "rmse", "rmse_noisy", "mae", "r2"), math.nan),
+            **{"mse_ci95": nan2, "rmse_ci95": nan2, "label_variance": math.nan, "label_variance_noisy": math.nan},
+            "debiased": noise_variance is not None,
+        }
+    sq = err * err
+    mse_noisy = float(np.mean(sq))
+    mse = mse_noisy - v
+    half = 1.96 * float(np.std(sq)) / math.sqrt(y.size)
+    var_noisy = float(np.var(y))
+    sst = var_noisy - v
+    estimable = mse > 0 or noise_variance is None  # nothing subtracted: mse is the noisy MSE, >= 0
     return {
-        "rmse": rmse,
-        "rmse_ci95": [rmse - half, rmse + half],
+        "mse": mse,
+        "mse_ci95": [mse - half, mse + half],
+        "mse_noisy": mse_noisy,
+        "rmse": math.sqrt(mse) if estimable else math.nan,
+        "rmse_ci95": [math.sqrt(max(mse - half, 0.0)), math.sqrt(max(mse + half, 0.0))],
+        "rmse_noisy": math.sqrt(mse_noisy),
         "mae": float(np.mean(np.abs(err))),
-        "r2": 1.0 - mse / sst if sst > 0 else math.nan,
+        "r2": 1.0 - mse / sst if estimable and sst > 0 else math.nan,
+        "label_variance": sst,
+        "label_variance_noisy": var_noisy,
+        "debiased": noise_variance is not None,
     }

@@ -94,6 +94,24 @@ def metrics_text(m: dict, prefix: str = "test_") -> str:
     return " ".join(f"{k}: {m[k]:.6f}" for k in keys)
 
 
+def regression_valid_text(valid: dict) -> str:
+    """A regression's validation metrics for an evaluation's log line: `valid_rmse: ... valid_mae: ... valid_r2: ...`;
+    under label DP (privacy/label/noisy_metrics.noisy_regression_metrics) the RMSE with its 95% interval and the
+    noisy RMSE, and, where the debiased MSE is <= 0, `not estimable` with the MSE and its interval (never a 0)."""
+    if "mse" not in valid:
+        return metrics_text({f"valid_{k}": v for k, v in valid.items()}, "valid_")
+    lo, hi = valid["rmse_ci95"]
+    if valid["rmse"] == valid["rmse"]:
+        rmse = f"{valid['rmse']:.6f} (95% interval [{lo:.6g}, {hi:.6g}]"
+    else:
+        mlo, mhi = valid["mse_ci95"]
+        bound = f"RMSE at most {hi:.6g}" if hi > 0 else "no positive MSE in it"
+        rmse = f"not estimable (debiased MSE {valid['mse']:.6g} <= 0, 95% interval [{mlo:.6g}, {mhi:.6g}]: {bound}"
+    r2 = f"{valid['r2']:.6f}" if valid["r2"] == valid["r2"] else "not estimable"
+    labels = f"debiased; noisy {valid['rmse_noisy']:.6f}" if valid.get("debiased") else "on the noisy labels"
+    return f"valid_rmse: {rmse}; {labels}) valid_mae: {valid['mae']:.6f} (noisy) valid_r2: {r2}"
+
+
 def final_line(m: dict) -> str:
     """The last line of a run: the selected model's test metrics next to the data's Bayes-optimal ones."""
     bayes_auc, bayes_acc = m.get("bayes_test_auc"), m.get("bayes_test_accuracy")

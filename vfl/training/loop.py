@@ -21,9 +21,9 @@ from privacy.label.noisy_metrics import (
 from vfl.config.schema import TrainConfig
 from vfl.data.shards import batch_order, steps_per_epoch
 from vfl.data.task import Task
-from vfl.obs.metrics import RunLog, loss_line, metrics_text, regression_metrics, test_metrics
+from vfl.obs.metrics import RunLog, loss_line, metrics_text, regression_metrics, regression_valid_text, test_metrics
 from vfl.obs.progress import bar
-from vfl.training.selection import EarlyStopping
+from vfl.training.selection import EarlyStopping, selection_value
 from vfl.training.step_timer import TIMER
 
 # split name ("valid" | "test") -> click (n,) or class (n, K) probabilities, or real-valued predictions (n,)
@@ -213,9 +213,10 @@ class TrainingLoop:
             else:
                 v = noisy_validation_metrics(self.valid_labels, evaluate("valid"), self.valid_eps)
             entry["valid"] = v
-            best = self.selection is not None and self.selection.update(
-                v[self.selection.metric], self.global_step, epoch, _half_width(v.get(f"{self.selection.metric}_ci95"))
-            )
+            best = False
+            if self.selection is not None:
+                value, half_width = selection_value(self.selection.metric, v)
+                best = self.selection.update(value, self.global_step, epoch, half_width)
             if self.selection is not None and self.agree is not None:
                 best = self.agree(self.selection, best)
             if best:
@@ -238,11 +239,7 @@ class TrainingLoop:
                 if valid and "auc" in valid
                 else ""
             )
-            + (
-                metrics_text({f"valid_{k}": v for k, v in valid.items()}, "valid_") + " "
-                if valid and "rmse" in valid
-                else ""
-            )
+            + (regression_valid_text(valid) + " " if valid and "rmse" in valid else "")
             + metrics_text(entry)
         )
 
@@ -255,10 +252,14 @@ class TrainingLoop:
                 raise RuntimeError("early stopping chose an earlier step but this loop cannot restore models")
             restore(sel.best_step)
             scores = test_metrics(self.test_labels, evaluate("test"), self.task.is_regression)
-            self.log(
-                f"restored the best step {sel.best_step} (validation {sel.metric} {sel.best_value:.6f}): "
-                + metrics_text(scores)
+            best = next((h.get("valid") for h in self.history if h["step"] == sel.best_step), None) or {}
+            mse = f"{'debiased' if best.get('debiased') else 'noisy'} MSE {best.get('mse', 0.0):.6g}"
+            chosen = (  # a regression's debiased MSE can be <= 0: its RMSE is then not a value (noisy_metrics)
+                f"validation {sel.metric} ranked by the {mse}"
+                if "mse" in best and sel.metric in ("rmse", "r2")
+                else f"validation {sel.metric} {sel.best_value:.6f}"
             )
+            self.log(f"restored the best step {sel.best_step} ({chosen}): " + metrics_text(scores))
         else:
             scores = {k: v for k, v in self.history[-1].items() if k in TEST_KEYS}
         self.final = {**scores, "restored": restored, "model_step": sel.best_step if restored else self.global_step}
@@ -284,15 +285,26 @@ class TrainingLoop:
                 "stopped_early": self.stopped_early,
                 "restored": self.final["restored"],
                 "snapshot_bytes_this_process": self.snapshot_bytes,
-                "labels": "randomized validation labels (label DP), debiased with class priors estimated from them"
-                if self.valid_eps is not None
-                else "validation labels",
+                "labels": self._selection_labels(),
             },
             "samples_per_second": self.samples / max(self.train_seconds, 1e-9),
             "train_seconds": self.train_seconds,
             "steps": self.global_step,
             "step_losses": self.step_losses,
         }
+
+    def _selection_labels(self) -> str:
+        """What the selection read, for metrics.json."""
+        if self.valid_eps is None:
+            return "validation labels"
+        if not self.task.is_regression:
+            return "randomized validation labels (label DP), debiased with class priors estimated from them"
+        if self.valid_noise_var is None:
+            return "randomized validation labels (label DP), as they are (a biased mechanism: nothing subtracted)"
+        return (
+            "randomized validation labels (label DP): rmse and r2 rank steps by the unclamped debiased MSE, the noisy "
+            "MSE minus the mechanism's noise variance; mae is the noisy one"
+        )
 
     def state(self) -> dict:
         """What a checkpoint needs to continue selection exactly after a resume."""
@@ -309,11 +321,3 @@ class TrainingLoop:
         self.history = list(state.get("history", []))
         self.step_losses = [float(x) for x in state.get("step_losses", [])]  # a resumed run keeps the whole curve
         self.snapshot_bytes = int(state.get("snapshot_bytes", 0))
-
-
-def _half_width(interval) -> float:
-    """Half the width of a metric's 95% interval [lo, hi] (0 when the metric reports none)."""
-    if not isinstance(interval, (list, tuple)) or len(interval) != 2:
-        return 0.0
-    width = (float(interval[1]) - float(interval[0])) / 2
-    return width if width == width else 0.0

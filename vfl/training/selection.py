@@ -15,6 +15,38 @@ from dataclasses import dataclass
 from vfl.data.task import HIGHER_IS_BETTER
 
 
+def selection_value(metric: str, valid: dict) -> tuple[float, float]:
+    """(value, half width of its 95% interval) that early stopping compares for `metric` on one evaluation's
+    validation metrics.
+
+    Regression metrics with an MSE (privacy/label/noisy_metrics.noisy_regression_metrics) rank by it, unclamped, in
+    the metric's own units: rmse by its signed root, sign(mse) sqrt(|mse|), which is the debiased RMSE wherever
+    that is estimable (mse > 0); r2 by 1 - mse / s with s the debiased label variance, or the noisy one where that
+    is <= 0 (any positive s ranks alike). Both are increasing in mse (r2 decreasing), so the ranking is the MSE's.
+    Every other metric (mae included: its noisy value) is compared as reported."""
+    if metric in ("rmse", "r2") and "mse" in valid:
+        mse, (lo, hi) = valid["mse"], valid["mse_ci95"]
+        if metric == "rmse":
+            return _signed_root(mse), (_signed_root(hi) - _signed_root(lo)) / 2
+        s = valid["label_variance"] if valid["label_variance"] > 0 else valid["label_variance_noisy"]
+        if not s > 0:  # constant labels: R^2 is undefined
+            return math.nan, 0.0
+        return 1.0 - mse / s, (hi - lo) / 2 / s
+    return valid[metric], half_width(valid.get(f"{metric}_ci95"))
+
+
+def _signed_root(x: float) -> float:
+    return math.copysign(math.sqrt(abs(x)), x)
+
+
+def half_width(interval) -> float:
+    """Half the width of a metric's 95% interval [lo, hi] (0 when the metric reports none)."""
+    if not isinstance(interval, (list, tuple)) or len(interval) != 2:
+        return 0.0
+    width = (float(interval[1]) - float(interval[0])) / 2
+    return width if width == width else 0.0
+
+
 @dataclass
 class EarlyStopping:
     """Best value and step of the selection metric; stop after `patience` evaluations without a gain."""
