@@ -246,3 +246,33 @@ def test_training_on_a_store_whose_ledger_was_deleted_is_refused_before_any_labe
     with pytest.raises(LabelDPStoreError, match="is missing but its seal .* ack-reset"):
         labels(7.5)
     assert drawn == []
+
+
+def test_ack_reset_after_a_lost_ledger_secret_charges_every_kept_dataset_to_every_other(tmp_path):
+    """The kept ledger's id sets were hashed under the lost secret: compared with nothing, so charged (over-counts)."""
+    # Prepare
+    _spent(tmp_path / "store", 2.0)
+    os.remove(tmp_path / "store" / "ledger_secret")
+    with pytest.raises(LabelDPStoreError, match="ledger secret .* is missing but the ledger is sealed by it"):
+        LabelDPStore(str(tmp_path / "store"))
+    # Execute
+    done = _ack_reset(tmp_path / "store")
+    store = LabelDPStore(str(tmp_path / "store"))
+    _, summary = store.record(_release("B", 1.0, "b"), store.key(), np.arange(5_000, 5_100), budget=8.0)
+    # Assert: B shares no id with A, yet is charged with it
+    assert done.returncode == 0, done.stderr
+    assert "partial" in store.ledger()["datasets"]["A"]
+    assert summary["total_eps"] == 3.0 and summary["unverifiable_datasets"] == ["A"]
+
+
+def test_a_store_whose_ledger_seal_and_secret_are_all_deleted_starts_over_with_a_warning(tmp_path):
+    """The boundary docs/label-dp.md states: with no ledger secret the store is new (only its kept key warns)."""
+    # Prepare
+    _spent(tmp_path / "store", 2.0)
+    for name in ("ledger.json", "ledger_seal", "ledger_secret"):
+        os.remove(tmp_path / "store" / name)
+    # Execute
+    store = LabelDPStore(str(tmp_path / "store"))
+    # Assert
+    assert store.ledger()["releases"] == []
+    assert any("has a key but no ledger, seal or ledger secret" in w for w in store.warnings)

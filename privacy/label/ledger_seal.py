@@ -178,6 +178,25 @@ def checked_state(store, raw: bytes | None, generation: int | None) -> LedgerSta
     raise _refused(store, f"is not the one its seal records (write {seal.generation}): it was altered or replaced")
 
 
+def opening_warnings(store, doc: dict, state: LedgerState) -> list[str]:
+    """What a store opened with an accepted ledger warns of: a key left alone by a deleted store (no ledger, seal or
+    secret beside it), and every acknowledged reset (its totals leave out what was lost)."""
+    out = []
+    if state.secret is None and state.sha256 is None and os.path.exists(store.key_path) and not store.created:
+        out.append(
+            f"label DP: store {store.dir} has a key but no ledger, seal or ledger secret: it starts a new ledger; "
+            "releases drawn under this key in a store since deleted are not counted"
+        )
+    resets = doc.get("resets") or []
+    if resets:
+        out.append(
+            f"label DP: the ledger of {store.dir} was reset {len(resets)} time(s) (last on "
+            f"{str(resets[-1].get('at', '?'))[:10]}, acknowledged with ack-reset): its totals do not count the "
+            "releases lost then"
+        )
+    return out
+
+
 def seal_unsealed(store, state: LedgerState) -> LedgerState:
     """Seal a ledger written before seals (called at open under the lock): from now on it is checked."""
     write_seal(store.seal_path, state.secret, Seal(state.generation, state.sha256, None, state.coins))

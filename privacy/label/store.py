@@ -67,6 +67,7 @@ from privacy.label.ledger_seal import (
     checked_state,
     coin_key,
     ledger_digest,
+    opening_warnings,
     seal_unsealed,
     sealed_write,
     sync_dir,
@@ -199,19 +200,8 @@ class LabelDPStore:
             )
         if _check_at_open:  # a ledger deleted or rolled back is refused here, before any key is read
             with self.locked():
-                resets = self.ledger().get("resets") or []
-                bare = self._state.secret is None and self._state.sha256 is None and os.path.exists(self.key_path)
-            if bare and not self.created:
-                self.warnings.append(
-                    f"label DP: store {self.dir} has a key but no ledger, seal or ledger secret: it starts a new "
-                    "ledger; releases drawn under this key in a store since deleted are not counted"
-                )
-            if resets:
-                self.warnings.append(
-                    f"label DP: the ledger of {self.dir} was reset {len(resets)} time(s) (last on "
-                    f"{resets[-1].get('at', '?')[:10]}, acknowledged with ack-reset): its totals do not count the "
-                    "releases lost then"
-                )
+                doc = self.ledger()
+            self.warnings += opening_warnings(self, doc, self._state)
 
     @contextlib.contextmanager
     def locked(self):
