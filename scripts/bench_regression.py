@@ -8,8 +8,9 @@ Each cell draws its noisy training and validation labels through the leader's ow
 (privacy/label/regression_release.py: draw_regression, the DP-histogram prior at prior_eps_fraction 0.1, 32 bins) with a
 fresh scratch key per seed and no ledger (a benchmark on public data; nothing here is a protected release), trains a
 small MLP (one hidden layer of 64) on the standardized noisy label with MSE, selects the epoch on the randomized
-validation labels (RMSE debiased by the noise variance where the mechanism is unbiased, as the leader does), and
-scores it on the true test labels. In-process and centralized: split training computes the same steps (tests).
+validation labels (the least validation MSE, debiased by the noise variance where the mechanism is unbiased, as
+the leader does), and scores it on the true test labels. In-process and centralized: split training computes the
+same steps (tests).
 
 Usage: python scripts/bench_regression.py [--rows N] [--seeds K] [--eps 0.5,1,2,4,8,inf] [--epochs E] [--json OUT]
 """
