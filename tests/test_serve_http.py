@@ -1,5 +1,5 @@
-"""The leader's HTTP endpoint on 127.0.0.1 with a stand-in scorer: bounded (connections, queue, nesting), quiet
-when a client goes away."""
+"""The leader's HTTP endpoint on 127.0.0.1 with a stand-in scorer: bounded (connections, queue, body shape), quiet
+when a client goes away. Its defences against slow, idle and oversized clients are in test_serve_http_clients.py."""
 
 from __future__ import annotations
 
@@ -13,17 +13,22 @@ from concurrent.futures import Future
 import numpy as np
 import pytest
 
+from vfl.inference.http_clients import ClientLimits
 from vfl.inference.serve_http import ScoreHTTPServer
 from vfl.inference.serve_leader import Scored
 
 
 class _Scorer:
-    """Scores every id 0.5 at once."""
+    """Scores every id 0.5, at once or, while `hold` is an unset Event, once it is set."""
 
     followers, down, failed, batches, rows = ["f"], {}, None, 0, 0
+    hold, waiting = None, 0
 
     def submit(self, ids, deadline_s):
         future = Future()
+        if self.hold is not None:
+            self.waiting += 1
+            self.hold.wait(timeout=10)
         future.set_result(Scored([0.5] * len(ids), {}))
         return future
 
@@ -38,7 +43,7 @@ class _Lines:
 
 @pytest.fixture
 def server():
-    srv = ScoreHTTPServer(("127.0.0.1", 0), _Scorer(), 16, 1000, 7, _Lines(), max_connections=2)
+    srv = ScoreHTTPServer(("127.0.0.1", 0), _Scorer(), 16, 1000, 7, _Lines(), ClientLimits(2, 2, 10.0))
     thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield srv
@@ -55,34 +60,39 @@ def _post(port: int, body: bytes, headers: dict | None = None) -> tuple[int, dic
     return status, doc
 
 
-def test_deeply_nested_json_gets_400_with_the_reason(server):
-    # Prepare: arrays nested 100,000 deep, well inside the 1 MiB body limit
-    body = b'{"ids": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+def test_nested_json_gets_400_with_the_reason(server):
+    # Prepare: arrays nested 2,000 deep, inside the body limit (16 ids: 5,120 bytes)
+    body = b'{"ids": ' + b"[" * 2_000 + b"]" * 2_000 + b"}"
     # Execute
     status, doc = _post(server.server_address[1], body)
     # Assert: an answer, not a dropped connection
-    assert status == 400 and "too deeply" in doc["error"]
+    assert status == 400 and "flat list" in doc["error"] and "2000 arrays" in doc["error"]
 
 
-def test_connections_beyond_the_bound_get_503_and_a_freed_slot_serves_again(server):
+def test_connections_beyond_the_bound_get_503_when_none_is_waiting_for_its_request_and_a_freed_slot_serves_again(
+    server,
+):
     port = server.server_address[1]
-    # Prepare: two clients connected and silent (the bound is 2)
-    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+    # Prepare: two requests held by the scorer (the bound is 2), so no connection is waiting for its request
+    gate = threading.Event()
+    held = server.worker.hold = gate
+    answers = []
+    clients = [threading.Thread(target=lambda: answers.append(_post(port, b'{"ids": [1]}'))) for _ in range(2)]
+    for t in clients:
+        t.start()
     deadline = time.monotonic() + 10
-    while server._slots._value and time.monotonic() < deadline:  # until the server has taken both
+    while server.worker.waiting < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
-    # Execute: a third client; then one silent client leaves and a fourth comes
+    # Execute: a third client; then the held requests are answered and a fourth comes
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:  # answered before it sends a byte
         third = s.makefile("rb").read().decode()
-    idle.pop().close()
-    while not server._slots._value and time.monotonic() < deadline:
-        time.sleep(0.01)
+    held.set()
+    for t in clients:
+        t.join(timeout=10)
     fourth = _post(port, json.dumps({"ids": [1]}).encode())
-    for s in idle:
-        s.close()
     # Assert: 503 naming the bound, then scores again
     assert third.startswith("HTTP/1.1 503 ") and "at most 2" in json.loads(third.split("\r\n\r\n")[1])["error"]
-    assert server.busy_refused == 1
+    assert server.clients.refused == 1 and [a[0] for a in answers] == [200, 200]
     assert fourth == (200, {**fourth[1], "scores": [0.5]})
 
 

@@ -2,6 +2,7 @@
 
     python -m follower serve --config follower.yaml [--run RUN_DIR] [--rows-per-s 100000] [--max-rows 1024]
     python -m leader serve --config leader.yaml [--run RUN_DIR] [--http 127.0.0.1:8080] [--deadline-ms 1000]
+                           [--max-connections 64] [--max-per-address 16] [--read-timeout-s 10]
 
 Each party loads its final (selected) checkpoint and its prepared shard; they talk over CurveZMQ with the training
 keys (network.bind / network.connect, the same YAML); the leader listens for clients on --http (127.0.0.1 by
@@ -17,6 +18,7 @@ import threading
 
 def _arguments(role: str):
     from vfl.cli import command_name
+    from vfl.inference.http_clients import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_PER_ADDRESS, DEFAULT_READ_TIMEOUT_S
     from vfl.inference.party_model import run_arguments
     from vfl.inference.serve_follower import DEFAULT_ID_LOG_MB, DEFAULT_ROWS_PER_S
 
@@ -36,6 +38,21 @@ def _arguments(role: str):
         ap.add_argument("--bind", default=None, help="CurveZMQ endpoint for the followers (overrides network.bind)")
         ap.add_argument("--http", default="127.0.0.1:8080", help="HOST:PORT of the JSON endpoint (port 0: any free)")
         ap.add_argument("--deadline-ms", type=int, default=1000, help="a request's deadline unless it sets one")
+        ap.add_argument(
+            "--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS, help="HTTP client connections at once"
+        )
+        ap.add_argument(
+            "--max-per-address",
+            type=int,
+            default=DEFAULT_MAX_PER_ADDRESS,
+            help="HTTP client connections at once from one client address",
+        )
+        ap.add_argument(
+            "--read-timeout-s",
+            type=float,
+            default=DEFAULT_READ_TIMEOUT_S,
+            help="seconds an HTTP client has to send a whole request, from its connect or its previous answer",
+        )
     else:
         ap.add_argument("--connect", default=None, help="the leader's endpoint (overrides network.connect)")
         ap.add_argument("--rows-per-s", type=float, default=DEFAULT_ROWS_PER_S, help="ids answered per second")
@@ -91,9 +108,13 @@ def _follower_body(cfg, args, log, state: dict) -> None:
 
 
 def _leader_body(cfg, args, log, state: dict) -> None:
+    from vfl.inference.http_clients import ClientLimits
     from vfl.inference.serve_follower import STOPPED
 
-    http = start_leader(cfg, args.http, args.max_rows, args.deadline_ms, args.checkpoint, log, state, args.engine)
+    limits = ClientLimits(args.max_connections, args.max_per_address, args.read_timeout_s)
+    http = start_leader(
+        cfg, args.http, args.max_rows, args.deadline_ms, args.checkpoint, log, state, args.engine, limits
+    )
     stop = threading.Event()
 
     def on_signal(signum, frame) -> None:
@@ -109,16 +130,25 @@ def _leader_body(cfg, args, log, state: dict) -> None:
 
 
 def start_leader(
-    cfg, http: str, max_rows: int, deadline_ms: int, checkpoint: str | None, log, state: dict, engine: str = "onnx"
+    cfg,
+    http: str,
+    max_rows: int,
+    deadline_ms: int,
+    checkpoint: str | None,
+    log,
+    state: dict,
+    engine: str = "onnx",
+    limits=None,
 ):
     """Load the leader's model and table, greet every follower, start the worker; returns the HTTP server (not yet
-    serving)."""
+    serving) bounding its clients by `limits` (a ClientLimits; None: the defaults)."""
     import numpy as np
     import torch
 
     from vfl.cli import party_keys
     from vfl.data.shards import PartyShard
     from vfl.inference.fingerprint import hello_problems
+    from vfl.inference.http_clients import ClientLimits
     from vfl.inference.onnx_engine import fast_forward, head_module
     from vfl.inference.party_model import RowTable, load_party_model, scorer, top_in_dim
     from vfl.inference.serve_http import ScoreHTTPServer
@@ -130,6 +160,8 @@ def start_leader(
 
     if not 1 <= max_rows <= MAX_SERVE_ROWS:
         raise ValueError(f"--max-rows must be in [1, {MAX_SERVE_ROWS}], got {max_rows}")
+    limits = limits or ClientLimits()
+    limits.check()
     host, _, port = http.rpartition(":")
     if not host or not port.isdigit():
         raise ValueError(f"--http must be HOST:PORT, got {http!r}")
@@ -180,11 +212,12 @@ def start_leader(
     worker.keepalive_every = session.keepalive_every
     worker.check_hello, worker.log = check, log
     worker.start()
-    server = state["http"] = ScoreHTTPServer((host, int(port)), worker, rows, deadline_ms, step, log)
+    server = state["http"] = ScoreHTTPServer((host, int(port)), worker, rows, deadline_ms, step, log, limits)
     address = f"http://{server.server_address[0]}:{server.server_address[1]}"
     log(
         f"leader {cfg.party}: scoring on {address} (POST /score, GET /health; run {channel.run}; at most {rows} ids; "
-        f"a follower's message at most {channel.max_message_bytes} bytes)"
+        f"a follower's message at most {channel.max_message_bytes} bytes; at most {limits.max_connections} clients, "
+        f"{limits.max_per_address} from one address, {limits.read_timeout_s:g} s to send a request)"
     )
     if host not in ("127.0.0.1", "localhost", "::1"):
         log.warning(

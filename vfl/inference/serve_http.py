@@ -3,13 +3,16 @@
     POST /score  {"ids": [17, "cust-000042", ...], "deadline_ms": 200}   (Content-Type: application/json)
       200 {"scores": [0.12, null, ...], "missing": [{"index": 1, "id": "cust-000042", "reason": "unknown to shop"}],
            "step": 1600, "ms": 1.9}
-      400 bad request, 413 too many ids, 415 not JSON, 429 a follower's rate limit (retry_ms), 503 a follower is
-      down, 504 the deadline passed; every error is {"error": "<one line>"}.
+      400 bad request, 411/413 no or too large a Content-Length, 413 too many ids, 415 not JSON, 429 a follower's
+      rate limit (retry_ms), 503 a follower is down, 504 the deadline passed; every error is {"error": "<one line>"}.
     A request whose Host (or Origin) is not the endpoint's own address or a loopback name gets 403: a web page that
     the leader's browser opens can neither post a form to it (text/plain is refused; application/json from another
     origin needs a CORS preflight, which this endpoint does not answer) nor reach it under a rebound DNS name.
     GET /health  {"status": "ok" | "degraded" | "stopped", "scorer": "running", "followers": {"shop": "up"},
-                  "step": 1600, "batches": .., "rows": ..}
+                  "step": 1600, "batches": .., "rows": .., "clients": {"connections": .., "refused": .., ...}}
+
+Clients are bounded as http_clients.py says (connections in all and per address, a whole-request read deadline);
+a body is refused on its declared length, then on its shape (counted on the raw bytes), before any JSON is parsed.
 
 An id is what the party files' id column holds: an integer, or any text (hashed as vfl/data/ids.py does). A score is
 a probability (binary), K class probabilities (multiclass) or the value in the label's units (regression).
@@ -22,34 +25,70 @@ keep-alive (one thread per client connection) needs no dependency and no code of
 
 from __future__ import annotations
 
+import io
 import json
+import re
 import socket
 import sys
-import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 
+from vfl.inference.http_clients import ClientCut, ClientLimits, ClientTable, DeadlineReader, raw_answer, send_once
 from vfl.inference.serve_leader import ServeError
 
 MAX_BODY_BYTES = 1 << 20
+BODY_BYTES_PER_ID = 256  # a body may hold this many bytes per id of max_rows (and 1 KiB more), 1 MiB at most
 MAX_DEADLINE_MS = 60_000
-MAX_CONNECTIONS = 64  # client connections served at once (a thread each); one more gets 503 and is closed
 _INT64 = (-(2**63), 2**63 - 1)
+# A JSON string, or an unterminated one up to the end: it never fails once begun, so a scan is linear in the body.
+_JSON_STRING = re.compile(rb'"(?:[^"\\]++|\\.?)*+(?:"|\Z)', re.DOTALL)
+
+
+def body_limit(max_rows: int) -> int:
+    """The most bytes a /score body of at most `max_rows` ids may declare."""
+    return min(MAX_BODY_BYTES, 1024 + BODY_BYTES_PER_ID * max_rows)
+
+
+def check_shape(body: bytes, max_rows: int) -> None:
+    """Refuse, on the raw bytes and before any JSON object is built, a body whose arrays, objects or commas outside
+    strings are more than one, one and `max_rows` (so more than max_rows ids, or nested ones), or that holds more
+    than max_rows + 2 strings: ServeError(400 or 413). What passes parses into at most one dict, one list and
+    max_rows + 2 strings and numbers. The characters are counted on the whole body first; only where that is over
+    the bounds are those inside strings (a JSON string scan, stopped after max_rows + 3 strings) taken off.
+    UTF-8 only (RFC 8259; no NUL byte): in UTF-16 or -32, which json.loads would also read, a byte that looks like a
+    quote could hide a bracket from the scan."""
+    if b"\x00" in body:
+        raise ServeError(400, "the body is not UTF-8 JSON (it holds a NUL byte)")
+    arrays, objects, commas = body.count(b"["), body.count(b"{"), body.count(b",")
+    if arrays > 1 or objects > 1 or commas > max_rows:
+        for n, string in enumerate(_JSON_STRING.finditer(body), 1):
+            if n > max_rows + 2:
+                raise ServeError(
+                    413,
+                    f"more than {max_rows + 2} strings in one request: at most {max_rows} ids (--max-rows) and "
+                    "the keys ids, deadline_ms",
+                )
+            start, end = string.span()
+            arrays -= body.count(b"[", start, end)
+            objects -= body.count(b"{", start, end)
+            commas -= body.count(b",", start, end)
+    if arrays > 1 or objects > 1:
+        raise ServeError(
+            400,
+            f"ids must be a flat list of integers or strings in one object, got {arrays} arrays and {objects} objects "
+            "in the body (at most 1 of each)",
+        )
+    if commas > max_rows:
+        raise ServeError(413, f"more than {max_rows} ids in one request; at most {max_rows} (--max-rows)")
 
 
 def parse_request(body: bytes, max_rows: int, default_deadline_ms: int) -> tuple[list, np.ndarray, int]:
     """(the ids as given, their int64 ids, deadline_ms) of a /score body; ServeError(400 or 413) naming the problem."""
-    try:
-        return _parse(body, max_rows, default_deadline_ms)
-    except RecursionError:
-        raise ServeError(400, "the body nests JSON arrays or objects too deeply") from None
-
-
-def _parse(body: bytes, max_rows: int, default_deadline_ms: int) -> tuple[list, np.ndarray, int]:
     from vfl.data.ids import ids64
 
+    check_shape(body, max_rows)
     try:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError) as e:
@@ -85,7 +124,7 @@ def endpoint_names(host: str, port: int) -> set[str]:
 
 
 class ScoreHTTPServer(ThreadingHTTPServer):
-    """The HTTP server; its handler reads `worker`, `max_rows`, `deadline_ms`, `step` and `log` from here."""
+    """The HTTP server; its handler reads `worker`, `max_rows`, `deadline_ms`, `step`, `log` and `clients` here."""
 
     daemon_threads = True
     request_queue_size = 128  # the listen backlog: many clients connecting at once are not made to retry (1 s)
@@ -98,42 +137,41 @@ class ScoreHTTPServer(ThreadingHTTPServer):
         deadline_ms: int,
         step: int,
         log=None,
-        max_connections: int = MAX_CONNECTIONS,
+        limits: ClientLimits = ClientLimits(),
     ):
         self.worker, self.max_rows, self.deadline_ms, self.step = worker, max_rows, deadline_ms, step
-        self.log, self.max_connections = log, max_connections
-        self._slots = threading.BoundedSemaphore(max_connections)
-        self.busy_refused = self.disconnects = 0
-        busy = json.dumps({"error": f"too many client connections (at most {max_connections}); retry later"})
-        self._busy = (
-            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
-            f"Content-Length: {len(busy)}\r\n\r\n{busy}"
-        ).encode()
+        self.log, self.max_body, self.clients = log, body_limit(max_rows), ClientTable(limits)
+        self.disconnects = 0
+        self._busy = raw_answer(
+            503,
+            "Service Unavailable",
+            f"too many client connections (at most {limits.max_connections}, {limits.max_per_address} from one "
+            "address), each with a request in progress; retry later",
+        )
         super().__init__(address, ScoreHandler)
         self.hosts = endpoint_names(address[0], self.server_address[1])
 
     def process_request(self, request, client_address) -> None:
-        """Serve the connection in a thread of its own, unless max_connections are served already: then 503."""
-        if not self._slots.acquire(blocking=False):
-            self.busy_refused += 1
-            try:
-                request.sendall(self._busy)
-            except OSError:
-                pass
+        """Serve the connection in a thread of its own if the client table admits it (it may displace a reading
+        connection), else answer 503 and close it."""
+        if self.clients.admit(request, client_address[0]) is None:
+            send_once(request, self._busy)
             self.shutdown_request(request)
             return
         super().process_request(request, client_address)
 
-    def process_request_thread(self, request, client_address) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
+    def shutdown_request(self, request) -> None:
+        """Free the connection's slot, then close it (in this order: a displacing newcomer shuts down only a socket
+        that is still open)."""
+        self.clients.release(request)
+        super().shutdown_request(request)
 
     def handle_error(self, request, client_address) -> None:
         """One line in the leader's log (a client that went away is only counted), never a traceback on stderr."""
         error = sys.exc_info()[1]
-        if isinstance(error, ConnectionError):
+        if isinstance(error, ClientCut):
+            pass  # counted in self.clients, answered 408 or 431 if the client was reading
+        elif isinstance(error, ConnectionError):
             self.disconnects += 1
         elif self.log is not None:
             self.log.warning(f"leader: HTTP client {client_address[0]}: {type(error).__name__}: {error}")
@@ -142,8 +180,32 @@ class ScoreHTTPServer(ThreadingHTTPServer):
 class ScoreHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: a client's connection (and its thread) serves many requests
     disable_nagle_algorithm = True  # headers and body are two writes: Nagle + delayed ACK would add 40 ms
-    timeout = 60  # seconds a client's connection may stay silent (mid-request or idle between requests)
     server: ScoreHTTPServer
+
+    def setup(self) -> None:
+        """Reads bounded by the request's deadline and byte budget (DeadlineReader); the socket's own timeout bounds
+        the writing of an answer (sendall in all) by the same number of seconds."""
+        self.client = self.server.clients.client_of(self.request)
+        self.timeout = self.server.clients.limits.read_timeout_s
+        super().setup()
+        if self.client is not None:
+            self.rfile.close()
+            self.rfile = io.BufferedReader(DeadlineReader(self.server.clients, self.client))
+
+    def handle(self) -> None:
+        if self.client is not None:  # else displaced before its thread started
+            super().handle()
+
+    def handle_one_request(self) -> None:
+        super().handle_one_request()
+        self.server.clients.answered(self.client)
+
+    def _work(self) -> bool:
+        """The request has arrived whole: from now on the connection is not displaced. False: it was, already."""
+        if self.server.clients.working(self.client):
+            return True
+        self.close_connection = True
+        return False
 
     def _foreign(self) -> bool:
         """Refuse (403) a request whose Host or Origin is not this endpoint's own address: a web page the leader's
@@ -169,16 +231,24 @@ class ScoreHandler(BaseHTTPRequestHandler):
         if self.headers.get_content_type() != "application/json":
             self.close_connection = True
             return self._reply(415, {"error": "Content-Type must be application/json"})
+        declared = self.headers.get("Content-Length") or ""
         try:
-            length = int(self.headers.get("Content-Length") or -1)
+            length = int(declared or -1)
         except ValueError:
             length = -1
-        if not 0 <= length <= MAX_BODY_BYTES:
+        limit = self.server.max_body
+        if not 0 <= length <= limit:  # refused on what it declares, before a byte of the body is read
             self.close_connection = True
+            why = f"({BODY_BYTES_PER_ID} bytes per id of --max-rows {self.server.max_rows}, 1 KiB more, 1 MiB at most)"
             return self._reply(
-                413 if length > MAX_BODY_BYTES else 411, {"error": f"Content-Length must be in [0, {MAX_BODY_BYTES}]"}
+                413 if length > limit else 411,
+                {"error": f"Content-Length must be in [0, {limit}] {why}, got {declared[:40]!r}"},
             )
+        self.client.budget += length
         body = self.rfile.read(length)
+        if len(body) < length or not self._work():  # the client went away, or was displaced, mid-body
+            self.close_connection = True
+            return None
         try:
             given, ids, deadline_ms = parse_request(body, self.server.max_rows, self.server.deadline_ms)
             future = self.server.worker.submit(ids, deadline_ms / 1000)
@@ -196,7 +266,7 @@ class ScoreHandler(BaseHTTPRequestHandler):
         self._reply(200, {"scores": result.scores, "missing": missing, "step": self.server.step, "ms": ms})
 
     def do_GET(self) -> None:
-        if self._foreign():
+        if self._foreign() or not self._work():
             return None
         if self.path.split("?")[0] != "/health":
             return self._reply(404, {"error": f"no such endpoint {self.path[:80]!r}: POST /score, GET /health"})
@@ -205,7 +275,7 @@ class ScoreHandler(BaseHTTPRequestHandler):
         status = "ok" if not w.down and w.failed is None else "degraded" if w.failed is None else "stopped"
         scorer = "running" if w.failed is None else f"stopped: {type(w.failed).__name__}: {w.failed}"
         doc = {"status": status, "scorer": scorer, "followers": followers, "step": self.server.step}
-        self._reply(200, {**doc, "batches": w.batches, "rows": w.rows})
+        self._reply(200, {**doc, "batches": w.batches, "rows": w.rows, "clients": self.server.clients.stats()})
 
     def _reply(self, status: int, doc: dict) -> None:
         data = json.dumps(doc).encode()
