@@ -58,9 +58,10 @@ def _intersect(cfg, env, ctx, channel, keys, shard, log) -> None:
         lambda ids, total: follower_psi(channel, ids, log, cache, env, total, cfg.data.psi_max_peer_ids),
         cfg.party,
     )
-    log(
-        f"follower {cfg.party}: PSI intersection {psi.intersection} ids (this party {psi.own_ids}, leader {psi.peer_ids['leader']}, "
-        f"shared pairwise {psi.pairwise['leader']}), {psi.seconds:.1f} s, {psi.bytes_sent + psi.bytes_received} bytes"
+    log(  # the counts are the positions the leader's answers matched: a cut leaves only for rows whose ids it names
+        f"follower {cfg.party}: PSI intersection {psi.intersection} ids as the leader's answers matched them (this party "
+        f"{psi.own_ids}, leader {psi.peer_ids['leader']} declared, pairwise {psi.pairwise['leader']}; every cut the "
+        f"leader asks for must name its rows' id digest), {psi.seconds:.1f} s, {psi.bytes_sent + psi.bytes_received} bytes"
         + (", reused" if psi.reused else "")
     )
     check_minimum(psi, cfg.data.min_intersection, cfg.party)
