@@ -19,6 +19,7 @@ from vfl.inference.fingerprint import key_fingerprints, run_record
 from vfl.labeldp.prior import prior_config, prior_order
 from vfl.obs.metrics import RunLog, loss_line
 from vfl.preflight import resume_identity
+from vfl.session.compression import FollowerCodecs
 from vfl.session.cut_digest import range_digest
 from vfl.session.follower import FollowerSession
 from vfl.training.checkpoint import checkpoint_tag, load_resume_checkpoint, save_checkpoint
@@ -97,6 +98,7 @@ class FollowerTrainer:
         self.ctx = ctx or RankContext()  # N ranks: this rank's slice of every batch, DDP
         self.ch = channel
         self.session = FollowerSession(cfg, channel)  # the handshake and the message loop (shared with prediction)
+        self.codecs = FollowerCodecs(cfg.network.compression)  # network.compression: cuts coded, gradients decoded
         self.party = party
         self.log = log
         self.out_dir = out_dir
@@ -234,7 +236,7 @@ class FollowerTrainer:
             prior
         ):  # stage one: whole batches, no logs per step, not recorded (the leakage attacks read the main training)
             out = party.forward_train(rows)
-            self.ch.post(Embedding(cut=out.detach().cpu().numpy(), epoch=epoch, step=step))
+            self.ch.post(Embedding(**self.codecs.embedding_fields(out.detach().cpu().numpy()), epoch=epoch, step=step))
             party.apply_gradient(
                 torch.from_numpy(self._gradient(epoch, step, None, tuple(out.shape), phase="prior").grad.copy())
             )
@@ -247,7 +249,8 @@ class FollowerTrainer:
             out = self.party.forward_train(rows[part])
             shapes.append(tuple(out.shape))
             with TIMER.part("wire_send"):
-                self.ch.post(Embedding(cut=out.detach().cpu().numpy(), epoch=epoch, step=step, micro=j))
+                cut = self.codecs.embedding_fields(out.detach().cpu().numpy())
+                self.ch.post(Embedding(**cut, epoch=epoch, step=step, micro=j))
         loss = None
         for j, part in enumerate(parts):
             g = self._gradient(epoch, step, j, shapes[j])
@@ -276,6 +279,7 @@ class FollowerTrainer:
             )
         if micro is not None:
             check_micro(g.micro, micro, f"GRADIENT for step {step}", WireError)
+        g = self.codecs.decoded(g, shape, f"GRADIENT for step {step}")  # network.compression: float32, checked
         if tuple(g.grad.shape) != shape:
             raise WireError(
                 f"GRADIENT for step {step}: expected float32 {shape}, got {g.grad.dtype} {tuple(g.grad.shape)}"
@@ -316,7 +320,7 @@ class FollowerTrainer:
                 f"ids of those rows (the intersections disagree); no cut sent"
             )
         out = (self.prior if prior else self.party).forward_eval(slice(start, stop), split)
-        self.ch.post(Embedding(cut=out.cpu().numpy(), eval=(split, start, stop)))
+        self.ch.post(Embedding(**self.codecs.embedding_fields(out.cpu().numpy()), eval=(split, start, stop)))
 
     def _save(self, tag: str, epoch: int, step: int) -> None:
         if not self.ctx.is_main:  # every rank holds the same weights: rank 0 writes the party's checkpoint

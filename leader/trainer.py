@@ -20,6 +20,7 @@ from vfl.obs.curves import RunCurves
 from vfl.obs.metrics import RunLog
 from vfl.obs.progress import track
 from vfl.preflight import resume_identity
+from vfl.session.compression import LeaderCodecs
 from vfl.session.cut_digest import range_digest
 from vfl.session.leader import HandshakeError, LeaderSession
 from vfl.training.checkpoint import load_resume_checkpoint, save_checkpoint
@@ -60,6 +61,9 @@ class LeaderTrainer:
         self.session = LeaderSession(cfg, channel, party.device)
         self.followers = self.session.followers
         self.cut_dims = self.session.cut_dims
+        # network.compression: cuts decoded by the session, gradients coded here (top-k's residuals per sample)
+        self.codecs = LeaderCodecs(cfg.network.compression, len(party.train_split))
+        self.session.embedding_codec = self.codecs.embedding
         self.labels = None
         self.top: TopTrainer | None = None
         self.loop: TrainingLoop | None = None  # built in prepare(), once the validation labels are randomized
@@ -292,7 +296,7 @@ class LeaderTrainer:
                 self.ch.post(
                     f,
                     Gradient(
-                        grad=t.grad.detach().cpu().numpy(),
+                        **self.codecs.gradient_fields(f, t.grad.detach().cpu().numpy(), rows),
                         epoch=epoch,
                         step=i,
                         micro=j,
@@ -314,6 +318,7 @@ class LeaderTrainer:
             self.ch.post(f, Restore(step=step))
         self.party.restore(step)
         self.top.restore(step)
+        self.codecs.reset()  # top-k's residuals belong to the discarded steps
         self.restored_step = step
 
     def _remote_cut(
@@ -398,6 +403,15 @@ class LeaderTrainer:
                 "bytes_from_leader_per_sample": sent / max(samples_moved, 1),
                 "bytes_to_leader_per_sample": received / max(samples_moved, 1),
             },
+            # bytes each way per training sample (EVAL's cuts and every header included), under network.compression
+            "wire_bytes_per_sample": {
+                "up": received / max(self.loop.samples, 1),
+                "down": sent / max(self.loop.samples, 1),
+            },
+            "compression": {
+                "embedding": self.codecs.embedding.agreement or "none",
+                "gradient": self.codecs.gradient.agreement or "none",
+            },
             "run_id": self.ch.run,
             "mode": "split",
             "precision": self.cfg.train.precision,
@@ -425,16 +439,18 @@ class _FollowerPriorSource:
     def __init__(self, leader: LeaderTrainer, follower: str):
         self.leader, self.f = leader, follower
         self.at: tuple[int, int] = (0, 0)
+        self.rows = np.zeros(0, np.int64)  # the training rows of the batch in flight (top-k's residuals are per row)
 
     def forward(self, epoch: int, step: int, rows: np.ndarray) -> torch.Tensor:
-        self.at = (epoch, step)
+        self.at, self.rows = (epoch, step), rows
         digest = batch_digest(self.leader.party.train_split.ids[rows])
         self.leader.ch.post(self.f, Forward(epoch=epoch, step=step, rows=int(rows.size), digest=digest, phase="prior"))
         return self.leader._remote_cut(self.f, "step", step, rows.size, epoch=epoch)
 
     def backward(self, grad: torch.Tensor) -> None:
         epoch, step = self.at
-        self.leader.ch.post(self.f, Gradient(grad=grad.detach().cpu().numpy(), epoch=epoch, step=step, phase="prior"))
+        fields = self.leader.codecs.gradient_fields(self.f, grad.detach().cpu().numpy(), self.rows, phase="prior")
+        self.leader.ch.post(self.f, Gradient(**fields, epoch=epoch, step=step, phase="prior"))
 
     def evaluate(self, rows: slice) -> torch.Tensor:
         digest = range_digest("train", rows.start, rows.stop, self.leader.party.train_split.ids[rows])

@@ -15,6 +15,7 @@ import secrets
 from vfl.config.schema import PartyConfig
 from vfl.data.shards import SPLITS, PartyShard
 from vfl.wire import PROTOCOL_VERSION
+from vfl.wire.codecs import agreement_problems, codecs_of
 from vfl.wire.messages import Hello
 
 
@@ -47,6 +48,7 @@ def hello_message(
         resume_step=resume_step,
         timeout_s=cfg.network.timeout_s,  # the leader keeps long preparation shorter than this
         ema_decay=cfg.train.ema_decay or None,  # every party averages its weights alike; 0 (off) is left out
+        **_codec_fields(cfg),  # network.compression per direction; none is left out
         **(rank_fields or {}),
     )
 
@@ -77,12 +79,23 @@ def hello_problems(peer: str, theirs: Hello, ours: Hello) -> list[str]:
                 f"{peer} has train.{key}={str(getattr(theirs, key))[:20]} but the leader has "
                 f"train.{key}={getattr(ours, key)!r}"
             )
+    problems += agreement_problems(
+        peer,
+        {"embedding": theirs.embedding_codec, "gradient": theirs.gradient_codec},
+        {"embedding": ours.embedding_codec, "gradient": ours.gradient_codec},
+    )
     if theirs.ema_decay != ours.ema_decay:
         problems.append(
             f"{peer} has train.ema_decay={_decay(theirs.ema_decay)} but the leader has "
             f"train.ema_decay={_decay(ours.ema_decay)}: set the same train.ema_decay on every party"
         )
     return problems
+
+
+def _codec_fields(cfg: PartyConfig) -> dict:
+    """HELLO's embedding_codec and gradient_codec: each direction's codec with its parameter; absent for none."""
+    embedding, gradient = codecs_of(cfg.network.compression)
+    return {"embedding_codec": embedding.agreement, "gradient_codec": gradient.agreement}
 
 
 def _decay(value: float | None) -> str:

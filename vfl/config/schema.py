@@ -62,6 +62,18 @@ Endpoint = Text(ENDPOINT_PATTERN, "look like tcp://HOST:PORT")
 Path = Text()
 
 
+class CompressionConfig(_Section):
+    """Wire codecs per direction (vfl/wire/codecs.py, docs/wire.md); none = the float32 tensors, exactly. Every party
+    the same (HELLO refuses a difference)."""
+
+    embedding: Choice("none", "fp16", "bf16", "int8") = "none"  # the cuts a follower sends (training and EVAL)
+    gradient: Choice("none", "fp16", "bf16", "int8", "topk") = "none"  # the cut gradients the leader sends
+    bits: Number(2, 8, integer=True) = 8  # int8: levels per entry are 2^bits (packed), per-row min-max
+    # topk: the share of each gradient row sent (k = max(1, ceil(fraction x cut_dim)) entries of largest magnitude);
+    # what is dropped is added to the same sample's next gradient at the leader (error feedback)
+    topk_fraction: Number(0.0, 0.5, lo_open=True) = 0.25
+
+
 class NetworkConfig(_Section):
     bind: Optional[Endpoint] = None  # leader: "tcp://127.0.0.1:5560"
     connect: Optional[Endpoint] = None  # follower: the leader's endpoint
@@ -72,6 +84,7 @@ class NetworkConfig(_Section):
     leader_key_file: Optional[Path] = None  # follower: the leader's public key, pinned
     # follower with N ranks: the endpoint of each leader rank (default: connect's host, port + rank)
     rank_endpoints: tuple[Endpoint, ...] = ()
+    compression: CompressionConfig = Field(default_factory=CompressionConfig)
 
 
 warnings.filterwarnings("ignore", message='Field name "schema" in "DataConfig" shadows', category=UserWarning)
@@ -448,6 +461,7 @@ __all__ = [
     "ConfigError",
     "PartyConfig",
     "NetworkConfig",
+    "CompressionConfig",
     "DataConfig",
     "BottomConfig",
     "TopConfig",

@@ -31,6 +31,7 @@ from vfl.align.handshake import new_nonce, run_id
 from vfl.config.schema import PartyConfig
 from vfl.training.microbatch import check_micro
 from vfl.wire import LeaderChannel, WireError
+from vfl.wire.codecs import NONE, decode
 from vfl.wire.messages import Embedding, Wait, WireMessage
 
 
@@ -47,6 +48,7 @@ class LeaderSession:
         self.device = torch.device(device)
         self.followers: list[str] = list(cfg.network.followers)
         self.cut_dims: dict[str, int] = {}
+        self.embedding_codec = NONE  # training sets the agreed network.compression.embedding (EMBEDDING's `codec`)
         self.keepalive_every = cfg.network.timeout_s / 4
         self.last_sent = time.monotonic()
 
@@ -135,6 +137,9 @@ class LeaderSession:
 
     def _cut_tensor(self, peer: str, msg, rows: int) -> torch.Tensor:
         want = (rows, self.cut_dims[peer])
+        if getattr(msg, "codec", None) is not None or not self.embedding_codec.is_none:  # a coded cut, checked
+            cut = decode(self.embedding_codec, msg.codec, (msg.cut, msg.aux), want, f"{msg.TYPE} from {peer}")
+            return torch.from_numpy(cut).to(self.device)
         if tuple(msg.cut.shape) != want:
             raise WireError(
                 f"{msg.TYPE} from {peer}: expected float32 {want}, got {msg.cut.dtype} {tuple(msg.cut.shape)}"

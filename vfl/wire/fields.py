@@ -198,17 +198,23 @@ class WireMessage:
                 msg, f"unknown field {unknown[0][:40]!r} (a {cls.TYPE} carries {', '.join(names) or 'no fields'})"
             )
         values = {f.name: f.read(msg) for f in cls.FIELDS}
-        required = sum(not t.optional for t in cls.TENSORS)
-        if not required <= len(msg.tensors) <= len(cls.TENSORS):
-            count = str(required) if required == len(cls.TENSORS) else f"{required}..{len(cls.TENSORS)}"
+        specs = cls._tensors_of(values)
+        required = sum(not t.optional for t in specs)
+        if not required <= len(msg.tensors) <= len(specs):
+            count = str(required) if required == len(specs) else f"{required}..{len(specs)}"
             raise fail(
                 msg,
-                f"expected {count} tensor(s) ({', '.join(t.name for t in cls.TENSORS) or 'none'}), "
-                f"got {len(msg.tensors)}",
+                f"expected {count} tensor(s) ({', '.join(t.name for t in specs) or 'none'}), got {len(msg.tensors)}",
             )
-        for i, spec in enumerate(cls.TENSORS):
+        for i, spec in enumerate(specs):
             values[spec.name] = check_tensor(msg, spec, msg.tensors[i]) if i < len(msg.tensors) else None
         return cls._make(values, msg)
+
+    @classmethod
+    def _tensors_of(cls, values: dict[str, Any]) -> tuple[Tensor, ...]:
+        """The tensors a message with these (checked) fields carries; a class whose tensors depend on a field (a
+        coded cut, messages.py) narrows TENSORS here."""
+        return cls.TENSORS
 
     @classmethod
     def _make(cls, values: dict[str, Any], msg: Message):

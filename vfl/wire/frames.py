@@ -27,7 +27,8 @@ PROTOCOL_VERSION = 6  # v2: CurveZMQ transport, no frame HMAC, nonce-bound run i
 # v4: tensor buffers travel in frames of at most WIRE_FRAME_BYTES (a small per-frame cap for strangers);
 # v5: batch prediction's PREDICT_* (predict_messages.py) and online scoring's SERVE_* messages (serve_messages.py)
 # v6: EVAL carries the digest of its range's ids, and EVAL's and PREDICT_ROWS' digests are range digests
-# (vfl/session/cut_digest.py): a follower sends no cut of rows the leader cannot name
+# (vfl/session/cut_digest.py): a follower sends no cut of rows the leader cannot name; network.compression: HELLO's
+# embedding_codec and gradient_codec, EMBEDDING's and GRADIENT's codec and aux (codecs.py)
 MAGIC_PREFIX = b"VFLW"
 MAGIC = MAGIC_PREFIX + bytes([PROTOCOL_VERSION])
 MAX_HEADER_BYTES = 1 << 16
@@ -37,7 +38,16 @@ MAX_WIRE_FRAME = max(WIRE_FRAME_BYTES, MAX_HEADER_BYTES) + 4096  # the per-frame
 MAX_MESSAGE_BYTES = 1 << 30  # the largest message (all its tensors); channels pass tighter limits
 MAX_FRAMES = 2 + MAX_TENSORS + MAX_MESSAGE_BYTES // WIRE_FRAME_BYTES
 MAX_DIM = 1 << 31
-ALLOWED_DTYPES = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8"), "int64": np.dtype("<i8")}
+ALLOWED_DTYPES = {
+    "float32": np.dtype("<f4"),
+    "float64": np.dtype("<f8"),
+    "int64": np.dtype("<i8"),
+    # the coded cuts and gradients of network.compression (codecs.py): fp16, bf16 bits, int8 levels and scales,
+    # top-k indices; each message class admits only its own (messages.py), and codecs.decode checks every value
+    "float16": np.dtype("<f2"),
+    "uint16": np.dtype("<u2"),
+    "uint8": np.dtype("|u1"),
+}
 MESSAGE_TYPES = (
     "PSI",
     "HELLO",

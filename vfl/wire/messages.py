@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from vfl.wire.codecs import WIRE_NAMES, layout
 from vfl.wire.fields import (
     SPLITS,
     Choice,
@@ -46,6 +47,7 @@ MAX_RANKS = 1 << 16
 MAX_REASON = 2000  # characters of an ABORT's reason that travel (and that a receiver keeps)
 MAX_PRIOR_EPOCHS = 1000  # privacy.label_dp.prior_epochs' domain
 NONCE_PATTERN = re.compile(r"^[0-9a-f]{32}$")
+CODEC_PATTERN = re.compile(r"^(fp16|bf16|int8:[2-8]|topk:[0-9.e-]{1,24})$")  # vfl/wire/codecs.Codec.agreement
 HEX32_PATTERN = re.compile(r"^[0-9a-f]{32}$")  # a range digest (EVAL)
 
 
@@ -63,6 +65,24 @@ def _below_one(field: Field) -> Field:
         domain=field.domain.replace("1]", "1)") + " (absent: off)",
         accepts=lambda v: field.accepts(v) and v < 1,
     )
+
+
+_CODEC_DOMAIN = "a codec: fp16, bf16, int8:BITS (2..8) or topk:FRACTION (absent: none)"
+
+
+def _coded(msg: Message, tensor: str, values: dict[str, Any]) -> None:
+    """A coded cut or gradient payload fits its `codec` field; the receiver decodes it against the agreed codec and
+    the expected shape (vfl/wire/codecs.decode). Uncoded (none), TENSORS' first entry alone was checked."""
+    if values["codec"] is None:
+        return
+    wrong = layout(values["codec"], values[tensor], values["aux"])
+    if wrong:
+        raise fail(msg, f"tensor {tensor!r}: {wrong}")
+
+
+def _payload(values: dict[str, Any], tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    """Uncoded: the one float32 (rows, cols) tensor, as always; coded: the payload's one or two tensors, any dtype."""
+    return tensors[:1] if values["codec"] is None else (Tensor(tensors[0].name, None, 2), tensors[1])
 
 
 @wire_message
@@ -86,6 +106,8 @@ class Hello(WireMessage):
     rank: int | None = None
     ranks: int | None = None
     ema_decay: float | None = None  # train.ema_decay; None (absent, as from a follower before it was sent) = off
+    embedding_codec: str | None = None  # network.compression per direction (Codec.agreement); None (absent) = none
+    gradient_codec: str | None = None
     FIELDS = (
         Text("nonce", 32, pattern=NONCE_PATTERN, domain="32 hex digits (a fresh nonce)"),
         Text("party", 64),
@@ -101,6 +123,8 @@ class Hello(WireMessage):
         Int("rank", 0, MAX_RANKS - 1, optional=True),
         Int("ranks", 1, MAX_RANKS, optional=True),
         _below_one(Real("ema_decay", 0, 1, optional=True)),
+        Text("embedding_codec", 32, optional=True, pattern=CODEC_PATTERN, domain=_CODEC_DOMAIN),
+        Text("gradient_codec", 32, optional=True, pattern=CODEC_PATTERN, domain=_CODEC_DOMAIN),
     )
 
     @classmethod
@@ -158,7 +182,8 @@ class Forward(WireMessage):
 @wire_message
 class Embedding(WireMessage):
     """EMBEDDING (follower -> leader): a float32 (rows, cut_dim) cut, of training batch (epoch, step) and
-    micro-batch `micro` (none in stage one), or of the EVAL range `eval` = (split, start, stop)."""
+    micro-batch `micro` (none in stage one), or of the EVAL range `eval` = (split, start, stop). Under
+    network.compression the cut travels coded: `codec` names it and `cut` (with `aux`) is its payload."""
 
     TYPE = "EMBEDDING"
     cut: np.ndarray
@@ -166,16 +191,24 @@ class Embedding(WireMessage):
     step: int | None = None
     micro: int | None = None
     eval: tuple[str, int, int] | None = None
+    codec: str | None = None  # absent: none (cut is the float32 tensor)
+    aux: np.ndarray | None = None  # a coded payload's second tensor
     FIELDS = (
         Int("epoch", optional=True),
         Int("step", optional=True),
         Int("micro", optional=True),
         EvalRange("eval", optional=True),
+        Choice("codec", WIRE_NAMES, optional=True),
     )
-    TENSORS = (Tensor("cut", "float32", 2),)
+    TENSORS = (Tensor("cut", "float32", 2), Tensor("aux", optional=True))
+
+    @classmethod
+    def _tensors_of(cls, values: dict[str, Any]) -> tuple[Tensor, ...]:
+        return _payload(values, cls.TENSORS)
 
     @classmethod
     def _make(cls, values: dict[str, Any], msg: Message) -> Embedding:
+        _coded(msg, "cut", values)
         training = values["step"] is not None
         if training == (values["eval"] is not None):
             raise fail(
@@ -195,7 +228,8 @@ class Embedding(WireMessage):
 @wire_message
 class Gradient(WireMessage):
     """GRADIENT (leader -> follower): d loss / d cut, float32 (rows, cut_dim), for (epoch, step, micro); the batch
-    loss (on the training labels, noisy under label DP) with the last micro-batch; phase "prior" in stage one."""
+    loss (on the training labels, noisy under label DP) with the last micro-batch; phase "prior" in stage one. Under
+    network.compression the gradient travels coded: `codec` names it and `grad` (with `aux`) is its payload."""
 
     TYPE = "GRADIENT"
     grad: np.ndarray
@@ -204,14 +238,26 @@ class Gradient(WireMessage):
     micro: int | None = None
     loss: float | None = None
     phase: str | None = None
+    codec: str | None = None  # absent: none (grad is the float32 tensor)
+    aux: np.ndarray | None = None  # a coded payload's second tensor
     FIELDS = (
         Choice("phase", PHASES, optional=True),
         Int("epoch"),
         Int("step"),
         Int("micro", optional=True),
         Real("loss", optional=True),
+        Choice("codec", WIRE_NAMES, optional=True),
     )
-    TENSORS = (Tensor("grad", "float32", 2),)
+    TENSORS = (Tensor("grad", "float32", 2), Tensor("aux", optional=True))
+
+    @classmethod
+    def _tensors_of(cls, values: dict[str, Any]) -> tuple[Tensor, ...]:
+        return _payload(values, cls.TENSORS)
+
+    @classmethod
+    def _make(cls, values: dict[str, Any], msg: Message) -> Gradient:
+        _coded(msg, "grad", values)
+        return cls(**values)
 
 
 @wire_message
