@@ -205,8 +205,10 @@ def seal_unsealed(store, state: LedgerState) -> LedgerState:
 
 def sealed_write(store, state: LedgerState, secret: bytes, data: bytes, put_ledger) -> None:
     """Replace the ledger (state: as checked under the same lock) by `data` with `put_ledger(data)`, the seal naming
-    the new digest first as the next one and then alone (a crash between leaves a ledger the seal accepts)."""
+    the new digest first as the next one and then alone (a crash between leaves a ledger the seal accepts, so a
+    failure of that last step is no failure of the write: the next write seals on from the announced digest)."""
     new = ledger_digest(data)
     write_seal(store.seal_path, secret, Seal(state.generation, state.sha256, new, state.coins))
     put_ledger(data)
-    write_seal(store.seal_path, secret, Seal(state.generation + 1, new, None, state.coins))
+    with contextlib.suppress(LabelDPStoreError):  # the ledger is in place and the seal accepts it as announced
+        write_seal(store.seal_path, secret, Seal(state.generation + 1, new, None, state.coins))
