@@ -44,9 +44,10 @@ def test_a_narrow_link_calls_for_compression_of_the_heavier_direction():
     link = Link(0.001, 10e6 / 8, 250, 50, 15_000, 1000)
     # Execute
     advice = advise(link, cut_dim=32)
-    # Assert: fp16 (2x) is not enough for 3x, int8 (3.2x for 32 columns) is; 50 B down needs nothing
+    # Assert: fp16 (2x) is not enough for 3x, int8 (128 / 36 = 3.6x for 32 columns) is; 50 B down needs nothing
     assert advice.embedding == "int8" and advice.gradient == "none"
-    assert codec_ratio("int8", 32) == pytest.approx(3.2) and codec_ratio("fp16", 32) == 2.0
+    assert codec_ratio("int8", 32) == pytest.approx(128 / 36) and codec_ratio("fp16", 32) == 2.0
+    assert codec_ratio("topk", 32) == pytest.approx(128 / 48)  # 8 of 32 entries, 6 bytes each
 
 
 def test_bad_links_are_refused_in_one_line():

@@ -14,8 +14,9 @@ and a step costs the compute, plus, unless it is hidden by K batches in flight, 
     synchronous (K = 0)  t = batch / C + RTT + batch x (up + down) / bandwidth
     K > 0                t = max(batch / C, batch x max(up, down) / bandwidth, (batch / C + RTT + ...) / (K + 1))
 
-The expected samples/s is batch / t. A codec divides a direction's bytes by its ratio (fp16, bf16: 2; int8 over a row of
-d float32 with its min and max: 4d / (d + 8); top-k of a fraction f of a row's entries, with int32 indices: 1 / (2f)).
+The expected samples/s is batch / t. A codec divides a direction's bytes by its ratio over a row of d float32 (the
+layouts of vfl/wire/codecs.py: fp16, bf16: 2; int8, a byte an entry and a 4-byte scale: 4d / (d + 4); top-k of
+k = ceil(f d) entries, each a float32 value and a uint16 index: 4d / 6k, f = 0.25 by default).
 `advise` picks the lightest codecs whose bandwidth bound clears the compute bound, then the smallest K whose expected
 rate is within 10% of the best any K reaches. Figures, not promises: it assumes the parties' compute overlaps the wire once K > 0.
 """
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 STALENESS_CHOICES = (0, 1, 2, 4, 8)
 EMBEDDING_CODECS = ("none", "fp16", "int8")  # lightest first (the lossier the later)
 GRADIENT_CODECS = ("none", "fp16", "int8", "topk")
-TOPK_FRACTION = 0.1  # the share of a gradient row's entries top-k keeps in this estimate
+TOPK_FRACTION = 0.25  # network.compression.topk_fraction's default: the share of a gradient row's entries kept
 
 
 @dataclass(frozen=True)
@@ -63,9 +64,9 @@ def codec_ratio(codec: str, cut_dim: int) -> float:
     if codec in ("fp16", "bf16"):
         return 2.0
     if codec == "int8":
-        return 4.0 * cut_dim / (cut_dim + 8)
+        return 4.0 * cut_dim / (cut_dim + 4)
     if codec == "topk":
-        return 1.0 / (2 * TOPK_FRACTION)
+        return 4.0 * cut_dim / (6 * math.ceil(TOPK_FRACTION * cut_dim))
     raise ValueError(f"codec must be one of none, fp16, bf16, int8, topk, got {codec!r}")
 
 
