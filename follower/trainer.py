@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import time
+from collections import deque
 
 import numpy as np
 import torch
@@ -25,7 +26,9 @@ from vfl.session.follower import FollowerSession
 from vfl.training.checkpoint import checkpoint_tag, load_resume_checkpoint, save_checkpoint
 from vfl.training.microbatch import check_micro, micro_slices
 from vfl.training.party import BottomParty
+from vfl.training.staleness import InFlight, StalenessError
 from vfl.training.step_timer import TIMER
+from vfl.training.weight_stash import WeightStash
 from vfl.wire import FollowerChannel, WireError
 from vfl.wire.messages import (
     Bye,
@@ -104,6 +107,11 @@ class FollowerTrainer:
         self.out_dir = out_dir
         self._orders: dict[int, list[np.ndarray]] = {}
         self.recorder = GradientRecorder(cfg.debug.record_gradients) if cfg.debug.record_gradients else None
+        # train.staleness K > 0: the batches in flight (cut sent, gradient not yet applied; at most K + 1, counted in
+        # max_in_flight), each with its stashed weights and ids (vfl/training/staleness.py, weight_stash.py)
+        self.in_flight = InFlight(cfg.train.staleness) if cfg.train.staleness else None
+        self.stash = WeightStash(party) if self.in_flight is not None else None
+        self._ahead_ids: deque[np.ndarray] = deque()
         self.steps = 0
         self.start_step = 0
         self.prior: BottomParty | None = None  # LP-2ST stage-one bottom while the leader trains the all-party prior
@@ -152,7 +160,75 @@ class FollowerTrainer:
             Done: self._on_done,
             Prior: self._on_prior,
         }
+        if self.in_flight is not None:  # train.staleness: gradients arrive between FORWARDs; anything else drains first
+            handlers = {c: h if c in (Forward, Wait) else self._after_drain(c, h) for c, h in handlers.items()}
+            handlers[Gradient] = self._on_gradient
         self.session.serve(handlers, lambda: self._done)
+
+    def _after_drain(self, cls, handler):
+        """`handler`, refused while a training batch is in flight: the leader drains the pipeline first."""
+
+        def drained(msg) -> None:
+            try:
+                self.in_flight.require_drained(cls.TYPE)
+            except StalenessError as e:
+                raise WireError(str(e)) from None
+            handler(msg)
+
+        return drained
+
+    def _forward_ahead(self, msg: Forward) -> None:
+        """FORWARD under train.staleness K: the cut goes out at once and its batch stays in flight, its weights
+        stashed, until its GRADIENT arrives (_on_gradient); a FORWARD beyond K + 1 in flight is refused."""
+        epoch, step = msg.epoch, msg.step
+        rows = self._rows(epoch, step)
+        ids = self.party.train_split.ids[rows]
+        if batch_digest(ids) != msg.digest:
+            raise WireError(
+                f"FORWARD epoch {epoch} step {step}: batch digest differs from the leader's; "
+                f"the shards or the seed disagree"
+            )
+        try:
+            self.in_flight.forwarded((epoch, step))
+        except StalenessError as e:
+            raise WireError(str(e)) from None
+        out = self.stash.forward(rows)
+        self._ahead_ids.append(ids)
+        with TIMER.part("wire_send"):
+            cut = self.codecs.embedding_fields(out.detach().cpu().numpy())
+            self.ch.post(Embedding(**cut, epoch=epoch, step=step, micro=0))
+
+    def _on_gradient(self, msg: Gradient) -> None:
+        """GRADIENT under train.staleness: that of the oldest batch in flight, backpropagated through the weights
+        that computed its cut and applied to the weights as they are now (delayed SGD)."""
+        due = self.in_flight.oldest
+        if due is None or (msg.epoch, msg.step, msg.phase) != (*due, None):
+            expected = "no GRADIENT (no batch in flight)" if due is None else f"epoch {due[0]} step {due[1]} phase None"
+            raise WireError(
+                f"GRADIENT: expected {expected}, got epoch {msg.epoch!r} step {msg.step!r} phase {msg.phase}"
+            )
+        epoch, step = due
+        check_micro(msg.micro, 0, f"GRADIENT for step {step}", WireError)
+        shape = tuple(self.stash.oldest_cut.shape)
+        g = self.codecs.decoded(msg, shape, f"GRADIENT for step {step}")  # network.compression: float32, checked
+        if tuple(g.grad.shape) != shape:
+            raise WireError(
+                f"GRADIENT for step {step}: expected float32 {shape}, got {g.grad.dtype} {tuple(g.grad.shape)}"
+            )
+        ids = self._ahead_ids.popleft()
+        if self.recorder:
+            self.recorder.add(epoch, step, ids, g.grad)
+        self.stash.backward(torch.from_numpy(g.grad.copy()))
+        self.party.step_optimizer()
+        self.in_flight.applied(due)
+        self.steps += 1
+        steps = len(self._orders[epoch])
+        if (step + 1) % self.cfg.train.log_every == 0 or step + 1 == steps:
+            self.log(
+                loss_line(epoch, step + 1, steps, float(g.loss))
+                if g.loss is not None
+                else f"epoch {epoch} step {step + 1}/{steps} gradient applied"
+            )
 
     def _on_wait(self, msg: Wait) -> None:
         """The leader is still preparing; a fresh deadline starts."""
@@ -170,7 +246,7 @@ class FollowerTrainer:
             TIMER.watch(self.party.device)
             waited = 0.0
         t1 = time.perf_counter()
-        self._train_step(msg)
+        (self._train_step if self.in_flight is None else self._forward_ahead)(msg)
         TIMER.parts["wire_wait"] = TIMER.parts.get("wire_wait", 0.0) + waited
         TIMER.add_step(time.perf_counter() - t1 + waited)
 
@@ -296,6 +372,9 @@ class FollowerTrainer:
                     "party": self.cfg.party,
                     "precision": self.cfg.train.precision,
                     "microbatches": self.cfg.train.microbatches,
+                    "staleness": self.cfg.train.staleness,
+                    # the most training batches this party had in flight at once (K + 1 once a pipeline filled)
+                    "max_in_flight": self.in_flight.max_in_flight if self.in_flight is not None else min(self.steps, 1),
                     **TIMER.report(),
                 },
                 f,

@@ -10,7 +10,7 @@ import torch
 
 from vfl.align.handshake import hello_message, hello_problems
 from vfl.config.schema import PartyConfig
-from vfl.data.shards import batch_digest, eval_batches, steps_per_epoch
+from vfl.data.shards import batch_digest, batch_order, eval_batches, steps_per_epoch
 from vfl.distributed.context import RankContext
 from vfl.distributed.pairing import rank_meta, rank_problems
 from vfl.inference.fingerprint import key_fingerprints, run_record
@@ -27,8 +27,10 @@ from vfl.training.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.training.loop import TrainingLoop
 from vfl.training.microbatch import embedding_bytes_bound, micro_slices, pipelined, weighted_loss
 from vfl.training.party import BottomParty
+from vfl.training.staleness import StalenessSchedule, pauses_after
 from vfl.training.step_timer import TIMER
 from vfl.training.top import TopTrainer, regression_target
+from vfl.training.weight_stash import WeightStash
 from vfl.wire import LeaderChannel
 from vfl.wire.messages import Bye, Done, Eval, Forward, Gradient, Hello, Prior, Restore, Save, Snapshot, Welcome
 
@@ -220,8 +222,11 @@ class LeaderTrainer:
         train_ids = self.party.train_split.ids
         TIMER.watch(self.party.device)
         TIMER.reset()  # the breakdown covers the main training only (not LP-2ST's stage one)
+        stale = self._stale_schedule() if self.cfg.train.staleness else None  # None: the synchronous step
 
         def step(epoch: int, i: int, batch: np.ndarray) -> float:
+            if stale is not None:
+                return self._stale_step(stale, epoch, i, batch, labels)
             rows = self.ctx.rows(batch)  # this rank's slice of the global batch (all of it for one rank)
             with TIMER.part("data"):
                 digest = batch_digest(train_ids[rows])
@@ -247,12 +252,69 @@ class LeaderTrainer:
 
         self.loop.run(
             step,
-            self.evaluate,
-            lambda epoch, gs: self.checkpoint(epoch, gs, f"step{gs}"),
+            _drained(stale, self.evaluate, "an evaluation"),
+            _drained(stale, lambda epoch, gs: self.checkpoint(epoch, gs, f"step{gs}"), "a checkpoint"),
             self.start_step,
-            self.snapshot,
-            self.restore,
+            _drained(stale, self.snapshot, "a snapshot"),
+            _drained(stale, self.restore, "a restore"),
         )
+
+    def _stale_schedule(self) -> StalenessSchedule:
+        """train.staleness K > 0: the schedule (which batches to start when; drained at every pause of the loop) and
+        the stash of the leader's own in-flight cuts, so that they come from weights as old as the followers'."""
+        tr = self.cfg.train
+        spe = steps_per_epoch(len(self.party.train_split), tr.batch_size)
+        self.stash, self._orders = WeightStash(self.party), {}
+        self.log(
+            f"train.staleness {tr.staleness}: up to {tr.staleness} batches start before the gradient of the oldest "
+            f"returns ({tr.staleness + 1} in flight), drained at every evaluation, checkpoint and epoch end"
+        )
+        return StalenessSchedule(
+            tr.staleness, spe, lambda epoch, i: pauses_after(tr, spe, tr.epochs * spe, epoch * spe + i + 1, i)
+        )
+
+    def _stale_step(
+        self, stale: StalenessSchedule, epoch: int, i: int, rows: np.ndarray, labels: torch.Tensor
+    ) -> float:
+        """Step i of `epoch` under train.staleness K: start every batch up to K ahead that is not in flight yet
+        (FORWARD to each follower, the leader's own cut from its weights of now), train the top on batch i's cuts as
+        they arrive, return their gradients, then apply the leader's own to its current weights (delayed SGD)."""
+        tr = self.cfg.train
+        if epoch not in self._orders:
+            self._orders = {epoch: batch_order(len(self.party.train_split), tr.batch_size, tr.seed, epoch)}
+        for e, s in stale.to_forward(epoch, i):
+            ahead = self._orders[e][s]
+            with TIMER.part("data"):
+                digest = batch_digest(self.party.train_split.ids[ahead])
+            with TIMER.part("wire_send"):
+                for f in self.followers:
+                    self.ch.post(f, Forward(epoch=e, step=s, rows=int(ahead.size), digest=digest))
+            self.stash.forward(ahead)
+            stale.window.forwarded((e, s))
+        own_leaf = self.stash.oldest_cut.detach().requires_grad_(True)
+        # while the leader awaits one follower's cut of batch i, another's cuts of i .. i + K may arrive
+        bound = embedding_bytes_bound(rows.size, [self.cut_dims[f] for f in self.followers])
+        with pipelined(self.ch, stale.window.depth, bound), TIMER.part("wire_wait"):
+            remote = [
+                self._remote_cut(f, "step", i, rows.size, micro=0, epoch=epoch).requires_grad_(True)
+                for f in self.followers
+            ]
+        with TIMER.part("top"):
+            loss = self.top.loss([own_leaf, *remote], labels[rows])
+            value = float(loss.detach())
+            if not math.isfinite(value):  # before anything is sent: the followers get a clean ABORT
+                raise FloatingPointError(f"training loss became {value} at epoch {epoch} step {i + 1}; lower train.lr")
+            loss.backward()
+        with TIMER.part("wire_send"):
+            for f, t in zip(self.followers, remote):
+                fields = self.codecs.gradient_fields(f, t.grad.detach().cpu().numpy(), rows)  # network.compression
+                self.ch.post(f, Gradient(**fields, epoch=epoch, step=i, micro=0, loss=value))
+        self.stash.backward(own_leaf.grad)
+        stale.window.applied((epoch, i))
+        self.top.step()
+        self.party.step_optimizer()
+        self.local_samples += rows.size
+        return value
 
     def _micro_step(
         self,
@@ -416,6 +478,7 @@ class LeaderTrainer:
             "mode": "split",
             "precision": self.cfg.train.precision,
             "microbatches": self.cfg.train.microbatches,
+            "staleness": self.cfg.train.staleness,
             "step_breakdown": TIMER.report(),
             **self.rank_metrics(),
         }
@@ -431,6 +494,19 @@ class LeaderTrainer:
             "label_digests_per_rank": self.label_digests,
             "wire_bytes_all_ranks": self.ctx.total(self.ch.bytes_sent + self.ch.bytes_received),
         }
+
+
+def _drained(stale: StalenessSchedule | None, call, what: str):
+    """`call`, which under train.staleness first checks that no training batch is in flight (the schedule drains
+    before every pause of the loop, so a failure here is a bug of the schedule, never a wrong model)."""
+    if stale is None:
+        return call
+
+    def checked(*args):
+        stale.window.require_drained(what)
+        return call(*args)
+
+    return checked
 
 
 class _FollowerPriorSource:

@@ -48,6 +48,7 @@ def hello_message(
         resume_step=resume_step,
         timeout_s=cfg.network.timeout_s,  # the leader keeps long preparation shorter than this
         ema_decay=cfg.train.ema_decay or None,  # every party averages its weights alike; 0 (off) is left out
+        staleness=cfg.train.staleness or None,  # every party runs the same pipeline; 0 (synchronous) is left out
         **_codec_fields(cfg),  # network.compression per direction; none is left out
         **(rank_fields or {}),
     )
@@ -84,6 +85,11 @@ def hello_problems(peer: str, theirs: Hello, ours: Hello) -> list[str]:
         {"embedding": theirs.embedding_codec, "gradient": theirs.gradient_codec},
         {"embedding": ours.embedding_codec, "gradient": ours.gradient_codec},
     )
+    if (theirs.staleness or 0) != (ours.staleness or 0):  # the leader's value decides the schedule
+        problems.append(
+            f"{peer} has train.staleness={theirs.staleness or 0} but the leader has train.staleness="
+            f"{ours.staleness or 0}: set the same train.staleness on every party"
+        )
     if theirs.ema_decay != ours.ema_decay:
         problems.append(
             f"{peer} has train.ema_decay={_decay(theirs.ema_decay)} but the leader has "

@@ -104,6 +104,12 @@ def role_problems(doc: dict, party_pattern: str, default_batch_size: int, defaul
             f"train.microbatches={mb} exceeds train.batch_size={bs}: a micro-batch needs at least one row "
             f"(allowed: an integer in [1, {bs}])"
         )
+    k = _get(doc, "train", "staleness")
+    if isinstance(mb, int) and isinstance(k, int) and not isinstance(k, bool) and k > 0 and mb > 1:
+        errors.append(
+            f"train.staleness={k} needs train.microbatches 1, got train.microbatches={mb}: pipeline across batches "
+            "or within one, not both"
+        )
     es, task = _get(doc, "train", "early_stopping"), _get(doc, "train", "task")
     metric = es.get("metric") if isinstance(es, dict) else None
     if metric == "accuracy" and task not in ("multiclass", "regression"):

@@ -9,7 +9,6 @@ files (vfl/wire/keys.py). `python -m vfl.config schema` prints the JSON Schema f
 from __future__ import annotations
 
 import copy
-import os
 import warnings
 from typing import Any, Optional
 
@@ -265,6 +264,10 @@ class TrainConfig(_Section):
     microbatches: Number(1, 1_000_000, integer=True) = (
         1  # M micro-batches per batch, pipelined between parties; every party the same
     )
+    # K > 0: each party runs the bottoms of up to K batches beyond the one whose gradient it awaits and applies every
+    # gradient on arrival, to weights at most K updates newer (bounded-staleness pipelining across batches,
+    # vfl/training/staleness.py); 0 = the synchronous step. Every party the same; needs microbatches 1 and one rank
+    staleness: Number(0, 16, integer=True) = 0
     # > 0: evaluate, select and save an exponential moving average of the weights (avg <- d avg + (1 - d) param
     # after every step, vfl/training/weight_average.py); 0 = off. Set the same value on every party.
     ema_decay: Number(0.0, 1.0, hi_open=True) = 0.0
@@ -406,7 +409,8 @@ def load_config(path: str, overrides: dict[str, Any] | None = None, keys_dir: st
     """Read and validate a party YAML; `overrides` maps dotted keys to values (from the CLI).
 
     keys_dir (--keys DIR) names every key file after the layout of `python -m vfl.keys new`:
-    DIR/<party>.key_secret, and DIR/<follower>.key (leader) or DIR/leader.key (follower).
+    DIR/<party>.key_secret, and DIR/<follower>.key (leader) or the leader's public key (follower: DIR/leader.key,
+    or the leader's by party name: vfl/config/keys_dir.py).
     """
     doc = read_yaml(path, ConfigError, "config file")
     if not isinstance(doc, dict):
@@ -414,7 +418,12 @@ def load_config(path: str, overrides: dict[str, Any] | None = None, keys_dir: st
             f"{path}: expected a YAML mapping of sections (role, party, network, ...), got {type(doc).__name__}"
         )
     if keys_dir:
-        overrides = {**_keys_overrides(doc, keys_dir), **(overrides or {})}
+        from vfl.config.keys_dir import KeysDirError, keys_overrides
+
+        try:
+            overrides = {**keys_overrides(doc, keys_dir, overrides), **(overrides or {})}
+        except KeysDirError as e:
+            raise ConfigError(str(e)) from None
     return parse_config(apply_overrides(doc, overrides or {}), path)
 
 
@@ -443,18 +452,6 @@ def json_schema() -> dict:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "vfl party configuration"
     return schema
-
-
-def _keys_overrides(doc: dict, keys_dir: str) -> dict[str, Any]:
-    party, net = doc.get("party"), doc.get("network")
-    followers = net.get("followers") if isinstance(net, dict) else None
-    out: dict[str, Any] = {"network.secret_key_file": os.path.join(keys_dir, f"{party}.key_secret")}
-    if doc.get("role") == "leader":
-        names = followers if isinstance(followers, list) else []
-        out["network.follower_keys"] = {f: os.path.join(keys_dir, f"{f}.key") for f in names if isinstance(f, str)}
-    else:
-        out["network.leader_key_file"] = os.path.join(keys_dir, "leader.key")
-    return out
 
 
 __all__ = [

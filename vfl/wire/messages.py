@@ -46,6 +46,7 @@ MAX_CUT_DIM = 4096  # the widest cut a party may announce
 MAX_RANKS = 1 << 16
 MAX_REASON = 2000  # characters of an ABORT's reason that travel (and that a receiver keeps)
 MAX_PRIOR_EPOCHS = 1000  # privacy.label_dp.prior_epochs' domain
+MAX_STALENESS = 16  # train.staleness' domain (vfl/training/staleness.py; 0 travels as an absent field)
 NONCE_PATTERN = re.compile(r"^[0-9a-f]{32}$")
 CODEC_PATTERN = re.compile(r"^(fp16|bf16|int8:[2-8]|topk:[0-9.e-]{1,24})$")  # vfl/wire/codecs.Codec.agreement
 HEX32_PATTERN = re.compile(r"^[0-9a-f]{32}$")  # a range digest (EVAL)
@@ -106,6 +107,7 @@ class Hello(WireMessage):
     rank: int | None = None
     ranks: int | None = None
     ema_decay: float | None = None  # train.ema_decay; None (absent, as from a follower before it was sent) = off
+    staleness: int | None = None  # train.staleness K; None (absent) = 0, the synchronous schedule
     embedding_codec: str | None = None  # network.compression per direction (Codec.agreement); None (absent) = none
     gradient_codec: str | None = None
     FIELDS = (
@@ -123,6 +125,7 @@ class Hello(WireMessage):
         Int("rank", 0, MAX_RANKS - 1, optional=True),
         Int("ranks", 1, MAX_RANKS, optional=True),
         _below_one(Real("ema_decay", 0, 1, optional=True)),
+        Int("staleness", 1, MAX_STALENESS, optional=True),
         Text("embedding_codec", 32, optional=True, pattern=CODEC_PATTERN, domain=_CODEC_DOMAIN),
         Text("gradient_codec", 32, optional=True, pattern=CODEC_PATTERN, domain=_CODEC_DOMAIN),
     )
