@@ -98,7 +98,8 @@ def run_report(
     **extra,
 ) -> dict:
     """What metrics.json records about the run's label DP. task: "binary" (0/1 labels), "multiclass" (class ids in
-    [0, num_classes)) or "regression" (real values, whose flipped_fraction counts the values the mechanism changed)."""
+    [0, num_classes)) or "regression" (real values: every value changes, so no flipped_fraction; the caller's
+    `extra` reports the noise, e.g. noise_rmse)."""
     if task not in REPORT_TASKS:
         raise ValueError(f"label DP report: task {task!r} is not one of {list(REPORT_TASKS)}")
     if (task == "multiclass") != (num_classes is not None):
@@ -122,7 +123,7 @@ def run_report(
         "eps": eps if np.isfinite(eps) else "inf",
         "delta": 0.0,
         "mechanism": mechanism,
-        "flipped_fraction": float(np.mean(true != noisy)) if true.size else 0.0,
+        **({} if task == "regression" else {"flipped_fraction": float(np.mean(true != noisy)) if true.size else 0.0}),
         **rates,
         "accounting": "each label randomized once per release by the leader's secret PRF at (key, release, sample id): "
         f"this release is {eps}-label-DP whatever the number of epochs, runs and resumes; "

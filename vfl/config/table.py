@@ -10,6 +10,7 @@ data:
       city: categorical             # default transform: {vocabulary: {min_count: 2}}
       device: {kind: categorical, transform: {hash: {buckets: 1000}}}
     label: {column: churned}        # leader only; classes: [no, yes] for named classes; clip: [lo, hi] for regression
+    delimiter: ";"                  # a text file's delimiter: , tab ; | (or comma, tab, semicolon, pipe); unset: sniffed
 ```
 
 `data.schema` may also name a YAML file holding the mapping under `schema:` (or at its top level). These are the
@@ -37,6 +38,7 @@ PARAMS = {  # transform -> parameter -> (lo, hi, default); every parameter is an
     "hash": {"buckets": (3, 2**31 - 1, 1000)},
 }
 MAX_COLUMNS = 4096
+DELIMITERS = {"comma": ",", "tab": "\t", "semicolon": ";", "pipe": "|"}  # a text table's delimiters, by name
 
 
 class _Spec(BaseModel):
@@ -163,6 +165,18 @@ class SchemaConfig(_Spec):
     id: Text()
     columns: dict[str, ColumnSpec] = Field(default_factory=dict)
     label: Optional[LabelSpec] = None
+    delimiter: Optional[str] = None  # a text file's field delimiter (one of DELIMITERS); None: sniffed from the header
+
+    @field_validator("delimiter", mode="before")
+    @classmethod
+    def _delimiter(cls, v):
+        if v is None or v in DELIMITERS.values():
+            return v
+        if isinstance(v, str) and v.lower() in DELIMITERS:
+            return DELIMITERS[v.lower()]
+        raise _fail(
+            f"delimiter must be one of {list(DELIMITERS.values())} or their names {list(DELIMITERS)}, got {v!r}"
+        )
 
     @field_validator("columns", mode="before")
     @classmethod

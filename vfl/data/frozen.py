@@ -188,7 +188,7 @@ class FrozenTransforms:
             with np.errstate(invalid="ignore"):
                 v = np.clip(v, *enc.clip) if enc.clip is not None else v
                 return np.isfinite(v) & (np.abs(v) <= np.finfo(np.float32).max)
-        return np.isin(np.asarray(values, dtype=object).astype(str), [str(c) for c in enc.classes])
+        return enc.known(values)
 
     def _read_criteo(self, path: str, strict: bool, stats: ReadStats, labelled: bool) -> Iterator[NewBlock]:
         from vfl.data.readers.party import PartySource, read_party_blocks

@@ -129,7 +129,10 @@ class FittedColumn:
 
 
 class LabelEncoder:
-    """Label text (or float) -> the task's label array; a value outside the task's domain refuses the file."""
+    """Label text (or float) -> the task's label array; a value outside the task's domain refuses the file.
+
+    A class label written as an integral number ('1.0', '0.0', '2.00': what pandas writes for an integer column with
+    a missing value) is the integer's class ('1', '0', '2') unless the classes name that text itself."""
 
     def __init__(self, task_kind: str, classes: tuple[str, ...] | None, clip: tuple[float, float] | None, column: str):
         self.kind, self.column, self.clip = task_kind, column, clip
@@ -146,7 +149,7 @@ class LabelEncoder:
 
     def fit_block(self, labels: np.ndarray) -> None:
         if self.kind == "multiclass" and self.classes is None:
-            self._distinct.update(np.asarray(_distinct(labels), dtype=object).astype(str).tolist())
+            self._distinct.update(_integral(np.asarray(_distinct(labels), dtype=object).astype(str)).tolist())
 
     def finish(self, path: str) -> None:
         if self.kind == "multiclass" and self.classes is None:
@@ -187,7 +190,7 @@ class LabelEncoder:
         lookup = {c: i for i, c in enumerate(self.classes)}
         codes, uniques = _factorize(labels)  # each distinct label looked up once
         text = np.asarray(uniques, dtype=object).astype(str)
-        ids = np.array([lookup.get(t, -1) for t in text], dtype=np.int64)[codes]
+        ids = np.array([lookup.get(t, lookup.get(i, -1)) for t, i in zip(text, _integral(text))], np.int64)[codes]
         if (ids < 0).any():
             hint = (
                 "declare data.schema.label.classes: [negative, positive], or set train.task: multiclass"
@@ -197,6 +200,12 @@ class LabelEncoder:
             out = ids < 0
             bad.add(rows[out], text[codes][out], f"one of {list(self.classes)[:20]} ({self.kind} task): {hint}")
         return np.maximum(ids, 0).astype(np.int8)
+
+    def known(self, labels: np.ndarray) -> np.ndarray:
+        """Whether each class label (text) is one of the classes, as `encode` reads it."""
+        text = np.asarray(labels, dtype=object).astype(str)
+        classes = [str(c) for c in self.classes]
+        return np.isin(text, classes) | np.isin(_integral(text), classes)
 
     def task(self) -> Task:
         if self.kind == "multiclass":
@@ -217,6 +226,23 @@ def _factorize(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     values = np.asarray(labels, dtype=object)
     codes, uniques = pd.factorize(values, use_na_sentinel=False)
     return codes, np.asarray(uniques, dtype=object)
+
+
+def _integral(text: np.ndarray) -> np.ndarray:
+    """Each label text, with an integral number's text as the integer's ('1.0' -> '1', '-0.0' -> '0', '2e1' -> '20');
+    every other text as it is. Integers beyond 2**53 are left alone (a float would not hold them exactly)."""
+    out = np.array(text, dtype=object)
+    for i, t in enumerate(out):
+        t = str(t)
+        if not t or not (t[0].isdigit() or t[0] in "+-.") or t.lstrip("+-").isdigit():
+            continue
+        try:
+            v = float(t)
+        except ValueError:
+            continue
+        if v.is_integer() and abs(v) < 2**53:
+            out[i] = str(int(v))
+    return out
 
 
 def _distinct(labels: np.ndarray) -> np.ndarray:

@@ -270,7 +270,7 @@ class LabelDPRelease:
             dataset_total_eps=summary["total_eps"],
             overlapping_datasets=summary["overlapping_datasets"],
             valid_rows=int(valid_ids.size),
-            valid_flipped_fraction=float(np.mean(d.valid_noisy != valid_labels)) if valid_ids.size else 0.0,
+            **_valid_noise(d.valid_noisy, valid_labels, entry.real_valued),
         )
         return TrainingLabels(
             d.noisy.astype(np.float32),
@@ -492,3 +492,12 @@ def leader_training_labels(
         label_key = open_label_key(release.store_dir, release.key_file, shard)
     real = shard.task is not None and shard.task.is_regression
     return training_labels(train.labels, train.ids, release, label_key, prior_fn, valid.labels, valid.ids, real)
+
+
+def _valid_noise(noisy: np.ndarray, labels: np.ndarray, real_valued: bool) -> dict:
+    """How far the noise moved the validation labels: their RMSE (real values, all of which change) or the share
+    flipped (classes)."""
+    if real_valued:
+        err = np.asarray(noisy, np.float64) - np.asarray(labels, np.float64)
+        return {"valid_noise_rmse": float(np.sqrt(np.mean(err * err))) if err.size else 0.0}
+    return {"valid_flipped_fraction": float(np.mean(noisy != labels)) if labels.size else 0.0}

@@ -74,13 +74,14 @@ def _open_text(path: str):
     return io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape", newline="")
 
 
-def sniff_header(path: str) -> tuple[str, list[str]]:
-    """(delimiter, column names) of a party file's header line."""
+def sniff_header(path: str, sep: str | None = None) -> tuple[str, list[str]]:
+    """(delimiter, column names) of a party file's header line; the delimiter `sep`, or (None) tab where the header
+    holds one, else comma."""
     with _open_text(path) as f:
         first = f.readline(1 << 20)
     if not first.strip():
         raise DataError(f"input file is empty: {path}")
-    sep = "\t" if "\t" in first else ","
+    sep = sep or ("\t" if "\t" in first else ",")
     names = next(
         csv.reader([first.rstrip("\r\n")], delimiter=sep, quoting=csv.QUOTE_NONE if sep == "\t" else csv.QUOTE_MINIMAL)
     )

@@ -9,7 +9,10 @@ memory stays bounded whatever the file's size. Every format yields the same bloc
 - the label is kept as text (classification) or a float (regression), and checked by the label encoder of
   vfl/data/table.py, which names any value outside the task's domain: a row is never dropped for its label.
 A column in the file but not declared is ignored (listed in `ReadStats.ignored_columns`); a declared column that
-the file lacks is an error naming it and the columns that are there.
+the file lacks is an error naming it and the columns that are there. A text file's delimiter is `data.schema.delimiter`,
+or sniffed from the header (tab where it holds one, else the most frequent of comma, semicolon and pipe); a header
+that reads as one column is an error naming the delimiter used and the option. A numeric column whose values are
+mostly text (more text than numbers) is an error naming it and a few of its values: it is a categorical column.
 """
 
 from __future__ import annotations
@@ -17,21 +20,41 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from vfl.config.table import SchemaConfig
+from vfl.config.table import DELIMITERS, SchemaConfig
 from vfl.data.errors import DataError
 from vfl.data.ids import ids64
 from vfl.data.readers import arrow_text
 from vfl.data.readers.criteo import ReadStats
-from vfl.data.readers.party import BadRows, _missing, sniff_header, text_frames
+from vfl.data.readers.party import BadRows, _missing, _open_text, sniff_header, text_frames
 
 CHUNK_ROWS = 100_000
 NA_TOKENS = ("", "NA", "N/A", "NaN", "nan", "null", "NULL", "None")
 KEY_HASH = b"vfl-categories01"  # pandas' siphash-2-4 key (16 bytes) for categorical text -> uint64
 PARQUET_SUFFIXES = (".parquet", ".pq")
+SNIFFED = (",", ";", "|")  # without a tab in the header, the most frequent of these (comma on a tie)
+EXAMPLES = 5  # the distinct text values a numeric column's refusal shows
+
+
+@dataclass
+class NumericText:
+    """What a numeric column held over a read: its numbers, its text values, and the first distinct texts."""
+
+    numbers: int = 0
+    texts: int = 0
+    examples: list[str] = field(default_factory=list)
+
+    def add(self, numbers: int, texts: np.ndarray) -> None:
+        self.numbers += numbers
+        self.texts += int(texts.size)
+        for t in texts:
+            if len(self.examples) >= EXAMPLES:
+                break
+            if t not in self.examples:
+                self.examples.append(str(t)[:40])
 
 
 @dataclass
@@ -64,7 +87,21 @@ def categorical_keys(text: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return keys, missing
 
 
-def _columns_of(path: str) -> list[str]:
+def delimiter_name(sep: str) -> str:
+    return {v: k for k, v in DELIMITERS.items()}.get(sep, repr(sep))
+
+
+def table_header(path: str, delimiter: str | None = None) -> tuple[str, list[str]]:
+    """(delimiter, column names) of a text table's header: `delimiter` (data.schema.delimiter) where given, else
+    tab where the header holds one, else the most frequent of comma, semicolon and pipe (comma on a tie)."""
+    if delimiter is None:
+        with _open_text(path) as f:
+            first = f.readline(1 << 20)
+        delimiter = "\t" if "\t" in first else max(SNIFFED, key=lambda c: (first.count(c), -SNIFFED.index(c)))
+    return sniff_header(path, delimiter)
+
+
+def _columns_of(path: str, delimiter: str | None = None) -> list[str]:
     if is_parquet(path):
         import pyarrow.parquet as pq
 
@@ -72,14 +109,22 @@ def _columns_of(path: str) -> list[str]:
             return list(pq.ParquetFile(path).schema_arrow.names)
         except Exception as e:  # pyarrow raises several types for a damaged file
             raise DataError(f"{path} is not a readable Parquet file: {' '.join(str(e).split())[:200]}") from None
-    return sniff_header(path)[1]
+    return table_header(path, delimiter)[1]
 
 
 def check_columns(path: str, schema: SchemaConfig, labelled: bool) -> list[str]:
     """The file's columns that the schema does not declare (ignored); DataError naming each declared one it lacks."""
     if not os.path.exists(path):
         raise DataError(f"input file not found: {path}")
-    have = _columns_of(path)
+    have = _columns_of(path, schema.delimiter)
+    if len(have) == 1 and not is_parquet(path) and (schema.columns or schema.label is not None):
+        sep = table_header(path, schema.delimiter)[0]
+        how = "data.schema.delimiter" if schema.delimiter is not None else "sniffed"
+        raise DataError(
+            f"{path}: the header reads as one column {have[0][:80]!r} with the {delimiter_name(sep)} delimiter "
+            f"{sep!r} ({how}); set data.schema.delimiter to the file's delimiter (one of "
+            f"{list(DELIMITERS.values())}, or its name: {', '.join(DELIMITERS)})"
+        )
     errors = _missing(path, [schema.id], have, "id")
     for kind in ("numeric", "categorical"):
         errors += _missing(path, list(schema.names(kind)), have, kind)
@@ -120,7 +165,7 @@ def read_table_blocks(
     rows = 0
     skip = 0
     if not is_parquet(path):
-        sep, names = sniff_header(path)
+        sep, names = table_header(path, schema.delimiter)
         if arrow_text.usable(path, names):
             try:
                 for row0, table in arrow_text.text_tables(path, sep, names, cols, chunk_rows):
@@ -135,7 +180,7 @@ def read_table_blocks(
                 skip = e.row0  # pandas reads the rest (and names a bad line as it always did)
             else:
                 return _finish(path, stats, rows, sha)
-    for row0, frame in _frames(path, cols, chunk_rows, skip):
+    for row0, frame in _frames(path, cols, chunk_rows, skip, schema.delimiter):
         yield from _block(path, schema, labelled, regression, frame, row0, strict, stats)
         rows = row0 + len(frame)
     _finish(path, stats, max(rows, skip), sha)
@@ -144,8 +189,15 @@ def read_table_blocks(
 def _finish(path: str, stats: ReadStats, rows: int, sha) -> None:
     stats.lines = rows + 1
     stats.sha256 = sha.hexdigest() if sha is not None else ""
+    for name, seen in stats.numeric_text.items():  # a text column declared numeric: its rows were skipped
+        if seen.texts > seen.numbers:
+            raise DataError(
+                f"{path}: column {name!r} is declared numeric but holds text: {seen.texts} of "
+                f"{seen.texts + seen.numbers} values are not numbers (e.g. {', '.join(map(repr, seen.examples))}); "
+                f"declare it categorical (data.schema.columns.{name}: categorical), or fix the values"
+            )
     if stats.good_rows == 0:
-        first = f"; first: line {stats.first_bad[0].line}: {stats.first_bad[0].reason}" if stats.first_bad else ""
+        first = f"; first: line {stats.first_bad[0].line_index + 1}: {stats.first_bad[0].reason}" if stats.first_bad else ""
         raise DataError(f"{path}: no usable rows ({stats.bad_rows} malformed rows{first})")
 
 
@@ -205,6 +257,8 @@ def _arrow_block(schema, labelled, regression, table, row0, stats, id_cache=None
             values, idx = arrow_text.distinct(text, stripped=True)
             label = values[idx]
     stats.good_rows += n
+    for j, c in enumerate(numeric_names):  # every value of the block is a number or missing
+        stats.numeric_text.setdefault(c, NumericText()).add(int(n - nmiss[:, j].sum()), np.zeros(0, object))
     return TableBlock(
         row_index=row0 + np.arange(n, dtype=np.int64),
         sample_id=arrow_text.ids(id_text)
@@ -218,7 +272,7 @@ def _arrow_block(schema, labelled, regression, table, row0, stats, id_cache=None
     )
 
 
-def _frames(path: str, cols: list[str], chunk_rows: int, skip: int = 0):
+def _frames(path: str, cols: list[str], chunk_rows: int, skip: int = 0, delimiter: str | None = None):
     """(row0, pandas DataFrame of `cols` as text (numbers of a Parquet file included)), chunk by chunk, from data
     row `skip` on (a multiple of chunk_rows)."""
     import pandas as pd
@@ -246,7 +300,7 @@ def _frames(path: str, cols: list[str], chunk_rows: int, skip: int = 0):
             yield row0, pd.DataFrame({name: _parquet_text(batch.column(name)) for name in cols})
             row0 += batch.num_rows
         return
-    sep, _ = sniff_header(path)
+    sep, _ = table_header(path, delimiter)
     yield from text_frames(path, sep, cols, chunk_rows, skip)
 
 
@@ -280,7 +334,11 @@ def _block(path, schema, labelled, regression, df, row0, strict, stats) -> Itera
         text = df[c].str.strip()
         miss = text.isin(NA_TOKENS).to_numpy()
         vals = pd.to_numeric(text.where(~miss, "0"), errors="coerce").to_numpy(dtype=float)
-        flag(~np.isfinite(vals) & ~miss, lambda r, c=c, t=text: f"{c} is not a finite number ({t.iloc[r][:40]!r})")
+        not_number = ~np.isfinite(vals) & ~miss
+        flag(not_number, lambda r, c=c, t=text: f"{c} is not a finite number ({t.iloc[r][:40]!r})")
+        stats.numeric_text.setdefault(c, NumericText()).add(
+            int((~not_number & ~miss).sum()), text.to_numpy(dtype=object)[not_number]
+        )
         numeric[:, j] = np.where(miss, np.nan, vals)
         nmiss[:, j] = miss
     keys = np.zeros((n, len(cat_names)), np.uint64)
