@@ -92,6 +92,38 @@ def test_follower_view_attack_on_a_real_run_gets_no_more_than_1_minus_rho(tmp_pa
     assert report["candidates"] > 50
 
 
+def test_follower_view_attack_under_staleness_gets_no_more_than_1_minus_rho(tmp_path, shards_medium, procs):
+    """train.staleness 2: every gradient the follower receives comes from a cut up to 2 updates old, but still from
+    the randomized labels only (the schedule post-processes the release): the same bound holds, and the attack still
+    recovers the noisy labels (its power)."""
+    # Prepare: as the synchronous run above, with 3 batches in flight
+    eps = 1.0
+    cfgs = party_configs(
+        str(tmp_path),
+        str(shards_medium),
+        train={"epochs": 3, "seed": 0, "staleness": 2},
+        privacy={"label_dp": {"eps": eps}},
+        follower_debug={"record_gradients": str(tmp_path / "grads.npz")},
+    )
+    procs.start("leader", "leader", cfgs["leader"])
+    procs.start("follower0", "follower", cfgs["follower0"])
+    for name in ("leader", "follower0"):
+        code, _, err = procs.wait(name, 300)
+        assert code == 0, err
+    with np.load(tmp_path / "grads.npz") as z:
+        record = {k: z[k] for k in ("ids", "epoch", "step", "grad")}
+    breakdown = json.loads((tmp_path / "out" / "follower0_step_breakdown.json").read_text())
+    train = PartyShard(str(shards_medium / "leader")).split("train")
+    # Execute
+    report = follower_view_report(record, train.ids, train.labels, eps, follower_seed=0)["follower_view"]
+    # Assert: the pipeline ran K + 1 = 3 deep; no guess beats 1 - rho, and the noisy labels are recovered
+    assert breakdown["max_in_flight"] == 3
+    bound = 1 - flip_probability(eps)
+    assert report["best_accuracy"] <= bound + TOL, report
+    assert report["vote_accuracy"] <= bound + TOL, report
+    assert report["gradient_sign_accuracy"] >= bound - TOL, report
+
+
 def test_the_same_attack_recovers_every_label_from_the_old_public_seed_scheme(shards_medium):
     # Prepare: labels randomized the way they were before the leader's key (public seed 0, public salt)
     eps = 1.0
