@@ -91,8 +91,12 @@ def _candidates():
 _FUNCTIONS = (
     "crypto_core_ristretto255_from_hash",
     "crypto_scalarmult_ristretto255",
+    "crypto_scalarmult_ristretto255_base",
+    "crypto_core_ristretto255_add",
     "crypto_core_ristretto255_is_valid_point",
     "crypto_core_ristretto255_scalar_reduce",
+    "crypto_core_ristretto255_scalar_mul",
+    "crypto_core_ristretto255_scalar_sub",
     "sodium_init",
 )
 
@@ -115,11 +119,16 @@ def sodium():
         for fn, args in (
             ("crypto_core_ristretto255_from_hash", (vp, vp)),
             ("crypto_scalarmult_ristretto255", (vp, vp, vp)),
+            ("crypto_scalarmult_ristretto255_base", (vp, vp)),
+            ("crypto_core_ristretto255_add", (vp, vp, vp)),
             ("crypto_core_ristretto255_is_valid_point", (vp,)),
             ("crypto_core_ristretto255_scalar_reduce", (vp, vp)),
+            ("crypto_core_ristretto255_scalar_mul", (vp, vp, vp)),
+            ("crypto_core_ristretto255_scalar_sub", (vp, vp, vp)),
         ):
             getattr(lib, fn).argtypes, getattr(lib, fn).restype = args, ctypes.c_int
-        lib.crypto_core_ristretto255_scalar_reduce.restype = None
+        for fn in ("reduce", "mul", "sub"):  # void in libsodium
+            getattr(lib, f"crypto_core_ristretto255_scalar_{fn}").restype = None
         _lib = lib
         return lib
     raise SodiumUnavailable(
