@@ -104,7 +104,8 @@ def unknown_keys(overrides: dict[str, str]) -> str | None:
         try:
             load_config(path, dotted_overrides(pairs))
         except ConfigError as e:
-            return str(e).splitlines()[0][:200]
+            lines = [x.strip(" -") for x in str(e).splitlines() if x.strip()]
+            return (lines[1] if len(lines) > 1 else lines[0])[:200]  # the first problem, past the file's header
     return None
 
 
