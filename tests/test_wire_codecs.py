@@ -123,8 +123,8 @@ class _FixedUniforms:
     def __init__(self, u: float):
         self.u = u
 
-    def random(self, shape):
-        return np.full(shape, self.u)
+    def random(self, shape, dtype=np.float64):
+        return np.full(shape, self.u, dtype=dtype)
 
 
 @pytest.mark.parametrize("u", [0.5, 1.0 - 1e-12])

@@ -114,8 +114,8 @@ def describe(agreement: str | None) -> str:
 # -- bfloat16 as the top 16 bits of a float32 ---------------------------------------------------------------
 def bf16_nearest(x: np.ndarray) -> np.ndarray:
     """float32 -> bfloat16 bits (uint16), rounded to nearest, ties to even."""
-    bits = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
-    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    bits = np.ascontiguousarray(x, np.float32).view(np.uint32)  # finite: + 0x8000 stays below 2^32
+    return ((bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
 
 
 def bf16_value(h: np.ndarray) -> np.ndarray:
@@ -164,7 +164,7 @@ def encode(codec: Codec, x: np.ndarray, rng: np.random.Generator | None = None) 
 def _encode_fp16(x: np.ndarray) -> tuple[np.ndarray, ...]:
     peak = float(np.abs(x).max()) if x.size else 0.0
     e = 0 if peak == 0.0 else FP16_TOP_EXPONENT - math.frexp(peak)[1] + 1  # peak 2^e in [2^14, 2^15)
-    return np.ldexp(x.astype(np.float64), e).astype(np.float16), np.array([e], np.int64)
+    return np.ldexp(x, np.int32(e)).astype(np.float16), np.array([e], np.int64)  # 2^e: exact up to fp16's rounding
 
 
 def _encode_int8(x: np.ndarray, bits: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
@@ -188,9 +188,9 @@ def _encode_int8(x: np.ndarray, bits: int, rng: np.random.Generator) -> tuple[np
         ):
             raise ValueError("int8: a row's range exceeds float32 (values near 3.4e38)")
     with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(step[:, None] > 0, (x.astype(np.float64) - lo[:, None]) / step[:, None].astype(np.float64), 0.0)
+        t = np.where(step[:, None] > 0, (x - lo[:, None]) / step[:, None], np.float32(0.0))
     floor = np.floor(t)
-    q = np.clip(floor + (rng.random(t.shape) < (t - floor)), 0, levels).astype(np.uint8)
+    q = np.clip(floor + (rng.random(t.shape, dtype=np.float32) < (t - floor)), 0, levels).astype(np.uint8)
     return _pack(q, bits), np.stack([lo_h, step_h], axis=1)
 
 
@@ -276,8 +276,8 @@ def decode(codec: Codec, codec_name: str | None, tensors: tuple, shape: tuple[in
             raise WireError(
                 f"{where}: fp16 scale must be one exponent in [-{MAX_EXPONENT}, {MAX_EXPONENT}], got {aux[:2]!r}"
             )
-        with np.errstate(over="ignore"):
-            out = np.ldexp(main.astype(np.float64), -e).astype(np.float32)
+        with np.errstate(over="ignore", under="ignore"):
+            out = np.ldexp(main.astype(np.float32), np.int32(-e))
     elif name == "bf16":
         out = bf16_value(main)
     elif name == "int8":
