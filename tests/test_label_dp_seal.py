@@ -123,11 +123,11 @@ def test_a_write_stopped_between_the_seal_and_the_ledger_leaves_a_store_that_ope
     store = _spent(tmp_path / "store", 1.0)
     real, calls = ledger_seal.write_seal, []
 
-    def fail_second(path, secret, seal):
+    def fail_second(path, secret, seal, **kw):
         calls.append(seal)
         if len(calls) == 2:
             raise LabelDPStoreError("planted failure")
-        real(path, secret, seal)
+        real(path, secret, seal, **kw)
 
     def fail(data):
         raise LabelDPStoreError("planted failure")

@@ -105,8 +105,9 @@ def read_seal(path: str, secret: bytes) -> Seal | None:
     return seal
 
 
-def write_seal(path: str, secret: bytes, seal: Seal) -> None:
-    """Write the seal under a new name (0600, fsynced), rename it over the old one and sync the directory."""
+def write_seal(path: str, secret: bytes, seal: Seal, sync_rename: bool = True) -> None:
+    """Write the seal under a new name (0600, fsynced), rename it over the old one and sync the directory (unless
+    sync_rename is False: a rename that may be lost in a crash, where the seal it replaces is as good)."""
     fields = seal.fields()
     data = json.dumps({**fields, "mac": _mac(secret, fields)}, indent=1).encode() + b"\n"
     tmp = f"{path}.tmp-{os.getpid()}"
@@ -117,7 +118,8 @@ def write_seal(path: str, secret: bytes, seal: Seal) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        sync_dir(os.path.dirname(path))
+        if sync_rename:
+            sync_dir(os.path.dirname(path))
     except OSError as e:
         with contextlib.suppress(OSError):
             os.remove(tmp)
@@ -211,4 +213,5 @@ def sealed_write(store, state: LedgerState, secret: bytes, data: bytes, put_ledg
     write_seal(store.seal_path, secret, Seal(state.generation, state.sha256, new, state.coins))
     put_ledger(data)
     with contextlib.suppress(LabelDPStoreError):  # the ledger is in place and the seal accepts it as announced
-        write_seal(store.seal_path, secret, Seal(state.generation + 1, new, None, state.coins))
+        # (this rename lost in a crash leaves the announcing seal, which accepts the new ledger: no directory sync)
+        write_seal(store.seal_path, secret, Seal(state.generation + 1, new, None, state.coins), sync_rename=False)
