@@ -55,7 +55,9 @@ def _intersect(cfg, env, ctx, channel, keys, shard, log) -> None:
     common, psi = intersect_on_ranks(
         ctx,
         shard.all_ids(),
-        lambda ids, total: follower_psi(channel, ids, log, cache, env, total, cfg.data.psi_max_peer_ids),
+        lambda ids, total: follower_psi(
+            channel, ids, log, cache, env, total, cfg.data.psi_max_peer_ids, cfg.data.psi_verify
+        ),
         cfg.party,
     )
     log(  # the counts are the positions the leader's answers matched: a cut leaves only for rows whose ids it names
@@ -117,7 +119,7 @@ def predict_body(cfg, args, log, state: dict) -> None:
     channel = state["channel"] = _connect(cfg, rank_env(), keys, len(predictor.rows), log)
 
     def psi(ids):
-        common, report = follower_psi(channel, ids, log)
+        common, report = follower_psi(channel, ids, log, verify=cfg.data.psi_verify)
         log(f"follower {cfg.party}: PSI: {report.intersection} of {report.own_ids} new ids, {report.seconds:.1f} s")
         return common, report
 

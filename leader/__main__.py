@@ -86,7 +86,9 @@ def _intersect(cfg, env, ctx, channel, keys, shard, log):
     common, psi = intersect_on_ranks(
         ctx,
         shard.all_ids(),
-        lambda ids, total: leader_psi(channel, followers, ids, log, cfg.data.psi_max_peer_ids, caches, env, total),
+        lambda ids, total: leader_psi(
+            channel, followers, ids, log, cfg.data.psi_max_peer_ids, caches, env, total, cfg.data.psi_verify
+        ),
         cfg.party,
     )
     log(
@@ -168,7 +170,9 @@ def predict_body(cfg, args, log, state: dict) -> None:
     channel = state["channel"] = _listen(cfg, rank_env(), keys, len(predictor.rows), log)
 
     def psi(ids):
-        common, report = leader_psi(channel, list(cfg.network.followers), ids, log, cfg.data.psi_max_peer_ids)
+        common, report = leader_psi(
+            channel, list(cfg.network.followers), ids, log, cfg.data.psi_max_peer_ids, verify=cfg.data.psi_verify
+        )
         log(f"leader {cfg.party}: PSI: {report.intersection} of {report.own_ids} new ids, {report.seconds:.1f} s")
         return common, report
 

@@ -8,7 +8,11 @@
 2. End to end: leader and follower in two forked processes over CurveZMQ on 127.0.0.1 (50% overlap), wall seconds,
    CPU seconds of both parties with their worker processes (rusage), core-us per id per side, ids/s per side, bytes;
    each with a reuse cache, then run again on the same sets: the reuse (vfl/align/psi/reuse.py) in seconds.
-3. Ranks: 1 rank per party against 2 ranks per party (rank r of each party intersects bucket r of the ids,
+3. Verified PSI (data.psi_verify, vfl/align/psi/dleq.py), side by side with the unverified one: rounds that run, in
+   turn, the unverified PSI, the follower checking the leader's proofs of its doubles, and both parties checking the
+   other's proofs, on the same sets in the same run (interleaved, so a changing load on a shared machine falls on
+   every variant alike); wall and CPU seconds of each, their medians and the ratios to the unverified PSI.
+4. Ranks: 1 rank per party against 2 ranks per party (rank r of each party intersects bucket r of the ids,
    vfl/align/psi/buckets.py), with every rank of both parties pinned to core r: 1 rank uses one core, 2 ranks two.
    Ids/s per side of the slowest rank; the ratio is the scaling.
 Prints the CPU model and the load average with every figure; writes runs/bench_psi/bench_psi.json (or --json).
@@ -79,6 +83,13 @@ def stages(n: int) -> dict:
     }
     v2["per_id_per_side"] = v2["mask_batch"] + v2["scalar_mult"]
     chunk = np.zeros((8192, 32), np.uint8)
+    from vfl.align.psi import dleq
+
+    k = min(n, 2000)
+    c, d = pts[:k], ecdh._raise_to(pts[:k], e)
+    seed = dleq._seed(dleq.public_key(e))
+    v2["dleq_prove"] = _per_id(lambda: dleq._composite_part(c, d, seed, 0, False), k)  # d_i, d_i C_i, a sum
+    v2["dleq_verify"] = _per_id(lambda: dleq._composite_part(c, d, seed, 0, True), k)  # and d_i D_i, a sum
     v2["pickle_batch"] = (
         _per_id(lambda: ForkingPickler.loads(ForkingPickler.dumps(chunk)), 8192, 20) * 2
     )  # there and back
@@ -113,8 +124,11 @@ def stages(n: int) -> dict:
     }
 
 
-def _party(role: str, endpoint: str, keys: dict, ids: np.ndarray, out, cache_dir=None, core=None, rank=None) -> None:
-    """One party (or one rank of it: rank = (r, N, the party's whole set size)) over CurveZMQ; its result to out."""
+def _party(
+    role: str, endpoint: str, keys: dict, ids: np.ndarray, out, cache_dir=None, core=None, rank=None, verify=(False, False)
+) -> None:
+    """One party (or one rank of it: rank = (r, N, the party's whole set size)) over CurveZMQ; its result to out.
+    verify: (the leader checks the follower's proofs, the follower checks the leader's), data.psi_verify of each."""
     from vfl.align.psi import ecdh
     from vfl.align.psi.leader_side import leader_psi
     from vfl.align.psi.protocol import follower_psi
@@ -152,9 +166,9 @@ def _party(role: str, endpoint: str, keys: dict, ids: np.ndarray, out, cache_dir
         env, total = (RankEnv(rank[0], rank[1]), rank[2]) if rank else (RankEnv(), None)
         if role == "leader":
             caches = {"follower0": cache} if cache else None
-            common, report = leader_psi(ch, ["follower0"], ids, caches=caches, env=env, total=total)
+            common, report = leader_psi(ch, ["follower0"], ids, caches=caches, env=env, total=total, verify=verify[0])
         else:
-            common, report = follower_psi(ch, ids, cache=cache, env=env, total=total)
+            common, report = follower_psi(ch, ids, cache=cache, env=env, total=total, verify=verify[1])
         out.put((role, int(common.size), report.seconds, report.bytes_sent + report.bytes_received, report.reused))
     finally:
         ch.close()
@@ -254,6 +268,52 @@ def reuse_only(n: int, keys: dict, cache_dir: str) -> dict:
     }
 
 
+VERIFY_VARIANTS = {  # name: (the leader checks the follower's proofs, the follower checks the leader's)
+    "unverified": (False, False),
+    "follower_verifies": (False, True),
+    "both_verify": (True, True),
+}
+
+
+def verified(n: int, keys: dict, rounds: int) -> dict:
+    """The PSI of n ids per side unverified and verified, interleaved round by round on the same sets."""
+    from vfl.ports import free_port
+
+    lead, fol = sets(n)
+    doc = {"n": n, "rounds": rounds, "load_before": load(), "runs": []}
+    for i in range(rounds):
+        for name, verify in VERIFY_VARIANTS.items():
+            ep, load0 = f"tcp://127.0.0.1:{free_port()}", load()
+            jobs = [("leader", ep, lead, None, None, None, verify), ("follower", ep, fol, None, None, None, verify)]
+            res, wall, cpu = _pairs(jobs, keys)
+            got = {r[0]: r for r in res}
+            assert got["leader"][1] == got["follower"][1] == n // 2, got
+            doc["runs"].append(
+                {
+                    "round": i,
+                    "variant": name,
+                    "seconds": round(wall, 2),
+                    "psi_seconds": round(max(got["leader"][2], got["follower"][2]), 2),
+                    "cpu_seconds": round(cpu, 2),
+                    "bytes": got["leader"][3],
+                    "load": load0,
+                }
+            )
+            print(
+                f"  round {i} {name:>17}: {wall:6.1f} s wall, {cpu:6.1f} CPU s, {got['leader'][3] / 2**20:.1f} MiB, "
+                f"load {load0:.2f}",
+                flush=True,
+            )
+    for name in VERIFY_VARIANTS:
+        mine = [r for r in doc["runs"] if r["variant"] == name]
+        doc[name] = {k: float(np.median([r[k] for r in mine])) for k in ("seconds", "psi_seconds", "cpu_seconds")}
+    for name in ("follower_verifies", "both_verify"):
+        for k in ("seconds", "cpu_seconds"):
+            doc[name][f"{k}_ratio"] = round(doc[name][k] / doc["unverified"][k], 3)
+    doc["load_after"] = load()
+    return doc
+
+
 def ranks(n: int, keys: dict) -> dict:
     """1 rank per party against 2 ranks per party, every process pinned to one core, in two layouts: `shared`, rank r
     of both parties on core r (1 rank: both parties on one core; 2 ranks: two cores), and `crossed`, the leader's
@@ -297,6 +357,8 @@ def main() -> int:
     ap.add_argument(
         "--reuse-ids", default="", help="sizes to time the reuse alone at, caches written directly (e.g. 1000000)"
     )
+    ap.add_argument("--verify-ids", type=int, default=100000, help="ids per side for verified vs unverified (0: skip)")
+    ap.add_argument("--verify-rounds", type=int, default=3, help="interleaved rounds of the three variants")
     ap.add_argument("--json", default=os.path.join(REPO, "runs", "bench_psi", "bench_psi.json"))
     args = ap.parse_args()
     from vfl.align.psi.ecdh import SUITE
@@ -321,6 +383,10 @@ def main() -> int:
             f"2 x X25519 {v1['scalar_mult']:.1f} = {v1['per_id_per_side']:.1f} per id per side"
         )
         print(f"  SecretFlow psi_v2 Curve25519 ECDH (published, 10^7 ids, 8 cores): {SECRETFLOW_CORE_US:.0f}")
+        print(
+            f"  batched DLEQ (RFC 9497), per value in a chunk: prove (d_i, d_i C_i, sum) {v2['dleq_prove']:.1f}, "
+            f"verify (d_i, d_i C_i, d_i D_i, two sums) {v2['dleq_verify']:.1f}"
+        )
     doc["runs"] = []
     with tempfile.TemporaryDirectory(prefix="bench-psi-") as tmp:
         keys = {}
@@ -349,6 +415,17 @@ def main() -> int:
                 f"load {r['load_before']:.2f} -> {r['load_after']:.2f}",
                 flush=True,
             )
+        if args.verify_ids:
+            print(f"verified vs unverified PSI, {args.verify_ids} ids/side, {args.verify_rounds} interleaved rounds:")
+            v = doc["verified"] = verified(args.verify_ids, keys, args.verify_rounds)
+            base = v["unverified"]
+            for name in VERIFY_VARIANTS:
+                m = v[name]
+                ratio = "" if name == "unverified" else (
+                    f" = {m['seconds_ratio']:.2f}x wall, {m['cpu_seconds_ratio']:.2f}x CPU of unverified"
+                )
+                print(f"  median {name:>17}: {m['seconds']:.1f} s wall, {m['cpu_seconds']:.1f} CPU s{ratio}")
+            print(f"  load {v['load_before']:.2f} -> {v['load_after']:.2f} (unverified median {base['seconds']:.1f} s)")
         if args.rank_ids:
             k = doc["ranks"] = ranks(args.rank_ids, keys)
             for layout, where in (

@@ -97,6 +97,9 @@ class DataConfig(_Section):
     psi_max_peer_ids: Optional[Number(1, 2**27, integer=True)] = None
     # reuse the last agreed intersection when neither side's ids changed (cache in <path>/psi_cache; docs/psi.md)
     psi_reuse: Flag() = True
+    # check the peer's batched DLEQ proofs in the PSI (vfl/align/psi/dleq.py): a follower the leader's doubles, a
+    # leader its followers' replies; a chunk whose proof fails is refused (docs/psi.md: its cost, and why it is off)
+    psi_verify: Flag() = False
     min_intersection: Number(1, 2**40, integer=True) = (
         100  # refuse to train when the ids' private set intersection is smaller
     )

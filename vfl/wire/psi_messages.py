@@ -6,6 +6,7 @@ dtype and shape; whether a range is the one the receiver asked for is checked by
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,12 @@ _PSI_PAYLOAD = {
     "done": "none",
 }  # mask: the leader's request has none, the follower's answer has its points; hello: a reuse offer or none
 _FIXED_SHAPES = {"reuse": (2, 4), "ticket": (1, 4)}  # reuse: id(T) and a proof; ticket: T (vfl/align/psi/reuse.py)
+# Verified PSI (vfl/align/psi/dleq.py): a hello may ask the peer for proofs (verify) and commit to this party's key; a
+# double (the leader's) and a leader reply (the follower's) may carry the batched DLEQ proof of their points, and the
+# follower's first leader reply its key. Absent: today's unverified messages, byte for byte.
+_PSI_OPTIONAL = {"hello": ("verify", "key"), "double": ("proof",), "leader": ("key", "proof")}
+_HEX64 = re.compile(r"\A[0-9a-f]{64}\Z")
+_HEX128 = re.compile(r"\A[0-9a-f]{128}\Z")
 
 
 @wire_message
@@ -55,6 +62,9 @@ class Psi(WireMessage):
     size: int | None = None
     rank: int | None = None  # hello under N ranks: the bucket this rank intersects (vfl/align/psi/buckets.py)
     ranks: int | None = None
+    verify: int | None = None  # hello: 1 when this party checks the peer's DLEQ proofs (data.psi_verify)
+    key: str | None = None  # hello (leader) or first leader reply (follower): the prover's k * G, 64 hex digits
+    proof: str | None = None  # double (leader) or leader reply (follower): RFC 9497 proof c || s, 128 hex digits
     payload: np.ndarray | None = None
     FIELDS = (
         Choice("op", PSI_OPS),
@@ -66,12 +76,28 @@ class Psi(WireMessage):
         Int("size", 0, PSI_MAX_IDS, optional=True),
         Int("rank", 0, _MAX_RANKS - 1, optional=True),
         Int("ranks", 1, _MAX_RANKS, optional=True),
+        Int("verify", 1, 1, optional=True),
+        Text("key", 64, optional=True, pattern=_HEX64, domain="64 lowercase hex digits (a ristretto255 element)"),
+        Text("proof", 128, optional=True, pattern=_HEX128, domain="128 lowercase hex digits (a DLEQ proof c || s)"),
     )
     TENSORS = (Tensor("payload", optional=True),)
 
     @classmethod
-    def hello(cls, suite: str, n: int, reuse: np.ndarray | None = None, rank: int = 0, ranks: int = 1) -> Psi:
+    def hello(
+        cls,
+        suite: str,
+        n: int,
+        reuse: np.ndarray | None = None,
+        rank: int = 0,
+        ranks: int = 1,
+        verify: bool = False,
+        key: bytes | None = None,
+    ) -> Psi:
         more = {"rank": int(rank), "ranks": int(ranks)} if ranks > 1 else {}  # none for one rank
+        if verify:
+            more["verify"] = 1
+        if key is not None:
+            more["key"] = key.hex()
         return cls("hello", suite=suite, n=int(n), payload=reuse, **more)
 
     @classmethod
@@ -79,8 +105,23 @@ class Psi(WireMessage):
         return cls("ticket", payload=ticket)
 
     @classmethod
-    def chunk(cls, op: str, start: int, stop: int, points: np.ndarray | None = None) -> Psi:
-        return cls(op, start=int(start), stop=int(stop), payload=points)
+    def chunk(
+        cls,
+        op: str,
+        start: int,
+        stop: int,
+        points: np.ndarray | None = None,
+        proof: bytes | None = None,
+        key: bytes | None = None,
+    ) -> Psi:
+        return cls(
+            op,
+            start=int(start),
+            stop=int(stop),
+            payload=points,
+            proof=None if proof is None else proof.hex(),
+            key=None if key is None else key.hex(),
+        )
 
     @classmethod
     def result(cls, start: int, stop: int, total: int, positions: np.ndarray) -> Psi:
@@ -95,7 +136,7 @@ class Psi(WireMessage):
         op = values["op"]
         where = f"PSI {op} from {msg.sender}"
         for f in cls.FIELDS[1:]:
-            if f.name in ("rank", "ranks") and op == "hello":
+            if (f.name in ("rank", "ranks") and op == "hello") or f.name in _PSI_OPTIONAL.get(op, ()):
                 continue
             if f.name in _PSI_FIELDS[op] and values[f.name] is None:
                 raise WireError(f"{where}: field {f.name!r} must be {f.domain}, got nothing (the field is missing)")

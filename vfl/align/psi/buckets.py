@@ -15,7 +15,7 @@ the values nor their timing count the padding; so a peer learns N x padded_size(
 the n the one-rank PSI reveals, and not how the ids fall into buckets (their counts would be a statistic of the set
 under a public hash). A malicious follower widens this through the known gap of protocol.py: answering every leader
 row with a distinct copy of one of its own double-masked values, it is named back exactly the leader's real rows and
-so counts the leader's ids in its bucket (until the leader checks a DLEQ proof). Padding costs about 8 sqrt(n N) points in all (1.1% at 10^6 ids on 2 ranks). The leader's bound
+so counts the leader's ids in its bucket, unless the leader checks its proofs (data.psi_verify). Padding costs about 8 sqrt(n N) points in all (1.1% at 10^6 ids on 2 ranks). The leader's bound
 on a follower's declared size is padded alike, so N ranks let a follower probe at most that many more ids. Each
 rank keeps its own reuse cache (vfl/align/psi/reuse.py), bound to its rank and N, and a party reuses on all its ranks
 or none (an all-reduce of each rank's decision before its hello), so a peer learns one bit per run, never which
@@ -94,4 +94,5 @@ def psi_caches(cfg, keys, rank: int, ranks: int) -> dict[str, PSICache]:
         peers = {name: key for key, name in keys.followers.items()}
     else:
         peers = {"leader": keys.leader}
-    return {p: PSICache(directory, keys.secret, cfg.party, p, key, rank, ranks) for p, key in peers.items()}
+    verified = cfg.data.psi_verify
+    return {p: PSICache(directory, keys.secret, cfg.party, p, key, rank, ranks, verified) for p, key in peers.items()}

@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 
+from vfl.align.psi import dleq
 from vfl.align.psi.ecdh import (
     SUITE,
     PointError,
@@ -60,14 +61,17 @@ def leader_psi(
     caches: dict[str, PSICache] | None = None,
     env: RankEnv = ONE_RANK,
     total: int | None = None,
+    verify: bool = False,
 ) -> tuple[np.ndarray, PSIReport]:
     """Run L's side with every follower in turn; return the ids every party holds (ascending) and the report.
     caches: this party's agreement with each follower (vfl/align/psi/reuse.py), reused when both sides prove it;
     env: this rank, whose bucket of ids (vfl/align/psi/buckets.py) each follower's same rank must intersect; total:
-    the party's whole set size under N ranks (the bucket is padded to padded_size(total, N))."""
+    the party's whole set size under N ranks (the bucket is padded to padded_size(total, N)); verify: ask every
+    follower to commit to its key and prove every leader reply (data.psi_verify), refusing a chunk whose proof fails.
+    A follower may ask this leader the same for its doubles; it then commits to its key and proves them."""
     t0, sent0, recv0 = time.perf_counter(), ch.bytes_sent, ch.bytes_received
     ids = check_ids(ids, ch.me)
-    run = _LeaderPSI(ch, followers, ids, log, env, declared_size(ids.size, total, env, ch.me))
+    run = _LeaderPSI(ch, followers, ids, log, env, declared_size(ids.size, total, env, ch.me), verify)
     sizes, agreed = run.agree_sizes(peer_limit(ids.size if total is None else total, max_peer_ids), caches or {})
     # follower -> (leader rows, follower positions): positions in its shuffled set, or indices into its cached ids
     matched = {f: run.reused(f, agreed[f].shared) if f in agreed else run.match_with(f, sizes[f]) for f in followers}
@@ -103,8 +107,11 @@ class _LeaderPSI:
     """L's side of the protocol with its followers, one at a time: the hashes of its ids (computed once, chunk by
     chunk) and a WAIT to every follower not being served, so none times out."""
 
-    def __init__(self, ch, followers: list[str], ids: np.ndarray, log, env: RankEnv, m: int):
+    def __init__(self, ch, followers: list[str], ids: np.ndarray, log, env: RankEnv, m: int, verify: bool = False):
         self.ch, self.followers, self.ids, self.log, self.env = ch, followers, ids, log, env
+        self.verify = verify  # check every follower's proofs of its leader replies
+        self.exponent = {f: new_exponent() for f in followers}  # a fresh a per follower, drawn before the hellos
+        self.proves_to: set[str] = set()  # followers that asked for this leader's proofs of its doubles
         self.m = m  # the size this leader declares: its ids and (under N ranks) random padding
         self.keepalive_every = ch.timeout_s / 4
         self.last = {f: time.monotonic() for f in followers}
@@ -130,6 +137,8 @@ class _LeaderPSI:
                         else ")"
                     )
                 )
+            if hello.verify == 1:
+                self.proves_to.add(f)
             if f in caches and (a := self._accept(f, hello.payload, caches[f])) is not None:
                 agreed[f] = a
         for f in self.followers:  # in network.followers order on every rank
@@ -137,7 +146,8 @@ class _LeaderPSI:
                 agreed.pop(f, None)
         for f in self.followers:
             offer = agreed[f].offer("leader") if f in agreed else None
-            self.ch.post(f, Psi.hello(SUITE, self.m, offer, self.env.rank, self.env.ranks))
+            key = dleq.public_key(self.exponent[f]) if f in self.proves_to else None  # committed before any double
+            self.ch.post(f, Psi.hello(SUITE, self.m, offer, self.env.rank, self.env.ranks, self.verify, key))
             self.last[f] = time.monotonic()
         return sizes, agreed
 
@@ -180,20 +190,28 @@ class _LeaderPSI:
 
     def match_with(self, f: str, n: int) -> tuple[np.ndarray, np.ndarray]:
         """The protocol with follower f (n ids): (this leader's rows, f's positions) of the ids both hold."""
-        a = new_exponent()
+        a = self.exponent[f]
         progress = Progress(self.log, f"with {f}", n + self.m)
         y_ab = self._double_masks(f, n, a, progress)
         perm = shuffled_order(self.m)  # rows >= len(ids): random padding points, never matched
         x_ab = np.empty((self.m, 32), np.uint8)
         parts, sent = chunks(self.m), 0
+        x_a = np.empty((self.m, 32), np.uint8) if self.verify else None  # what f's replies must raise
+        key = None  # f's key, committed with its first reply
         for i, (start, stop) in enumerate(parts):
             while sent < min(len(parts), i + PSI_WINDOW):  # up to PSI_WINDOW chunks in flight
                 s0, s1 = parts[sent]
-                self.ch.post(f, Psi.chunk("leader", s0, s1, as_wire(raise_to(self.hashes(perm[s0:s1]), a))))
+                out = raise_to(self.hashes(perm[s0:s1]), a)
+                if x_a is not None:
+                    x_a[s0:s1] = out
+                self.ch.post(f, Psi.chunk("leader", s0, s1, as_wire(out)))
                 sent += 1
             msg = _leader_recv(self.ch, f, "leader")
             checked_range(msg, f, self.m, (start, stop))
             x_ab[start:stop] = points_of(msg, f)
+            if x_a is not None:
+                key = key or _follower_key(msg, f)
+                _check_reply(msg, f, key, x_a[start:stop], x_ab[start:stop])
             self.keepalive(f)
             progress.add(stop - start)
         distinct(y_ab, f"PSI mask values of {f}")
@@ -211,6 +229,7 @@ class _LeaderPSI:
     def _double_masks(self, f: str, n: int, a, progress) -> np.ndarray:
         """f's masked hashes H(y)^b, chunk by chunk, raised to a and returned to f: H(y)^ab, in f's order."""
         y_ab = np.empty((n, 32), np.uint8)
+        key = dleq.public_key(a) if f in self.proves_to else None  # f checks every double against it
         parts, asked = chunks(n), 0
         for i, (start, stop) in enumerate(parts):
             while asked < min(len(parts), i + PSI_WINDOW):  # up to PSI_WINDOW masks asked before a reply
@@ -218,11 +237,13 @@ class _LeaderPSI:
                 asked += 1
             msg = _leader_recv(self.ch, f, "mask")
             checked_range(msg, f, n, (start, stop))
+            masks = points_of(msg, f)
             try:
-                y_ab[start:stop] = raise_to(points_of(msg, f), a)
+                y_ab[start:stop] = raise_to(masks, a)
             except PointError as e:
                 raise PSIError(f"PSI mask chunk {start}..{stop} from {f}: {e}") from None
-            self.ch.post(f, Psi.chunk("double", start, stop, as_wire(y_ab[start:stop])))
+            proof = dleq.generate_proof(a, key, masks, y_ab[start:stop]) if key is not None else None
+            self.ch.post(f, Psi.chunk("double", start, stop, as_wire(y_ab[start:stop]), proof))
             self.keepalive(f)
             progress.add(stop - start)
         return y_ab
@@ -234,6 +255,29 @@ class _LeaderPSI:
             stop = min(start + PSI_RESULT_CHUNK, final_pos.size)
             self.ch.post(f, Psi.result(start, stop, final_pos.size, final_pos[start:stop]))
         self.ch.post(f, Psi.done(final_pos.size))
+
+
+def _follower_key(msg: Psi, f: str) -> bytes:
+    """The key f commits to with its first leader reply, which every reply's proof must verify against."""
+    if msg.key is None:
+        raise PSIError(
+            f"PSI leader reply {msg.start}..{msg.stop} from {f} commits to no public key, but this leader checks its "
+            "followers' proofs (data.psi_verify); refused"
+        )
+    return bytes.fromhex(msg.key)
+
+
+def _check_reply(msg: Psi, f: str, key: bytes, sent: np.ndarray, got: np.ndarray) -> None:
+    """Refuse a leader reply of f unless its proof shows every value is this leader's raised to f's one exponent."""
+    if msg.start > 0 and msg.key is not None and bytes.fromhex(msg.key) != key:
+        raise PSIError(f"PSI leader reply {msg.start}..{msg.stop} from {f} names another key than its first; refused")
+    proof = bytes.fromhex(msg.proof) if msg.proof is not None else b""
+    if not dleq.verify_proof(key, sent, got, proof):
+        raise PSIError(
+            f"PSI leader reply {msg.start}..{msg.stop} from {f}: "
+            + ("it carries no DLEQ proof" if msg.proof is None else "its DLEQ proof does not verify")
+            + f" that every value is this leader's raised to the one exponent of the key {f} committed to; refused"
+        )
 
 
 def _leader_recv(ch, peer: str, op: str, hint: str = "") -> Psi:

@@ -20,15 +20,24 @@ chunk once (a repeated mask request would show which slots are padding,
 fresh each time; a double after L's chunks would replace values L committed to with ones it made to match), refuses
 repeated H(y)^ab (a copy of a matching value would match a second id), and checks that every position L names is a
 match by its own computation (H(y)^ab among the H(x)^ab it made). Without a proof that every double is its input
-raised to one a, L can still raise some of F's values to a second exponent a' and send H(x)^a' for ids x it holds
-among its own rows: a slot y_i then matches when another slot holds such an x, so F accepts an id L does not hold
-(the mirror of the gap below; the same batched DLEQ proof, by L, would close it). L compares the H(y)^ab it computed
-with the (H(x)^a)^b that F returns, which F alone computes: a malicious F can return a copy of some H(y_j)^ab for
-leader row i and claim a match that is not there (a hostile review; before this suite too). That poisons the
-alignment (row x_i trained against y_j), and with several followers a follower claiming every row learns how many of
-the leader's ids the others hold; under N ranks, by claiming every row, it counts the leader's real ids in its bucket
-(the padding rows are never named back), which the padding is meant to hide. The fix is a proof that each reply is
-its input raised to one b (a batched Chaum-Pedersen DLEQ proof against a published g^b), not yet built. Both sides
+raised to one a, L can still move F's values between slots, or raise some to a second exponent a' and send H(x)^a'
+for ids x it holds among its own rows: a slot y_i then matches when another slot holds such an x, so F accepts an id
+L does not hold. L compares the H(y)^ab it computed with the (H(x)^a)^b that F returns, which F alone computes: a
+malicious F can return a copy of some H(y_j)^ab for leader row i and claim a match that is not there. That poisons
+the alignment (row x_i trained against y_j), and with several followers a follower claiming every row learns how
+many of the leader's ids the others hold; under N ranks, by claiming every row, it counts the leader's real ids in
+its bucket (the padding rows are never named back), which the padding is meant to hide.
+
+Verified PSI (data.psi_verify, per party: "check the other's proofs"; vfl/align/psi/dleq.py) closes both. A party
+that checks says so in its hello (verify); the prover commits to its key k G before any value it proves (L in its
+hello, F with its first leader reply), and every double of L (k = a) or leader reply of F (k = b) carries the RFC 9497
+batched DLEQ proof that each of its values is the chunk it answers raised to k; a chunk whose proof fails is refused
+in one line naming it, and the chunks keep streaming (one proof per chunk). What stays unproven, and why that is
+enough: L's own rows H(x)^a and F's masks H(y)^b are each party's input (choosing them is choosing one's set); with
+L's doubles bound to a, a slot y_i matches only a row a H(y_i), which L can make only from y_i itself (computing it
+from H(y_i)^b would solve CDH); with F's replies bound to b, L's row of x matches only a slot whose mask F sent as
+b H(x), before L's rows arrived, so only for an id x F chose to include. The known attacks are in
+tests/test_psi_verified.py, and the cost, and why verification is not the default, in docs/psi.md. Both sides
 shuffle with the OS's randomness, so a position says nothing about an id's rank. Each side learns the other's set
 size, and the intersection (F: its ids at the positions L names; L: its ids whose H(x)^ab matched). A point is a
 32-byte ristretto255 encoding (the suite, named in both HELLOs, is in ecdh.py; carried as 4 int64), a message at most
@@ -50,6 +59,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from vfl.align.psi import dleq
 from vfl.align.psi.ecdh import (
     SUITE,
     PointError,
@@ -238,19 +248,22 @@ def follower_psi(
     env: RankEnv = ONE_RANK,
     total: int | None = None,
     max_peer_ids: int | None = None,
+    verify: bool = False,
 ) -> tuple[np.ndarray, PSIReport]:
     """Run F's side over a FollowerChannel; return the ids of the final intersection (ascending) and the report.
     cache: this party's agreement with the leader (vfl/align/psi/reuse.py), offered when its ids are unchanged;
     env: this rank, whose bucket of ids (vfl/align/psi/buckets.py) the leader's same rank must intersect; total: the
     party's whole set size under N ranks (the bucket is padded to padded_size(total, N)); max_peer_ids: the most ids
-    the leader may declare (data.psi_max_peer_ids; unset: MAX_IDS), refused before anything is allocated for them."""
+    the leader may declare (data.psi_max_peer_ids; unset: MAX_IDS), refused before anything is allocated for them;
+    verify: ask the leader to commit to its key and prove every double (data.psi_verify), refusing a chunk whose
+    proof fails. The leader may ask this follower the same for its leader replies; it then proves them."""
     t0, sent0, recv0 = time.perf_counter(), ch.bytes_sent, ch.bytes_received
     ids = check_ids(ids, ch.me)
     m = declared_size(ids.size, total, env, ch.me)
     agreed = load_agreement(cache, ids, "the leader", log)
     if not on_every_rank(agreed is not None, "this follower could offer reuse", log):
         agreed = None
-    ch.post(Psi.hello(SUITE, m, agreed.offer("follower") if agreed else None, env.rank, env.ranks))
+    ch.post(Psi.hello(SUITE, m, agreed.offer("follower") if agreed else None, env.rank, env.ranks, verify))
     hello = _recv(ch, "hello")
     n_leader = peer_size(hello, "the leader", env, "this follower")
     if n_leader > (limit := padded_size(MAX_IDS if max_peer_ids is None else max_peer_ids, env.ranks)):
@@ -264,7 +277,7 @@ def follower_psi(
         final, pairwise = agreed.shared[_reused_positions(ch, agreed.shared.size, n_leader)], agreed.shared.size
     else:
         y, real = padded_slots(ids, m)
-        run = _FollowerPSI(ch, y, real, n_leader, log)
+        run = _FollowerPSI(ch, y, real, n_leader, log, leader_key(hello) if verify else None, hello.verify == 1)
         pos, shared = run.checked_positions(run.answer_until_done())
         final, pairwise = np.sort(y[pos]), int(shared.sum())
         if cache is not None and run.ticket is not None:
@@ -280,6 +293,19 @@ def follower_psi(
         ["leader"] if hello.payload is not None else [],
     )
     return final, report
+
+
+def leader_key(hello: Psi) -> bytes:
+    """The key the leader's hello commits to, which every proof of its doubles must verify against."""
+    if hello.key is None:
+        raise PSIError(
+            "the leader's PSI hello commits to no public key, but this follower checks the leader's proofs "
+            "(data.psi_verify); refused"
+        )
+    key = bytes.fromhex(hello.key)
+    if sodium().crypto_core_ristretto255_is_valid_point(key) != 1:
+        raise PSIError(f"the leader's PSI hello commits to key {hello.key[:16]}..., not a ristretto255 element; refused")
+    return key
 
 
 def load_agreement(cache: PSICache | None, ids: np.ndarray, peer: str, log) -> Agreement | None:
@@ -348,9 +374,12 @@ class _FollowerPSI:
     result chunks and DONE); anything else is refused in one line. Then every position the leader names is checked
     against the intersection this party computed itself."""
 
-    def __init__(self, ch, y: np.ndarray, real: np.ndarray, n_leader: int, log):
+    def __init__(self, ch, y: np.ndarray, real: np.ndarray, n_leader: int, log, key=None, prove: bool = False):
         self.ch, self.y, self.real, self.n_leader = ch, y, real, n_leader
         self.b = new_exponent()
+        self.leader_key = key  # the leader's committed key: every double's proof is checked against it
+        self.own_key = dleq.public_key(self.b) if prove else None  # the leader asked: every leader reply is proven
+        self.masks = np.zeros((y.size, 32), np.uint8) if key is not None else None  # what the doubles must raise
         try:
             self.y_ab, self.x_ab = np.zeros((y.size, 32), np.uint8), np.zeros((n_leader, 32), np.uint8)
         except MemoryError:
@@ -415,21 +444,37 @@ class _FollowerPSI:
 
     def _on_mask(self, msg: Psi) -> None:
         start, stop = checked_range(msg, "the leader", self.y.size)
-        self.ch.post(Psi.chunk("mask", start, stop, as_wire(masked(self.y[start:stop], self.real[start:stop], self.b))))
+        out = masked(self.y[start:stop], self.real[start:stop], self.b)
+        if self.masks is not None:
+            self.masks[start:stop] = out
+        self.ch.post(Psi.chunk("mask", start, stop, as_wire(out)))
         self.progress.add(stop - start)
 
     def _on_double(self, msg: Psi) -> None:
         start, stop = checked_range(msg, "the leader", self.y.size)
-        self.y_ab[start:stop] = points_of(msg, "the leader")
+        points = points_of(msg, "the leader")
+        if self.leader_key is not None:
+            proof = bytes.fromhex(msg.proof) if msg.proof is not None else b""
+            if not dleq.verify_proof(self.leader_key, self.masks[start:stop], points, proof):
+                raise PSIError(
+                    f"PSI double {start}..{stop} from the leader: "
+                    + ("it carries no DLEQ proof" if msg.proof is None else "its DLEQ proof does not verify")
+                    + " that every value is this follower's raised to the one exponent of the key the leader "
+                    "committed to; refused"
+                )
+        self.y_ab[start:stop] = points
 
     def _on_leader(self, msg: Psi) -> None:
         start, stop = checked_range(msg, "the leader", self.n_leader)
+        points = points_of(msg, "the leader")
         try:
-            out = raise_to(points_of(msg, "the leader"), self.b)
+            out = raise_to(points, self.b)
         except PointError as e:
             raise PSIError(f"PSI leader chunk {start}..{stop} from the leader: {e}") from None
         self.x_ab[start:stop] = out
-        self.ch.post(Psi.chunk("leader", start, stop, as_wire(out)))
+        proof = dleq.generate_proof(self.b, self.own_key, points, out) if self.own_key is not None else None
+        key = self.own_key if start == 0 else None  # committed once, with the first reply
+        self.ch.post(Psi.chunk("leader", start, stop, as_wire(out), proof, key))
         self.progress.add(stop - start)
 
     def checked_positions(self, size: int) -> tuple[np.ndarray, np.ndarray]:

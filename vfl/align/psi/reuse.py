@@ -8,7 +8,8 @@ hint: 12 hex digits of SHA-256 of the peer's public key):
     T | own = HMAC(k, "own-set" | binding | this party's ids, sorted) | S, the ids both sides hold (sorted)
     sealed with HMAC(k, everything before), k = HMAC(this party's CurveZMQ secret key, "vfl-psi-cache/v1")
 
-where the binding names the suite, both parties, the peer's public key and the rank. The next run offers reuse only
+where the binding names the suite, both parties, the peer's public key, the rank and whether this party checked the
+peer's proofs (data.psi_verify: a verifying party reuses only what a verified PSI agreed). The next run offers reuse only
 when its own ids give the same `own` (so any change on this side runs the PSI again): the follower's PSI hello
 carries id(T) = HMAC(T, "id") and proof_F = HMAC(T, "follower" | SHA-256(S)); the leader accepts only when its own
 cache for that follower is intact, names the same T, its own ids are unchanged, and proof_F equals its own
@@ -24,7 +25,7 @@ Why this keeps the protocol's guarantees (the threat model: a stranger reaches a
   the PSI cannot reveal membership of any id: a party that changed its set and lies "unchanged" gets its old S back.
 - No forged intersection. The leader uses its own sealed S, never one the follower sends; a follower uses its own S.
   A malicious follower can make the leader reuse only a result it could already forge in the fresh protocol (the
-  known gap in protocol.py: it can claim matches that are not there); reuse adds no new way.
+  known gap in protocol.py, closed where the leader checks proofs: data.psi_verify); reuse adds no new way.
 - A tampered cache is refused: its seal needs k, which needs the party's CurveZMQ secret key (0600); a cache sealed
   by another key, for another peer key, suite or rank, is refused the same way (the PSI runs in full).
 - The digests say nothing about ids. `own` is keyed by k and never leaves the party; id(T) and the proofs are HMACs
@@ -106,15 +107,19 @@ def _mac(key: bytes, data: bytes) -> bytes:
 class PSICache:
     """One party's cache of its agreement with one peer on one rank (None of it leaves the party)."""
 
-    def __init__(self, directory: str, secret_key: bytes, me: str, peer: str, peer_key: bytes, rank=0, ranks=1):
+    def __init__(
+        self, directory: str, secret_key: bytes, me: str, peer: str, peer_key: bytes, rank=0, ranks=1, verified=False
+    ):
+        """verified: this party checks the peer's proofs (data.psi_verify), so it reuses only an agreement that a
+        verified PSI wrote (the binding says so), never one an unverified run left."""
         self.directory = directory
         key_hint = hashlib.sha256(peer_key).hexdigest()[:12]  # two peers of one name (two leaders) keep two files
         self.path = os.path.join(directory, f"{me}--{peer}-{key_hint}.rank{rank}of{ranks}.psi")
         self._k = _mac(secret_key, b"vfl-psi-cache/v1")
-        self._binding = json.dumps(
-            {"suite": SUITE, "me": me, "peer": peer, "peer_key": peer_key.hex(), "rank": rank, "ranks": ranks},
-            sort_keys=True,
-        ).encode()
+        binding = {"suite": SUITE, "me": me, "peer": peer, "peer_key": peer_key.hex(), "rank": rank, "ranks": ranks}
+        if verified:  # absent otherwise: an unverifying party's caches keep their bytes
+            binding["verified"] = True
+        self._binding = json.dumps(binding, sort_keys=True).encode()
         self.refused: str | None = None  # why the last load found nothing usable (for the log)
 
     def own_digest(self, ids: np.ndarray) -> bytes:
@@ -145,7 +150,7 @@ class PSICache:
         h = int.from_bytes(body[8:12], "little")
         binding, rest = body[12 : 12 + h], body[12 + h :]
         if binding != self._binding or (len(rest) - 2 * TICKET_BYTES) % 8:
-            self.refused = f"{self.path} was written for another peer key, suite or rank: refused"
+            self.refused = f"{self.path} was written for another peer key, suite, rank or data.psi_verify: refused"
             return None
         ticket, own = rest[:TICKET_BYTES], rest[TICKET_BYTES : 2 * TICKET_BYTES]
         if not hmac.compare_digest(own, self.own_digest(ids)):
