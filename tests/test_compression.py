@@ -256,3 +256,50 @@ def test_int8_both_ways_trains_to_the_uncompressed_auc_on_under_a_third_of_the_b
     assert float32_up / per_sample["up"] > 3.0, (per_sample, float32_up)
     assert 4 * cut / per_sample["down"] > 2.5, per_sample
     json.dumps(per_sample)
+
+
+def test_thousands_of_mutated_coded_messages_raise_only_wire_errors_from_frame_to_float32():
+    # Prepare: coded EMBEDDING and GRADIENT frames of every codec, as the receiver gets them
+    import random
+
+    from vfl.wire.codecs import codecs_of
+
+    rng = random.Random(43)
+    cut = np.random.default_rng(1).standard_normal((6, 10)).astype(np.float32)
+    cases = []
+    for embedding, gradient in [("int8", "topk"), ("fp16", "bf16"), ("bf16", "int8"), ("none", "fp16")]:
+        cfg = _compression(embedding=embedding, gradient=gradient, bits=5)
+        up = Embedding(**FollowerCodecs(cfg).embedding_fields(cut), epoch=0, step=1)
+        down = Gradient(**LeaderCodecs(cfg, 6).gradient_fields("f", cut, np.arange(6)), epoch=0, step=1)
+        for msg, codec in ((up, codecs_of(cfg)[0]), (down, codecs_of(cfg)[1])):
+            frames = [bytes(memoryview(f)) for f in encode(msg.TYPE, "f", "run1", 5, *msg.to_wire())]
+            cases.append((frames, codec))
+    outcomes = {"decoded": 0, "refused": 0}
+    # Execute: flip bytes of the header or a tensor frame, then decode, parse and decode the payload
+    for trial in range(3000):
+        frames, codec = cases[trial % len(cases)]
+        frames = list(frames)
+        i = rng.randrange(1, len(frames))
+        raw = bytearray(frames[i])
+        for _ in range(rng.randint(1, 3)):
+            if raw:
+                raw[rng.randrange(len(raw))] = rng.randrange(256)
+        frames[i] = bytes(raw)
+        try:
+            msg = parse(decode(frames, "f"))
+            payload = (msg.cut, msg.aux) if isinstance(msg, Embedding) else (msg.grad, msg.aux)
+            with np.errstate(all="ignore"):
+                out = _decode_payload(codec, msg.codec, payload)
+        except WireError:
+            outcomes["refused"] += 1
+            continue
+        # Assert: whatever decodes is a finite float32 (6, 10) tensor
+        assert out.dtype == np.float32 and out.shape == (6, 10) and np.isfinite(out).all()
+        outcomes["decoded"] += 1
+    assert outcomes["decoded"] > 300 and outcomes["refused"] > 300, outcomes
+
+
+def _decode_payload(codec, name, payload):
+    from vfl.wire.codecs import decode as decode_payload
+
+    return decode_payload(codec, name, payload, (6, 10), "fuzz")
