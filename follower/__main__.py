@@ -78,6 +78,7 @@ def body(cfg, log, state: dict) -> None:
     from vfl.distributed.launch import rank_env
     from vfl.training.party import BottomParty, resolve_device, set_threads
     from vfl.training.precision import warn_if_emulated
+    from vfl.training.table_defaults import size_table_run
 
     env = state.get("ranks") or rank_env()
     check_rank_options(cfg, env.distributed)
@@ -90,6 +91,7 @@ def body(cfg, log, state: dict) -> None:
     ctx = state["ctx"] = start_ranks(cfg, env, device, log)
     channel = state["channel"] = _connect(cfg, env, keys, len(shard.all_ids()), log)
     _intersect(cfg, env, ctx, channel, keys, shard, log)
+    cfg, _ = size_table_run(cfg, shard, log)  # the same batch size as the leader's: the intersection's rows
     party = BottomParty(cfg, shard, device)
     warn_if_emulated(cfg.train.precision, party.device, log)
     trainer = FollowerTrainer(cfg, channel, party, log, cfg.output.dir, ctx=ctx)

@@ -112,6 +112,7 @@ def body(cfg, log, state: dict) -> None:
     from vfl.training.party import BottomParty, resolve_device, set_threads
     from vfl.training.precision import warn_if_emulated
     from vfl.training.run_size import run_size_warnings
+    from vfl.training.table_defaults import size_table_run
 
     env = state.get("ranks") or rank_env()
     if env.distributed and cfg.privacy.label_dp is not None and cfg.privacy.label_dp.mechanism == "rr_prior":
@@ -129,6 +130,7 @@ def body(cfg, log, state: dict) -> None:
     label_key = _label_key(cfg, env, ctx, shard)
     channel = state["channel"] = _listen(cfg, env, keys, len(shard.all_ids()), log)
     psi = _intersect(cfg, env, ctx, channel, keys, shard, log)
+    cfg, sized = size_table_run(cfg, shard, log)  # a table's unset schedule and model, from its rows
     if env.is_main:
         for line in run_size_warnings(cfg.train.batch_size, cfg.train.epochs, len(shard.split("train"))):
             log.warning(f"leader {cfg.party}: {line}")
@@ -148,6 +150,8 @@ def body(cfg, log, state: dict) -> None:
     ctx.close()
     if env.is_main:  # rank 0 writes the party's metrics (the per-rank figures were gathered in metrics())
         metrics["psi"] = psi.as_dict()
+        if sized:
+            metrics["defaults"] = sized
         write_json(os.path.join(cfg.output.dir, "metrics.json"), metrics)
     log(final_line(metrics))
 

@@ -5,7 +5,8 @@
 #        [--epochs N] [--label-dp EPS] [--set KEY=VALUE ...]
 #   DIR holds one YAML per party (role leader for one of them); FILE is that party's own table (CSV, TSV, .gz or
 #   Parquet) with the id column and the columns its data.schema declares (the leader's with the label).
-#   --set KEY=VALUE overrides a config key of every party (e.g. --set train.lr=0.003); --label-dp EPS sets
+#   --set KEY=VALUE overrides a config key of every party whose role takes it (e.g. --set train.lr=0.003 all,
+#   --set train.early_stopping.patience=8 the leader only: said on the console); --label-dp EPS sets
 #   privacy.label_dp.eps on the leader. Outputs in OUT (default runs/table): shards/, keys/, each party's log,
 #   metrics.json. The real examples use it: bash scripts/run_vfl_train_local.sh --example flights|caravan|bikeshare.
 set -euo pipefail
@@ -40,8 +41,18 @@ mapfile -t LINES <<< "$PLAN"
 NAMES=()
 for line in "${LINES[@]}"; do IFS=$'\t' read -r _ name _ _ <<< "$line"; NAMES+=("$name"); done
 new_keys "$KEYS" "${NAMES[@]}"
-OVERRIDES=()
-for kv in "${SETS[@]}"; do OVERRIDES+=(--set "$kv"); done
+# each --set goes to the parties whose role takes its key (vfl/config/party_sets.py): a leader-only key to the leader
+OVERRIDES=() LEADER_SETS=() FOLLOWER_SETS=()
+if [ ${#SETS[@]} -gt 0 ]; then
+  ROUTED=$("$PY" -m vfl.config.party_sets "${SETS[@]}") || exit 2
+  while IFS=$'\t' read -r who kv; do
+    case "$who" in
+      all) OVERRIDES+=(--set "$kv") ;;
+      leader) LEADER_SETS+=(--set "$kv"); echo "== --set $kv: the leader only (${NAMES[0]})" ;;
+      follower) FOLLOWER_SETS+=(--set "$kv"); echo "== --set $kv: the followers only (${NAMES[*]:1})" ;;
+    esac
+  done <<< "$ROUTED"
+fi
 [ -n "$EPOCHS" ] && OVERRIDES+=(--epochs "$EPOCHS")
 for line in "${LINES[@]}"; do
   IFS=$'\t' read -r role name config table <<< "$line"
@@ -54,16 +65,18 @@ trap 'stop_parties; exit 130' INT TERM
 for line in "${LINES[@]}"; do
   IFS=$'\t' read -r role name config table <<< "$line"
   flag=--connect
-  extra=(--set "network.leader_key_file=$KEYS/${NAMES[0]}.key")  # --keys DIR names the leader's key DIR/leader.key
+  extra=(--set "network.leader_key_file=$KEYS/${NAMES[0]}.key" "${FOLLOWER_SETS[@]}")  # --keys DIR: DIR/leader.key
   if [ "$role" = leader ]; then
     flag=--bind
-    extra=()
-    [ -n "$EPS" ] && extra=(--set "privacy.label_dp.eps=$EPS")
+    extra=("${LEADER_SETS[@]}")
+    [ -n "$EPS" ] && extra+=(--set "privacy.label_dp.eps=$EPS")
   fi
   "$PY" -m "$role" --config "$config" "$flag" "$ENDPOINT" --data "$OUT/shards/$name" --out "$OUT" --keys "$KEYS" \
     "${OVERRIDES[@]}" "${extra[@]}" > "$OUT/$name.stdout" 2>&1 &
   PIDS+=($!); DONE+=(0)
 done
 wait_parties "$OUT"
+echo "== what the parties said: warnings, PSI, label DP (whole logs: $OUT/<party>.log)"
+"$PY" -m vfl.obs.run_summary "$OUT" "${NAMES[@]}" || true
 tail -n 1 "$OUT/${NAMES[0]}.stdout"
 echo "== metrics: $OUT/metrics.json"

@@ -141,6 +141,8 @@ launcher follower "$RANKS" 1 0 127.0.0.1 ""
 "${LAUNCH[@]}" --config "$FOLLOWER_CONFIG" --connect "$ENDPOINT" --data "$SHARDS/$FOLLOWER" --out "$OUT" --keys "$KEYS" "${EP_ARGS[@]}" > "$OUT/$FOLLOWER.stdout" 2>&1 &
 NAMES+=("$FOLLOWER"); PIDS+=($!); DONE+=(0)
 wait_parties "$OUT"
+echo "== what the parties said: warnings, PSI, label DP (whole logs: $OUT/<party>.log)"
+"$PY" -m vfl.obs.run_summary "$OUT" "${NAMES[@]}" || true
 echo "== metrics: $OUT/metrics.json"
 "$PY" - "$OUT/metrics.json" <<'PYEOF'
 import json, sys

@@ -52,7 +52,9 @@ def party_configs(
     bottoms: {party: model.bottom} for parties whose bottom differs from `model`'s."""
     port = port or free_port()
     endpoint = f"tcp://127.0.0.1:{port}"
-    train = {"epochs": 1, "batch_size": 512, "seed": 0, "log_every": 5, "lr": 0.01, "threads": 1, **(train or {})}
+    # the tests' runs are short on purpose (a table run under ~50 steps is refused without allow_short_run)
+    train = {"epochs": 1, "batch_size": 512, "seed": 0, "log_every": 5, "lr": 0.01, "threads": 1,
+             "allow_short_run": True, **(train or {})}  # fmt: skip
     model = {**SMALL_MODEL, **(model or {})}
     keys = party_keys(tmp, ("leader", *followers))
     paths = {}

@@ -115,8 +115,7 @@ def test_a_header_read_as_one_column_names_the_delimiter_and_the_option(tmp_path
 def test_data_schema_delimiter_reads_the_file_with_that_delimiter(tmp_path, capsys):
     # Prepare: a semicolon file whose header holds more commas than semicolons (in an undeclared column's quoted name)
     table = "".join(
-        line + (';"notes, a, b, c, d, e"' if k == 0 else ";x") + "\n"
-        for k, line in enumerate(_table(";").splitlines())
+        line + (';"notes, a, b, c, d, e"' if k == 0 else ";x") + "\n" for k, line in enumerate(_table(";").splitlines())
     )
     # Execute
     sniffed_code, sniffed_err, _ = _prepare(tmp_path / "a", capsys, table)

@@ -282,6 +282,9 @@ class TrainConfig(_Section):
     # layer) trained by its own optimizer, as Wide&Deep trains its wide part apart from the deep (docs/models.md);
     # unset: the linear part trains with the rest
     linear_optimizer: Optional[LinearOptimizerConfig] = Field(None, json_schema_extra=off_switch)
+    # a table run (data.schema) of fewer than ~50 optimizer steps is refused with the numbers; true: train it anyway
+    # (vfl/training/table_defaults.py, which also sizes batch_size, epochs and early stopping where they are unset)
+    allow_short_run: Flag() = False
 
     @model_validator(mode="after")
     def _task_default_metric(self) -> "TrainConfig":

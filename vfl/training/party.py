@@ -15,6 +15,7 @@ from vfl.training.optim import ScheduledOptimizer, build_optimizer
 from vfl.training.precision import autocast, keep_narrow_layers_fp32
 from vfl.training.snapshot import Snapshot, SnapshotTrainable
 from vfl.training.step_timer import TIMER
+from vfl.training.table_defaults import shard_rows, sized_bottom
 
 
 def resolve_device(name: str) -> torch.device:
@@ -38,8 +39,10 @@ class BottomParty(SnapshotTrainable):
         self.valid_split = shard.split("valid")
         self.test_split = shard.split("test")
         schema = InputSchema.of_shard(shard, cfg.model.bottom.numeric_scaling)  # with its numeric stats when on
-        self.model = build_bottom(cfg.model.bottom, schema, cfg.train.seed, cfg.party).to(device)
-        self.model_spec = model_spec(cfg.model.bottom)  # kept in checkpoints: resume refuses another model
+        # a table party's unset model sizes from its shard's rows: training, prediction and export build alike
+        bottom, _ = sized_bottom(cfg, shard_rows(shard.manifest))
+        self.model = build_bottom(bottom, schema, cfg.train.seed, cfg.party).to(device)
+        self.model_spec = model_spec(bottom)  # kept in checkpoints: resume refuses another model
         self.train_model = self.model  # with N ranks, the DistributedDataParallel wrapper of self.model
         total = cfg.train.epochs * steps_per_epoch(len(self.train_split), cfg.train.batch_size)
         self.optimizer = ScheduledOptimizer(build_optimizer(self.model, cfg.train, bottom=True), cfg.train, total)

@@ -197,7 +197,9 @@ def _finish(path: str, stats: ReadStats, rows: int, sha) -> None:
                 f"declare it categorical (data.schema.columns.{name}: categorical), or fix the values"
             )
     if stats.good_rows == 0:
-        first = f"; first: line {stats.first_bad[0].line_index + 1}: {stats.first_bad[0].reason}" if stats.first_bad else ""
+        first = (
+            f"; first: line {stats.first_bad[0].line_index + 1}: {stats.first_bad[0].reason}" if stats.first_bad else ""
+        )
         raise DataError(f"{path}: no usable rows ({stats.bad_rows} malformed rows{first})")
 
 

@@ -1,0 +1,122 @@
+"""Defaults that fit the table: a table party's model and schedule, where its YAML leaves them unset, sized from its rows.
+
+The schema's defaults (batch 16000, 1 epoch, hidden [1024, 512, 256, 128], embedding 80) are Criteo's; on a 48k-row
+table they trained 3 steps to a test AUC below 0.5. A party whose config declares `data.schema` (its own table) gets,
+for each of these keys that neither its YAML nor the command line set (pydantic's `model_fields_set`; an explicit
+value always wins):
+
+| key | sized value |
+|---|---|
+| train.batch_size | ~1% of the intersection's training rows, within [64, 4096] (and at least train.microbatches) |
+| train.epochs | enough for >= 300 optimizer steps |
+| train.early_stopping | on: the validation metric of the task (auc, rmse), patience 3 (leader) |
+| model.bottom.embedding_dim, hidden | 16 and [256, 128] (the examples' sizes) when the shard holds under 1M rows |
+
+Every party sizes the schedule from the same number, the training rows of the private set intersection, so the
+batch size the leader's HELLO check compares is the same on both sides; the leader's epochs decide the run, as
+always. The model's sizes come from the party's own prepared shard (its manifest's rows), which training,
+prediction, export and serving all read alike, so each builds the model its checkpoint holds. Criteo-format shards
+(no `data.schema`) keep the schema's defaults, so the front door's figures do not move.
+
+A table run shorter than MIN_STEPS optimizer steps is refused with the numbers (vfl/training/run_size.py), unless
+`train.allow_short_run: true`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from vfl.config.schema import BottomConfig, ConfigError, EarlyStoppingConfig, PartyConfig
+from vfl.training.run_size import MIN_STEPS, run_size_warnings
+
+TARGET_STEPS = 300
+BATCH_SHARE = 0.01
+BATCH_RANGE = (64, 4096)
+SMALL_TABLE_ROWS = 1_000_000  # below: the examples' model sizes
+SMALL_MODEL = {"embedding_dim": 16, "hidden": (256, 128)}
+
+
+def is_table_party(cfg: PartyConfig) -> bool:
+    return cfg.data.schema is not None
+
+
+def shard_rows(manifest: dict) -> int:
+    """The rows of a party's prepared shard, every split (its manifest; the same before and after the PSI)."""
+    rows = manifest.get("rows") or {}
+    return int(sum(int(v) for v in rows.values())) if isinstance(rows, dict) else 0
+
+
+def sized_bottom(cfg: PartyConfig, rows: int) -> tuple[BottomConfig, dict]:
+    """A table party's bottom with the unset sizes filled for a shard of `rows` rows, and what was filled."""
+    bottom = cfg.model.bottom
+    if not is_table_party(cfg) or bottom.import_ is not None or rows >= SMALL_TABLE_ROWS:
+        return bottom, {}
+    fill = {k: v for k, v in SMALL_MODEL.items() if k not in bottom.model_fields_set}
+    if not fill:
+        return bottom, {}
+    return bottom.model_copy(update=fill), {
+        f"model.bottom.{k}": list(v) if isinstance(v, tuple) else v for k, v in fill.items()
+    }
+
+
+def sized_schedule(cfg: PartyConfig, train_rows: int) -> tuple[PartyConfig, dict]:
+    """The config with train.batch_size, train.epochs and (leader) train.early_stopping sized for `train_rows` where
+    unset, and what was filled ({} for a Criteo-format party or where everything was set)."""
+    train = cfg.train
+    if not is_table_party(cfg) or train_rows <= 0:
+        return cfg, {}
+    given = train.model_fields_set
+    fill: dict = {}
+    batch = train.batch_size
+    if "batch_size" not in given:
+        batch = min(max(round(train_rows * BATCH_SHARE), BATCH_RANGE[0]), BATCH_RANGE[1])
+        batch = fill["batch_size"] = max(batch, train.microbatches)
+    if "epochs" not in given:
+        steps_per_epoch = math.ceil(train_rows / batch)
+        fill["epochs"] = min(max(1, math.ceil(TARGET_STEPS / steps_per_epoch)), 10_000)
+    if cfg.is_leader and "early_stopping" not in given:
+        fill["early_stopping"] = EarlyStoppingConfig(metric="rmse" if train.task == "regression" else "auc")
+    if not fill:
+        return cfg, {}
+    sized = cfg.model_copy(update={"train": train.model_copy(update=fill)})
+    shown = {f"train.{k}": (v.model_dump() if k == "early_stopping" else v) for k, v in fill.items()}
+    return sized, shown
+
+
+def describe(filled: dict, train_rows: int) -> str:
+    """One console line: what was sized, from how many rows."""
+    parts = []
+    for key, value in filled.items():
+        if key == "train.early_stopping":
+            value = f"on ({value['metric']}, patience {value['patience']})"
+        parts.append(f"{key}={value}")
+    return f"defaults: sized from the table ({train_rows} training rows), unset in the config: {', '.join(parts)}"
+
+
+def check_short_run(cfg: PartyConfig, train_rows: int) -> None:
+    """ConfigError with the numbers when a table run would train fewer than MIN_STEPS steps (unless
+    train.allow_short_run)."""
+    if not is_table_party(cfg) or cfg.train.allow_short_run or train_rows <= 0:
+        return
+    steps = math.ceil(train_rows / cfg.train.batch_size) * cfg.train.epochs
+    if steps >= MIN_STEPS:
+        return
+    why = "; ".join(run_size_warnings(cfg.train.batch_size, cfg.train.epochs, train_rows))
+    raise ConfigError(
+        f"{why}. Refused: leave train.batch_size and train.epochs unset to size them from the table, or set "
+        "train.allow_short_run: true to train it anyway"
+    )
+
+
+def size_table_run(cfg: PartyConfig, shard, log) -> tuple[PartyConfig, dict]:
+    """After the private set intersection: a table party's schedule sized from the intersection's training rows and
+    its model from its shard (BottomParty builds it with `sized_bottom`), the choice said on the console, and a short
+    run refused. Returns the config to train with and what was sized ({} if nothing): metrics.json's `defaults`."""
+    train_rows = len(shard.split("train"))
+    cfg, filled = sized_schedule(cfg, train_rows)
+    filled.update(sized_bottom(cfg, shard_rows(shard.manifest))[1])
+    if filled:
+        log(f"{'leader' if cfg.is_leader else 'follower'} {cfg.party}: {describe(filled, train_rows)}")
+    if cfg.is_leader:
+        check_short_run(cfg, train_rows)
+    return cfg, ({"sized": describe(filled, train_rows), "train_rows": train_rows, **filled} if filled else {})
