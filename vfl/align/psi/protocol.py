@@ -2,17 +2,22 @@
 
 Leader L (ids X, fresh secret a per follower) and follower F (ids Y, secret b), every step driven by L:
 
-    F -> L  PSI hello  {suite, n: |Y|, [rank, ranks]} [+ reuse offer]
-    L -> F  PSI hello  {suite, n: |X|, [rank, ranks]} [+ reuse proof: then only the result and DONE follow]
+    F -> L  PSI hello  {suite, n: |Y|, [rank, ranks], [verify]} [+ reuse offer]
+    L -> F  PSI hello  {suite, n: |X|, [rank, ranks], [verify], [key: a G]} [+ reuse proof: then only the result
+            and DONE follow]
     for each chunk of F's shuffled Y (up to PSI_WINDOW masks asked before their doubles return):
       L -> F  PSI mask {start, stop}                   F -> L  PSI mask {start, stop} + H(y)^b
-      L -> F  PSI double {start, stop} + (H(y)^b)^a    (F keeps them)
+      L -> F  PSI double {start, stop, [proof]} + (H(y)^b)^a    (F keeps them)
     for each chunk of L's shuffled X (up to PSI_WINDOW chunks before their replies return):
-      L -> F  PSI leader {start, stop} + H(x)^a         F -> L  PSI leader {start, stop} + (H(x)^a)^b
+      L -> F  PSI leader {start, stop} + H(x)^a
+      F -> L  PSI leader {start, stop, [key: b G, first chunk only], [proof]} + (H(x)^a)^b
     L matches H(x)^ab with H(y)^ab, intersects over all followers, then
       L -> F  PSI ticket + T (32 random bytes: the key of the next run's reuse, vfl/align/psi/reuse.py)
       L -> F  PSI result {start, stop, total} + positions (in F's shuffled order) of the final intersection
       L -> F  PSI done {size}
+
+[verify], [key] and [proof] travel only with data.psi_verify: verify in the hello of a party that checks the other's
+proofs, the other's key and the RFC 9497 proof of each of its chunks (below; vfl/align/psi/dleq.py).
 
 The window streams the chunks over a long round trip (the time is about bytes / bandwidth plus a few RTTs, and each
 side computes while the other's chunks travel), never chunks x RTT. F takes L's steps in exactly this order, each
