@@ -220,7 +220,7 @@ class Relay:
                 self.connections += 1
                 self._sockets |= {client, upstream}
                 pair = _Pair(client, upstream, self)
-                self._threads += pair.start()
+                self._threads = [t for t in self._threads if t.is_alive()] + pair.start()  # ended pairs' threads go
 
     def _forget(self, *sockets: socket.socket) -> None:
         with self._lock:
