@@ -328,3 +328,30 @@ def test_two_followers_each_keep_k_plus_one_in_flight_and_the_leaders_inbox_take
         assert breakdown["staleness"] == 3 and breakdown["max_in_flight"] == 4, f
     assert metrics["staleness"] == 3 and metrics["steps"] == 2 * -(-metrics["rows"]["train"] // 256)
     assert metrics["test_auc"] > 0.65, metrics["test_auc"]
+
+
+def test_a_run_resumed_from_a_mid_epoch_checkpoint_continues_exactly(tmp_path, shards_small, procs):
+    """Checkpoints are pauses, so the pipeline is empty when one is written: a run resumed from the step-7
+    checkpoint of a K = 2 run starts its pipeline from the same weights as the uninterrupted run did after step 7,
+    and every later loss and the test AUC are the uninterrupted run's."""
+    from tests.procs import run_split
+
+    # Prepare: an uninterrupted 2-epoch K = 2 run with a checkpoint every 7 steps
+    train = {"epochs": 2, "batch_size": 1024, "staleness": 2, "checkpoint_every": 7}
+    for d in ("full", "resumed"):
+        (tmp_path / d).mkdir()
+    straight = run_split(procs, party_configs(str(tmp_path / "full"), str(shards_small), train=train))
+    procs.cleanup()
+    ckpts = tmp_path / "full/out/checkpoints"
+    again = party_configs(str(tmp_path / "resumed"), str(shards_small), train=train)
+    # Execute
+    procs.start("leader", "leader", again["leader"], "--resume", str(ckpts / "leader_step7.pt"))
+    procs.start("follower0", "follower", again["follower0"], "--resume", str(ckpts / "follower0_step7.pt"))
+    for name in ("leader", "follower0"):
+        code, _, err = procs.wait(name, 300)
+        assert code == 0, err
+    resumed = json.loads((tmp_path / "resumed/out/metrics.json").read_text())
+    # Assert: the losses after step 7 and the final AUC are the uninterrupted run's
+    assert straight["steps"] > 7 and resumed["steps"] == straight["steps"]
+    np.testing.assert_allclose(resumed["step_losses"][7:], straight["step_losses"][7:], rtol=1e-5)
+    assert resumed["test_auc"] == pytest.approx(straight["test_auc"], abs=1e-6)
