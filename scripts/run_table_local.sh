@@ -7,8 +7,9 @@
 #   Parquet) with the id column and the columns its data.schema declares (the leader's with the label).
 #   --set KEY=VALUE overrides a config key of every party whose role takes it (e.g. --set train.lr=0.003 all,
 #   --set train.early_stopping.patience=8 the leader only: said on the console); --label-dp EPS sets
-#   privacy.label_dp.eps on the leader. Outputs in OUT (default runs/table): shards/, keys/, each party's log,
-#   metrics.json. The real examples use it: bash scripts/run_vfl_train_local.sh --example flights|caravan|bikeshare.
+#   privacy.label_dp.eps on the leader. Outputs in OUT (default runs/table): shards/, keys/, configs/ (the YAMLs as
+#   given), checkpoints/, each party's log, metrics.json; scripts/run_table_predict_local.sh --run OUT scores new
+#   rows. The real examples use it: bash scripts/run_vfl_train_local.sh --example flights|caravan|bikeshare.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -41,6 +42,16 @@ mapfile -t LINES <<< "$PLAN"
 NAMES=()
 for line in "${LINES[@]}"; do IFS=$'\t' read -r _ name _ _ <<< "$line"; NAMES+=("$name"); done
 new_keys "$KEYS" "${NAMES[@]}"
+# the YAMLs as given and each party's table, for scripts/run_table_predict_local.sh --run OUT and --run of the party
+# commands: OUT/configs/<party>.yaml and OUT/configs/parties.tsv ("ROLE NAME CONFIG TABLE", the leader first)
+mkdir -p "$OUT/configs"
+: > "$OUT/configs/parties.tsv.tmp"
+for line in "${LINES[@]}"; do
+  IFS=$'\t' read -r role name config table <<< "$line"
+  [ "$config" -ef "$OUT/configs/$name.yaml" ] || cp "$config" "$OUT/configs/$name.yaml"  # --configs OUT/configs: kept
+  printf '%s\t%s\t%s\t%s\n' "$role" "$name" "$OUT/configs/$name.yaml" "$table" >> "$OUT/configs/parties.tsv.tmp"
+done
+mv "$OUT/configs/parties.tsv.tmp" "$OUT/configs/parties.tsv"
 # each --set goes to the parties whose role takes its key (vfl/config/party_sets.py): a leader-only key to the leader
 OVERRIDES=() LEADER_SETS=() FOLLOWER_SETS=()
 if [ ${#SETS[@]} -gt 0 ]; then

@@ -8,9 +8,17 @@
 # --data NEW_TSV: new rows in the combined Criteo-style layout, split into each party's own file first (a label column
 # is kept by the leader, which then reports AUC and logloss); default: the run's own party files RUN/raw/<party>.tsv.
 # --out DIR: default RUN_DIR/predict. docs/predict.md.
+# A table run (scripts/run_table_local.sh --out RUN_DIR: it has RUN_DIR/configs/parties.tsv) is scored by
+# scripts/run_table_predict_local.sh with these arguments (--table PARTY=NEW_FILE there, no --data).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
+for ((i = 1; i < $#; i++)); do
+  if [ "${!i}" = --run ]; then
+    j=$((i + 1))
+    [ ! -f "${!j}/configs/parties.tsv" ] || exec bash scripts/run_table_predict_local.sh "$@"
+  fi
+done
 RUN="" OUT="" DATA="" BATCH=()
 parse_flags --run=RUN --out=OUT --data=DATA --batch-rows=BATCH[] -- "$@"
 [ -n "$RUN" ] || { echo "error: --run RUN_DIR is required (the --out of scripts/run_vfl_train_local.sh)" >&2; exit 2; }

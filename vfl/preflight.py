@@ -224,6 +224,12 @@ def size_warning(cfg: PartyConfig, manifest: dict) -> str | None:
 
 def preflight(cfg: PartyConfig, log=None) -> PartyConfig:
     """Run every peer-free check; return cfg with data.path resolved to this party's shard directory."""
+    run_shard = os.path.join(str(cfg.output.dir), "shards", cfg.party)
+    if not os.path.exists(str(cfg.data.path)) and os.path.isdir(run_shard):  # the fix is --data, not a prepare
+        from vfl.data.errors import DataError
+        from vfl.inference.run_layout import shard_hint
+
+        raise DataError(f"data.path {str(cfg.data.path)!r} does not exist: {shard_hint(cfg, f'python -m {cfg.role}')}")
     path, note = resolve_data_path(cfg.data.path, cfg.party)
     if note and log is not None:
         log(note)

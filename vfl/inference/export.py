@@ -122,7 +122,7 @@ def export_party(cfg, out_dir: str, checkpoint: str | None = None, log=print) ->
     doc["runtime"] = {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__, "torch": torch.__version__}
     _write(os.path.join(directory, "export.json"), (json.dumps(doc, indent=2) + "\n").encode())
     log(
-        f"{cfg.party}: exported step {ckpt.get('step')} to {directory} ({files['model']}"
+        f"{cfg.party}: exported step {doc['checkpoint']['step']} to {directory} ({files['model']}"
         + (f", checked against torch on {CHECK_ROWS} rows: max diff {diff:.2g})" if diff is not None else ")")
     )
     return doc
@@ -160,10 +160,20 @@ def _manifest(cfg, shard, table: FrozenTable, ckpt, checkpoint, files, width, ou
             "path": os.path.abspath(checkpoint),
             "sha256": _sha256(checkpoint),
             "epoch": ckpt.get("epoch"),
-            "step": ckpt.get("step"),
+            "step": selected_step(ckpt),  # the step of the weights exported (model selection's)
+            "trained_steps": ckpt.get("step"),  # the step training ended at
         },
         "check": {"rows": CHECK_ROWS, "max_abs_diff": diff, "fallback_reason": why},
     }
+
+
+def selected_step(ckpt: dict):
+    """The step whose weights the checkpoint holds: the run record's model_step (the step model selection restored
+    before the final save), else the checkpoint's own step (a checkpoint without a run record)."""
+    record = (ckpt.get("extra") or {}).get("run")
+    if isinstance(record, dict) and record.get("model_step") is not None:
+        return int(record["model_step"])
+    return ckpt.get("step")
 
 
 def _write(path: str, data: bytes) -> None:
@@ -179,6 +189,7 @@ def export_main(argv: list[str] | None, role: str) -> int:
     from vfl.cli import command_name, fail, one_line
     from vfl.config.schema import ConfigError, dotted_overrides, load_config
     from vfl.data.errors import DataError
+    from vfl.inference.run_layout import apply_run, check_shard_path
 
     ap = run_arguments(
         f"{command_name(role)} export",
@@ -188,10 +199,12 @@ def export_main(argv: list[str] | None, role: str) -> int:
     ap.add_argument("overrides", nargs="*", metavar="key.path=value", help="set any config key")
     args = ap.parse_intermixed_args(argv)
     try:
+        apply_run(args)  # --run RUN: its shard and keys unless --data / --keys say otherwise
         overrides = {k: v for k, v in (("output.dir", args.run), ("data.path", args.data)) if v is not None}
         cfg = load_config(args.config, {**overrides, **dotted_overrides(args.overrides)}, keys_dir=args.keys)
         if cfg.role != role:
             return fail(f"{args.config} has role {cfg.role!r}; python -m {role} export needs role: {role}", 2)
+        check_shard_path(cfg, f"python -m {role} export")
         export_party(cfg, args.out, args.checkpoint)
     except (ConfigError, DataError, ExportError, ModelLoadError) as e:
         return fail(one_line(e), 2)

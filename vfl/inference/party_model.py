@@ -21,7 +21,12 @@ def run_arguments(prog: str, description: str):
 
     ap = argparse.ArgumentParser(prog=prog, description=description)
     ap.add_argument("--config", required=True, help="the party YAML of the training run")
-    ap.add_argument("--run", default=None, help="the training run's output.dir (its checkpoints/; overrides the YAML)")
+    ap.add_argument(
+        "--run",
+        default=None,
+        help="the training run's output.dir (its checkpoints/; overrides the YAML); its shards/<party> and keys/ "
+        "are used unless --data / --keys say otherwise",
+    )
     ap.add_argument("--checkpoint", default=None, help="checkpoint (default: RUN/checkpoints/<party>_final.pt)")
     ap.add_argument("--data", default=None, help="this party's shard directory (overrides data.path)")
     ap.add_argument("--keys", default=None, metavar="DIR", help="the run's CurveZMQ key directory (as for training)")
@@ -103,16 +108,19 @@ class RowTable:
     holds them (memory-mapped when large: the page cache serves the rows asked for); the index is the ids sorted
     once (16 bytes an id: 720 MiB for the 45M rows of Criteo's full day set), searched per request."""
 
-    def __init__(self, shard):
+    def __init__(self, shard=None, parts=None, where: str = ""):
+        """The rows of every split of `shard`, or of `parts` (objects with ids, dense, dense_missing, cat arrays;
+        `where` names them in the error of an id held twice)."""
         from vfl.splits import SPLITS
 
-        self.parts = [shard.split(s) for s in SPLITS]
-        ids = np.concatenate([np.asarray(p.ids, np.int64) for p in self.parts])
+        self.parts = [shard.split(s) for s in SPLITS] if shard is not None else list(parts)
+        ids = np.concatenate([np.zeros(0, np.int64), *(np.asarray(p.ids, np.int64) for p in self.parts)])
         self.starts = np.cumsum([0] + [len(p) for p in self.parts])
         self.order = np.argsort(ids, kind="stable")
         self.sorted_ids = ids[self.order]
         if self.sorted_ids.size > 1 and bool(np.any(self.sorted_ids[1:] == self.sorted_ids[:-1])):
-            raise ModelLoadError(f"shard {shard.path}: a sample id appears twice across its splits")
+            where = where or f"shard {shard.path}"
+            raise ModelLoadError(f"{where}: a sample id appears twice" + ("" if parts else " across its splits"))
 
     def __len__(self) -> int:
         return int(self.sorted_ids.size)
@@ -130,6 +138,10 @@ class RowTable:
         an unknown id)."""
         import torch
 
+        return tuple(torch.from_numpy(o) for o in self.arrays(rows))
+
+    def arrays(self, rows: np.ndarray) -> list[np.ndarray]:
+        """features() as numpy arrays."""
         rows = np.asarray(rows, np.int64)
         first = self.parts[0]
         out = [
@@ -143,4 +155,11 @@ class RowTable:
                 local = rows[at] - self.starts[k]
                 for o, arr in zip(out, (part.dense, part.dense_missing, part.cat)):
                     o[at] = arr[local]  # a memory map or a row subset reads only these rows
-        return tuple(torch.from_numpy(o) for o in out)
+        return out
+
+
+def current_rows(table):
+    """The rows one request is answered from: a serve_new_rows.ServingRows' latest load, else the fixed table itself
+    (anything with rows_of and features)."""
+    snapshot = getattr(table, "snapshot", None)
+    return snapshot() if snapshot is not None else table

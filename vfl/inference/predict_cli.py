@@ -24,7 +24,12 @@ def _arguments(role: str) -> argparse.ArgumentParser:
     )
     ap.add_argument("--config", required=True, help="the party YAML of the training run")
     ap.add_argument("--rows", required=True, help="this party's file of new rows (the training file's columns)")
-    ap.add_argument("--run", default=None, help="the training run's output directory (default: output.dir)")
+    ap.add_argument(
+        "--run",
+        default=None,
+        help="the training run's output directory (default: output.dir); its shards/<party> and keys/ are used "
+        "unless --data / --keys say otherwise",
+    )
     ap.add_argument("--checkpoint", default=None, help="checkpoint (default: RUN/checkpoints/<party>_final.pt)")
     ap.add_argument("--out", default=None, help="where the leader writes predictions (default: RUN/predict)")
     ap.add_argument("--data", default=None, help="this party's shard directory, for its transforms (data.path)")
@@ -44,6 +49,9 @@ def _arguments(role: str) -> argparse.ArgumentParser:
 def predict_main(argv: list[str], role: str, body, abort) -> int:
     """Parse, load the config, run body(cfg, args, log, state) under run_party (one-line errors, ABORT to peers)."""
     from vfl.cli import config_or_exit, fail, run_party
+    from vfl.config.schema import ConfigError
+    from vfl.data.errors import DataError
+    from vfl.inference.run_layout import apply_run, check_shard_path
     from vfl.obs.logs import RunLog, set_verbosity
 
     args = _arguments(role).parse_intermixed_args(argv)
@@ -53,16 +61,26 @@ def predict_main(argv: list[str], role: str, body, abort) -> int:
             return fail(f"--batch-rows must be >= 1, got {args.batch_rows}", 2)
         args.overrides.append(f"train.eval_batch_size={args.batch_rows}")
     args.predictions_out = args.out  # --out names the predictions' directory; output.dir is the run's (--run)
+    try:
+        found = apply_run(args)  # --run RUN: its shard and keys unless --data / --keys say otherwise
+    except ConfigError as e:
+        return fail(str(e), 2)
     args.out, args.epochs, args.resume, args.set_pairs = args.run, None, None, []
     cfg = config_or_exit(args, "bind" if role == "leader" else "connect")
     if isinstance(cfg, int):
         return cfg
     if cfg.role != role:
         return fail(f"{args.config} has role {cfg.role!r}; python -m {role} predict needs role: {role}", 2)
+    try:
+        check_shard_path(cfg, f"python -m {role} predict")
+    except DataError as e:
+        return fail(str(e), 2)
     out_dir = _out_dir(args, cfg)
     os.makedirs(out_dir, exist_ok=True)
     log = RunLog(os.path.join(out_dir, f"{cfg.party}_predict.log"), cfg.party)
     state: dict = {"out_dir": out_dir}
+    if found:
+        log(f"{cfg.party}: from --run {args.run}: {', '.join(found)}")
     try:
         return run_party(cfg, log, lambda: body(cfg, args, log, state), lambda reason: abort(state, reason))
     finally:

@@ -1,10 +1,12 @@
 """`python -m leader serve` and `python -m follower serve`: long-running parties that score ids online (docs/serving.md).
 
-    python -m follower serve --config follower.yaml [--run RUN_DIR] [--rows-per-s 100000] [--max-rows 1024]
-    python -m leader serve --config leader.yaml [--run RUN_DIR] [--http 127.0.0.1:8080] [--deadline-ms 1000]
-                           [--max-connections 64] [--max-per-address 16] [--read-timeout-s 10]
+    python -m follower serve --config follower.yaml [--run RUN_DIR] [--new-rows PATH] [--rows-per-s 100000]
+                             [--max-rows 1024]
+    python -m leader serve --config leader.yaml [--run RUN_DIR] [--new-rows PATH] [--http 127.0.0.1:8080]
+                           [--deadline-ms 1000] [--max-connections 64] [--max-per-address 16] [--read-timeout-s 10]
 
-Each party loads its final (selected) checkpoint and its prepared shard; they talk over CurveZMQ with the training
+Each party loads its final (selected) checkpoint and its prepared shard, and with --new-rows the rows of ids it has
+not prepared (vfl/inference/serve_new_rows.py); they talk over CurveZMQ with the training
 keys (network.bind / network.connect, the same YAML); the leader listens for clients on --http (127.0.0.1 by
 default: the endpoint has no authentication of its own, so it stays local unless --http names another address).
 """
@@ -27,6 +29,13 @@ def _arguments(role: str):
         "Score ids online: the leader asks each follower for the cuts of the ids (docs/serving.md).",
     )
     ap.add_argument("--timeout", type=float, default=None, help="overrides network.timeout_s (the idle deadline)")
+    ap.add_argument(
+        "--new-rows",
+        default=None,
+        metavar="PATH",
+        help="this party's rows of ids it has not prepared (new customers): a CSV/TSV/Parquet file with its training "
+        "columns, or a directory of them; transformed with the frozen training-time transforms, reloaded on change",
+    )
     ap.add_argument("--max-rows", type=int, default=1024, help="ids in one request (and one batch) at most")
     ap.add_argument(
         "--engine",
@@ -68,9 +77,16 @@ def _arguments(role: str):
 
 def serve_main(argv: list[str] | None, role: str) -> int:
     from vfl.cli import config_or_exit, fail, run_party
+    from vfl.config.schema import ConfigError
+    from vfl.data.errors import DataError
+    from vfl.inference.run_layout import apply_run, check_shard_path
     from vfl.obs.logs import RunLog
 
     args = _arguments(role).parse_intermixed_args(argv)
+    try:
+        found = apply_run(args)  # --run RUN: its shard and keys unless --data / --keys say otherwise
+    except ConfigError as e:
+        return fail(str(e), 2)
     args.out, args.epochs, args.resume, args.set_pairs = args.run, None, None, []
     args.endpoint = args.bind if role == "leader" else args.connect
     cfg = config_or_exit(args, "bind" if role == "leader" else "connect")
@@ -78,7 +94,13 @@ def serve_main(argv: list[str] | None, role: str) -> int:
         return cfg
     if cfg.role != role:
         return fail(f"{args.config} has role {cfg.role!r}; python -m {role} serve needs role: {role}", 2)
+    try:
+        check_shard_path(cfg, f"python -m {role} serve")
+    except DataError as e:
+        return fail(str(e), 2)
     log = RunLog(os.path.join(cfg.output.dir, f"{cfg.party}_serve.log"), cfg.party)
+    if found:
+        log(f"{cfg.party}: from --run {args.run}: {', '.join(found)}")
     state: dict = {}
     body = _leader_body if role == "leader" else _follower_body
 
@@ -96,15 +118,16 @@ def serve_main(argv: list[str] | None, role: str) -> int:
             state["channel"].close()
         if "id_log" in state:
             state["id_log"].close()
+        if "new_rows" in state:
+            state["new_rows"].close()
         log.close()
 
 
 def _follower_body(cfg, args, log, state: dict) -> None:
     from vfl.inference.serve_follower import ServeLimits, serve_follower
 
-    serve_follower(
-        cfg, ServeLimits(args.max_rows, args.rows_per_s, args.id_log_mb), args.checkpoint, log, state, args.engine
-    )
+    limits = ServeLimits(args.max_rows, args.rows_per_s, args.id_log_mb)
+    serve_follower(cfg, limits, args.checkpoint, log, state, args.engine, args.new_rows)
 
 
 def _leader_body(cfg, args, log, state: dict) -> None:
@@ -113,7 +136,7 @@ def _leader_body(cfg, args, log, state: dict) -> None:
 
     limits = ClientLimits(args.max_connections, args.max_per_address, args.read_timeout_s)
     http = start_leader(
-        cfg, args.http, args.max_rows, args.deadline_ms, args.checkpoint, log, state, args.engine, limits
+        cfg, args.http, args.max_rows, args.deadline_ms, args.checkpoint, log, state, args.engine, limits, args.new_rows
     )
     stop = threading.Event()
 
@@ -139,9 +162,11 @@ def start_leader(
     state: dict,
     engine: str = "onnx",
     limits=None,
+    new_rows: str | None = None,
 ):
-    """Load the leader's model and table, greet every follower, start the worker; returns the HTTP server (not yet
-    serving) bounding its clients by `limits` (a ClientLimits; None: the defaults)."""
+    """Load the leader's model and table (and the new rows of `new_rows`, a file or directory), greet every follower,
+    start the worker; returns the HTTP server (not yet serving) bounding its clients by `limits` (a ClientLimits;
+    None: the defaults)."""
     import numpy as np
     import torch
 
@@ -153,6 +178,7 @@ def start_leader(
     from vfl.inference.party_model import RowTable, load_party_model, scorer, top_in_dim
     from vfl.inference.serve_http import ScoreHTTPServer
     from vfl.inference.serve_leader import ScoringWorker
+    from vfl.inference.serve_new_rows import ServingRows
     from vfl.session.leader import HandshakeError, LeaderSession
     from vfl.training.party import set_threads
     from vfl.wire import PROTOCOL_VERSION, LeaderChannel
@@ -172,7 +198,9 @@ def start_leader(
         raise ValueError(f"data.path {cfg.data.path} holds no labels: the leader serves its labelled shard")
     checkpoint = checkpoint or os.path.join(cfg.output.dir, "checkpoints", f"{cfg.party}_final.pt")
     bottom, top, ckpt, record = load_party_model(cfg, shard, checkpoint)
-    model, table = scorer(bottom, top, shard.task), RowTable(shard)
+    model = scorer(bottom, top, shard.task)
+    table = state["new_rows"] = ServingRows(RowTable(shard), new_rows, cfg.data.path, cfg.output.dir, log)
+    table.start()
     step = int(record["model_step"])
     channel = state["channel"] = LeaderChannel(
         cfg.network.bind,
@@ -203,7 +231,7 @@ def start_leader(
     worker = state["worker"] = ScoringWorker(
         channel, list(cfg.network.followers), session.cut_dims, model, table, shard.task, rows
     )
-    sample = table.features(np.arange(min(256, len(table))))
+    sample = table.snapshot().features(np.arange(min(256, len(table))))
     worker.bottom_fn = fast_forward(model.bottom, ["dense", "dense_missing", "cat"], sample, engine, log)
     with torch.no_grad():
         own = model.bottom(*sample)

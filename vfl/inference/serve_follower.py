@@ -3,7 +3,9 @@
 The follower connects to the leader over CurveZMQ with its training keys (the leader admits only the keys of
 network.follower_keys; the follower pins network.leader_key_file), introduces its trained model (SERVE_HELLO:
 checkpoint step and run fingerprint, cut width, limits), and then answers each SERVE_IDS with the cut of those ids,
-looked up by id in its own prepared table (every split of its shard). It never receives a score or a label.
+looked up by id in its own prepared table (every split of its shard) and, with `--new-rows`, in the new rows it
+serves (vfl/inference/serve_new_rows.py); an id in neither is `unknown` (a zero cut). It never receives a score or a
+label.
 
 A leader could ask about any id it likes (an honest-but-curious one probing who is a customer here), so the
 follower logs every id it answers (`<output.dir>/<party>_served_ids.log`: time, request, rows, the ids) before it
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vfl.inference.party_model import current_rows
 from vfl.wire.serve_messages import MAX_SERVE_ROWS, ServeCut, ServeHello, ServeIds, ServeRefused, ServeWelcome
 
 DEFAULT_ROWS_PER_S = 100_000.0
@@ -149,11 +152,12 @@ class FollowerServer:
                 f"rate limit: this follower answers at most {self.limits.rows_per_s:g} ids/s",
                 max(1, int(np.ceil(wait * 1000))),
             )
-        rows = self.table.rows_of(msg.ids)
+        table = current_rows(self.table)  # one load of the new rows for the whole request
+        rows = table.rows_of(msg.ids)
         unknown = np.flatnonzero(rows < 0).astype(np.int64)
         self.id_log.write(msg.request, msg.ids, f"answered unknown={unknown.size}")
         with torch.inference_mode():
-            cut = self.bottom(*self.table.features(rows)).float().numpy()
+            cut = self.bottom(*table.features(rows)).float().numpy()
         if unknown.size:
             cut[unknown] = 0.0  # nothing of a row this party does not hold
         self.answered += 1
@@ -161,14 +165,18 @@ class FollowerServer:
         return ServeCut(msg.request, np.ascontiguousarray(cut, np.float32), unknown)
 
 
-def serve_follower(cfg, limits: ServeLimits, checkpoint: str | None, log, state: dict, engine: str = "onnx") -> None:
-    """Load the model and the table, connect, greet, and answer the leader until it says goodbye or is lost."""
+def serve_follower(
+    cfg, limits: ServeLimits, checkpoint: str | None, log, state: dict, engine: str = "onnx", new_rows=None
+) -> None:
+    """Load the model and the table (and the new rows of `new_rows`, a file or directory), connect, greet, and
+    answer the leader until it says goodbye or is lost."""
     from vfl.align.handshake import new_nonce
     from vfl.cli import party_keys
     from vfl.data.shards import PartyShard
     from vfl.inference.fingerprint import pair_fingerprint
     from vfl.inference.onnx_engine import fast_forward
     from vfl.inference.party_model import RowTable, load_party_model
+    from vfl.inference.serve_new_rows import ServingRows
     from vfl.session.follower import FollowerSession
     from vfl.training.party import set_threads
     from vfl.wire import PROTOCOL_VERSION, FollowerChannel, PeerAbort
@@ -182,8 +190,9 @@ def serve_follower(cfg, limits: ServeLimits, checkpoint: str | None, log, state:
         raise ValueError(f"data.path {cfg.data.path} holds labels; a follower serves a feature shard")
     checkpoint = checkpoint or os.path.join(cfg.output.dir, "checkpoints", f"{cfg.party}_final.pt")
     bottom, _, ckpt, record = load_party_model(cfg, shard, checkpoint)
-    table = RowTable(shard)
-    sample = table.features(np.arange(min(256, len(table))))
+    table = state["new_rows"] = ServingRows(RowTable(shard), new_rows, cfg.data.path, cfg.output.dir, log)
+    table.start()
+    sample = table.snapshot().features(np.arange(min(256, len(table))))
     bottom = fast_forward(bottom, ["dense", "dense_missing", "cat"], sample, engine, log)
     id_log = state["id_log"] = IdLog(os.path.join(cfg.output.dir, f"{cfg.party}_served_ids.log"), limits.id_log_bytes)
     server = FollowerServer(bottom, table, cfg.model.bottom.cut_dim, limits, id_log)

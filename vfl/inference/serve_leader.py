@@ -12,7 +12,8 @@ Failures are answers, never hangs:
 - a follower that does not answer by the deadline fails the batch (504); its late answer is read and dropped before
   the next request is sent to it;
 - a follower's SERVE_REFUSED (its rate limit) fails the batch with its reason and retry time (429);
-- an id that the leader's or a follower's table lacks gets no score (listed in `missing`).
+- an id that the leader's or a follower's table lacks gets no score (listed in `missing`); a party's table is its
+  prepared rows and the new rows it serves (`--new-rows`, vfl/inference/serve_new_rows.py).
 While idle, the worker sends WAIT before a follower's deadline passes.
 """
 
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from vfl.inference.party_model import current_rows
 from vfl.wire.serve_messages import ServeCut, ServeIds, ServeRefused
 
 MAX_QUEUED = 256  # requests waiting for the scorer; one more gets 503 at once
@@ -76,6 +78,7 @@ class ScoringWorker:
         self._last_sent = self.clock()
         self._thread = threading.Thread(target=self._run, name="leader-scorer", daemon=True)
         self._held: ScoreRequest | None = None
+        self._rows = table  # the table of the batch being scored (current_rows)
         self.failed: BaseException | None = None
         self.check_hello = None  # (f, hello) -> problems, for a follower that connects again (sent to it: no path)
         self.log = None
@@ -254,7 +257,8 @@ class ScoringWorker:
         try:
             self._check_up()
             ids = np.concatenate([r.ids for r in live])
-            own_rows = self.table.rows_of(ids)
+            self._rows = current_rows(self.table)  # one load of the new rows for the whole batch
+            own_rows = self._rows.rows_of(ids)
             known = np.flatnonzero(own_rows >= 0)  # only these are scored, and only these go to the followers
             missing = {int(i): "unknown to the leader" for i in np.flatnonzero(own_rows < 0)}
             values: list = [None] * ids.size
@@ -291,7 +295,7 @@ class ScoringWorker:
         self._check_up()
         self._last_sent = self.clock()
         with torch.inference_mode():
-            own = self.bottom_fn(*self.table.features(own_rows))
+            own = self.bottom_fn(*self._rows.features(own_rows))
         cuts = []
         for f in self.followers:
             cut, unknown = self._await_cut(f, number, deadline, ids.size)
