@@ -22,6 +22,7 @@ from vfl.obs.metrics import RunLog, loss_line
 from vfl.preflight import resume_identity
 from vfl.session.compression import FollowerCodecs
 from vfl.session.cut_digest import range_digest
+from vfl.session.cut_release import CutRelease
 from vfl.session.follower import FollowerSession
 from vfl.training.checkpoint import checkpoint_tag, load_resume_checkpoint, save_checkpoint
 from vfl.training.microbatch import check_micro, micro_slices
@@ -102,6 +103,8 @@ class FollowerTrainer:
         self.ch = channel
         self.session = FollowerSession(cfg, channel)  # the handshake and the message loop (shared with prediction)
         self.codecs = FollowerCodecs(cfg.network.compression)  # network.compression: cuts coded, gradients decoded
+        # privacy.embedding_dp: every cut sent (training, EVAL) is clipped and noised here, counted per row
+        self.cut_release = CutRelease(cfg.privacy.embedding_dp, party.cut_dim, log, cfg.party, cfg.debug.record_cuts)
         self.party = party
         self.log = log
         self.out_dir = out_dir
@@ -136,6 +139,7 @@ class FollowerTrainer:
         self.session.join(welcome.run)
         # the leader's epochs decide the run's length, so they size this party's lr schedule (not its own config)
         self.party.optimizer.total_steps = welcome.epochs * welcome.steps_per_epoch
+        self.cut_release.plan(welcome.epochs)  # a training row is sent once an epoch, a valid row once an evaluation
         return welcome
 
     def _rows(self, epoch: int, step: int) -> np.ndarray:
@@ -195,7 +199,8 @@ class FollowerTrainer:
         out = self.stash.forward(rows)
         self._ahead_ids.append(ids)
         with TIMER.part("wire_send"):
-            cut = self.codecs.embedding_fields(out.detach().cpu().numpy())
+            sent = self.cut_release.release(out, "train", len(self.party.train_split), rows)
+            cut = self.codecs.embedding_fields(sent)
             self.ch.post(Embedding(**cut, epoch=epoch, step=step, micro=0))
 
     def _on_gradient(self, msg: Gradient) -> None:
@@ -218,7 +223,7 @@ class FollowerTrainer:
         ids = self._ahead_ids.popleft()
         if self.recorder:
             self.recorder.add(epoch, step, ids, g.grad)
-        self.stash.backward(torch.from_numpy(g.grad.copy()))
+        self.stash.backward(self.cut_release.grad_for_cut(self.stash.oldest_cut, torch.from_numpy(g.grad.copy())))
         self.party.step_optimizer()
         self.in_flight.applied(due)
         self.steps += 1
@@ -266,6 +271,13 @@ class FollowerTrainer:
         if self.recorder:
             self.recorder.save()
         self._save_breakdown()
+        if self.ctx.is_main and self.cut_release.write_report(self.out_dir):
+            rep = self.cut_release.report()
+            self.log(
+                f"embedding DP: follower {self.cfg.party} sent {rep['cuts_sent']} noised cuts, at most "
+                f"{rep['most_sends_of_a_row']} of any row: (eps={rep['eps_spent_by_most_sent_row']:.4g}, "
+                f"delta={rep['delta']:g}) spent of (eps={rep['eps']:.4g}, delta={rep['delta']:g})"
+            )
         self.ch.post(Bye(steps=self.steps, snapshot_bytes=self.party.best.nbytes if self.party.best is not None else 0))
         self._done = True
 
@@ -312,27 +324,29 @@ class FollowerTrainer:
             prior
         ):  # stage one: whole batches, no logs per step, not recorded (the leakage attacks read the main training)
             out = party.forward_train(rows)
-            self.ch.post(Embedding(**self.codecs.embedding_fields(out.detach().cpu().numpy()), epoch=epoch, step=step))
-            party.apply_gradient(
-                torch.from_numpy(self._gradient(epoch, step, None, tuple(out.shape), phase="prior").grad.copy())
-            )
+            sent = self.cut_release.release(out, "train", len(self.party.train_split), rows)
+            self.ch.post(Embedding(**self.codecs.embedding_fields(sent), epoch=epoch, step=step))
+            grad = torch.from_numpy(self._gradient(epoch, step, None, tuple(out.shape), phase="prior").grad.copy())
+            party.apply_gradient(self.cut_release.grad_for_cut(out, grad))
             return
         # every micro-batch's embedding goes out before the first gradient is awaited: the leader works on
         # micro-batch j while this party computes j + 1 (M = 1: one whole batch, as without micro-batches)
         parts = micro_slices(rows.size, self.cfg.train.microbatches)
-        shapes = []
+        shapes, outs = [], []
         for j, part in enumerate(parts):
             out = self.party.forward_train(rows[part])
             shapes.append(tuple(out.shape))
+            outs.append(out)
             with TIMER.part("wire_send"):
-                cut = self.codecs.embedding_fields(out.detach().cpu().numpy())
+                sent = self.cut_release.release(out, "train", len(self.party.train_split), rows[part])
+                cut = self.codecs.embedding_fields(sent)
                 self.ch.post(Embedding(**cut, epoch=epoch, step=step, micro=j))
         loss = None
         for j, part in enumerate(parts):
             g = self._gradient(epoch, step, j, shapes[j])
             if self.recorder:
                 self.recorder.add(epoch, step, ids[part], g.grad)
-            self.party.accumulate_gradient(torch.from_numpy(g.grad.copy()), j)
+            self.party.accumulate_gradient(self.cut_release.grad_for_cut(outs[j], torch.from_numpy(g.grad.copy())), j)
             loss = g.loss if g.loss is not None else loss
         self.party.step_optimizer()
         self.steps += 1
@@ -399,7 +413,8 @@ class FollowerTrainer:
                 f"ids of those rows (the intersections disagree); no cut sent"
             )
         out = (self.prior if prior else self.party).forward_eval(slice(start, stop), split)
-        self.ch.post(Embedding(**self.codecs.embedding_fields(out.cpu().numpy()), eval=(split, start, stop)))
+        sent = self.cut_release.release(out, split, n, slice(start, stop))
+        self.ch.post(Embedding(**self.codecs.embedding_fields(sent), eval=(split, start, stop)))
 
     def _save(self, tag: str, epoch: int, step: int) -> None:
         if not self.ctx.is_main:  # every rank holds the same weights: rank 0 writes the party's checkpoint

@@ -70,6 +70,10 @@ def role_problems(doc: dict, party_pattern: str, default_batch_size: int, defaul
             errors.append("network.leader_key_file is only used by a follower")
         if _has(doc, "debug", "record_gradients") and _get(doc, "debug", "record_gradients"):
             errors.append("debug.record_gradients is a follower option (what the follower receives)")
+        if _has(doc, "privacy", "embedding_dp") and _get(doc, "privacy", "embedding_dp") is not None:
+            errors.append("privacy.embedding_dp is set on a follower only (it protects the cuts a follower sends)")
+        if _has(doc, "debug", "record_cuts") and _get(doc, "debug", "record_cuts"):
+            errors.append("debug.record_cuts is a follower option (the cuts it sends)")
         top = _get(doc, "model", "top")
         if isinstance(top, dict) and top.get("name") == "mlp" and not top.get("hidden"):
             errors.append("model.top.hidden must list at least one layer size when model.top.name is mlp")
@@ -144,6 +148,9 @@ def role_problems(doc: dict, party_pattern: str, default_batch_size: int, defaul
             )
         if ld.get("debias") is True and ld.get("mechanism", "rr") != "rr":
             errors.append("privacy.label_dp.debias applies to mechanism rr only")
+    ed = _get(doc, "privacy", "embedding_dp")
+    if not leader and isinstance(ed, dict) and "eps" not in ed:
+        errors.append("privacy.embedding_dp.eps is required (a number in (0, 1000])")
     return errors
 
 

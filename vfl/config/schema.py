@@ -339,8 +339,21 @@ class DistributedConfig(_Section):
     )
 
 
+class EmbeddingDPConfig(_Section):
+    """A follower's cut embeddings, each row clipped to L2 <= clip plus Gaussian noise from its own OS entropy before
+    it leaves (privacy/embedding_dp.py; docs/label-dp.md, the follower's side)."""
+
+    eps: Number(0.0, 1000.0, lo_open=True) = 1.0  # required in YAML: (eps, delta) per row over all its sends
+    delta: Number(0.0, 0.1, lo_open=True, hi_open=False) = 1e-5
+    clip: Number(0.0, lo_open=True) = 1.0  # L2 norm bound of a row's cut (the signal the noise is measured against)
+    # the most sends of any one row's cut the noise is calibrated for; unset: the leader's epochs (training; one
+    # evaluation of a valid row per epoch) or 1 (prediction, serving). A send beyond it is refused before it leaves
+    releases: Optional[Number(1, 1000000, integer=True)] = None
+
+
 class PrivacyConfig(_Section):
     label_dp: Optional[LabelDPConfig] = Field(None, json_schema_extra=off_switch)
+    embedding_dp: Optional[EmbeddingDPConfig] = Field(None, json_schema_extra=off_switch)  # follower only
 
 
 class OutputConfig(_Section):
@@ -349,6 +362,7 @@ class OutputConfig(_Section):
 
 class DebugConfig(_Section):
     record_gradients: Optional[Path] = None  # follower: write every received gradient here (.npz)
+    record_cuts: Optional[Path] = None  # follower: write every cut it sends (the leader's view of it) here (.npz)
 
 
 class PartyConfig(_Section):
