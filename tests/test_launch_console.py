@@ -71,6 +71,7 @@ def test_the_summary_keeps_the_last_runs_warnings_psi_and_label_dp_lines(tmp_pat
         f"{t} INFO leader bank: config, keys and data checked (x)",
         f"{t} INFO leader bank: PSI intersection 900 ids (leader 1000, ...)",
         f"{t} WARNING leader bank: this run trains 38 step(s)",
+        f"{t} INFO leader bank: defaults: sized from the table (900 training rows), unset in the config: ...",
         f"{t} INFO label DP: laplace eps=1.0 once per sample; noise RMSE 9.1 on the training labels",
         f"{t} INFO epoch 0 step 19/19 loss: 0.669465",
     ]
@@ -84,12 +85,13 @@ def test_the_summary_keeps_the_last_runs_warnings_psi_and_label_dp_lines(tmp_pat
     assert lines == [
         "leader bank: PSI intersection 900 ids (leader 1000, ...)",
         "warning: leader bank: this run trains 38 step(s)",
+        "leader bank: defaults: sized from the table (900 training rows), unset in the config: ...",
         "label DP: laplace eps=1.0 once per sample; noise RMSE 9.1 on the training labels",
     ]
     assert (
         shown[-1].startswith("run: label DP: laplace eps=1.0; noise RMSE 9.1") and "total eps 3.0 over 2" in shown[-1]
     )
-    assert shown[2] == "bank: label DP: laplace eps=1.0 once per sample; noise RMSE 9.1 on the training labels"
+    assert shown[3] == "bank: label DP: laplace eps=1.0 once per sample; noise RMSE 9.1 on the training labels"
 
 
 def test_the_table_script_routes_a_leader_only_set_and_shows_warnings_psi_and_label_dp(tmp_path):

@@ -1,5 +1,5 @@
 """What a launch script prints when its parties are done: each party's warnings, PSI line and label-DP lines, then
-the run's sizing and label-DP summary from metrics.json, so that the console shows what matters, not only the metric.
+the run's label-DP summary from metrics.json, so that the console shows what matters, not only the metric.
 
     python -m vfl.obs.run_summary OUT PARTY ...   (reads OUT/<party>.log, the last run in it, and OUT/metrics.json)
 """
@@ -17,13 +17,13 @@ RUN_START = re.compile(r"^(leader|follower) \S+: config, keys and data checked")
 KEPT = (
     re.compile(r"PSI intersection"),  # the PSI line
     re.compile(r"^label DP: "),  # the mechanism, eps, flipped share or noise RMSE, the ledger's total; its warnings
-    re.compile(r"^defaults: "),  # the model and schedule sized from the table (vfl/training/table_defaults.py)
+    re.compile(r": defaults: sized from the table"),  # the model and schedule sized (vfl/training/table_defaults.py)
 )
 
 
 def party_lines(log_path: str) -> list[str]:
     """The lines of a party's log file that the console summary keeps, from the last run in the file (a log is
-    appended to): WARNING and ERROR lines, the PSI line and the label-DP lines."""
+    appended to): WARNING and ERROR lines, the PSI line, the label-DP lines and the defaults sized from the table."""
     try:
         with open(log_path, encoding="utf-8", errors="replace") as f:
             lines = f.read().splitlines()
@@ -71,9 +71,6 @@ def summary(out_dir: str, parties: list[str]) -> list[str]:
     ld = label_dp_line(metrics)
     if ld:
         lines.append(f"run: {ld}")
-    sizing = metrics.get("defaults")
-    if isinstance(sizing, dict) and sizing.get("sized"):
-        lines.append(f"run: defaults sized from the table: {sizing['sized']}")
     return lines
 
 
