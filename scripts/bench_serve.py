@@ -3,8 +3,12 @@
 each --engines value (onnxruntime and torch, one after the other in one run).
 
 The run (default runs/local: the front door's Wide&Deep on Criteo, `scripts/run_vfl_train_local.sh`) must hold
-checkpoints/, shards/ and keys/. The follower's rate limit is lifted for the benchmark (--rows-per-s 1e9). Prints a
-table with the CPU and the load average, and writes JSON (default runs/bench_serve/bench_serve.json).
+checkpoints/, shards/ and keys/; a table run of two parties (`scripts/run_table_local.sh --out RUN`) is read from
+RUN/configs/parties.tsv (its YAMLs and files). With --new-rows (table runs) each party also serves new customers
+(`serve --new-rows`): its training file with every id renamed (`new-<id>`), so the same features reach the model
+through the frozen transforms at load time, and the 1-row and 100-row latencies are measured for those ids too. The
+follower's rate limit is lifted for the benchmark (--rows-per-s 1e9). Prints a table with the CPU and the load
+average, and writes JSON (default runs/bench_serve/bench_serve.json).
 """
 
 from __future__ import annotations
@@ -65,6 +69,16 @@ def latencies(port: int, ids: np.ndarray, rows: int, requests: int, seed: int) -
         if status != 200:
             raise RuntimeError(f"/score answered {status}: {doc}")
     return np.array(out)
+
+
+def alternating(port: int, sets: dict, rows: int, requests: int, seed: int, rounds: int = 5) -> dict:
+    """{name: seconds} of `requests` requests of `rows` ids drawn from each id set, the sets taking turns in `rounds`
+    rounds (so a change of the machine's load weighs on each alike)."""
+    out: dict = {name: [] for name in sets}
+    for r in range(rounds):
+        for k, (name, ids) in enumerate(sets.items()):
+            out[name].append(latencies(port, ids, rows, max(1, requests // rounds), seed * 1000 + r * 10 + k))
+    return {name: np.concatenate(parts) for name, parts in out.items()}
 
 
 def _load_client(port: int, ids: np.ndarray, rows: int, seconds: float, seed: int, start, results) -> None:
@@ -130,19 +144,20 @@ def summary(seconds: np.ndarray) -> dict:
 def start_parties(args, out: str, port: int, http_port: int, engine: str) -> tuple[subprocess.Popen, ...]:
     endpoint = f"tcp://127.0.0.1:{port}"
     common = ["--keys", os.path.join(args.run, "keys"), "--max-rows", str(args.max_rows), "--engine", engine]
+    new = {p: ["--new-rows", f] for p, f in args.new_files.items()}
     common.append(f"output.dir={out}")
     shards, ckpt = os.path.join(args.run, "shards"), os.path.join(args.run, "checkpoints")
     follower = subprocess.Popen(
         [sys.executable, "-m", "follower", "serve", "--config", args.follower_config, "--connect", endpoint,
          "--data", os.path.join(shards, args.follower), "--checkpoint", os.path.join(ckpt, f"{args.follower}_final.pt"),
-         "--rows-per-s", "1e9", *common],
+         "--rows-per-s", "1e9", *new.get(args.follower, []), *common],
         cwd=ROOT, stdout=open(os.path.join(out, "follower.out"), "w"), stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     leader_log = os.path.join(out, "leader.out")
     leader = subprocess.Popen(
         [sys.executable, "-m", "leader", "serve", "--config", args.leader_config, "--bind", endpoint,
-         "--data", os.path.join(shards, "leader"), "--checkpoint", os.path.join(ckpt, "leader_final.pt"),
-         "--http", f"127.0.0.1:{http_port}", *common],
+         "--data", os.path.join(shards, args.leader), "--checkpoint", os.path.join(ckpt, f"{args.leader}_final.pt"),
+         "--http", f"127.0.0.1:{http_port}", *new.get(args.leader, []), *common],
         cwd=ROOT, stdout=open(leader_log, "w"), stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     return leader, follower, leader_log
@@ -160,11 +175,16 @@ def measure(args, out: str, ids: np.ndarray, engine: str, port: int, http_port: 
             time.sleep(0.2)
         latencies(http_port, ids, 1, 200, 0)  # warm-up: first-touch pages, allocator, branch caches
         latencies(http_port, ids, 100, 50, 0)
-        return {
-            "one_row": summary(latencies(http_port, ids, 1, args.requests, 1)),
-            "hundred_rows": summary(latencies(http_port, ids, 100, max(args.requests // 4, 50), 2)),
-            "concurrent": throughput(http_port, ids, 100, args.clients, args.seconds),
-        }
+        sets = {"": ids} if args.new_ids is None else {"": ids, "new_": args.new_ids}
+        result = {}
+        for key, rows, requests, seed in (
+            ("one_row", 1, args.requests, 1),
+            ("hundred_rows", 100, args.requests // 4, 2),
+        ):
+            for prefix, seconds in alternating(http_port, sets, rows, max(requests, 50), seed).items():
+                result[prefix + key] = summary(seconds)
+        result["concurrent"] = throughput(http_port, ids, 100, args.clients, args.seconds)
+        return result
     finally:
         for p in (leader, follower):  # the leader first: it tells the follower that serving stopped
             if p.poll() is None:
@@ -173,6 +193,49 @@ def measure(args, out: str, ids: np.ndarray, engine: str, port: int, http_port: 
                 p.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 p.kill()
+
+
+def table_run(args) -> None:
+    """args.leader, args.follower (names) and their configs; a table run's from RUN/configs/parties.tsv (args.tables:
+    {party: training file}, empty for a Criteo run)."""
+    import yaml
+
+    listing = os.path.join(args.run, "configs", "parties.tsv")
+    args.tables = {}
+    if os.path.isfile(listing):
+        lines = [line.rstrip("\n").split("\t") for line in open(listing) if line.strip()]
+        if len(lines) != 2:
+            raise SystemExit(f"error: {listing}: the benchmark serves two parties, the run has {len(lines)}")
+        (_, args.leader, args.leader_config, _), (_, args.follower, args.follower_config, _) = lines
+        args.tables = {name: table for _, name, _, table in lines}
+    else:
+        args.leader = yaml.safe_load(open(args.leader_config))["party"]
+        args.follower = yaml.safe_load(open(args.follower_config))["party"]
+
+
+def new_customers(args, out: str) -> tuple[dict, np.ndarray]:
+    """({party: file of new customers}, their int64 ids held by both): each party's training file with its ids
+    renamed new-<id>, written under out/."""
+    import pandas as pd
+    import yaml
+
+    from vfl.data.ids import ids64
+
+    files, held = {}, None
+    for party, table in args.tables.items():
+        cfg = args.leader_config if party == args.leader else args.follower_config
+        id_col = yaml.safe_load(open(cfg))["data"]["schema"]["id"]
+        frame = (
+            pd.read_parquet(table)
+            if table.endswith((".parquet", ".pq"))
+            else pd.read_csv(table, sep=None, engine="python")
+        )
+        frame[id_col] = "new-" + frame[id_col].astype(str)
+        files[party] = os.path.join(out, f"new_{party}.csv")
+        frame.to_csv(files[party], index=False)
+        ids = set(ids64(frame[id_col]).tolist())
+        held = ids if held is None else held & ids
+    return files, np.array(sorted(held), np.int64)
 
 
 def main() -> int:
@@ -190,6 +253,9 @@ def main() -> int:
     ap.add_argument("--max-rows", type=int, default=1024, help="the leader's batch (and request) size cap")
     ap.add_argument("--engines", default="onnx,torch", help="serve --engine values to measure, one after the other")
     ap.add_argument("--json", default="runs/bench_serve/bench_serve.json")
+    ap.add_argument(
+        "--new-rows", action="store_true", help="table runs: serve and measure new customers too (see above)"
+    )
     args = ap.parse_args()
     for need in ("checkpoints", "shards", "keys"):
         if not os.path.isdir(os.path.join(args.run, need)):
@@ -198,10 +264,16 @@ def main() -> int:
                 file=sys.stderr,
             )
             return 2
-    args.follower = yaml.safe_load(open(args.follower_config))["party"]
+    table_run(args)
+    if args.new_rows and not args.tables:
+        print(f"error: --new-rows needs a table run ({args.run}/configs/parties.tsv)", file=sys.stderr)
+        return 2
     out = os.path.dirname(os.path.abspath(args.json))
     os.makedirs(out, exist_ok=True)
-    ids = np.load(os.path.join(args.run, "shards", "leader", "test", "ids.npy"))
+    ids = np.load(os.path.join(args.run, "shards", args.leader, "test", "ids.npy"))
+    held = np.load(os.path.join(args.run, "shards", args.follower, "test", "ids.npy"))
+    ids = ids[np.isin(ids, held)]  # ids both parties hold: every request is scored in full
+    args.new_files, args.new_ids = new_customers(args, out) if args.new_rows else ({}, None)
     load_before = load()
     results = {}
     for engine in args.engines.split(","):
@@ -215,6 +287,7 @@ def main() -> int:
         "load_after": load(),
         "run": os.path.abspath(args.run),
         "model": yaml.safe_load(open(args.leader_config)).get("model"),
+        "new_rows": bool(args.new_rows),
         "engines": results,
         "targets": {"one_row_p99_ms": 10, "rows_per_s_100_row_requests": 20000},
     }
@@ -231,6 +304,11 @@ def main() -> int:
             f"    100-row requests p50 {hundred['p50_ms']:.2f} ms  p99 {hundred['p99_ms']:.2f} ms  "
             f"({hundred['requests']} sequential)"
         )
+        for key, what in (("new_one_row", "1-row new ids  "), ("new_hundred_rows", "100-row new ids")):
+            if key in r:
+                print(
+                    f"    {what}  p50 {r[key]['p50_ms']:.2f} ms  p99 {r[key]['p99_ms']:.2f} ms  ({r[key]['requests']})"
+                )
         print(
             f"    {loaded['clients']} clients x 100-row requests: {loaded['rows_per_s']:.0f} rows/s "
             f"({loaded['requests_per_s']:.0f} requests/s, p50 {loaded['p50_ms']:.1f} ms, p99 {loaded['p99_ms']:.1f} ms)"
