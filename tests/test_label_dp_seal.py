@@ -201,7 +201,7 @@ def test_lost_ledger_and_pins_never_give_the_same_coins_to_changed_labels(tmp_pa
     changed labels, so the XOR of the two outputs was the XOR of the labels (charged 1.0 in all). Now the second call
     is refused before anything is drawn, and after ack-reset it draws independent coins: its XOR with the first
     output matches the labels' XOR only where both flips agree, rho^2 + (1-rho)^2 of the rows (5.5-sigma bound).
-    Power: the coins of the first release applied to the changed labels (the planted leak) match on every row."""
+    Power: the first release's coins (per id alone) applied to both label sets (the planted leak) match on every row."""
     # Prepare
     store = tmp_path / "store"
     rng = np.random.default_rng(42)
@@ -221,13 +221,13 @@ def test_lost_ledger_and_pins_never_give_the_same_coins_to_changed_labels(tmp_pa
     assert _ack_reset(store).returncode == 0
     after = LabelDP(1.0, dataset="clicks", store_dir=str(store))
     out2 = after(changed, ids=ids)
-    leak = randomize_binary_once(changed, ids, 1.0, old_key, old_release)
+    leak = [randomize_binary_once(y, ids, 1.0, old_key, old_release) for y in (labels, changed)]
     # Assert
     assert refused.last_release is None
     rho = 1 / (1 + math.e)
     agree = rho**2 + (1 - rho) ** 2
     assert abs(np.mean((out1 ^ out2) == (labels ^ changed)) - agree) < binomial_tolerance(ids.size, agree)
-    np.testing.assert_array_equal(out1 ^ leak, labels ^ changed)  # the planted leak: same coins, changed labels
+    np.testing.assert_array_equal(leak[0] ^ leak[1], labels ^ changed)  # the planted leak: same coins, new labels
     assert after.last_release["release_id"] != old_release and after.last_release["new_release"] is True
 
 
@@ -282,3 +282,40 @@ def test_a_store_whose_ledger_seal_and_secret_are_all_deleted_starts_over_with_a
     # Assert
     assert store.ledger()["releases"] == []
     assert any("has a key but no ledger, seal or ledger secret" in w for w in store.warnings)
+
+
+def test_a_whole_store_restored_from_a_backup_never_gives_the_same_coins_to_changed_labels(tmp_path):
+    """The review's repro: the whole store backed up, a release on L1, the backup restored, the same release on L2 (L1
+    with about half its labels flipped). A consistent older store cannot know the first call (the ledger charges 2.0),
+    but the coins are drawn per (id, label): on the changed rows the XOR of the outputs matches the labels' XOR only
+    where both independent flips agree, rho^2 + (1-rho)^2 (5.5-sigma bound; it was every row); unchanged rows replay.
+    Power: coins per id alone (the planted leak) match on every changed row."""
+    from privacy.label.release_draws import randomize_binary_once
+
+    # Prepare: a store in use, its backup, then a release on L1
+    store, backup = tmp_path / "store", tmp_path / "backup"
+    rng = np.random.default_rng(50)
+    ids = np.arange(1, 4_001, dtype=np.int64)
+    LabelDP(1.0, dataset="clicks", store_dir=str(store))(rng.integers(0, 2, 10), ids=ids[:10])
+    shutil.copytree(store, backup)
+    l1 = rng.integers(0, 2, ids.size)
+    first = LabelDP(1.0, dataset="clicks2", store_dir=str(store))
+    out1 = first(l1, ids=ids)
+    l2 = l1 ^ (rng.random(ids.size) < 0.5)
+    changed = l1 != l2
+    shutil.rmtree(store)
+    shutil.copytree(backup, store)
+    # Execute
+    second = LabelDP(1.0, dataset="clicks2", store_dir=str(store))
+    out2 = second(l2, ids=ids)
+    key = read_key(str(store / "key"))
+    leak = [randomize_binary_once(y, ids, 1.0, key, first.last_release["release_id"]) for y in (l1, l2)]
+    # Assert
+    assert second.last_release["release_id"] == first.last_release["release_id"]
+    rho = 1 / (1 + math.e)
+    agree = rho**2 + (1 - rho) ** 2
+    stat = ((out1 ^ out2) == (l1 ^ l2))[changed]
+    assert abs(stat.mean() - agree) < binomial_tolerance(int(changed.sum()), agree)
+    np.testing.assert_array_equal(out1[~changed], out2[~changed])
+    assert ((leak[0] ^ leak[1]) == (l1 ^ l2)).all()
+

@@ -391,20 +391,42 @@ def test_pins_lost_or_rolled_back_are_refused_and_a_key_shared_by_two_stores_dra
     assert abs(np.mean(out_a != out_b) - want) < binomial_tolerance(2_000, want)
 
 
-def test_the_planted_leak_the_pins_prevent_reads_every_changed_label():
-    """Power: with `key=` bytes (no store, no pins) the same release on a changed label set reuses its coins, and the
-    XOR of the two outputs is exactly the XOR of the two label sets; the store's pins refuse that second call."""
+@pytest.mark.parametrize("k", [2, 10])
+def test_key_bytes_without_pins_give_a_changed_label_fresh_coins_and_the_planted_leak_reads_it(k):
+    """With `key=` bytes (no store, no pins) the same release on a changed label set draws each changed label's coins
+    per (id, label): on the changed rows the two outputs agree with the labels' change only as two independent RR
+    draws do (binary: the XOR matches where both flips agree, rho^2 + (1-rho)^2; K-ary: an output repeats across two
+    independent draws on two classes with 2 p1 q + (K-2) q^2, q = (1-p1)/(K-1)); 5.5-sigma bounds, false failure
+    < 1e-7 each. Power: coins per id alone (the planted leak) make the XOR (binary) the labels' XOR on every row."""
+    from privacy.label.release_draws import randomize_binary_once, randomize_classes_once
+
     # Prepare
-    ids = np.arange(10_000, dtype=np.int64)
-    rng = np.random.default_rng(44)
-    labels = rng.integers(0, 2, ids.size)
-    corrected = np.where(rng.random(ids.size) < 0.05, 1 - labels, labels)
+    ids = np.arange(20_000, dtype=np.int64)
+    rng = np.random.default_rng(44 + k)
+    labels = rng.integers(0, k, ids.size)
+    changed = rng.random(ids.size) < 0.25
+    corrected = np.where(changed, (labels + 1 + rng.integers(0, k - 1, ids.size)) % k, labels)
     key = bytes(range(32))
+    make = lambda: LabelDP(1.0, dataset="clicks", key=key, num_classes=None if k == 2 else k)
     # Execute
-    a = LabelDP(1.0, dataset="clicks", key=key)(labels, ids=ids)
-    b = LabelDP(1.0, dataset="clicks", key=key)(corrected, ids=ids)
-    # Assert
-    np.testing.assert_array_equal(a ^ b, labels ^ corrected)
+    a, b = make()(labels, ids=ids), make()(corrected, ids=ids)
+    if k == 2:
+        leak_a, leak_b = (randomize_binary_once(y, ids, 1.0, key, "r") for y in (labels, corrected))
+    else:
+        leak_a, leak_b = (randomize_classes_once(y, ids, k, 1.0, key, "r") for y in (labels, corrected))
+    # Assert: unchanged labels replay exactly; changed ones draw independently
+    np.testing.assert_array_equal(a[~changed], b[~changed])
+    p1 = math.e / (k - 1 + math.e)
+    q = (1 - p1) / (k - 1)
+    n = int(changed.sum())
+    if k == 2:
+        agree = p1**2 + q**2
+        stat, planted = (a ^ b) == (labels ^ corrected), (leak_a ^ leak_b) == (labels ^ corrected)
+    else:
+        agree = 2 * p1 * q + (k - 2) * q**2
+        stat, planted = a == b, (leak_a - leak_b) % k == (labels - corrected) % k
+    assert abs(np.mean(stat[changed]) - agree) < binomial_tolerance(n, agree)
+    assert planted[changed].all()  # the planted leak: same coins on a changed label
 
 
 # -- K = 10: the k-ary RR release the multi-class trainer uses (randomize_classes_once, leader's PRF) --------

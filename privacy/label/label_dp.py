@@ -2,12 +2,13 @@
 
 Two forms:
 * once per sample (use this): `LabelDP(eps, dataset="clicks-2026-11")(labels, ids=sample_ids)` draws
-  every sample's noise from a keyed PRF of (secret key, release, sample id), so a sample gets the same
-  noisy label on every call, epoch and run (calls may give the dataset batch by batch). The release is (dataset
+  every sample's noise from a keyed PRF of (secret key, release, sample id, its label), so a sample gets the same
+  noisy label on every call, epoch and run (calls may give the dataset batch by batch), and a changed label meets
+  fresh coins (privacy/label/release_draws.randomize_binary_by_label). The release is (dataset
   name, eps, K, key): another eps or another dataset name is another release with independent draws. The store pins
   each id's label per release (privacy/label/label_pins.py): a call that gives an id another label than the
-  release drew for it is refused, since the same coins would show which labels changed (a corrected label set takes
-  another dataset name; `key=` bytes keep no pins, so there that is the caller's duty). The key and a ledger of releases live
+  release drew for it is refused, since it would be a second, uncharged release of that id (a corrected label set
+  takes another dataset name; `key=` bytes keep no pins, so there that is the caller's duty). The key and a ledger of releases live
   in the leader's store (privacy/label/store.py; `store_dir`, `key_file`), created on first use;
   `key=` bytes instead skips the ledger. Cost: `privacy_cost()` = rr_cost(eps), (eps, 0) per sample
   for the release however many times it is called; the ledger adds up distinct releases, and a new release that
@@ -40,7 +41,13 @@ from privacy.domains import LABEL_EPS_DOMAIN
 from privacy.label.budget import DEFAULT_BUDGET_ARG, budget_problem, over_budget
 from privacy.label.keyed_random import KEY_BYTES, key_error
 from privacy.label.randomized_response import check_label_eps, flip_probability, keep_probability, rr_cost
-from privacy.label.release_draws import randomize_binary_once, randomize_classes_once
+from privacy.label.release_draws import (
+    LABEL_COINS,
+    randomize_binary_by_label,
+    randomize_binary_once,
+    randomize_classes_by_label,
+    randomize_classes_once,
+)
 
 FRESH_RELEASE = "fresh noise"  # the release name of a fresh-noise call (its key is new each call)
 
@@ -221,11 +228,13 @@ class LabelDP(KeyedLabels):
 
     def release_id(self, kind: str, k: int) -> str:
         """The release this object draws for this dataset, label kind and K (public; names no key bits)."""
+        return self._release_of(self._secret(), kind, k)
+
+    def _release_of(self, key: bytes, kind: str, k: int) -> str:
         from privacy.label.label_pins import PIN_FORMAT
         from privacy.label.store import key_fingerprint, named_dataset_id, release_id
 
-        key = self._secret()
-        params = {"eps": self.eps, "k": k}
+        params = {"eps": self.eps, "k": k, "coins": LABEL_COINS}  # coins per (id, label): release_draws.py
         if self._store is not None:  # pinned (label_pins.py), and this store's: another store's coins are others
             params.update(pins=PIN_FORMAT, store=self._store.identity())
         return release_id(named_dataset_id(self.dataset), key_fingerprint(key), f"labeldp/{kind}", params)
@@ -242,7 +251,7 @@ class LabelDP(KeyedLabels):
                 "the label set, so that two label sets on the same ids never share coins"
             )
         key = self._secret()
-        rel = self.release_id(kind, k)
+        rel = self._release_of(key, kind, k)
         release = {"release_id": rel, "eps": self.eps, "mechanism": f"labeldp/{kind}"}
         if self._store is not None:
             refused = over_budget(self.eps, self.budget, "LabelDP")
@@ -300,6 +309,10 @@ class LabelDP(KeyedLabels):
         # two classes are binary whatever their encoding: one mechanism (keep e^eps/(1+e^eps)), one release
         if np.isinf(self.eps):  # keyed: the true labels, recorded (and capped) as a release of eps = inf
             draw = lambda key, rel, rows: cls.copy()
+        elif ids is not None:  # keyed: coins per (id, label), so a changed label never meets the same coins
+            by_label = randomize_binary_by_label if k == 2 else randomize_classes_by_label
+            extra = () if k == 2 else (k,)
+            draw = lambda key, rel, rows: by_label(cls, rows, *extra, self.eps, key, rel)
         elif k == 2:
             draw = lambda key, rel, rows: randomize_binary_once(cls, rows, self.eps, key, rel)
         else:

@@ -31,6 +31,17 @@ PURPOSE_KEEP = "rr-prior/keep"
 PURPOSE_PICK = "rr-prior/pick"
 PURPOSE_KARY_KEEP = "kary-rr/keep"
 PURPOSE_KARY_OTHER = "kary-rr/other"
+LABEL_COINS = "id+label/v1"  # in a standalone release's id: its coins are drawn per (sample id, label)
+
+
+def _uniforms_by_label(key: bytes, release: str, purpose: str, ids: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """A keyed U[0, 1) per row from PRF(key, release, purpose given the row's label, id): rows with one label share a
+    stream, and another label on the same id is another, independent stream."""
+    u = np.empty(labels.shape[0], dtype=np.float64)
+    for y in np.unique(labels):
+        rows = np.flatnonzero(labels == y)
+        u[rows] = keyed_uniforms(key, release, f"{purpose}|label {int(y)}", ids[rows])
+    return u
 
 
 def randomize_binary_once(labels: np.ndarray, ids: np.ndarray, eps: float, key: bytes, release: str) -> np.ndarray:
@@ -48,6 +59,32 @@ def randomize_classes_once(
         eps,
         u_keep=keyed_uniforms(key, release, PURPOSE_KARY_KEEP, ids),
         u_other=keyed_uniforms(key, release, PURPOSE_KARY_OTHER, ids),
+    )
+
+
+def randomize_binary_by_label(labels: np.ndarray, ids: np.ndarray, eps: float, key: bytes, release: str) -> np.ndarray:
+    """Binary RR whose flip coin is PRF(key, release, (sample id, true label)). For each fixed label the coin is uniform
+    and independent of every other id's, so each output is exactly binary RR; the same label replays the same output,
+    and a changed label meets a fresh coin (two outputs on two labels are two independent RR releases, never the XOR of
+    the labels). Used where the release cannot digest its label set (the standalone API, called batch by batch)."""
+    labels = np.asarray(labels).astype(np.int64)
+    ids = np.asarray(ids, dtype=np.int64)
+    return binary_rr(labels, eps, u=_uniforms_by_label(key, release, PURPOSE_FLIP, ids, labels))
+
+
+def randomize_classes_by_label(
+    classes: np.ndarray, ids: np.ndarray, k: int, eps: float, key: bytes, release: str
+) -> np.ndarray:
+    """k-ary RR whose keep and move coins are PRF(key, release, (sample id, true class)): as randomize_binary_by_label,
+    each output is k-ary RR and a changed class meets fresh coins."""
+    classes = np.asarray(classes).astype(np.int64)
+    ids = np.asarray(ids, dtype=np.int64)
+    return kary_rr(
+        classes,
+        k,
+        eps,
+        u_keep=_uniforms_by_label(key, release, PURPOSE_KARY_KEEP, ids, classes),
+        u_other=_uniforms_by_label(key, release, PURPOSE_KARY_OTHER, ids, classes),
     )
 
 
