@@ -125,7 +125,15 @@ def stages(n: int) -> dict:
 
 
 def _party(
-    role: str, endpoint: str, keys: dict, ids: np.ndarray, out, cache_dir=None, core=None, rank=None, verify=(False, False)
+    role: str,
+    endpoint: str,
+    keys: dict,
+    ids: np.ndarray,
+    out,
+    cache_dir=None,
+    core=None,
+    rank=None,
+    verify=(False, False),
 ) -> None:
     """One party (or one rank of it: rank = (r, N, the party's whole set size)) over CurveZMQ; its result to out.
     verify: (the leader checks the follower's proofs, the follower checks the leader's), data.psi_verify of each."""
@@ -421,8 +429,10 @@ def main() -> int:
             base = v["unverified"]
             for name in VERIFY_VARIANTS:
                 m = v[name]
-                ratio = "" if name == "unverified" else (
-                    f" = {m['seconds_ratio']:.2f}x wall, {m['cpu_seconds_ratio']:.2f}x CPU of unverified"
+                ratio = (
+                    ""
+                    if name == "unverified"
+                    else (f" = {m['seconds_ratio']:.2f}x wall, {m['cpu_seconds_ratio']:.2f}x CPU of unverified")
                 )
                 print(f"  median {name:>17}: {m['seconds']:.1f} s wall, {m['cpu_seconds']:.1f} CPU s{ratio}")
             print(f"  load {v['load_before']:.2f} -> {v['load_after']:.2f} (unverified median {base['seconds']:.1f} s)")

@@ -69,9 +69,7 @@ def _against_forging_leader(tmp_path, attack: str, verify: bool) -> dict:
 
 
 @pytest.mark.parametrize("attack", ["rotate", "second_exponent"])
-def test_without_verification_a_forging_leader_makes_the_follower_accept_ids_the_leader_does_not_hold(
-    tmp_path, attack
-):
+def test_without_verification_a_forging_leader_makes_the_follower_accept_ids_the_leader_does_not_hold(tmp_path, attack):
     # Execute: the power check of the refusal below (the attack works on today's unverified PSI)
     box = _against_forging_leader(tmp_path, attack, verify=False)
     # Assert
@@ -209,3 +207,38 @@ def test_a_verifying_party_does_not_reuse_an_agreement_that_an_unverified_psi_wr
     # Assert: reused without verification (the power check), refused with it
     assert unverified is not None
     assert verifying.load(ids) is None and "data.psi_verify" in verifying.refused
+
+
+def test_data_psi_verify_in_both_yamls_runs_a_verified_psi_and_trains_over_real_processes(
+    tmp_path, shards_small, procs
+):
+    # Prepare: this test's own copy of the shards and a pair of configs with data.psi_verify: true in each YAML
+    import json
+    import os
+    import shutil
+
+    import yaml
+
+    from tests.procs import party_configs
+
+    shards = tmp_path / "shards"
+    shutil.copytree(shards_small, shards, ignore=shutil.ignore_patterns("psi_cache"))
+    cfgs = party_configs(str(tmp_path), str(shards), train={"epochs": 1, "batch_size": 1024})
+    for path in cfgs.values():
+        doc = yaml.safe_load(open(path))
+        doc["data"]["psi_verify"] = True
+        with open(path, "w") as f:
+            yaml.safe_dump(doc, f)
+    # Execute
+    procs.start("leader", "leader", cfgs["leader"])
+    procs.start(F, "follower", cfgs[F])
+    (lcode, lout, lerr), (fcode, fout, ferr) = procs.wait("leader", timeout=300), procs.wait(F, timeout=300)
+    # Assert: both sides proved and checked, the run trained, and each cache says it was verified
+    assert lcode == 0 and fcode == 0, (lerr[-2000:], ferr[-2000:])
+    assert "checking its DLEQ proof of every reply (data.psi_verify) and proving every double" in lout + lerr
+    assert "checking its DLEQ proof of every double (data.psi_verify) and proving every reply" in fout + ferr
+    metrics = json.loads(open(os.path.join(os.path.dirname(cfgs["leader"]), "out", "metrics.json")).read())
+    assert metrics["psi"]["intersection"] > 0 and metrics["psi"]["reused"] == []
+    for party in ("leader", F):
+        (name,) = os.listdir(shards / party / "psi_cache")
+        assert b'"verified": true' in (shards / party / "psi_cache" / name).read_bytes()

@@ -192,6 +192,14 @@ class _LeaderPSI:
         """The protocol with follower f (n ids): (this leader's rows, f's positions) of the ids both hold."""
         a = self.exponent[f]
         progress = Progress(self.log, f"with {f}", n + self.m)
+        if self.log is not None and (self.verify or f in self.proves_to):
+            self.log(
+                f"PSI with {f}: "
+                + " and ".join(
+                    (["checking its DLEQ proof of every reply (data.psi_verify)"] if self.verify else [])
+                    + ([f"proving every double ({f} checks them)"] if f in self.proves_to else [])
+                )
+            )
         y_ab = self._double_masks(f, n, a, progress)
         perm = shuffled_order(self.m)  # rows >= len(ids): random padding points, never matched
         x_ab = np.empty((self.m, 32), np.uint8)

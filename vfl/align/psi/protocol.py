@@ -283,6 +283,14 @@ def follower_psi(
     else:
         y, real = padded_slots(ids, m)
         run = _FollowerPSI(ch, y, real, n_leader, log, leader_key(hello) if verify else None, hello.verify == 1)
+        if log is not None and (verify or hello.verify == 1):
+            log(
+                "PSI with the leader: "
+                + " and ".join(
+                    (["checking its DLEQ proof of every double (data.psi_verify)"] if verify else [])
+                    + (["proving every reply (the leader checks them)"] if hello.verify == 1 else [])
+                )
+            )
         pos, shared = run.checked_positions(run.answer_until_done())
         final, pairwise = np.sort(y[pos]), int(shared.sum())
         if cache is not None and run.ticket is not None:
@@ -309,7 +317,9 @@ def leader_key(hello: Psi) -> bytes:
         )
     key = bytes.fromhex(hello.key)
     if sodium().crypto_core_ristretto255_is_valid_point(key) != 1:
-        raise PSIError(f"the leader's PSI hello commits to key {hello.key[:16]}..., not a ristretto255 element; refused")
+        raise PSIError(
+            f"the leader's PSI hello commits to key {hello.key[:16]}..., not a ristretto255 element; refused"
+        )
     return key
 
 
