@@ -319,3 +319,53 @@ def test_a_whole_store_restored_from_a_backup_never_gives_the_same_coins_to_chan
     np.testing.assert_array_equal(out1[~changed], out2[~changed])
     assert ((leak[0] ^ leak[1]) == (l1 ^ l2)).all()
 
+
+def test_a_labeldp_object_alive_across_an_ack_reset_draws_the_new_coins(tmp_path):
+    """A LabelDP object that drew before a lost ledger and an ack-reset draws after it exactly what a new object does
+    (the store's coins are read on every call), never the retired coins: a replay of the same labels is the new
+    release, and on 1000 changed labels the XOR of the outputs is not the labels' XOR."""
+    # Prepare
+    store = tmp_path / "store"
+    rng = np.random.default_rng(51)
+    ids = np.arange(1_000, dtype=np.int64)
+    labels = rng.integers(0, 2, ids.size)
+    kept = LabelDP(1.0, dataset="a", store_dir=str(store))
+    out1 = kept(labels, ids=ids)
+    before = kept.last_release["release_id"]
+    os.remove(store / "ledger.json")
+    shutil.rmtree(store / "label_pins")
+    with pytest.raises(LabelDPStoreError, match="ack-reset"):
+        kept(labels, ids=ids)
+    assert _ack_reset(store).returncode == 0
+    # Execute
+    replay = kept(labels, ids=ids)
+    fresh = LabelDP(1.0, dataset="a", store_dir=str(store))
+    # Assert
+    assert kept.last_release["release_id"] == fresh.release_id("binary", 2) != before
+    np.testing.assert_array_equal(replay, fresh(labels, ids=ids))
+    assert not np.array_equal(replay, out1)
+
+
+def test_an_ack_reset_between_a_calls_key_and_its_draw_refuses_the_call(tmp_path):
+    """The coins are checked again under the lock that pins the labels: a reset that lands after the call read its key
+    (here: inside its ledger record) refuses the call, with nothing drawn from the retired key."""
+    from privacy.label.ledger_reset import acknowledge_reset
+
+    # Prepare
+    store = tmp_path / "store"
+    ids = np.arange(200, dtype=np.int64)
+    labels = np.random.default_rng(52).integers(0, 2, ids.size)
+    dp = LabelDP(1.0, dataset="a", store_dir=str(store))
+    dp(labels[:100], ids=ids[:100])
+    real = LabelDPStore.record
+
+    def record_then_reset(self, *args, **kwargs):
+        got = real(self, *args, **kwargs)
+        os.remove(store / "ledger.json")
+        acknowledge_reset(str(store))
+        return got
+
+    dp._store.record = record_then_reset.__get__(dp._store)
+    # Execute / Assert
+    with pytest.raises(LabelDPStoreError, match="its coins changed .* nothing was drawn: call again"):
+        dp(labels, ids=ids)

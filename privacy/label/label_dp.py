@@ -178,12 +178,15 @@ class KeyedLabels:
         self._shown = 0  # the store's warnings shown so far
 
     def _secret(self) -> bytes:
-        if self._key is None:
+        """`key=` bytes, else the store's label key read anew on every call (under the store's lock, its seal
+        checked): an ack-reset while this object lives rotates its coins too, never leaving it the old ones."""
+        if self._store is None and self._key is not None:
+            return self._key
+        if self._store is None:
             from privacy.label.store import LabelDPStore, default_store_dir
 
             self._store = LabelDPStore(self.store_dir or default_store_dir(), self.key_file)
-            self._key = self._store.key()
-        return self._key
+        return self._store.key()
 
     def _new_warnings(self) -> list[str]:
         """The store's warnings since the last call, each shown with warnings.warn."""
@@ -277,6 +280,7 @@ class LabelDP(KeyedLabels):
             )
             release.update(new_release=is_new, dataset_total_eps=summary["total_eps"], ledger=self._store.ledger_path)
             with self._store.locked():  # checked again: another process may have pinned these ids meanwhile
+                self._store.check_label_key(key)  # and no ack-reset rotated the coins since this call read its key
                 pin(self._store, rel, self.dataset, tags)
         out = draw(key, rel)
         self.last_release = {**release, "warnings": self._new_warnings()}

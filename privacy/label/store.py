@@ -268,6 +268,7 @@ class LabelDPStore:
         warned about: its releases are independent of the old ones and add their eps."""
         with self.locked():
             doc = self.ledger()  # after an acknowledged reset the store draws with coin_key(key, its nonce)
+            self._identity = None  # an ack-reset may have replaced a lost ledger secret: identity() reads it anew
             if os.path.exists(self.key_path):
                 return coin_key(read_key(self.key_path), self._state.coins)
             key = coin_key(create_key(self.key_path), self._state.coins)
@@ -280,9 +281,19 @@ class LabelDPStore:
                 )
             return key
 
+    def check_label_key(self, key: bytes) -> None:
+        """Under the lock: LabelDPStoreError unless `key` is the store's label key now (an ack-reset since it was read
+        rotated the coins: drawing with it would reuse the coins the reset retired)."""
+        self.ledger()
+        if not os.path.exists(self.key_path) or coin_key(read_key(self.key_path), self._state.coins) != key:
+            raise LabelDPStoreError(
+                f"label-DP store {self.dir}: its coins changed (an ack-reset, or another key file) while this call ran; "
+                "nothing was drawn: call again"
+            )
+
     def identity(self) -> str:
-        """The store's public identity: its ledger secret's fingerprint (the secret created on first use and never
-        replaced, so it is read once per store object)."""
+        """The store's public identity: its ledger secret's fingerprint (the secret is created on first use and
+        replaced only by an ack-reset that found it lost, so it is read again after each key())."""
         if self._identity is None:
             with self.locked():
                 self._identity = key_fingerprint(self._secret(self.ledger()))
