@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
 import pytest
 
+from privacy.dp_accountant import gaussian_epsilon
+from privacy.federated.gaussian import analytic_gaussian_sigma
 from tests.conftest import REPO
 from vfl.horizontal.config import FedConfigError, parse_fed_config
 from vfl.horizontal.fedavg import run_fedavg
@@ -73,6 +76,11 @@ def test_gaussian_dp_distortion_shrinks_as_eps_grows_and_is_accounted(tmp_path):
     assert plain["final_test_auc"] > 0.5
     assert runs[0.05]["privacy"]["per client"]["eps"] == pytest.approx(0.05 * 4)
     assert runs[0.05]["privacy"]["per client"]["delta"] == pytest.approx(4e-5)
+    # the accountant composes the 4 Gaussian rounds (noise multiplier sigma / (2 clip)) at delta 1e-5, beside the sum
+    acct = runs[5.0]["privacy"]["per client"]["accountant"]
+    z = analytic_gaussian_sigma(5.0, 1e-5, 2.0) / 2.0
+    assert acct == {"name": "rdp", "eps": gaussian_epsilon(z, 1e-5, 4), "delta": 1e-5, "gaussian_releases": 4}
+    assert acct["eps"] < runs[5.0]["privacy"]["per client"]["eps"] == pytest.approx(20.0)
 
 
 def test_nbafl_runs_and_reports_the_run_level_budget(tmp_path):
@@ -84,6 +92,10 @@ def test_nbafl_runs_and_reports_the_run_level_budget(tmp_path):
     )
     assert m["privacy"]["per client (whole run)"]["eps"] == 50.0
     assert len(m["rounds"]) == 4
+    # the paper's claim beside the accountant's composition of the 4 uplinks of noise multiplier T c / eps
+    acct = m["privacy"]["per client (whole run)"]["accountant"]
+    c = math.sqrt(2 * math.log(1.25 / 0.01))
+    assert acct["eps"] == gaussian_epsilon(4 * c / 50.0, 0.01, 4) and acct["gaussian_releases"] == 4
 
 
 def test_laplace_eval_reports_clustering_scores_of_protected_outputs(tmp_path):

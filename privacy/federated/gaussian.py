@@ -105,6 +105,11 @@ class GaussianParams(Params):
         """Local DP: two clipped updates differ by at most 2 * dp_norm_clip in L2."""
         return analytic_gaussian_sigma(self.dp_eps, self.dp_delta, 2.0 * self.dp_norm_clip)
 
+    @property
+    def noise_multiplier(self) -> float:
+        """sigma / sensitivity of one round's release (sensitivity 2 * dp_norm_clip): what an accountant composes."""
+        return self.sigma / (2.0 * self.dp_norm_clip)
+
 
 def gaussian_client(update: np.ndarray, params: GaussianParams, rng: np.random.Generator) -> np.ndarray:
     """DP_ENCRYPT on one client: clip to dp_norm_clip, add N(0, sigma^2) per coordinate."""
@@ -113,4 +118,5 @@ def gaussian_client(update: np.ndarray, params: GaussianParams, rng: np.random.G
 
 
 def gaussian_cost(params: GaussianParams) -> dict:
+    """One round's (dp_eps, dp_delta); the rounds compose through `noise_multiplier` in the ledger's accountant."""
     return {"eps": float(params.dp_eps), "delta": float(params.dp_delta)}

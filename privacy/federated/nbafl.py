@@ -8,8 +8,12 @@ of FederatedScope's wrap_nbafl_trainer / wrap_nbafl_server:
       scale_d = 2 * constant * w_clip * sqrt(T^2 - L^2 N) / (min_n_train * N * eps)
   (N clients, L clients sampled per round; constant = c = sqrt(2 ln(1.25/delta)) in the paper,
   a tunable constant in FederatedScope). Local training clips gradient norms to grad_clip.
-The (eps, delta) calibrated here is the guarantee of the whole T-round run (the paper's Theorem 1
-composes over T exposures inside scale_u).
+The (eps, delta) calibrated here is the guarantee the paper's Theorem 1 claims for the whole T-round run (it composes
+over T exposures inside scale_u). A client's upload changes by at most Delta_U = 2 w_clip / n_train when one of its
+samples is replaced (the paper's Lemma 1), so each round's uplink is a Gaussian release of noise multiplier
+scale_u / Delta_U = T c / eps; `uplink_noise_multiplier` gives it to the ledger's accountant, which composes the T
+releases instead of trusting the claim (the downlink is post-processing of the uploads plus more noise, so the
+uplink figure bounds it too).
 """
 
 from __future__ import annotations
@@ -37,6 +41,11 @@ class NbAFLParams(Params):
 def uplink_scale(p: NbAFLParams, rounds: int, n_train: int) -> float:
     """scale_u = w_clip * T * 2 * c / (n_train * eps)."""
     return p.w_clip * rounds * 2.0 * p.c / (n_train * p.epsilon)
+
+
+def uplink_noise_multiplier(p: NbAFLParams, rounds: int) -> float:
+    """scale_u / Delta_U = T c / eps: the same for every client, whatever its n_train."""
+    return rounds * p.c / p.epsilon
 
 
 def downlink_scale(p: NbAFLParams, rounds: int, num_clients: int, sampled: int, min_n_train: int) -> float:

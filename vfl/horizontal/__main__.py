@@ -1,10 +1,11 @@
-"""`python -m vfl.horizontal --encrypt TYPE [--laplace-eval-eps E] [--config YAML] [--out DIR]`."""
+"""`python -m vfl.horizontal --encrypt TYPE [--laplace-eval-eps E] [--accountant rdp|pld] [--config YAML] [--out DIR]`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from privacy.dp_accountant import ACCOUNTANTS
 from vfl.cli import command_name
 from vfl.horizontal.config import ENCRYPT_TYPES, FedConfigError, load_fed_config
 
@@ -13,11 +14,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog=command_name("vfl.horizontal"))
     ap.add_argument("--encrypt", choices=ENCRYPT_TYPES, default=None)
     ap.add_argument("--laplace-eval-eps", type=float, default=None, help="turns on privacy_eval_type LAPLACE")
+    ap.add_argument("--accountant", choices=ACCOUNTANTS, default=None, help="composes the Gaussian rounds")
     ap.add_argument("--config", default=None)
     ap.add_argument("--out", default="runs/horizontal")
     ap.add_argument("--rounds", type=int, default=None)
     args = ap.parse_args(argv)
-    overrides = {"encrypt_train_type": args.encrypt, "rounds": args.rounds}
+    overrides = {"encrypt_train_type": args.encrypt, "rounds": args.rounds, "accountant": args.accountant}
     if args.laplace_eval_eps is not None:
         overrides.update(privacy_eval_type="LAPLACE", laplace_eval_eps=args.laplace_eval_eps)
     try:
@@ -28,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     from vfl.horizontal.fedavg import run_fedavg
 
     m = run_fedavg(cfg, args.out)
-    print(f"final test_auc: {m['final_test_auc']:.4f}; privacy totals: {m['privacy'] or 'none'}")
+    print(f"final test_auc: {m['final_test_auc']:.4f}; privacy totals: {_privacy_line(m['privacy'])}")
     if "laplace_eval" in m:
         le = m["laplace_eval"]
         print(
@@ -36,6 +38,20 @@ def main(argv: list[str] | None = None) -> int:
             f"silhouette clean {le['clean']['silhouette']:.4f} protected {le['protected']['silhouette']:.4f}"
         )
     return 0
+
+
+def _privacy_line(totals: dict) -> str:
+    """Per scope: the summed (eps, delta), and the accountant's beside it where Gaussian releases were composed."""
+    if not totals:
+        return "none"
+    parts = []
+    for scope, t in totals.items():
+        line = f"{scope}: summed eps {t['eps']:.6g} delta {t['delta']:.3g}"
+        if "accountant" in t:
+            a = t["accountant"]
+            line += f", {a['name']} accountant eps {a['eps']:.6g} delta {a['delta']:.3g}"
+        parts.append(line)
+    return "; ".join(parts)
 
 
 if __name__ == "__main__":

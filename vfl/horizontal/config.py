@@ -9,6 +9,7 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from privacy.domains import Choice, Flag, Number
+from privacy.dp_accountant import ACCOUNTANTS, DEFAULT_ACCOUNTANT
 from privacy.federated.gaussian import GaussianParams
 from privacy.federated.nbafl import NbAFLParams
 from privacy.federated.signds import SignDSParams
@@ -62,6 +63,8 @@ class FedFile(_Section):
     encrypt: EncryptFile = Field(default_factory=EncryptFile)
     privacy_eval_type: Choice(*EVAL_TYPES) = "NOT_ENCRYPT"
     laplace_eval: LaplaceEvalFile = Field(default_factory=LaplaceEvalFile)
+    # composes the Gaussian rounds (DP_ENCRYPT, NBAFL): rdp (Renyi DP) or pld (privacy loss distributions, tighter, slower)
+    accountant: Choice(*ACCOUNTANTS) = DEFAULT_ACCOUNTANT
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,7 @@ class FedConfig:
     nbafl: NbAFLParams = field(default_factory=NbAFLParams)
     privacy_eval_type: str = "NOT_ENCRYPT"
     laplace_eval_eps: float = 230260.0
+    accountant: str = DEFAULT_ACCOUNTANT
 
 
 _OVERRIDE_KEYS = {
@@ -92,6 +96,7 @@ _OVERRIDE_KEYS = {
     "encrypt_train_type": "encrypt.encrypt_train_type",
     "privacy_eval_type": "privacy_eval_type",
     "laplace_eval_eps": "laplace_eval.laplace_eval_eps",
+    "accountant": "accountant",
 }
 
 
@@ -128,6 +133,7 @@ def parse_fed_config(doc: Any, source: str = "config", overrides: dict | None = 
         nbafl=f.encrypt.nbafl,
         privacy_eval_type=f.privacy_eval_type,
         laplace_eval_eps=f.laplace_eval.laplace_eval_eps,
+        accountant=f.accountant,
     )
 
 

@@ -16,11 +16,18 @@ import time
 import numpy as np
 from scipy.special import expit
 
-from privacy.accounting import PrivacyLedger
+from privacy.federated.accounting import PrivacyLedger
 from privacy.federated.gaussian import gaussian_client, gaussian_cost
 from privacy.federated.laplace import laplace_cost, laplace_protect
 from privacy.federated.magrr import MagRRServer, magrr_client_bit
-from privacy.federated.nbafl import downlink_scale, nbafl_client, nbafl_cost, nbafl_server, uplink_scale
+from privacy.federated.nbafl import (
+    downlink_scale,
+    nbafl_client,
+    nbafl_cost,
+    nbafl_server,
+    uplink_noise_multiplier,
+    uplink_scale,
+)
 from privacy.federated.secure_aggregation import MaskingClient, aggregate_masked
 from privacy.federated.signds import signds_aggregate, signds_client, signds_cost
 from vfl.data.parties import parse_parties
@@ -116,13 +123,20 @@ def run_fedavg(cfg: FedConfig, out_dir: str, log=print) -> dict:
     clients = [(tr_dense[p], tr_cat[p], tr_y[p]) for p in parts]
     sizes = np.array([p.size for p in parts])
     w = np.zeros(model.dim)
-    ledger = PrivacyLedger()
+    ledger = PrivacyLedger(accountant=cfg.accountant)
     magrr = MagRRServer()
     kind = cfg.encrypt_train_type
     rounds, secure_diff = [], 0.0
     log(f"FedAvg: {cfg.clients} clients, {cfg.rounds} rounds, d = {model.dim} parameters, encrypt_train_type = {kind}")
     if kind == "NBAFL":
-        ledger.spend("nbafl", nbafl_cost(cfg.nbafl), scope="per client (whole run)")
+        # the paper's run-level claim, and the T uplink releases it is made of for the accountant
+        ledger.spend(
+            "nbafl",
+            nbafl_cost(cfg.nbafl),
+            scope="per client (whole run)",
+            noise_multiplier=uplink_noise_multiplier(cfg.nbafl, cfg.rounds),
+            releases=cfg.rounds,
+        )
         log(
             f"NbAFL: uplink noise scale {uplink_scale(cfg.nbafl, cfg.rounds, int(sizes.min())):.4g}, downlink "
             f"{downlink_scale(cfg.nbafl, cfg.rounds, cfg.clients, cfg.clients, int(sizes.min())):.4g}"
@@ -144,7 +158,7 @@ def run_fedavg(cfg: FedConfig, out_dir: str, log=print) -> dict:
             w = w + total / cfg.clients
         elif kind == "DP_ENCRYPT":
             w = w + np.mean([gaussian_client(u, cfg.dp, rng) for u in updates], axis=0)
-            ledger.spend("gaussian", gaussian_cost(cfg.dp))
+            ledger.spend("gaussian", gaussian_cost(cfg.dp), noise_multiplier=cfg.dp.noise_multiplier)
         elif kind == "NBAFL":
             noisy = [nbafl_client(lw, cfg.nbafl, cfg.rounds, int(n), rng) for lw, n in zip(local, sizes)]
             w = nbafl_server(
@@ -186,6 +200,14 @@ def run_fedavg(cfg: FedConfig, out_dir: str, log=print) -> dict:
         metrics["laplace_eval"] = laplace_evaluation(probs, te_y, cfg.laplace_eval_eps, rng)
         ledger.spend("laplace_eval", laplace_cost(cfg.laplace_eval_eps), scope="per released output")
     metrics["privacy"] = ledger.totals()
+    for scope, t in metrics["privacy"].items():
+        if "accountant" in t:
+            a = t["accountant"]
+            log(
+                f"privacy {scope}: summed eps {t['eps']:.6g} delta {t['delta']:.3g}; "
+                f"{a['name']} accountant eps {a['eps']:.6g} delta {a['delta']:.3g} over {a['gaussian_releases']} "
+                "Gaussian releases"
+            )
     np.save(os.path.join(out_dir, "model.npy"), w)
     with open(os.path.join(out_dir, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2)
