@@ -163,3 +163,39 @@ def test_the_config_refuses_embedding_dp_on_the_leader_and_requires_eps():
     follower = {"role": "follower", "network": {"connect": "tcp://127.0.0.1:5000"}, "privacy": {"embedding_dp": {}}}
     assert any("privacy.embedding_dp is set on a follower only" in p for p in role_problems(leader, ".*", 512, 8.0))
     assert any("privacy.embedding_dp.eps is required" in p for p in role_problems(follower, ".*", 512, 8.0))
+
+
+class _ServedTable:
+    """Ids 0..9 with 3 numeric features each (any id outside is unknown)."""
+
+    def __init__(self):
+        self.dense = torch.arange(30, dtype=torch.float32).reshape(10, 3)
+
+    def rows_of(self, ids):
+        ids = np.asarray(ids)
+        return np.where((ids >= 0) & (ids < 10), ids, -1)
+
+    def features(self, rows):
+        return (self.dense[np.where(rows >= 0, rows, 0)],)
+
+
+def test_serving_noises_each_held_ids_cut_and_refuses_an_id_past_its_sends(tmp_path):
+    from vfl.inference.serve_follower import FollowerServer, IdLog, ServeLimits
+    from vfl.wire.serve_messages import ServeCut, ServeIds, ServeRefused
+
+    # Prepare: a follower serving under embedding DP (one send per id), its bottom the identity on 3 columns
+    rel = CutRelease(EmbeddingDPConfig(eps=4.0, delta=1e-5, clip=1.0), 3, log=lambda s: None)
+    rel.plan(1)
+    log = IdLog(str(tmp_path / "ids.log"), budget_bytes=10**6)
+    server = FollowerServer(lambda x: x, _ServedTable(), 3, ServeLimits(max_rows=8, rows_per_s=1e6), log,
+                            cut_release=rel)  # fmt: skip
+    # Execute: ids 1, 2 and an unknown one; then 3 and 2 again
+    first = server.answer(ServeIds(1, np.array([1, 2, 99]), 1000))
+    second = server.answer(ServeIds(2, np.array([3, 2]), 1000))
+    log.close()
+    # Assert: the held rows' cuts are noised (not the raw features), the unknown one stays zero; id 2 is refused
+    assert isinstance(first, ServeCut) and first.unknown.tolist() == [2]
+    assert not np.allclose(first.cut[:2], _ServedTable().dense[[1, 2]].numpy())
+    assert np.array_equal(first.cut[2], np.zeros(3, np.float32))
+    assert isinstance(second, ServeRefused) and "embedding DP" in second.reason
+    assert "refused:embedding_dp" in open(tmp_path / "ids.log").read()

@@ -67,4 +67,3 @@ def test_embedding_dp_trains_over_processes_with_fresh_noise_per_send_and_its_ep
     planted = {**sent, "cut": sent["cut"].copy()}
     planted["cut"][again] = sent["cut"][first[0]]
     assert _repeated_sends(planted)[1] == 1
-

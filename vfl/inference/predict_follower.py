@@ -5,7 +5,8 @@ reads its own file of new rows through its frozen transforms (vfl/inference/new_
 with its checkpoint's training run, step and fingerprint (vfl/inference/fingerprint.py). After PSI it answers each
 PREDICT_ROWS (a range of the intersection in ascending id order, checked against the range digest of its own ids
 there, vfl/session/cut_digest.py, before anything is computed) with PREDICT_CUT, its bottom's cut in eval mode,
-until PREDICT_DONE; then BYE.
+until PREDICT_DONE; then BYE. Under privacy.embedding_dp each row's cut is clipped and noised as in training, and a
+row is sent at most privacy.embedding_dp.releases times (default 1) per prediction run (vfl/session/cut_release.py).
 
 What it learns: the intersection of the new ids (as in training), the ranges (fixed-size, in id order) and the row
 count. Nothing it receives is computed from a score or a label; it writes no prediction.
@@ -22,6 +23,7 @@ from vfl.config.schema import PartyConfig
 from vfl.inference.fingerprint import pair_fingerprint
 from vfl.inference.predict_party import PredictingParty
 from vfl.session.cut_digest import range_digest
+from vfl.session.cut_release import CutRelease
 from vfl.session.follower import FollowerSession
 from vfl.wire import PROTOCOL_VERSION, WireError
 from vfl.wire.messages import Bye
@@ -36,6 +38,9 @@ class FollowerPredictor(PredictingParty):
         self.requests = 0
         self.rows_sent = 0
         self._done = False
+        # privacy.embedding_dp: each row's cut clipped and noised; a row is sent at most `releases` times (default 1)
+        self.cut_release = CutRelease(cfg.privacy.embedding_dp, cfg.model.bottom.cut_dim, log, cfg.party)
+        self.cut_release.plan(1)
 
     def run(self, channel, psi: Callable[[np.ndarray], tuple[np.ndarray, object]]) -> dict:
         """Handshake, PSI (psi(ids) -> (common ids, report)), then answer until PREDICT_DONE; returns what it did."""
@@ -79,7 +84,8 @@ class FollowerPredictor(PredictingParty):
                 "disagree)"
             )
         out = self.cut(msg.start, msg.stop)
-        self.ch.post(PredictCut(cut=out.cpu().numpy(), start=msg.start, stop=msg.stop))
+        sent = self.cut_release.release(out, "predict", n, slice(msg.start, msg.stop))
+        self.ch.post(PredictCut(cut=sent, start=msg.start, stop=msg.stop))
         self.requests += 1
         self.rows_sent += msg.stop - msg.start
 
@@ -89,3 +95,10 @@ class FollowerPredictor(PredictingParty):
         self.ch.post(Bye(steps=self.requests, snapshot_bytes=0))
         self._done = True
         self.log(f"follower {self.cfg.party}: answered {self.requests} requests ({self.rows_sent} rows)")
+        rep = self.cut_release.report()
+        if rep is not None:
+            self.log(
+                f"embedding DP: follower {self.cfg.party} sent {rep['cuts_sent']} noised cuts, each row at most "
+                f"{rep['most_sends_of_a_row']} time(s): (eps={rep['eps_spent_by_most_sent_row']:.4g}, "
+                f"delta={rep['delta']:g}) per row in this prediction"
+            )

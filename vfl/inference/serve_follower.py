@@ -126,8 +126,11 @@ class FollowerServer:
     """Answers SERVE_IDS with cuts from the party's own table; rate-limited, every id logged. `bottom` computes the
     cut from the table's features: the torch module, or onnxruntime in its place (onnx_engine.fast_forward)."""
 
-    def __init__(self, bottom, table, cut_dim: int, limits: ServeLimits, id_log: IdLog, clock=time.monotonic):
+    def __init__(
+        self, bottom, table, cut_dim: int, limits: ServeLimits, id_log: IdLog, clock=time.monotonic, cut_release=None
+    ):
         self.bottom, self.table, self.cut_dim = bottom, table, cut_dim
+        self.cut_release = cut_release  # privacy.embedding_dp: a vfl.session.cut_release.CutRelease (None: off)
         self.limits = limits
         self.bucket = TokenBucket(limits.rows_per_s, max(limits.rows_per_s, limits.max_rows), clock)
         self.id_log = id_log
@@ -155,9 +158,17 @@ class FollowerServer:
         table = current_rows(self.table)  # one load of the new rows for the whole request
         rows = table.rows_of(msg.ids)
         unknown = np.flatnonzero(rows < 0).astype(np.int64)
+        held = rows >= 0
+        capped = self.cut_release.refusal(msg.ids[held]) if self.cut_release is not None else None
+        if capped:  # embedding DP: an id's cut already sent as often as its noise was calibrated for
+            self.id_log.refused(msg.request, msg.ids, "refused:embedding_dp")
+            self.refused += 1
+            return ServeRefused(msg.request, capped, 0)
         self.id_log.write(msg.request, msg.ids, f"answered unknown={unknown.size}")
         with torch.inference_mode():
             cut = self.bottom(*table.features(rows)).float().numpy()
+        if self.cut_release is not None and self.cut_release.on and held.any():  # clipped, noised, counted per id
+            cut[held] = self.cut_release.release(torch.from_numpy(cut[held]), "serve", ids=msg.ids[held])
         if unknown.size:
             cut[unknown] = 0.0  # nothing of a row this party does not hold
         self.answered += 1
@@ -195,7 +206,11 @@ def serve_follower(
     sample = table.snapshot().features(np.arange(min(256, len(table))))
     bottom = fast_forward(bottom, ["dense", "dense_missing", "cat"], sample, engine, log)
     id_log = state["id_log"] = IdLog(os.path.join(cfg.output.dir, f"{cfg.party}_served_ids.log"), limits.id_log_bytes)
-    server = FollowerServer(bottom, table, cfg.model.bottom.cut_dim, limits, id_log)
+    from vfl.session.cut_release import CutRelease
+
+    cut_release = CutRelease(cfg.privacy.embedding_dp, cfg.model.bottom.cut_dim, log, cfg.party)
+    cut_release.plan(1)  # an id's cut is sent at most privacy.embedding_dp.releases times (default 1) while serving
+    server = FollowerServer(bottom, table, cfg.model.bottom.cut_dim, limits, id_log, cut_release=cut_release)
     channel = state["channel"] = FollowerChannel(
         cfg.network.connect,
         cfg.party,

@@ -83,14 +83,23 @@ class CutRelease:
             )
         counts[rows] = after
 
+    def refusal(self, ids: np.ndarray) -> str | None:
+        """Why a send of these ids' cuts would pass the planned sends per row (None: it would not, or off)."""
+        if not self.on:
+            return None
+        worst = max((self._id_counts.get(int(i), 0) + 1 for i in np.asarray(ids).ravel()), default=0)
+        if worst <= self.releases:
+            return None
+        return (
+            f"embedding DP: an id asked for send {worst}, over the {self.releases} sends per row this follower's "
+            f"noise is calibrated for (privacy.embedding_dp.releases); no cut sent"
+        )
+
     def _charge_ids(self, ids: np.ndarray) -> None:
+        why = self.refusal(ids)
+        if why:
+            raise ReleaseCapError(why)
         ids = [int(i) for i in np.asarray(ids).ravel()]
-        worst = max((self._id_counts.get(i, 0) + 1 for i in ids), default=0)
-        if worst > self.releases:
-            raise ReleaseCapError(
-                f"embedding DP: id asked for the {worst}th time, over the {self.releases} sends per row this "
-                f"follower's noise is calibrated for (privacy.embedding_dp.releases); no cut sent"
-            )
         for i in ids:
             self._id_counts[i] = self._id_counts.get(i, 0) + 1
 
