@@ -164,9 +164,13 @@ class ServingRows:
         while not self._stop.wait(self.poll_s):
             try:
                 self.reload()
-            except (DataError, OSError, ValueError) as e:  # keep serving the previous load
-                self._signature = signature(source_files(self.source)) if os.path.exists(self.source) else ()
-                self.log.warning(f"new rows: {self.source} not reloaded, the previous load is served: {e}")
+            except Exception as e:  # any failure of a load (a reader's too): the previous load is served
+                try:  # retried when the files change again, not every poll
+                    self._signature = signature(source_files(self.source))
+                except DataError:
+                    self._signature = ()
+                why = str(e) if isinstance(e, (DataError, OSError)) else f"{type(e).__name__}: {e}"
+                self.log.warning(f"new rows: {self.source} not reloaded, the previous load is served: {why}")
 
     def close(self) -> None:
         self._stop.set()
