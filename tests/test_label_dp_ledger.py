@@ -98,6 +98,7 @@ def test_a_format_3_ledger_is_migrated_and_a_dataset_it_may_not_have_recorded_wh
     doc.pop("generation")  # written before seals: no write count, no seal
     open(store.ledger_path, "w").write(json.dumps(doc))
     os.remove(store.seal_path)
+    os.remove(os.path.join(store.dir, "ledger_sealed"))  # and the marker of the first seal
     store.warnings.clear()
     # Execute
     _, summary = store.record(_release("B"), key, np.arange(100_000, 100_010))
@@ -140,6 +141,7 @@ def test_a_small_format_2_sketch_is_compared_exactly_under_its_key_and_absorbed_
     open(store.ledger_path, "w").write(json.dumps(doc))
     os.remove(store.secret_path)
     os.remove(store.seal_path)
+    os.remove(os.path.join(store.dir, "ledger_sealed"))  # and the marker of the first seal
     # Execute
     _, disjoint = store.record(_release("B"), key, np.arange(100, 110))
     _, sharing = store.record(_release("C"), key, np.arange(9, 20))

@@ -174,6 +174,7 @@ def test_a_format_2_ledger_is_migrated_and_its_unmeasurable_sketches_are_charged
     ledger_path.write_text(json.dumps(doc))
     os.remove(tmp_path / "store" / "ledger_secret")
     os.remove(tmp_path / "store" / "ledger_seal")
+    os.remove(tmp_path / "store" / "ledger_sealed")
     os.remove(tmp_path / "store" / "key")
     # Execute
     second = _labels(b, tmp_path / "store")

@@ -158,12 +158,14 @@ def test_a_ledger_written_before_seals_is_sealed_at_open_and_checked_from_then_o
     doc.pop("generation")
     (tmp_path / "store" / "ledger.json").write_text(json.dumps(doc))
     os.remove(tmp_path / "store" / "ledger_seal")
+    os.remove(tmp_path / "store" / "ledger_sealed")
     # Execute
     opened = LabelDPStore(str(tmp_path / "store"))
     kept, sealed = [r["eps"] for r in opened.ledger()["releases"]], (tmp_path / "store" / "ledger_seal").exists()
+    marked = (tmp_path / "store" / "ledger_sealed").exists()
     os.remove(tmp_path / "store" / "ledger.json")
-    # Assert: opened (its releases as they were) and sealed; the deletion after it is refused
-    assert kept == [2.0] and sealed
+    # Assert: opened (its releases as they were), sealed and marked; the deletion after it is refused
+    assert kept == [2.0] and sealed and marked
     with pytest.raises(LabelDPStoreError, match=r"is missing but its seal .* records it \(write 0\)"):
         LabelDPStore(str(tmp_path / "store"))
 
@@ -271,12 +273,18 @@ def test_ack_reset_after_a_lost_ledger_secret_charges_every_kept_dataset_to_ever
     assert summary["total_eps"] == 3.0 and summary["unverifiable_datasets"] == ["A"]
 
 
-def test_a_store_whose_ledger_seal_and_secret_are_all_deleted_starts_over_with_a_warning(tmp_path):
-    """The boundary docs/label-dp.md states: with no ledger secret the store is new (only its kept key warns)."""
+def test_a_store_whose_ledger_seal_secret_and_sealed_marker_are_all_deleted_starts_over_with_a_warning(tmp_path):
+    """The boundary docs/label-dp.md states: with no ledger secret and no sealed marker the store is new (only its kept
+    key warns); with the marker kept, it is refused."""
     # Prepare
     _spent(tmp_path / "store", 2.0)
     for name in ("ledger.json", "ledger_seal", "ledger_secret"):
         os.remove(tmp_path / "store" / name)
+    with pytest.raises(
+        LabelDPStoreError, match=r"is missing and has no seal nor ledger secret in a store sealed before"
+    ):
+        LabelDPStore(str(tmp_path / "store"))
+    os.remove(tmp_path / "store" / "ledger_sealed")
     # Execute
     store = LabelDPStore(str(tmp_path / "store"))
     # Assert
@@ -369,3 +377,44 @@ def test_an_ack_reset_between_a_calls_key_and_its_draw_refuses_the_call(tmp_path
     # Execute / Assert
     with pytest.raises(LabelDPStoreError, match="its coins changed .* nothing was drawn: call again"):
         dp(labels, ids=ids)
+
+
+def test_an_older_ledger_without_its_generation_and_a_deleted_seal_is_refused(tmp_path):
+    """The review's repro: the ledger of after the first release (eps 3) restored with its own `generation` key
+    removed and the seal deleted, after eps 4 more: it read as a ledger written before seals and let eps 4.5 through
+    at total 7.5 (true spend 11.5, budget 8). The store's `ledger_sealed` marker, made with its first seal, refuses
+    a missing seal whatever the ledger says; ack-reset still lifts it."""
+    # Prepare
+    store = tmp_path / "store"
+    _spent(store, 3.0)
+    older = json.loads((store / "ledger.json").read_text())
+    s = LabelDPStore(str(store))
+    s.record(_release("A", 4.0, "r1"), s.key(), np.arange(100), budget=8.0)
+    older.pop("generation")
+    (store / "ledger.json").write_text(json.dumps(older, indent=1))
+    os.remove(store / "ledger_seal")
+    # Execute / Assert
+    with pytest.raises(LabelDPStoreError, match=r"has no seal \(.*ledger_seal is missing\) in a store sealed before"):
+        LabelDPStore(str(store))
+    assert not (store / "ledger_seal").exists()
+    assert _ack_reset(store).returncode == 0
+    assert LabelDPStore(str(store)).ledger()["resets"]
+
+
+def test_a_store_sealed_before_the_marker_existed_is_marked_when_its_seal_is_accepted(tmp_path):
+    """A store sealed by the version before the marker (seal, no marker) opens as before and is marked then, so a seal
+    deleted afterwards is refused; a ledger written before seals (no seal, no marker) is still sealed at open."""
+    # Prepare
+    store = tmp_path / "store"
+    _spent(store, 1.0)
+    os.remove(store / "ledger_sealed")
+    # Execute
+    LabelDPStore(str(store))
+    # Assert
+    assert (store / "ledger_sealed").exists()
+    doc = json.loads((store / "ledger.json").read_text())
+    doc.pop("generation")
+    (store / "ledger.json").write_text(json.dumps(doc, indent=1))
+    os.remove(store / "ledger_seal")
+    with pytest.raises(LabelDPStoreError, match="in a store sealed before"):
+        LabelDPStore(str(store))

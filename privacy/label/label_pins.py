@@ -3,9 +3,10 @@
 A keyed release draws each sample's noise from PRF(key, release, id, label) (release_draws.randomize_binary_by_label),
 so two calls of one release on the same id and label reuse the same coins: that is what makes a replay free. A
 *changed* label meets fresh coins, so its output is a second, independent release of that id, which the ledger would
-charge nothing (were the coins per id alone, the XOR of two binary outputs would be the XOR of the labels, exactly). The standalone API (`LabelDP(eps, dataset=...)(labels, ids=...)`) may be called batch by batch, so the
-release cannot digest its whole label set as training does (privacy/label/release_names.label_set_digest); instead
-the store pins, for each release, every id's label as a keyed tag, and a call that gives a pinned id another label
+charge nothing (were the coins per id alone, the XOR of two binary outputs would be the XOR of the labels, exactly).
+The standalone API (`LabelDP(eps, dataset=...)(labels, ids=...)`) may be called batch by batch, so the release
+cannot digest its whole label set as training does (privacy/label/release_names.label_set_digest); instead the store
+pins, for each release, every id's label as a keyed tag, and a call that gives a pinned id another label
 is refused before anything is drawn or recorded. A corrected label set is another dataset (another `dataset=`
 name): new coins, and the ledger charges it with the first, as they share ids.
 

@@ -1,13 +1,16 @@
 """The ledger's seal: a write counter and the ledger's digest, MACed under the ledger secret, so a ledger deleted or rolled back is refused.
 
-    <store>/ledger_seal   JSON {format, generation, ledger_sha256, next_sha256, coins, mac}, mode 0600
+    <store>/ledger_seal     JSON {format, generation, ledger_sha256, next_sha256, coins, mac}, mode 0600
+    <store>/ledger_sealed   a marker, created with the store's first seal and never removed: this store is sealed
 
 Every ledger write bumps the generation: the seal first names the digest about to be written (`next_sha256`), then the
 ledger is renamed into place, then the seal names it alone (each file fsynced, then renamed over the old one). So a
 crash between two steps leaves a ledger the seal still accepts, and any other ledger is refused at open, before
 anything is drawn: one that is missing while the seal exists (deleted), or whose digest the seal does not name (an
 older copy restored, or edited). A store holding its ledger secret but no seal (the ledger and the seal deleted) is
-refused too. The refusal names the one command that lifts it, `python -m privacy.label ack-reset --store DIR`
+refused too, and so is a missing seal in a store marked sealed, whatever the ledger's own (unauthenticated)
+`generation` field says: removing that field no longer passes an edited or older ledger off as one written before
+seals. The refusal names the one command that lifts it, `python -m privacy.label ack-reset --store DIR`
 (privacy/label/ledger_reset.py), which records the reset in the ledger and draws a new `coins` nonce: from then on the
 store's label key is HMAC(key file, nonce) (`coin_key`), so nothing drawn after a reset reuses the coins of a release
 the lost ledger (or its lost label pins) knew of.
@@ -29,6 +32,7 @@ from dataclasses import dataclass, replace
 from privacy.label.secret_files import LabelDPStoreError, check_private, read_secret
 
 SEAL_FILE = "ledger_seal"
+SEALED_MARK = "ledger_sealed"
 SEAL_FORMAT = 1
 SEAL_DOMAIN = b"vfl/label-dp/ledger-seal/v1|"
 COIN_DOMAIN = b"vfl/label-dp/reset-coins/v1|"
@@ -105,9 +109,29 @@ def read_seal(path: str, secret: bytes) -> Seal | None:
     return seal
 
 
+def mark_sealed(directory: str) -> None:
+    """Create the store's `ledger_sealed` marker unless it exists (0600, fsynced, the directory synced): from now on a
+    missing seal is refused, whatever the ledger says of itself."""
+    path = os.path.join(directory, SEALED_MARK)
+    if os.path.exists(path):
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    except OSError as e:
+        raise LabelDPStoreError(f"label-DP store marker {path} cannot be written: {e.strerror}") from None
+    with os.fdopen(fd, "w") as f:
+        f.write("this label-DP store's ledger is sealed (ledger_seal): a missing seal is refused, never re-created\n")
+        f.flush()
+        os.fsync(f.fileno())
+    sync_dir(directory)
+
+
 def write_seal(path: str, secret: bytes, seal: Seal, sync_rename: bool = True) -> None:
     """Write the seal under a new name (0600, fsynced), rename it over the old one and sync the directory (unless
     sync_rename is False: a rename that may be lost in a crash, where the seal it replaces is as good)."""
+    mark_sealed(os.path.dirname(path))
     fields = seal.fields()
     data = json.dumps({**fields, "mac": _mac(secret, fields)}, indent=1).encode() + b"\n"
     tmp = f"{path}.tmp-{os.getpid()}"
@@ -150,6 +174,8 @@ def checked_state(store, raw: bytes | None, generation: int | None) -> LedgerSta
     (dir, ledger_path, secret_path, seal_path)."""
     sha = ledger_digest(raw)
     has_secret = os.path.exists(store.secret_path)
+    marker = os.path.join(store.dir, SEALED_MARK)
+    marked = os.path.exists(marker)  # outside the ledger: the ledger's own fields cannot vouch for themselves
     if not has_secret:
         if os.path.exists(store.seal_path):
             raise LabelDPStoreError(
@@ -158,6 +184,11 @@ def checked_state(store, raw: bytes | None, generation: int | None) -> LedgerSta
             )
         if generation is not None:
             raise _refused(store, f"was sealed but its seal {store.seal_path} and ledger secret are missing")
+        if marked:
+            raise _refused(
+                store,
+                f"{'' if raw else 'is missing and '}has no seal nor ledger secret in a store sealed before ({marker})",
+            )
         return LedgerState(0, sha, None)  # a new store, or one whose ledger was written before seals
     secret = read_secret(store.secret_path, "label-DP ledger secret", "restore it from a backup")
     seal = read_seal(store.seal_path, secret)
@@ -168,7 +199,10 @@ def checked_state(store, raw: bytes | None, generation: int | None) -> LedgerSta
             )
         if generation is not None:
             raise _refused(store, f"was sealed but its seal {store.seal_path} is missing")
+        if marked:
+            raise _refused(store, f"has no seal ({store.seal_path} is missing) in a store sealed before ({marker})")
         return LedgerState(0, sha, secret, unsealed=True)
+    mark_sealed(store.dir)  # a store sealed before the marker existed is marked the first time its seal is accepted
     if sha == seal.ledger_sha256:
         return LedgerState(seal.generation, sha, secret, seal.coins)
     if sha is not None and sha == seal.next_sha256:  # a write stopped after the ledger, before its seal

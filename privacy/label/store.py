@@ -4,6 +4,7 @@
     <store>/ledger.json    every labelled dataset the leader has randomized and every release, with its eps
     <store>/ledger_secret  32 random bytes as hex, mode 0600: the key of the ledger's id sketches (never the label key)
     <store>/ledger_seal    the ledger's write count and digest, MACed under the ledger secret (privacy/label/ledger_seal.py)
+    <store>/ledger_sealed  a marker made with the first seal: in this store a missing seal is refused
     <store>/priors/        LP-2ST: the first prior of each stage-two release, reused by every later run of it
 
 The store lives outside any shard directory, so re-preparing the data (`prepare --force`) never
