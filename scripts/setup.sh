@@ -33,7 +33,7 @@ want=$(cat pyproject.toml scripts/constraints.txt | sha256sum | cut -d' ' -f1)
 # launch script passes here)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && $VPY -c "
 import importlib.util, sys
-sys.exit(any(importlib.util.find_spec(m) is None for m in ('torch', 'zmq', 'pandas', 'sklearn', 'yaml', 'pydantic', 'tqdm', 'vfl')))
+sys.exit(any(importlib.util.find_spec(m) is None for m in ('torch', 'zmq', 'pandas', 'sklearn', 'yaml', 'pydantic', 'tqdm', 'dp_accounting', 'vfl')))
 " 2>/dev/null; then
   exit 0
 fi
