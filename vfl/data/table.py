@@ -234,7 +234,7 @@ def _integral(text: np.ndarray) -> np.ndarray:
     out = np.array(text, dtype=object)
     for i, t in enumerate(out):
         t = str(t)
-        if not t or not (t[0].isdigit() or t[0] in "+-.") or t.lstrip("+-").isdigit():
+        if not t or not (t[0].isdigit() or t[0] in "+-.") or t.lstrip("+-").isdigit() or "_" in t:
             continue
         try:
             v = float(t)
