@@ -114,6 +114,7 @@ def test_laplace_eval_reports_clustering_scores_of_protected_outputs(tmp_path):
         ({"encrypt": {"encrypt_train_type": "HE"}}, "encrypt_train_type must be one of"),
         ({"encrypt": {"nbafl": {"w_clip": 0}}}, "nbafl.w_clip must be > 0"),
         ({"cleints": 5}, "did you mean 'clients'"),
+        ({"accountant": "moments"}, "accountant must be one of"),
     ],
 )
 def test_out_of_domain_values_quote_the_domain(doc, needle):
