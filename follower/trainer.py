@@ -115,6 +115,7 @@ class FollowerTrainer:
         self.in_flight = InFlight(cfg.train.staleness) if cfg.train.staleness else None
         self.stash = WeightStash(party) if self.in_flight is not None else None
         self._ahead_ids: deque[np.ndarray] = deque()
+        self._step_clock = 0.0  # under staleness: when the last gradient was applied (a step ends there)
         self.steps = 0
         self.start_step = 0
         self.prior: BottomParty | None = None  # LP-2ST stage-one bottom while the leader trains the all-party prior
@@ -227,6 +228,10 @@ class FollowerTrainer:
         self.party.step_optimizer()
         self.in_flight.applied(due)
         self.steps += 1
+        now = time.perf_counter()  # a step: from the last applied gradient (the first FORWARD) to this one
+        TIMER.parts["wire_wait"] = TIMER.parts.get("wire_wait", 0.0) + self.session.waited
+        TIMER.add_step(now - self._step_clock)
+        self._step_clock = now
         steps = len(self._orders[epoch])
         if (step + 1) % self.cfg.train.log_every == 0 or step + 1 == steps:
             self.log(
@@ -246,14 +251,17 @@ class FollowerTrainer:
             self.log("LP-2ST stage one done; its bottom is dropped")
             self.prior, self.prior_rows, self._prior_orders = None, None, {}
         waited = self.session.waited  # a step's time includes the wait for its FORWARD (not the first)
-        if self.steps == 0:  # the breakdown covers the main training only, from its first FORWARD
+        first = self.steps == 0 and not self._ahead_ids  # the main training's first FORWARD
+        if first:  # the breakdown covers the main training only, from its first FORWARD
             TIMER.reset()
             TIMER.watch(self.party.device)
             waited = 0.0
         t1 = time.perf_counter()
+        self._step_clock = t1 if first else self._step_clock
         (self._train_step if self.in_flight is None else self._forward_ahead)(msg)
         TIMER.parts["wire_wait"] = TIMER.parts.get("wire_wait", 0.0) + waited
-        TIMER.add_step(time.perf_counter() - t1 + waited)
+        if self.in_flight is None:  # under staleness a step ends when its gradient is applied (_on_gradient)
+            TIMER.add_step(time.perf_counter() - t1 + waited)
 
     def _on_snapshot(self, msg: Snapshot) -> None:
         self.party.snapshot(msg.step)

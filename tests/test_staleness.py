@@ -303,6 +303,8 @@ def test_a_two_process_run_through_a_wan_link_keeps_k_batches_ahead_and_converge
     rows = metrics["rows"]["train"]
     # Assert: K + 1 in flight at the follower, every step trained, drains at every pause, a model that learned
     assert breakdown["staleness"] == 2 and breakdown["max_in_flight"] == 3
+    # the follower's steps end when their gradients are applied: its breakdown counts every step, parts within them
+    assert breakdown["steps"] == metrics["steps"] and breakdown["parts_seconds"] <= 1.05 * breakdown["step_seconds"]
     assert metrics["staleness"] == 2 and metrics["steps"] == len(metrics["step_losses"]) == 2 * -(-rows // 256)
     assert len(metrics["history"]) >= 4  # evaluations at steps 9, 18, ... and each epoch's end
     assert (out / "checkpoints" / "follower0_step5.pt").exists() and (out / "checkpoints" / "leader_step5.pt").exists()
