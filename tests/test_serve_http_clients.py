@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 import tracemalloc
+from concurrent.futures import Future
 
 import pytest
 
@@ -18,15 +19,28 @@ from tests.test_serve_http import _Lines, _Scorer
 from vfl.inference import serve_http
 from vfl.inference.http_clients import MAX_HEAD_BYTES, ClientLimits
 from vfl.inference.serve_http import ScoreHTTPServer, parse_request
-from vfl.inference.serve_leader import ServeError
+from vfl.inference.serve_leader import Scored, ServeError
+
+
+class _Unknown:
+    """Answers every id as unknown to the leader (so no follower is asked and no rate limit applies), counting calls."""
+
+    followers, down, failed, batches, rows = ["f"], {}, None, 0, 0
+    submits = 0
+
+    def submit(self, ids, deadline_s):
+        self.submits += 1
+        future = Future()
+        future.set_result(Scored([None] * len(ids), {i: "unknown to the leader" for i in range(len(ids))}))
+        return future
 
 
 @pytest.fixture
 def serve():
     servers = []
 
-    def start(limits: ClientLimits, max_rows: int = 16) -> ScoreHTTPServer:
-        srv = ScoreHTTPServer(("127.0.0.1", 0), _Scorer(), max_rows, 1000, 7, _Lines(), limits)
+    def start(limits: ClientLimits, max_rows: int = 16, scorer=None) -> ScoreHTTPServer:
+        srv = ScoreHTTPServer(("127.0.0.1", 0), scorer or _Scorer(), max_rows, 1000, 7, _Lines(), limits)
         threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         servers.append(srv)
         return srv
@@ -199,6 +213,79 @@ def test_request_headers_over_their_budget_get_431_and_the_connection_closed(ser
     assert answer.startswith(b"HTTP/1.1 431 ") or answer == b"(reset)", answer[:200]
     assert _until(lambda: server.clients.stats()["connections"] == 0)
     assert server.clients.stats()["too_large"] == 1
+
+
+def _request(port: int, ids: list) -> bytes:
+    body = json.dumps({"ids": ids}, ensure_ascii=False).encode()
+    head = f"POST /score HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+    return (head + f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+def _unread(port: int, source: str, data: bytes) -> socket.socket:
+    """A connection from `source` with a 1 KiB receive buffer that sends `data` and never reads."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+    s.bind((source, 0))
+    s.connect(("127.0.0.1", port))
+    s.sendall(data)
+    return s
+
+
+def test_clients_that_never_read_their_answers_cannot_keep_an_honest_request_from_its_answer(serve):
+    """The review's repro: 4 slots, each held by a client that pipelined two valid requests of 1024 long ids (unknown
+    to the leader, so the answers echo them: ~830 KB each before the echo was capped) and never reads. Their answers'
+    writes blocked for the read deadline (30 s here) while the connections counted as working: an honest request got
+    503. Now a connection whose answer is not taken is writing, and displaceable; a long missing id is named by its
+    index alone, a short one is echoed."""
+    # Prepare
+    scorer = _Unknown()
+    server = serve(ClientLimits(max_connections=4, max_per_address=4, read_timeout_s=30.0), 1024, scorer)
+    port = server.server_address[1]
+    pipelined = _request(port, ["\U0001f600" * 61 + f"{i:04d}" for i in range(1024)]) * 2
+    held = [_unread(port, "127.0.0.2", pipelined) for _ in range(4)]
+    try:
+        assert _until(lambda: server.clients.stats()["connections"] == 4 and scorer.submits >= 4)
+        time.sleep(0.5)  # each answer's write has blocked
+        # Execute
+        answers = [_score(port, "127.0.0.1", 1000) for _ in range(3)]
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        c.request(
+            "POST", "/score", json.dumps({"ids": ["x" * 200, "cust-000042"]}), {"Content-Type": "application/json"}
+        )
+        echo = json.loads(c.getresponse().read())
+        c.close()
+    finally:
+        for s in held:
+            s.close()
+    # Assert: every honest request answered within its deadline (the first by displacing an unread connection)
+    assert [(status, doc.get("scores")) for status, doc, _ in answers] == [(200, [None, None])] * 3, answers
+    assert max(seconds for _, _, seconds in answers) < 1.0, answers
+    assert server.clients.stats()["displaced"] >= 1 and server.clients.stats()["refused"] == 0
+    assert echo["missing"] == [
+        {"index": 0, "reason": "unknown to the leader"},
+        {"index": 1, "id": "cust-000042", "reason": "unknown to the leader"},
+    ]
+
+
+def test_an_answer_not_taken_is_closed_at_the_deadline_and_a_pipelined_request_waits_for_it(serve):
+    """A client that pipelines 60 small requests and reads nothing: the endpoint reads the next request only once the
+    previous answer is acknowledged, so it scores only what the client's 2 KiB receive window takes (it scored all 60
+    into its own send buffer before); the answer it cannot send is closed 1 s (the read deadline) after its first
+    byte, counted as timed out, and the slot is free."""
+    # Prepare
+    scorer = _Unknown()
+    server = serve(ClientLimits(max_connections=4, max_per_address=4, read_timeout_s=1.0), 16, scorer)
+    port = server.server_address[1]
+    # Execute
+    s = _unread(port, "127.0.0.1", _request(port, [1, 2]) * 60)
+    try:
+        assert _until(lambda: scorer.submits >= 1)
+        freed = _until(lambda: server.clients.stats()["connections"] == 0, timeout_s=8.0)
+    finally:
+        s.close()
+    # Assert
+    assert freed and server.clients.stats()["timed_out"] == 1, server.clients.stats()
+    assert 1 <= scorer.submits <= 30, scorer.submits
 
 
 _ATTACKS = {  # each ~256 KiB, the body limit at the default 1024 ids: (body, status, words of the reason)

@@ -1,27 +1,37 @@
 """Who may hold the leader's HTTP endpoint, and for how long: connection slots (in all and per client address), each
-request's whole read deadline and byte budget, and which waiting connection a newcomer displaces when slots are full.
+request's whole read deadline and byte budget, each answer's write deadline, and which connection a newcomer
+displaces when slots are full.
 
 A connection is *reading* from its accept (or from the end of its previous answer) until its request, headers and
-body, has arrived; then it is *working* (being scored, or answering) until its answer is written. A reading
-connection must deliver its whole request within `read_timeout_s` of the moment it started reading, however it
-spreads the bytes (a deadline per request, not per recv), and at most `MAX_HEAD_BYTES` of request line and headers
-plus the body its Content-Length declares; past either it gets one best-effort 408 or 431 and is closed.
+body, has arrived; then it is *working* (being scored) until its answer is ready; then *writing* while the client has
+not taken the whole answer (a send that blocks, or bytes the client has not acknowledged), and only then reading its
+next request: a pipelined request is not read before the previous answer is taken. A reading connection must deliver
+its whole request within `read_timeout_s` of the moment it started reading, however it spreads the bytes (a deadline
+per request, not per recv), and at most `MAX_HEAD_BYTES` of request line and headers plus the body its Content-Length
+declares; past either it gets one best-effort 408 or 431 and is closed. A writing connection must take its answer
+within `read_timeout_s` of its first byte, or it is closed.
 
-When a newcomer finds its address holding `max_per_address` connections, it takes the slot of that address's
-longest-reading connection; when it finds `max_connections` in all, it takes the slot of the longest-reading
-connection of the address holding the most. Only a reading connection is displaced (closed without an answer: it
-has sent no whole request); a working one never is. With no reading connection to displace the newcomer gets 503.
-So slow or idle clients hold slots only until a client that sends its request promptly needs one, and a client on
-an address of its own loses its connection to them only when no address holds more connections than it does.
+When a newcomer finds its address holding `max_per_address` connections, it takes the slot of one of that address's
+reading or writing connections; when it finds `max_connections` in all, of one of the address holding the most. Of
+those it takes the one of lowest progress: the fewest bytes a second since its phase began (received while reading,
+taken by the client while writing), the longest-waiting first among equals. A reading connection whose headers are
+complete and whose body has kept arriving at `MIN_BODY_BYTES_PER_S` or more (after `BODY_GRACE_S`) is never taken,
+nor is a working one. With none to take the newcomer gets 503. So slow, idle and unread clients hold slots only
+until a client that sends its request promptly needs one; a client on an address of its own loses its connection to
+them only when no address holds more connections than it does, and an honest request whose body is arriving at a
+steady rate is never displaced, even by clients on its own address.
 """
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import math
 import select
 import socket
+import struct
+import termios
 import threading
 import time
 from collections import Counter
@@ -31,6 +41,10 @@ MAX_HEAD_BYTES = 16 << 10  # request line and headers of one request, at most (t
 DEFAULT_MAX_CONNECTIONS = 64
 DEFAULT_MAX_PER_ADDRESS = 16
 DEFAULT_READ_TIMEOUT_S = 10.0
+MIN_BODY_BYTES_PER_S = 16 << 10  # a body arriving at least this fast (after its grace) is never displaced
+BODY_GRACE_S = 0.5  # a body's first half second is not held to that rate
+UNSENT_WAIT_S = 0.005  # how often a writing connection's unacknowledged bytes are looked at again
+READING, WORKING, WRITING = "reading", "working", "writing"
 
 
 @dataclass(frozen=True)
@@ -75,15 +89,34 @@ def send_once(sock: socket.socket, data: bytes) -> None:
         pass
 
 
-class Client:
-    """One admitted connection: its address, when it started reading its request, and its byte budget."""
+def unsent_bytes(sock: socket.socket) -> int:
+    """Bytes of the socket's send queue its peer has not acknowledged (Linux SIOCOUTQ; 0 where unsupported)."""
+    try:
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+    except (OSError, ValueError):
+        return 0
 
-    __slots__ = ("sock", "address", "since", "reading", "received", "budget")
+
+class Client:
+    """One admitted connection: its address, its state, when that phase began, and its bytes in it."""
+
+    __slots__ = ("sock", "address", "since", "state", "received", "budget", "head_at", "head_bytes", "sent")
 
     def __init__(self, sock: socket.socket, address: str):
         self.sock, self.address = sock, address
-        self.since, self.reading = time.monotonic(), True  # measured from accept
-        self.received, self.budget = 0, MAX_HEAD_BYTES
+        self.since, self.state = time.monotonic(), READING  # measured from accept
+        self.received, self.budget, self.head_at, self.head_bytes, self.sent = 0, MAX_HEAD_BYTES, None, 0, 0
+
+    def progress(self, now: float) -> float:
+        """Bytes a second since its phase began: received while reading, taken by the client while writing."""
+        moved = self.received if self.state == READING else max(0, self.sent - unsent_bytes(self.sock))
+        return moved / max(now - self.since, 1e-3)
+
+    def body_on_pace(self, now: float) -> bool:
+        """Its headers are complete and its body has arrived at MIN_BODY_BYTES_PER_S since (after BODY_GRACE_S)."""
+        if self.state != READING or self.head_at is None:
+            return False
+        return self.received - self.head_bytes >= MIN_BODY_BYTES_PER_S * (now - self.head_at - BODY_GRACE_S)
 
 
 class ClientTable:
@@ -98,17 +131,18 @@ class ClientTable:
         self.refused = self.displaced = self.timed_out = self.too_large = 0
 
     def admit(self, sock: socket.socket, address: str) -> Client | None:
-        """A slot for a newly accepted connection, displacing a reading one if the caps are reached; None: 503."""
+        """A slot for a newly accepted connection, displacing a reading or writing one if the caps are reached; None:
+        503."""
         with self._lock:
             address_full = self._per_address[address] >= self.limits.max_per_address
             if address_full or len(self._clients) >= self.limits.max_connections:
-                victim = self._longest_reading(address if address_full else None)
+                victim = self._least_progress(address if address_full else None)
                 if victim is None:
                     self.refused += 1
                     return None
                 self._drop(victim.sock)
                 self.displaced += 1
-                try:  # its thread's recv sees the end of the stream at once; under the lock: it is not yet closed
+                try:  # its thread's recv or send fails at once; under the lock: it is not yet closed
                     victim.sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
@@ -116,12 +150,13 @@ class ClientTable:
             self._per_address[address] += 1
             return client
 
-    def _longest_reading(self, address: str | None) -> Client | None:
-        """The reading client (of `address`, or of any) of the address holding the most, the earliest-reading."""
-        reading = [c for c in self._clients.values() if c.reading and address in (None, c.address)]
-        if not reading:
+    def _least_progress(self, address: str | None) -> Client | None:
+        """The reading or writing client (of `address`, or of any) of the address holding the most, the
+        longest-waiting; a working client is not displaceable."""
+        open_ = [c for c in self._clients.values() if c.state != WORKING and address in (None, c.address)]
+        if not open_:
             return None
-        return min(reading, key=lambda c: (-self._per_address[c.address], c.since))
+        return min(open_, key=lambda c: (-self._per_address[c.address], c.since))
 
     def _drop(self, sock: socket.socket) -> None:
         client = self._clients.pop(sock, None)
@@ -139,16 +174,74 @@ class ClientTable:
         with self._lock:
             self._drop(sock)
 
-    def working(self, client: Client) -> bool:
-        """Its whole request has arrived: no longer displaceable. False: it was displaced already (close it)."""
+    def _holds(self, client: Client) -> bool:
+        return self._clients.get(client.sock) is client
+
+    def headers_read(self, client: Client) -> None:
+        """Its request line and headers have arrived: its body's pace is measured from now."""
         with self._lock:
-            client.reading = False
-            return self._clients.get(client.sock) is client
+            client.head_at, client.head_bytes = time.monotonic(), client.received
+
+    def working(self, client: Client) -> bool:
+        """Its whole request has arrived: not displaceable until its answer is ready. False: it was displaced already
+        (close it)."""
+        with self._lock:
+            client.state = WORKING
+            return self._holds(client)
 
     def answered(self, client: Client) -> None:
-        """Its answer is written: the next request's deadline and byte budget count from now."""
+        """Its answer is taken: the next request's deadline and byte budget count from now."""
         with self._lock:
-            client.since, client.reading, client.received, client.budget = time.monotonic(), True, 0, MAX_HEAD_BYTES
+            client.since, client.state, client.received, client.budget = time.monotonic(), READING, 0, MAX_HEAD_BYTES
+            client.head_at, client.head_bytes, client.sent = None, 0, 0
+
+    def write_answer(self, client: Client, data: bytes) -> None:
+        """Send a whole answer. While the client does not take it (a send that would block, or bytes it has not yet
+        acknowledged) the connection is *writing*: displaceable, and closed (ClientCut) unless the client takes it
+        within read_timeout_s of its first byte. An answer sent and acknowledged at once never leaves *working*."""
+        sock, view, timeout_s = client.sock, memoryview(data), self.limits.read_timeout_s
+        started = time.monotonic()
+        can_send, can_read = select.poll(), select.poll()
+        can_send.register(sock, select.POLLOUT)
+        can_read.register(sock, select.POLLIN)
+        timeout, writing = sock.gettimeout(), False
+        sock.settimeout(0.0)
+        try:
+            while True:
+                while view:
+                    try:
+                        n = sock.send(view)
+                    except BlockingIOError:
+                        break
+                    view = view[n:]
+                    with self._lock:
+                        client.sent += n
+                if not view and not unsent_bytes(sock):
+                    return
+                if not writing:
+                    writing = self._writing(client, started)
+                left = started + timeout_s - time.monotonic()
+                if left <= 0:
+                    with self._lock:
+                        self.timed_out += 1
+                    raise ClientCut(f"answer not taken within {timeout_s:g} s (--read-timeout-s): closed")
+                if view:
+                    can_send.poll(math.ceil(left * 1000))
+                elif can_read.poll(math.ceil(min(left, UNSENT_WAIT_S) * 1000)) and unsent_bytes(sock):
+                    time.sleep(UNSENT_WAIT_S)  # a request waits unread (pipelined) but the answer is not taken
+                with self._lock:
+                    if not self._holds(client):
+                        raise ClientCut("displaced while its answer was not taken: closed")
+        finally:
+            if sock.fileno() >= 0:
+                sock.settimeout(timeout)
+
+    def _writing(self, client: Client, started: float) -> bool:
+        with self._lock:
+            if not self._holds(client):
+                raise ClientCut("displaced while its answer was not taken: closed")
+            client.state, client.since = WRITING, started
+            return True
 
     def cut(self, client: Client, status: int, reason: str, error: str) -> ClientCut:
         """Count the cut, send its one-line answer if the socket takes it at once; the error to raise."""

@@ -3,6 +3,8 @@
     POST /score  {"ids": [17, "cust-000042", ...], "deadline_ms": 200}   (Content-Type: application/json)
       200 {"scores": [0.12, null, ...], "missing": [{"index": 1, "id": "cust-000042", "reason": "unknown to shop"}],
            "step": 1600, "ms": 1.9}
+      (a missing id is echoed when its JSON text is at most MAX_ECHOED_ID_CHARS long, else only its index: an
+      answer's size is bounded by the number of ids, never by what a client chose to send)
       400 bad request, 411/413 no or too large a Content-Length, 413 too many ids, 415 not JSON, 429 a follower's
       rate limit (retry_ms), 503 a follower is down, 504 the deadline passed; every error is {"error": "<one line>"}.
     A request whose Host (or Origin) is not the endpoint's own address or a loopback name gets 403: a web page that
@@ -41,6 +43,7 @@ from vfl.inference.serve_leader import ServeError
 MAX_BODY_BYTES = 1 << 20
 BODY_BYTES_PER_ID = 256  # a body may hold this many bytes per id of max_rows (and 1 KiB more), 1 MiB at most
 MAX_DEADLINE_MS = 60_000
+MAX_ECHOED_ID_CHARS = 64  # a longer missing id is named by its index alone
 _INT64 = (-(2**63), 2**63 - 1)
 # A JSON string, or an unterminated one up to the end: it never fails once begun, so a scan is linear in the body.
 _JSON_STRING = re.compile(rb'"(?:[^"\\]++|\\.?)*+(?:"|\Z)', re.DOTALL)
@@ -177,14 +180,24 @@ class ScoreHTTPServer(ThreadingHTTPServer):
             self.log.warning(f"leader: HTTP client {client_address[0]}: {type(error).__name__}: {error}")
 
 
+def _missing(index: int, given, why: str) -> dict:
+    """A missing id's entry: its index and why, and the id as given when its JSON text is short enough to echo."""
+    entry = {"index": index}
+    if len(json.dumps(given)) <= MAX_ECHOED_ID_CHARS:
+        entry["id"] = given
+    entry["reason"] = why
+    return entry
+
+
 class ScoreHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: a client's connection (and its thread) serves many requests
     disable_nagle_algorithm = True  # headers and body are two writes: Nagle + delayed ACK would add 40 ms
     server: ScoreHTTPServer
 
     def setup(self) -> None:
-        """Reads bounded by the request's deadline and byte budget (DeadlineReader); the socket's own timeout bounds
-        the writing of an answer (sendall in all) by the same number of seconds."""
+        """Reads bounded by the request's deadline and byte budget (DeadlineReader); an answer is written by
+        ClientTable.write_answer (displaceable while the client does not take it, closed past the same number of
+        seconds); the socket's own timeout bounds what the standard library writes itself (its error answers)."""
         self.client = self.server.clients.client_of(self.request)
         self.timeout = self.server.clients.limits.read_timeout_s
         super().setup()
@@ -261,7 +274,7 @@ class ScoreHandler(BaseHTTPRequestHandler):
             if e.retry_ms is not None:
                 doc["retry_ms"] = e.retry_ms
             return self._reply(e.status, doc)
-        missing = [{"index": i, "id": given[i], "reason": why} for i, why in sorted(result.missing.items())]
+        missing = [_missing(i, given[i], why) for i, why in sorted(result.missing.items())]
         ms = round((time.perf_counter() - t0) * 1000, 3)
         self._reply(200, {"scores": result.scores, "missing": missing, "step": self.server.step, "ms": ms})
 
@@ -278,12 +291,15 @@ class ScoreHandler(BaseHTTPRequestHandler):
         self._reply(200, {**doc, "batches": w.batches, "rows": w.rows, "clients": self.server.clients.stats()})
 
     def _reply(self, status: int, doc: dict) -> None:
+        """The answer, headers and body in one write that the client must take within the read deadline (while it
+        does not, its connection is displaceable: ClientTable.write_answer)."""
         data = json.dumps(doc).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        self._headers_buffer.append(b"\r\n")  # what end_headers() would write, kept for one write with the body
+        head, self._headers_buffer = b"".join(self._headers_buffer), []
+        self.server.clients.write_answer(self.client, head + data)
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 (the base class's name)
         pass  # one line per request would cost more than the scoring; /health reports the counts
