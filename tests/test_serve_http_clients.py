@@ -288,6 +288,79 @@ def test_an_answer_not_taken_is_closed_at_the_deadline_and_a_pipelined_request_w
     assert 1 <= scorer.submits <= 30, scorer.submits
 
 
+def test_a_request_whose_body_is_arriving_is_not_displaced_by_idle_clients_on_its_address(serve):
+    """The review's repro (a client on the honest client's address, as behind NAT or on the loopback): the honest
+    request's headers and 100 bytes of its body have arrived when 16 idle connections come from its address (16 its
+    share); the newcomers take the idle ones' slots (least progress), never the request's, which is answered."""
+    # Prepare
+    server = serve(ClientLimits(), 1024)
+    port = server.server_address[1]
+    body = json.dumps({"ids": list(range(1000))}).encode()
+    honest = socket.create_connection(("127.0.0.1", port), timeout=5)
+    head = f"POST /score HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+    honest.sendall((head + f"Content-Length: {len(body)}\r\n\r\n").encode() + body[:100])
+    time.sleep(0.3)
+    # Execute
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(16)]
+    try:
+        assert _until(lambda: server.clients.stats()["displaced"] >= 1)
+        time.sleep(0.3)
+        honest.sendall(body[100:])
+        answer = honest.makefile("rb").readline()
+    finally:
+        honest.close()
+        for s in idle:
+            s.close()
+    # Assert
+    assert answer.startswith(b"HTTP/1.1 200 "), answer
+    assert server.clients.stats()["displaced"] == 1
+
+
+def test_a_body_arriving_on_pace_is_never_displaced_even_by_faster_newcomers_of_its_address(serve):
+    """2 slots for the address; an honest body of 60 KB arriving at 40 KB/s (over the 16 KiB/s minimum) while a
+    client of the same address opens a connection every 0.1 s and sends 15 KB of headers at once (more bytes a second
+    than the honest request): each newcomer displaces the previous one, never the request on pace, which is
+    answered. (Before: the longest-reading, the honest request, was displaced; by progress alone it would be too.)"""
+    # Prepare
+    server = serve(ClientLimits(max_connections=8, max_per_address=2, read_timeout_s=30.0), 1024)
+    port, stop = server.server_address[1], threading.Event()
+    body = json.dumps({"ids": list(range(10_000, 10_000 + 1000))}).encode() + b" " * 50_000
+    head = f"POST /score HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+
+    def newcomers():
+        conns = []
+        while not stop.is_set():
+            try:
+                c = socket.create_connection(("127.0.0.1", port), timeout=5)
+                c.sendall(b"POST /score HTTP/1.1\r\nX-Pad: " + b"a" * 15_000)
+                conns.append(c)
+            except OSError:
+                pass
+            stop.wait(0.1)
+        for c in conns:
+            c.close()
+
+    honest = socket.create_connection(("127.0.0.1", port), timeout=5)
+    honest.sendall((head + f"Content-Length: {len(body)}\r\n\r\n").encode())
+    flood = threading.Thread(target=newcomers, daemon=True)
+    flood.start()
+    # Execute: 2 KB every 50 ms
+    try:
+        for at in range(0, len(body), 2_000):
+            honest.sendall(body[at : at + 2_000])
+            time.sleep(0.05)
+        answer = honest.makefile("rb").readline()
+    except OSError as e:
+        answer = repr(e).encode()
+    finally:
+        stop.set()
+        flood.join(timeout=10)
+        honest.close()
+    # Assert
+    assert answer.startswith(b"HTTP/1.1 200 "), answer
+    assert server.clients.stats()["displaced"] >= 10
+
+
 _ATTACKS = {  # each ~256 KiB, the body limit at the default 1024 ids: (body, status, words of the reason)
     "objects": (b'{"ids": [' + b"{}," * 87_000 + b"{}]}", 400, "87002 objects"),  # the red team's body
     "arrays": (b'{"ids": [' + b"[]," * 87_000 + b"[]]}", 400, "87002 arrays"),

@@ -151,12 +151,17 @@ class ClientTable:
             return client
 
     def _least_progress(self, address: str | None) -> Client | None:
-        """The reading or writing client (of `address`, or of any) of the address holding the most, the
-        longest-waiting; a working client is not displaceable."""
-        open_ = [c for c in self._clients.values() if c.state != WORKING and address in (None, c.address)]
+        """The displaceable client (of `address`, or of any) of the address holding the most, of lowest progress
+        (the longest-waiting among equals); a body arriving on pace and a working client are not displaceable."""
+        now = time.monotonic()
+        open_ = [
+            c
+            for c in self._clients.values()
+            if c.state != WORKING and address in (None, c.address) and not c.body_on_pace(now)
+        ]
         if not open_:
             return None
-        return min(open_, key=lambda c: (-self._per_address[c.address], c.since))
+        return min(open_, key=lambda c: (-self._per_address[c.address], c.progress(now), c.since))
 
     def _drop(self, sock: socket.socket) -> None:
         client = self._clients.pop(sock, None)
