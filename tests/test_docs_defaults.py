@@ -22,6 +22,7 @@ ILLUSTRATIVE = {
     "privacy.label_dp.eps": "required when label DP is on",
     "privacy.label_dp.debias": "unset resolves per mechanism (true for rr), as the block's comment says",
     "debug.record_gradients": "a path; absent by default",
+    "debug.record_cuts": "a path; absent by default",
 }
 
 
