@@ -8,6 +8,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 import yaml
 
 from tests.procs import party_configs, run_split
@@ -37,11 +38,12 @@ def _repeated_sends(record: dict) -> tuple[int, int]:
     return pairs, equal
 
 
+@pytest.mark.parametrize("schedule", [{}, {"staleness": 1}], ids=["synchronous", "staleness-1"])
 def test_embedding_dp_trains_over_processes_with_fresh_noise_per_send_and_its_eps_in_the_followers_metrics(
-    tmp_path, shards_small, procs
+    tmp_path, shards_small, procs, schedule
 ):
     # Prepare: 2 epochs; the follower (alone) sets embedding DP and records what it sends
-    cfgs = party_configs(str(tmp_path), str(shards_small), train={"epochs": 2})
+    cfgs = party_configs(str(tmp_path), str(shards_small), train={"epochs": 2, **schedule})
     record = tmp_path / "cuts.npz"
     _follower_doc(
         cfgs["follower0"],
