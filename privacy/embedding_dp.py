@@ -9,9 +9,10 @@ are public to both parties after PSI). The clipped cut of that row moves by at m
 rows' cuts of the same release not at all, so one release is the Gaussian mechanism with L2 sensitivity 2 C:
 (alpha, alpha / (2 z^2))-RDP (Mironov 2017, "Renyi Differential Privacy", Prop. 7). A row sent R times (epochs,
 evaluations, prediction requests) is R adaptive releases: RDP composes by adding (Mironov 2017, Prop. 1), done by
-Google's dp_accounting `RdpAccountant` over `SelfComposedDpEvent(GaussianDpEvent(z), R)`, whose conversion to
-(eps, delta) is Canonne, Kamath & Steinke 2020 ("The Discrete Gaussian for DP"), Prop. 12 (dp_accounting's
-`rdp.compute_epsilon`). Sigma is found by bisection on z for the smallest z whose R-fold composition is within eps.
+Google's dp_accounting `RdpAccountant` over `SelfComposedDpEvent(GaussianDpEvent(z), R)` (privacy/dp_accountant.py,
+shared with the horizontal mechanisms), whose conversion to (eps, delta) is Canonne, Kamath & Steinke 2020 ("The
+Discrete Gaussian for DP"), Prop. 12 (dp_accounting's `rdp.compute_epsilon`). The noise multiplier is the smallest z
+whose R-fold composition is within eps (dp_accounting's calibration search).
 
 What the accounting treats as fixed: the bottom's weights at each send. They are trained on the follower's own rows
 (through gradients the leader returns), so a row also reaches other rows' later cuts through the weights; that path
@@ -24,8 +25,9 @@ from __future__ import annotations
 import math
 import secrets
 
-import dp_accounting
 import torch
+
+from privacy.dp_accountant import gaussian_epsilon, gaussian_noise_multiplier
 
 SENSITIVITY_PER_CLIP = 2.0  # replace-one: ||clip(c) - clip(c')|| <= 2 C
 
@@ -63,37 +65,25 @@ def clip_vjp(cut: torch.Tensor, grad: torch.Tensor, clip: float) -> torch.Tensor
 
 def epsilon_of(noise_multiplier: float, releases: int, delta: float) -> float:
     """eps at `delta` of `releases` Gaussian releases of noise multiplier z (std / sensitivity), by dp_accounting's
-    RDP accountant (Mironov 2017 Prop. 7 and Prop. 1; conversion Canonne-Kamath-Steinke 2020 Prop. 12)."""
+    RDP accountant (privacy/dp_accountant.py: Mironov 2017 Prop. 7 and Prop. 1; conversion Canonne-Kamath-Steinke
+    2020 Prop. 12)."""
     if not noise_multiplier > 0:
         raise ValueError(f"noise multiplier must be > 0, got {noise_multiplier}")
     if releases < 1:
         raise ValueError(f"releases must be >= 1, got {releases}")
-    accountant = dp_accounting.rdp.RdpAccountant()
-    accountant.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(noise_multiplier), releases))
-    return float(accountant.get_epsilon(delta))
+    return gaussian_epsilon(noise_multiplier, delta, compositions=releases, accountant="rdp")
 
 
-def calibrate_noise_multiplier(eps: float, delta: float, releases: int, tol: float = 1e-4) -> float:
-    """The smallest noise multiplier z (to relative `tol`, rounded up) whose `releases`-fold Gaussian composition is
-    (eps, delta)-DP by `epsilon_of`; bisection on z, which eps decreases in."""
+def calibrate_noise_multiplier(eps: float, delta: float, releases: int) -> float:
+    """The smallest noise multiplier z whose `releases`-fold Gaussian composition is (eps, delta)-DP by the RDP
+    accountant (privacy/dp_accountant.py's calibration: dp_accounting's Brent search, never below the budget)."""
     if not (eps > 0 and math.isfinite(eps)):
         raise ValueError(f"eps must be a finite number > 0, got eps={eps}")
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got delta={delta}")
     if releases < 1:
         raise ValueError(f"releases must be >= 1, got releases={releases}")
-    lo, hi = 1e-3, 1.0
-    while epsilon_of(hi, releases, delta) > eps:
-        lo, hi = hi, hi * 2
-        if hi > 1e7:
-            raise ValueError(f"no noise multiplier below 1e7 reaches eps={eps} at delta={delta} over {releases}")
-    while hi - lo > tol * hi:
-        mid = (lo + hi) / 2
-        if epsilon_of(mid, releases, delta) > eps:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    return gaussian_noise_multiplier(eps, delta, compositions=releases, accountant="rdp")
 
 
 def noise_std(noise_multiplier: float, clip: float) -> float:
