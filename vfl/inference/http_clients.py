@@ -43,7 +43,8 @@ DEFAULT_MAX_PER_ADDRESS = 16
 DEFAULT_READ_TIMEOUT_S = 10.0
 MIN_BODY_BYTES_PER_S = 16 << 10  # a body arriving at least this fast (after its grace) is never displaced
 BODY_GRACE_S = 0.5  # a body's first half second is not held to that rate
-UNSENT_WAIT_S = 0.005  # how often a writing connection's unacknowledged bytes are looked at again
+UNSENT_WAIT_S, MAX_UNSENT_WAIT_S = 0.005, 0.1  # a writing connection's unacknowledged bytes are looked at again
+# after 5 ms, then twice as long each time, 0.1 s at most
 READING, WORKING, WRITING = "reading", "working", "writing"
 
 
@@ -209,7 +210,7 @@ class ClientTable:
         can_send, can_read = select.poll(), select.poll()
         can_send.register(sock, select.POLLOUT)
         can_read.register(sock, select.POLLIN)
-        timeout, writing = sock.gettimeout(), False
+        timeout, writing, wait_s = sock.gettimeout(), False, UNSENT_WAIT_S
         sock.settimeout(0.0)
         try:
             while True:
@@ -232,8 +233,9 @@ class ClientTable:
                     raise ClientCut(f"answer not taken within {timeout_s:g} s (--read-timeout-s): closed")
                 if view:
                     can_send.poll(math.ceil(left * 1000))
-                elif can_read.poll(math.ceil(min(left, UNSENT_WAIT_S) * 1000)) and unsent_bytes(sock):
-                    time.sleep(UNSENT_WAIT_S)  # a request waits unread (pipelined) but the answer is not taken
+                elif can_read.poll(math.ceil(min(left, wait_s) * 1000)) and unsent_bytes(sock):
+                    time.sleep(wait_s)  # a request waits unread (pipelined) but the answer is not taken
+                wait_s = min(2 * wait_s, MAX_UNSENT_WAIT_S)  # the client's next request wakes the wait at once
                 with self._lock:
                     if not self._holds(client):
                         raise ClientCut("displaced while its answer was not taken: closed")
