@@ -270,6 +270,18 @@ def test_config_takes_staleness_in_its_domain_and_refuses_it_with_microbatches(t
         assert any("staleness" in line for line in str(err.value).splitlines())
 
 
+def test_staleness_under_n_ranks_is_refused_in_one_line(tmp_path, shards_small):
+    from vfl.cli import check_rank_options
+    from vfl.config.schema import ConfigError, load_config
+
+    # Prepare
+    cfg = load_config(party_configs(str(tmp_path), str(shards_small), train={"staleness": 2})["leader"])
+    # Execute / Assert: one rank runs it, N ranks are refused naming the value and what to set
+    check_rank_options(cfg, distributed=False)
+    with pytest.raises(ConfigError, match=r"^train\.staleness=2 needs --ranks 1; with N ranks use staleness: 0$"):
+        check_rank_options(cfg, distributed=True)
+
+
 # -- a real run ---------------------------------------------------------------------------------------------------
 
 
