@@ -13,15 +13,14 @@ import torch
 
 from vfl.align.handshake import hello_message, new_nonce
 from vfl.config.schema import PartyConfig
-from vfl.data.shards import batch_digest, batch_order
+from vfl.data.shards import batch_order
 from vfl.distributed.context import RankContext
 from vfl.distributed.pairing import rank_meta, rank_problems
 from vfl.inference.fingerprint import key_fingerprints, run_record
 from vfl.labeldp.prior import prior_config, prior_order
-from vfl.obs.metrics import RunLog, loss_line
+from vfl.obs.metrics import RunLog
 from vfl.preflight import resume_identity
 from vfl.session.compression import FollowerCodecs
-from vfl.session.cut_digest import range_digest
 from vfl.session.cut_release import CutRelease
 from vfl.session.follower import FollowerSession
 from vfl.training.checkpoint import checkpoint_tag, load_resume_checkpoint, save_checkpoint
@@ -188,7 +187,7 @@ class FollowerTrainer:
         epoch, step = msg.epoch, msg.step
         rows = self._rows(epoch, step)
         ids = self.party.train_split.ids[rows]
-        if batch_digest(ids) != msg.digest:
+        if self.session.digests.batch(ids) != msg.digest:
             raise WireError(
                 f"FORWARD epoch {epoch} step {step}: batch digest differs from the leader's; "
                 f"the shards or the seed disagree"
@@ -234,11 +233,7 @@ class FollowerTrainer:
         self._step_clock = now
         steps = len(self._orders[epoch])
         if (step + 1) % self.cfg.train.log_every == 0 or step + 1 == steps:
-            self.log(
-                loss_line(epoch, step + 1, steps, float(g.loss))
-                if g.loss is not None
-                else f"epoch {epoch} step {step + 1}/{steps} gradient applied"
-            )
+            self.log(f"epoch {epoch} step {step + 1}/{steps} gradient applied")  # the loss stays with the leader
 
     def _on_wait(self, msg: Wait) -> None:
         """The leader is still preparing; a fresh deadline starts."""
@@ -323,7 +318,7 @@ class FollowerTrainer:
         rows = self._prior_batch(epoch, step) if prior else self._rows(epoch, step)
         party = self.prior if prior else self.party
         ids = self.party.train_split.ids[rows]
-        if batch_digest(ids) != msg.digest:
+        if self.session.digests.batch(ids) != msg.digest:
             raise WireError(
                 f"FORWARD epoch {epoch} step {step}: batch digest differs from the leader's; "
                 f"the shards or the seed disagree"
@@ -349,21 +344,16 @@ class FollowerTrainer:
                 sent = self.cut_release.release(out, "train", len(self.party.train_split), rows[part])
                 cut = self.codecs.embedding_fields(sent)
                 self.ch.post(Embedding(**cut, epoch=epoch, step=step, micro=j))
-        loss = None
         for j, part in enumerate(parts):
             g = self._gradient(epoch, step, j, shapes[j])
             if self.recorder:
                 self.recorder.add(epoch, step, ids[part], g.grad)
             self.party.accumulate_gradient(self.cut_release.grad_for_cut(outs[j], torch.from_numpy(g.grad.copy())), j)
-            loss = g.loss if g.loss is not None else loss
         self.party.step_optimizer()
         self.steps += 1
         steps = len(self._orders[epoch])
         if (step + 1) % self.cfg.train.log_every == 0 or step + 1 == steps:
-            if loss is not None:  # a finite number, by parse
-                self.log(loss_line(epoch, step + 1, steps, float(loss)))
-            else:
-                self.log(f"epoch {epoch} step {step + 1}/{steps} gradient applied")
+            self.log(f"epoch {epoch} step {step + 1}/{steps} gradient applied")  # the loss stays with the leader
 
     def _gradient(self, epoch: int, step: int, micro: int | None, shape: tuple, phase: str | None = None) -> Gradient:
         """The next GRADIENT, checked to answer (epoch, step) of `phase` (and micro-batch `micro`) with a gradient of
@@ -415,7 +405,7 @@ class FollowerTrainer:
         n = len(rows)
         if not start < stop <= n:
             raise WireError(f"EVAL range {start}..{stop} outside the {split} split of {n} rows")
-        if range_digest(split, start, stop, rows.ids[start:stop]) != msg.digest:
+        if self.session.digests.range(split, start, stop, rows.ids[start:stop]) != msg.digest:
             raise WireError(
                 f"EVAL {split} {start}..{stop}: the leader's id digest {msg.digest[:12]} does not name this party's "
                 f"ids of those rows (the intersections disagree); no cut sent"

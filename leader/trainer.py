@@ -10,7 +10,7 @@ import torch
 
 from vfl.align.handshake import hello_message, hello_problems
 from vfl.config.schema import PartyConfig
-from vfl.data.shards import batch_digest, batch_order, eval_batches, steps_per_epoch
+from vfl.data.shards import batch_order, eval_batches, steps_per_epoch
 from vfl.distributed.context import RankContext
 from vfl.distributed.pairing import rank_meta, rank_problems
 from vfl.inference.fingerprint import key_fingerprints, run_record
@@ -21,7 +21,6 @@ from vfl.obs.metrics import RunLog
 from vfl.obs.progress import track
 from vfl.preflight import resume_identity
 from vfl.session.compression import LeaderCodecs
-from vfl.session.cut_digest import range_digest
 from vfl.session.leader import HandshakeError, LeaderSession
 from vfl.training.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.training.loop import TrainingLoop
@@ -94,10 +93,12 @@ class LeaderTrainer:
 
     # -- handshake ---------------------------------------------------------------------------
     def handshake(self) -> None:
-        ours = hello_message(self.cfg, self.party.shard, self.start_step)
+        def ours(hello: Hello) -> Hello:  # the leader's view, its id digests keyed by this follower's nonce
+            return hello_message(self.cfg, self.party.shard, self.start_step, hello.nonce)
+
         hellos: dict[str, Hello] = self.session.greet(
             Hello,
-            lambda f, hello: hello_problems(f, hello, ours) + rank_problems(f, hello, self.ctx.env),
+            lambda f, hello: hello_problems(f, hello, ours(hello)) + rank_problems(f, hello, self.ctx.env),
             lambda f: f"HELLO from follower {f} (is it running and pointed at {self.cfg.network.bind}?)",
         )
         steps = steps_per_epoch(len(self.party.train_split), self.cfg.train.batch_size)
@@ -228,11 +229,11 @@ class LeaderTrainer:
             if stale is not None:
                 return self._stale_step(stale, epoch, i, batch, labels)
             rows = self.ctx.rows(batch)  # this rank's slice of the global batch (all of it for one rank)
-            with TIMER.part("data"):
-                digest = batch_digest(train_ids[rows])
+            with TIMER.part("data"):  # each follower's digest is keyed by its own session key
+                digests = {f: self.session.digests[f].batch(train_ids[rows]) for f in self.followers}
             with TIMER.part("wire_send"):
                 for f in self.followers:
-                    self.ch.post(f, Forward(epoch=epoch, step=i, rows=int(rows.size), digest=digest))
+                    self.ch.post(f, Forward(epoch=epoch, step=i, rows=int(rows.size), digest=digests[f]))
             parts = micro_slices(rows.size, self.cfg.train.microbatches)
             value, total = 0.0, 0.0
             # each follower sends its M embeddings before its first gradient: up to M of one follower's arrive while
@@ -285,10 +286,10 @@ class LeaderTrainer:
         for e, s in stale.to_forward(epoch, i):
             ahead = self._orders[e][s]
             with TIMER.part("data"):
-                digest = batch_digest(self.party.train_split.ids[ahead])
+                digests = {f: self.session.digests[f].batch(self.party.train_split.ids[ahead]) for f in self.followers}
             with TIMER.part("wire_send"):
                 for f in self.followers:
-                    self.ch.post(f, Forward(epoch=e, step=s, rows=int(ahead.size), digest=digest))
+                    self.ch.post(f, Forward(epoch=e, step=s, rows=int(ahead.size), digest=digests[f]))
             self.stash.forward(ahead)
             stale.window.forwarded((e, s))
         own_leaf = self.stash.oldest_cut.detach().requires_grad_(True)
@@ -308,7 +309,7 @@ class LeaderTrainer:
         with TIMER.part("wire_send"):
             for f, t in zip(self.followers, remote):
                 fields = self.codecs.gradient_fields(f, t.grad.detach().cpu().numpy(), rows)  # network.compression
-                self.ch.post(f, Gradient(**fields, epoch=epoch, step=i, micro=0, loss=value))
+                self.ch.post(f, Gradient(**fields, epoch=epoch, step=i, micro=0))
         self.stash.backward(own_leaf.grad)
         stale.window.applied((epoch, i))
         self.top.step()
@@ -353,18 +354,9 @@ class LeaderTrainer:
             scaled.backward()  # top only: the followers' gradients are ready before the leader's bottom runs
         with TIMER.part("wire_send"):
             for f, t in zip(self.followers, remote):
-                # the batch loss (on the training labels, noisy under label DP) lets followers log the same line;
-                # it is known with the last micro-batch
-                self.ch.post(
-                    f,
-                    Gradient(
-                        **self.codecs.gradient_fields(f, t.grad.detach().cpu().numpy(), rows),
-                        epoch=epoch,
-                        step=i,
-                        micro=j,
-                        loss=float(total) if last else None,
-                    ),
-                )
+                # the gradient only: the loss stays here (without label DP it is a function of the true labels)
+                fields = self.codecs.gradient_fields(f, t.grad.detach().cpu().numpy(), rows)
+                self.ch.post(f, Gradient(**fields, epoch=epoch, step=i, micro=j))
         self.party.accumulate_gradient(own_leaf.grad, j)  # overlaps with the followers' backward passes
         return value, total
 
@@ -401,8 +393,8 @@ class LeaderTrainer:
         ):
             sl = slice(lo + part.start, lo + part.stop)
             ids = (self.party.valid_split if split == "valid" else self.party.test_split).ids[sl]
-            digest = range_digest(split, sl.start, sl.stop, ids)  # the follower sends no cut of ids we cannot name
-            for f in self.followers:
+            for f in self.followers:  # the follower sends no cut of ids we cannot name
+                digest = self.session.digests[f].range(split, sl.start, sl.stop, ids)
                 self.ch.post(f, Eval(split=split, start=sl.start, stop=sl.stop, digest=digest))
             cuts = [self.party.forward_eval(sl, split)]
             cuts += [
@@ -519,7 +511,7 @@ class _FollowerPriorSource:
 
     def forward(self, epoch: int, step: int, rows: np.ndarray) -> torch.Tensor:
         self.at, self.rows = (epoch, step), rows
-        digest = batch_digest(self.leader.party.train_split.ids[rows])
+        digest = self.leader.session.digests[self.f].batch(self.leader.party.train_split.ids[rows])
         self.leader.ch.post(self.f, Forward(epoch=epoch, step=step, rows=int(rows.size), digest=digest, phase="prior"))
         return self.leader._remote_cut(self.f, "step", step, rows.size, epoch=epoch)
 
@@ -529,6 +521,7 @@ class _FollowerPriorSource:
         self.leader.ch.post(self.f, Gradient(**fields, epoch=epoch, step=step, phase="prior"))
 
     def evaluate(self, rows: slice) -> torch.Tensor:
-        digest = range_digest("train", rows.start, rows.stop, self.leader.party.train_split.ids[rows])
+        ids = self.leader.party.train_split.ids[rows]
+        digest = self.leader.session.digests[self.f].range("train", rows.start, rows.stop, ids)
         self.leader.ch.post(self.f, Eval(split="train", start=rows.start, stop=rows.stop, digest=digest, phase="prior"))
         return self.leader._remote_cut(self.f, "eval", ("train", rows.start, rows.stop), rows.stop - rows.start)

@@ -37,7 +37,7 @@ def _malicious_leader(cfg, names: str):
     from vfl.align.handshake import new_nonce, run_id
     from vfl.align.psi.leader_side import leader_psi
     from vfl.data.shards import PartyShard
-    from vfl.session.cut_digest import range_digest
+    from vfl.session.cut_digest import SessionDigests
     from vfl.wire import PeerAbort
     from vfl.wire.messages import Embedding, Eval, Hello, Welcome
 
@@ -50,7 +50,8 @@ def _malicious_leader(cfg, names: str):
         ch.run = run_id(new_nonce(), {"follower0": hello.nonce})
         ch.post("follower0", Welcome(run=ch.run, nonce=hello.nonce, epochs=1, steps_per_epoch=1))
         ids = shard.split("valid").ids[:EVAL_ROWS] if names == "held" else _valid_ids_of(cfg, common)[:EVAL_ROWS]
-        ch.post("follower0", Eval("valid", 0, EVAL_ROWS, range_digest("valid", 0, EVAL_ROWS, ids)))
+        digest = SessionDigests(ch.run, hello.nonce).range("valid", 0, EVAL_ROWS, ids)  # this session's key
+        ch.post("follower0", Eval("valid", 0, EVAL_ROWS, digest))
         try:
             return ch.expect("follower0", Embedding)
         except PeerAbort as e:

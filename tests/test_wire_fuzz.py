@@ -48,7 +48,7 @@ def _valid() -> list[list[bytes]]:
     ]
     typed = [
         Embedding(cut=tensors[0], epoch=0, step=1, micro=0),
-        Gradient(grad=tensors[0], epoch=0, step=2, loss=0.5),
+        Gradient(grad=tensors[0], epoch=0, step=2, micro=0),
         Save(tag="final", epoch=1, step=4),
     ]  # messages that parse until a mutation hits them
     msgs += [encode(m.TYPE, "follower0", "r", 3, *m.to_wire()) for m in typed]

@@ -103,7 +103,6 @@ SAMPLES: list[tuple[WireMessage, dict]] = [
     (Embedding(cut=CUT, epoch=0, step=2), {"epoch": 0, "step": 2}),
     (Embedding(cut=CUT, eval=("valid", 96, 100)), {"eval": ["valid", 96, 100]}),
     (Gradient(grad=CUT, epoch=1, step=7, micro=0), {"epoch": 1, "step": 7, "micro": 0}),
-    (Gradient(grad=CUT, epoch=1, step=7, micro=1, loss=0.4123), {"epoch": 1, "step": 7, "micro": 1, "loss": 0.4123}),
     (Gradient(grad=CUT, epoch=0, step=2, phase="prior"), {"phase": "prior", "epoch": 0, "step": 2}),
     (
         Eval(split="test", start=0, stop=4, digest="e" * 32),
@@ -264,3 +263,15 @@ def test_the_error_quotes_the_field_its_domain_and_the_value():
         parse(msg)
     # Assert
     assert str(e.value) == f"GRADIENT from leader: field 'step' must be an integer in [0, {MAX_INT}], got 'x'"
+
+
+def test_a_gradient_carrying_a_loss_is_refused_as_an_unknown_field():
+    """Protocol 6 sends no loss to a follower (without label DP it is a function of the true labels): a GRADIENT
+    whose header still carries one is refused, naming the field."""
+    # Prepare
+    msg = _wire(Gradient(grad=CUT, epoch=0, step=1, micro=0), {"epoch": 0, "step": 1, "micro": 0, "loss": 0.4123})
+    # Execute
+    with pytest.raises(WireError) as e:
+        parse(msg)
+    # Assert
+    assert str(e.value).startswith("GRADIENT from leader:") and "'loss'" in str(e.value) and "\n" not in str(e.value)

@@ -174,30 +174,28 @@ def test_tensors_of_the_wrong_count_dtype_or_rank_are_refused(message, tensors, 
 
 
 def test_a_json_number_that_overflows_to_infinity_is_refused():
-    """1e999 is valid JSON that Python reads as inf (which strict JSON encoding never writes): a GRADIENT whose
-    loss says 1e999 is refused by the finiteness of the field."""
+    """1e999 is valid JSON that Python reads as inf (which strict JSON encoding never writes): a HELLO whose
+    timeout_s says 1e999 is refused by the finiteness of the field."""
     # Prepare
-    frames = [
-        bytes(memoryview(f)) for f in encode("GRADIENT", "leader", "r", 0, {"epoch": 0, "step": 0, "loss": 0.5}, [CUT])
-    ]
-    frames[1] = frames[1].replace(b'"loss":0.5', b'"loss":1e999')
-    msg = decode(frames, "leader")
+    frames = [bytes(memoryview(f)) for f in encode("HELLO", "follower0", "", 0, *HELLO.to_wire())]
+    frames[1] = frames[1].replace(b'"timeout_s":60.0', b'"timeout_s":1e999')
+    msg = decode(frames, "follower0")
     # Execute / Assert
-    with pytest.raises(WireError, match="GRADIENT from leader: field 'loss' must be a finite number, got inf"):
+    with pytest.raises(WireError, match=r"HELLO from follower0: field 'timeout_s' must be a finite number .*, got inf"):
         parse(msg)
 
 
 def test_an_integer_beyond_floats_range_is_refused_where_a_number_belongs():
-    """JSON integers may have thousands of digits; float() of one overflows. A GRADIENT whose loss is 10**400 is a
+    """JSON integers may have thousands of digits; float() of one overflows. A HELLO whose timeout_s is 10**400 is a
     WireError naming the field, never an OverflowError (found by a hostile review)."""
     # Prepare
-    frames = [
-        bytes(memoryview(f)) for f in encode("GRADIENT", "leader", "r", 0, {"epoch": 0, "step": 0, "loss": 0.5}, [CUT])
-    ]
-    frames[1] = frames[1].replace(b'"loss":0.5', b'"loss":1' + b"0" * 400)
-    msg = decode(frames, "leader")
+    frames = [bytes(memoryview(f)) for f in encode("HELLO", "follower0", "", 0, *HELLO.to_wire())]
+    frames[1] = frames[1].replace(b'"timeout_s":60.0', b'"timeout_s":1' + b"0" * 400)
+    msg = decode(frames, "follower0")
     # Execute / Assert
-    with pytest.raises(WireError, match="GRADIENT from leader: field 'loss' must be a finite number, got 1000"):
+    with pytest.raises(
+        WireError, match=r"HELLO from follower0: field 'timeout_s' must be a finite number .*, got 1000"
+    ):
         parse(msg)
 
 

@@ -26,7 +26,7 @@ def _aligned_parties(leader_cfg, follower_cfgs, device, log: RunLog) -> tuple:
     and each party's BottomParty: (the leader's shard, [leader, *followers])."""
     import numpy as np
 
-    from vfl.align.handshake import hello_message, hello_problems
+    from vfl.align.handshake import hello_message, hello_problems, new_nonce
     from vfl.data.errors import DataError
     from vfl.data.shards import PartyShard
     from vfl.training.party import BottomParty
@@ -46,10 +46,11 @@ def _aligned_parties(leader_cfg, follower_cfgs, device, log: RunLog) -> tuple:
         shard.restrict(common)
     log(f"centralized: intersection of the parties' ids: {common.size}")
     parties = [BottomParty(leader_cfg, leader_shard, device)]
-    ours = hello_message(leader_cfg, leader_shard)
+    nonce = new_nonce()  # keys the id digests compared, as a HELLO's nonce does
+    ours = hello_message(leader_cfg, leader_shard, 0, nonce)
     problems = []
     for fc, shard in zip(follower_cfgs, shards):
-        problems += hello_problems(fc.party, hello_message(fc, shard), ours)
+        problems += hello_problems(fc.party, hello_message(fc, shard, 0, nonce), ours)
         parties.append(BottomParty(fc, shard, device))
     if problems:
         raise DataError("; ".join(problems))

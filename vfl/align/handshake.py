@@ -2,7 +2,8 @@
 
 Freshness: each follower's HELLO carries a fresh random nonce, the leader's WELCOME echoes it, and
 the run id is a hash of the leader's own nonce and every follower's, so a recorded session can
-answer no new HELLO and no message of an old run fits a new one. The HELLO's fields, their types and
+answer no new HELLO and no message of an old run fits a new one. The HELLO's nonce also keys its id digests, so the
+leader compares them with its own digests under that follower's nonce. The HELLO's fields, their types and
 domains (the nonce's 32 hex digits, cut_dim in [2, MAX_CUT_DIM], ...) are vfl/wire/messages.Hello's; here
 are only the comparisons with the leader's own values.
 """
@@ -14,6 +15,7 @@ import secrets
 
 from vfl.config.schema import PartyConfig
 from vfl.data.shards import SPLITS, PartyShard
+from vfl.session.cut_digest import hello_digests
 from vfl.wire import PROTOCOL_VERSION
 from vfl.wire.codecs import agreement_problems, codecs_of
 from vfl.wire.messages import Hello
@@ -33,13 +35,15 @@ def run_id(leader_nonce: str, follower_nonces: dict[str, str]) -> str:
 def hello_message(
     cfg: PartyConfig, shard: PartyShard, resume_step: int = 0, nonce: str = "", rank_fields: dict | None = None
 ) -> Hello:
-    """What a party announces about itself (followers send it; the leader builds its own to compare with).
+    """What a party announces about itself (followers send it; the leader builds its own to compare with, keyed by
+    the follower's nonce). nonce: the HELLO's, which also keys its id digests (vfl/session/cut_digest.hello_digests;
+    empty: a view without digests, whose id_digest compares equal to any other such view's).
     rank_fields: vfl.distributed.pairing.rank_meta of this rank (none for one rank)."""
     return Hello(
         nonce=nonce,
         party=cfg.party,
         protocol=PROTOCOL_VERSION,
-        id_digest={s: shard.id_digest[s] for s in SPLITS},
+        id_digest=hello_digests(nonce, {s: shard.split(s).ids for s in SPLITS}) if nonce else dict.fromkeys(SPLITS, ""),
         rows={s: len(shard.split(s)) for s in SPLITS},
         batch_size=cfg.train.batch_size,
         seed=cfg.train.seed,

@@ -265,11 +265,6 @@ def ids_digest(ids: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(ids, dtype="<i8").tobytes()).hexdigest()
 
 
-def batch_digest(ids: np.ndarray) -> str:
-    """Short sha256 of a batch's sample ids: followers check they are about to use the same rows."""
-    return hashlib.sha256(np.ascontiguousarray(ids, dtype="<i8").tobytes()).hexdigest()[:32]
-
-
 class ConcatRows:
     """Several arrays (memory-mapped or not) with the same trailing shape, indexed as one along rows."""
 

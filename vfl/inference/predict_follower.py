@@ -4,8 +4,8 @@ The follower loads its checkpoint (`<run>/checkpoints/<party>_final.pt`), checks
 reads its own file of new rows through its frozen transforms (vfl/inference/new_rows.py), and sends PREDICT_HELLO
 with its checkpoint's training run, step and fingerprint (vfl/inference/fingerprint.py). After PSI it answers each
 PREDICT_ROWS (a range of the intersection in ascending id order, checked against the range digest of its own ids
-there, vfl/session/cut_digest.py, before anything is computed) with PREDICT_CUT, its bottom's cut in eval mode,
-until PREDICT_DONE; then BYE. Under privacy.embedding_dp each row's cut is clipped and noised as in training, and a
+there under the session's key, vfl/session/cut_digest.py, before anything is computed) with PREDICT_CUT, its
+bottom's cut in eval mode, until PREDICT_DONE; then BYE. Under privacy.embedding_dp each row's cut is clipped and noised as in training, and a
 row is sent at most privacy.embedding_dp.releases times (default 1) per prediction run (vfl/session/cut_release.py).
 
 What it learns: the intersection of the new ids (as in training), the ranges (fixed-size, in id order) and the row
@@ -22,7 +22,6 @@ import torch
 from vfl.config.schema import PartyConfig
 from vfl.inference.fingerprint import pair_fingerprint
 from vfl.inference.predict_party import PredictingParty
-from vfl.session.cut_digest import range_digest
 from vfl.session.cut_release import CutRelease
 from vfl.session.follower import FollowerSession
 from vfl.wire import PROTOCOL_VERSION, WireError
@@ -38,6 +37,7 @@ class FollowerPredictor(PredictingParty):
         self.requests = 0
         self.rows_sent = 0
         self._done = False
+        self.digests = None  # the session's keyed id digests (vfl/session/cut_digest.py), once joined
         # privacy.embedding_dp: each row's cut clipped and noised; a row is sent at most `releases` times (default 1)
         self.cut_release = CutRelease(cfg.privacy.embedding_dp, cfg.model.bottom.cut_dim, log, cfg.party)
         self.cut_release.plan(1)
@@ -63,6 +63,7 @@ class FollowerPredictor(PredictingParty):
         )
         welcome: PredictWelcome = session.greet(hello, PredictWelcome)
         session.join(welcome.run)
+        self.digests = session.digests  # keyed by (this session's run id, our nonce)
         self.batch_rows = welcome.batch_rows
         common, _ = psi(self.rows.ids)
         missing = self.rows.align(common)
@@ -78,7 +79,7 @@ class FollowerPredictor(PredictingParty):
                 f"PREDICT_ROWS {msg.start}..{msg.stop}: outside the {n} rows of the intersection or over "
                 f"{self.batch_rows} rows"
             )
-        if range_digest("predict", msg.start, msg.stop, split.ids[msg.start : msg.stop]) != msg.digest:
+        if self.digests.range("predict", msg.start, msg.stop, split.ids[msg.start : msg.stop]) != msg.digest:
             raise WireError(
                 f"PREDICT_ROWS {msg.start}..{msg.stop}: the ids' digest differs from the leader's (the intersections "
                 "disagree)"

@@ -34,7 +34,6 @@ from vfl.inference.fingerprint import hello_problems
 from vfl.inference.outputs import PredictionWriter
 from vfl.inference.predict_party import PredictingParty
 from vfl.obs.progress import bar
-from vfl.session.cut_digest import range_digest
 from vfl.session.leader import LeaderSession
 from vfl.training.microbatch import embedding_bytes_bound, pipelined
 from vfl.training.top import TopTrainer
@@ -166,8 +165,9 @@ class LeaderPredictor(PredictingParty):
         def ask(k: int) -> None:
             if k < len(ranges):
                 lo, hi = ranges[k]
-                digest = range_digest("predict", lo, hi, split.ids[lo:hi])  # a follower cuts only rows we can name
-                session.post_all(PredictRows(start=lo, stop=hi, digest=digest))
+                for f in session.followers:  # a follower cuts only rows we can name, by its session's key
+                    digest = session.digests[f].range("predict", lo, hi, split.ids[lo:hi])
+                    session.ch.post(f, PredictRows(start=lo, stop=hi, digest=digest))
 
         progress = bar(total=n, desc="predict", unit="row")
         for k in range(PREDICT_WINDOW):

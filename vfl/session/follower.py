@@ -8,7 +8,8 @@ API (everything a new mode needs):
 
     session = FollowerSession(cfg, channel)
     welcome = session.greet(hello, Welcome, what)  # post our hello (its `nonce`), await the welcome echoing it
-    session.join(welcome.run)                      # every later message carries this run id
+    session.join(welcome.run)                      # every later message carries this run id; digests keyed
+    session.digests.batch(ids)                     # FORWARD's digest of a batch, .range(...) EVAL's and PREDICT_ROWS'
     session.serve({Msg: handler, ...}, done)       # handler(msg) per message until done() is true
     session.waited                                 # seconds the last message was awaited (step timing)
 """
@@ -19,6 +20,7 @@ import time
 from collections.abc import Callable
 
 from vfl.config.schema import PartyConfig
+from vfl.session.cut_digest import SessionDigests
 from vfl.wire import FollowerChannel, WireError
 from vfl.wire.messages import Wait, WireMessage
 
@@ -30,10 +32,13 @@ class FollowerSession:
         self.cfg = cfg
         self.ch = channel
         self.waited = 0.0  # seconds the last message was awaited
+        self.nonce = ""  # the nonce of the hello this follower sent (greet)
+        self.digests: SessionDigests | None = None  # the session's keyed id digests, from join
 
     def greet(self, hello: WireMessage, welcome_type: type[WireMessage], what: str | None = None) -> WireMessage:
         """Post `hello` (whose `nonce` is fresh) and return the leader's `welcome_type` answer, refused unless it
         echoes that nonce (a replayed or foreign session)."""
+        self.nonce = hello.nonce
         self.ch.post(hello)
         welcome = self.ch.expect(
             welcome_type,
@@ -47,8 +52,10 @@ class FollowerSession:
         return welcome
 
     def join(self, run: str) -> None:
-        """From now on every message carries (and must carry) the run id the leader chose."""
+        """From now on every message carries (and must carry) the run id the leader chose, and the leader's requests
+        name their rows by digests keyed by (run id, this follower's nonce) (vfl/session/cut_digest.py)."""
         self.ch.run = run
+        self.digests = SessionDigests(run, self.nonce)
 
     def serve(self, handlers: dict[type[WireMessage], Callable], done: Callable[[], bool]) -> None:
         """Answer the leader's messages, each by the handler of its class, until done(); WAIT needs no handler."""

@@ -10,6 +10,7 @@ API (everything a new mode needs):
     session = LeaderSession(cfg, channel, device)
     hellos = session.greet(Hello, check, what)  # one hello per follower (identity = its key), problems -> one error
     session.start_run(nonces, welcome)          # run id bound to every nonce; welcome(f) posted to each follower
+    session.digests[f].batch(ids)               # FORWARD's digest for f, .range(...) EVAL's and PREDICT_ROWS'
     session.post_all(Msg(...))                  # the same message to every follower, in `followers` order
     session.keepalive()                         # WAIT to every follower when its deadline is a quarter gone
     cut = session.remote_cut(peer, "eval", (split, start, stop), rows)  # the next EMBEDDING, checked, as a tensor
@@ -29,6 +30,7 @@ import torch
 
 from vfl.align.handshake import new_nonce, run_id
 from vfl.config.schema import PartyConfig
+from vfl.session.cut_digest import SessionDigests
 from vfl.training.microbatch import check_micro
 from vfl.wire import LeaderChannel, WireError
 from vfl.wire.codecs import NONE, decode
@@ -48,6 +50,7 @@ class LeaderSession:
         self.device = torch.device(device)
         self.followers: list[str] = list(cfg.network.followers)
         self.cut_dims: dict[str, int] = {}
+        self.digests: dict[str, SessionDigests] = {}  # per follower, keyed by (run id, its nonce), from start_run
         self.embedding_codec = NONE  # training sets the agreed network.compression.embedding (EMBEDDING's `codec`)
         self.keepalive_every = cfg.network.timeout_s / 4
         self.last_sent = time.monotonic()
@@ -83,9 +86,11 @@ class LeaderSession:
 
     def start_run(self, nonces: dict[str, str], welcome: Callable[[str], WireMessage], unbound: bool = False) -> str:
         """Set the run id (a hash of a fresh leader nonce and every follower's) and post welcome(f) to each follower
-        (welcome may read the run id from the channel); returns the run id. unbound: the welcomes travel outside the
-        run, like the hellos (for a welcome type the channel does not exempt from its run check, as it does WELCOME)."""
+        (welcome may read the run id from the channel), and key each follower's id digests by (run id, its nonce);
+        returns the run id. unbound: the welcomes travel outside the run, like the hellos (for a welcome type the
+        channel does not exempt from its run check, as it does WELCOME)."""
         self.ch.run = run_id(new_nonce(), nonces)
+        self.digests = {f: SessionDigests(self.ch.run, nonces[f]) for f in self.followers}
         messages = {f: welcome(f) for f in self.followers}
         run, self.ch.run = self.ch.run, "" if unbound else self.ch.run
         for f in self.followers:

@@ -28,7 +28,8 @@ PROTOCOL_VERSION = 6  # v2: CurveZMQ transport, no frame HMAC, nonce-bound run i
 # v5: batch prediction's PREDICT_* (predict_messages.py) and online scoring's SERVE_* messages (serve_messages.py)
 # v6: EVAL carries the digest of its range's ids, and EVAL's and PREDICT_ROWS' digests are range digests
 # (vfl/session/cut_digest.py): a follower sends no cut of rows the leader cannot name; network.compression: HELLO's
-# embedding_codec and gradient_codec, EMBEDDING's and GRADIENT's codec and aux (codecs.py)
+# embedding_codec and gradient_codec, EMBEDDING's and GRADIENT's codec and aux (codecs.py); every id digest (HELLO,
+# FORWARD, EVAL, PREDICT_ROWS) is keyed by the session, and GRADIENT carries no loss
 MAGIC_PREFIX = b"VFLW"
 MAGIC = MAGIC_PREFIX + bytes([PROTOCOL_VERSION])
 MAX_HEADER_BYTES = 1 << 16

@@ -230,16 +230,15 @@ class Embedding(WireMessage):
 
 @wire_message
 class Gradient(WireMessage):
-    """GRADIENT (leader -> follower): d loss / d cut, float32 (rows, cut_dim), for (epoch, step, micro); the batch
-    loss (on the training labels, noisy under label DP) with the last micro-batch; phase "prior" in stage one. Under
-    network.compression the gradient travels coded: `codec` names it and `grad` (with `aux`) is its payload."""
+    """GRADIENT (leader -> follower): d loss / d cut, float32 (rows, cut_dim), for (epoch, step, micro); phase
+    "prior" in stage one. No loss: without label DP it is a function of the true labels, and no follower needs it.
+    Under network.compression the gradient travels coded: `codec` names it and `grad` (with `aux`) is its payload."""
 
     TYPE = "GRADIENT"
     grad: np.ndarray
     epoch: int
     step: int
     micro: int | None = None
-    loss: float | None = None
     phase: str | None = None
     codec: str | None = None  # absent: none (grad is the float32 tensor)
     aux: np.ndarray | None = None  # a coded payload's second tensor
@@ -248,7 +247,6 @@ class Gradient(WireMessage):
         Int("epoch"),
         Int("step"),
         Int("micro", optional=True),
-        Real("loss", optional=True),
         Choice("codec", WIRE_NAMES, optional=True),
     )
     TENSORS = (Tensor("grad", "float32", 2), Tensor("aux", optional=True))
