@@ -4,7 +4,8 @@ schedules x compression; per cell samples/s, bytes per training sample each way,
 AUC, and the three bounds beside it (compute alone = the loopback cell, bandwidth, latency = steps x RTT / in-flight
 batches: vfl/netlink/bounds.py). Schedules and codecs are config overrides (`train.staleness=K`,
 `network.compression.embedding|gradient=...`); a cell whose key this tree's config does not know is skipped with a
-one-line note. Prints the machine and the load; --json writes every cell.
+one-line note. PSI is run and timed in each link's first cell; the link's other cells reuse its result
+(`data.psi_reuse`), since PSI depends on the link only. Prints the machine and the load; --json writes every cell.
 
     bash scripts/bench_wan.sh [--quick] [--rows N] [--epochs N] [--links loopback,40ms] [--schedules sync,1,2,4,8]
         [--compression none,fp16,int8,int8+topk] [--seeds N] [--jitter-ms J] [--json OUT.json]
@@ -276,7 +277,10 @@ def main(argv=None) -> int:
     cells, skipped, compute = [], [], {}
     grid = [(lk, s, c) for lk in picks["links"] for s in picks["schedules"] for c in picks["compression"]]
     for i, (lk, s, c) in enumerate(grid, 1):
-        overrides = {"train.epochs": str(args.epochs), "data.psi_reuse": "false", **COMPRESSION[c]}
+        # PSI depends on the link only: its first cell runs (and times) it, the link's other cells reuse its result
+        first_of_link = all(g[0] != lk for g in grid[: i - 1])
+        reuse = "false" if first_of_link else "true"
+        overrides = {"train.epochs": str(args.epochs), "data.psi_reuse": reuse, **COMPRESSION[c]}
         if SCHEDULES[s]:
             overrides["train.staleness"] = str(SCHEDULES[s])
         why = unknown_keys(overrides)

@@ -104,6 +104,50 @@ def test_serving_rows_find_prepared_then_new_ids_and_reload_a_changed_directory_
         rows.close()
 
 
+def test_a_file_finished_while_a_failed_load_unwinds_is_loaded_and_no_spill_is_left(run, tmp_path, monkeypatch):
+    import gzip
+
+    from vfl.data.ids import ids64
+    from vfl.data.shards import PartyShard
+    from vfl.inference import serve_new_rows
+    from vfl.inference.party_model import RowTable
+
+    # Prepare: a source with one good file; a writer lands a gzip file in two writes, the second just after a load
+    # read its truncated first half and failed (the window between a failed load and its bookkeeping)
+    shard_dir = os.path.join(run["run"], "shards", "telco")
+    source = tmp_path / "new"
+    source.mkdir()
+    shutil.copy(run["new"]["telco"], source / "a.csv")
+    frame = run["new_frames"]["telco"].iloc[:1].copy()
+    frame["cust"] = ["late-1"]
+    whole = gzip.compress(frame.to_csv(index=False).encode())
+    late = int(ids64(["late-1"])[0])
+    load = serve_new_rows.load_new_rows
+
+    def load_then_the_writer_finishes(*a, **k):
+        try:
+            return load(*a, **k)
+        except Exception:
+            with open(source / "b.csv.gz", "ab") as f:
+                f.write(whole[len(whole) // 2 :])
+            raise
+
+    log = _Log()
+    rows = serve_new_rows.ServingRows(RowTable(PartyShard(shard_dir)), str(source), shard_dir, str(tmp_path), log, 0.05)
+    rows.start()
+    try:
+        # Execute
+        monkeypatch.setattr(serve_new_rows, "load_new_rows", load_then_the_writer_finishes)
+        (source / "b.csv.gz").write_bytes(whole[: len(whole) // 2])
+        assert _wait(lambda: len(log.warnings) > 0), log.lines
+        monkeypatch.setattr(serve_new_rows, "load_new_rows", load)
+        # Assert: the finished file is loaded at a later poll, and the failed load left no spill directory behind
+        assert _wait(lambda: rows.snapshot().rows_of(np.array([late]))[0] >= 0), log.lines + log.warnings
+        assert not [d for d in os.listdir(tmp_path) if d.startswith(".serve-new-rows")]
+    finally:
+        rows.close()
+
+
 def _start(procs: Procs, name: str, role: str, args: list[str], log: str) -> None:
     out = open(log, "w")
     procs.procs[name] = subprocess.Popen(

@@ -57,10 +57,11 @@ def load_new_rows(shard_dir: str, files: list[str], work_dir: str, log) -> RowTa
     from vfl.inference.party_model import ModelLoadError
 
     parts = []
-    for k, path in enumerate(files):
-        rows = new_rows_of(shard_dir, path, os.path.join(work_dir, f"{k:04d}"), log)
-        parts.append(rows)
-    shutil.rmtree(work_dir, ignore_errors=True)
+    try:  # a failed load leaves no spill behind (a partial copy of the file, the leader's label column included)
+        for k, path in enumerate(files):
+            parts.append(new_rows_of(shard_dir, path, os.path.join(work_dir, f"{k:04d}"), log))
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
     if not parts:
         return None
     try:
@@ -124,6 +125,7 @@ class ServingRows:
         self.loads = 0
         self._current = Snapshot(prepared, None)
         self._signature: tuple = ()
+        self._attempted: tuple = ()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -147,6 +149,7 @@ class ServingRows:
         sig = signature(files)
         if sig == self._signature and self.loads:
             return False
+        self._attempted = sig  # a failed load is retried when the files differ from what this load read
         t0 = time.perf_counter()
         self.loads += 1
         work = os.path.join(self.work_root, f".serve-new-rows-{os.getpid()}-{self.loads}")
@@ -165,10 +168,9 @@ class ServingRows:
             try:
                 self.reload()
             except Exception as e:  # any failure of a load (a reader's too): the previous load is served
-                try:  # retried when the files change again, not every poll
-                    self._signature = signature(source_files(self.source))
-                except DataError:
-                    self._signature = ()
+                # retried when the files change again, not every poll: the signature is the one taken before the
+                # load, so a file that a writer finished after the load read it is loaded at the next poll
+                self._signature = self._attempted
                 why = str(e) if isinstance(e, (DataError, OSError)) else f"{type(e).__name__}: {e}"
                 self.log.warning(f"new rows: {self.source} not reloaded, the previous load is served: {why}")
 
