@@ -242,3 +242,12 @@ def test_data_psi_verify_in_both_yamls_runs_a_verified_psi_and_trains_over_real_
     for party in ("leader", F):
         (name,) = os.listdir(shards / party / "psi_cache")
         assert b'"verified": true' in (shards / party / "psi_cache" / name).read_bytes()
+
+
+@pytest.mark.parametrize("key", ["00" * 32, "ff" * 32])
+def test_a_leader_key_that_is_the_identity_or_no_point_is_refused_at_the_hello(key):
+    # Prepare: the identity element encodes as 32 zero bytes and is a valid point, but proves nothing
+    hello = Psi(op="hello", suite=SUITE, n=1, key=key)
+    # Execute / Assert: refused in one line before any double is read
+    with pytest.raises(PSIError, match="not a ristretto255 element"):
+        protocol.leader_key(hello)

@@ -316,9 +316,10 @@ def leader_key(hello: Psi) -> bytes:
             "(data.psi_verify); refused"
         )
     key = bytes.fromhex(hello.key)
-    if sodium().crypto_core_ristretto255_is_valid_point(key) != 1:
+    if sodium().crypto_core_ristretto255_is_valid_point(key) != 1 or not any(key):  # the identity proves nothing
         raise PSIError(
-            f"the leader's PSI hello commits to key {hello.key[:16]}..., not a ristretto255 element; refused"
+            f"the leader's PSI hello commits to key {hello.key[:16]}..., not a ristretto255 element other than the "
+            "identity; refused"
         )
     return key
 
