@@ -80,13 +80,13 @@ def test_follower_prepared_with_another_split_seed_is_refused_at_the_handshake(
 def test_follower_key_unknown_to_the_leader_is_refused_on_both_sides(tmp_path, shards_small, procs):
     # Prepare: follower0 runs with a fresh key pair the leader was never given. The follower starts once the leader
     # listens, so its refusal arrives at its handshake, not against a clock that a loaded machine can run out (its
-    # 4 s deadline only bounds the wait); the leader's 20 s leave a loaded machine time to start the follower.
+    # 4 s deadline only bounds the wait); the leader's 12 s leave a loaded machine time to start the follower.
     from tests.procs import party_keys
 
     cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=4)
     stranger = party_keys(str(tmp_path / "stranger"), ("follower0",))["follower0"]
     _edit(cfgs["follower0"], lambda d: d["network"].update({"secret_key_file": stranger[1]}))
-    _edit(cfgs["leader"], lambda d: d["network"].update({"timeout_s": 20}))
+    _edit(cfgs["leader"], lambda d: d["network"].update({"timeout_s": 12}))
     # Execute
     procs.start("leader", "leader", cfgs["leader"])
     procs.wait_for_line("leader", str(tmp_path / "out" / "leader.log"), "listening on")
@@ -95,7 +95,7 @@ def test_follower_key_unknown_to_the_leader_is_refused_on_both_sides(tmp_path, s
     lcode, _, lerr = procs.wait("leader", 60)
     # Assert: the follower learns at the CURVE handshake; the leader never got a message from it
     assert fcode == 1 and "refused this party's key" in ferr and ferr.count("\n") == 1
-    assert lcode == 1 and "timed out after 20 s awaiting PSI hello from follower follower0" in lerr
+    assert lcode == 1 and "timed out after 12 s awaiting PSI hello from follower follower0" in lerr
 
 
 def test_missing_keys_name_the_settings_and_the_key_tool(tmp_path, shards_small, procs):

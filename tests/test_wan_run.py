@@ -104,6 +104,7 @@ def _idle_exchange(tmp_path, idle_s: float) -> tuple[list, Relay]:
     return got, relay
 
 
+@pytest.mark.slow  # waits out the 20 s heartbeat timeout; the 100 ms jittery run above covers the link by default
 def test_an_idle_connection_through_the_far_link_outlives_the_heartbeat_timeout(tmp_path):
     """ZMTP heartbeats (a PING every HEARTBEAT_IVL_MS, a peer silent for HEARTBEAT_TIMEOUT_MS is lost) keep a healthy
     peer across 100 ms +- 20 ms: after more than the timeout without a message, both ends still talk, on the same
