@@ -79,14 +79,14 @@ def test_follower_prepared_with_another_split_seed_is_refused_at_the_handshake(
 
 def test_follower_key_unknown_to_the_leader_is_refused_on_both_sides(tmp_path, shards_small, procs):
     # Prepare: follower0 runs with a fresh key pair the leader was never given. The follower starts once the leader
-    # listens, so its refusal arrives at its handshake, not against a clock that a loaded machine can run out (its
-    # 4 s deadline only bounds the wait); the leader's 12 s leave a loaded machine time to start the follower.
+    # listens and learns of the refusal at its handshake; its 30 s deadline only bounds the wait (a 4 s one ran out
+    # before the refusal arrived in a full-suite run), and the leader's 12 s leave a loaded machine time to start the
+    # follower.
     from tests.procs import party_keys
 
-    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=4)
+    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=12)
     stranger = party_keys(str(tmp_path / "stranger"), ("follower0",))["follower0"]
-    _edit(cfgs["follower0"], lambda d: d["network"].update({"secret_key_file": stranger[1]}))
-    _edit(cfgs["leader"], lambda d: d["network"].update({"timeout_s": 12}))
+    _edit(cfgs["follower0"], lambda d: d["network"].update({"secret_key_file": stranger[1], "timeout_s": 30}))
     # Execute
     procs.start("leader", "leader", cfgs["leader"])
     procs.wait_for_line("leader", str(tmp_path / "out" / "leader.log"), "listening on")
