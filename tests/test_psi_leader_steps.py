@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.test_psi import _channels, _in_thread
+from tests.psi_support import _channels, _in_thread
 from vfl.align.psi.ecdh import SUITE, as_wire, from_wire, hash_ids, new_exponent, raise_to, random_points
 from vfl.align.psi.protocol import PSIError, follower_psi
 from vfl.wire.psi_messages import Psi

@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 
-from tests.test_psi import _channels, _in_thread
+from tests.psi_support import _channels, _in_thread
 from vfl.align.psi.buckets import bucket_of, intersect_on_ranks, rank_share
 from vfl.align.psi.leader_side import leader_psi
 from vfl.align.psi.protocol import PSIError, declared_size, follower_psi, padded_size

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.procs import party_keys
-from tests.test_psi import _channels, _in_thread
+from tests.psi_support import _channels, _in_thread
 from vfl.align.psi.leader_side import leader_psi
 from vfl.align.psi.protocol import PSIError, follower_psi
 from vfl.align.psi.reuse import PSICache

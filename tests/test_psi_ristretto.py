@@ -8,7 +8,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from tests.test_psi import _channels, _in_thread
+from tests.psi_support import _channels, _in_thread
 from vfl.align.psi.ecdh import (
     SUITE,
     PointError,

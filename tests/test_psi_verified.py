@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.test_psi import _channels, _in_thread
+from tests.psi_support import _channels, _in_thread
 from vfl.align.psi import dleq, protocol
 from vfl.align.psi.ecdh import SUITE, as_wire, from_wire, hash_ids, mask_ids, new_exponent, raise_to
 from vfl.align.psi.leader_side import leader_psi

@@ -15,7 +15,7 @@ from concurrent.futures import Future
 
 import pytest
 
-from tests.test_serve_http import _Lines, _Scorer
+from tests.serve_support import _Lines, _Scorer
 from vfl.inference import serve_http
 from vfl.inference.http_clients import MAX_HEAD_BYTES, ClientLimits
 from vfl.inference.serve_http import ScoreHTTPServer, parse_request

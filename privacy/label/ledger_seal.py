@@ -134,6 +134,12 @@ def write_seal(path: str, secret: bytes, seal: Seal, sync_rename: bool = True) -
     mark_sealed(os.path.dirname(path))
     fields = seal.fields()
     data = json.dumps({**fields, "mac": _mac(secret, fields)}, indent=1).encode() + b"\n"
+    replace_private_file(path, data, "label-DP ledger seal", sync_rename)
+
+
+def replace_private_file(path: str, data: bytes, what: str, sync_rename: bool = True) -> None:
+    """Write `data` under a new name (0600, fsynced), rename it over `path` and sync the directory (unless
+    sync_rename is False); a failure is one LabelDPStoreError naming `what` and leaves `path` as it was."""
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -147,7 +153,7 @@ def write_seal(path: str, secret: bytes, seal: Seal, sync_rename: bool = True) -
     except OSError as e:
         with contextlib.suppress(OSError):
             os.remove(tmp)
-        raise LabelDPStoreError(f"label-DP ledger seal {path} cannot be written: {e.strerror}") from None
+        raise LabelDPStoreError(f"{what} {path} cannot be written: {e.strerror}") from None
 
 
 def sync_dir(directory: str) -> None:

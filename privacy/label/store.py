@@ -69,9 +69,9 @@ from privacy.label.ledger_seal import (
     coin_key,
     ledger_digest,
     opening_warnings,
+    replace_private_file,
     seal_unsealed,
     sealed_write,
-    sync_dir,
     write_seal,
 )
 from privacy.label.prior_store import load_prior, save_prior
@@ -549,16 +549,4 @@ class LabelDPStore:
         sealed_write(self, state, secret, (json.dumps(doc, indent=1) + "\n").encode(), self._put)
 
     def _put(self, data: bytes) -> None:
-        tmp = f"{self.ledger_path}.tmp-{os.getpid()}"
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.ledger_path)
-            sync_dir(self.dir)
-        except OSError as e:
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
-            raise LabelDPStoreError(f"label-DP ledger {self.ledger_path} cannot be written: {e.strerror}") from None
+        replace_private_file(self.ledger_path, data, "label-DP ledger")

@@ -1,0 +1,30 @@
+"""Serving test support: a stand-in scorer and a log that keeps warnings, for the leader's HTTP endpoint."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+from vfl.inference.serve_leader import Scored
+
+
+class _Scorer:
+    """Scores every id 0.5, at once or, while `hold` is an unset Event, once it is set."""
+
+    followers, down, failed, batches, rows = ["f"], {}, None, 0, 0
+    hold, waiting = None, 0
+
+    def submit(self, ids, deadline_s):
+        future = Future()
+        if self.hold is not None:
+            self.waiting += 1
+            self.hold.wait(timeout=10)
+        future.set_result(Scored([0.5] * len(ids), {}))
+        return future
+
+
+class _Lines:
+    def __init__(self):
+        self.lines = []
+
+    def warning(self, line):
+        self.lines.append(line)
