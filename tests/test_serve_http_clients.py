@@ -131,7 +131,9 @@ def test_slow_and_idle_clients_on_several_addresses_cannot_keep_an_honest_reques
     assert [(status, doc.get("scores")) for status, doc, _ in answers] == [(200, [0.5, 0.5])] * 10, answers
     assert max(seconds for _, _, seconds in answers) < 1.0, answers
     assert during["most_from_one_address"] <= 2 and during["connections"] <= 6, during
-    assert all(full) and during["displaced"] >= 6 + 10, during  # 12 attackers into 6 slots, each honest one
+    # each honest request arrived with every slot held, so each displaced one (the attackers' own count depends on
+    # when their reconnects land, and is not asserted)
+    assert all(full) and during["displaced"] >= 10, during
 
 
 def test_a_trickling_client_is_closed_at_its_whole_request_deadline_counted_from_accept_and_its_slot_freed(serve):
