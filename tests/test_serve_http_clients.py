@@ -17,7 +17,7 @@ import pytest
 
 from tests.serve_support import _Lines, _Scorer
 from vfl.inference import serve_http
-from vfl.inference.http_clients import MAX_HEAD_BYTES, ClientLimits
+from vfl.inference.http_clients import MAX_HEAD_BYTES, ClientLimits, ClientTable
 from vfl.inference.serve_http import ScoreHTTPServer, parse_request
 from vfl.inference.serve_leader import Scored, ServeError
 
@@ -60,11 +60,28 @@ def _until(condition, timeout_s: float = 10.0) -> bool:
     return True
 
 
-def _score(port: int, source: str, deadline_ms: int) -> tuple[int, dict, float]:
-    """(status, answer, seconds from connect to answer) of one honest request sent from `source`."""
+def _holds_any(server: ScoreHTTPServer, peers: list) -> bool:
+    """Whether the endpoint still holds a slot for a connection from one of `peers` ((address, port) pairs)."""
+    with server.clients._lock:
+        socks = list(server.clients._clients)
+    held = set()
+    for sock in socks:
+        try:
+            held.add(sock.getpeername())
+        except OSError:
+            pass  # shut down (displaced): its slot is already free
+    return any(tuple(p) in held for p in peers)
+
+
+def _score(port: int, source: str, deadline_ms: int, sent_from: list | None = None) -> tuple[int, dict, float]:
+    """(status, answer, seconds from connect to answer) of one honest request sent from `source` (its (address, port)
+    appended to `sent_from`)."""
     t0 = time.monotonic()
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10, source_address=(source, 0))
     try:
+        c.connect()
+        if sent_from is not None:
+            sent_from.append(c.sock.getsockname())
         c.request(
             "POST",
             "/score",
@@ -118,10 +135,11 @@ def test_slow_and_idle_clients_on_several_addresses_cannot_keep_an_honest_reques
         assert _until(lambda: sum(a.connects for a in attackers) >= 12 and server.clients.stats()["connections"] == 6)
         # Execute: honest requests (deadline 1 s) from an address of their own and from an attacker's address, each
         # sent when the attackers hold every slot again
-        answers, full = [], []
+        answers, full, honest = [], [], []
+        before = server.clients.stats()["displaced"]
         for source in ["127.0.0.1", "127.0.0.3"] * 5:
-            full.append(_until(lambda: server.clients.stats()["connections"] == 6))
-            answers.append(_score(port, source, 1000))
+            full.append(_until(lambda: server.clients.stats()["connections"] == 6 and not _holds_any(server, honest)))
+            answers.append(_score(port, source, 1000, honest))
         during = server.clients.stats()
     finally:
         stop.set()
@@ -131,9 +149,9 @@ def test_slow_and_idle_clients_on_several_addresses_cannot_keep_an_honest_reques
     assert [(status, doc.get("scores")) for status, doc, _ in answers] == [(200, [0.5, 0.5])] * 10, answers
     assert max(seconds for _, _, seconds in answers) < 1.0, answers
     assert during["most_from_one_address"] <= 2 and during["connections"] <= 6, during
-    # each honest request arrived with every slot held, so each displaced one (the attackers' own count depends on
-    # when their reconnects land, and is not asserted)
-    assert all(full) and during["displaced"] >= 10, during
+    # each honest request arrived with every slot held by an attacker (the previous honest connection's slot already
+    # released), so each displaced one; the attackers' own displacements depend on when their reconnects land
+    assert all(full) and during["displaced"] - before >= 10, during
 
 
 def test_a_trickling_client_is_closed_at_its_whole_request_deadline_counted_from_accept_and_its_slot_freed(serve):
@@ -415,3 +433,30 @@ def test_client_limits_out_of_their_domain_are_refused_naming_the_value(limits, 
     # Prepare / Execute / Assert: the server is not built
     with pytest.raises(ValueError, match=words):
         ScoreHTTPServer(("127.0.0.1", 0), _Scorer(), 16, 1000, 7, _Lines(), limits)
+
+
+def test_a_newcomer_takes_an_old_tricklers_slot_not_a_fresh_connection_whose_request_is_unread_or_not_yet_sent():
+    # Prepare: one address, 3 slots: a trickler 2 s old with 20 bytes read; a connection 0.1 s old whose 300 request
+    # bytes wait unread in its socket (its handler has not run); a connection 0.05 s old that has sent nothing yet
+    table = ClientTable(ClientLimits(max_connections=3, max_per_address=3, read_timeout_s=30.0))
+    pairs = [socket.socketpair() for _ in range(5)]
+    trickler, unread, empty = (table.admit(ours, "10.0.0.1") for ours, _ in pairs[:3])
+    now = time.monotonic()
+    trickler.since, trickler.received = now - 2.0, 20
+    unread.since, empty.since = now - 0.1, now - 0.05
+    pairs[1][1].sendall(b"x" * 300)
+    try:
+        # Execute: a fourth connection from the address, then a fifth once the fresh ones are past FRESH_S
+        table.admit(pairs[3][0], "10.0.0.1")
+        first = {c.sock for c in (trickler, unread, empty)} - set(table._clients)
+        unread.since = empty.since = now - 5.0
+        table.admit(pairs[4][0], "10.0.0.1")
+        second = {c.sock for c in (unread, empty)} - set(table._clients)
+        # Assert: the old trickler went first; past the fresh window the one that sent nothing went, not the one whose
+        # bytes wait unread (300 B in 5 s against 0)
+        assert first == {trickler.sock} and second == {empty.sock}
+        assert table.stats()["displaced"] == 2
+    finally:
+        for ours, theirs in pairs:
+            ours.close()
+            theirs.close()

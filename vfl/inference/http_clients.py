@@ -13,13 +13,15 @@ within `read_timeout_s` of its first byte, or it is closed.
 
 When a newcomer finds its address holding `max_per_address` connections, it takes the slot of one of that address's
 reading or writing connections; when it finds `max_connections` in all, of one of the address holding the most. Of
-those it takes the one of lowest progress: the fewest bytes a second since its phase began (received while reading,
-taken by the client while writing), the longest-waiting first among equals. A reading connection whose headers are
-complete and whose body has kept arriving at `MIN_BODY_BYTES_PER_S` or more (after `BODY_GRACE_S`) is never taken,
-nor is a working one. With none to take the newcomer gets 503. So slow, idle and unread clients hold slots only
-until a client that sends its request promptly needs one; a client on an address of its own loses its connection to
-them only when no address holds more connections than it does, and an honest request whose body is arriving at a
-steady rate is never displaced, even by clients on its own address.
+those it takes the one of lowest progress: the fewest bytes a second since its phase began (delivered while reading,
+whether read or still in the socket for a handler a loaded machine has not run yet; taken by the client while
+writing), the longest-waiting first among equals. A connection in the first `FRESH_S` of its reading, whose first
+bytes may still be on their way, is taken only after every older one, oldest first. A reading connection whose
+headers are complete and whose body has kept arriving at `MIN_BODY_BYTES_PER_S` or more (after `BODY_GRACE_S`) is
+never taken, nor is a working one. With none to take the newcomer gets 503. So slow, idle and unread clients hold
+slots only until a client that sends its request promptly needs one; a client on an address of its own loses its
+connection to them only when no address holds more connections than it does, and an honest request whose body is
+arriving at a steady rate is never displaced, even by clients on its own address.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ DEFAULT_MAX_PER_ADDRESS = 16
 DEFAULT_READ_TIMEOUT_S = 10.0
 MIN_BODY_BYTES_PER_S = 16 << 10  # a body arriving at least this fast (after its grace) is never displaced
 BODY_GRACE_S = 0.5  # a body's first half second is not held to that rate
+FRESH_S = 0.5  # a request's first half second (a round trip, a client's scheduling) is not measured for progress
 UNSENT_WAIT_S, MAX_UNSENT_WAIT_S = 0.005, 0.1  # a writing connection's unacknowledged bytes are looked at again
 # after 5 ms, then twice as long each time, 0.1 s at most
 READING, WORKING, WRITING = "reading", "working", "writing"
@@ -90,6 +93,14 @@ def send_once(sock: socket.socket, data: bytes) -> None:
         pass
 
 
+def unread_bytes(sock: socket.socket) -> int:
+    """Bytes the peer has delivered that this endpoint has not read yet (FIONREAD; 0 where unsupported)."""
+    try:
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+    except (OSError, ValueError):
+        return 0
+
+
 def unsent_bytes(sock: socket.socket) -> int:
     """Bytes of the socket's send queue its peer has not acknowledged (Linux SIOCOUTQ; 0 where unsupported)."""
     try:
@@ -109,8 +120,12 @@ class Client:
         self.received, self.budget, self.head_at, self.head_bytes, self.sent = 0, MAX_HEAD_BYTES, None, 0, 0
 
     def progress(self, now: float) -> float:
-        """Bytes a second since its phase began: received while reading, taken by the client while writing."""
-        moved = self.received if self.state == READING else max(0, self.sent - unsent_bytes(self.sock))
+        """Bytes a second since its phase began: delivered by the client while reading (read, or waiting in the socket
+        for a busy handler), taken by the client while writing."""
+        if self.state == READING:
+            moved = self.received + unread_bytes(self.sock)
+        else:
+            moved = max(0, self.sent - unsent_bytes(self.sock))
         return moved / max(now - self.since, 1e-3)
 
     def body_on_pace(self, now: float) -> bool:
@@ -153,7 +168,8 @@ class ClientTable:
 
     def _least_progress(self, address: str | None) -> Client | None:
         """The displaceable client (of `address`, or of any) of the address holding the most, of lowest progress
-        (the longest-waiting among equals); a body arriving on pace and a working client are not displaceable."""
+        (the longest-waiting among equals), a reading one in its first FRESH_S after every older one of its group and
+        oldest first; a body arriving on pace and a working client are not displaceable."""
         now = time.monotonic()
         open_ = [
             c
@@ -162,7 +178,12 @@ class ClientTable:
         ]
         if not open_:
             return None
-        return min(open_, key=lambda c: (-self._per_address[c.address], c.progress(now), c.since))
+
+        def rank(c: Client) -> tuple:
+            fresh = c.state == READING and now - c.since < FRESH_S  # its first bytes may still be on their way
+            return -self._per_address[c.address], fresh, 0.0 if fresh else c.progress(now), c.since
+
+        return min(open_, key=rank)
 
     def _drop(self, sock: socket.socket) -> None:
         client = self._clients.pop(sock, None)
