@@ -76,6 +76,7 @@ def body(cfg, log, state: dict) -> None:
     from vfl.config.schema import ConfigError
     from vfl.distributed.context import start_ranks
     from vfl.distributed.launch import rank_env
+    from vfl.session.link_probe import LinkCheckDone
     from vfl.training.party import BottomParty, resolve_device, set_threads
     from vfl.training.precision import warn_if_emulated
     from vfl.training.table_defaults import size_table_run
@@ -95,8 +96,15 @@ def body(cfg, log, state: dict) -> None:
     party = BottomParty(cfg, shard, device)
     warn_if_emulated(cfg.train.precision, party.device, log)
     trainer = FollowerTrainer(cfg, channel, party, log, cfg.output.dir, ctx=ctx)
-    welcome = trainer.handshake()
+    try:
+        welcome = trainer.handshake()
+    except LinkCheckDone as done:
+        log(f"follower {cfg.party}: {done}")
+        ctx.close()
+        return
     log(f"follower {cfg.party}: joined run {channel.run} ({welcome.epochs} epochs x {welcome.steps_per_epoch} steps)")
+    if trainer.session.link is not None:
+        log(f"follower {cfg.party}: link to the leader, as the leader timed it: {trainer.session.link.describe()}")
     with ctx.collectives("training (DistributedDataParallel's gradient all-reduce)"):
         trainer.run()
     state["steps"] = trainer.steps

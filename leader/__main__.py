@@ -109,12 +109,15 @@ def body(cfg, log, state: dict) -> None:
     from vfl.distributed.launch import rank_env
     from vfl.obs.curves import preload_tensorboard
     from vfl.obs.metrics import final_line, write_json
+    from vfl.session.link_probe import LinkCheckDone
     from vfl.training.party import BottomParty, resolve_device, set_threads
     from vfl.training.precision import warn_if_emulated
     from vfl.training.run_size import run_size_warnings
     from vfl.training.table_defaults import size_table_run
 
     env = state.get("ranks") or rank_env()
+    if state.get("check_link") and env.distributed:
+        raise ConfigError("--check-link measures one process's links: run it with --ranks 1")
     if env.distributed and cfg.privacy.label_dp is not None and cfg.privacy.label_dp.mechanism == "rr_prior":
         raise ConfigError(
             "privacy.label_dp.mechanism rr_prior (LP-2ST) runs on one rank only; use rr with --ranks N, or --ranks 1"
@@ -137,7 +140,12 @@ def body(cfg, log, state: dict) -> None:
     party = BottomParty(cfg, shard, device)
     warn_if_emulated(cfg.train.precision, party.device, log)
     trainer = LeaderTrainer(cfg, channel, party, log, cfg.output.dir, label_key=label_key, ctx=ctx)
-    trainer.handshake()
+    try:
+        trainer.handshake(check_link=state.get("check_link", False))
+    except LinkCheckDone as done:
+        log(f"leader {cfg.party}: {done}")
+        ctx.close()
+        return
     log(f"leader {cfg.party}: run {channel.run} with {list(cfg.network.followers)}")
     with ctx.collectives("training (DistributedDataParallel's gradient all-reduce)"):
         trainer.prepare()

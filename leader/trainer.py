@@ -22,6 +22,7 @@ from vfl.obs.progress import track
 from vfl.preflight import resume_identity
 from vfl.session.compression import LeaderCodecs
 from vfl.session.leader import HandshakeError, LeaderSession
+from vfl.session.link_probe import LinkCheckDone, announce, check_report
 from vfl.training.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.training.loop import TrainingLoop
 from vfl.training.microbatch import embedding_bytes_bound, micro_slices, pipelined, weighted_loss
@@ -92,7 +93,10 @@ class LeaderTrainer:
         )
 
     # -- handshake ---------------------------------------------------------------------------
-    def handshake(self) -> None:
+    def handshake(self, check_link: bool = False) -> None:
+        """Greet the followers, time each link, and welcome them to the run; check_link: measure each link's
+        bandwidth too, log what it calls for and raise LinkCheckDone (the followers are told to stop)."""
+
         def ours(hello: Hello) -> Hello:  # the leader's view, its id digests keyed by this follower's nonce
             return hello_message(self.cfg, self.party.shard, self.start_step, hello.nonce)
 
@@ -101,6 +105,13 @@ class LeaderTrainer:
             lambda f, hello: hello_problems(f, hello, ours(hello)) + rank_problems(f, hello, self.ctx.env),
             lambda f: f"HELLO from follower {f} (is it running and pointed at {self.cfg.network.bind}?)",
         )
+        tr = self.cfg.train
+        if self.ctx.env.is_main:
+            announce(self.session.links, tr.batch_size, tr.staleness, self.log)
+        if check_link:
+            for f, link in self.session.check_links().items():
+                self.log(check_report(f, link, self.session.cut_dims[f], tr.batch_size, tr.staleness))
+            raise LinkCheckDone("link check only (--check-link): the followers were told, nothing was trained")
         steps = steps_per_epoch(len(self.party.train_split), self.cfg.train.batch_size)
         self.session.start_run(
             {f: h.nonce for f, h in hellos.items()},

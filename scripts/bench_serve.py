@@ -7,7 +7,9 @@ checkpoints/, shards/ and keys/; a table run of two parties (`scripts/run_table_
 RUN/configs/parties.tsv (its YAMLs and files). With --new-rows (table runs) each party also serves new customers
 (`serve --new-rows`): its training file with every id renamed (`new-<id>`), so the same features reach the model
 through the frozen transforms at load time, and the 1-row and 100-row latencies are measured for those ids too. The
-follower's rate limit is lifted for the benchmark (--rows-per-s 1e9). Prints a table with the CPU and the load
+follower's rate limit is lifted for the benchmark (--rows-per-s 1e9). With --rtt-ms / --bandwidth-mbit the follower
+reaches the leader through the shipped WAN relay (vfl/netlink/relay.py), and the table names the link and the round
+trip the leader timed at SERVE_HELLO beside p50/p99 (a request waits at least one round trip). Prints a table with the CPU and the load
 average, and writes JSON (default runs/bench_serve/bench_serve.json).
 """
 
@@ -19,6 +21,7 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -28,6 +31,8 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from vfl.netlink.relay import LinkSpec, Relay  # noqa: E402 (after the repo is on the path)
 
 
 def cpu_name() -> str:
@@ -141,14 +146,17 @@ def summary(seconds: np.ndarray) -> dict:
     }
 
 
-def start_parties(args, out: str, port: int, http_port: int, engine: str) -> tuple[subprocess.Popen, ...]:
+def start_parties(
+    args, out: str, port: int, http_port: int, engine: str, follower_endpoint: str | None = None
+) -> tuple[subprocess.Popen, ...]:
     endpoint = f"tcp://127.0.0.1:{port}"
     common = ["--keys", os.path.join(args.run, "keys"), "--max-rows", str(args.max_rows), "--engine", engine]
     new = {p: ["--new-rows", f] for p, f in args.new_files.items()}
     common.append(f"output.dir={out}")
     shards, ckpt = os.path.join(args.run, "shards"), os.path.join(args.run, "checkpoints")
     follower = subprocess.Popen(
-        [sys.executable, "-m", "follower", "serve", "--config", args.follower_config, "--connect", endpoint,
+        [sys.executable, "-m", "follower", "serve", "--config", args.follower_config,
+         "--connect", follower_endpoint or endpoint,
          "--data", os.path.join(shards, args.follower), "--checkpoint", os.path.join(ckpt, f"{args.follower}_final.pt"),
          "--rows-per-s", "1e9", *new.get(args.follower, []), *common],
         cwd=ROOT, stdout=open(os.path.join(out, "follower.out"), "w"), stderr=subprocess.STDOUT, start_new_session=True,
@@ -164,8 +172,12 @@ def start_parties(args, out: str, port: int, http_port: int, engine: str) -> tup
 
 
 def measure(args, out: str, ids: np.ndarray, engine: str, port: int, http_port: int) -> dict | None:
-    """Start both parties with `--engine engine`, measure, stop them; None if they did not start."""
-    leader, follower, leader_log = start_parties(args, out, port, http_port, engine)
+    """Start both parties with `--engine engine` (the follower through a relay of --rtt-ms / --bandwidth-mbit when
+    set), measure, stop them; None if they did not start."""
+    relay = None
+    if args.rtt_ms or args.bandwidth_mbit:
+        relay = Relay(("127.0.0.1", port), LinkSpec(args.rtt_ms, args.bandwidth_mbit), seed=0).start()
+    leader, follower, leader_log = start_parties(args, out, port, http_port, engine, relay.endpoint if relay else None)
     try:
         deadline = time.monotonic() + 300
         while "scoring on" not in open(leader_log).read():
@@ -184,8 +196,16 @@ def measure(args, out: str, ids: np.ndarray, engine: str, port: int, http_port: 
             for prefix, seconds in alternating(http_port, sets, rows, max(requests, 50), seed).items():
                 result[prefix + key] = summary(seconds)
         result["concurrent"] = throughput(http_port, ids, 100, args.clients, args.seconds)
+        timed = re.search(rf"link to {re.escape(args.follower)}: RTT ([0-9.]+) ms", open(leader_log).read())
+        result["link"] = {
+            "rtt_ms": args.rtt_ms,
+            "bandwidth_mbit": args.bandwidth_mbit or None,
+            "rtt_ms_timed_at_hello": float(timed.group(1)) if timed else None,
+        }
         return result
     finally:
+        if relay is not None:
+            relay.close()
         for p in (leader, follower):  # the leader first: it tells the follower that serving stopped
             if p.poll() is None:
                 p.terminate()
@@ -256,6 +276,8 @@ def main() -> int:
     ap.add_argument(
         "--new-rows", action="store_true", help="table runs: serve and measure new customers too (see above)"
     )
+    ap.add_argument("--rtt-ms", type=float, default=0.0, help="the follower reaches the leader through a relay of it")
+    ap.add_argument("--bandwidth-mbit", type=float, default=0.0, help="the relay's bandwidth each way (0: unlimited)")
     args = ap.parse_args()
     for need in ("checkpoints", "shards", "keys"):
         if not os.path.isdir(os.path.join(args.run, need)):
@@ -296,7 +318,16 @@ def main() -> int:
     print(f"bench_serve on {doc['cpu']} ({doc['cores']} cores), load {load_before} -> {doc['load_after']}")
     for engine, r in results.items():
         one, hundred, loaded = r["one_row"], r["hundred_rows"], r["concurrent"]
-        print(f"  --engine {engine}")
+        link = r["link"]
+        print(
+            f"  --engine {engine}; follower link: "
+            + (
+                "loopback"
+                if not (link["rtt_ms"] or link["bandwidth_mbit"])
+                else f"relay of {link['rtt_ms']:g} ms RTT, {link['bandwidth_mbit'] or 'unlimited'} Mbit/s"
+            )
+            + f" (timed at SERVE_HELLO: {link['rtt_ms_timed_at_hello']} ms)"
+        )
         print(
             f"    1-row requests   p50 {one['p50_ms']:.2f} ms  p99 {one['p99_ms']:.2f} ms  ({one['requests']} sequential)"
         )

@@ -370,8 +370,10 @@ def test_insider_garbage_ends_the_run_with_one_line_and_an_abort(garbage, needle
     from vfl.align.psi.protocol import follower_psi
     from vfl.config.schema import load_config
     from vfl.data.shards import PartyShard
+    from vfl.session.follower import FollowerSession
     from vfl.wire import FollowerChannel, PeerAbort
     from vfl.wire.frames import MAGIC
+    from vfl.wire.messages import Welcome
     from vfl.wire.keys import load_follower_keys
 
     cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=20)
@@ -387,9 +389,8 @@ def test_insider_garbage_ends_the_run_with_one_line_and_an_abort(garbage, needle
         shard = PartyShard(cfg.data.path)
         common, _ = follower_psi(ch, shard.all_ids())
         shard.restrict(common)
-        nonce = new_nonce()
-        ch.post(hello_message(cfg, shard, 0, nonce))
-        ch.run = ch.recv(("WELCOME",)).meta["run"]
+        welcome = FollowerSession(cfg, ch).greet(hello_message(cfg, shard, 0, new_nonce()), Welcome)  # probes echoed
+        ch.run = welcome.run
         ch.recv(("FORWARD",))
         if garbage == "deep":
             header = b'{"type":"EMBEDDING","meta":' + b"[" * 30000 + b"]" * 30000 + b"}"

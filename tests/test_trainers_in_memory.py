@@ -15,7 +15,10 @@ import torch
 from tests.procs import party_configs
 from vfl.wire import PeerAbort, PeerTimeout, WireError
 from vfl.wire.frames import decode, encode
+from vfl.wire.link_messages import LinkReport
 from vfl.wire.messages import Abort, Embedding, Eval, Forward, Gradient, Prior, Wait, WireMessage, parse
+
+LINK_TIMING = ("rtt_ms", "down_mbit", "up_mbit")  # LINK_REPORT fields of the leader's clock
 
 TIMEOUT_S = 20.0  # a receive deadline: a trainer that waits longer has lost its peer (the test fails, never hangs)
 
@@ -464,7 +467,8 @@ def _follower_transcript(tmp_path, shards, monkeypatch, train: dict, permute: bo
     """One training run without label DP (2 epochs, an evaluation after each, a checkpoint every 4 steps), its
     training and validation labels permuted by a fixed permutation after the leader drew them when `permute`.
     Returns every message the follower received as (type, header meta, tensor dtypes and shapes), WAIT left out
-    (a keepalive of the leader's timing, without fields); the gradient tensors in order; the leader's step losses."""
+    (a keepalive of the leader's timing, without fields) and LINK_REPORT's timings too (the round trip and bandwidth
+    timed at the greeting: the leader's clock, read before any label); the gradient tensors in order; the leader's step losses."""
     _fixed_nonces(monkeypatch)
     s = Session(tmp_path, shards, train={"epochs": 2, "batch_size": 1024, "checkpoint_every": 4, **train})
     with s:
@@ -479,6 +483,8 @@ def _follower_transcript(tmp_path, shards, monkeypatch, train: dict, permute: bo
     headers = []
     for m in received:
         meta, tensors = m.to_wire()
+        if isinstance(m, LinkReport):  # the link's timing, measured at the greeting before any label is read
+            meta = {k: v for k, v in meta.items() if k not in LINK_TIMING}
         headers.append((m.TYPE, meta, [(str(t.dtype), t.shape) for t in tensors]))
     grads = [m.grad for m in received if isinstance(m, Gradient)]
     return headers, grads, list(s.leader.loop.step_losses)
@@ -518,7 +524,16 @@ def test_without_label_dp_nothing_but_the_gradients_the_follower_receives_varies
     b, grads_b, losses_b = _follower_transcript(tmp_path / "b", shards_small, monkeypatch, train, permute=True)
     # Assert: every header field is identical, the gradients are not
     assert _differing_fields(a, b) == []
-    assert {t for t, _, _ in a} >= {"WELCOME", "FORWARD", "GRADIENT", "EVAL", "SAVE", "DONE"}
+    assert {t for t, _, _ in a} >= {
+        "LINK_PROBE",
+        "LINK_REPORT",
+        "WELCOME",
+        "FORWARD",
+        "GRADIENT",
+        "EVAL",
+        "SAVE",
+        "DONE",
+    }
     assert len(grads_a) == len(grads_b) and any(not np.array_equal(x, y) for x, y in zip(grads_a, grads_b))
     # the power: protocol 5's GRADIENT carried the batch loss; planted in one GRADIENT a step, it is found
     assert losses_a != losses_b

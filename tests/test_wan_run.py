@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 
 import pytest
@@ -64,6 +65,36 @@ def test_a_run_through_a_100_ms_jittery_link_completes_with_the_same_model(tmp_p
     assert far["psi"]["intersection"] == direct["psi"]["intersection"]
     rows = far["psi"]["intersection"]
     assert relay.connections >= 1 and relay.bytes_up > 4 * 2 * rows and relay.bytes_down > 4 * 2 * rows // 2
+    # the leader timed the link at HELLO (at least 100 ms less the jitter both ways) and warned that it bounds training
+    log = open(os.path.join(tmp_path, "far", "out", "leader.log")).read()
+    rtt_ms = float(re.search(r"link to follower0: RTT ([0-9.]+) ms \(timed at its HELLO\)", log).group(1))
+    assert 100 - 2 * 20 <= rtt_ms < 100 + 2000, rtt_ms
+    assert re.search(r"warning: link to follower0: this run is latency bound: .* at most [0-9,]+ samples/s", log)
+    assert "this run is latency bound" not in open(os.path.join(tmp_path, "direct", "out", "leader.log")).read()
+
+
+def test_check_link_measures_the_link_prints_what_it_calls_for_and_both_parties_exit_0(tmp_path, shards_tiny, procs):
+    """`python -m leader --check-link` after PSI: the round trip and each direction's bandwidth through a 40 ms,
+    40 Mbit/s link, what it calls for, and a clean stop of both parties with nothing trained."""
+    # Prepare
+    cfgs = party_configs(str(tmp_path), str(shards_tiny))
+    port = int(yaml.safe_load(open(cfgs["leader"]).read())["network"]["bind"].rsplit(":", 1)[1])
+    with Relay(("127.0.0.1", port), LinkSpec(rtt_ms=40, bandwidth_mbit=40), seed=5) as relay:
+        # Execute
+        procs.start("leader", "leader", cfgs["leader"], "--check-link")
+        procs.start("follower0", "follower", cfgs["follower0"], f"network.connect={relay.endpoint}")
+        results = {name: procs.wait(name, timeout=300) for name in ("leader", "follower0")}
+    # Assert: both exit 0; the leader's figures are bounded by the link's; no model, no metrics
+    for name, (code, _, err) in results.items():
+        assert code == 0, f"{name} failed: {err}"
+    log = open(os.path.join(tmp_path, "out", "leader.log")).read()
+    got = re.search(r"RTT ([0-9.]+) ms, leader->follower ([0-9.,]+) Mbit/s, follower->leader ([0-9.,]+) Mbit/s", log)
+    assert got, log[-2000:]
+    rtt, down, up = (float(g.replace(",", "")) for g in got.groups())
+    assert 40 <= rtt < 40 + 2000 and all(40 / 4 <= x <= 40 * 1.1 for x in (down, up)), got.group(0)
+    assert "the link calls for: train.staleness=" in log and "nothing was trained" in log
+    assert "the leader measured the link" in open(os.path.join(tmp_path, "out", "follower0.log")).read()
+    assert not os.path.exists(os.path.join(tmp_path, "out", "metrics.json"))
 
 
 def _idle_exchange(tmp_path, idle_s: float) -> tuple[list, Relay]:

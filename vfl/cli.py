@@ -273,7 +273,15 @@ def party_main(argv: list[str] | None, role: str, endpoint_flag: str, body, abor
     from vfl.obs.logs import RunLog, set_verbosity
 
     endpoint_key = endpoint_flag.lstrip("-")
-    args = party_arguments(command_name(role), endpoint_flag).parse_intermixed_args(argv)
+    parser = party_arguments(command_name(role), endpoint_flag)
+    if role == "leader":
+        parser.add_argument(
+            "--check-link",
+            action="store_true",
+            help="after PSI, measure each follower's round trip and bandwidth over the authenticated channel, print "
+            "what the link calls for (train.staleness, network.compression) and stop: nothing is trained",
+        )
+    args = parser.parse_intermixed_args(argv)
     set_verbosity(args.quiet, args.verbose)
     cfg = config_or_exit(args, endpoint_key)
     if isinstance(cfg, int):
@@ -289,7 +297,7 @@ def party_main(argv: list[str] | None, role: str, endpoint_flag: str, body, abor
     if not ranks.is_main:  # rank r > 0: its own log file, and a console for warnings and errors only
         set_verbosity(True, False)
     log = RunLog(os.path.join(cfg.output.dir, ranks.log_name(cfg.party)), cfg.party)
-    state: dict = {"ranks": ranks}
+    state: dict = {"ranks": ranks, "check_link": getattr(args, "check_link", False)}
 
     def checked_body() -> None:
         from vfl.preflight import preflight

@@ -220,6 +220,8 @@ def start_leader(
     hellos = session.greet(
         ServeHello, check, lambda f: f"SERVE_HELLO from {f} (start `python -m follower serve` there)", "serving refused"
     )
+    for f, link in session.links.items():  # a request's latency is at least one round trip to every follower
+        log(f"leader {cfg.party}: link to {f}: {link.describe()} (timed at its SERVE_HELLO)")
     width = sum(session.cut_dims[f] for f in cfg.network.followers) + cfg.model.bottom.cut_dim
     if width != top_in_dim(top):
         raise HandshakeError(

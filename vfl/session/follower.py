@@ -7,7 +7,7 @@ starts) itself, and calls the handler of every other message's class until the m
 API (everything a new mode needs):
 
     session = FollowerSession(cfg, channel)
-    welcome = session.greet(hello, Welcome, what)  # post our hello (its `nonce`), await the welcome echoing it
+    welcome = session.greet(hello, Welcome, what)  # post our hello (its `nonce`), echo link probes, await the welcome
     session.join(welcome.run)                      # every later message carries this run id; digests keyed
     session.digests.batch(ids)                     # FORWARD's digest of a batch, .range(...) EVAL's and PREDICT_ROWS'
     session.serve({Msg: handler, ...}, done)       # handler(msg) per message until done() is true
@@ -21,7 +21,9 @@ from collections.abc import Callable
 
 from vfl.config.schema import PartyConfig
 from vfl.session.cut_digest import SessionDigests
+from vfl.session.link_probe import LinkCheckDone, LinkFigures, ProbeAnswerer
 from vfl.wire import FollowerChannel, WireError
+from vfl.wire.link_messages import LinkProbe, LinkReport
 from vfl.wire.messages import Wait, WireMessage
 
 
@@ -34,16 +36,27 @@ class FollowerSession:
         self.waited = 0.0  # seconds the last message was awaited
         self.nonce = ""  # the nonce of the hello this follower sent (greet)
         self.digests: SessionDigests | None = None  # the session's keyed id digests, from join
+        self.link: LinkFigures | None = None  # the link as the leader measured it at the greeting (LINK_REPORT)
 
     def greet(self, hello: WireMessage, welcome_type: type[WireMessage], what: str | None = None) -> WireMessage:
         """Post `hello` (whose `nonce` is fresh) and return the leader's `welcome_type` answer, refused unless it
-        echoes that nonce (a replayed or foreign session)."""
+        echoes that nonce (a replayed or foreign session); the leader's link probes before it are echoed
+        (vfl/session/link_probe.py), and LinkCheckDone is raised when the leader ran the link check alone."""
         self.nonce = hello.nonce
         self.ch.post(hello)
-        welcome = self.ch.expect(
-            welcome_type,
-            what=what or f"{welcome_type.TYPE} from the leader at {self.ch.endpoint} (is the leader running?)",
-        )
+        answer = ProbeAnswerer(self.ch)  # the leader's link probes come between hello and welcome
+        while True:
+            welcome = self.ch.expect(
+                welcome_type,
+                LinkProbe,
+                LinkReport,
+                what=what or f"{welcome_type.TYPE} from the leader at {self.ch.endpoint} (is the leader running?)",
+            )
+            if isinstance(welcome, welcome_type):
+                break
+            if answer(welcome):
+                raise LinkCheckDone(f"the leader measured the link ({answer.figures.describe()}) and ran nothing else")
+        self.link = answer.figures
         if welcome.nonce != hello.nonce:
             raise WireError(
                 f"{welcome_type.TYPE} from the leader does not echo this follower's HELLO nonce: a replayed or "

@@ -8,7 +8,9 @@ passing.
 API (everything a new mode needs):
 
     session = LeaderSession(cfg, channel, device)
-    hellos = session.greet(Hello, check, what)  # one hello per follower (identity = its key), problems -> one error
+    hellos = session.greet(Hello, check, what)  # one hello per follower (identity = its key), problems -> one error;
+                                                # then each follower's round trip: session.links[f] (link_probe.py)
+    session.check_links()                       # `--check-link`: bandwidth too, and the followers told to stop
     session.start_run(nonces, welcome)          # run id bound to every nonce; welcome(f) posted to each follower
     session.digests[f].batch(ids)               # FORWARD's digest for f, .range(...) EVAL's and PREDICT_ROWS'
     session.post_all(Msg(...))                  # the same message to every follower, in `followers` order
@@ -31,6 +33,7 @@ import torch
 from vfl.align.handshake import new_nonce, run_id
 from vfl.config.schema import PartyConfig
 from vfl.session.cut_digest import SessionDigests
+from vfl.session.link_probe import CHECK_BULK_BYTES, CHECK_ROUNDS, LinkFigures, measure
 from vfl.training.microbatch import check_micro
 from vfl.wire import LeaderChannel, WireError
 from vfl.wire.codecs import NONE, decode
@@ -53,6 +56,7 @@ class LeaderSession:
         self.digests: dict[str, SessionDigests] = {}  # per follower, keyed by (run id, its nonce), from start_run
         self.embedding_codec = NONE  # training sets the agreed network.compression.embedding (EMBEDDING's `codec`)
         self.keepalive_every = cfg.network.timeout_s / 4
+        self.links: dict[str, LinkFigures] = {}  # each follower's link, timed at the greeting (link_probe.py)
         self.last_sent = time.monotonic()
 
     # -- handshake ---------------------------------------------------------------------------
@@ -82,7 +86,18 @@ class LeaderSession:
                 self.keepalive_every = min(self.keepalive_every, max(float(hello.timeout_s), 1.0) / 4)
         if problems:
             raise HandshakeError(f"{error}: " + "; ".join(problems))
+        for f in self.followers:  # every follower now waits for its welcome: time the link to each
+            self.links[f] = measure(self.ch, f)
+            self.ch.post(f, self.links[f].report(final=False))
         return hellos
+
+    def check_links(self, bulk_bytes: int = CHECK_BULK_BYTES) -> dict[str, LinkFigures]:
+        """The link check (`--check-link`), after greet: each follower's round trip and bandwidth both ways, told
+        to the follower in a final LINK_REPORT (it ends its session, exit 0). Returns {follower: figures}."""
+        for f in self.followers:
+            self.links[f] = measure(self.ch, f, CHECK_ROUNDS, bulk_bytes)
+            self.ch.post(f, self.links[f].report(final=True))
+        return dict(self.links)
 
     def start_run(self, nonces: dict[str, str], welcome: Callable[[str], WireMessage], unbound: bool = False) -> str:
         """Set the run id (a hash of a fresh leader nonce and every follower's) and post welcome(f) to each follower

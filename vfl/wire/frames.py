@@ -29,7 +29,8 @@ PROTOCOL_VERSION = 6  # v2: CurveZMQ transport, no frame HMAC, nonce-bound run i
 # v6: EVAL carries the digest of its range's ids, and EVAL's and PREDICT_ROWS' digests are range digests
 # (vfl/session/cut_digest.py): a follower sends no cut of rows the leader cannot name; network.compression: HELLO's
 # embedding_codec and gradient_codec, EMBEDDING's and GRADIENT's codec and aux (codecs.py); every id digest (HELLO,
-# FORWARD, EVAL, PREDICT_ROWS) is keyed by the session, and GRADIENT carries no loss
+# FORWARD, EVAL, PREDICT_ROWS) is keyed by the session, and GRADIENT carries no loss; LINK_PROBE / LINK_ECHO /
+# LINK_REPORT between hello and welcome (link_messages.py)
 MAGIC_PREFIX = b"VFLW"
 MAGIC = MAGIC_PREFIX + bytes([PROTOCOL_VERSION])
 MAX_HEADER_BYTES = 1 << 16
@@ -75,6 +76,9 @@ MESSAGE_TYPES = (
     "PREDICT_ROWS",
     "PREDICT_CUT",
     "PREDICT_DONE",
+    "LINK_PROBE",
+    "LINK_ECHO",
+    "LINK_REPORT",
 )
 
 

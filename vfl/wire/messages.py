@@ -37,6 +37,7 @@ from vfl.wire.fields import (
     wire_message,
 )
 from vfl.wire.frames import MAX_DIM, MAX_HEADER_BYTES, Message, WireError
+from vfl.wire.link_messages import LINK_MESSAGES
 from vfl.wire.predict_messages import PREDICT_MESSAGES
 from vfl.wire.psi_messages import Psi
 from vfl.wire.serve_messages import SERVE_MESSAGES
@@ -403,6 +404,7 @@ MESSAGE_CLASSES: dict[str, type[WireMessage]] = {
         Prior,
         *SERVE_MESSAGES,
         *PREDICT_MESSAGES,
+        *LINK_MESSAGES,
     )
 }
 

@@ -1,0 +1,79 @@
+"""Typed messages of the link probe (vfl/session/link_probe.py), in messages.py's pattern.
+
+Between a follower's hello and the leader's welcome (training, batch prediction and serving alike) the leader may
+send LINK_PROBE: a probe number, a pad of bytes (its bandwidth towards the follower) and how many bytes the follower's
+LINK_ECHO carries back (its bandwidth towards the leader); the follower echoes at once. LINK_REPORT tells the follower
+what the leader measured, and with `final` 1 that the leader asked for the link check alone (no run follows). Nothing
+here depends on data or labels: the pads are zeros.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from vfl.wire.fields import Int, Real, Tensor, WireMessage, fail, wire_message
+from vfl.wire.frames import Message
+
+MAX_PROBE_BYTES = 8 << 20  # a pad, either way: enough to time a 1 Gbit/s link's bytes over a 40 ms round trip
+MAX_PROBES = 64  # LINK_PROBEs a follower answers before one welcome; more is a protocol error
+EMPTY_PAD = np.zeros(0, np.uint8)
+
+
+def _pad_fits(cls: type[WireMessage], values: dict[str, Any], msg: Message):
+    if values["pad"].size > MAX_PROBE_BYTES:
+        raise fail(msg, f"tensor 'pad' must hold at most {MAX_PROBE_BYTES} bytes, got {values['pad'].size}")
+    return cls(**values)
+
+
+@wire_message
+class LinkProbe(WireMessage):
+    """LINK_PROBE (leader -> follower): probe number `probe`, a pad of zeros, and the bytes the echo must carry."""
+
+    TYPE = "LINK_PROBE"
+    probe: int
+    echo_bytes: int
+    pad: np.ndarray
+    FIELDS = (Int("probe", 0, MAX_PROBES - 1), Int("echo_bytes", 0, MAX_PROBE_BYTES))
+    TENSORS = (Tensor("pad", "uint8", 1),)
+
+    @classmethod
+    def _make(cls, values: dict[str, Any], msg: Message) -> LinkProbe:
+        return _pad_fits(cls, values, msg)
+
+
+@wire_message
+class LinkEcho(WireMessage):
+    """LINK_ECHO (follower -> leader): probe `probe` answered, with the pad of `echo_bytes` zeros it asked for."""
+
+    TYPE = "LINK_ECHO"
+    probe: int
+    pad: np.ndarray
+    FIELDS = (Int("probe", 0, MAX_PROBES - 1),)
+    TENSORS = (Tensor("pad", "uint8", 1),)
+
+    @classmethod
+    def _make(cls, values: dict[str, Any], msg: Message) -> LinkEcho:
+        return _pad_fits(cls, values, msg)
+
+
+@wire_message
+class LinkReport(WireMessage):
+    """LINK_REPORT (leader -> follower): the round trip and each direction's bandwidth (None: not measured) the
+    leader measured; `final` 1: the leader ran the link check alone and ends the session."""
+
+    TYPE = "LINK_REPORT"
+    rtt_ms: float
+    final: int
+    down_mbit: float | None = None
+    up_mbit: float | None = None
+    FIELDS = (
+        Real("rtt_ms", 0, 1e7),
+        Int("final", 0, 1),
+        Real("down_mbit", 0, 1e7, optional=True),
+        Real("up_mbit", 0, 1e7, optional=True),
+    )
+
+
+LINK_MESSAGES = (LinkProbe, LinkEcho, LinkReport)
