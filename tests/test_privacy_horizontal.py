@@ -19,7 +19,7 @@ from privacy.federated.gaussian import (
 )
 from privacy.federated.laplace import laplace_noise_below, laplace_protect
 from privacy.federated.magrr import MagRRServer, magrr_client_bit
-from privacy.federated.nbafl import NbAFLParams, clip_weights, downlink_scale, uplink_scale
+from privacy.federated.nbafl import NbAFLParams, clip_weights, downlink_scale, nbafl_cost, uplink_scale
 from privacy.federated.secure_aggregation import (
     MaskingClient,
     SecureAggregationError,
@@ -294,3 +294,19 @@ def test_dropped_client_is_detected_and_the_round_refused():
 def test_fixed_point_overflow_is_refused():
     with pytest.raises(SecureAggregationError, match="finite"):
         encode_fixed(np.array([1e20]), n_clients=10)
+
+
+def test_nbafl_charges_its_claim_only_where_the_classical_gaussian_mechanism_holds():
+    # Prepare: epsilon 10 over 20 rounds (0.5 a round), epsilon 1000 over 20 (50 a round), and a constant below c
+    from privacy.dp_accountant import gaussian_epsilon
+
+    ok, far = NbAFLParams(epsilon=10.0, delta=0.01), NbAFLParams(epsilon=1000.0, delta=0.01)
+    low_c = NbAFLParams(epsilon=10.0, delta=0.01, constant=1.0)
+    # Execute
+    costs = [nbafl_cost(p, 20) for p in (ok, far, low_c)]
+    # Assert: the claim where it holds; elsewhere the accountant's composition of the 20 uplinks, which at epsilon
+    # 1000 is well above the claim (the void claim understated the cost)
+    assert costs[0] == {"eps": 10.0, "delta": 0.01}
+    assert costs[1] == {"eps": gaussian_epsilon(20 * far.c / 1000.0, 0.01, 20), "delta": 0.01, "claim_void": True}
+    assert costs[1]["eps"] > 2000
+    assert costs[2]["claim_void"] and costs[2]["eps"] == gaussian_epsilon(20 * 1.0 / 10.0, 0.01, 20)

@@ -130,9 +130,16 @@ def run_fedavg(cfg: FedConfig, out_dir: str, log=print) -> dict:
     log(f"FedAvg: {cfg.clients} clients, {cfg.rounds} rounds, d = {model.dim} parameters, encrypt_train_type = {kind}")
     if kind == "NBAFL":
         # the paper's run-level claim, and the T uplink releases it is made of for the accountant
+        cost = nbafl_cost(cfg.nbafl, cfg.rounds, cfg.accountant)
+        if cost.get("claim_void"):
+            log(
+                f"NbAFL: epsilon {cfg.nbafl.epsilon:g} over {cfg.rounds} rounds is no guarantee (Theorem 1 needs "
+                f"epsilon / rounds < 1 and the paper's constant); charged the {cfg.accountant} accountant's "
+                f"{cost['eps']:.4g} at delta {cfg.nbafl.delta:g}"
+            )
         ledger.spend(
             "nbafl",
-            nbafl_cost(cfg.nbafl),
+            {"eps": cost["eps"], "delta": cost["delta"]},
             scope="per client (whole run)",
             noise_multiplier=uplink_noise_multiplier(cfg.nbafl, cfg.rounds),
             releases=cfg.rounds,
