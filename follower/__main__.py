@@ -124,7 +124,7 @@ def predict_body(cfg, args, log, state: dict) -> None:
     keys = party_keys(cfg)
     set_threads(cfg.train.threads, 2)
     device = resolve_device(cfg.train.device)
-    predictor = FollowerPredictor(cfg, checkpoint_of(args, cfg), args.rows, log, device, args.strict)
+    predictor = FollowerPredictor(cfg, checkpoint_of(args, cfg), args.rows, log, device, strict=args.strict)
     state["rows"] = predictor.rows
     channel = state["channel"] = _connect(cfg, rank_env(), keys, len(predictor.rows), log)
 

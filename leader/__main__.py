@@ -177,7 +177,7 @@ def predict_body(cfg, args, log, state: dict) -> None:
     keys = party_keys(cfg)
     set_threads(cfg.train.threads, 1 + len(cfg.network.followers))
     device = resolve_device(cfg.train.device)
-    predictor = LeaderPredictor(cfg, checkpoint_of(args, cfg), args.rows, log, device, args.strict)
+    predictor = LeaderPredictor(cfg, checkpoint_of(args, cfg), args.rows, log, device, strict=args.strict)
     state["rows"] = predictor.rows
     channel = state["channel"] = _listen(cfg, rank_env(), keys, len(predictor.rows), log)
 

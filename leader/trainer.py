@@ -170,10 +170,10 @@ class LeaderTrainer:
             self.cfg.model.top,
             (self.party.cut_dim, *(self.cut_dims[f] for f in self.followers)),  # each party's cut, leader first
             self.party.device,
-            rel.training_loss() if rel is not None else None,
-            tr.epochs * steps_per_epoch(len(self.party.train_split), tr.batch_size),
-            self.task,
-            regression_target(self.labels.labels) if self.task.is_regression else None,
+            loss_fn=rel.training_loss() if rel is not None else None,
+            total_steps=tr.epochs * steps_per_epoch(len(self.party.train_split), tr.batch_size),
+            task=self.task,
+            target=regression_target(self.labels.labels) if self.task.is_regression else None,
         )
         self.loop = TrainingLoop(
             tr,

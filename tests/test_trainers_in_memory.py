@@ -203,7 +203,7 @@ def test_one_training_step_returns_exactly_the_leaders_gradient_and_the_centrali
     n_train = len(ref["leader"].train_split)
     rows = batch_order(n_train, tr.batch_size, tr.seed, 0)[0]
     labels = torch.from_numpy(leader_training_labels(None, ref["leader"].shard, None).labels)
-    top = TopTrainer(tr, s.cfgs["leader"].model.top, sum(p.cut_dim for p in ref.values()), torch.device("cpu"), None, 1)
+    top = TopTrainer(tr, s.cfgs["leader"].model.top, sum(p.cut_dim for p in ref.values()), torch.device("cpu"))
     cuts = [ref["leader"].forward_train(rows), ref["follower0"].forward_train(rows)]
     cuts[1].retain_grad()
     want_loss = top.loss(cuts, labels[rows])

@@ -164,7 +164,16 @@ def train_centralized(leader_cfg: PartyConfig, follower_cfgs: list[PartyConfig],
     for party in parties[1:]:  # as a split follower: the leader's epochs size its lr schedule (WELCOME)
         party.optimizer.total_steps = steps
     target = regression_target(labels_info.labels) if task.is_regression else None
-    top = TopTrainer(tr, leader_cfg.model.top, tuple(p.cut_dim for p in parties), device, loss, steps, task, target)
+    top = TopTrainer(
+        tr,
+        leader_cfg.model.top,
+        tuple(p.cut_dim for p in parties),
+        device,
+        loss_fn=loss,
+        total_steps=steps,
+        task=task,
+        target=target,
+    )
     eps = release.eps if release is not None else None
     loop = TrainingLoop(tr, len(train), test.labels, log, labels_info.valid, eps, task)
     loop.valid_noise_var = labels_info.valid_noise_var  # regression label DP: debiases the valid MSE, as the leader

@@ -35,34 +35,19 @@ def run_arguments(prog: str, description: str):
 
 def load_party_model(cfg, shard, checkpoint: str, need_run: bool = True):
     """(bottom, top or None, checkpoint, run record or None) of the party from its checkpoint, loaded as batch
-    prediction loads it (BottomParty and TopTrainer, vfl/inference/predict_leader.py), in eval mode without grads.
+    prediction loads it (vfl/inference/trained_party.py), on the CPU in float32 and eval mode without grads.
     need_run: the checkpoint must record its training run (serving compares it across parties; export does not)."""
     import torch
 
-    from vfl.inference.fingerprint import load_predict_checkpoint
-    from vfl.training.party import BottomParty
-    from vfl.training.top import TopTrainer
+    from vfl.inference.trained_party import read_party_checkpoint, trained_models
 
     try:
-        required = ("bottom", "top") if cfg.is_leader else ("bottom",)
-        ckpt, record = load_predict_checkpoint(cfg, checkpoint, required, need_run)
+        ckpt, record = read_party_checkpoint(cfg, checkpoint, need_run)
     except (FileNotFoundError, ValueError) as e:
         raise ModelLoadError(str(e)) from None
-    device = torch.device("cpu")
-    party = BottomParty(cfg, shard, device)
-    party.load_state(ckpt["state"]["bottom"])
+    party, trainer = trained_models(cfg, shard, ckpt, record, torch.device("cpu"))
     top = None
-    if cfg.is_leader:
-        state = ckpt["state"]["top"]
-        width = next(v for v in state["model"].values() if getattr(v, "ndim", 0) == 2).shape[1]
-        if record is not None:  # each party's cut, leader first
-            dims = tuple(int(record["cut_dims"][p]) for p in record["parties"])
-        else:  # an older checkpoint: one follower has the rest of the width; several, the total (linear, mlp tops)
-            own = cfg.model.bottom.cut_dim
-            dims = (own, int(width) - own) if len(cfg.network.followers) == 1 else int(width)
-        target = state.get("target")
-        trainer = TopTrainer(cfg.train, cfg.model.top, dims, device, None, 1, shard.task, target and tuple(target))
-        trainer.load_state(state)
+    if trainer is not None:
         top = trainer.model
         top.target = trainer.target or (0.0, 1.0)
     for module in (party.model, top):

@@ -32,8 +32,8 @@ from vfl.wire.predict_messages import PredictCut, PredictDone, PredictHello, Pre
 class FollowerPredictor(PredictingParty):
     """This follower's bottom (from its checkpoint) and new rows; `run(channel, psi)` answers the leader."""
 
-    def __init__(self, cfg: PartyConfig, checkpoint: str, rows_path: str, log, device: torch.device, strict=False):
-        super().__init__(cfg, checkpoint, rows_path, log, device, strict, ("bottom",))
+    def __init__(self, cfg: PartyConfig, checkpoint: str, rows_path: str, log, device: torch.device, *, strict=False):
+        super().__init__(cfg, checkpoint, rows_path, log, device, strict=strict)
         self.requests = 0
         self.rows_sent = 0
         self._done = False

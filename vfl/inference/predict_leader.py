@@ -36,7 +36,6 @@ from vfl.inference.predict_party import PredictingParty
 from vfl.obs.progress import bar
 from vfl.session.leader import LeaderSession
 from vfl.training.microbatch import embedding_bytes_bound, pipelined
-from vfl.training.top import TopTrainer
 from vfl.wire import PROTOCOL_VERSION
 from vfl.wire.messages import Bye
 from vfl.wire.predict_messages import PredictCut, PredictDone, PredictHello, PredictRows, PredictWelcome
@@ -47,23 +46,9 @@ PREDICT_WINDOW = 4  # ranges asked for ahead of their cuts (4 per connection fit
 class LeaderPredictor(PredictingParty):
     """The leader's model (from its checkpoint) and its new rows; `run(channel, psi)` scores them with the followers."""
 
-    def __init__(self, cfg: PartyConfig, checkpoint: str, rows_path: str, log, device: torch.device, strict=False):
-        super().__init__(cfg, checkpoint, rows_path, log, device, strict, ("bottom", "top"))
+    def __init__(self, cfg: PartyConfig, checkpoint: str, rows_path: str, log, device: torch.device, *, strict=False):
+        super().__init__(cfg, checkpoint, rows_path, log, device, strict=strict)  # self.top: the trained top
         self.task = self.shard.task
-        cut_dims = self.record["cut_dims"]
-        top_state = self.ckpt["state"]["top"]
-        target = top_state.get("target")
-        self.top = TopTrainer(
-            cfg.train,
-            cfg.model.top,
-            tuple(int(cut_dims[p]) for p in self.record["parties"]),  # each party's cut, leader first
-            device,
-            None,
-            1,
-            self.task,
-            tuple(target) if target is not None else None,
-        )
-        self.top.load_state(top_state)
 
     def _check_hello(self, f: str, hello: PredictHello) -> list[str]:
         """Every disagreement of a follower's PREDICT_HELLO with the leader's checkpoint, as sentences: they reach

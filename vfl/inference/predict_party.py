@@ -1,6 +1,7 @@
 """One party's side of a batch prediction before it connects: its checkpoint (checked against its config and keys),
-its bottom in eval mode, and its new rows through its frozen transforms; the leader's and a follower's predictors
-(vfl/inference/predict_leader.py, predict_follower.py) both start from it."""
+its models (vfl/inference/trained_party.py: the bottom in eval mode; the leader's top), and its new rows through its
+frozen transforms; the leader's and a follower's predictors (vfl/inference/predict_leader.py, predict_follower.py)
+both start from it."""
 
 from __future__ import annotations
 
@@ -11,30 +12,22 @@ import torch
 
 from vfl.config.schema import PartyConfig
 from vfl.data.shards import PartyShard
-from vfl.inference.fingerprint import load_predict_checkpoint
 from vfl.inference.new_rows import NewRows
-from vfl.training.party import BottomParty
+from vfl.inference.trained_party import read_party_checkpoint, trained_models
 from vfl.training.precision import autocast
 
 
 class PredictingParty:
-    """`ckpt` (the checkpoint), `record` (its training run), `party` (the bottom, loaded), `rows` (the new rows)."""
+    """`ckpt` (the checkpoint), `record` (its training run), `party` (the bottom, loaded), `top` (the leader's
+    TopTrainer, loaded; None on a follower), `rows` (the new rows)."""
 
     def __init__(
-        self,
-        cfg: PartyConfig,
-        checkpoint: str,
-        rows_path: str,
-        log,
-        device: torch.device,
-        strict: bool = False,
-        required: tuple[str, ...] = ("bottom",),
+        self, cfg: PartyConfig, checkpoint: str, rows_path: str, log, device: torch.device, *, strict: bool = False
     ):
         self.cfg, self.log, self.device, self.checkpoint = cfg, log, device, checkpoint
-        self.ckpt, self.record = load_predict_checkpoint(cfg, checkpoint, required)
+        self.ckpt, self.record = read_party_checkpoint(cfg, checkpoint)
         self.shard = PartyShard(cfg.data.path, in_memory=False)
-        self.party = BottomParty(cfg, self.shard, device)
-        self.party.load_state(self.ckpt["state"]["bottom"])
+        self.party, self.top = trained_models(cfg, self.shard, self.ckpt, self.record, device)
         self.model = self.party.model.eval()
         t0 = time.perf_counter()
         work = os.path.join(cfg.output.dir, f".predict-{cfg.party}-{os.getpid()}")

@@ -100,7 +100,13 @@ def fit_predict_all_parties(
     t = torch.from_numpy(release.transition).to(device)
     spe = -(-rows.size // tr.batch_size)
     top = TopTrainer(
-        tr, cfg.model.top, in_dim, device, lambda z, y: forward_corrected_ce(z, y, t), tr.epochs * spe, task
+        tr,
+        cfg.model.top,
+        in_dim,
+        device,
+        loss_fn=lambda z, y: forward_corrected_ce(z, y, t),
+        total_steps=tr.epochs * spe,
+        task=task,
     )
     labels = torch.from_numpy(np.asarray(noisy, dtype=np.int64))
     for epoch in range(tr.epochs):

@@ -56,6 +56,7 @@ class TopTrainer(SnapshotTrainable):
         top: TopConfig,
         in_dim: int | tuple[int, ...],
         device: torch.device,
+        *,
         loss_fn: LossFn | None = None,
         total_steps: int = 1,
         task: Task | None = None,
