@@ -1,16 +1,15 @@
-"""Helpers for integration tests: party configs on a free port, real processes, cleanup by PID."""
+"""Helpers for integration tests: party configs on a free port, real party processes (vfl.local_parties)."""
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import yaml
 
 from tests.conftest import REPO
+from vfl.local_parties import LocalParties
 
 SMALL_MODEL = {"bottom": {"embedding_dim": 8, "hidden": [32, 16], "cut_dim": 2}}
 
@@ -133,48 +132,36 @@ def run_centralized(cfgs: dict[str, str], out: str) -> dict:
 
 
 class Procs:
-    """Starts party processes and guarantees they are gone at the end (kill by PID)."""
+    """Starts party processes (vfl.local_parties, each in its own process group) and guarantees they are gone at the
+    end (killed by process group); `procs` maps each name to its Popen."""
 
     def __init__(self):
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.parties = LocalParties(cwd=REPO)
+        self.procs: dict[str, subprocess.Popen] = self.parties.procs
 
     def start(self, name: str, module: str, config: str, *extra: str, env: dict | None = None) -> subprocess.Popen:
-        p = subprocess.Popen(
-            [sys.executable, "-m", module, "--config", config, *extra],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, **(env or {})},
-            start_new_session=True,
-        )
-        self.procs[name] = p
-        return p
+        return self.start_argv(name, [sys.executable, "-m", module, "--config", config, *extra], env=env)
+
+    def start_argv(
+        self, name: str, argv: list[str], log: str | None = None, env: dict | None = None
+    ) -> subprocess.Popen:
+        """Start any command line as `name`: its stdout and stderr into the file `log`, else pipes (read by wait)."""
+        if log is not None:
+            return self.parties.start(name, argv, stdout=log, stderr=subprocess.STDOUT, env=env, text=True)
+        return self.parties.start(name, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
 
     def wait(self, name: str, timeout: float = 120) -> tuple[int, str, str]:
         out, err = self.procs[name].communicate(timeout=timeout)
         return self.procs[name].returncode, out, err
 
     def wait_for_line(self, name: str, path: str, needle: str, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if os.path.exists(path) and needle in open(path).read():
-                return
+        if not self.parties.wait_for_text(path, needle, timeout, names=(name,)):
             if self.procs[name].poll() is not None:
                 raise AssertionError(f"{name} exited before writing {needle!r}")
-            time.sleep(0.05)
-        raise AssertionError(f"{needle!r} never appeared in {path}")
+            raise AssertionError(f"{needle!r} never appeared in {path}")
 
     def kill(self, name: str) -> None:
-        p = self.procs[name]
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait(timeout=10)
+        self.parties.stop(name, grace_s=0)
 
     def cleanup(self) -> None:
-        for name in list(self.procs):
-            self.kill(name)
-            p = self.procs[name]
-            for s in (p.stdout, p.stderr):
-                if s:
-                    s.close()
+        self.parties.close(grace_s=0)

@@ -99,46 +99,22 @@ def test_the_python_api_trains_on_each_partys_dataframe(tmp_path):
     assert sorted(os.listdir(tmp_path / "api" / "shards")) == ["leader", "shop", "telco"]
 
 
-def test_each_partys_script_prepares_its_own_table_under_its_schema_and_trains(tmp_path):
+def test_each_partys_script_prepares_its_own_table_under_its_schema_and_trains(tmp_path, procs):
     # Prepare: two hosts' scripts, each with its own CSV (--raw) and YAML schema
-    import signal
-
     frames = own_table(3000, seed=2)
     cfgs = party_configs(str(tmp_path), str(tmp_path / "unused"), followers=("shop",), train={"batch_size": 128})
     for name in ("leader", "shop"):
         frames[name].to_csv(tmp_path / f"{name}.csv", index=False)
         _with_schema(cfgs[name], SCHEMAS[name])
     endpoint = yaml.safe_load(open(cfgs["leader"]))["network"]["bind"]
-    runs = {}
     for name, script in (("leader", "scripts/run_leader.sh"), ("shop", "scripts/run_follower.sh")):
-        runs[name] = subprocess.Popen(
-            [
-                "bash",
-                script,
-                cfgs[name],
-                endpoint,
-                "--raw",
-                str(tmp_path / f"{name}.csv"),
-                "--shards",
-                str(tmp_path / f"s_{name}"),
-            ],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
+        raw = ["--raw", str(tmp_path / f"{name}.csv"), "--shards", str(tmp_path / f"s_{name}")]
+        procs.start_argv(name, ["bash", script, cfgs[name], endpoint, *raw])
     # Execute
-    try:
-        results = {p: r.communicate(timeout=300) for p, r in runs.items()}
-    finally:
-        for r in runs.values():
-            if r.poll() is None:
-                os.killpg(r.pid, signal.SIGKILL)
-                r.wait(10)
+    results = {name: procs.wait(name, timeout=300) for name in ("leader", "shop")}
     # Assert: each prepared its own shard under its schema, and the run trained on their intersection
-    for name, r in runs.items():
-        assert r.returncode == 0, f"{name}: {results[name][1][-2000:]}"
+    for name, (code, _, err) in results.items():
+        assert code == 0, f"{name}: {err[-2000:]}"
     assert os.path.exists(tmp_path / "s_shop" / "shop" / "schema.json")
     m = json.load(open(tmp_path / "out" / "metrics.json"))
     assert m["psi"]["intersection"] == 3000 and m["test_auc"] > 0.6

@@ -5,14 +5,12 @@ checkpoints of another step are refused at the handshake with one line naming bo
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import REPO
 from tests.procs import party_configs, run_split
 
 EXTRA_IDS = 7  # new rows held by both parties, with categories no training row had
@@ -68,9 +66,7 @@ def _predict(procs, trained, out, leader_extra=(), follower_extra=()):
     for party, role, extra in (("follower0", "follower", follower_extra), ("leader", "leader", leader_extra)):
         args = [sys.executable, "-m", role, "predict", "--config", cfgs[party], "--rows", str(rows[party])]
         args += ["--run", run, "--out", str(out), "-q", *extra]
-        procs.procs[party] = subprocess.Popen(
-            args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-        )
+        procs.start_argv(party, args)
     for party in ("leader", "follower0"):
         code, _, err = procs.wait(party, timeout=180)
         result[party] = (code, err)

@@ -4,7 +4,6 @@ vocabulary and hashing, text ids): simulate_predict over three processes, and Le
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from types import SimpleNamespace
 
@@ -12,7 +11,6 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.conftest import REPO
 from tests.own_table import SCHEMAS, own_table
 from tests.procs import party_configs
 
@@ -60,9 +58,7 @@ def test_simulate_predict_on_dataframes_reproduces_the_runs_test_metrics_and_lea
             os.path.join(run, "shards", name),
             f"network.leader_key_file={os.path.join(run, 'keys', 'leader.key')}",
         ]
-        procs.procs[name] = subprocess.Popen(
-            args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-        )
+        procs.start_argv(name, args)
     leader = Leader(
         os.path.join(run, "leader.yaml"), keys=os.path.join(run, "keys"), data=os.path.join(run, "shards", "leader")
     )

@@ -129,47 +129,22 @@ def test_digits_example_runs_from_one_command_and_reports_accuracy(tmp_path):
     assert bad.returncode == 2 and "--example mnist: allowed: digits, multiclass" in bad.stderr
 
 
-def test_each_party_script_prepares_its_own_raw_file_and_trains_on_the_intersection(tmp_path, vertical_raw):
+def test_each_party_script_prepares_its_own_raw_file_and_trains_on_the_intersection(tmp_path, vertical_raw, procs):
     # Prepare: configs (data.path unused: --raw prepares the shard), one script per party, each with its own file
-    import signal
-
     from tests.procs import party_configs
 
     cfgs = party_configs(str(tmp_path), str(tmp_path / "unused"))
     endpoint = yaml.safe_load(open(cfgs["leader"]))["network"]["bind"]
-    runs = {}
     # the leader takes the default categorical encoding (its own vocabulary), the follower hashes: each its own choice
     cat_flags = {"leader": [], "follower0": ["--hash-buckets", "2000"]}
     for party, script in (("leader", "scripts/run_leader.sh"), ("follower0", "scripts/run_follower.sh")):
-        runs[party] = subprocess.Popen(
-            [
-                "bash",
-                script,
-                cfgs[party],
-                endpoint,
-                "--raw",
-                str(vertical_raw[party]),
-                "--shards",
-                str(tmp_path / f"shards_{party}"),
-                *cat_flags[party],
-            ],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
+        raw = ["--raw", str(vertical_raw[party]), "--shards", str(tmp_path / f"shards_{party}"), *cat_flags[party]]
+        procs.start_argv(party, ["bash", script, cfgs[party], endpoint, *raw])
     # Execute
-    try:
-        results = {p: r.communicate(timeout=300) for p, r in runs.items()}
-    finally:
-        for r in runs.values():
-            if r.poll() is None:
-                os.killpg(r.pid, signal.SIGKILL)
-                r.wait(10)
+    runs = {p: procs.wait(p, timeout=300) for p in ("leader", "follower0")}
     # Assert: each party prepared only its own shard; training used exactly the shared ids
-    for p, r in runs.items():
-        assert r.returncode == 0, f"{p}: {results[p][1][-2000:]}"
+    for p, (code, _, err) in runs.items():
+        assert code == 0, f"{p}: {err[-2000:]}"
     assert os.listdir(tmp_path / "shards_leader") == ["leader"] and os.listdir(tmp_path / "shards_follower0") == [
         "follower0"
     ]

@@ -78,15 +78,7 @@ def predicted(trained) -> dict[int, float]:
 
 
 def _start(procs: Procs, name: str, role: str, cfg: str, log: str, *extra: str) -> None:
-    out = open(log, "w")
-    procs.procs[name] = subprocess.Popen(
-        [sys.executable, "-m", role, "serve", "--config", cfg, *extra],
-        cwd=REPO,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    procs.start_argv(name, [sys.executable, "-m", role, "serve", "--config", cfg, *extra], log=log)
 
 
 def _post(port: int, doc: dict, timeout: float = 10.0) -> tuple[int, dict, float]:
@@ -227,24 +219,20 @@ print(json.dumps({"scores": score.tolist(), "imported": sorted(m for m in ("vfl"
 """
 
 
-def test_export_loaded_in_a_fresh_process_gives_the_batch_prediction_scores_from_the_raw_files(trained, predicted):
+def test_export_loaded_in_a_fresh_process_gives_the_batch_prediction_scores_from_the_raw_files(
+    trained, predicted, procs
+):
     from vfl.data.ids import ids64
 
     # Prepare: both parties export their final checkpoint (two processes at once)
     tmp, cfgs = trained["tmp"], trained["cfgs"]
-    exports = {
-        party: subprocess.Popen(
-            [sys.executable, "-m", role, "export", "--config", cfgs[party], "--out", str(tmp / "export")],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+    for party, role in (("leader", "leader"), ("telco", "follower")):
+        procs.start_argv(
+            party, [sys.executable, "-m", role, "export", "--config", cfgs[party], "--out", str(tmp / "export")]
         )
-        for party, role in (("leader", "leader"), ("telco", "follower"))
-    }
-    for party, p in exports.items():
-        _, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err
+    for party in ("leader", "telco"):
+        code, _, err = procs.wait(party, timeout=120)
+        assert code == 0, err
         assert json.load(open(tmp / "export" / party / "export.json"))["files"] == {"model": "model.onnx"}
     want = predicted
     texts = trained["frames"]["telco"]["cust"].tolist()

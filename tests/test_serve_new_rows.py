@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 import urllib.error
@@ -18,7 +17,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import REPO
 from tests.procs import Procs, free_port
 from tests.table_run import table_run
 
@@ -149,15 +147,7 @@ def test_a_file_finished_while_a_failed_load_unwinds_is_loaded_and_no_spill_is_l
 
 
 def _start(procs: Procs, name: str, role: str, args: list[str], log: str) -> None:
-    out = open(log, "w")
-    procs.procs[name] = subprocess.Popen(
-        [sys.executable, "-m", role, "serve", *args],
-        cwd=REPO,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    procs.start_argv(name, [sys.executable, "-m", role, "serve", *args], log=log)
 
 
 def _post(port: int, ids: list) -> tuple[int, dict]:

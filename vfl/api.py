@@ -17,7 +17,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from vfl.config.schema import ConfigError, PartyConfig, load_config, parse_config
+from vfl.local_parties import LocalParties
 
 ConfigLike = Union[str, os.PathLike, dict, PartyConfig]
 
@@ -277,8 +277,7 @@ def simulate(
         if n in (tables or {})
     }
     pairs = [f"{k}={json.dumps(v)}" for k, v in (overrides or {}).items()]
-    procs: dict[str, subprocess.Popen] = {}
-    try:
+    with LocalParties() as parties:
         for i, (name, path) in enumerate(zip(names, configs)):
             role = "leader" if i == 0 else "follower"
             cmd = [
@@ -298,35 +297,14 @@ def simulate(
                 *(["--quiet"] if quiet else []),
                 *pairs,
             ]
-            with open(os.path.join(out, f"{name}.stderr"), "w") as err_file:  # a file: a pipe could fill and block
-                procs[name] = subprocess.Popen(
-                    cmd, stdout=subprocess.DEVNULL if quiet else None, stderr=err_file, start_new_session=True
-                )
+            parties.start(
+                name, cmd, stdout=subprocess.DEVNULL if quiet else None, stderr=os.path.join(out, f"{name}.stderr")
+            )
         watch = _Progress(os.path.join(out, f"{names[0]}.log"), progress_every_s)
-        _wait(procs, names[0], timeout_s, lambda name: os.path.join(out, f"{name}.stderr"), "", watch.tick)
-    finally:
-        _stop(procs)
+        failure = parties.wait(timeout_s, watch.tick)
+    if failure is not None:
+        raise RuntimeError(failure.describe())
     return History.from_out_dir(out)
-
-
-def _wait(procs: dict[str, subprocess.Popen], first: str, timeout_s: float, stderr_of, what: str, tick=None) -> None:
-    """Wait for every process; the first that fails, or `first` past the deadline, raises RuntimeError with its name,
-    what it was doing and its last stderr lines (the others are stopped)."""
-    deadline = time.monotonic() + timeout_s
-    while any(p.poll() is None for p in procs.values()):
-        if any(p.poll() not in (None, 0) for p in procs.values()) or time.monotonic() > deadline:
-            break
-        if tick is not None:
-            tick()
-        time.sleep(0.1)
-    failed = [n for n, p in procs.items() if p.poll() not in (None, 0)]
-    if failed or any(p.poll() is None for p in procs.values()):
-        name = failed[0] if failed else first
-        _stop(procs)
-        with open(stderr_of(name)) as f:
-            err = f.read()
-        why = f"exited with status {procs[name].returncode}" if failed else f"did not finish in {timeout_s} s"
-        raise RuntimeError(f"{name}{what} {why}: {' '.join(err.strip().splitlines()[-3:])}")
 
 
 class _Progress:
@@ -348,21 +326,6 @@ class _Progress:
             self.last_line = lines[-1]
             print(f"simulate: {self.last_line}", flush=True)
         self.last_print = time.monotonic()
-
-
-def _stop(procs: dict[str, subprocess.Popen]) -> None:
-    """End every party process still running (by its process group, started for it) and close its pipes."""
-    for p in procs.values():
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-                p.wait(timeout=10)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait(timeout=10)
 
 
 def simulate_predict(
@@ -404,8 +367,7 @@ def simulate_predict(
     configs = [_yaml_path(c, out, n) for c, n in zip([leader, *followers], names)]
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     pairs = [f"{k}={json.dumps(v)}" for k, v in (overrides or {}).items()]
-    procs: dict[str, subprocess.Popen] = {}
-    try:
+    with LocalParties() as parties:
         for i, (name, path) in enumerate(zip(names, configs)):
             shard = os.path.join(data, name) if data else os.path.join(run, "shards", name)
             if not os.path.isdir(shard):
@@ -415,11 +377,10 @@ def simulate_predict(
             cmd += ["--data", shard, "--bind" if i == 0 else "--connect", endpoint, "-q", *pairs]
             if i:
                 cmd += [f"network.leader_key_file={os.path.join(keys, names[0] + '.key')}"]
-            with open(os.path.join(out, f"{name}.predict.stderr"), "w") as err_file:
-                procs[name] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_file, start_new_session=True)
-        _wait(procs, names[0], timeout_s, lambda name: os.path.join(out, f"{name}.predict.stderr"), " predict")
-    finally:
-        _stop(procs)
+            parties.start(name, cmd, stderr=os.path.join(out, f"{name}.predict.stderr"))
+        failure = parties.wait(timeout_s)
+    if failure is not None:
+        raise RuntimeError(failure.describe(" predict"))
     return pd.read_parquet(os.path.join(out, "predictions.parquet"))
 
 
