@@ -197,7 +197,7 @@ def test_a_release_over_the_budget_is_refused_before_any_label_is_drawn_and_noth
     tmp_path, shards_small, monkeypatch
 ):
     # Prepare: eps 4 then 3 on one dataset (total 7); the budget is 8
-    import vfl.labeldp.release as release_module
+    import vfl.labeldp.mechanisms as mechanisms_module
     from privacy.label.store import LabelDPBudgetError
     from vfl.labeldp.release import open_label_key
 
@@ -205,8 +205,8 @@ def test_a_release_over_the_budget_is_refused_before_any_label_is_drawn_and_noth
     _labels(shards_small, tmp_path / "store", eps=3.0, budget=8.0)
     before = (tmp_path / "store" / "ledger.json").read_bytes()
     drawn = []
-    real = release_module.randomize_binary_once
-    monkeypatch.setattr(release_module, "randomize_binary_once", lambda *a: drawn.append(a) or real(*a))
+    real = mechanisms_module.randomize_binary_once
+    monkeypatch.setattr(mechanisms_module, "randomize_binary_once", lambda *a: drawn.append(a) or real(*a))
     release = LabelDPRelease.from_config(LabelDPConfig(eps=2.0, store_dir=str(tmp_path / "store"), budget=8.0))
     # Execute
     with pytest.raises(LabelDPBudgetError) as early:  # before any follower connects (leader/__main__.py)

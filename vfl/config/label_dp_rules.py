@@ -16,6 +16,9 @@ def _real(value: Any) -> bool:
 
 REGRESSION_LABEL_DP = ("laplace", "rr_on_bins", "unbiased")
 CLASS_LABEL_DP = ("rr", "rr_prior")
+# the (task, privacy.label_dp.mechanism) pairs a config may name: the keys of the mechanism registry
+# (vfl/labeldp/mechanisms.py, which refuses any other), read by the task (vfl/data/task.py) and the schema
+LABEL_DP_MECHANISMS = {"binary": CLASS_LABEL_DP, "multiclass": CLASS_LABEL_DP, "regression": REGRESSION_LABEL_DP}
 
 
 def regression_label_dp_default(doc: dict) -> None:

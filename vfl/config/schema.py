@@ -27,7 +27,7 @@ from privacy.domains import (
     Text,
     domain_error,
 )
-from vfl.config.label_dp_rules import regression_label_dp_default
+from vfl.config.label_dp_rules import CLASS_LABEL_DP, REGRESSION_LABEL_DP, regression_label_dp_default
 from vfl.config.report import apply_overrides, fill_empty_sections, off_switch, parse_override, problems
 from vfl.config.role_rules import role_problems
 from vfl.config.table import SchemaConfig, load_schema_file
@@ -297,7 +297,7 @@ class TrainConfig(_Section):
 class LabelDPConfig(_Section):
     eps: LabelEps() = 1.0  # required in YAML; in [0.001, 50] (privacy/domains.py), or .inf (inf) = no noise
     # rr, rr_prior: class labels (binary, multiclass); laplace, rr_on_bins, unbiased: train.task regression
-    mechanism: Choice("rr", "rr_prior", "laplace", "rr_on_bins", "unbiased") = "rr"
+    mechanism: Choice(*CLASS_LABEL_DP, *REGRESSION_LABEL_DP) = "rr"
     # regression: the label range [lo, hi] in its units (stated, never read from the labels; unset: data.schema's
     # label clip); bins: grid points over it (unbiased: at most 48); prior of rr_on_bins and unbiased:
     # dp_histogram (a DP histogram of the labels, eps x prior_eps_fraction of the eps), uniform, or a value,weight CSV

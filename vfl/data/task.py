@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vfl.config.label_dp_rules import LABEL_DP_MECHANISMS  # the mechanism registry's keys, by task
 from vfl.data.errors import DataError
 
 TASK_KINDS = ("binary", "multiclass", "regression")
@@ -30,11 +31,6 @@ METRICS = {
     "regression": ("rmse", "mae", "r2"),
 }
 HIGHER_IS_BETTER = {"auc": True, "logloss": False, "accuracy": True, "rmse": False, "mae": False, "r2": True}
-LABEL_DP_MECHANISMS = {
-    "binary": ("rr", "rr_prior"),
-    "multiclass": ("rr", "rr_prior"),
-    "regression": ("laplace", "rr_on_bins", "unbiased"),
-}
 
 
 @dataclass(frozen=True)
@@ -91,6 +87,7 @@ class Task:
 
     @property
     def label_dp_mechanisms(self) -> tuple[str, ...]:
+        """The privacy.label_dp.mechanism names this task allows (vfl/labeldp/mechanisms.py implements each)."""
         return LABEL_DP_MECHANISMS[self.kind]
 
     def to_manifest(self) -> dict:

@@ -11,51 +11,41 @@ written, when it would take the dataset over `privacy.label_dp.budget`), and onl
 validation labels with the leader's PRF (privacy/label/release_draws.py). Nothing here uses `train.seed` or any
 other value a follower knows.
 
-Mechanisms are looked up by (task, `privacy.label_dp.mechanism`) in `MECHANISMS`, a registry of what each plans and
-draws: binary RR, k-ary RR and LP-2ST for class labels; laplace, rr_on_bins and unbiased for real-valued labels
-(privacy/label/regression_release.py, whose DP-histogram prior is a release of its own beside the randomizer's).
-
-LP-2ST's stage-two release is named by its stage-one release and the leader's `prior_epochs`, never by the prior's
-values, which the followers' bottoms shape: its first prior is kept in the store (privacy/label/prior_store.py) and
-every later run reuses it, so the same release id always gives the same noisy labels and a follower changing its own
-settings (its learning rate, say) makes the leader release nothing new.
+The mechanism is looked up by (task, `privacy.label_dp.mechanism`) in the registry of vfl/labeldp/mechanisms.py
+(binary RR, k-ary RR and LP-2ST for class labels; laplace, rr_on_bins and unbiased for real-valued labels), which
+plans and draws each release.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from privacy.label.prior_store import priors_of
 from privacy.label.randomized_response import flip_probability, kary_transition, keep_probability
-from privacy.label.regression_release import Drawn as _Drawn
-from privacy.label.regression_release import RegressionSpec, ReleaseNames, draw_regression, store_matrices
-from privacy.label.release_draws import (
-    randomize_binary_once,
-    randomize_classes_once,
-    rr_prior_classes_once,
-    rr_prior_once,
-    run_report,
-    stage_one_mask,
-)
+from privacy.label.regression_release import RegressionSpec
+from privacy.label.release_draws import run_report
 from privacy.label.release_names import label_set_digest
-from privacy.label.store import (
-    STAGE_ONE,
-    LabelDPStore,
-    Release,
-    dataset_id,
-    default_store_dir,
-    key_fingerprint,
-)
+from privacy.label.store import LabelDPStore, Release, dataset_id, default_store_dir
 from vfl.config.schema import LabelDPConfig
 from vfl.data.task import Task
+from vfl.labeldp.label_key import LabelKey
 from vfl.labeldp.losses import corrected_loss
+from vfl.labeldp.mechanisms import MECHANISMS, DrawRequest, LabelDPMechanism, Plan, PriorFn, mechanism_for
 
-PriorFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
-Plan = list[tuple[str, dict]]  # the (ledger mechanism, parameters) of each release a run draws, in order
+__all__ = [  # MECHANISMS, LabelKey, Plan and PriorFn are the registry's and the key's, named here for their callers
+    "MECHANISMS",
+    "LabelDPRelease",
+    "LabelKey",
+    "Plan",
+    "PriorFn",
+    "TrainingLabels",
+    "bayes_accuracy_of",
+    "leader_task",
+    "leader_training_labels",
+    "open_label_key",
+    "training_labels",
+]
 DEFAULT_BUDGET = LabelDPConfig.model_fields["budget"].default
 
 
@@ -82,27 +72,6 @@ class TrainingLabels:
     valid: np.ndarray | None = None  # int64 validation labels for model selection: randomized under label DP
     # (float64 real values for a regression)
     valid_noise_var: float | None = None  # regression: E[Var(noisy | true)] of an unbiased mechanism, else None
-
-
-@dataclass
-class LabelKey:
-    """The leader's secret, the store holding its ledger, the labelled dataset being randomized and its label set's
-    keyed digest (every release's parameters carry it: other labels are another release)."""
-
-    key: bytes
-    store: LabelDPStore
-    dataset: str
-    source: dict
-    label_set: str
-
-    @property
-    def fingerprint(self) -> str:
-        return key_fingerprint(self.key)
-
-    @property
-    def names(self) -> ReleaseNames:
-        """How this label set's releases are named (the standalone API names its own the same way)."""
-        return ReleaseNames(self.dataset, self.fingerprint, self.label_set)
 
 
 def prepared_labels(shard_path: str):
@@ -134,10 +103,6 @@ def open_label_key(store_dir: str | None, key_file: str | None, shard) -> LabelK
     key = store.key()
     label_set = label_set_digest(key, prepared_labels(shard.path))
     return LabelKey(key, store, dataset, {"sha256": source.get("sha256"), "lines": source.get("lines")}, label_set)
-
-
-def _prior_digest(prior: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(prior, dtype="<f8").tobytes()).hexdigest()[:32]
 
 
 @dataclass(frozen=True)
@@ -190,9 +155,9 @@ class LabelDPRelease:
         return "binary" if self.num_classes is None else "multiclass"
 
     @property
-    def entry(self) -> Mechanism:
-        """This release's mechanism in the registry (MECHANISMS)."""
-        return MECHANISMS[(self.task_kind, self.mechanism)]
+    def entry(self) -> LabelDPMechanism:
+        """This release's mechanism in the registry (vfl/labeldp/mechanisms.py)."""
+        return mechanism_for(self.task_kind, self.mechanism)
 
     @property
     def flip_probability(self) -> float:
@@ -250,7 +215,7 @@ class LabelDPRelease:
             )
             return first.release_id, is_new, summary
 
-        d = entry.draw(self, labels, ids, label_key, prior_fn, valid_labels, valid_ids, record)
+        d = entry.draw(self, DrawRequest(labels, ids, valid_labels, valid_ids, label_key, prior_fn, record))
         is_new, summary = d.new_release, d.summary
         if entry.real_valued:  # the noise is measured from the clipped label, which the mechanisms randomize
             labels, valid_labels = (np.clip(y, *self.regression.clip) for y in (labels, valid_labels))
@@ -281,10 +246,6 @@ class LabelDPRelease:
             d.noise_variance,
         )
 
-    # -- one function per mechanism; each names its release by (dataset, key, mechanism, parameters) -------------------
-    def _id(self, label_key: LabelKey, mechanism: str, params: dict) -> str:
-        return label_key.names.id_of(mechanism, params)
-
     def _release(self, label_key: LabelKey, mechanism: str, params: dict, rows: int) -> Release:
         # a regression prior's release and its randomizer's split eps
         return label_key.names.release(mechanism, params, rows, params.get("eps", self.eps))
@@ -292,174 +253,13 @@ class LabelDPRelease:
     def plan(self, label_key: LabelKey) -> Plan:
         """The releases this config draws, as (ledger mechanism, parameters): known from the leader's config alone,
         before any follower connects. Each release's parameters name the label set (LabelKey.label_set)."""
-        return label_key.names.plan(self.entry.plan(self, label_key))
-
-    def _plan_binary_rr(self, label_key: LabelKey) -> Plan:
-        return [("binary_rr", {"eps": self.eps, "labels": "binary"})]
-
-    def _plan_kary_rr(self, label_key: LabelKey) -> Plan:
-        return [("kary_rr", {"eps": self.eps, "labels": "multiclass", "num_classes": self.num_classes})]
-
-    def _plan_regression(self, label_key: LabelKey) -> Plan:
-        return self.regression.plan(self.mechanism, self.eps, lambda m, p: self._id(label_key, m, p))
-
-    def _plan_lp2st(self, label_key: LabelKey) -> Plan:
-        k = self.num_classes
-        stage = {"eps": self.eps, "prior_fraction": self.prior_fraction, "labels": "binary"}
-        if k is not None:
-            stage.update(labels="multiclass", num_classes=k, prior="all parties")
-        # stage two: the stage-one release and the leader's prior_epochs; the prior's values are kept, not named
-        second = {
-            **stage,
-            "stage_one_release": self._id(label_key, STAGE_ONE, stage),
-            "prior_epochs": self.prior_epochs,
-        }
-        return [(STAGE_ONE, stage), ("rr_prior", second)]
+        return self.entry.named_plan(self, label_key)
 
     def check_budget(self, label_key: LabelKey) -> None:
         """LabelDPBudgetError when this config's new releases would take the dataset over the budget, as far as the
         ledger knows before PSI (draw checks again with the intersection's ids)."""
         first, *later = (self._release(label_key, m, p, 0) for m, p in self.plan(label_key))
         label_key.store.check_budget(first, tuple(later), self.budget)
-
-    def _corrected(self) -> dict:
-        return {"debias": self.debias, "correction": self.correction if self.debias else None}
-
-    def _binary_rr(self, labels, ids, label_key, prior_fn, valid_labels, valid_ids, record) -> _Drawn:
-        ((mechanism, params),) = self.plan(label_key)
-        rel, is_new, summary = record([(mechanism, params)])
-        return _Drawn(
-            rel,
-            mechanism,
-            params,
-            randomize_binary_once(labels, ids, self.eps, label_key.key, rel),
-            randomize_binary_once(valid_labels, valid_ids, self.eps, label_key.key, rel),
-            self._corrected(),
-            is_new,
-            summary,
-        )
-
-    def _kary_rr(self, labels, ids, label_key, prior_fn, valid_labels, valid_ids, record) -> _Drawn:
-        k = self.num_classes
-        ((mechanism, params),) = self.plan(label_key)
-        rel, is_new, summary = record([(mechanism, params)])
-        return _Drawn(
-            rel,
-            mechanism,
-            params,
-            randomize_classes_once(labels, ids, k, self.eps, label_key.key, rel),
-            randomize_classes_once(valid_labels, valid_ids, k, self.eps, label_key.key, rel),
-            {**self._corrected(), "num_classes": k},
-            is_new,
-            summary,
-        )
-
-    def _lp2st(self, labels, ids, label_key, prior_fn, valid_labels, valid_ids, record) -> _Drawn:
-        """LP-2ST (Ghazi et al. 2021, Alg. 3): stage one gets plain RR, binary or k-ary (its own release); its model's
-        predictions are the priors of RRWithPrior (Alg. 2) in stage two. Binary labels: a prior of the leader's
-        columns; K classes: a split model of ALL parties (vfl/labeldp/prior.py). The first prior of each stage-two
-        release is kept in the store and reused (module docstring)."""
-        key, eps, k = label_key.key, self.eps, self.num_classes
-        if k is None:
-            randomize = lambda y, i, rel: randomize_binary_once(y, i, eps, key, rel)
-            with_prior = lambda y, i, prior, rel: rr_prior_once(y, i, prior, eps, key, rel)
-        else:
-            randomize = lambda y, i, rel: randomize_classes_once(y, i, k, eps, key, rel)
-            with_prior = lambda y, i, prior, rel: rr_prior_classes_once(y, i, prior, eps, key, rel)
-        plan = self.plan(label_key)
-        # the ledger holds stage one (and the budget counts stage two) before anything is drawn: with K classes the
-        # followers receive gradients of the stage-one labels while the prior trains, and a run stopped there has
-        # still spent them
-        stage_rel, _, _ = record(plan)
-        first = stage_one_mask(ids, key, stage_rel, self.prior_fraction)
-        noisy = randomize(labels, ids, stage_rel)
-        valid_noisy = randomize(valid_labels, valid_ids, stage_rel)  # plain RR, like stage one
-        second = ~first
-        mechanism, params = plan[1]
-        prior2, reused = self._stage_two_prior(label_key, params, ids, first, noisy, prior_fn)
-        rel, is_new, summary = record(plan[1:])
-        noisy2, k_star = with_prior(labels[second], ids[second], prior2, rel)
-        noisy[second] = noisy2
-        collapse = float(np.mean(k_star == 1)) if k_star.size else 0.0
-        extra = {
-            "debias": False,
-            "stage_one_fraction": float(first.mean()),
-            "collapse_fraction": collapse,
-            "collapsed": collapse > 0.5,
-            "flipped_fraction_stage_two": float(np.mean(noisy2 != labels[second])) if second.any() else 0.0,
-            "prior_sha256": _prior_digest(prior2),
-            "prior_reused": reused,
-        }
-        if k is None:
-            extra["prior"] = "leader-only columns (LP-2ST stage one, Ghazi et al. 2021 Alg. 3)"
-        else:
-            extra.update(
-                num_classes=k,
-                mean_k_star=float(k_star.mean()) if k_star.size else 0.0,
-                stage_two_kept_in_set=float(np.mean(noisy2 == labels[second])) if second.any() else 0.0,
-                prior="all parties (LP-2ST stage one as a split model on the stage-one rows, Ghazi et al. 2021 Alg. 3)",
-            )
-        return _Drawn(rel, mechanism, params, noisy, valid_noisy, extra, is_new, summary)
-
-    def _regression(self, labels, ids, label_key, prior_fn, valid_labels, valid_ids, record):
-        """laplace, rr_on_bins or unbiased on a real-valued label (privacy/label/regression_release.py)."""
-        kept, keep = store_matrices(label_key.store)
-        return draw_regression(
-            self.regression,
-            self.mechanism,
-            self.eps,
-            self.plan(label_key),
-            labels,
-            ids,
-            valid_labels,
-            valid_ids,
-            label_key.key,
-            record,
-            kept=kept,
-            keep=keep,
-            release_id_of=label_key.names.id_of,
-        )
-
-    def _stage_two_prior(self, label_key, params, ids, first, noisy, prior_fn) -> tuple[np.ndarray, bool]:
-        """The prior of every stage-two row: the one stored for the release where there is one (trained, with the
-        followers, only when some row has none; its other rows are discarded). Returns (prior, all reused)."""
-        store, second_ids = label_key.store, ids[~first]
-        rel = self._id(label_key, "rr_prior", params)
-        have, stored = priors_of(store.stored_prior(rel), second_ids)
-        if have.all() and stored is not None:
-            store.warnings.append(
-                f"label DP: LP-2ST stage two reuses the prior kept for release {rel[:12]} ({have.size} rows): "
-                "the same release draws the same labels, whatever the followers' settings"
-            )
-            return stored, True
-        trained = np.asarray(prior_fn(first, np.where(first, noisy, 0)))[~first]
-        store.keep_prior(rel, second_ids[~have], trained[~have])
-        _, prior = priors_of(store.stored_prior(rel), second_ids)
-        return prior, False
-
-
-@dataclass(frozen=True)
-class Mechanism:
-    """A label-DP mechanism in the registry: the releases it plans (from the leader's config alone, before any
-    follower connects) and how it draws them; real_valued: it randomizes regression labels."""
-
-    plan: Callable[[LabelDPRelease, LabelKey], Plan]
-    draw: Callable[..., _Drawn]
-    real_valued: bool = False
-
-
-_LP2ST = Mechanism(LabelDPRelease._plan_lp2st, LabelDPRelease._lp2st)
-_REGRESSION = Mechanism(LabelDPRelease._plan_regression, LabelDPRelease._regression, real_valued=True)
-# (task kind, privacy.label_dp.mechanism) -> Mechanism; vfl/data/task.py names the same pairs for config checks
-MECHANISMS: dict[tuple[str, str], Mechanism] = {
-    ("binary", "rr"): Mechanism(LabelDPRelease._plan_binary_rr, LabelDPRelease._binary_rr),
-    ("multiclass", "rr"): Mechanism(LabelDPRelease._plan_kary_rr, LabelDPRelease._kary_rr),
-    ("binary", "rr_prior"): _LP2ST,
-    ("multiclass", "rr_prior"): _LP2ST,
-    ("regression", "laplace"): _REGRESSION,
-    ("regression", "rr_on_bins"): _REGRESSION,
-    ("regression", "unbiased"): _REGRESSION,
-}
 
 
 def training_labels(

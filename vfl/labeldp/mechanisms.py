@@ -1,0 +1,295 @@
+"""The label-DP mechanisms, one class each, in one registry keyed by (task, `privacy.label_dp.mechanism`).
+
+A mechanism says which releases it plans (from the leader's config alone, before any follower connects) and how it
+draws them; `LabelDPRelease` (vfl/labeldp/release.py) looks its own up (`mechanism_for`) and records each release in
+the ledger before anything of it is drawn (the `record` of a `DrawRequest`). The keys are the pairs the config allows
+(vfl/config/label_dp_rules.py's LABEL_DP_MECHANISMS, which the task and the schema read too): `register` refuses any
+other, and importing this module fails when a pair the config allows has no mechanism.
+
+    binary      rr (binary RR), rr_prior (LP-2ST, a prior of the leader's columns)
+    multiclass  rr (k-ary RR), rr_prior (LP-2ST, a split model of all parties as its prior)
+    regression  laplace, rr_on_bins, unbiased (privacy/label/regression_release.py)
+
+LP-2ST's stage-two release is named by its stage-one release and the leader's `prior_epochs`, never by the prior's
+values, which the followers' bottoms shape: its first prior is kept in the store (privacy/label/prior_store.py) and
+every later run reuses it, so the same release id always gives the same noisy labels and a follower changing its own
+settings (its learning rate, say) makes the leader release nothing new.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+import numpy as np
+
+from privacy.label.prior_store import priors_of
+from privacy.label.regression_release import Drawn, RegressionSpec, draw_regression, store_matrices
+from privacy.label.release_draws import (
+    randomize_binary_once,
+    randomize_classes_once,
+    rr_prior_classes_once,
+    rr_prior_once,
+    stage_one_mask,
+)
+from privacy.label.store import STAGE_ONE
+from vfl.config.label_dp_rules import LABEL_DP_MECHANISMS
+from vfl.labeldp.label_key import LabelKey
+
+Plan = list[tuple[str, dict]]  # the (ledger mechanism, parameters) of each release a run draws, in order
+PriorFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+# record(plan): record plan[0] (plan[1:] count towards the budget too); returns (release id, is new, ledger summary)
+Record = Callable[[Plan], tuple[str, bool, dict]]
+
+
+class ReleaseParams(Protocol):
+    """What a mechanism reads of its release (LabelDPRelease): the numbers of `privacy.label_dp`."""
+
+    eps: float
+    mechanism: str
+    num_classes: int | None
+    debias: bool
+    correction: str
+    prior_fraction: float
+    prior_epochs: int
+    regression: RegressionSpec | None
+
+
+@dataclass(frozen=True)
+class DrawRequest:
+    """The labels one release randomizes (training, and validation in the same release), the leader's key, LP-2ST's
+    stage-one prior model (None elsewhere) and how a planned release is recorded before it is drawn."""
+
+    labels: np.ndarray
+    ids: np.ndarray
+    valid_labels: np.ndarray
+    valid_ids: np.ndarray
+    label_key: LabelKey
+    prior_fn: PriorFn | None
+    record: Record
+
+
+class LabelDPMechanism:
+    """One label-DP mechanism: registered for each (task, name) of `tasks` x `names`; real_valued: it randomizes
+    regression labels."""
+
+    tasks: ClassVar[tuple[str, ...]] = ()
+    names: ClassVar[tuple[str, ...]] = ()
+    real_valued: ClassVar[bool] = False
+
+    def plan(self, release: ReleaseParams, label_key: LabelKey) -> Plan:
+        """The releases this mechanism draws, before the label set names them (`named_plan`)."""
+        raise NotImplementedError
+
+    def draw(self, release: ReleaseParams, request: DrawRequest) -> Drawn:
+        """Record the planned releases and draw the noisy training and validation labels."""
+        raise NotImplementedError
+
+    def named_plan(self, release: ReleaseParams, label_key: LabelKey) -> Plan:
+        """The plan with every entry's parameters named by the label set (LabelKey.label_set)."""
+        return label_key.names.plan(self.plan(release, label_key))
+
+
+# (task kind, privacy.label_dp.mechanism) -> its mechanism
+MECHANISMS: dict[tuple[str, str], LabelDPMechanism] = {}
+
+
+def register(cls: type[LabelDPMechanism]) -> type[LabelDPMechanism]:
+    """Add the mechanism under each of its (task, name) pairs; ValueError for a pair the config does not allow or one
+    already taken."""
+    for task in cls.tasks:
+        for name in cls.names:
+            if name not in LABEL_DP_MECHANISMS.get(task, ()):
+                raise ValueError(
+                    f"{cls.__name__}: ({task}, {name}) is not a mechanism the config allows "
+                    "(vfl/config/label_dp_rules.py, LABEL_DP_MECHANISMS)"
+                )
+            if (task, name) in MECHANISMS:
+                raise ValueError(f"{cls.__name__}: ({task}, {name}) is registered already")
+            MECHANISMS[(task, name)] = cls()
+    return cls
+
+
+def mechanism_for(task: str, name: str) -> LabelDPMechanism:
+    """The registered mechanism of (task kind, privacy.label_dp.mechanism)."""
+    return MECHANISMS[(task, name)]
+
+
+def _corrected(release: ReleaseParams) -> dict:
+    return {"debias": release.debias, "correction": release.correction if release.debias else None}
+
+
+@register
+class BinaryRR(LabelDPMechanism):
+    """Randomized response on 0/1 labels."""
+
+    tasks, names = ("binary",), ("rr",)
+
+    def plan(self, release: ReleaseParams, label_key: LabelKey) -> Plan:
+        return [("binary_rr", {"eps": release.eps, "labels": "binary"})]
+
+    def draw(self, release: ReleaseParams, request: DrawRequest) -> Drawn:
+        r, eps, key = request, release.eps, request.label_key.key
+        ((mechanism, params),) = self.named_plan(release, r.label_key)
+        rel, is_new, summary = r.record([(mechanism, params)])
+        return Drawn(
+            rel,
+            mechanism,
+            params,
+            randomize_binary_once(r.labels, r.ids, eps, key, rel),
+            randomize_binary_once(r.valid_labels, r.valid_ids, eps, key, rel),
+            _corrected(release),
+            is_new,
+            summary,
+        )
+
+
+@register
+class KaryRR(LabelDPMechanism):
+    """K-ary randomized response on class ids."""
+
+    tasks, names = ("multiclass",), ("rr",)
+
+    def plan(self, release: ReleaseParams, label_key: LabelKey) -> Plan:
+        return [("kary_rr", {"eps": release.eps, "labels": "multiclass", "num_classes": release.num_classes})]
+
+    def draw(self, release: ReleaseParams, request: DrawRequest) -> Drawn:
+        r, eps, key, k = request, release.eps, request.label_key.key, release.num_classes
+        ((mechanism, params),) = self.named_plan(release, r.label_key)
+        rel, is_new, summary = r.record([(mechanism, params)])
+        return Drawn(
+            rel,
+            mechanism,
+            params,
+            randomize_classes_once(r.labels, r.ids, k, eps, key, rel),
+            randomize_classes_once(r.valid_labels, r.valid_ids, k, eps, key, rel),
+            {**_corrected(release), "num_classes": k},
+            is_new,
+            summary,
+        )
+
+
+def _prior_digest(prior: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(prior, dtype="<f8").tobytes()).hexdigest()[:32]
+
+
+@register
+class LP2ST(LabelDPMechanism):
+    """LP-2ST (Ghazi et al. 2021, Alg. 3): stage one gets plain RR, binary or k-ary (its own release); its model's
+    predictions are the priors of RRWithPrior (Alg. 2) in stage two. Binary labels: a prior of the leader's columns;
+    K classes: a split model of ALL parties (vfl/labeldp/prior.py). The first prior of each stage-two release is kept
+    in the store and reused (module docstring)."""
+
+    tasks, names = ("binary", "multiclass"), ("rr_prior",)
+
+    def plan(self, release: ReleaseParams, label_key: LabelKey) -> Plan:
+        k = release.num_classes
+        stage = {"eps": release.eps, "prior_fraction": release.prior_fraction, "labels": "binary"}
+        if k is not None:
+            stage.update(labels="multiclass", num_classes=k, prior="all parties")
+        # stage two: the stage-one release and the leader's prior_epochs; the prior's values are kept, not named
+        second = {
+            **stage,
+            "stage_one_release": label_key.names.id_of(STAGE_ONE, stage),
+            "prior_epochs": release.prior_epochs,
+        }
+        return [(STAGE_ONE, stage), ("rr_prior", second)]
+
+    def draw(self, release: ReleaseParams, request: DrawRequest) -> Drawn:
+        r, ids, labels = request, request.ids, request.labels
+        key, eps, k = r.label_key.key, release.eps, release.num_classes
+        if k is None:
+            randomize = lambda y, i, rel: randomize_binary_once(y, i, eps, key, rel)
+            with_prior = lambda y, i, prior, rel: rr_prior_once(y, i, prior, eps, key, rel)
+        else:
+            randomize = lambda y, i, rel: randomize_classes_once(y, i, k, eps, key, rel)
+            with_prior = lambda y, i, prior, rel: rr_prior_classes_once(y, i, prior, eps, key, rel)
+        plan = self.named_plan(release, r.label_key)
+        # the ledger holds stage one (and the budget counts stage two) before anything is drawn: with K classes the
+        # followers receive gradients of the stage-one labels while the prior trains, and a run stopped there has
+        # still spent them
+        stage_rel, _, _ = r.record(plan)
+        first = stage_one_mask(ids, key, stage_rel, release.prior_fraction)
+        noisy = randomize(labels, ids, stage_rel)
+        valid_noisy = randomize(r.valid_labels, r.valid_ids, stage_rel)  # plain RR, like stage one
+        second = ~first
+        mechanism, params = plan[1]
+        prior2, reused = self._stage_two_prior(r.label_key, params, ids, first, noisy, r.prior_fn)
+        rel, is_new, summary = r.record(plan[1:])
+        noisy2, k_star = with_prior(labels[second], ids[second], prior2, rel)
+        noisy[second] = noisy2
+        collapse = float(np.mean(k_star == 1)) if k_star.size else 0.0
+        extra = {
+            "debias": False,
+            "stage_one_fraction": float(first.mean()),
+            "collapse_fraction": collapse,
+            "collapsed": collapse > 0.5,
+            "flipped_fraction_stage_two": float(np.mean(noisy2 != labels[second])) if second.any() else 0.0,
+            "prior_sha256": _prior_digest(prior2),
+            "prior_reused": reused,
+        }
+        if k is None:
+            extra["prior"] = "leader-only columns (LP-2ST stage one, Ghazi et al. 2021 Alg. 3)"
+        else:
+            extra.update(
+                num_classes=k,
+                mean_k_star=float(k_star.mean()) if k_star.size else 0.0,
+                stage_two_kept_in_set=float(np.mean(noisy2 == labels[second])) if second.any() else 0.0,
+                prior="all parties (LP-2ST stage one as a split model on the stage-one rows, Ghazi et al. 2021 Alg. 3)",
+            )
+        return Drawn(rel, mechanism, params, noisy, valid_noisy, extra, is_new, summary)
+
+    @staticmethod
+    def _stage_two_prior(label_key: LabelKey, params, ids, first, noisy, prior_fn) -> tuple[np.ndarray, bool]:
+        """The prior of every stage-two row: the one stored for the release where there is one (trained, with the
+        followers, only when some row has none; its other rows are discarded). Returns (prior, all reused)."""
+        store, second_ids = label_key.store, ids[~first]
+        rel = label_key.names.id_of("rr_prior", params)
+        have, stored = priors_of(store.stored_prior(rel), second_ids)
+        if have.all() and stored is not None:
+            store.warnings.append(
+                f"label DP: LP-2ST stage two reuses the prior kept for release {rel[:12]} ({have.size} rows): "
+                "the same release draws the same labels, whatever the followers' settings"
+            )
+            return stored, True
+        trained = np.asarray(prior_fn(first, np.where(first, noisy, 0)))[~first]
+        store.keep_prior(rel, second_ids[~have], trained[~have])
+        _, prior = priors_of(store.stored_prior(rel), second_ids)
+        return prior, False
+
+
+@register
+class RegressionMechanism(LabelDPMechanism):
+    """laplace, rr_on_bins or unbiased on a real-valued label (privacy/label/regression_release.py), whose
+    DP-histogram prior is a release of its own beside the randomizer's."""
+
+    tasks, names, real_valued = ("regression",), ("laplace", "rr_on_bins", "unbiased"), True
+
+    def plan(self, release: ReleaseParams, label_key: LabelKey) -> Plan:
+        return release.regression.plan(release.mechanism, release.eps, label_key.names.id_of)
+
+    def draw(self, release: ReleaseParams, request: DrawRequest) -> Drawn:
+        r = request
+        kept, keep = store_matrices(r.label_key.store)
+        return draw_regression(
+            release.regression,
+            release.mechanism,
+            release.eps,
+            self.named_plan(release, r.label_key),
+            r.labels,
+            r.ids,
+            r.valid_labels,
+            r.valid_ids,
+            r.label_key.key,
+            r.record,
+            kept=kept,
+            keep=keep,
+            release_id_of=r.label_key.names.id_of,
+        )
+
+
+_unserved = [pair for pair in ((t, n) for t, ns in LABEL_DP_MECHANISMS.items() for n in ns) if pair not in MECHANISMS]
+if _unserved:
+    raise ImportError(f"label-DP mechanisms the config allows but no class implements: {_unserved}")
