@@ -14,7 +14,8 @@ Failures are answers, never hangs:
 - a follower's SERVE_REFUSED (its rate limit) fails the batch with its reason and retry time (429);
 - an id that the leader's or a follower's table lacks gets no score (listed in `missing`); a party's table is its
   prepared rows and the new rows it serves (`--new-rows`, vfl/inference/serve_new_rows.py).
-While idle, the worker sends WAIT before a follower's deadline passes.
+While idle, the worker sends WAIT before a follower's deadline passes. Which followers are down, their keepalive and
+a restarted follower's hello are vfl/inference/serve_followers.py's.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vfl.inference.party_model import current_rows
+from vfl.inference.serve_followers import FollowerLinks
 from vfl.wire.serve_messages import ServeCut, ServeIds, ServeRefused
 
 MAX_QUEUED = 256  # requests waiting for the scorer; one more gets 503 at once
@@ -67,21 +69,55 @@ class ScoringWorker:
         # what computes the leader's cut and the score: the torch modules, or onnxruntime (onnx_engine.fast_forward)
         self.bottom_fn, self.head_fn = model.bottom, model.head
         self.max_rows = int(max_rows)
-        self.keepalive_every = float(channel.timeout_s) / 4
         self.queue: queue.Queue[ScoreRequest | None] = queue.Queue()
         self.max_queued = MAX_QUEUED
-        self.down: dict[str, str] = {}  # follower -> why it is down
-        self.late: dict[str, int] = {}  # follower -> request number of an answer still on its way
         self.request_no = 0
         self.batches = self.rows = 0
         self.clock = clock or time.monotonic  # deadlines and keepalives (monotonic seconds; a test's fixed clock)
-        self._last_sent = self.clock()
+        # which followers are down, the answers still on their way, keepalives, a restarted follower's hello
+        self.links = FollowerLinks(channel, self.followers, self.cut_dims, self.clock)
         self._thread = threading.Thread(target=self._run, name="leader-scorer", daemon=True)
         self._held: ScoreRequest | None = None
         self._rows = table  # the table of the batch being scored (current_rows)
         self.failed: BaseException | None = None
-        self.check_hello = None  # (f, hello) -> problems, for a follower that connects again (sent to it: no path)
-        self.log = None
+
+    # -- the followers' state (vfl/inference/serve_followers.py), set and read as the worker's own -----------------
+    @property
+    def down(self) -> dict[str, str]:
+        """follower -> why it is down"""
+        return self.links.down
+
+    @property
+    def late(self) -> dict[str, int]:
+        """follower -> request number of an answer still on its way"""
+        return self.links.late
+
+    @property
+    def keepalive_every(self) -> float:
+        """Seconds of silence after which an idle worker sends every follower that is up WAIT."""
+        return self.links.keepalive_every
+
+    @keepalive_every.setter
+    def keepalive_every(self, seconds: float) -> None:
+        self.links.keepalive_every = seconds
+
+    @property
+    def check_hello(self):
+        """(f, hello) -> problems, for a follower that connects again (sent to it: no path); None: none."""
+        return self.links.check_hello
+
+    @check_hello.setter
+    def check_hello(self, check) -> None:
+        self.links.check_hello = check
+
+    @property
+    def log(self):
+        """The serving log (RunLog), or None."""
+        return self.links.log
+
+    @log.setter
+    def log(self, log) -> None:
+        self.links.log = log
 
     # -- the client side (HTTP threads) --------------------------------------------------------------
     def start(self) -> None:
@@ -131,12 +167,12 @@ class ScoringWorker:
                 try:
                     batch = self._next_batch()
                 except queue.Empty:
-                    self._readmit()
-                    self._keepalive()
+                    self.links.readmit()
+                    self.links.keepalive()
                     continue
                 if batch is None:
                     return
-                self._readmit()
+                self.links.readmit()
                 try:
                     self._score(batch)
                 except Exception as e:  # a bug or an unforeseen input: this batch fails, serving goes on
@@ -160,91 +196,15 @@ class ScoringWorker:
             if not r.future.done():
                 r.future.set_exception(ServeError(500, f"scoring failed: {type(e).__name__}: {e}"))
         if isinstance(e, WireError):
-            self._peer_error(e)  # raises an error of the channel's own: the scorer stops
+            self.links.peer_error(e)  # raises an error of the channel's own: the scorer stops
         elif self.log is not None:
             import traceback
 
             self.log.file_only(traceback.format_exc())
 
-    def _peer_error(self, e) -> None:
-        """The follower that e names (e.peer) aborted or sent what the protocol forbids: it alone is down (and told
-        why, with its own error only) until it greets again. An error that names no follower is the channel's own
-        (its connection gate failed): raised, and the scorer stops."""
-        from vfl.wire.channel import PeerAbort
-        from vfl.wire.messages import Abort
-
-        f = e.peer
-        if f not in self.cut_dims:
-            raise e
-        if isinstance(e, PeerAbort):
-            self._mark_down(f, f"{f} is down ({e})")
-            return
-        self._post(f, Abort(f"the serving leader refused your message: {e}"))
-        self._mark_down(f, f"{f} is down (protocol error: {e})")
-
-    def _keepalive(self) -> None:
-        from vfl.wire.messages import Wait
-
-        if self.clock() - self._last_sent < self.keepalive_every:
-            return
-        for f in self.followers:
-            if f not in self.down:
-                self._post(f, Wait())
-        self._last_sent = self.clock()
-
     def _post(self, f: str, message) -> None:
-        from vfl.wire.channel import PeerLost, PeerTimeout
-
-        try:
-            self.ch.post(f, message)
-        except (PeerLost, PeerTimeout) as e:
-            self._mark_down(f, f"{f} is down ({e})")
-
-    def _mark_down(self, f: str, why: str) -> None:
-        """f's connection is gone: requests fail at once until it greets again (a restarted follower)."""
-        self.down[f] = why
-        self.late.pop(f, None)
-        self.ch.forget(f)
-        if self.log is not None:
-            self.log.warning(f"leader: {why}; requests fail until it is back (`python -m follower serve`)")
-
-    def _readmit(self) -> None:
-        """Greet a follower that was down and has connected again (SERVE_HELLO of the same run and cut width)."""
-        from vfl.wire import WireError
-        from vfl.wire.channel import PeerLost, PeerTimeout
-        from vfl.wire.messages import Abort
-        from vfl.wire.serve_messages import ServeHello, ServeWelcome
-
-        for f in list(self.down):
-            self.ch.timeout_s = 0.001
-            try:
-                hello = self.ch.expect(f, ServeHello)
-            except (PeerTimeout, PeerLost):  # nobody there yet, or a connection that went away again
-                continue
-            except WireError as e:  # f's new connection (or another follower) broke the protocol
-                self._peer_error(e)
-                continue
-            problems = self.check_hello(f, hello) if self.check_hello is not None else []
-            if hello.cut_dim != self.cut_dims[f]:
-                problems.append(f"{f} now cuts {hello.cut_dim} values, {self.cut_dims[f]} before")
-            if problems:  # told why (it stops with the reason), and down until a follower that fits greets
-                why = "; ".join(problems)
-                self._post(f, Abort(f"the serving leader refused this connection: {why}"))
-                self.down[f] = f"{f} is down (its new connection was refused: {why})"
-                self.ch.forget(f)
-                if self.log is not None:
-                    self.log.warning(f"leader: {self.down[f]}")
-                continue
-            try:
-                self.ch.post(f, ServeWelcome(self.ch.run, hello.nonce))
-            except WireError as e:  # gone again before its welcome: it stays down, serving goes on
-                self.down[f] = f"{f} is down (its new connection dropped before it was welcomed: {e})"
-                self.ch.forget(f)
-                continue
-            del self.down[f]
-            self.late.pop(f, None)
-            if self.log is not None:
-                self.log(f"leader: {f} is back")
+        """Send f a message (serve_followers.FollowerLinks.post: a connection that is gone marks f down)."""
+        self.links.post(f, message)
 
     def _score(self, batch: list[ScoreRequest]) -> None:
 
@@ -293,7 +253,7 @@ class ScoringWorker:
             if f not in self.down:
                 self.late[f] = number  # until its answer is read
         self._check_up()
-        self._last_sent = self.clock()
+        self.links.last_sent = self.clock()
         with torch.inference_mode():
             own = self.bottom_fn(*self._rows.features(own_rows))
         cuts = []
@@ -339,13 +299,11 @@ class ScoringWorker:
             except PeerTimeout:
                 raise ServeError(504, f"{f} did not answer within the request's deadline") from None
             except PeerLost as e:  # some follower's connection dropped (perhaps not f's)
-                for g in self.followers:
-                    if g not in self.ch.alive and g not in self.down:
-                        self._mark_down(g, f"{g} is down ({e})")
+                self.links.mark_lost(e)
                 self._check_up()
                 continue
             except WireError as e:  # an ABORT or a broken message, of f's or another follower's: that one is down
-                self._peer_error(e)
+                self.links.peer_error(e)
                 self._check_up()
                 continue
             if msg.request == number:
