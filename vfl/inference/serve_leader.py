@@ -62,7 +62,7 @@ class ScoringWorker:
     """The worker: batches queued requests, fetches the followers' cuts, scores with the leader's model."""
 
     def __init__(
-        self, channel, followers: list[str], cut_dims: dict[str, int], model, table, task, max_rows: int, clock=None
+        self, channel, followers: list[str], cut_dims: dict[str, int], model, table, task, max_rows: int, *, clock=None
     ):
         self.ch, self.followers, self.cut_dims = channel, list(followers), dict(cut_dims)
         self.model, self.table, self.task = model, table, task
