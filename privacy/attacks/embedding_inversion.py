@@ -129,8 +129,9 @@ def attack_columns(
     known = np.zeros(n, bool)
     known[rng.choice(n, size=k, replace=False)] = True
     x = _features(cuts.astype(np.float64), own)
-    with warnings.catch_warnings():  # sklearn's notes on rare classes among the few known rows: expected here
-        warnings.simplefilter("ignore", UserWarning)
+    with warnings.catch_warnings():  # sklearn's notes on rare classes among the few known rows (a fold holding one
+        warnings.simplefilter("ignore", UserWarning)  # class fails its fit, scored nan): expected here
+        warnings.simplefilter("ignore", RuntimeWarning)  # sklearn's FitFailedWarning is one
         return _decode_all(cuts, x, columns, known, k)
 
 
