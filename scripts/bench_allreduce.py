@@ -11,23 +11,16 @@ the same backward without DDP. Rank 0 prints the figures with the CPU model and 
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from bench_common import cpu_model, load_text
 from torch.nn.parallel import DistributedDataParallel
 
 from vfl.distributed.context import _no_buffer_sync, release_process_group
 from vfl.models.wide_deep import WideDeepBottom
-
-
-def cpu_model() -> str:
-    try:
-        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return "unknown CPU"
 
 
 def timed(fn, repeats: int) -> float:
@@ -73,7 +66,7 @@ def main() -> None:
     nnz_rows = sum(int(g.indices().shape[1]) for g in sparse)
     sparse_bytes = sum(int(g.indices().shape[1]) * (8 + g.values()[0].numel() * 4) for g in sparse)
     if rank == 0:
-        print(f"{n} ranks (gloo), {cpu_model()}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(f"{n} ranks (gloo), {cpu_model()}, load average {load_text()}")
         print(
             f"per rank: {rows} rows, dense gradients {dense_grads.numel() / 1e6:.2f} M floats "
             f"({dense_grads.numel() * 4 / 2**20:.1f} MiB), sparse embedding rows {nnz_rows} ({sparse_bytes / 2**20:.1f} MiB)"

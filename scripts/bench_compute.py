@@ -14,16 +14,8 @@ import sys
 import tempfile
 import time
 
-from bench_runs import (
-    load_avg,
-    local_parties,
-    prepare_data,
-    run_central,
-    run_split,
-    say,
-    write_configs,
-    write_json,
-)
+from bench_common import cpu_model, load_text, say, write_json
+from bench_runs import local_parties, prepare_data, run_central, run_split, write_configs
 
 
 # -- the machine ---------------------------------------------------------------------------------
@@ -66,7 +58,7 @@ def peaks(threads: int, model_shape: tuple[int, int, int], quick: bool, native_b
         for m, k, n in shapes:
             g = matmul_gflops(m, k, n, dtype, device, 1.0 if quick else 3.0)
             out["shapes"][f"{name} {m}x{k}x{n}"] = round(g, 1)
-            say(f"  peak {device} {name} {m}x{k}x{n}: {g:8.1f} GFLOP/s  (load {load_avg()})")
+            say(f"  peak {device} {name} {m}x{k}x{n}: {g:8.1f} GFLOP/s  (load {load_text()})")
             best = max(best, g)
         out[name] = round(best, 1)
     return out
@@ -152,7 +144,7 @@ def main() -> int:
 
     import torch
 
-    from vfl.training.precision import bf16_native, cpu_model
+    from vfl.training.precision import bf16_native
 
     py = sys.executable
     cores = os.cpu_count() or 1
@@ -164,7 +156,7 @@ def main() -> int:
     gpu = torch.cuda.get_device_name(0) if cuda else None
     say(
         f"== machine: {cpu}, {cores} cores" + (f", {gpu}" if gpu else "") + f"; bf16 native: {native} ({why}); "
-        f"torch {torch.__version__}; load {load_avg()}"
+        f"torch {torch.__version__}; load {load_text()}"
     )
     model = {"bottom": {"name": args.bottom, "embedding_dim": args.emb, "hidden": hidden, "cut_dim": 2}}
     train = {
@@ -214,7 +206,7 @@ def main() -> int:
                 result["peak_gflops"]["cuda"] = peaks(1, widest, args.quick, True, "cuda")
             else:
                 say("  no CUDA device: the GPU path is not measured (--device cuda where one is)")
-        result["load_average"]["after_peaks"] = load_avg()
+        result["load_average"]["after_peaks"] = load_text()
 
         def figures(m: dict, precision: str) -> dict:
             sps = m["samples_per_second"]
@@ -224,7 +216,7 @@ def main() -> int:
                 "gflops": round(g, 2),
                 "mfu": round(g / result["peak_gflops"][precision], 4),
                 "test_auc": m["test_auc"],
-                "load_average": load_avg(),
+                "load_average": load_text(),
             }
 
         result["split"], result["centralized"] = {}, {}
@@ -253,14 +245,14 @@ def main() -> int:
             data = bf16_shards if precision == "bf16" else shards
             # the split fp32 run is also the pipeline curve's M = 1 point: each party on its own core, as two
             # machines would run it (one run fewer: each run at 200k rows pays ~40 s of PSI)
-            say(f"== split {precision}: leader + follower0 over tcp, 1 thread each, {where} (load {load_avg()})")
+            say(f"== split {precision}: leader + follower0 over tcp, 1 thread each, {where} (load {load_text()})")
             s = run_split(py, write_configs(py, work, data, f"split_{precision}", model, tr), pin=pin)
             result["split"][precision] = figures(s, precision)
             if precision == "fp32":
                 split_fp32_run = s
             if precision == "fp32":
                 result["breakdown"] = {"leader": s["step_breakdown"], "follower0": s["follower_breakdown"]}
-            say(f"== centralized {precision}: one process, {cores} threads (load {load_avg()})")
+            say(f"== centralized {precision}: one process, {cores} threads (load {load_text()})")
             c = run_central(py, write_configs(py, work, data, f"central_{precision}", model, tr))
             result["centralized"][precision] = figures(c, precision)
             result["centralized"][precision]["breakdown"] = c["step_breakdown"]
@@ -281,9 +273,11 @@ def main() -> int:
             curve[m] = {
                 "samples_per_second": round(s["samples_per_second"], 1),
                 "test_auc": s["test_auc"],
-                "load_average": load_avg(),
+                "load_average": load_text(),
             }
-            say(f"  M={m}: {s['samples_per_second']:9.0f} samples/s  test AUC {s['test_auc']:.4f}  (load {load_avg()})")
+            say(
+                f"  M={m}: {s['samples_per_second']:9.0f} samples/s  test AUC {s['test_auc']:.4f}  (load {load_text()})"
+            )
         best = max(curve, key=lambda m: curve[m]["samples_per_second"])
         base = curve.get(1, curve[ms[0]])["samples_per_second"]
         result["pipeline"] = {
@@ -296,12 +290,12 @@ def main() -> int:
         }
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    result["load_average"]["end"] = load_avg()
+    result["load_average"]["end"] = load_text()
 
     say("")
     say(
         f"machine: {cpu} ({cores} cores)" + (f", {gpu}" if gpu else "") + f"; bf16 native: {native}; "
-        f"load average at the end {load_avg()}"
+        f"load average at the end {load_text()}"
     )
     say(
         f"model: Wide&Deep embedding {args.emb}, MLP {args.hidden}, batch {batch}, {args.rows} rows; "
@@ -339,7 +333,9 @@ def main() -> int:
     for name, b in result["breakdown"].items():
         for line in breakdown_table(name, b):
             say(line)
-    write_json(args.json, result)
+    if args.json:
+        write_json(args.json, result)
+        say(f"wrote {args.json}")
     return 0
 
 

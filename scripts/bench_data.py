@@ -11,7 +11,7 @@ shards are identical, only the speed differs).
 
 Per run: rows/s as prepare reports it (good rows over the seconds of both passes, writing included, without the
 start-up and the Bayes-AUC step), the wall-clock seconds of the whole command and rows over them, user+sys CPU
-seconds, peak RSS (the process's own, from wait4). Also the CPU model (lscpu), the core count and the load average
+seconds, peak RSS (the process's own, from wait4). Also the CPU model, the core count and the load average
 before and after. Writes runs/bench_data/bench_data.json (or --json).
 """
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import json
 import os
 import platform
 import re
@@ -29,23 +28,14 @@ import subprocess
 import sys
 import time
 
+from bench_common import cpu_model, load_avg, write_json
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET_ROWS_PER_S = 250_000
 TEXT_PATH = (
     "import sys; from vfl.data.readers import arrow_text; arrow_text.ENABLED = False; "
     "from vfl.data.__main__ import main; sys.exit(main(sys.argv[1:]))"
 )
-
-
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        m = re.search(r"^Model name:\s*(.+)$", out, re.M)
-        if m:
-            return m.group(1).strip()
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return platform.processor() or "unknown"
 
 
 def run_once(args: list[str], reader: str) -> dict:
@@ -106,12 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     readers = ["fast", "text"] if a.reader == "both" else [a.reader]
     os.makedirs(a.work, exist_ok=True)
     py = sys.executable
-    load_before = os.getloadavg()
     doc = {
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "python": platform.python_version(),
-        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_before": load_avg(),
         "target_rows_per_s": TARGET_ROWS_PER_S,
         "repeat": a.repeat,
         "cases": [],
@@ -162,12 +151,9 @@ def main(argv: list[str] | None = None) -> int:
                 os.path.join(flights, f"{party}.csv"),
             ]
             doc["cases"].append(bench(f"flights-{party}", [*args, "--out", shards, "--force"], a.repeat, readers))
-    doc["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    doc["load_average_after"] = load_avg()
     print(f"load average after: {doc['load_average_after']}; target: prepare >= {TARGET_ROWS_PER_S} rows/s per process")
-    os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
-    with open(a.json, "w") as f:
-        json.dump(doc, f, indent=2)
-        f.write("\n")
+    write_json(a.json, doc)
     print(f"wrote {a.json}")
     return 0
 

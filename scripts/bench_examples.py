@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import pathlib
-import platform
-import subprocess
 import sys
 import time
 
@@ -29,17 +26,6 @@ import yaml
 REPO = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = ("flights", "caravan", "bikeshare")
 SPLIT_NAMES = ("train", "valid", "test")
-
-
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return platform.processor() or "unknown"
 
 
 def load_make_parties(name: str):
@@ -265,6 +251,8 @@ def table_lines(report: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bench_common import cpu_model, write_json  # beside this script (tests load the module by its path)
+
     from vfl.data.prepare import PrepareOptions
 
     d = PrepareOptions()
@@ -290,8 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.examples:
         print(f"== {name}", flush=True)
         report["examples"][name] = bench_example(name, out, args.seed, args.test_fraction, args.valid_fraction)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_examples.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_json(str(out / "bench_examples.json"), report)
     print("\n".join(table_lines(report)))
     print(f"== {out / 'bench_examples.json'}")
     return 0

@@ -1,6 +1,6 @@
 """The model table, one command: every built-in bottom on the synthetic default, the flights example and the real
-Criteo sample (when present), without and with label DP (eps 1): test AUC mean and sd over seeds, samples/s and
-parameters, all in one run on one machine (named in the output with its load).
+Criteo sample (when present), without and with label DP (eps 1): test AUC mean and sd over seeds (the sample sd,
+bench_common.spread), samples/s and parameters, all in one run on one machine (named in the output with its load).
 
 Every run is the centralized reference (split training computes the same steps: tests/test_models_split.py) on the
 example's configs, with only model.bottom.name changed on every party (embedding and tower sizes, cut, top and early
@@ -24,16 +24,12 @@ import sys
 import tempfile
 import time
 
+from bench_common import load_avg, machine, mean_sd, spread, write_json
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CRITEO_SAMPLE = os.path.join(REPO, "..", "shared", "data", "criteo_raw_1k.tsv")
 MODELS = ("wide_deep", "deepfm", "dcn_v2", "mlp")
 DATASETS = ("synthetic", "flights", "criteo")
-
-
-def machine() -> dict:
-    from vfl.training.precision import cpu_model
-
-    return {"cpu": cpu_model(), "cores": os.cpu_count(), "load_1_5_15": [round(x, 2) for x in os.getloadavg()]}
 
 
 def _criteo_shards(out: str, raw: str, buckets: int, min_count: int | None) -> str:
@@ -217,7 +213,7 @@ def main(argv=None) -> int:
                         "model": model,
                         "eps": "none" if eps is None else eps,
                         "test_auc_mean": statistics.mean(aucs),
-                        "test_auc_sd": statistics.pstdev(aucs),
+                        "test_auc_sd": spread(aucs),
                         "samples_per_second": statistics.mean(r["samples_per_second"] for r in runs),
                         "embedding_parameters": runs[0]["embedding_parameters"],
                         "dense_parameters": runs[0]["dense_parameters"],
@@ -226,15 +222,14 @@ def main(argv=None) -> int:
                     }
                 )
     report = {
-        "machine": {**start, "load_1_5_15_at_end": [round(x, 2) for x in os.getloadavg()]},
+        "machine": {**start, "load_1_5_15_at_end": load_avg()},
         "seconds": round(time.perf_counter() - t0, 1),
         "seeds": args.seeds,
         "train": {"epochs": args.epochs, "batch_size": args.batch, "lr": args.lr},
         "rows": {"synthetic": args.synth_rows, "flights": args.flights_rows},
         "cells": cells,
     }
-    with open(args.json, "w") as f:
-        json.dump(report, f, indent=2)
+    write_json(args.json, report)
     print(
         f"\n{start['cpu']}, {start['cores']} cores, load {start['load_1_5_15']} -> {report['machine']['load_1_5_15_at_end']}"
     )
@@ -242,7 +237,7 @@ def main(argv=None) -> int:
     print("|---|---|---|---|---|---|")
     for c in cells:
         print(
-            f"| {c['dataset']} | {c['model']} | {c['eps']} | {c['test_auc_mean']:.4f} ± {c['test_auc_sd']:.4f} | "
+            f"| {c['dataset']} | {c['model']} | {c['eps']} | {mean_sd(c['test_auc_mean'], c['test_auc_sd'])} | "
             f"{c['samples_per_second']:,.0f} | {c['embedding_parameters']:,} + {c['dense_parameters']:,} |"
         )
     print(f"\nwrote {args.json} ({report['seconds']:.0f} s)")

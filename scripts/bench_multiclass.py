@@ -10,14 +10,13 @@ Usage: python scripts/bench_multiclass.py --example multiclass|digits --shards D
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import sys
 import time
 
 import yaml
+from bench_common import cpu_model, mean_sd, spread, write_json
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METHODS = {
@@ -25,16 +24,6 @@ METHODS = {
     "forward": {"mechanism": "rr", "debias": True},
     "rr_prior": {"mechanism": "rr_prior"},
 }
-
-
-def cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def run(example: str, shards: str, out: str, privacy: dict | None, seed: int) -> dict:
@@ -88,7 +77,7 @@ def main(argv=None) -> int:
             "eps": eps,
             "seeds": len(runs),
             **{k: statistics.mean(r[k] for r in runs) for k in ("test_accuracy", "test_auc", "test_logloss")},
-            "accuracy_sd": statistics.stdev([r["test_accuracy"] for r in runs]) if len(runs) > 1 else 0.0,
+            "accuracy_sd": spread(r["test_accuracy"] for r in runs),
             "collapse_fraction": ld.get("collapse_fraction"),
             "mean_k_star": ld.get("mean_k_star"),
             "train_label_correct": None if not ld else 1.0 - ld["flipped_fraction"],
@@ -102,13 +91,13 @@ def main(argv=None) -> int:
             flush=True,
         )
     print(
-        f"\n{args.example}: centralized reference, seeds {args.seeds}, {cpu_name()}, {time.perf_counter() - t0:.0f} s"
+        f"\n{args.example}: centralized reference, seeds {args.seeds}, {cpu_model()}, {time.perf_counter() - t0:.0f} s"
     )
     print("| method | eps | test accuracy | macro AUC | logloss | train labels correct | collapse | mean k* |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         opt = lambda v: "" if v is None else f"{v:.4f}"  # noqa: E731
-        acc = f"{r['test_accuracy']:.4f}" + (f" ± {r['accuracy_sd']:.4f}" if r["seeds"] > 1 else "")
+        acc = mean_sd(r["test_accuracy"], r["accuracy_sd"]) if r["seeds"] > 1 else f"{r['test_accuracy']:.4f}"
         kstar = "" if r["mean_k_star"] is None else f"{r['mean_k_star']:.2f}"
         print(
             f"| {r['method']} | {'none' if r['eps'] is None else r['eps']} | {acc} | {r['test_auc']:.4f} | "
@@ -116,8 +105,7 @@ def main(argv=None) -> int:
         )
     if rows and rows[0].get("bayes_test_accuracy"):
         print(f"Bayes-optimal test accuracy of this data: {rows[0]['bayes_test_accuracy']:.4f}")
-    with open(os.path.join(args.out, "bench_multiclass.json"), "w") as f:
-        json.dump(rows, f, indent=2)
+    write_json(os.path.join(args.out, "bench_multiclass.json"), rows)
     return 0
 
 

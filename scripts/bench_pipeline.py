@@ -24,7 +24,8 @@ import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_runs import load_avg, prepare_data, run_split, say, write_configs, write_json  # noqa: E402
+from bench_common import cpu_model, load_text, say, write_json  # noqa: E402
+from bench_runs import prepare_data, run_split, write_configs  # noqa: E402
 
 LEADER_DENSE = ["I1", "I2", "I3"]
 
@@ -61,10 +62,8 @@ def main() -> int:
     if not shutil.which("taskset") or (os.cpu_count() or 1) < 2:
         ap.error("this bench pins each party to its own core: it needs taskset and at least 2 cores")
 
-    from vfl.training.precision import cpu_model
-
     py, cpu = sys.executable, cpu_model()
-    say(f"== machine: {cpu}, {os.cpu_count()} cores; load {load_avg()}")
+    say(f"== machine: {cpu}, {os.cpu_count()} cores; load {load_text()}")
     follower_model = {"bottom": {"embedding_dim": 80, "hidden": [1024, 512, 256, 128], "cut_dim": args.cut_dim}}
     leader_model = {
         "bottom": {"embedding_dim": 80, "hidden": [64], "cut_dim": args.cut_dim},
@@ -95,11 +94,13 @@ def main() -> int:
             curve[m] = {
                 "samples_per_second": round(s["samples_per_second"], 1),
                 "test_auc": s["test_auc"],
-                "load_average": load_avg(),
+                "load_average": load_text(),
             }
             if m == 1:
                 breakdown = {"leader": s["step_breakdown"], "follower0": s["follower_breakdown"]}
-            say(f"  M={m}: {s['samples_per_second']:9.0f} samples/s  test AUC {s['test_auc']:.4f}  (load {load_avg()})")
+            say(
+                f"  M={m}: {s['samples_per_second']:9.0f} samples/s  test AUC {s['test_auc']:.4f}  (load {load_text()})"
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     from bench_compute import pipeline_bound
@@ -114,10 +115,10 @@ def main() -> int:
         "best_over_m1": round(gain, 3),
         "bound_from_idle": pipeline_bound(breakdown),
         "breakdown_m1": breakdown,
-        "load_average_end": load_avg(),
+        "load_average_end": load_text(),
     }
     say("")
-    say(f"machine: {cpu}; load average at the end {load_avg()}")
+    say(f"machine: {cpu}; load average at the end {load_text()}")
     say(
         "pipeline (top-heavy leader, pinned): "
         + ", ".join(f"M={m} {v['samples_per_second']:.0f}/s" for m, v in curve.items())
@@ -129,7 +130,9 @@ def main() -> int:
             f"  M=1 {name}: {1e3 * b['step_seconds'] / steps:.0f} ms/step, waiting on the wire "
             f"{1e3 * b['parts'].get('wire_wait', 0.0) / steps:.0f} ms"
         )
-    write_json(args.json, result)
+    if args.json:
+        write_json(args.json, result)
+        say(f"wrote {args.json}")
     return 0
 
 

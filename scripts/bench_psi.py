@@ -21,10 +21,8 @@ Prints the CPU model and the load average with every figure; writes runs/bench_p
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
-import platform
 import resource
 import sys
 import tempfile
@@ -32,6 +30,7 @@ import time
 from multiprocessing.reduction import ForkingPickler  # what the worker pool does to a batch
 
 import numpy as np
+from bench_common import cpu_model, load_avg, write_json
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, REPO)
@@ -39,20 +38,6 @@ sys.path.insert(0, REPO)
 # SecretFlow's psi_v2 benchmark (docs/user_guide/psi_v2_benchmark.md): 10^7 x 10^7 ids, Curve25519 ECDH, 114 s on
 # 8 cores per party: 114 * 8 / 10^7 = 91 core-us per id per side.
 SECRETFLOW_CORE_US = 91.0
-
-
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
-    except OSError:
-        pass
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
-
-
-def load() -> float:
-    return round(os.getloadavg()[0], 2)
 
 
 def _per_id(fn, n: int, repeat: int = 3) -> float:
@@ -118,7 +103,7 @@ def stages(n: int) -> dict:
     v1["per_id_per_side"] = v1["hash_to_group"] + 2 * v1["scalar_mult"]
     return {
         "n": n,
-        "load": load(),
+        "load": load_avg()[0],
         "v2": {k: round(v, 2) for k, v in v2.items()},
         "v1": {k: round(v, 2) for k, v in v1.items()},
     }
@@ -222,7 +207,7 @@ def run(n: int, keys: dict, cache_dir: str) -> dict:
     from vfl.ports import free_port
 
     lead, fol = sets(n)
-    load0 = load()
+    load0 = load_avg()[0]
     ep = f"tcp://127.0.0.1:{free_port()}"
     res, wall, cpu = _pairs([("leader", ep, lead, cache_dir, None), ("follower", ep, fol, cache_dir, None)], keys)
     got = {r[0]: r for r in res}
@@ -241,7 +226,7 @@ def run(n: int, keys: dict, cache_dir: str) -> dict:
         "bytes": got["leader"][3],
         "intersection": got["leader"][1],
         "load_before": load0,
-        "load_after": load(),
+        "load_after": load_avg()[0],
         "reuse_psi_seconds": round(max(again["leader"][2], again["follower"][2]), 3),
         "reuse_wall_seconds_with_process_start": round(reuse_wall, 2),
         "reuse_bytes": again["leader"][3],
@@ -260,7 +245,7 @@ def reuse_only(n: int, keys: dict, cache_dir: str) -> dict:
     for me, peer, ids in (("leader", "follower0", lead), ("follower0", "leader", fol)):
         secret, public = load_secret_key(keys[me][1])[1], load_public_key(keys[peer][0])
         PSICache(os.path.join(cache_dir, me), secret, me, peer, public).store(ticket, ids, shared)
-    load0, ep = load(), f"tcp://127.0.0.1:{free_port()}"
+    load0, ep = load_avg()[0], f"tcp://127.0.0.1:{free_port()}"
     res, wall, cpu = _pairs([("leader", ep, lead, cache_dir, None), ("follower", ep, fol, cache_dir, None)], keys)
     got = {r[0]: r for r in res}
     assert got["leader"][4] == ["follower0"] and got["leader"][1] == got["follower"][1] == n // 2, got
@@ -272,7 +257,7 @@ def reuse_only(n: int, keys: dict, cache_dir: str) -> dict:
         "cpu_seconds_with_process_start": round(cpu, 2),
         "reuse_bytes": got["leader"][3],
         "load_before": load0,
-        "load_after": load(),
+        "load_after": load_avg()[0],
     }
 
 
@@ -288,10 +273,10 @@ def verified(n: int, keys: dict, rounds: int) -> dict:
     from vfl.ports import free_port
 
     lead, fol = sets(n)
-    doc = {"n": n, "rounds": rounds, "load_before": load(), "runs": []}
+    doc = {"n": n, "rounds": rounds, "load_before": load_avg()[0], "runs": []}
     for i in range(rounds):
         for name, verify in VERIFY_VARIANTS.items():
-            ep, load0 = f"tcp://127.0.0.1:{free_port()}", load()
+            ep, load0 = f"tcp://127.0.0.1:{free_port()}", load_avg()[0]
             jobs = [("leader", ep, lead, None, None, None, verify), ("follower", ep, fol, None, None, None, verify)]
             res, wall, cpu = _pairs(jobs, keys)
             got = {r[0]: r for r in res}
@@ -318,7 +303,7 @@ def verified(n: int, keys: dict, rounds: int) -> dict:
     for name in ("follower_verifies", "both_verify"):
         for k in ("seconds", "cpu_seconds"):
             doc[name][f"{k}_ratio"] = round(doc[name][k] / doc["unverified"][k], 3)
-    doc["load_after"] = load()
+    doc["load_after"] = load_avg()[0]
     return doc
 
 
@@ -332,7 +317,7 @@ def ranks(n: int, keys: dict) -> dict:
 
     lead, fol = sets(n)
     cores = sorted(os.sched_getaffinity(0))
-    doc = {"n": n, "cores": len(cores), "load_before": load()}
+    doc = {"n": n, "cores": len(cores), "load_before": load_avg()[0]}
     for layout, shift in (("shared", 0), ("crossed", 1)):
         for r_count in (1, 2):
             jobs = []
@@ -353,7 +338,7 @@ def ranks(n: int, keys: dict) -> dict:
             }
         one, two = doc[f"{layout}_ranks_1"], doc[f"{layout}_ranks_2"]
         doc[f"{layout}_speedup"] = round(two["ids_per_second_per_side"] / one["ids_per_second_per_side"], 2)
-    doc["load_after"] = load()
+    doc["load_after"] = load_avg()[0]
     return doc
 
 
@@ -372,7 +357,12 @@ def main() -> int:
     from vfl.align.psi.ecdh import SUITE
     from vfl.wire.keys import create_key_pair, key_paths
 
-    doc = {"cpu": cpu_model(), "suite": SUITE, "load_start": load(), "secretflow_core_us_per_id_per_side": 91.0}
+    doc = {
+        "cpu": f"{cpu_model()}, {os.cpu_count()} cores",
+        "suite": SUITE,
+        "load_start": load_avg()[0],
+        "secretflow_core_us_per_id_per_side": 91.0,
+    }
     doc["uptime"] = open("/proc/loadavg").read().strip() if os.path.exists("/proc/loadavg") else ""
     print(f"CPU: {doc['cpu']}; load average {doc['load_start']:.2f}; suite {SUITE}", flush=True)
     if args.stage_ids:
@@ -451,9 +441,7 @@ def main() -> int:
                     flush=True,
                 )
             print(f"  load {k['load_before']:.2f} -> {k['load_after']:.2f}")
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as f:
-        json.dump(doc, f, indent=2)
+    write_json(args.json, doc)
     print(f"wrote {args.json}")
     return 0
 

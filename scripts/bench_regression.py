@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import math
 import os
 import platform
@@ -28,6 +27,7 @@ import sys
 import time
 
 import numpy as np
+from bench_common import cpu_model, load_avg, mean_sd, spread, write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MECHANISMS = ("laplace", "rr_on_bins", "unbiased")
@@ -188,7 +188,7 @@ def run(args) -> dict:
             entry[f"{mech}@{eps}"] = {
                 k: {
                     "mean": statistics.fmean(r[k] for r in runs),
-                    "sd": statistics.stdev(r[k] for r in runs) if len(runs) > 1 else 0.0,
+                    "sd": spread(r[k] for r in runs),
                 }
                 for k in ("rmse", "r2")
             }
@@ -202,7 +202,7 @@ def table(results: dict, eps_list) -> str:
         lin = entry["linear_no_dp"]
         floor = f"; noise floor RMSE {entry['noise_floor_rmse']}" if "noise_floor_rmse" in entry else ""
         inf = entry.get("-@inf", {}).get("rmse")
-        mlp = f"; MLP without DP {inf['mean']:.3f} +- {inf['sd']:.3f}" if inf else ""
+        mlp = f"; MLP without DP {mean_sd(inf['mean'], inf['sd'], 3, '+-')}" if inf else ""
         lines.append(
             f"\n{name} ({entry['rows']} rows, clip {entry['clip']}, test label sd {entry['label_sd']:.3f}): linear "
             f"regression without DP RMSE {lin['rmse']:.3f}, R^2 {lin['r2']:.3f}{mlp}{floor}\n"
@@ -214,7 +214,7 @@ def table(results: dict, eps_list) -> str:
             cells = []
             for e in finite:
                 c = entry[f"{mech}@{e}"]
-                cells.append(f"{c['rmse']['mean']:.3f} +- {c['rmse']['sd']:.3f} (R^2 {c['r2']['mean']:.2f})")
+                cells.append(f"{mean_sd(c['rmse']['mean'], c['rmse']['sd'], 3, '+-')} (R^2 {c['r2']['mean']:.2f})")
             lines.append(f"| {mech} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -236,14 +236,14 @@ def main(argv=None) -> int:
     sys.path.insert(0, ROOT)
     start = time.time()
     results = run(args)
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
-    machine = {"cpu": cpu, "cores": os.cpu_count(), "load": os.getloadavg(), "python": platform.python_version()}
+    cpu, load = cpu_model(), load_avg()
+    machine = {"cpu": cpu, "cores": os.cpu_count(), "load": load, "python": platform.python_version()}
     print(table(results, args.eps))
-    print(f"\n{time.time() - start:.0f} s on {cpu} ({os.cpu_count()} cores), load {os.getloadavg()[0]:.1f}")
+    print(f"\n{time.time() - start:.0f} s on {cpu} ({os.cpu_count()} cores), load {load[0]:.1f}")
     if args.json:
-        doc = {"results": results, "machine": machine, "seconds": time.time() - start, "args": vars(args)}
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=2)
+        write_json(
+            args.json, {"results": results, "machine": machine, "seconds": time.time() - start, "args": vars(args)}
+        )
     return 0
 
 

@@ -1,6 +1,6 @@
 """The compute benchmarks' runs: synthetic shards, the two parties' configs, leader and follower over tcp or one
-centralized process, the parties built in this process, and the console and JSON output (scripts/bench_compute.py,
-bench_pipeline.py, profile_step.py)."""
+centralized process, and the parties built in this process (scripts/bench_compute.py, bench_pipeline.py,
+profile_step.py)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,7 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-
-def say(line: str) -> None:
-    print(line, flush=True)
-
-
-def load_avg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+from bench_common import say  # noqa: E402 (beside this module in scripts/)
 
 
 def prepare_data(py: str, rows: int, work: str, name: str = "shards", parties: str | None = None) -> str:
@@ -95,28 +89,18 @@ def write_configs(
 def run_split(py: str, cfgs: dict, pin: bool) -> dict:
     """Leader and follower processes (each on its own core with taskset when pin); the leader's metrics plus
     the follower's breakdown."""
+    from vfl.local_parties import LocalParties
+
     cmd = lambda core, mod, cfg: (["taskset", "-c", str(core)] if pin else []) + [py, "-m", mod, "--config", cfg, "-q"]
-    logs = {
-        p: open(os.path.join(os.path.dirname(cfgs["leader"]), f"{os.path.basename(cfgs['out'])}_{p}.out"), "w")
-        for p in ("leader", "follower0")
-    }
-    procs = {
-        "leader": subprocess.Popen(
-            cmd(0, "leader", cfgs["leader"]), cwd=REPO, stdout=logs["leader"], stderr=subprocess.STDOUT
-        ),
-        "follower0": subprocess.Popen(
-            cmd(1, "follower", cfgs["follower0"]), cwd=REPO, stdout=logs["follower0"], stderr=subprocess.STDOUT
-        ),
-    }
-    try:
-        for name, p in procs.items():
-            if p.wait(timeout=3600) != 0:
-                logs[name].close()
-                raise RuntimeError(f"{name} failed:\n" + open(logs[name].name).read()[-3000:])
-    finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
+    logs = os.path.join(os.path.dirname(cfgs["leader"]), os.path.basename(cfgs["out"]))
+    with LocalParties(cwd=REPO) as parties:
+        for core, (name, module) in enumerate((("leader", "leader"), ("follower0", "follower"))):
+            parties.start(name, cmd(core, module, cfgs[name]), stdout=f"{logs}_{name}.out", stderr=subprocess.STDOUT)
+        failure = parties.wait(timeout_s=3600)
+    if failure is not None and failure.returncode is None:
+        raise subprocess.TimeoutExpired(parties.procs[failure.name].args, 3600)
+    if failure is not None:
+        raise RuntimeError(f"{failure.name} failed:\n" + failure.output()[-3000:])
     m = json.load(open(os.path.join(cfgs["out"], "metrics.json")))
     m["follower_breakdown"] = json.load(open(os.path.join(cfgs["out"], "follower0_step_breakdown.json")))
     return m
@@ -173,10 +157,3 @@ def local_parties(shards: str, model: dict, train: dict, device: str = "cpu") ->
         cfgs.append(parse_config(doc))
         parties.append(BottomParty(cfgs[-1], PartyShard(f"{shards}/{name}"), dev))
     return parties, TopTrainer(cfgs[0].train, cfgs[0].model.top, sum(p.cut_dim for p in parties), dev)
-
-
-def write_json(path: str | None, result: dict) -> None:
-    if path:
-        with open(path, "w") as f:
-            json.dump(result, f, indent=2)
-        say(f"wrote {path}")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -28,16 +27,12 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from bench_common import cpu_model, load_avg, write_json  # noqa: E402 (beside this script)
 
-def _cpu() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        return next(ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown CPU"
+from vfl.local_parties import LocalParties  # noqa: E402 (after the repo is on the path)
 
 
-def _start_release(args, plan, r: int) -> tuple[str, list[subprocess.Popen]]:
+def _start_release(args, plan, r: int) -> tuple[str, LocalParties]:
     from vfl.ports import free_port
 
     out = os.path.abspath(os.path.join(args.out, f"eps{args.eps}-release{r}"))
@@ -50,11 +45,10 @@ def _start_release(args, plan, r: int) -> tuple[str, list[subprocess.Popen]]:
             )
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     env = {
-        **os.environ,
         "VFL_LABEL_DP_STORE": store,
         "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
     }
-    procs = []
+    parties = LocalParties(cwd=ROOT)
     leader = plan[0][1]
     for role, name, config, _ in plan:
         sets = [f"--set={kv}" for kv in args.set]
@@ -82,14 +76,14 @@ def _start_release(args, plan, r: int) -> tuple[str, list[subprocess.Popen]]:
             "--quiet",
             *sets,
         ]
-        with open(os.path.join(out, f"{name}.stderr"), "w") as err:
-            procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err))
-    return out, procs
+        parties.start(name, cmd, stderr=os.path.join(out, f"{name}.stderr"), env=env)
+    return out, parties
 
 
-def _result(out: str, procs: list[subprocess.Popen]) -> dict:
-    codes = [p.wait() for p in procs]
-    if any(codes):
+def _result(out: str, parties: LocalParties) -> dict:
+    failure = parties.wait(stop_at_failure=False)
+    codes = [p.returncode for p in parties.procs.values()]
+    if failure is not None:
         tails = []
         for f in sorted(os.listdir(out)):
             if f.endswith(".stderr"):
@@ -145,23 +139,28 @@ def main(argv=None) -> int:
     except PlanError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    t0, load = time.time(), os.getloadavg()[0]
+    t0, load = time.time(), load_avg()[0]
     results, running, next_release = [], [], 0
-    while next_release < args.releases or running:
-        while next_release < args.releases and len(running) < args.parallel:
-            running.append(_start_release(args, rows, next_release))
-            next_release += 1
-        out, procs = running.pop(0)
-        results.append(_result(out, procs))
-        r = results[-1]
-        if "failed" in r:
-            print(f"{os.path.basename(out)}: failed {r['failed']}: {r['why']}")
-        else:
-            print(
-                f"{os.path.basename(out)}: reported test AUC {r['test_auc']:.4f}, oracle {r['oracle_test_auc']:.4f}, "
-                f"gap {r['gap']:.4f} ({r['evaluations']} evaluations, model step {r['model_step']} of {r['steps']}, "
-                f"stopped early: {r['stopped_early']})"
-            )
+    try:
+        while next_release < args.releases or running:
+            while next_release < args.releases and len(running) < args.parallel:
+                running.append(_start_release(args, rows, next_release))
+                next_release += 1
+            out, parties = running[0]
+            results.append(_result(out, parties))
+            running.pop(0)
+            r = results[-1]
+            if "failed" in r:
+                print(f"{os.path.basename(out)}: failed {r['failed']}: {r['why']}")
+            else:
+                print(
+                    f"{os.path.basename(out)}: reported test AUC {r['test_auc']:.4f}, oracle "
+                    f"{r['oracle_test_auc']:.4f}, gap {r['gap']:.4f} ({r['evaluations']} evaluations, model step "
+                    f"{r['model_step']} of {r['steps']}, stopped early: {r['stopped_early']})"
+                )
+    finally:  # an interrupted bench leaves no release running
+        for _, parties in running:
+            parties.close()
     ok = [r for r in results if "failed" not in r]
     summary = {
         "configs": args.configs,
@@ -169,7 +168,7 @@ def main(argv=None) -> int:
         "releases": results,
         "mean_gap": statistics.mean(r["gap"] for r in ok) if ok else None,
         "mean_test_auc": statistics.mean(r["test_auc"] for r in ok) if ok else None,
-        "cpu": _cpu(),
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "load_before": load,
         "seconds": round(time.time() - t0, 1),
@@ -181,9 +180,7 @@ def main(argv=None) -> int:
             f"oracle {summary['mean_gap']:.4f} ({summary['cpu']}, {summary['cores']} cores, load {load:.1f}, "
             f"{summary['seconds']:.0f} s)"
         )
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "bench_selection.json"), "w") as f:
-        json.dump(summary, f, indent=1)
+    write_json(os.path.join(args.out, "bench_selection.json"), summary, indent=1)
     return 0 if len(ok) == len(results) else 1
 
 

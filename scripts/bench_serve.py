@@ -20,7 +20,6 @@ import http.client
 import json
 import multiprocessing as mp
 import os
-import platform
 import re
 import socket
 import subprocess
@@ -32,19 +31,10 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from vfl.netlink.relay import LinkSpec, Relay  # noqa: E402 (after the repo is on the path)
+from bench_common import cpu_model, load_avg, write_json  # noqa: E402 (beside this script)
 
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown"
-
-
-def load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
+from vfl.local_parties import LocalParties  # noqa: E402 (after the repo is on the path)
+from vfl.netlink.relay import LinkSpec, Relay  # noqa: E402
 
 
 class Client:
@@ -148,27 +138,31 @@ def summary(seconds: np.ndarray) -> dict:
 
 def start_parties(
     args, out: str, port: int, http_port: int, engine: str, follower_endpoint: str | None = None
-) -> tuple[subprocess.Popen, ...]:
+) -> tuple[LocalParties, str]:
+    """The follower, then the leader, serving; (the parties, the leader's log)."""
     endpoint = f"tcp://127.0.0.1:{port}"
     common = ["--keys", os.path.join(args.run, "keys"), "--max-rows", str(args.max_rows), "--engine", engine]
     new = {p: ["--new-rows", f] for p, f in args.new_files.items()}
     common.append(f"output.dir={out}")
     shards, ckpt = os.path.join(args.run, "shards"), os.path.join(args.run, "checkpoints")
-    follower = subprocess.Popen(
+    parties = LocalParties(cwd=ROOT)
+    parties.start(
+        "follower",
         [sys.executable, "-m", "follower", "serve", "--config", args.follower_config,
          "--connect", follower_endpoint or endpoint,
          "--data", os.path.join(shards, args.follower), "--checkpoint", os.path.join(ckpt, f"{args.follower}_final.pt"),
          "--rows-per-s", "1e9", *new.get(args.follower, []), *common],
-        cwd=ROOT, stdout=open(os.path.join(out, "follower.out"), "w"), stderr=subprocess.STDOUT, start_new_session=True,
+        stdout=os.path.join(out, "follower.out"), stderr=subprocess.STDOUT,
     )  # fmt: skip
     leader_log = os.path.join(out, "leader.out")
-    leader = subprocess.Popen(
+    parties.start(
+        "leader",
         [sys.executable, "-m", "leader", "serve", "--config", args.leader_config, "--bind", endpoint,
          "--data", os.path.join(shards, args.leader), "--checkpoint", os.path.join(ckpt, f"{args.leader}_final.pt"),
          "--http", f"127.0.0.1:{http_port}", *new.get(args.leader, []), *common],
-        cwd=ROOT, stdout=open(leader_log, "w"), stderr=subprocess.STDOUT, start_new_session=True,
+        stdout=leader_log, stderr=subprocess.STDOUT,
     )  # fmt: skip
-    return leader, follower, leader_log
+    return parties, leader_log
 
 
 def measure(args, out: str, ids: np.ndarray, engine: str, port: int, http_port: int) -> dict | None:
@@ -177,14 +171,11 @@ def measure(args, out: str, ids: np.ndarray, engine: str, port: int, http_port: 
     relay = None
     if args.rtt_ms or args.bandwidth_mbit:
         relay = Relay(("127.0.0.1", port), LinkSpec(args.rtt_ms, args.bandwidth_mbit), seed=0).start()
-    leader, follower, leader_log = start_parties(args, out, port, http_port, engine, relay.endpoint if relay else None)
+    parties, leader_log = start_parties(args, out, port, http_port, engine, relay.endpoint if relay else None)
     try:
-        deadline = time.monotonic() + 300
-        while "scoring on" not in open(leader_log).read():
-            if leader.poll() is not None or follower.poll() is not None or time.monotonic() > deadline:
-                print(open(leader_log).read() + open(os.path.join(out, "follower.out")).read(), file=sys.stderr)
-                return None
-            time.sleep(0.2)
+        if not parties.wait_for_text(leader_log, "scoring on", timeout_s=300, poll_s=0.2):
+            print(open(leader_log).read() + open(os.path.join(out, "follower.out")).read(), file=sys.stderr)
+            return None
         latencies(http_port, ids, 1, 200, 0)  # warm-up: first-touch pages, allocator, branch caches
         latencies(http_port, ids, 100, 50, 0)
         sets = {"": ids} if args.new_ids is None else {"": ids, "new_": args.new_ids}
@@ -206,13 +197,7 @@ def measure(args, out: str, ids: np.ndarray, engine: str, port: int, http_port: 
     finally:
         if relay is not None:
             relay.close()
-        for p in (leader, follower):  # the leader first: it tells the follower that serving stopped
-            if p.poll() is None:
-                p.terminate()
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        parties.stop("leader", "follower", grace_s=15)  # the leader first: it tells the follower that serving stopped
 
 
 def table_run(args) -> None:
@@ -296,25 +281,24 @@ def main() -> int:
     held = np.load(os.path.join(args.run, "shards", args.follower, "test", "ids.npy"))
     ids = ids[np.isin(ids, held)]  # ids both parties hold: every request is scored in full
     args.new_files, args.new_ids = new_customers(args, out) if args.new_rows else ({}, None)
-    load_before = load()
+    load_before = load_avg()
     results = {}
     for engine in args.engines.split(","):
         results[engine] = measure(args, out, ids, engine, free_port(), free_port())
         if results[engine] is None:
             return 1
     doc = {
-        "cpu": cpu_name(),
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "load_before": load_before,
-        "load_after": load(),
+        "load_after": load_avg(),
         "run": os.path.abspath(args.run),
         "model": yaml.safe_load(open(args.leader_config)).get("model"),
         "new_rows": bool(args.new_rows),
         "engines": results,
         "targets": {"one_row_p99_ms": 10, "rows_per_s_100_row_requests": 20000},
     }
-    with open(args.json, "w") as f:
-        json.dump(doc, f, indent=2)
+    write_json(args.json, doc)
     print(f"bench_serve on {doc['cpu']} ({doc['cores']} cores), load {load_before} -> {doc['load_after']}")
     for engine, r in results.items():
         one, hundred, loaded = r["one_row"], r["hundred_rows"], r["concurrent"]

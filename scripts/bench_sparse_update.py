@@ -40,9 +40,9 @@ def main() -> int:
     if not 0 <= args.missing <= 1:
         ap.error(f"--missing must be in [0, 1], got {args.missing}")
     import torch
+    from bench_common import cpu_model
 
     from vfl.training.lazy_adam import LazyAdam
-    from vfl.training.precision import cpu_model
 
     torch.set_num_threads(args.threads)
     dev = torch.device(args.device)

@@ -1,6 +1,7 @@
 """Utility under label DP, one command: test AUC / logloss of the selected model for eps in
 {0.5, 1, 2, 4, 8, none} x {plain RR, forward correction, posterior soft labels, RRWithPrior}, mean and
-spread over training seeds, on synthetic data (with its Bayes ceiling) and on the real 1k sample.
+spread (the sample sd, bench_common.spread) over training seeds, on synthetic data (with its Bayes ceiling) and on
+the real 1k sample.
 
 Every run is the centralized reference (split training computes the same steps; see the tests) with
 the validation split, early stopping on randomized validation labels and best-step restore, so each
@@ -13,13 +14,14 @@ Usage: python scripts/bench_utility.py --out DIR [--rows N] [--seeds K] [--eps 0
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
 import sys
 import tempfile
 import time
+
+from bench_common import mean_sd, spread, write_json
 
 REAL = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data", "criteo_raw_1k.tsv"
@@ -179,9 +181,9 @@ def run_dataset(
                 "eps": "none" if math.isinf(eps) else eps,
                 "method": meth,
                 "test_auc_mean": statistics.mean(aucs),
-                "test_auc_sd": statistics.pstdev(aucs),
+                "test_auc_sd": spread(aucs),
                 "test_logloss_mean": statistics.mean(lls),
-                "test_logloss_sd": statistics.pstdev(lls),
+                "test_logloss_sd": spread(lls),
                 "oracle_test_auc_mean": statistics.mean(oracle),
                 "max_gap_to_oracle": max(o - a for o, a in zip(oracle, aucs)),
                 "selected_steps": [r["model_step"] for r in runs],
@@ -330,7 +332,7 @@ def main(argv=None) -> int:
         )
     for c in cells:  # which world the synthetic cells came from (None: a secret one)
         c.setdefault("label_seed", args.label_seed if c["dataset"] == "synthetic" else None)
-    json.dump(cells, open(os.path.join(args.out, "utility.json"), "w"), indent=2)
+    write_json(os.path.join(args.out, "utility.json"), cells)
     print(
         "\n| data | eps | method | test AUC (mean ± sd) | best-step test AUC (oracle) | max gap | test logloss | "
         "selected steps | LR baseline AUC | Bayes AUC |"
@@ -339,8 +341,8 @@ def main(argv=None) -> int:
     for c in cells:
         bayes = f"{c['bayes_test_auc']:.4f}" if c["bayes_test_auc"] else "-"
         print(
-            f"| {c['dataset']} | {c['eps']} | {c['method']} | {c['test_auc_mean']:.4f} ± {c['test_auc_sd']:.4f} | {c['oracle_test_auc_mean']:.4f} | "
-            f"{c['max_gap_to_oracle']:.4f} | {c['test_logloss_mean']:.4f} ± {c['test_logloss_sd']:.4f} | {c['selected_steps']} of {c['steps_trained']} | "
+            f"| {c['dataset']} | {c['eps']} | {c['method']} | {mean_sd(c['test_auc_mean'], c['test_auc_sd'])} | {c['oracle_test_auc_mean']:.4f} | "
+            f"{c['max_gap_to_oracle']:.4f} | {mean_sd(c['test_logloss_mean'], c['test_logloss_sd'])} | {c['selected_steps']} of {c['steps_trained']} | "
             f"{c['logistic_regression_auc']:.4f} | {bayes} |"
         )
     print(f"\nwrote {os.path.join(args.out, 'utility.json')} ({time.perf_counter() - t0:.0f} s)")

@@ -37,10 +37,10 @@ def main() -> int:
         )
     import numpy as np
     import torch
+    from bench_common import cpu_model
     from bench_runs import local_parties
     from torch.profiler import ProfilerActivity, profile
 
-    from vfl.training.precision import cpu_model
     from vfl.training.step_timer import TIMER
 
     dev = torch.device(args.device)
