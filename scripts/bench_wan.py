@@ -8,7 +8,7 @@ one-line note. PSI is run and timed in each link's first cell; the link's other 
 (`data.psi_reuse`), since PSI depends on the link only. Prints the machine and the load; --json writes every cell.
 
     bash scripts/bench_wan.sh [--quick] [--rows N] [--epochs N] [--links loopback,40ms] [--schedules sync,1,2,4,8]
-        [--compression none,fp16,int8,int8+topk] [--seeds N] [--jitter-ms J] [--json OUT.json]
+        [--compression none,fp16,int8,int8+topk] [--seeds N] [--jitter-ms J] [--set KEY=VALUE ...] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -255,7 +255,23 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout-s", type=float, default=3600.0, help="a run's limit")
     ap.add_argument("--work", default=None, help="keep the shards and runs here (default: runs/bench_wan)")
     ap.add_argument("--json", default=None, help="write every cell here")
+    ap.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config key of both parties for every cell (repeatable), e.g. the wide cut: --set "
+        "model.bottom.cut_dim=32 --set model.top.name=mlp --set 'model.top.hidden=[64,32]'",
+    )
     args = ap.parse_args(argv)
+    extra = {}
+    for pair in args.sets:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            print(f"error: --set {pair!r}: expected KEY=VALUE", file=sys.stderr)
+            return 2
+        extra[key] = value
     base = QUICK if args.quick else FULL
     rows = args.rows or base["rows"]
     picks = {}
@@ -284,7 +300,7 @@ def main(argv=None) -> int:
         if all(g[0] != lk for g in grid[: i - 1]):
             for party in ("leader", "follower0"):
                 shutil.rmtree(os.path.join(shards, party, "psi_cache"), ignore_errors=True)
-        overrides = {"train.epochs": str(args.epochs), "data.psi_reuse": "true", **COMPRESSION[c]}
+        overrides = {"train.epochs": str(args.epochs), "data.psi_reuse": "true", **extra, **COMPRESSION[c]}
         if SCHEDULES[s]:
             overrides["train.staleness"] = str(SCHEDULES[s])
         why = unknown_keys(overrides)
@@ -345,11 +361,12 @@ def main(argv=None) -> int:
         name = "loopback" if link is None else f"{link[0]} ms / {link[1]:g} Mbit/s"
         b = cell.get("bounds") or {}
         sd = f" +- {cell['samples_per_second_sd']:,.0f}" if "samples_per_second_sd" in cell else ""
+        auc_sd = f" +- {cell['test_auc_sd']:.4f}" if "test_auc_sd" in cell else ""
         say(
             f"| {name} | {SCHEDULES[cell['schedule']]} | {cell['compression']} | {fmt(cell['samples_per_second'])}{sd} "
             f"| {fmt(cell['bytes_up_per_sample'], '.0f')} / {fmt(cell['bytes_down_per_sample'], '.0f')} | "
             f"{fmt(cell['psi_seconds'], '.1f')} | {fmt(cell['train_seconds'], '.1f')} | "
-            f"{fmt(cell['test_auc'], '.4f')} | {fmt(b.get('compute_sps'))} / {fmt(b.get('bandwidth_sps'))} / "
+            f"{fmt(cell['test_auc'], '.4f')}{auc_sd} | {fmt(b.get('compute_sps'))} / {fmt(b.get('bandwidth_sps'))} / "
             f"{fmt(b.get('latency_sps'))} ({fmt(b.get('expected_sps'))}) |"
         )
     say(
@@ -367,6 +384,7 @@ def main(argv=None) -> int:
                     "rows": rows,
                     "epochs": args.epochs,
                     "batch_size": batch,
+                    "set": extra,
                     "cells": cells,
                     "skipped": skipped,
                 },
