@@ -15,6 +15,7 @@ import os
 
 import numpy as np
 
+from privacy.label.ledger_math import EMPTY, sketch_hashes
 from privacy.label.secret_files import LabelDPStoreError, check_private
 
 ID_DIR = "id_hashes"
@@ -45,6 +46,19 @@ def load_id_hashes(store_dir: str, entry: dict) -> np.ndarray:
     if hashes.dtype != np.uint64 or hashes.ndim != 1 or hashes.size != int(entry["rows"]):
         raise LabelDPStoreError(f"label-DP id file {path} does not hold {entry['rows']} 64-bit hashes")
     return hashes
+
+
+def held_hashes(store_dir: str, ds: dict | None) -> tuple[np.ndarray, str | None]:
+    """(a ledger dataset entry's held id hashes, why its id file could not be read, or None): its file's set, else
+    its sketch (the whole set below SKETCH_K ids)."""
+    if ds is None:
+        return EMPTY, None
+    if "id_hashes" not in ds:
+        return sketch_hashes(ds.get("sketch", "")), None
+    try:
+        return load_id_hashes(store_dir, ds["id_hashes"]), None
+    except LabelDPStoreError as e:
+        return sketch_hashes(ds.get("sketch", "")), str(e)
 
 
 def write_private_uint64(path: str, values: np.ndarray) -> None:

@@ -23,11 +23,12 @@ import json
 import os
 import secrets
 
+from privacy.label.ledger_io import LEDGER_FORMAT, MIGRATED_FORMATS, SECRET_DAMAGED, SECRET_WHAT
 from privacy.label.ledger_math import migrate
 from privacy.label.ledger_seal import Seal, ledger_digest, read_seal, write_seal
 from privacy.label.release_names import key_fingerprint
 from privacy.label.secret_files import LabelDPStoreError, create_secret, read_secret
-from privacy.label.store import LEDGER_FORMAT, MIGRATED_FORMATS, SECRET_DAMAGED, SECRET_WHAT, LabelDPStore
+from privacy.label.store import LabelDPStore
 
 LOST_SPEND = (
     "unknown: releases drawn before this reset and lost with the ledger are not counted; the user took responsibility"
