@@ -13,7 +13,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from vfl.cli import command_name
+from vfl.command_name import command_name
 from vfl.obs.logs import RunLog, set_verbosity
 
 if TYPE_CHECKING:  # imported after the arguments parse: `--help` stays instant

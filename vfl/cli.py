@@ -7,15 +7,10 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from vfl.command_name import command_name
+
 if TYPE_CHECKING:  # the schema (pydantic) is imported after the arguments parse: `--help` stays instant
     from vfl.config.schema import PartyConfig
-
-
-def command_name(module: str) -> str:
-    """How the user invoked this command, for its usage line: `vfl-leader` when run as that console command,
-    else `python -m MODULE`."""
-    invoked = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
-    return invoked if invoked.startswith("vfl-") else f"python -m {module}"
 
 
 def party_arguments(prog: str, endpoint_flag: str) -> argparse.ArgumentParser:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vfl.cli import command_name
+from vfl.command_name import command_name
 from vfl.wire.keys import KeyFileError, create_key_pair, fingerprint, load_public_key
 
 

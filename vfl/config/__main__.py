@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from vfl.cli import command_name
+from vfl.command_name import command_name
 from vfl.config.schema import ConfigError, dotted_overrides, json_schema, load_config
 
 

@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 
-from vfl.cli import command_name
+from vfl.command_name import command_name
 from vfl.data.errors import DataError
 
 

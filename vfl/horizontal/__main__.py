@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from privacy.dp_accountant import ACCOUNTANTS
-from vfl.cli import command_name
+from vfl.command_name import command_name
 from vfl.horizontal.config import ENCRYPT_TYPES, FedConfigError, load_fed_config
 
 

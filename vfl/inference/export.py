@@ -186,7 +186,8 @@ def _write(path: str, data: bytes) -> None:
 def export_main(argv: list[str] | None, role: str) -> int:
     """`python -m leader|follower export --config PARTY.yaml --out DIR`: one line on success or on error."""
 
-    from vfl.cli import command_name, fail, one_line
+    from vfl.cli import fail, one_line
+    from vfl.command_name import command_name
     from vfl.config.schema import ConfigError, dotted_overrides, load_config
     from vfl.data.errors import DataError
     from vfl.inference.run_layout import apply_run, check_shard_path

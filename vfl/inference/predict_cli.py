@@ -15,7 +15,7 @@ import os
 
 
 def _arguments(role: str) -> argparse.ArgumentParser:
-    from vfl.cli import command_name
+    from vfl.command_name import command_name
 
     ap = argparse.ArgumentParser(
         prog=f"{command_name(role)} predict",

@@ -19,7 +19,7 @@ import threading
 
 
 def _arguments(role: str):
-    from vfl.cli import command_name
+    from vfl.command_name import command_name
     from vfl.inference.http_clients import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_PER_ADDRESS, DEFAULT_READ_TIMEOUT_S
     from vfl.inference.party_model import run_arguments
     from vfl.inference.serve_follower import DEFAULT_ID_LOG_MB, DEFAULT_ROWS_PER_S

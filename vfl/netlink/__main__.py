@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 
-from vfl.cli import command_name
+from vfl.command_name import command_name
 
 
 def main(argv: list[str] | None = None) -> int:
