@@ -65,7 +65,7 @@ def test_every_builtin_bottom_maps_a_batch_of_the_schema_to_its_cut_with_sparse_
 @pytest.mark.parametrize("options", [{}, {"low_rank": 3, "structure": "stacked"}, {"fm_numeric": False}])
 def test_the_torch_free_parameter_count_of_preflight_is_the_built_models(name, options):
     # Prepare
-    from vfl.models.options import BOTTOM_OPTIONS
+    from vfl.config.model_options import BOTTOM_OPTIONS
     from vfl.models.param_count import bottom_parameters
 
     options = {k: v for k, v in options.items() if k in BOTTOM_OPTIONS[name].model_fields}

@@ -28,11 +28,7 @@ from privacy.domains import (
     domain_error,
 )
 from vfl.config.label_dp_rules import CLASS_LABEL_DP, REGRESSION_LABEL_DP, regression_label_dp_default
-from vfl.config.report import apply_overrides, fill_empty_sections, off_switch, parse_override, problems
-from vfl.config.role_rules import role_problems
-from vfl.config.table import SchemaConfig, load_schema_file
-from vfl.config.yamlfile import read_yaml
-from vfl.models.options import (
+from vfl.config.model_options import (
     BOTTOM_OPTIONS,
     IMPORT_PATTERN,
     IMPORT_RX,
@@ -41,6 +37,10 @@ from vfl.models.options import (
     options_problems,
     options_schema,
 )
+from vfl.config.report import apply_overrides, fill_empty_sections, off_switch, parse_override, problems
+from vfl.config.role_rules import role_problems
+from vfl.config.table import SchemaConfig, load_schema_file
+from vfl.config.yamlfile import read_yaml
 
 PARTY_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
 ENDPOINT_PATTERN = r"^tcp://[^:/\s]+:\d{1,5}$"
@@ -122,7 +122,7 @@ def _import_path(value: Any) -> Any:
 
 
 def _model_options(value: Any, info, where: str, choices: dict) -> Any:
-    """`options` of the built-in model `name` checked against its options model (vfl/models/options.py); a
+    """`options` of the built-in model `name` checked against its options model (vfl/config/model_options.py); a
     user's module (`import`) gets the mapping as it is."""
     if not isinstance(value, dict):
         raise PydanticCustomError(
@@ -139,7 +139,7 @@ def _model_options(value: Any, info, where: str, choices: dict) -> Any:
 
 class _ModelChoice(_Section):
     """A built-in model by `name`, or the party's own torch module by `import: "pkg.mod:Class"` (not both); its
-    `options` are checked against the built-in's options model (vfl/models/options.py), or passed as they are to
+    `options` are checked against the built-in's options model (vfl/config/model_options.py), or passed as they are to
     the user's class. vfl/models/registry.py builds it; docs/models.md states the contracts."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from vfl.config.model_options import DCNv2Options
 from vfl.models.inputs import FieldEmbeddings, InputSchema, flat_inputs
-from vfl.models.options import DCNv2Options
 
 
 class CrossLayer(nn.Module):

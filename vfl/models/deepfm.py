@@ -16,9 +16,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from vfl.config.model_options import DeepFMOptions
 from vfl.models.inputs import FieldEmbeddings, InputSchema
 from vfl.models.mlp import mlp
-from vfl.models.options import DeepFMOptions
 
 
 def fm_second_order(vectors: torch.Tensor) -> torch.Tensor:

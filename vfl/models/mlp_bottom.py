@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from vfl.config.model_options import MLPOptions
 from vfl.models.inputs import FieldEmbeddings, InputSchema, flat_inputs
 from vfl.models.mlp import mlp
-from vfl.models.options import MLPOptions
 
 
 class MLPBottom(nn.Module):

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from vfl.models.options import NUMERIC_SCALINGS
+from vfl.config.model_options import NUMERIC_SCALINGS
 
 STATS_ROWS = 1_000_000  # rows of the training split the statistics are computed from (the first ones)
 CHUNK_ROWS = 65_536  # rows read at a time from a memory-mapped split

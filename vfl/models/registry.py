@@ -1,7 +1,7 @@
 """Model registry: bottoms and tops by config name (or a user's module by import path), with seeded, per-party
 initialisation.
 
-Each built-in is registered with its options model (vfl/models/options.py, which the config validates) and a
+Each built-in is registered with its options model (vfl/config/model_options.py, which the config validates) and a
 builder; `build_bottom` builds from the party's InputSchema (its fitted columns), never from Criteo positions.
 """
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from vfl.config.model_options import BOTTOM_OPTIONS, TOP_OPTIONS, Options
 from vfl.config.schema import BottomConfig, TopConfig
 from vfl.models.dcn_v2 import DCNv2Bottom
 from vfl.models.deepfm import DeepFMBottom
@@ -23,7 +24,6 @@ from vfl.models.interaction import InteractionTop
 from vfl.models.mlp import LinearTop, MLPTop
 from vfl.models.mlp_bottom import MLPBottom
 from vfl.models.numeric_scaling import with_numeric_scaling
-from vfl.models.options import BOTTOM_OPTIONS, TOP_OPTIONS, Options
 from vfl.models.user_module import ModelError, dry_run_bottom, dry_run_top, user_bottom, user_top
 from vfl.models.wide_deep import WideDeepBottom
 
