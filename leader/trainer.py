@@ -8,14 +8,16 @@ import os
 import numpy as np
 import torch
 
+from leader.builders import build_loop, build_top, randomized_labels
+from leader.prior_sources import AllPartyPrior
 from vfl.align.handshake import hello_message, hello_problems
 from vfl.config.schema import PartyConfig
 from vfl.data.shards import batch_order, eval_batches, steps_per_epoch
 from vfl.distributed.context import RankContext
 from vfl.distributed.pairing import rank_meta, rank_problems
 from vfl.inference.fingerprint import key_fingerprints, run_record
-from vfl.labeldp.prior import LocalCutSource, fit_predict_all_parties, prior_config, prior_fn_for
-from vfl.labeldp.release import LabelDPRelease, bayes_accuracy_of, leader_task, leader_training_labels, open_label_key
+from vfl.labeldp.prior import prior_fn_for
+from vfl.labeldp.release import LabelDPRelease, bayes_accuracy_of, leader_task, open_label_key
 from vfl.obs.curves import RunCurves
 from vfl.obs.metrics import RunLog
 from vfl.obs.progress import track
@@ -29,10 +31,10 @@ from vfl.training.microbatch import embedding_bytes_bound, micro_slices, pipelin
 from vfl.training.party import BottomParty
 from vfl.training.staleness import StalenessSchedule, pauses_after
 from vfl.training.step_timer import TIMER
-from vfl.training.top import TopTrainer, regression_target
+from vfl.training.top import TopTrainer
 from vfl.training.weight_stash import WeightStash
 from vfl.wire import LeaderChannel
-from vfl.wire.messages import Bye, Done, Eval, Forward, Gradient, Hello, Prior, Restore, Save, Snapshot, Welcome
+from vfl.wire.messages import Bye, Done, Eval, Forward, Gradient, Hello, Restore, Save, Snapshot, Welcome
 
 __all__ = ["HandshakeError", "LeaderTrainer"]  # HandshakeError is the session's (vfl/session/leader.py)
 
@@ -134,57 +136,20 @@ class LeaderTrainer:
         rel = self.release
         all_parties = self.task.kind == "multiclass" and rel is not None and rel.uses_prior
         prior_fn = (
-            (lambda first, noisy: self._all_party_prior(first, noisy, in_dim))
+            AllPartyPrior(self.cfg, rel, self.party, self.session, self.codecs, self.log, in_dim)
             if all_parties
             else prior_fn_for(self.cfg, rel, self.party, self._keepalive)
         )
-        self.labels = leader_training_labels(rel, self.party.shard, prior_fn, self.label_key)
-        for w in self.labels.warnings:
-            self.log(w)
-        if self.labels.report is not None:
-            r = self.labels.report
-            changed = (  # a real-valued label: how far the noise moved it (every value changes)
-                f"noise RMSE {r['noise_rmse']:.4g} on the training labels"
-                if "noise_rmse" in r
-                else f"flipped {r['flipped_fraction']:.4f} of training labels"
-            )
-            self.log(
-                f"label DP: {r['mechanism']} eps={r['eps']} once per sample for this release "
-                f"({'new' if r['new_release'] else 'reused'} release {r['release_id'][:12]}, key {r['key_fingerprint']}); "
-                f"{changed}; debias={r.get('debias', False)}; "
-                f"dataset total eps {r['dataset_total_eps']} over {r['dataset_releases']} release(s)"
-            )
-        else:  # said once, so that a YAML's label DP switched off on the command line (=false) is never silent
-            self.log(
-                "label DP: off (privacy.label_dp unset or false): the followers' gradients come from the true labels"
-            )
+        self.labels = randomized_labels(rel, self.party, prior_fn, self.label_key, self.log)
         self._check_resume_release()
         self.label_digests = self.ctx.same_on_every_rank(
             "the training labels (noisy under label DP)",
             np.ascontiguousarray(self.labels.labels, "<f4").tobytes()
             + np.ascontiguousarray(self.labels.valid, "<f8" if self.task.is_regression else "<i8").tobytes(),
         )
-        tr = self.cfg.train
-        self.top = TopTrainer(
-            tr,
-            self.cfg.model.top,
-            (self.party.cut_dim, *(self.cut_dims[f] for f in self.followers)),  # each party's cut, leader first
-            self.party.device,
-            loss_fn=rel.training_loss() if rel is not None else None,
-            total_steps=tr.epochs * steps_per_epoch(len(self.party.train_split), tr.batch_size),
-            task=self.task,
-            target=regression_target(self.labels.labels) if self.task.is_regression else None,
-        )
-        self.loop = TrainingLoop(
-            tr,
-            len(self.party.train_split),
-            self.party.test_split.labels,
-            self.log,
-            self.labels.valid,
-            rel.eps if rel is not None else None,
-            self.task,
-        )
-        self.loop.valid_noise_var = self.labels.valid_noise_var  # regression label DP: debiases the valid RMSE
+        cuts = (self.party.cut_dim, *(self.cut_dims[f] for f in self.followers))  # each party's cut, leader first
+        self.top = build_top(self.cfg, self.party, cuts, rel, self.task, self.labels)
+        self.loop = build_loop(self.cfg, self.party, self.log, self.labels, rel, self.task)
         if self.resume:
             self.top.load_state(self.resume["state"]["top"], resume=True)
             self.loop.load_state((self.resume.get("extra") or {}).get("loop") or {})
@@ -197,23 +162,6 @@ class LeaderTrainer:
             self.loop.agree = self.ctx.agree_selection
             self.top.train_model = self.ctx.wrap(self.top.model)
         self._keepalive()  # TensorBoard's import takes seconds: followers with short deadlines hear from us
-
-    def _all_party_prior(self, stage_one: np.ndarray, noisy: np.ndarray, in_dim: int) -> np.ndarray:
-        """LP-2ST stage one as a split model of all parties (vfl/labeldp/prior.py): each follower is
-        told the stage-one rows (a PRF draw independent of the labels) and trains a fresh bottom on them."""
-        rows = np.flatnonzero(stage_one).astype(np.int64)
-        pcfg = prior_config(self.cfg, self.release.prior_epochs)
-        for f in self.followers:
-            self.ch.post(f, Prior(indices=rows, epochs=pcfg.train.epochs))
-        self.log(
-            f"LP-2ST: stage one on {rows.size} of {stage_one.size} training rows, all parties, "
-            f"{pcfg.train.epochs} epoch(s)"
-        )
-        own = BottomParty(pcfg, self.party.shard, self.party.device)
-        sources = [LocalCutSource(own), *(_FollowerPriorSource(self, f) for f in self.followers)]
-        return fit_predict_all_parties(
-            self.cfg, self.release, sources, in_dim, self.party.device, stage_one.size, stage_one, noisy, self.log
-        )
 
     def _check_resume_release(self) -> None:
         """A resumed run must train on the very release its checkpoint was trained on."""
@@ -510,29 +458,3 @@ def _drained(stale: StalenessSchedule | None, call, what: str):
         return call(*args)
 
     return checked
-
-
-class _FollowerPriorSource:
-    """A follower's stage-one bottom as the leader sees it: FORWARD / GRADIENT / EVAL with phase "prior"."""
-
-    def __init__(self, leader: LeaderTrainer, follower: str):
-        self.leader, self.f = leader, follower
-        self.at: tuple[int, int] = (0, 0)
-        self.rows = np.zeros(0, np.int64)  # the training rows of the batch in flight (top-k's residuals are per row)
-
-    def forward(self, epoch: int, step: int, rows: np.ndarray) -> torch.Tensor:
-        self.at, self.rows = (epoch, step), rows
-        digest = self.leader.session.digests[self.f].batch(self.leader.party.train_split.ids[rows])
-        self.leader.ch.post(self.f, Forward(epoch=epoch, step=step, rows=int(rows.size), digest=digest, phase="prior"))
-        return self.leader._remote_cut(self.f, "step", step, rows.size, epoch=epoch)
-
-    def backward(self, grad: torch.Tensor) -> None:
-        epoch, step = self.at
-        fields = self.leader.codecs.gradient_fields(self.f, grad.detach().cpu().numpy(), self.rows, phase="prior")
-        self.leader.ch.post(self.f, Gradient(**fields, epoch=epoch, step=step, phase="prior"))
-
-    def evaluate(self, rows: slice) -> torch.Tensor:
-        ids = self.leader.party.train_split.ids[rows]
-        digest = self.leader.session.digests[self.f].range("train", rows.start, rows.stop, ids)
-        self.leader.ch.post(self.f, Eval(split="train", start=rows.start, stop=rows.stop, digest=digest, phase="prior"))
-        return self.leader._remote_cut(self.f, "eval", ("train", rows.start, rows.stop), rows.stop - rows.start)

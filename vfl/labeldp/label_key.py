@@ -1,4 +1,4 @@
-"""The leader's label key as a release uses it: its secret, its store, the labelled dataset and its label set's digest."""
+"""The leader's label key as a release uses it: its secret, its store, the labelled dataset and its label set."""
 
 from __future__ import annotations
 

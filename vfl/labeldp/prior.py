@@ -12,8 +12,8 @@ Two forms:
   only, with the forward-corrected cross-entropy of the stage-one k-ary RR channel (Patrini et al. 2017, Thm 2).
   A follower learns which rows are in stage one (a draw of the leader's PRF, independent of the labels) and gradients
   of a loss on stage-one noisy labels. A CutSource is one party's bottom as the leader sees it: in-process (the
-  leader's own, and every party in the centralized reference) or behind the wire (leader/trainer.py's
-  _FollowerPriorSource); both compute the same numbers, so split and centralized priors are identical.
+  leader's own, and every party in the centralized reference) or behind the wire (leader/prior_sources.py's
+  FollowerPriorSource); both compute the same numbers, so split and centralized priors are identical.
 
 Privacy, both forms: the prior of a stage-two row is a function of features and of other rows' noisy labels, never of
 its own label, so RRWithPrior on it is eps-label-DP (Ghazi et al. 2021, Thm 5 / Alg. 2).
