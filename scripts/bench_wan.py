@@ -98,14 +98,21 @@ def prepare(py: str, rows: int, work: str) -> str:
     return shards
 
 
+def pairs_for(overrides: dict[str, str], role: str) -> list[str]:
+    """The KEY=VALUE overrides a party of `role` takes (a leader-only key, e.g. model.top, goes to the leader alone:
+    vfl/config/party_sets.py)."""
+    from vfl.config.party_sets import role_of
+
+    return [f"{k}={v}" for k, v in overrides.items() if role_of(k) in ("all", role)]
+
+
 def unknown_keys(overrides: dict[str, str]) -> str | None:
     """None when both parties' configs accept the overrides, else the config's first complaint (one line)."""
     from vfl.config.schema import ConfigError, dotted_overrides, load_config
 
-    pairs = [f"{k}={v}" for k, v in overrides.items()]
-    for path in (LEADER_YAML, FOLLOWER_YAML):
+    for path, role in ((LEADER_YAML, "leader"), (FOLLOWER_YAML, "follower")):
         try:
-            load_config(path, dotted_overrides(pairs))
+            load_config(path, dotted_overrides(pairs_for(overrides, role)))
         except ConfigError as e:
             lines = [x.strip(" -") for x in str(e).splitlines() if x.strip()]
             return (lines[1] if len(lines) > 1 else lines[0])[:200]  # the first problem, past the file's header
@@ -119,7 +126,6 @@ def run_cell(py: str, work: str, shards: str, tag: str, spec: LinkSpec | None, o
     port = free_port()
     out = os.path.join(work, tag)
     keys = os.path.join(work, "keys")
-    pairs = [f"{k}={v}" for k, v in overrides.items()]
     relay = Relay(("127.0.0.1", port), spec).start() if spec is not None else None
     connect = relay.endpoint if relay else f"tcp://127.0.0.1:{port}"
     common = ["--out", out, "--keys", keys, "-q"]
@@ -135,7 +141,7 @@ def run_cell(py: str, work: str, shards: str, tag: str, spec: LinkSpec | None, o
             "--data",
             f"{shards}/leader",
             *common,
-            *pairs,
+            *pairs_for(overrides, "leader"),
         ],
         "follower0": [
             py,
@@ -148,7 +154,7 @@ def run_cell(py: str, work: str, shards: str, tag: str, spec: LinkSpec | None, o
             "--data",
             f"{shards}/follower0",
             *common,
-            *pairs,
+            *pairs_for(overrides, "follower"),
         ],
     }
     os.makedirs(out, exist_ok=True)
@@ -261,7 +267,7 @@ def main(argv=None) -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a config key of both parties for every cell (repeatable), e.g. the wide cut: --set "
+        help="a config key for every cell (repeatable; to the parties whose role takes it), e.g. the wide cut: --set "
         "model.bottom.cut_dim=32 --set model.top.name=mlp --set 'model.top.hidden=[64,32]'",
     )
     args = ap.parse_args(argv)

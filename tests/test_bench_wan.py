@@ -32,6 +32,21 @@ def test_an_unknown_link_is_refused_in_one_line_before_anything_runs():
     assert r.returncode == 2 and r.stderr.strip() == "error: --links '5ms': allowed: loopback, 10ms, 40ms, 100ms"
 
 
+def test_a_set_without_a_value_is_refused_in_one_line_and_the_wide_cut_keys_are_known():
+    # Execute
+    r = subprocess.run(
+        [sys.executable, "scripts/bench_wan.py", "--set", "model.bottom.cut_dim"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    wide = {"model.bottom.cut_dim": "32", "model.top.name": "mlp", "model.top.hidden": "[64,32]"}
+    # Assert
+    assert r.returncode == 2 and r.stderr.strip() == "error: --set 'model.bottom.cut_dim': expected KEY=VALUE"
+    assert _bench().unknown_keys(wide) is None
+
+
 def test_a_cell_whose_key_the_config_does_not_know_is_named_and_a_known_one_passes():
     # Prepare
     bench = _bench()
