@@ -373,8 +373,8 @@ def test_insider_garbage_ends_the_run_with_one_line_and_an_abort(garbage, needle
     from vfl.session.follower import FollowerSession
     from vfl.wire import FollowerChannel, PeerAbort
     from vfl.wire.frames import MAGIC
-    from vfl.wire.messages import Welcome
     from vfl.wire.keys import load_follower_keys
+    from vfl.wire.messages import Welcome
 
     cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=20)
     cfg = load_config(cfgs["follower0"])
