@@ -22,7 +22,8 @@ __all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str):
-    """Imported on first use, so that `privacy.domains` (read by every config) does not pull in numpy."""
+    """Imported on first use, so that `privacy.field_types` and `privacy.domains` (read by every config) do not pull in
+    numpy."""
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'privacy' has no attribute {name!r}")

@@ -13,7 +13,8 @@ import math
 
 import numpy as np
 
-from privacy.domains import Number, Params
+from privacy.domains import Params
+from privacy.field_types import Number
 
 
 def _phi(x: float) -> float:

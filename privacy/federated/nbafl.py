@@ -25,7 +25,8 @@ from typing import Optional
 
 import numpy as np
 
-from privacy.domains import Number, Params
+from privacy.domains import Params
+from privacy.field_types import Number
 
 
 class NbAFLParams(Params):

@@ -27,7 +27,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from privacy.domains import Number, Params
+from privacy.domains import Params
+from privacy.field_types import Number
 from privacy.label.randomized_response import check_eps
 
 MAX_DIM_OUT = 50

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from privacy.domains import Choice, Flag, Number
+from privacy.field_types import Choice, Flag, Number
 
 # `package.module:Class` (the entry-point syntax); the class may be nested (`mod:Outer.Inner`)
 IMPORT_PATTERN = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"
@@ -78,7 +78,7 @@ def options_problems(model: type[Options], options: Any, where: str) -> list[str
     """Every problem of `options` for `model`, each naming where.options.<key>, the value and the domain."""
     import difflib
 
-    from privacy.domains import DOMAIN_ERROR
+    from privacy.field_types import DOMAIN_ERROR
 
     try:
         model.model_validate(options)

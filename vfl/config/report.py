@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from privacy.domains import DOMAIN_ERROR
+from privacy.field_types import DOMAIN_ERROR
 
 
 def _model_of(annotation) -> type[BaseModel] | None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from privacy.domains import LABEL_EPS_DOMAIN, yaml12_number
+from privacy.domains import LABEL_EPS_DOMAIN
+from privacy.field_types import yaml12_number
 from vfl.config.label_dp_rules import label_dp_task_problems
 
 

@@ -15,18 +15,8 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from privacy.domains import (
-    DEFAULT_LABEL_DP_BUDGET,
-    DOMAIN_ERROR,
-    PRIOR_EPS_FRACTION,
-    Choice,
-    Flag,
-    IntList,
-    LabelEps,
-    Number,
-    Text,
-    domain_error,
-)
+from privacy.domains import DEFAULT_LABEL_DP_BUDGET, PRIOR_EPS_FRACTION, LabelEps
+from privacy.field_types import DOMAIN_ERROR, Choice, Flag, IntList, Number, Text, domain_error
 from vfl.config.label_dp_rules import CLASS_LABEL_DP, REGRESSION_LABEL_DP, regression_label_dp_default
 from vfl.config.model_options import (
     BOTTOM_OPTIONS,

@@ -15,7 +15,7 @@ data:
 
 `data.schema` may also name a YAML file holding the mapping under `schema:` (or at its top level). These are the
 declarations only; vfl/data/table.py fits them on the party's own file and saves what it fitted with the shard.
-The errors follow the config's rules: each names the key, the value and the allowed domain (privacy/domains.py).
+The errors follow the config's rules: each names the key, the value and the allowed domain (privacy/field_types.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from privacy.domains import Choice, Text, _fail, suggest
+from privacy.field_types import Choice, Text, field_error, suggest
 
 KINDS = ("numeric", "categorical")
 NUMERIC_TRANSFORMS = ("log1p", "standardize", "none", "quantile_bins")
@@ -57,13 +57,13 @@ def normalize_transform(kind: str, value: Any, where: str) -> tuple[str, dict]:
     elif isinstance(value, dict) and len(value) == 1:
         name, params = next(iter(value.items()))
     else:
-        raise _fail(
+        raise field_error(
             f"{where} must be one of {list(allowed)} (a name, or a mapping of one name to its options), got {value!r}"
         )
     if name not in allowed:
         other = "categorical" if kind == "numeric" else "numeric"
         also = f" ({name!r} is a {other} transform)" if name in (CATEGORICAL_TRANSFORMS + NUMERIC_TRANSFORMS) else ""
-        raise _fail(
+        raise field_error(
             f"{where} of a {kind} column must be one of {list(allowed)}, got {name!r}{also}{suggest(name, allowed)}"
         )
     if name == "quantile_bins" and not isinstance(params, dict):
@@ -76,17 +76,17 @@ def _params(name: str, params: Any, where: str) -> dict:
     if params is None:
         params = {}
     if not isinstance(params, dict):
-        raise _fail(f"{where}.{name} must be a mapping of options {sorted(spec)}, got {params!r}")
+        raise field_error(f"{where}.{name} must be a mapping of options {sorted(spec)}, got {params!r}")
     unknown = [k for k in params if k not in spec]
     if unknown:
-        raise _fail(
+        raise field_error(
             f"{where}.{name} has unknown option {unknown[0]!r}{suggest(unknown[0], list(spec))}; allowed: {sorted(spec) or 'none'}"
         )
     out = {}
     for key, (lo, hi, default) in spec.items():
         v = params.get(key, default)
         if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-            raise _fail(f"{where}.{name}.{key} must be an integer in [{lo}, {hi}], got {v!r}")
+            raise field_error(f"{where}.{name}.{key} must be an integer in [{lo}, {hi}], got {v!r}")
         out[key] = v
     return out
 
@@ -103,15 +103,15 @@ class ColumnSpec(_Spec):
         if isinstance(value, str):
             value = {"kind": value}
         if not isinstance(value, dict):
-            raise _fail(f"{where} must be a kind ({' or '.join(KINDS)}) or {{kind, transform}}, got {value!r}")
+            raise field_error(f"{where} must be a kind ({' or '.join(KINDS)}) or {{kind, transform}}, got {value!r}")
         unknown = [k for k in value if k not in ("kind", "transform")]
         if unknown:
-            raise _fail(
+            raise field_error(
                 f"{where} has unknown key {unknown[0]!r}{suggest(unknown[0], ['kind', 'transform'])}; allowed: kind, transform"
             )
         kind = value.get("kind")
         if kind not in KINDS:
-            raise _fail(f"{where}.kind must be one of {list(KINDS)}, got {kind!r}{suggest(kind, KINDS)}")
+            raise field_error(f"{where}.kind must be one of {list(KINDS)}, got {kind!r}{suggest(kind, KINDS)}")
         t_name, t_params = normalize_transform(kind, value.get("transform"), f"{where}.transform")
         return cls(kind=kind, transform={t_name: t_params})
 
@@ -138,10 +138,10 @@ class LabelSpec(_Spec):
         if v is None:
             return v
         if not isinstance(v, (list, tuple)) or not 2 <= len(v) <= 127:
-            raise _fail(f"classes must be a list of 2 to 127 class names, got {v!r}")
+            raise field_error(f"classes must be a list of 2 to 127 class names, got {v!r}")
         names = [str(x) for x in v]
         if len(set(names)) != len(names):
-            raise _fail(f"classes names a class twice: {names}")
+            raise field_error(f"classes names a class twice: {names}")
         return tuple(names)
 
     @field_validator("clip", mode="before")
@@ -155,7 +155,7 @@ class LabelSpec(_Spec):
             and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v)
         )
         if not ok or not v[0] < v[1]:
-            raise _fail(f"clip must be [lo, hi] with finite numbers lo < hi, got {v!r}")
+            raise field_error(f"clip must be [lo, hi] with finite numbers lo < hi, got {v!r}")
         return (float(v[0]), float(v[1]))
 
 
@@ -174,7 +174,7 @@ class SchemaConfig(_Spec):
             return v
         if isinstance(v, str) and v.lower() in DELIMITERS:
             return DELIMITERS[v.lower()]
-        raise _fail(
+        raise field_error(
             f"delimiter must be one of {list(DELIMITERS.values())} or their names {list(DELIMITERS)}, got {v!r}"
         )
 
@@ -184,9 +184,9 @@ class SchemaConfig(_Spec):
         if v is None:
             return {}
         if not isinstance(v, dict):
-            raise _fail(f"columns must be a mapping of column name -> kind or {{kind, transform}}, got {v!r}")
+            raise field_error(f"columns must be a mapping of column name -> kind or {{kind, transform}}, got {v!r}")
         if len(v) > MAX_COLUMNS:
-            raise _fail(f"columns declares {len(v)} columns; at most {MAX_COLUMNS}")
+            raise field_error(f"columns declares {len(v)} columns; at most {MAX_COLUMNS}")
         out, errors = {}, []
         for name, spec in v.items():
             if not isinstance(name, str) or not name:
@@ -197,7 +197,7 @@ class SchemaConfig(_Spec):
             except PydanticCustomError as e:
                 errors.append(e.message())
         if errors:  # every column's problem at once
-            raise _fail("; data.schema.".join(errors))
+            raise field_error("; data.schema.".join(errors))
         return out
 
     @model_validator(mode="after")
@@ -205,11 +205,11 @@ class SchemaConfig(_Spec):
         used = {self.id: "the id column"}
         if self.label is not None:
             if self.label.column in used:
-                raise _fail(f"schema.label.column {self.label.column!r} is also the id column")
+                raise field_error(f"schema.label.column {self.label.column!r} is also the id column")
             used[self.label.column] = "the label"
         for name in self.columns:
             if name in used:
-                raise _fail(f"schema.columns.{name} is {used[name]}; a column is a feature, the id or the label")
+                raise field_error(f"schema.columns.{name} is {used[name]}; a column is a feature, the id or the label")
         return self
 
     def names(self, kind: str) -> tuple[str, ...]:
@@ -224,11 +224,11 @@ def load_schema_file(path: str) -> dict:
         with open(path) as f:
             doc = yaml.safe_load(f)
     except OSError as e:
-        raise _fail(f"schema names the file {path!r}, which cannot be read ({e.strerror})") from None
+        raise field_error(f"schema names the file {path!r}, which cannot be read ({e.strerror})") from None
     except yaml.YAMLError as e:
-        raise _fail(f"schema file {path!r} is not valid YAML: {' '.join(str(e).split())[:200]}") from None
+        raise field_error(f"schema file {path!r} is not valid YAML: {' '.join(str(e).split())[:200]}") from None
     if isinstance(doc, dict) and isinstance(doc.get("schema"), dict):
         doc = doc["schema"]
     if not isinstance(doc, dict):
-        raise _fail(f"schema file {path!r} must hold a mapping with id, columns and (leader) label")
+        raise field_error(f"schema file {path!r} must hold a mapping with id, columns and (leader) label")
     return doc

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from privacy.domains import Flag, Number, suggest
+from privacy.field_types import Flag, Number, suggest
 from vfl.config.report import problems
 from vfl.config.yamlfile import read_yaml
 from vfl.data.errors import DataError

@@ -8,11 +8,11 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from privacy.domains import Choice, Flag, Number
 from privacy.dp_accountant import ACCOUNTANTS, DEFAULT_ACCOUNTANT
 from privacy.federated.gaussian import GaussianParams
 from privacy.federated.nbafl import NbAFLParams
 from privacy.federated.signds import SignDSParams
+from privacy.field_types import Choice, Flag, Number
 from vfl.config.report import apply_overrides, fill_empty_sections, problems
 from vfl.config.yamlfile import read_yaml
 
