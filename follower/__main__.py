@@ -117,8 +117,8 @@ def predict_body(cfg, args, log, state: dict) -> None:
     from vfl.align.psi.protocol import follower_psi
     from vfl.cli import party_keys
     from vfl.distributed.launch import rank_env
-    from vfl.inference.predict_cli import checkpoint_of
-    from vfl.inference.predict_follower import FollowerPredictor
+    from vfl.inference.predict.cli import checkpoint_of
+    from vfl.inference.predict.follower import FollowerPredictor
     from vfl.training.party import resolve_device, set_threads
 
     keys = party_keys(cfg)
@@ -142,14 +142,14 @@ def abort(state: dict, reason: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from vfl.inference.serve_cli import inference_subcommand
+    from vfl.inference.serve.cli import inference_subcommand
 
     code = inference_subcommand(sys.argv[1:] if argv is None else argv, "follower")  # export, serve
     if code is not None:
         return code
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] == "predict":
-        from vfl.inference.predict_cli import predict_main
+        from vfl.inference.predict.cli import predict_main
 
         return predict_main(args[1:], "follower", predict_body, abort)
     return party_main(argv, "follower", "--connect", body, abort)

@@ -165,12 +165,12 @@ def body(cfg, log, state: dict) -> None:
 
 
 def predict_body(cfg, args, log, state: dict) -> None:
-    """`python -m leader predict`: score the new rows of --rows with the followers (vfl/inference/predict_leader.py)."""
+    """`python -m leader predict`: score the new rows of --rows with the followers (vfl/inference/predict/leader.py)."""
     from vfl.align.psi.leader_side import leader_psi
     from vfl.cli import party_keys
     from vfl.distributed.launch import rank_env
-    from vfl.inference.predict_cli import checkpoint_of
-    from vfl.inference.predict_leader import LeaderPredictor
+    from vfl.inference.predict.cli import checkpoint_of
+    from vfl.inference.predict.leader import LeaderPredictor
     from vfl.obs.metrics import write_json
     from vfl.training.party import resolve_device, set_threads
 
@@ -204,14 +204,14 @@ def abort(state: dict, reason: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from vfl.inference.serve_cli import inference_subcommand
+    from vfl.inference.serve.cli import inference_subcommand
 
     code = inference_subcommand(sys.argv[1:] if argv is None else argv, "leader")  # export, serve
     if code is not None:
         return code
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] == "predict":
-        from vfl.inference.predict_cli import predict_main
+        from vfl.inference.predict.cli import predict_main
 
         return predict_main(args[1:], "leader", predict_body, abort)
     return party_main(argv, "leader", "--bind", body, abort)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 
-from vfl.inference.serve_leader import Scored
+from vfl.inference.serve.leader import Scored
 
 
 class _Scorer:

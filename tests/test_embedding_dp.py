@@ -180,7 +180,7 @@ class _ServedTable:
 
 
 def test_serving_noises_each_held_ids_cut_and_refuses_an_id_past_its_sends(tmp_path):
-    from vfl.inference.serve_follower import FollowerServer, IdLog, ServeLimits
+    from vfl.inference.serve.follower import FollowerServer, IdLog, ServeLimits
     from vfl.wire.serve_messages import ServeCut, ServeIds, ServeRefused
 
     # Prepare: a follower serving under embedding DP (one send per id), its bottom the identity on 3 columns

@@ -1,6 +1,6 @@
 """Every registered bottom and top exports to ONNX and scores as torch does: the built-in models of the registry
-(vfl/models/registry.py) through vfl/inference/onnx_engine.py (what export writes), on a dummy batch of a small schema, each output mapping
-(binary probability, K class probabilities, regression value)."""
+(vfl/models/registry.py) through vfl/inference/export/onnx_engine.py (what export writes), on a dummy batch of a small
+schema, each output mapping (binary probability, K class probabilities, regression value)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def _feeds(names, inputs) -> dict:
 @pytest.mark.parametrize("name", ["wide_deep", "deepfm", "dcn_v2", "mlp"])
 def test_every_registered_bottom_exports_and_cuts_as_torch_does(name):
     from vfl.config.schema import BottomConfig
-    from vfl.inference.onnx_engine import module_to_onnx, onnx_max_diff
+    from vfl.inference.export.onnx_engine import module_to_onnx, onnx_max_diff
     from vfl.models.registry import BOTTOMS, build_bottom
 
     # Prepare: the bottom as the registry builds it, a batch of 64 rows
@@ -55,7 +55,7 @@ def test_the_registry_has_no_bottom_this_test_misses():
 def test_every_top_and_output_mapping_exports_and_scores_as_torch_does(top, task):
     from vfl.config.schema import BottomConfig, TopConfig
     from vfl.data.task import Task
-    from vfl.inference.onnx_engine import module_to_onnx, onnx_max_diff
+    from vfl.inference.export.onnx_engine import module_to_onnx, onnx_max_diff
     from vfl.inference.party_model import scorer
     from vfl.models.registry import TOPS, build_bottom, build_top
 

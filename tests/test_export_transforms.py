@@ -1,5 +1,5 @@
-"""The ONNX form of a party's frozen transforms (vfl/inference/onnx_transforms.py) gives, from the raw values of its
-own file, exactly the arrays `prepare` wrote to its shard: every transform of a table schema, and the Criteo
+"""The ONNX form of a party's frozen transforms (vfl/inference/export/onnx_transforms.py) gives, from the raw values of
+its own file, exactly the arrays `prepare` wrote to its shard: every transform of a table schema, and the Criteo
 preset's vocabulary and hashing modes. An unseen category gets the out-of-vocabulary id, a missing one id 0."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ SPLITS = ("train", "valid", "test")
 
 
 def _run(table, numeric, numeric_missing, cat_key, cat_missing):
-    from vfl.inference.onnx_transforms import transforms_model
+    from vfl.inference.export.onnx_transforms import transforms_model
 
     session = ort.InferenceSession(transforms_model(table).SerializeToString(), providers=["CPUExecutionProvider"])
     feeds = {
@@ -69,7 +69,7 @@ def _prepare_tables(tmp_path, rows=2000):
 def test_table_transforms_in_onnx_equal_the_shard_prepare_wrote(tmp_path):
     from vfl.data.readers.criteo import ReadStats
     from vfl.data.readers.table import read_table_blocks
-    from vfl.inference.onnx_transforms import frozen_table
+    from vfl.inference.export.onnx_transforms import frozen_table
 
     # Prepare: three parties' own files prepared under schemas that use every transform
     for name, (path, schema, shard) in _prepare_tables(tmp_path).items():
@@ -89,7 +89,7 @@ def test_table_transforms_in_onnx_equal_the_shard_prepare_wrote(tmp_path):
 
 def test_unseen_category_gets_the_out_of_vocabulary_id_and_missing_gets_zero(tmp_path):
     from vfl.data.readers.table import categorical_keys
-    from vfl.inference.onnx_transforms import frozen_table
+    from vfl.inference.export.onnx_transforms import frozen_table
 
     # Prepare: the leader's shard (city: a vocabulary of five towns); two new rows
     shard = _prepare_tables(tmp_path, rows=600)["leader"][2]
@@ -109,7 +109,7 @@ def test_criteo_preset_transforms_in_onnx_equal_the_shard(synth_tiny, tmp_path, 
     from vfl.data.prepare import PrepareOptions, prepare
     from vfl.data.readers.criteo import ReadStats
     from vfl.data.readers.party import PartySource, read_party_blocks
-    from vfl.inference.onnx_transforms import frozen_table
+    from vfl.inference.export.onnx_transforms import frozen_table
 
     # Prepare: the Criteo preset's two parties, each from its own raw file
     parties = load_parties(None)

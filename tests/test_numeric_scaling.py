@@ -93,7 +93,7 @@ def test_none_builds_the_old_module_and_standard_wraps_it_with_two_buffers(name)
 def test_a_scaled_bottom_built_without_statistics_takes_them_from_its_checkpoint_and_exports_them():
     # Prepare: a trained-looking scaled bottom, and one built without statistics (0 / 1: a schema that holds none)
     pytest.importorskip("onnxruntime")
-    from vfl.inference.onnx_engine import module_to_onnx, onnx_max_diff
+    from vfl.inference.export.onnx_engine import module_to_onnx, onnx_max_diff
 
     cfg = BottomConfig.model_validate({**SIZES, "numeric_scaling": "standard"})
     trained = build_bottom(cfg, _stats_schema(), 0, "p").eval()
@@ -181,7 +181,7 @@ def test_split_training_with_standard_scaling_equals_centralized_and_loads_for_s
     assert m["test_auc"] == pytest.approx(split["test_auc"], abs=1e-6)
     # the export writes ONNX whose scores onnxruntime checks against this loaded model
     if importlib.util.find_spec("onnxruntime") is not None:
-        from vfl.inference.export import export_party
+        from vfl.inference.export.party_export import export_party
 
         doc = export_party(parts["leader"][0], str(tmp_path / "export"), log=lambda line: None)
         assert doc["files"]["model"] == "model.onnx" and doc["check"]["max_abs_diff"] <= 1e-5

@@ -144,8 +144,8 @@ def test_a_checkpoint_of_another_step_is_refused_naming_both_sides(trained, tmp_
     from tests.test_trainers_in_memory import MemoryFollowerChannel, MemoryLeaderChannel, _Queues
     from vfl.cli import run_party
     from vfl.config.schema import load_config
-    from vfl.inference.predict_follower import FollowerPredictor
-    from vfl.inference.predict_leader import LeaderPredictor
+    from vfl.inference.predict.follower import FollowerPredictor
+    from vfl.inference.predict.leader import LeaderPredictor
     from vfl.obs.logs import RunLog, message_of
     from vfl.wire.messages import Abort
 
@@ -243,8 +243,8 @@ def _follower_view(trained, tmp_path, monkeypatch, leader_rows, follower_rows, p
     from vfl.align.psi.leader_side import leader_psi
     from vfl.align.psi.protocol import follower_psi
     from vfl.config.schema import load_config
-    from vfl.inference.predict_follower import FollowerPredictor
-    from vfl.inference.predict_leader import LeaderPredictor
+    from vfl.inference.predict.follower import FollowerPredictor
+    from vfl.inference.predict.leader import LeaderPredictor
     from vfl.obs.logs import RunLog
     from vfl.wire.messages import Abort
     from vfl.wire.predict_messages import PredictDone
@@ -400,7 +400,7 @@ def test_the_fingerprint_refuses_another_run_another_key_and_another_config(trai
 
     from vfl.config.schema import load_config
     from vfl.inference.fingerprint import check_own, key_fingerprints, pair_fingerprint
-    from vfl.inference.predict_leader import LeaderPredictor
+    from vfl.inference.predict.leader import LeaderPredictor
     from vfl.training.checkpoint import load_checkpoint
     from vfl.wire import PROTOCOL_VERSION
     from vfl.wire.predict_messages import PredictHello
@@ -470,7 +470,7 @@ def test_the_leader_asks_for_a_window_of_ranges_before_the_first_cut_returns(tra
     long round trip is paid a few times, not once a range (the scores are the same: test above)."""
     # Prepare: ranges of 16 rows; the in-memory leader channel records what the leader posts and awaits
     from tests import test_trainers_in_memory as memory
-    from vfl.inference.predict_leader import PREDICT_WINDOW
+    from vfl.inference.predict.leader import PREDICT_WINDOW
 
     log = []
 

@@ -79,7 +79,7 @@ def test_an_in_process_prediction_that_fails_tells_the_followers_no_path_of_the_
     import leader.__main__ as leader_main
     import vfl.cli
     from vfl.config.schema import load_config
-    from vfl.inference.predict_api import predict_in_process
+    from vfl.inference.predict.in_process import predict_in_process
 
     cfg = load_config(party_configs(str(tmp_path), str(tmp_path / "shards"))["leader"])
     told = []

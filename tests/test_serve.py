@@ -258,7 +258,7 @@ def test_a_model_onnx_cannot_hold_is_exported_as_torchscript_beside_its_transfor
     import onnxruntime as ort
     import torch
 
-    import vfl.inference.export as export
+    import vfl.inference.export.party_export as export
     from vfl.config.schema import load_config
     from vfl.data.readers.criteo import ReadStats
     from vfl.data.readers.table import read_table_blocks

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tests.test_serve_units import CUT, _leader_model, _Table
-from vfl.inference.serve_leader import ScoringWorker, ServeError
+from vfl.inference.serve.leader import ScoringWorker, ServeError
 from vfl.wire import WireError
 from vfl.wire.channel import PeerLost, PeerTimeout
 from vfl.wire.serve_messages import ServeCut, ServeHello, ServeIds, ServeWelcome

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from tests.serve_support import _Lines, _Scorer
-from vfl.inference.http_clients import ClientLimits
-from vfl.inference.serve_http import ScoreHTTPServer
+from vfl.inference.serve.http_clients import ClientLimits
+from vfl.inference.serve.http_endpoint import ScoreHTTPServer
 
 
 @pytest.fixture
@@ -89,7 +89,7 @@ def test_a_client_that_went_away_is_counted_and_another_error_is_one_line(server
 
 def test_the_scorers_queue_is_bounded():
     from tests.test_serve_units import _leader_model, _RecordingChannel, _Table
-    from vfl.inference.serve_leader import ScoringWorker, ServeError
+    from vfl.inference.serve.leader import ScoringWorker, ServeError
 
     # Prepare: a scorer not yet running, whose queue holds at most 2 requests
     worker = ScoringWorker(_RecordingChannel(), ["f"], {"f": 3}, _leader_model(1), _Table(1), None, 64)

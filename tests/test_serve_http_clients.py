@@ -16,10 +16,10 @@ from concurrent.futures import Future
 import pytest
 
 from tests.serve_support import _Lines, _Scorer
-from vfl.inference import serve_http
-from vfl.inference.http_clients import MAX_HEAD_BYTES, ClientLimits, ClientTable
-from vfl.inference.serve_http import ScoreHTTPServer, parse_request
-from vfl.inference.serve_leader import Scored, ServeError
+from vfl.inference.serve import http_endpoint
+from vfl.inference.serve.http_clients import MAX_HEAD_BYTES, ClientLimits, ClientTable
+from vfl.inference.serve.http_endpoint import ScoreHTTPServer, parse_request
+from vfl.inference.serve.leader import Scored, ServeError
 
 
 class _Unknown:
@@ -396,7 +396,7 @@ def test_a_body_of_too_many_or_nested_ids_is_refused_before_any_json_object_is_b
     # Prepare: a body of many empty objects, arrays, numbers or strings, or nested arrays in UTF-16 (which json.loads
     # reads too); json.loads replaced by a spy
     (body, status, words), parsed = _ATTACKS[shape], []
-    monkeypatch.setattr(serve_http.json, "loads", lambda b, *a, **k: parsed.append(b) or {})
+    monkeypatch.setattr(http_endpoint.json, "loads", lambda b, *a, **k: parsed.append(b) or {})
     tracemalloc.start()
     # Execute
     try:

@@ -51,9 +51,9 @@ def _wait(predicate, seconds: float = 20.0) -> bool:
 def test_serving_rows_find_prepared_then_new_ids_and_reload_a_changed_directory_whole(run, tmp_path):
     from vfl.data.ids import ids64
     from vfl.data.shards import PartyShard
-    from vfl.inference.new_rows import NewRows
     from vfl.inference.party_model import RowTable
-    from vfl.inference.serve_new_rows import ServingRows
+    from vfl.inference.predict.new_rows import NewRows
+    from vfl.inference.serve.serving_rows import ServingRows
 
     # Prepare: telco's prepared table and a directory holding its file of new customers
     shard_dir = os.path.join(run["run"], "shards", "telco")
@@ -107,8 +107,8 @@ def test_a_file_finished_while_a_failed_load_unwinds_is_loaded_and_no_spill_is_l
 
     from vfl.data.ids import ids64
     from vfl.data.shards import PartyShard
-    from vfl.inference import serve_new_rows
     from vfl.inference.party_model import RowTable
+    from vfl.inference.serve import serving_rows
 
     # Prepare: a source with one good file; a writer lands a gzip file in two writes, the second just after a load
     # read its truncated first half and failed (the window between a failed load and its bookkeeping)
@@ -120,7 +120,7 @@ def test_a_file_finished_while_a_failed_load_unwinds_is_loaded_and_no_spill_is_l
     frame["cust"] = ["late-1"]
     whole = gzip.compress(frame.to_csv(index=False).encode())
     late = int(ids64(["late-1"])[0])
-    load = serve_new_rows.load_new_rows
+    load = serving_rows.load_new_rows
 
     def load_then_the_writer_finishes(*a, **k):
         try:
@@ -131,14 +131,14 @@ def test_a_file_finished_while_a_failed_load_unwinds_is_loaded_and_no_spill_is_l
             raise
 
     log = _Log()
-    rows = serve_new_rows.ServingRows(RowTable(PartyShard(shard_dir)), str(source), shard_dir, str(tmp_path), log, 0.05)
+    rows = serving_rows.ServingRows(RowTable(PartyShard(shard_dir)), str(source), shard_dir, str(tmp_path), log, 0.05)
     rows.start()
     try:
         # Execute
-        monkeypatch.setattr(serve_new_rows, "load_new_rows", load_then_the_writer_finishes)
+        monkeypatch.setattr(serving_rows, "load_new_rows", load_then_the_writer_finishes)
         (source / "b.csv.gz").write_bytes(whole[: len(whole) // 2])
         assert _wait(lambda: len(log.warnings) > 0), log.lines
-        monkeypatch.setattr(serve_new_rows, "load_new_rows", load)
+        monkeypatch.setattr(serving_rows, "load_new_rows", load)
         # Assert: the finished file is loaded at a later poll, and the failed load left no spill directory behind
         assert _wait(lambda: rows.snapshot().rows_of(np.array([late]))[0] >= 0), log.lines + log.warnings
         assert not [d for d in os.listdir(tmp_path) if d.startswith(".serve-new-rows")]

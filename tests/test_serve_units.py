@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from vfl.inference.serve_follower import FollowerServer, IdLog, IdLogFull, ServeLimits, TokenBucket
-from vfl.inference.serve_http import parse_request
-from vfl.inference.serve_leader import ScoringWorker, ServeError
+from vfl.inference.serve.follower import FollowerServer, IdLog, IdLogFull, ServeLimits, TokenBucket
+from vfl.inference.serve.http_endpoint import parse_request
+from vfl.inference.serve.leader import ScoringWorker, ServeError
 from vfl.wire.serve_messages import ServeCut, ServeIds, ServeRefused
 
 CUT = 3
@@ -289,7 +289,7 @@ def test_requests_batched_together_get_the_scores_each_gets_alone():
 
 
 def test_a_follower_serving_another_runs_or_steps_checkpoint_is_refused_naming_both_sides():
-    from vfl.inference.fingerprint import hello_problems, pair_fingerprint
+    from vfl.inference.fingerprint import checkpoint_hello_problems, pair_fingerprint
     from vfl.wire.serve_messages import ServeHello
 
     # Prepare: the leader's record of its run, and a follower's hello for it, for another step, for another run
@@ -306,10 +306,10 @@ def test_a_follower_serving_another_runs_or_steps_checkpoint_is_refused_naming_b
         return ServeHello("b" * 32, "f", 5, run, step, fingerprint, 3, 20.0, 64, 100.0)
 
     # Execute / Assert
-    assert hello_problems(record, "f", hello("a" * 32, 400), "leader.pt", 5) == []
-    (step,) = hello_problems(record, "f", hello("a" * 32, 300), "leader.pt", 5)
+    assert checkpoint_hello_problems(record, "f", hello("a" * 32, 400), "leader.pt", 5) == []
+    (step,) = checkpoint_hello_problems(record, "f", hello("a" * 32, 300), "leader.pt", 5)
     assert "step 300" in step and "step 400" in step
-    (run,) = hello_problems(record, "f", hello("c" * 32, 400), "leader.pt", 5)
+    (run,) = checkpoint_hello_problems(record, "f", hello("c" * 32, 400), "leader.pt", 5)
     assert "cccccccccccc" in run and "aaaaaaaaaaaa" in run
 
 

@@ -162,7 +162,7 @@ class Leader(_Party):
         class), row. run: the training run's directory (default output.dir); checkpoint: default
         run/checkpoints/<party>_final.pt; out: where predictions.parquet/.csv and predict.json go (default
         run/predict). docs/predict.md."""
-        from vfl.inference.predict_api import predict_in_process
+        from vfl.inference.predict.in_process import predict_in_process
 
         return predict_in_process(self.config, "leader", rows, run, checkpoint, out)
 
@@ -178,7 +178,7 @@ class Follower(_Party):
     def predict(self, rows: Any, *, run: str | None = None, checkpoint: str | None = None) -> dict:
         """Answer the leader's prediction of new rows (a file, or a DataFrame with the training file's columns);
         returns what this party did (requests, rows sent, the intersection's size). It receives no score."""
-        from vfl.inference.predict_api import predict_in_process
+        from vfl.inference.predict.in_process import predict_in_process
 
         return predict_in_process(self.config, "follower", rows, run, checkpoint, None)
 
@@ -351,7 +351,7 @@ def simulate_predict(
 
     import pandas as pd
 
-    from vfl.inference.predict_api import rows_file
+    from vfl.inference.predict.in_process import rows_file
     from vfl.ports import free_port
 
     run = os.path.abspath(run)

@@ -113,7 +113,7 @@ def pair_fingerprint(record: dict, follower: str, cut_dim: int, leader_side: boo
     return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:32]
 
 
-def hello_problems(mine: dict, f: str, hello, checkpoint: str | None, protocol: int) -> list[str]:
+def checkpoint_hello_problems(mine: dict, f: str, hello, checkpoint: str | None, protocol: int) -> list[str]:
     """Every disagreement of a follower's hello (PREDICT_HELLO or SERVE_HELLO: protocol, run, step, cut_dim,
     fingerprint) with the leader's checkpoint record `mine`, as sentences naming both sides. They reach the follower
     (the leader's ABORT): `checkpoint` is a name for the leader's checkpoint that may (never its path; None: no

@@ -144,7 +144,7 @@ class RowTable:
 
 
 def current_rows(table):
-    """The rows one request is answered from: a serve_new_rows.ServingRows' latest load, else the fixed table itself
+    """The rows one request is answered from: a serving_rows.ServingRows' latest load, else the fixed table itself
     (anything with rows_of and features)."""
     snapshot = getattr(table, "snapshot", None)
     return snapshot() if snapshot is not None else table

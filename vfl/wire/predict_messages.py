@@ -1,4 +1,4 @@
-"""The batch-prediction messages (vfl/inference/predict_*.py): the fingerprint handshake, row requests and cuts.
+"""The batch-prediction messages (vfl/inference/predict/): the fingerprint handshake, row requests and cuts.
 
 A prediction session, in order:
 

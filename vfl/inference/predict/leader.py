@@ -2,7 +2,8 @@
 
 Order of a prediction (docs/predict.md):
 1. the leader loads its checkpoint (`<run>/checkpoints/<party>_final.pt`: the step model selection chose), checks it
-   against its config and keys, and reads its new rows through its frozen transforms (vfl/inference/new_rows.py);
+   against its config and keys, and reads its new rows through its frozen transforms
+   (vfl/inference/predict/new_rows.py);
 2. every follower's PREDICT_HELLO announces its checkpoint's training run, step and fingerprint
    (vfl/inference/fingerprint.py); any difference refuses the session with one line naming both sides;
 3. PSI on the new ids, as in training; rows of the leader without a match get no score (counted and reported, with
@@ -11,7 +12,7 @@ Order of a prediction (docs/predict.md):
    follower (up to PREDICT_WINDOW ranges are asked for before the first cut returns, so followers compute while the
    leader scores and a long round trip is paid a few times, not once a range), its own bottom, the followers' PREDICT_CUTs, the top: exactly the training run's evaluation
    (BottomParty and TopTrainer.predict), in eval mode and train.precision;
-5. scores go to predictions.parquet / .csv (vfl/inference/outputs.py); with labels in its file, the leader also
+5. scores go to predictions.parquet / .csv (vfl/inference/predict/outputs.py); with labels in its file, the leader also
    reports AUC and logloss (or accuracy, or RMSE, MAE and R^2) in predict.json, over the scored rows whose label is
    valid (a missing or invalid label keeps its row: scored, in PSI, out of the metrics only). PREDICT_DONE, then
    each BYE.
@@ -30,9 +31,9 @@ import numpy as np
 import torch
 
 from vfl.config.schema import PartyConfig
-from vfl.inference.fingerprint import hello_problems
-from vfl.inference.outputs import PredictionWriter
-from vfl.inference.predict_party import PredictingParty
+from vfl.inference.fingerprint import checkpoint_hello_problems
+from vfl.inference.predict.outputs import PredictionWriter
+from vfl.inference.predict.predicting_party import PredictingParty
 from vfl.obs.progress import bar
 from vfl.session.leader import LeaderSession
 from vfl.training.microbatch import embedding_bytes_bound, pipelined
@@ -53,7 +54,7 @@ class LeaderPredictor(PredictingParty):
     def _check_hello(self, f: str, hello: PredictHello) -> list[str]:
         """Every disagreement of a follower's PREDICT_HELLO with the leader's checkpoint, as sentences: they reach
         the followers (the refusal's ABORT), so they name no path of the leader's; its own log names it."""
-        problems = hello_problems(self.record, f, hello, None, PROTOCOL_VERSION)
+        problems = checkpoint_hello_problems(self.record, f, hello, None, PROTOCOL_VERSION)
         if problems:
             self.log(
                 f"leader {self.cfg.party}: {f}'s PREDICT_HELLO disagrees with the leader's checkpoint "

@@ -37,8 +37,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 
-from vfl.inference.http_clients import ClientCut, ClientLimits, ClientTable, DeadlineReader, raw_answer, send_once
-from vfl.inference.serve_leader import ServeError
+from vfl.inference.serve.http_clients import ClientCut, ClientLimits, ClientTable, DeadlineReader, raw_answer, send_once
+from vfl.inference.serve.leader import ServeError
 
 MAX_BODY_BYTES = 1 << 20
 BODY_BYTES_PER_ID = 256  # a body may hold this many bytes per id of max_rows (and 1 KiB more), 1 MiB at most

@@ -1,6 +1,6 @@
 """One party's side of a batch prediction before it connects: its checkpoint (checked against its config and keys),
 its models (vfl/inference/trained_party.py: the bottom in eval mode; the leader's top), and its new rows through its
-frozen transforms; the leader's and a follower's predictors (vfl/inference/predict_leader.py, predict_follower.py)
+frozen transforms; the leader's and a follower's predictors (vfl/inference/predict/leader.py, predict_follower.py)
 both start from it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 
 from vfl.config.schema import PartyConfig
 from vfl.data.shards import PartyShard
-from vfl.inference.new_rows import NewRows
+from vfl.inference.predict.new_rows import NewRows
 from vfl.inference.trained_party import read_party_checkpoint, trained_models
 from vfl.training.precision import autocast
 

@@ -1,7 +1,7 @@
 """Export one party's trained model with its frozen transforms, for a serving stack without this project's code.
 
 `python -m leader export` / `python -m follower export` write OUT/<party>/:
-- `model.onnx`: raw column values and categorical keys in (vfl/inference/onnx_transforms.py's INPUTS), the
+- `model.onnx`: raw column values and categorical keys in (vfl/inference/export/onnx_transforms.py's INPUTS), the
   party's bottom after its transforms; a follower's output is its `cut` (float32, rows x cut_dim), the leader's
   is the `score` (its bottom and its top, with `follower_cuts` as one more input: the followers' cuts
   concatenated in network.followers order): a probability (binary, float32), K class probabilities (float64)
@@ -25,9 +25,9 @@ import warnings
 
 import numpy as np
 
-from vfl.inference.onnx_engine import CHECK_TOLERANCE, module_to_onnx, onnx_max_diff
-from vfl.inference.onnx_transforms import KEY_SCHEMES, FrozenTable, frozen_table, transforms_model
-from vfl.inference.party_model import ModelLoadError, load_party_model, run_arguments, scorer, top_in_dim
+from vfl.inference.export.onnx_engine import CHECK_TOLERANCE, module_to_onnx, onnx_max_diff
+from vfl.inference.export.onnx_transforms import KEY_SCHEMES, FrozenTable, frozen_table, transforms_model
+from vfl.inference.party_model import load_party_model, scorer, top_in_dim
 
 EXPORT_FORMAT = 1
 CHECK_ROWS = 256  # rows of the party's shard the export is checked on
@@ -181,34 +181,3 @@ def _write(path: str, data: bytes) -> None:
     with open(tmp, "wb") as f:
         f.write(data)
     os.replace(tmp, path)
-
-
-def export_main(argv: list[str] | None, role: str) -> int:
-    """`python -m leader|follower export --config PARTY.yaml --out DIR`: one line on success or on error."""
-
-    from vfl.cli import fail, one_line
-    from vfl.command_name import command_name
-    from vfl.config.schema import ConfigError, dotted_overrides, load_config
-    from vfl.data.errors import DataError
-    from vfl.inference.run_layout import apply_run, check_shard_path
-
-    ap = run_arguments(
-        f"{command_name(role)} export",
-        "Write this party's trained model with its frozen transforms as ONNX (docs/export.md).",
-    )
-    ap.add_argument("--out", required=True, help="export directory: OUT/<party>/ is written")
-    ap.add_argument("overrides", nargs="*", metavar="key.path=value", help="set any config key")
-    args = ap.parse_intermixed_args(argv)
-    try:
-        apply_run(args)  # --run RUN: its shard and keys unless --data / --keys say otherwise
-        overrides = {k: v for k, v in (("output.dir", args.run), ("data.path", args.data)) if v is not None}
-        cfg = load_config(args.config, {**overrides, **dotted_overrides(args.overrides)}, keys_dir=args.keys)
-        if cfg.role != role:
-            return fail(f"{args.config} has role {cfg.role!r}; python -m {role} export needs role: {role}", 2)
-        check_shard_path(cfg, f"python -m {role} export")
-        export_party(cfg, args.out, args.checkpoint)
-    except (ConfigError, DataError, ExportError, ModelLoadError) as e:
-        return fail(one_line(e), 2)
-    except (OSError, RuntimeError, ValueError) as e:  # a user module's ModelError, a full disk, ...
-        return fail(f"{role} export: {type(e).__name__}: {one_line(e)}", 1)
-    return 0

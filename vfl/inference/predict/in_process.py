@@ -41,7 +41,7 @@ def predict_in_process(config, role: str, rows: Any, run: str | None, checkpoint
     what the CLI tells them: the project's own sentences, never an exception's text that may quote this party's
     paths; errors raise). Returns the leader's predictions as a DataFrame, or the follower's summary dict."""
     from vfl.cli import party_keys, run_party
-    from vfl.inference.predict_cli import checkpoint_of
+    from vfl.inference.predict.cli import checkpoint_of
     from vfl.obs.logs import RunLog
 
     module = __import__(f"{role}.__main__", fromlist=["predict_body", "abort"])

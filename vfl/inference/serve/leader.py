@@ -13,9 +13,9 @@ Failures are answers, never hangs:
   the next request is sent to it;
 - a follower's SERVE_REFUSED (its rate limit) fails the batch with its reason and retry time (429);
 - an id that the leader's or a follower's table lacks gets no score (listed in `missing`); a party's table is its
-  prepared rows and the new rows it serves (`--new-rows`, vfl/inference/serve_new_rows.py).
+  prepared rows and the new rows it serves (`--new-rows`, vfl/inference/serve/serving_rows.py).
 While idle, the worker sends WAIT before a follower's deadline passes. Which followers are down, their keepalive and
-a restarted follower's hello are vfl/inference/serve_followers.py's.
+a restarted follower's hello are vfl/inference/serve/follower_links.py's.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vfl.inference.party_model import current_rows
-from vfl.inference.serve_followers import FollowerLinks
+from vfl.inference.serve.follower_links import FollowerLinks
 from vfl.wire.serve_messages import ServeCut, ServeIds, ServeRefused
 
 MAX_QUEUED = 256  # requests waiting for the scorer; one more gets 503 at once
@@ -81,7 +81,7 @@ class ScoringWorker:
         self._rows = table  # the table of the batch being scored (current_rows)
         self.failed: BaseException | None = None
 
-    # -- the followers' state (vfl/inference/serve_followers.py), set and read as the worker's own -----------------
+    # -- the followers' state (vfl/inference/serve/follower_links.py), set and read as the worker's own ------------
     @property
     def down(self) -> dict[str, str]:
         """follower -> why it is down"""

@@ -4,7 +4,7 @@ The follower connects to the leader over CurveZMQ with its training keys (the le
 network.follower_keys; the follower pins network.leader_key_file), introduces its trained model (SERVE_HELLO:
 checkpoint step and run fingerprint, cut width, limits), and then answers each SERVE_IDS with the cut of those ids,
 looked up by id in its own prepared table (every split of its shard) and, with `--new-rows`, in the new rows it
-serves (vfl/inference/serve_new_rows.py); an id in neither is `unknown` (a zero cut). It never receives a score or a
+serves (vfl/inference/serve/serving_rows.py); an id in neither is `unknown` (a zero cut). It never receives a score or a
 label.
 
 A leader could ask about any id it likes (an honest-but-curious one probing who is a customer here), so the
@@ -184,10 +184,10 @@ def serve_follower(
     from vfl.align.handshake import new_nonce
     from vfl.cli import party_keys
     from vfl.data.shards import PartyShard
+    from vfl.inference.export.onnx_engine import fast_forward
     from vfl.inference.fingerprint import pair_fingerprint
-    from vfl.inference.onnx_engine import fast_forward
     from vfl.inference.party_model import RowTable, load_party_model
-    from vfl.inference.serve_new_rows import ServingRows
+    from vfl.inference.serve.serving_rows import ServingRows
     from vfl.session.follower import FollowerSession
     from vfl.training.party import set_threads
     from vfl.wire import PROTOCOL_VERSION, FollowerChannel, PeerAbort

@@ -6,7 +6,7 @@
                            [--deadline-ms 1000] [--max-connections 64] [--max-per-address 16] [--read-timeout-s 10]
 
 Each party loads its final (selected) checkpoint and its prepared shard, and with --new-rows the rows of ids it has
-not prepared (vfl/inference/serve_new_rows.py); they talk over CurveZMQ with the training
+not prepared (vfl/inference/serve/serving_rows.py); they talk over CurveZMQ with the training
 keys (network.bind / network.connect, the same YAML); the leader listens for clients on --http (127.0.0.1 by
 default: the endpoint has no authentication of its own, so it stays local unless --http names another address).
 """
@@ -20,9 +20,13 @@ import threading
 
 def _arguments(role: str):
     from vfl.command_name import command_name
-    from vfl.inference.http_clients import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_PER_ADDRESS, DEFAULT_READ_TIMEOUT_S
     from vfl.inference.party_model import run_arguments
-    from vfl.inference.serve_follower import DEFAULT_ID_LOG_MB, DEFAULT_ROWS_PER_S
+    from vfl.inference.serve.follower import DEFAULT_ID_LOG_MB, DEFAULT_ROWS_PER_S
+    from vfl.inference.serve.http_clients import (
+        DEFAULT_MAX_CONNECTIONS,
+        DEFAULT_MAX_PER_ADDRESS,
+        DEFAULT_READ_TIMEOUT_S,
+    )
 
     ap = run_arguments(
         f"{command_name(role)} serve",
@@ -124,15 +128,15 @@ def serve_main(argv: list[str] | None, role: str) -> int:
 
 
 def _follower_body(cfg, args, log, state: dict) -> None:
-    from vfl.inference.serve_follower import ServeLimits, serve_follower
+    from vfl.inference.serve.follower import ServeLimits, serve_follower
 
     limits = ServeLimits(args.max_rows, args.rows_per_s, args.id_log_mb)
     serve_follower(cfg, limits, args.checkpoint, log, state, args.engine, args.new_rows)
 
 
 def _leader_body(cfg, args, log, state: dict) -> None:
-    from vfl.inference.http_clients import ClientLimits
-    from vfl.inference.serve_follower import STOPPED
+    from vfl.inference.serve.follower import STOPPED
+    from vfl.inference.serve.http_clients import ClientLimits
 
     limits = ClientLimits(args.max_connections, args.max_per_address, args.read_timeout_s)
     http = start_leader(
@@ -172,13 +176,13 @@ def start_leader(
 
     from vfl.cli import party_keys
     from vfl.data.shards import PartyShard
-    from vfl.inference.fingerprint import hello_problems
-    from vfl.inference.http_clients import ClientLimits
-    from vfl.inference.onnx_engine import fast_forward, head_module
+    from vfl.inference.export.onnx_engine import fast_forward, head_module
+    from vfl.inference.fingerprint import checkpoint_hello_problems
     from vfl.inference.party_model import RowTable, load_party_model, scorer, top_in_dim
-    from vfl.inference.serve_http import ScoreHTTPServer
-    from vfl.inference.serve_leader import ScoringWorker
-    from vfl.inference.serve_new_rows import ServingRows
+    from vfl.inference.serve.http_clients import ClientLimits
+    from vfl.inference.serve.http_endpoint import ScoreHTTPServer
+    from vfl.inference.serve.leader import ScoringWorker
+    from vfl.inference.serve.serving_rows import ServingRows
     from vfl.session.leader import HandshakeError, LeaderSession
     from vfl.training.party import set_threads
     from vfl.wire import PROTOCOL_VERSION, LeaderChannel
@@ -215,7 +219,7 @@ def start_leader(
     session = LeaderSession(cfg, channel)
 
     def check(f: str, hello: ServeHello) -> list[str]:  # its sentences reach f: no path of the leader's in them
-        return hello_problems(record, f, hello, "its checkpoint", PROTOCOL_VERSION)
+        return checkpoint_hello_problems(record, f, hello, "its checkpoint", PROTOCOL_VERSION)
 
     hellos = session.greet(
         ServeHello, check, lambda f: f"SERVE_HELLO from {f} (start `python -m follower serve` there)", "serving refused"
@@ -264,7 +268,7 @@ def inference_subcommand(argv: list[str], role: str) -> int | None:
     if not argv or argv[0] not in SUBCOMMANDS:
         return None
     if argv[0] == "export":
-        from vfl.inference.export import export_main
+        from vfl.inference.export.cli import export_main
 
         return export_main(argv[1:], role)
     return serve_main(argv[1:], role)

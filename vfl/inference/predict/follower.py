@@ -1,12 +1,13 @@
 """Batch prediction, a follower's side: announce the checkpoint, intersect the new ids, answer the leader's ranges.
 
-The follower loads its checkpoint (`<run>/checkpoints/<party>_final.pt`), checks it against its config and keys,
-reads its own file of new rows through its frozen transforms (vfl/inference/new_rows.py), and sends PREDICT_HELLO
-with its checkpoint's training run, step and fingerprint (vfl/inference/fingerprint.py). After PSI it answers each
-PREDICT_ROWS (a range of the intersection in ascending id order, checked against the range digest of its own ids
-there under the session's key, vfl/session/cut_digest.py, before anything is computed) with PREDICT_CUT, its
-bottom's cut in eval mode, until PREDICT_DONE; then BYE. Under privacy.embedding_dp each row's cut is clipped and noised as in training, and a
-row is sent at most privacy.embedding_dp.releases times (default 1) per prediction run (vfl/session/cut_release.py).
+The follower loads its checkpoint (`<run>/checkpoints/<party>_final.pt`), checks it against its config and keys, reads
+its own file of new rows through its frozen transforms (vfl/inference/predict/new_rows.py), and sends PREDICT_HELLO with
+its checkpoint's training run, step and fingerprint (vfl/inference/fingerprint.py). After PSI it answers each
+PREDICT_ROWS (a range of the intersection in ascending id order, checked against the range digest of its own ids there
+under the session's key, vfl/session/cut_digest.py, before anything is computed) with PREDICT_CUT, its bottom's cut in
+eval mode, until PREDICT_DONE; then BYE. Under privacy.embedding_dp each row's cut is clipped and noised as in training,
+and a row is sent at most privacy.embedding_dp.releases times (default 1) per prediction run
+(vfl/session/cut_release.py).
 
 What it learns: the intersection of the new ids (as in training), the ranges (fixed-size, in id order) and the row
 count. Nothing it receives is computed from a score or a label; it writes no prediction.
@@ -21,7 +22,7 @@ import torch
 
 from vfl.config.schema import PartyConfig
 from vfl.inference.fingerprint import pair_fingerprint
-from vfl.inference.predict_party import PredictingParty
+from vfl.inference.predict.predicting_party import PredictingParty
 from vfl.session.cut_release import CutRelease
 from vfl.session.follower import FollowerSession
 from vfl.wire import PROTOCOL_VERSION, WireError

@@ -14,7 +14,7 @@ import warnings
 
 import numpy as np
 
-from vfl.inference.onnx_transforms import OPSET
+from vfl.inference.export.onnx_transforms import OPSET
 
 CHECK_TOLERANCE = 1e-5  # max |onnxruntime - torch| on sample rows; beyond it torch is kept
 

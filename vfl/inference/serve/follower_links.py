@@ -8,7 +8,7 @@ class FollowerLinks:
     request whose answer is still on its way), WAIT every `keepalive_every` seconds while idle, and readmission.
 
     A follower whose connection dropped, that aborted or that broke the protocol is down: requests fail at once with
-    that reason (vfl/inference/serve_leader.py) until it connects again and its SERVE_HELLO fits the run (same run and
+    that reason (vfl/inference/serve/leader.py) until it connects again and its SERVE_HELLO fits the run (same run and
     cut width, `check_hello`); then it is welcomed and back. A follower that broke the protocol is told why with an
     ABORT of its own error only; no other follower hears of it."""
 

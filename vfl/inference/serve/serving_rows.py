@@ -72,7 +72,7 @@ def load_new_rows(shard_dir: str, files: list[str], work_dir: str, log) -> RowTa
 
 def new_rows_of(shard_dir: str, path: str, work_dir: str, log) -> ShardSplit:
     """The rows of one file of new rows, in memory (ids, features as the prepared shard holds them)."""
-    from vfl.inference.new_rows import NewRows
+    from vfl.inference.predict.new_rows import NewRows
 
     rows = NewRows(shard_dir, path, work_dir, log)
     try:
