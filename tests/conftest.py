@@ -157,7 +157,7 @@ def vertical_shards(vertical_raw, tmp_path_factory) -> pathlib.Path:
     """Each party's shard prepared from its own file alone (2000 hash buckets)."""
     from vfl.data.parties import load_parties
     from vfl.data.prepare import PrepareOptions, prepare_party
-    from vfl.data.readers.party import PartySource
+    from vfl.data.readers.party_file import PartySource
 
     out = tmp_path_factory.mktemp("vshards")
     for p in load_parties(None):

@@ -244,7 +244,7 @@ def test_duplicate_string_ids_in_a_party_file_are_refused_naming_them(tmp_path):
     # Prepare
     from vfl.data.parties import PartyColumns
     from vfl.data.prepare import prepare_party
-    from vfl.data.readers.party import PartySource
+    from vfl.data.readers.party_file import PartySource
 
     src = write_lines(tmp_path / "f.csv", ["id,I1,C1", "a@x.org,1,68fd1e64", "b@x.org,2,", "a@x.org,3,68fd1e64"])
     party = PartyColumns("f", ("I1",), ("C1",))

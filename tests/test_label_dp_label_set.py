@@ -28,7 +28,7 @@ CLIP = (0.0, 40.0)
 def claims(tmp_path_factory):
     """One claims file with two real-valued label columns (amount, count); three leader shards prepared from it:
     amount, count, and amount under a narrower declared clip."""
-    from vfl.config.table import SchemaConfig
+    from vfl.config.table_schema import SchemaConfig
     from vfl.data.prepare import PrepareOptions
     from vfl.data.prepare_table import prepare_table
 

@@ -54,7 +54,7 @@ def test_a_table_shard_under_its_schema_and_an_unseen_category(tmp_path):
     """standardize, log1p and vocabulary (leader), quantile bins (shop), hashing (telco): the own file gives the shard;
     a city no training row had maps to id 1, a missing one to 0."""
     # Prepare
-    from vfl.config.table import SchemaConfig
+    from vfl.config.table_schema import SchemaConfig
     from vfl.data.prepare import PrepareOptions
     from vfl.data.prepare_table import prepare_table
     from vfl.data.transforms import MISSING_ID, OOV_ID
@@ -85,7 +85,7 @@ def test_a_new_row_with_a_missing_or_invalid_label_is_read_and_only_marked(tmp_p
     every row is read and transformed (before, the file was refused with a DataError), and `label_valid` marks the
     rows whose label the metrics may use."""
     # Prepare
-    from vfl.config.table import SchemaConfig
+    from vfl.config.table_schema import SchemaConfig
     from vfl.data.prepare import PrepareOptions
     from vfl.data.prepare_table import prepare_table
 

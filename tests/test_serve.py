@@ -260,8 +260,8 @@ def test_a_model_onnx_cannot_hold_is_exported_as_torchscript_beside_its_transfor
 
     import vfl.inference.export.party_export as export
     from vfl.config.schema import load_config
-    from vfl.data.readers.criteo import ReadStats
-    from vfl.data.readers.table import read_table_blocks
+    from vfl.data.readers.criteo_tsv import ReadStats
+    from vfl.data.readers.table_file import read_table_blocks
 
     # Prepare: torch.onnx refuses the follower's model (as it does an operator ONNX lacks)
     cfg = load_config(trained["cfgs"]["telco"])

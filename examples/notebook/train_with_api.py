@@ -19,7 +19,7 @@ if not os.path.exists(raw):
 # %% 2. One shard per party (the same code as `vfl-data prepare`), kept when the source and options match
 from vfl.data.parties import load_parties
 from vfl.data.prepare import PrepareOptions, prepare
-from vfl.data.reuse import reusable
+from vfl.data.shard_reuse import reusable
 
 shards = os.path.join(out, "shards")
 parties, opts = load_parties(None), PrepareOptions(hash_buckets=20_000, force=True)

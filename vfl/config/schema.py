@@ -29,7 +29,7 @@ from vfl.config.model_options import (
 )
 from vfl.config.report import apply_overrides, fill_empty_sections, off_switch, parse_override, problems
 from vfl.config.role_rules import role_problems
-from vfl.config.table import SchemaConfig, load_schema_file
+from vfl.config.table_schema import SchemaConfig, load_schema_file
 from vfl.config.yamlfile import read_yaml
 
 PARTY_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
@@ -93,7 +93,7 @@ class DataConfig(_Section):
     min_intersection: Number(1, 2**40, integer=True) = (
         100  # refuse to train when the ids' private set intersection is smaller
     )
-    # this party's own table: id column, feature columns (kind, transform) and the leader's label (vfl/config/table.py);
+    # this party's own table: id column, feature columns (kind, transform) and the leader's label (vfl/config/table_schema.py);
     # inline, or the path of a YAML file holding it. Used by `vfl-data prepare --config` and the launch scripts' --raw
     schema: Optional[SchemaConfig] = None
 

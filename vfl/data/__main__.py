@@ -127,7 +127,7 @@ def _prepare(args) -> int:
     parties = _parties_with_drops(args)
     opts = _prepare_options(args)
     if args.reuse and os.path.isdir(args.out):
-        from vfl.data.reuse import reusable
+        from vfl.data.shard_reuse import reusable
 
         ok, why = reusable(args.out, args.input, parties, opts)
         if ok:
@@ -309,7 +309,7 @@ def _prepare_table(args) -> int:
 def _prepare_party(args) -> int:
     from vfl.data.parties import PartyColumns, load_parties
     from vfl.data.prepare import prepare_party
-    from vfl.data.readers.party import PartySource
+    from vfl.data.readers.party_file import PartySource
 
     if args.drop:
         raise DataError(

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vfl.config.table import ColumnSpec, LabelSpec, SchemaConfig
+from vfl.config.table_schema import ColumnSpec, LabelSpec, SchemaConfig
 from vfl.data.errors import DataError
-from vfl.data.readers.criteo import ReadStats
+from vfl.data.readers.criteo_tsv import ReadStats
 from vfl.data.shards import _label_task
 from vfl.data.table import FittedTable
 from vfl.data.task import Task
@@ -150,7 +150,7 @@ class FrozenTransforms:
         """Whether the file of new rows carries this (labelled) party's label column."""
         if self.label_spec is None:
             return False
-        from vfl.data.readers.table import _columns_of
+        from vfl.data.readers.table_file import _columns_of
 
         return self.label_spec.column in _columns_of(path)
 
@@ -164,7 +164,7 @@ class FrozenTransforms:
             yield from self._read_criteo(path, strict, stats, labelled)
 
     def _read_table(self, path: str, strict: bool, stats: ReadStats, labelled: bool) -> Iterator[NewBlock]:
-        from vfl.data.readers.table import _line, read_table_blocks
+        from vfl.data.readers.table_file import _line, read_table_blocks
 
         task = self.task
         regression = task is not None and task.is_regression
@@ -191,7 +191,7 @@ class FrozenTransforms:
         return enc.known(values)
 
     def _read_criteo(self, path: str, strict: bool, stats: ReadStats, labelled: bool) -> Iterator[NewBlock]:
-        from vfl.data.readers.party import PartySource, read_party_blocks
+        from vfl.data.readers.party_file import PartySource, read_party_blocks
 
         party = self.manifest["party"]
         task = self.task

@@ -42,8 +42,8 @@ from vfl.data.manifest import (
 from vfl.data.npy_stream import NpyAppender
 from vfl.data.parties import PartyColumns
 from vfl.data.raw_split import hash_name, split_raw
-from vfl.data.readers.criteo import ReadStats, warn_bad_lines
-from vfl.data.readers.party import PartyBlock, PartySource, read_party_blocks
+from vfl.data.readers.criteo_tsv import ReadStats, warn_bad_lines
+from vfl.data.readers.party_file import PartyBlock, PartySource, read_party_blocks
 from vfl.data.readers.tokenizer import MAX_CLASSES
 from vfl.data.transforms import (
     VocabularyCounter,
@@ -161,7 +161,7 @@ def _id_texts(src: PartySource, id64: int) -> str | None:
     """The id texts of a party file that map to id64 (for the duplicate-id error message)."""
     import pandas as pd
 
-    from vfl.data.readers.party import sniff_header
+    from vfl.data.readers.party_file import sniff_header
 
     sep, _ = sniff_header(src.path)
     found = []

@@ -23,15 +23,15 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from vfl.config.table import SchemaConfig
+from vfl.config.table_schema import SchemaConfig
 from vfl.data.bad_labels import BadLabels
 from vfl.data.errors import DataError
 from vfl.data.ids import check_unique
 from vfl.data.manifest import FORMAT_VERSION, id_digest, party_manifest_of, source_doc, split_doc
 from vfl.data.parties import PartyColumns
 from vfl.data.prepare import PrepareOptions, _commit, _id_texts, _SplitWriter, _validate, _write_json, split_of
-from vfl.data.readers.criteo import ReadStats, warn_bad_lines
-from vfl.data.readers.table import IdCache, _line, is_parquet, read_table_blocks
+from vfl.data.readers.criteo_tsv import ReadStats, warn_bad_lines
+from vfl.data.readers.table_file import IdCache, _line, is_parquet, read_table_blocks
 from vfl.data.table import FittedTable
 from vfl.splits import SPLITS
 

@@ -1,6 +1,6 @@
 """A party's table schema fitted on its own training rows: fittable column transforms and the label encoder.
 
-Each declared column (vfl/config/table.py) becomes a transform that is fitted once, on the rows of the party's own
+Each declared column (vfl/config/table_schema.py) becomes a transform that is fitted once, on the rows of the party's own
 file whose public split is `train` (pytorch-frame's fittable transforms: fit, apply, state), then applied to every
 row, in training and in prediction alike; nothing is refitted on new rows. What a transform fitted is saved with
 the shard in a versioned, non-pickle form (`schema.json`'s entries; vocabularies as `vocab/<n>.npy`).
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vfl.config.table import ColumnSpec, SchemaConfig
+from vfl.config.table_schema import ColumnSpec, SchemaConfig
 from vfl.data.bad_labels import BadLabels
 from vfl.data.errors import DataError
 from vfl.data.task import MAX_CLASSES, Task

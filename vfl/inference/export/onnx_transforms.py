@@ -35,9 +35,9 @@ OUTPUTS = ("dense", "dense_missing", "cat")
 KEY_SCHEMES = {
     "table": "pandas.util.hash_array(text values as object, encoding='utf8', hash_key='vfl-categories01', "
     "categorize=True) as uint64, 1 where that gives 0 (0 means missing); empty, NA, N/A, NaN, nan, null, NULL "
-    "and None are missing (vfl/data/readers/table.py)",
+    "and None are missing (vfl/data/readers/table_file.py)",
     "criteo": "8 hex digits: int(text, 16); other text: 2**32 + zlib.crc32(utf-8 bytes); empty is missing "
-    "(vfl/data/readers/party.py)",
+    "(vfl/data/readers/party_file.py)",
 }
 
 

@@ -15,7 +15,7 @@ _IGNORED_OPTIONS = ("force",)  # how to write, not what is written
 
 def source_sha256(path: str, block_bytes: int = 1 << 20) -> str:
     """SHA-256 of the file's text (decompressed for .gz), as `prepare` records it in manifest.json."""
-    from vfl.data.readers.criteo import _open
+    from vfl.data.readers.criteo_tsv import _open
 
     digest = hashlib.sha256()
     size = None if path.endswith(".gz") else os.path.getsize(path)

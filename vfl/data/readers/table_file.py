@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vfl.config.table import DELIMITERS, SchemaConfig
+from vfl.config.table_schema import DELIMITERS, SchemaConfig
 from vfl.data.errors import DataError
 from vfl.data.ids import ids64
 from vfl.data.readers import arrow_text
-from vfl.data.readers.criteo import ReadStats
-from vfl.data.readers.party import BadRows, _missing, _open_text, sniff_header, text_frames
+from vfl.data.readers.criteo_tsv import ReadStats
+from vfl.data.readers.party_file import BadRows, _missing, _open_text, sniff_header, text_frames
 
 CHUNK_ROWS = 100_000
 NA_TOKENS = ("", "NA", "N/A", "NaN", "nan", "null", "NULL", "None")

@@ -28,7 +28,7 @@ from vfl.data.bad_labels import BadLabels
 from vfl.data.errors import DataError
 from vfl.data.ids import ids64
 from vfl.data.readers import arrow_text
-from vfl.data.readers.criteo import ReadStats
+from vfl.data.readers.criteo_tsv import ReadStats
 from vfl.data.readers.tokenizer import BadLine
 
 CHUNK_ROWS = 100_000

@@ -30,7 +30,7 @@ class ReadStats:
     bytes_read: int = 0
     has_id_column: bool = False
     ignored_columns: list[str] = field(default_factory=list)  # a table's columns its schema does not declare
-    numeric_text: dict = field(default_factory=dict)  # a table's numeric column -> NumericText (readers/table.py)
+    numeric_text: dict = field(default_factory=dict)  # a table's numeric column -> NumericText (readers/table_file.py)
 
 
 def _open(path: str):
