@@ -29,19 +29,6 @@ def cpu_flags(path: str = "/proc/cpuinfo") -> set[str]:
     return set()
 
 
-def cpu_model(path: str = "/proc/cpuinfo") -> str:
-    try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or "unknown CPU"
-
-
 def bf16_native(device: torch.device | str = "cpu") -> tuple[bool, str]:
     """(native?, why): AMX/AVX512-BF16 flags on a CPU, torch.cuda.is_bf16_supported() on CUDA."""
     device = torch.device(device)
