@@ -1,5 +1,6 @@
-"""Label-DP parameter domains: the eps a label release may take, the prior's share of it, the default budget, and
-the base of a mechanism's parameters.
+"""Label-DP parameter domains: the eps of a label release, the prior's share of it, the default budget.
+
+Params, the base of a mechanism's parameters, is here too.
 
 The generic field types (Number, Choice, IntList, Text, Flag) and the one message format are privacy/field_types.py's;
 the eps domains here build on them.

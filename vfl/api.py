@@ -1,5 +1,7 @@
-"""Python API: `Leader(...).fit()`, `Follower(...).fit()` and `simulate(...)`, on the same code as the CLI; then
-`Leader(...).predict(rows)`, `Follower(...).predict(rows)` and `simulate_predict(...)` (docs/predict.md).
+"""Python API: train and predict with a party, or simulate a run, on the same code as the CLI.
+
+`Leader(...).fit()`, `Follower(...).fit()` and `simulate(...)`; then `Leader(...).predict(rows)`,
+`Follower(...).predict(rows)` and `simulate_predict(...)` (docs/predict.md).
 
     from vfl.api import simulate
     history = simulate("examples/wide_deep_criteo/leader.yaml", ["examples/wide_deep_criteo/follower.yaml"],

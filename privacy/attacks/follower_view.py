@@ -1,5 +1,7 @@
-"""What a curious follower recovers of the true labels with its full view: the recorded gradients,
-its own config and seed, the sample ids, and every public seed, salt and generator in this code.
+"""What a curious follower recovers of the true labels with its full view.
+
+Its full view: the recorded gradients, its own config and seed, the sample ids, and every public seed, salt and
+generator in this code.
 
 The attack (the strongest the code allows a follower, as the threat model demands):
 1. Noisy label from the gradient: for BCE the cut gradient is (p - y~) * J, so within a step the

@@ -1,5 +1,6 @@
-"""The follower's full-view attack on a K-class label: its recorded gradients plus every public seed,
-salt and generator in this code, replayed against k-ary randomized response.
+"""The follower's full-view attack on a K-class label, replayed against k-ary randomized response.
+
+Its view: its recorded gradients plus every public seed, salt and generator in this code.
 
 1. Noisy class from the gradient: the oracle direction attack of privacy/attacks/gradient_multiclass.py (the
    attacker is even granted the true class means of the gradients).

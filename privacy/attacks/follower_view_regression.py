@@ -1,5 +1,7 @@
-"""What a curious follower recovers of real-valued labels with its full view: every cut gradient it received, its
-config and seed, the sample ids, eps and the clip (not secrets), and every public seed and salt in this code.
+"""What a curious follower recovers of real-valued labels with its full view.
+
+Its full view: every cut gradient it received, its config and seed, the sample ids, eps and the clip (not secrets), and
+every public seed and salt in this code.
 
 The attack (regression counterpart of privacy/attacks/follower_view.py):
 1. Noisy label from the gradient: with squared loss and a linear top, a row's cut gradient is

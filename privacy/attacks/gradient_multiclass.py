@@ -1,5 +1,6 @@
-"""Label-leakage attacks on the gradients a follower receives for a K-class cut, scored as accuracy
-against the true classes.
+"""Label-leakage attacks on the gradients a follower receives for a K-class cut.
+
+Each is scored as accuracy against the true classes.
 
 With a softmax top, a follower's gradient of sample i is g_i = W_f^T (softmax(z_i) - e_{y~_i}) / B, so its
 direction points (mostly) at the column of its training label y~_i: the K-class form of the direction

@@ -1,6 +1,7 @@
-"""NbAFL: noising before model aggregation (Wei et al. 2020, "Federated Learning With Differential
-Privacy: Algorithms and Performance Analysis", IEEE TIFS; Theorems 1 and 2), with the noise scales
-of FederatedScope's wrap_nbafl_trainer / wrap_nbafl_server:
+"""NbAFL: noising before model aggregation.
+
+After Wei et al. 2020 ("Federated Learning With Differential Privacy: Algorithms and Performance Analysis", IEEE TIFS;
+Theorems 1 and 2), with the noise scales of FederatedScope's wrap_nbafl_trainer / wrap_nbafl_server:
 
   clients clip their weights to norm w_clip and add N(0, scale_u^2) before uploading, with
       scale_u = w_clip * T * 2 * constant / (n_train * eps)       (T rounds, n_train local samples)

@@ -1,6 +1,7 @@
-"""Pairwise-mask secure aggregation (PW_ENCRYPT), after Bonawitz et al. 2017 ("Practical Secure
-Aggregation for Privacy-Preserving Machine Learning", the masking layer of Sec. 4, without its
-Shamir-based dropout recovery).
+"""Pairwise-mask secure aggregation (PW_ENCRYPT).
+
+After Bonawitz et al. 2017 ("Practical Secure Aggregation for Privacy-Preserving Machine Learning", the masking layer of
+Sec. 4, without its Shamir-based dropout recovery).
 
 Every pair of clients (u, v) agrees on a key with X25519 and derives a 256-bit PRG seed with
 HKDF-SHA256 (RFC 5869) bound to the round; client u adds +mask_uv when u < v and -mask_uv otherwise.

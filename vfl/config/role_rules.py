@@ -1,5 +1,7 @@
-"""Cross-key config rules: the checks that depend on a party's role or on two keys at once (vfl/config/schema.py
-checks each key alone and calls `role_problems` with the raw document)."""
+"""Cross-key config rules: the checks that depend on a party's role or on two keys at once.
+
+vfl/config/schema.py checks each key alone and calls `role_problems` with the raw document.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""What a shard's manifest.json records: the party's columns, rows and id digests, the split rule and transforms,
-the label task, the Bayes-optimal test figures of synthetic data, and which of these a feature party may hold.
+"""What a shard's manifest.json records, and which of it a feature party may hold.
+
+It records the party's columns, rows and id digests, the split rule and transforms, the label task, and the
+Bayes-optimal test figures of synthetic data.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""Raw data -> memory-mappable party shards: each party prepares its own raw file, alone (prepare_party);
-the local simulation splits one combined file into per-party files first (prepare).
+"""Raw data -> memory-mappable party shards.
+
+Each party prepares its own raw file, alone (prepare_party); the local simulation splits one combined file into
+per-party files first (prepare).
 
 Layout of one party's shard directory (written atomically: built in a temporary sibling, renamed):
 

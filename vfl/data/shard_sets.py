@@ -1,5 +1,6 @@
-"""Several raw files of one party (Criteo's day files, .gz included) prepared in parallel, one shard set per file,
-and read back as one dataset.
+"""Several raw files of one party prepared in parallel, one shard set per file, read back as one dataset.
+
+Criteo's day files, for one, .gz included.
 
 `python -m vfl.data prepare --party P --input day_0.gz day_1.gz ... --workers K` writes OUT/P/parts/part-NNNNN
 (each a complete shard of one file, prepared by its own process) and OUT/P/manifest.json listing the parts.

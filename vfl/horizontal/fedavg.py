@@ -1,6 +1,7 @@
-"""FedAvg over K simulated clients (row partitions of Criteo-format data) in one process, with each
-privacy mechanism applied where a real deployment applies it: on the client before upload, or on
-the server around aggregation.
+"""FedAvg over K simulated clients in one process, each privacy mechanism where a deployment applies it.
+
+The clients are row partitions of Criteo-format data; a mechanism is applied on the client before upload, or on the
+server around aggregation.
 
 Model: logistic regression over hashed categoricals (one weight per field bucket), dense values
 and their missing flags; parameters flattened to one vector of dimension d = 1 + 26 + 26 * buckets.

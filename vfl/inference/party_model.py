@@ -1,5 +1,7 @@
-"""A trained party's model for export and online scoring: its checkpoint loaded as batch prediction loads it, the
-leader's scoring head, and its prepared table indexed by sample id (online scoring looks rows up there).
+"""A trained party's model for export and online scoring, loaded as batch prediction loads it.
+
+Its checkpoint, the leader's scoring head, and its prepared table indexed by sample id (online scoring looks rows up
+there).
 
 The checkpoint is `<output.dir>/checkpoints/<party>_final.pt`, which holds the step that model selection chose
 (vfl/training/selection.py restores it before the final save). Inference runs in float32 and eval mode.

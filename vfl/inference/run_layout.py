@@ -1,5 +1,6 @@
-"""What `--run RUN` finds for predict, export and serve: the run's shard, keys and checkpoints, and the real fix when
-data.path is wrong.
+"""What `--run RUN` finds for predict, export and serve: the run's shard, keys and checkpoints.
+
+When data.path is wrong, the errors name the real fix.
 
 A local run (`scripts/run_table_local.sh --out RUN`, `scripts/run_vfl_train_local.sh --out RUN`) writes
 RUN/shards/<party> (each party's prepared shard), RUN/keys (the key pairs), RUN/checkpoints/<party>_final.pt (the

@@ -1,5 +1,6 @@
-"""Model registry: bottoms and tops by config name (or a user's module by import path), with seeded, per-party
-initialisation.
+"""Model registry: bottoms and tops by config name, with seeded, per-party initialisation.
+
+A user's module is found by its import path.
 
 Each built-in is registered with its options model (vfl/config/model_options.py, which the config validates) and a
 builder; `build_bottom` builds from the party's InputSchema (its fitted columns), never from Criteo positions.

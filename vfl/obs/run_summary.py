@@ -1,5 +1,7 @@
-"""What a launch script prints when its parties are done: each party's warnings, PSI line and label-DP lines, then
-the run's label-DP summary from metrics.json, so that the console shows what matters, not only the metric.
+"""What a launch script prints when its parties are done.
+
+Each party's warnings, PSI line and label-DP lines, then the run's label-DP summary from metrics.json, so that the
+console shows what matters, not only the metric.
 
     python -m vfl.obs.run_summary OUT PARTY ...   (reads OUT/<party>.log, the last run in it, and OUT/metrics.json)
 """

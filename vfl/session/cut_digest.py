@@ -1,5 +1,6 @@
-"""The keyed digests that name ids on the wire: HELLO's per-split `id_digest`, FORWARD's batch digest, EVAL's and
-PREDICT_ROWS' range digest.
+"""The keyed digests that name ids on the wire.
+
+HELLO's per-split `id_digest`, FORWARD's batch digest, EVAL's and PREDICT_ROWS' range digest.
 
 A follower sends the cut of rows only when the leader's request names the digest of exactly the ids of those rows,
 as the follower holds them; a leader that made the follower accept ids it does not hold (a forged PSI match) cannot

@@ -1,5 +1,6 @@
-"""The epoch/step schedule shared by split training and the centralized reference: order, logs,
-evaluation cadence, early stopping on the validation split, best-step restore, history.
+"""The epoch/step schedule shared by split training and the centralized reference.
+
+Order, logs, evaluation cadence, early stopping on the validation split, best-step restore, history.
 
 Selection reads only the validation labels the loop is given (randomized under label DP) through
 `privacy.label.noisy_metrics`; the test split is evaluated for the record and never chooses anything.

@@ -1,5 +1,8 @@
-"""Does the run fit the table? Warnings with the numbers when the batch is larger than the training split or the
-run has too few steps to learn (the example YAMLs' batch of 1024 gave 3 steps on a 453-row table, with no word)."""
+"""Does the run fit the table? Warnings with the numbers when it does not.
+
+They come when the batch is larger than the training split or the run has too few steps to learn (the example YAMLs'
+batch of 1024 gave 3 steps on a 453-row table, with no word).
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""One end of a CurveZMQ channel, what the leader's ROUTER and a follower's DEALER share (channel.py): the socket's
-options, per-peer sequence numbers, the run id, the message size limit, a deadline on every receive, and the loss of
-an authenticated party's own connection (from the socket's monitor events), with the errors that report them.
+"""One end of a CurveZMQ channel: what the leader's ROUTER and a follower's DEALER share (channel.py).
+
+The socket's options, per-peer sequence numbers, the run id, the message size limit, a deadline on every receive, and
+the loss of an authenticated party's own connection (from the socket's monitor events), with the errors that report
+them.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
-"""The leader's side of the PSI (vfl/align/psi/protocol.py describes the exchange): every follower in turn, or its
-reused agreement (vfl/align/psi/reuse.py), then the intersection over all followers, named to each. With each
-follower the chunks stream: up to PSI_WINDOW requests are out before the first reply returns."""
+"""The leader's side of the PSI: every follower in turn, then the intersection over all, named to each.
+
+vfl/align/psi/protocol.py describes the exchange. A follower's PSI may be its reused agreement (vfl/align/psi/reuse.py).
+With each follower the chunks stream: up to PSI_WINDOW requests are out before the first reply returns.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""The Criteo preset: the raw Criteo format's column names (label, I1-I13 integer, C1-C26 hex) and the default
-assignment of its columns to the leader and follower0 (MindSpore Federated's splitnn_criteo)."""
+"""The Criteo preset: the raw Criteo format's column names and their default parties.
+
+The columns: label, I1-I13 integer, C1-C26 hex; the default assignment of its columns to the leader and follower0 is
+MindSpore Federated's splitnn_criteo.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""ONNX as an inference engine: a torch module exported (torch.onnx, opset 18), and onnxruntime in its place where
-it gives the same outputs.
+"""ONNX as an inference engine: a torch module exported, and onnxruntime in its place.
+
+The module is exported by torch.onnx (opset 18); onnxruntime runs in its place where it gives the same outputs.
 
 Export (export.py) writes these graphs to files; online scoring runs them in memory (`fast_forward`): on the
 example Wide&Deep one onnxruntime call takes 79 us for one row where torch eager takes 280 us (2.6 vs 3.4 ms for

@@ -1,5 +1,7 @@
-"""Batch prediction in this process, for the Python API (vfl/api.py: `Leader(...).predict(rows)`,
-`Follower(...).predict(rows)`, `simulate_predict(...)`), on the same code as `python -m leader|follower predict`.
+"""Batch prediction in this process, for the Python API, on the same code as the `predict` command.
+
+vfl/api.py: `Leader(...).predict(rows)`, `Follower(...).predict(rows)`, `simulate_predict(...)`; the command is
+`python -m leader|follower predict`.
 
     from vfl.api import simulate, simulate_predict
     simulate("leader.yaml", ["follower.yaml"], data="runs/nb/shards", out="runs/nb")

@@ -1,7 +1,9 @@
-"""One party's side of a batch prediction before it connects: its checkpoint (checked against its config and keys),
-its models (vfl/inference/trained_party.py: the bottom in eval mode; the leader's top), and its new rows through its
-frozen transforms; the leader's and a follower's predictors (vfl/inference/predict/leader.py, predict_follower.py)
-both start from it."""
+"""One party's side of a batch prediction before it connects: its checkpoint, models and new rows.
+
+Its checkpoint is checked against its config and keys; its models are vfl/inference/trained_party.py's (the bottom in
+eval mode; the leader's top); its new rows go through its frozen transforms. The leader's and a follower's predictors
+(vfl/inference/predict/leader.py, follower.py) both start from it.
+"""
 
 from __future__ import annotations
 

@@ -128,10 +128,12 @@ def serve_main(argv: list[str] | None, role: str) -> int:
 
 
 def _follower_body(cfg, args, log, state: dict) -> None:
+    from vfl.cli import party_keys
     from vfl.inference.serve.follower import ServeLimits, serve_follower
 
     limits = ServeLimits(args.max_rows, args.rows_per_s, args.id_log_mb)
-    serve_follower(cfg, limits, args.checkpoint, log, state, args.engine, args.new_rows)
+    limits.check()  # a bad limit is refused before the keys are read
+    serve_follower(cfg, party_keys(cfg), limits, args.checkpoint, log, state, args.engine, args.new_rows)
 
 
 def _leader_body(cfg, args, log, state: dict) -> None:

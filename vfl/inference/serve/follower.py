@@ -177,12 +177,11 @@ class FollowerServer:
 
 
 def serve_follower(
-    cfg, limits: ServeLimits, checkpoint: str | None, log, state: dict, engine: str = "onnx", new_rows=None
+    cfg, keys, limits: ServeLimits, checkpoint: str | None, log, state: dict, engine: str = "onnx", new_rows=None
 ) -> None:
-    """Load the model and the table (and the new rows of `new_rows`, a file or directory), connect, greet, and
-    answer the leader until it says goodbye or is lost."""
+    """Load the model and the table (and the new rows of `new_rows`, a file or directory), connect with this party's
+    CurveZMQ `keys` (vfl.cli.party_keys), greet, and answer the leader until it says goodbye or is lost."""
     from vfl.align.handshake import new_nonce
-    from vfl.cli import party_keys
     from vfl.data.shards import PartyShard
     from vfl.inference.export.onnx_engine import fast_forward
     from vfl.inference.fingerprint import pair_fingerprint
@@ -194,7 +193,6 @@ def serve_follower(
     from vfl.wire.frames import MAX_HEADER_BYTES
 
     limits.check()
-    keys = party_keys(cfg)
     set_threads(cfg.train.threads or 1, 1)
     shard = PartyShard(cfg.data.path)
     if shard.has_labels:

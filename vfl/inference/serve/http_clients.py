@@ -1,6 +1,7 @@
-"""Who may hold the leader's HTTP endpoint, and for how long: connection slots (in all and per client address), each
-request's whole read deadline and byte budget, each answer's write deadline, and which connection a newcomer
-displaces when slots are full.
+"""Who may hold the leader's HTTP endpoint, and for how long.
+
+Connection slots (in all and per client address), each request's whole read deadline and byte budget, each answer's
+write deadline, and which connection a newcomer displaces when slots are full.
 
 A connection is *reading* from its accept (or from the end of its previous answer) until its request, headers and
 body, has arrived; then it is *working* (being scored) until its answer is ready; then *writing* while the client has

@@ -1,5 +1,7 @@
-"""New customers in online scoring: a party's rows of ids it has not prepared, read from a file or a directory of
-files it names (`serve --new-rows PATH`), through its frozen training-time transforms, reloaded when they change.
+"""New customers in online scoring: a party's rows of ids it has not prepared.
+
+They are read from a file or a directory of files it names (`serve --new-rows PATH`), through its frozen training-time
+transforms, and reloaded when they change.
 
 Each file (CSV, TSV, .gz or Parquet with the party's training columns; a label column is ignored) goes through
 vfl/inference/new_rows.NewRows, the very path batch prediction takes: the transforms training fitted, nothing refitted
