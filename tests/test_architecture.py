@@ -33,7 +33,14 @@ RULES = (
     ),
     (
         "vfl.data",
-        ("privacy.label", "privacy.federated", "privacy.attacks"),
+        (
+            "privacy.label",
+            "privacy.federated",
+            "privacy.attacks",
+            "privacy.domains",
+            "privacy.embedding_dp",
+            "privacy.dp_accountant",
+        ),
         "data uses only the public hashes (privacy.public_hash) and field types, never a mechanism",
     ),
     (

@@ -21,7 +21,7 @@ a probability (binary), K class probabilities (multiclass) or the value in the l
 
 Why the standard library: the endpoint is local to the leader (a serving stack, or a process beside it, calls it),
 requests are small JSON documents, and the scoring itself runs in one worker thread that owns the ZeroMQ socket
-(serve_leader.py), so an HTTP framework's event loop would buy no throughput; `ThreadingHTTPServer` with HTTP/1.1
+(leader.py), so an HTTP framework's event loop would buy no throughput; `ThreadingHTTPServer` with HTTP/1.1
 keep-alive (one thread per client connection) needs no dependency and no code of ours for the protocol.
 """
 

@@ -203,7 +203,7 @@ class ScoringWorker:
             self.log.file_only(traceback.format_exc())
 
     def _post(self, f: str, message) -> None:
-        """Send f a message (serve_followers.FollowerLinks.post: a connection that is gone marks f down)."""
+        """Send f a message (follower_links.FollowerLinks.post: a connection that is gone marks f down)."""
         self.links.post(f, message)
 
     def _score(self, batch: list[ScoreRequest]) -> None:

@@ -4,10 +4,10 @@ They are read from a file or a directory of files it names (`serve --new-rows PA
 transforms, and reloaded when they change.
 
 Each file (CSV, TSV, .gz or Parquet with the party's training columns; a label column is ignored) goes through
-vfl/inference/new_rows.NewRows, the very path batch prediction takes: the transforms training fitted, nothing refitted
-(an unseen category gets the out-of-vocabulary id, a missing number its missing flag). A directory is every such file
-directly in it. An id is looked up in the party's prepared table first and in the new rows only when it is not there:
-a prepared id keeps the row the model was trained and evaluated on.
+vfl/inference/predict/new_rows.NewRows, the very path batch prediction takes: the transforms training fitted, nothing
+refitted (an unseen category gets the out-of-vocabulary id, a missing number its missing flag). A directory is every
+such file directly in it. An id is looked up in the party's prepared table first and in the new rows only when it is not
+there: a prepared id keeps the row the model was trained and evaluated on.
 
 A background thread checks the files' names, sizes and modification times every `poll_s` seconds; on a change it
 loads them all into a new table and swaps it in whole, so a request never sees half a load and never waits for one.
