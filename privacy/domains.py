@@ -13,9 +13,9 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo
 
-from privacy.field_types import domain_error, field_error, suggest, yaml12_number
+from privacy.field_types import field_error, yaml12_number
 
-__all__ = [  # domain_error and suggest: the label mechanisms read them from here
+__all__ = [
     "DEFAULT_LABEL_DP_BUDGET",
     "LABEL_EPS_DOMAIN",
     "LABEL_EPS_MAX",
@@ -23,10 +23,8 @@ __all__ = [  # domain_error and suggest: the label mechanisms read them from her
     "PRIOR_EPS_FRACTION",
     "LabelEps",
     "Params",
-    "domain_error",
     "eps_split_problem",
     "label_eps_error",
-    "suggest",
 ]
 
 # the most eps any sample id of a labelled dataset may spend over every release of it (training's

@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 import numbers
 
-from privacy.domains import DEFAULT_LABEL_DP_BUDGET, domain_error
+from privacy.domains import DEFAULT_LABEL_DP_BUDGET
+from privacy.field_types import domain_error
 from privacy.label.secret_files import LabelDPStoreError
 
 

@@ -42,7 +42,8 @@ import os
 
 import numpy as np
 
-from privacy.domains import PRIOR_EPS_FRACTION, domain_error, eps_split_problem, suggest
+from privacy.domains import PRIOR_EPS_FRACTION, eps_split_problem
+from privacy.field_types import domain_error, suggest
 from privacy.label.budget import DEFAULT_BUDGET_ARG, budget_problem, over_budget
 from privacy.label.label_dp import (
     KeyedLabels,
