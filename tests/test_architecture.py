@@ -63,18 +63,8 @@ KNOWN_DUPLICATES = {
     "criteo": {"vfl/data/presets/criteo.py", "vfl/data/synth/criteo.py"},
     "keys": {"vfl/keys.py", "vfl/wire/keys.py"},
 }
-# modules whose docstring's summary still runs over one line (areas under edit when the rule came in): shrink only
-LONG_SUMMARIES = {
-    "privacy/label/__init__.py",
-    "privacy/label/budget.py",
-    "privacy/label/ledger_math.py",
-    "privacy/label/release_draws.py",
-    "privacy/label/release_names.py",
-    "privacy/label/rr_prior.py",
-    "vfl/config/label_dp_rules.py",
-    "vfl/labeldp/losses.py",
-    "vfl/labeldp/prior.py",
-}
+# modules whose docstring's summary still runs over one line: none (shrink only)
+LONG_SUMMARIES: set[str] = set()
 
 
 def module_name(path: pathlib.Path) -> str:

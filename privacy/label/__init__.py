@@ -1,2 +1,3 @@
-"""Label DP: randomized response (binary, k-ary), RRWithPrior, the leader's keyed PRF, the key-and-ledger store,
-the once-per-release draws, debiased validation metrics, and the LabelDP API."""
+"""Label DP: randomized response, RRWithPrior, the keyed PRF, the key-and-ledger store and the LabelDP API.
+
+It also holds the once-per-release draws and the debiased validation metrics."""

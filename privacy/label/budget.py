@@ -1,5 +1,6 @@
-"""A labelled dataset's eps budget: the standalone APIs' default and domain, and the one-line refusals of a release
-that would spend over it (training and the standalone LabelDP / RegressionLabelDP alike)."""
+"""A labelled dataset's eps budget: its default and domain, and the refusal of a release that would spend over it.
+
+The refusals are one line each, for training and the standalone LabelDP / RegressionLabelDP alike."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""The ledger's arithmetic: keyed hashes of sample ids, their bottom-k sketches, exact overlap tests, the migration of
-older ledgers, and the composition of releases.
+"""The ledger's arithmetic: keyed id hashes, bottom-k sketches, overlap tests, migration and composition.
+
+Keyed hashes of sample ids, their bottom-k sketches, exact overlap tests, the migration of older ledgers, and the
+composition of releases.
 
 Pure functions. A dataset's ids are held as the sorted set of their 64-bit hashes keyed by the ledger secret (never
 the label key, which rotations replace: privacy/label/store.py). Its sketch is the k smallest of them (Broder 1997,

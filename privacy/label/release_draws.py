@@ -1,5 +1,6 @@
-"""Label DP for a labelled dataset: each label randomized once per release with the leader's secret
-PRF (the losses that train on noisy labels are in vfl/labeldp/losses.py).
+"""Label DP for a labelled dataset: each label randomized once per release with the leader's secret PRF.
+
+The losses that train on noisy labels are in vfl/labeldp/losses.py.
 
 MindSpore Federated and SecretFlow re-randomize labels every batch of every epoch, so a run of E
 epochs spends E x eps (sequential composition) without saying so, and SecretFlow's flips can be

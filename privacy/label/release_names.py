@@ -1,5 +1,7 @@
-"""The public names of the label-DP ledger: a labelled dataset's id, its label set's keyed digest, a key's
-fingerprint, a release's id, and where the leader's store lives by default. Each is a digest of the leader's own
+"""The public names of the label-DP ledger, none of which reveals the key or a label.
+
+A labelled dataset's id, its label set's keyed digest, a key's fingerprint, a release's id, and where the leader's
+store lives by default. Each is a digest of the leader's own
 inputs (a source file's sha256 and its label column's encoding, a key's bytes through a one-way hash, a mechanism and
 its parameters) or, for the label set, an HMAC under the leader's key: naming a release never reveals the key or a
 label.

@@ -1,5 +1,6 @@
-"""RRWithPrior (Ghazi, Golowich, Kumar, Manurangsi, Zhang 2021, "Deep Learning with Label
-Differential Privacy", Algorithm 2): randomized response restricted to the prior's top-k classes.
+"""RRWithPrior: randomized response restricted to the prior's top-k classes.
+
+Ghazi, Golowich, Kumar, Manurangsi, Zhang 2021, "Deep Learning with Label Differential Privacy", Algorithm 2.
 
 For each example with prior p over K classes (sorted descending, p_(1) >= ... >= p_(K)):
     w_k = e^eps / (e^eps + k - 1) * sum_{j <= k} p_(j),   k = 1..K            (Alg. 2, line 2)

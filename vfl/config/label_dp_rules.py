@@ -1,5 +1,6 @@
-"""The label-DP rules of a leader's config that pydantic's types cannot say: which mechanisms suit `train.task`, and
-what a real-valued label's mechanism needs (a stated clip, a grid, a prior). Read by vfl/config/schema.py on the raw
+"""The label-DP rules of a leader's config that pydantic's types cannot say.
+
+Which mechanisms suit `train.task`, and what a real-valued label's mechanism needs (a stated clip, a grid, a prior). Read by vfl/config/schema.py on the raw
 document, so every problem is reported with the others, each in one line naming the allowed values."""
 
 from __future__ import annotations

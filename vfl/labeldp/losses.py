@@ -1,5 +1,6 @@
-"""Losses that train on labels randomized by label DP: forward correction (Patrini et al. 2017) and ALIBI-style
-posterior soft labels (Malek et al. 2021), binary and over K classes. They read only the noisy labels and the
+"""Losses that train on labels randomized by label DP: forward correction and ALIBI-style posterior soft labels.
+
+Forward correction (Patrini et al. 2017) and posterior soft labels (Malek et al. 2021), binary and over K classes. They read only the noisy labels and the
 mechanism's public channel (flip probability or k-ary transition), so training on them is post-processing."""
 
 from __future__ import annotations

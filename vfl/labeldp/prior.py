@@ -1,5 +1,6 @@
-"""LP-2ST stage one (Ghazi et al. 2021, "Deep Learning with Label Differential Privacy", Algorithm 3): the prior
-model whose predictions on the training rows are the priors of RRWithPrior (Alg. 2) on the stage-two rows.
+"""LP-2ST stage one: the prior model whose predictions are RRWithPrior's priors on the stage-two rows.
+
+Ghazi et al. 2021, "Deep Learning with Label Differential Privacy", Algorithm 3 (the priors feed Alg. 2).
 
 Two forms:
 * binary labels: a model of the leader's own columns (`leader_prior_fn`), trained on the stage-one noisy labels with
