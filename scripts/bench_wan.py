@@ -5,10 +5,14 @@ AUC, and the three bounds beside it (compute alone = the loopback cell, bandwidt
 batches: vfl/netlink/bounds.py). Schedules and codecs are config overrides (`train.staleness=K`,
 `network.compression.embedding|gradient=...`); a cell whose key this tree's config does not know is skipped with a
 one-line note. PSI is run and timed in each link's first cell; the link's other cells reuse its result
-(`data.psi_reuse`), since PSI depends on the link only. Prints the machine and the load; --json writes every cell.
+(`data.psi_reuse`), since PSI depends on the link only. `--dataset flights` runs examples/flights' three parties
+instead (the airline leads; the weather and aircraft followers each reach it through a relay of their own), and
+`--set KEY=VALUE` changes a config key in every cell (the wide cut: cut_dim 32 with an MLP top). Prints the machine
+and the load; --json writes every cell.
 
     bash scripts/bench_wan.sh [--quick] [--rows N] [--epochs N] [--links loopback,40ms] [--schedules sync,1,2,4,8]
-        [--compression none,fp16,int8,int8+topk] [--seeds N] [--jitter-ms J] [--set KEY=VALUE ...] [--json OUT.json]
+        [--compression none,fp16,int8,int8+topk] [--seeds N] [--jitter-ms J] [--set KEY=VALUE ...]
+        [--dataset criteo|flights] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -46,6 +50,15 @@ COMPRESSION = {
 }
 LEADER_YAML = os.path.join(REPO, "examples", "wide_deep_criteo", "leader.yaml")
 FOLLOWER_YAML = os.path.join(REPO, "examples", "wide_deep_criteo", "follower.yaml")
+FLIGHTS = os.path.join(REPO, "examples", "flights")
+DATASETS = {  # name -> {party: (its YAML, role)}, the leader first
+    "criteo": {"leader": (LEADER_YAML, "leader"), "follower0": (FOLLOWER_YAML, "follower")},
+    "flights": {
+        "airline": (os.path.join(FLIGHTS, "airline.yaml"), "leader"),
+        "weather": (os.path.join(FLIGHTS, "weather.yaml"), "follower"),
+        "aircraft": (os.path.join(FLIGHTS, "aircraft.yaml"), "follower"),
+    },
+}
 QUICK = {"rows": 30_000, "links": "loopback,40ms", "schedules": "sync,4", "compression": "none,int8"}
 FULL = {
     "rows": 200_000,
@@ -73,29 +86,55 @@ def load_avg() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def prepare(py: str, rows: int, work: str) -> str:
-    """The front door's data: synthetic Criteo-format rows, split into each party's raw file, each prepared alone
-    (vocabulary, min count 10)."""
-    data = os.path.join(REPO, "data", "synthetic", f"criteo_synth_{rows}.tsv")
-    if not (os.path.exists(data) and os.path.exists(data + ".truth.npy")):
-        say(f"== synthesizing {rows} rows -> {data}")
+def prepare(py: str, rows: int, work: str, dataset: str = "criteo") -> str:
+    """Each party's shard, prepared alone, and every party's keys. criteo: the front door's synthetic Criteo-format
+    rows split into each party's raw file (vocabulary min count 10); flights: examples/flights/make_parties.py's
+    files (the flights whose id falls in a public 1-in-N sample of `rows`, when fewer than all), each prepared by its
+    example config."""
+    shards = os.path.join(work, "shards")
+    if dataset == "flights":
+        _prepare_flights(py, rows, work, shards)
+    else:
+        data = os.path.join(REPO, "data", "synthetic", f"criteo_synth_{rows}.tsv")
+        if not (os.path.exists(data) and os.path.exists(data + ".truth.npy")):
+            say(f"== synthesizing {rows} rows -> {data}")
+            subprocess.run(
+                [py, "-m", "vfl.data", "synth", "--rows", str(rows), "--out", data, "--seed", "0"],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+        say(f"== each party prepares its own file of {rows} rows -> {shards}")
         subprocess.run(
-            [py, "-m", "vfl.data", "synth", "--rows", str(rows), "--out", data, "--seed", "0"],
+            [py, "-m", "vfl.data", "prepare", "--input", data, "--out", shards, "--vocab-min-count", "10", "--force"],
             check=True,
             stdout=subprocess.DEVNULL,
         )
-    shards = os.path.join(work, "shards")
-    say(f"== each party prepares its own file of {rows} rows -> {shards}")
-    subprocess.run(
-        [py, "-m", "vfl.data", "prepare", "--input", data, "--out", shards, "--vocab-min-count", "10", "--force"],
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
     keys = os.path.join(work, "keys")
-    for party in ("leader", "follower0"):  # an earlier bench's keys are kept (vfl.keys never overwrites a key)
+    for party in DATASETS[dataset]:  # an earlier bench's keys are kept (vfl.keys never overwrites a key)
         if not os.path.exists(os.path.join(keys, f"{party}.key")):
             subprocess.run([py, "-m", "vfl.keys", "new", party, "--dir", keys], check=True, stdout=subprocess.DEVNULL)
     return shards
+
+
+def _prepare_flights(py: str, rows: int, work: str, shards: str) -> None:
+    import importlib.util
+
+    import pandas as pd
+
+    spec = importlib.util.spec_from_file_location("make_parties", os.path.join(FLIGHTS, "make_parties.py"))
+    make_parties = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_parties)
+    files, keep = make_parties.main(os.path.join(work, "flights_raw")), None
+    for party, (config, _) in DATASETS["flights"].items():
+        table = pd.read_csv(files[party], dtype={"id": str})
+        if keep is None:  # the airline's ids: a fixed fraction by a public hash of the id
+            h = pd.util.hash_pandas_object(table["id"], index=False).to_numpy()
+            keep = set(table["id"][(h % 10_000) < min(1.0, rows / len(table)) * 10_000])
+        path = os.path.join(work, f"flights_{party}.csv")
+        table[table["id"].isin(keep)].to_csv(path, index=False)
+        say(f"== {party} prepares its own file ({len(keep)} sampled flights) -> {shards}")
+        cmd = [py, "-m", "vfl.data", "prepare", "--config", config, "--input", path, "--out", shards, "--force"]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=REPO)
 
 
 def pairs_for(overrides: dict[str, str], role: str) -> list[str]:
@@ -106,11 +145,11 @@ def pairs_for(overrides: dict[str, str], role: str) -> list[str]:
     return [f"{k}={v}" for k, v in overrides.items() if role_of(k) in ("all", role)]
 
 
-def unknown_keys(overrides: dict[str, str]) -> str | None:
-    """None when both parties' configs accept the overrides, else the config's first complaint (one line)."""
+def unknown_keys(overrides: dict[str, str], dataset: str = "criteo") -> str | None:
+    """None when every party's config accepts the overrides, else the config's first complaint (one line)."""
     from vfl.config.schema import ConfigError, dotted_overrides, load_config
 
-    for path, role in ((LEADER_YAML, "leader"), (FOLLOWER_YAML, "follower")):
+    for path, role in DATASETS[dataset].values():
         try:
             load_config(path, dotted_overrides(pairs_for(overrides, role)))
         except ConfigError as e:
@@ -119,44 +158,35 @@ def unknown_keys(overrides: dict[str, str]) -> str | None:
     return None
 
 
-def run_cell(py: str, work: str, shards: str, tag: str, spec: LinkSpec | None, overrides: dict, timeout_s: float):
-    """One training run; (the leader's metrics, relay bytes up/down, wall seconds) or raises RuntimeError."""
+def run_cell(
+    py: str,
+    work: str,
+    shards: str,
+    tag: str,
+    spec: LinkSpec | None,
+    overrides: dict,
+    timeout_s: float,
+    dataset: str = "criteo",
+):
+    """One training run, each follower through a relay of its own; (the leader's metrics, relay bytes up/down summed
+    over the followers, wall seconds) or raises RuntimeError."""
     from vfl.ports import free_port
 
     port = free_port()
     out = os.path.join(work, tag)
     keys = os.path.join(work, "keys")
-    relay = Relay(("127.0.0.1", port), spec).start() if spec is not None else None
-    connect = relay.endpoint if relay else f"tcp://127.0.0.1:{port}"
+    parties = DATASETS[dataset]
+    relays = [Relay(("127.0.0.1", port), spec).start() for _ in parties] if spec is not None else []
     common = ["--out", out, "--keys", keys, "-q"]
-    cmds = {
-        "leader": [
-            py,
-            "-m",
-            "leader",
-            "--config",
-            LEADER_YAML,
-            "--bind",
-            f"tcp://127.0.0.1:{port}",
-            "--data",
-            f"{shards}/leader",
-            *common,
-            *pairs_for(overrides, "leader"),
-        ],
-        "follower0": [
-            py,
-            "-m",
-            "follower",
-            "--config",
-            FOLLOWER_YAML,
-            "--connect",
-            connect,
-            "--data",
-            f"{shards}/follower0",
-            *common,
-            *pairs_for(overrides, "follower"),
-        ],
-    }
+    cmds = {}
+    for i, (party, (config, role)) in enumerate(parties.items()):
+        if role == "leader":
+            where = ["--bind", f"tcp://127.0.0.1:{port}"]
+        else:
+            where = ["--connect", relays[i].endpoint if relays else f"tcp://127.0.0.1:{port}"]
+        module = "leader" if role == "leader" else "follower"
+        cmds[party] = [py, "-m", module, "--config", config, *where, "--data", f"{shards}/{party}", *common]
+        cmds[party] += pairs_for(overrides, role)
     os.makedirs(out, exist_ok=True)
     logs = {p: open(os.path.join(out, f"{p}.console"), "w") for p in cmds}
     t0 = time.monotonic()
@@ -175,13 +205,14 @@ def run_cell(py: str, work: str, shards: str, tag: str, spec: LinkSpec | None, o
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        if relay:
+        for relay in relays:
             relay.close()
         for f in logs.values():
             f.close()
     wall = time.monotonic() - t0
     metrics = json.load(open(os.path.join(out, "metrics.json")))
-    return metrics, (relay.bytes_up, relay.bytes_down) if relay else None, wall
+    moved = (sum(r.bytes_up for r in relays), sum(r.bytes_down for r in relays)) if relays else None
+    return metrics, moved, wall
 
 
 def cell_figures(metrics: dict, relay_bytes, wall: float) -> dict:
@@ -262,6 +293,13 @@ def main(argv=None) -> int:
     ap.add_argument("--work", default=None, help="keep the shards and runs here (default: runs/bench_wan)")
     ap.add_argument("--json", default=None, help="write every cell here")
     ap.add_argument(
+        "--dataset",
+        choices=tuple(DATASETS),
+        default="criteo",
+        help="criteo: the front door's two parties on synthetic rows; flights: examples/flights' three parties, each "
+        "follower through a relay of its own (--rows samples that many flights)",
+    )
+    ap.add_argument(
         "--set",
         dest="sets",
         action="append",
@@ -296,7 +334,7 @@ def main(argv=None) -> int:
     machine = {"cpu": cpu_model(), "cores": os.cpu_count(), "load_before": load_avg()}
     say(f"== {command}")
     say(f"== machine: {machine['cpu']}, {machine['cores']} cores, load {machine['load_before']}")
-    shards = prepare(py, rows, work)
+    shards = prepare(py, rows, work, args.dataset)
     batch = 1024  # the front door's train.batch_size
     cells, skipped, compute = [], [], {}
     grid = [(lk, s, c) for lk in picks["links"] for s in picks["schedules"] for c in picks["compression"]]
@@ -304,12 +342,12 @@ def main(argv=None) -> int:
         # PSI depends on the link only: its first cell runs (and times) it from no cache, and the cache it writes
         # serves the link's other cells
         if all(g[0] != lk for g in grid[: i - 1]):
-            for party in ("leader", "follower0"):
+            for party in DATASETS[args.dataset]:
                 shutil.rmtree(os.path.join(shards, party, "psi_cache"), ignore_errors=True)
         overrides = {"train.epochs": str(args.epochs), "data.psi_reuse": "true", **extra, **COMPRESSION[c]}
         if SCHEDULES[s]:
             overrides["train.staleness"] = str(SCHEDULES[s])
-        why = unknown_keys(overrides)
+        why = unknown_keys(overrides, args.dataset)
         if why:
             note = f"[{i}/{len(grid)}] skipped {lk} / {s} / {c}: this tree's config refuses it ({why})"
             say(note)
@@ -326,7 +364,7 @@ def main(argv=None) -> int:
             )
             try:
                 metrics, relay_bytes, wall = run_cell(
-                    py, work, shards, tag, spec, {**overrides, "train.seed": str(seed)}, args.timeout_s
+                    py, work, shards, tag, spec, {**overrides, "train.seed": str(seed)}, args.timeout_s, args.dataset
                 )
             except RuntimeError as e:
                 say(f"    failed: {e}")
@@ -377,7 +415,7 @@ def main(argv=None) -> int:
         )
     say(
         f"machine: {machine['cpu']}, {machine['cores']} cores; load {machine['load_before']} -> "
-        f"{machine['load_after']}; {rows} rows, {args.epochs} epoch(s); command: {command}"
+        f"{machine['load_after']}; {args.dataset}, {rows} rows, {args.epochs} epoch(s); command: {command}"
     )
     for s in skipped:
         say(f"skipped: {s['link']} / {s['schedule']} / {s['compression']}: {s['why']}")
@@ -387,6 +425,7 @@ def main(argv=None) -> int:
                 {
                     "command": command,
                     "machine": machine,
+                    "dataset": args.dataset,
                     "rows": rows,
                     "epochs": args.epochs,
                     "batch_size": batch,
