@@ -76,7 +76,7 @@ def body(cfg, log, state: dict) -> None:
     from vfl.config.schema import ConfigError
     from vfl.distributed.context import start_ranks
     from vfl.distributed.launch import rank_env
-    from vfl.session.link_probe import LinkCheckDone
+    from vfl.session.link_probe import LinkCheckDone, follower_link_check
     from vfl.training.party import BottomParty, resolve_device, set_threads
     from vfl.training.precision import warn_if_emulated
     from vfl.training.table_defaults import size_table_run
@@ -97,9 +97,12 @@ def body(cfg, log, state: dict) -> None:
     warn_if_emulated(cfg.train.precision, party.device, log)
     trainer = FollowerTrainer(cfg, channel, party, log, cfg.output.dir, ctx=ctx)
     try:
-        welcome = trainer.handshake()
-    except LinkCheckDone as done:
-        log(f"follower {cfg.party}: {done}")
+        welcome, done = trainer.handshake(), None
+    except LinkCheckDone as e:
+        welcome, done = None, e
+    line = follower_link_check(done, state.get("check_link", False), cfg.party)  # a mismatch: PeerAbort
+    if done is not None:
+        log(line)
         ctx.close()
         return
     log(f"follower {cfg.party}: joined run {channel.run} ({welcome.epochs} epochs x {welcome.steps_per_epoch} steps)")

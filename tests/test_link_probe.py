@@ -13,8 +13,18 @@ import pytest
 
 from tests.procs import free_port, party_keys
 from vfl.netlink.relay import LinkSpec, Relay
-from vfl.session.link_probe import LinkFigures, ProbeAnswerer, latency_note, measure
-from vfl.wire import FollowerChannel, LeaderChannel, WireError
+from vfl.session.link_probe import (
+    ECHO_BUDGET,
+    MAX_ECHOES,
+    PAD_BYTES,
+    LinkCheckDone,
+    LinkFigures,
+    ProbeAnswerer,
+    follower_link_check,
+    latency_note,
+    measure,
+)
+from vfl.wire import FollowerChannel, LeaderChannel, PeerAbort, WireError
 from vfl.wire.frames import Message
 from vfl.wire.keys import load_follower_keys, load_leader_keys
 from vfl.wire.link_messages import MAX_PROBE_BYTES, MAX_PROBES, LinkEcho, LinkProbe, LinkReport
@@ -73,18 +83,90 @@ def test_the_leader_times_the_round_trip_and_each_directions_bandwidth_through_a
     assert relay.bytes_down >= 2 << 20 and relay.bytes_up >= 2 << 20
 
 
-def test_a_follower_answers_at_most_max_probes_before_its_welcome(tmp_path):
-    # Prepare: a follower's answerer over a channel that only records what it posts
-    posted = []
-    answerer = ProbeAnswerer(type("Recorder", (), {"post": lambda self, m: posted.append(m)})())
-    probe = LinkProbe(0, 16, np.zeros(0, np.uint8))
-    # Execute: MAX_PROBES probes, then one more
-    for _ in range(MAX_PROBES):
+class _Recorder:
+    """A channel that records what is posted to it."""
+
+    def __init__(self):
+        self.posted = []
+
+    def post(self, *args):
+        self.posted.append(args[-1])
+
+
+NONCE = "0123456789abcdef" * 2
+
+
+def test_a_follower_echoes_at_most_max_echoes_probes_and_each_with_its_nonce():
+    # Prepare
+    ch = _Recorder()
+    answerer, probe = ProbeAnswerer(ch), LinkProbe(0, NONCE, 16, np.zeros(0, np.uint8))
+    # Execute: MAX_ECHOES probes, then one more
+    for _ in range(MAX_ECHOES):
         answerer(probe)
-    # Assert: each echoed with the bytes it asked for; the next one is a protocol error
-    assert len(posted) == MAX_PROBES and all(isinstance(m, LinkEcho) and m.pad.size == 16 for m in posted)
-    with pytest.raises(WireError, match=f"more than {MAX_PROBES} probes before the welcome"):
+    # Assert: each echoed with its nonce and the bytes it asked for; the next one is a protocol error
+    assert len(ch.posted) == MAX_ECHOES
+    assert all(isinstance(m, LinkEcho) and m.nonce == NONCE and m.pad.size == 16 for m in ch.posted)
+    with pytest.raises(WireError, match=f"more than {MAX_ECHOES} probes before the welcome"):
         answerer(probe)
+
+
+def test_a_leader_cannot_make_a_follower_a_traffic_source():
+    # Prepare: probes that ask for an echo over PAD_BYTES, or PAD_BYTES each past ECHO_BUDGET in all
+    big = LinkProbe(0, NONCE, PAD_BYTES + 1, np.zeros(0, np.uint8))
+    pad = LinkProbe(1, NONCE, PAD_BYTES, np.zeros(0, np.uint8))
+    budget, answerer = ProbeAnswerer(_Recorder()), ProbeAnswerer(_Recorder())
+    # Execute / Assert: the first refused at once; the second after ECHO_BUDGET / PAD_BYTES echoes
+    with pytest.raises(WireError, match=f"at most {PAD_BYTES} a probe and {ECHO_BUDGET} a greeting"):
+        answerer(big)
+    for _ in range(ECHO_BUDGET // PAD_BYTES):
+        budget(pad)
+    with pytest.raises(WireError, match=f"{ECHO_BUDGET + PAD_BYTES} in all"):
+        budget(pad)
+    assert len(budget.ch.posted) == ECHO_BUDGET // PAD_BYTES
+
+
+def test_a_third_report_before_the_welcome_is_a_protocol_error():
+    # Prepare
+    answerer, report = ProbeAnswerer(_Recorder()), LinkReport(40.0, 0)
+    # Execute / Assert
+    assert answerer(report) is False and answerer(report) is False
+    with pytest.raises(WireError, match="more than 2 before the welcome"):
+        answerer(report)
+
+
+class _EchoChannel:
+    """A leader's channel whose follower echoes each probe, with another nonce when `forge`."""
+
+    timeout_s = 5.0
+
+    def __init__(self, forge: bool):
+        self.forge, self.queue = forge, []
+
+    def post(self, peer, probe):
+        nonce = "f" * 32 if self.forge else probe.nonce
+        self.queue.append(LinkEcho(probe.probe, nonce, np.zeros(probe.echo_bytes, np.uint8)))
+
+    def expect(self, peer, cls, what=None):
+        return self.queue.pop(0)
+
+
+def test_an_echo_without_its_probes_nonce_is_refused_so_none_can_be_sent_ahead():
+    # Prepare / Execute / Assert: the honest echoes time; a follower answering ahead (another nonce) is refused
+    assert measure(_EchoChannel(forge=False), "f0", rounds=2).rtt_s >= 0
+    with pytest.raises(WireError, match="expected probe 0 with its nonce and 0 bytes, got probe 0 with another nonce"):
+        measure(_EchoChannel(forge=True), "f0", rounds=2)
+
+
+def test_a_follower_exits_0_on_the_check_only_when_it_was_started_for_it():
+    # Prepare
+    done = LinkCheckDone("link check only (--check-link): the followers were told, nothing was trained")
+    # Execute / Assert: both asked: a line to log; one side only: the session ended without what was started
+    assert follower_link_check(done, True, "f0").startswith("follower f0: link check only")
+    assert follower_link_check(None, False, "f0") == ""
+    with pytest.raises(PeerAbort, match="f0 was started to train, so nothing it was started for ran"):
+        follower_link_check(done, False, "f0")
+    with pytest.raises(PeerAbort, match="started with --check-link, but the leader started a run"):
+        follower_link_check(None, True, "f0")
 
 
 def _wire(message) -> Message:
@@ -95,11 +177,12 @@ def _wire(message) -> Message:
 @pytest.mark.parametrize(
     "meta, tensors, words",
     [
-        ({"probe": 0, "echo_bytes": MAX_PROBE_BYTES + 1}, [np.zeros(0, np.uint8)], "field 'echo_bytes'"),
-        ({"probe": MAX_PROBES, "echo_bytes": 0}, [np.zeros(0, np.uint8)], "field 'probe'"),
-        ({"probe": 0, "echo_bytes": 0}, [np.zeros(MAX_PROBE_BYTES + 1, np.uint8)], "at most"),
-        ({"probe": 0, "echo_bytes": 0}, [np.zeros(4, np.float32)], "tensor 'pad' must be uint8"),
-        ({"probe": 0, "echo_bytes": 0, "rtt": 1}, [np.zeros(0, np.uint8)], "unknown field 'rtt'"),
+        ({"probe": 0, "nonce": NONCE, "echo_bytes": MAX_PROBE_BYTES + 1}, [np.zeros(0, np.uint8)], "'echo_bytes'"),
+        ({"probe": MAX_PROBES, "nonce": NONCE, "echo_bytes": 0}, [np.zeros(0, np.uint8)], "field 'probe'"),
+        ({"probe": 0, "nonce": "x" * 32, "echo_bytes": 0}, [np.zeros(0, np.uint8)], "field 'nonce'"),
+        ({"probe": 0, "nonce": NONCE, "echo_bytes": 0}, [np.zeros(MAX_PROBE_BYTES + 1, np.uint8)], "at most"),
+        ({"probe": 0, "nonce": NONCE, "echo_bytes": 0}, [np.zeros(4, np.float32)], "tensor 'pad' must be uint8"),
+        ({"probe": 0, "nonce": NONCE, "echo_bytes": 0, "rtt": 1}, [np.zeros(0, np.uint8)], "unknown field 'rtt'"),
     ],
 )
 def test_a_malformed_probe_is_refused_naming_the_field(meta, tensors, words):
@@ -111,8 +194,8 @@ def test_a_malformed_probe_is_refused_naming_the_field(meta, tensors, words):
 def test_probe_echo_and_report_round_trip_through_their_wire_form():
     # Prepare
     messages = [
-        LinkProbe(3, 1024, np.zeros(7, np.uint8)),
-        LinkEcho(3, np.zeros(1024, np.uint8)),
+        LinkProbe(3, NONCE, 1024, np.zeros(7, np.uint8)),
+        LinkEcho(3, NONCE, np.zeros(1024, np.uint8)),
         LinkFigures(0.04, 12.5e6, None).report(final=True),
     ]
     # Execute / Assert

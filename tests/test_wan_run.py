@@ -74,7 +74,7 @@ def test_a_run_through_a_100_ms_jittery_link_completes_with_the_same_model(tmp_p
 
 
 def test_check_link_measures_the_link_prints_what_it_calls_for_and_both_parties_exit_0(tmp_path, shards_tiny, procs):
-    """`python -m leader --check-link` after PSI: the round trip and each direction's bandwidth through a 40 ms,
+    """`--check-link` on both parties, after PSI: the round trip and each direction's bandwidth through a 40 ms,
     40 Mbit/s link, what it calls for, and a clean stop of both parties with nothing trained."""
     # Prepare
     cfgs = party_configs(str(tmp_path), str(shards_tiny))
@@ -82,7 +82,7 @@ def test_check_link_measures_the_link_prints_what_it_calls_for_and_both_parties_
     with Relay(("127.0.0.1", port), LinkSpec(rtt_ms=40, bandwidth_mbit=40), seed=5) as relay:
         # Execute
         procs.start("leader", "leader", cfgs["leader"], "--check-link")
-        procs.start("follower0", "follower", cfgs["follower0"], f"network.connect={relay.endpoint}")
+        procs.start("follower0", "follower", cfgs["follower0"], "--check-link", f"network.connect={relay.endpoint}")
         results = {name: procs.wait(name, timeout=300) for name in ("leader", "follower0")}
     # Assert: both exit 0; the leader's figures are bounded by the link's; no model, no metrics
     for name, (code, _, err) in results.items():

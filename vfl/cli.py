@@ -269,13 +269,15 @@ def party_main(argv: list[str] | None, role: str, endpoint_flag: str, body, abor
 
     endpoint_key = endpoint_flag.lstrip("-")
     parser = party_arguments(command_name(role), endpoint_flag)
-    if role == "leader":
-        parser.add_argument(
-            "--check-link",
-            action="store_true",
-            help="after PSI, measure each follower's round trip and bandwidth over the authenticated channel, print "
-            "what the link calls for (train.staleness, network.compression) and stop: nothing is trained",
-        )
+    parser.add_argument(
+        "--check-link",
+        action="store_true",
+        help="after PSI, measure each follower's round trip and bandwidth over the authenticated channel, print "
+        "what the link calls for (train.staleness, network.compression) and stop: nothing is trained (the leader "
+        "and every follower start with it)"
+        if role == "leader"
+        else "take part in the leader's link check and exit 0 after it (the leader starts with --check-link too)",
+    )
     args = parser.parse_intermixed_args(argv)
     set_verbosity(args.quiet, args.verbose)
     cfg = config_or_exit(args, endpoint_key)

@@ -50,10 +50,13 @@ class FollowerSession:
                 welcome_type,
                 LinkProbe,
                 LinkReport,
+                Wait,  # the leader probes another follower meanwhile: a fresh deadline
                 what=what or f"{welcome_type.TYPE} from the leader at {self.ch.endpoint} (is the leader running?)",
             )
             if isinstance(welcome, welcome_type):
                 break
+            if isinstance(welcome, Wait):
+                continue
             if answer(welcome):
                 raise LinkCheckDone(f"the leader measured the link ({answer.figures.describe()}) and ran nothing else")
         self.link = answer.figures

@@ -86,7 +86,8 @@ class LeaderSession:
                 self.keepalive_every = min(self.keepalive_every, max(float(hello.timeout_s), 1.0) / 4)
         if problems:
             raise HandshakeError(f"{error}: " + "; ".join(problems))
-        for f in self.followers:  # every follower now waits for its welcome: time the link to each
+        for i, f in enumerate(self.followers):  # every follower now waits for its welcome: time the link to each
+            self._wait_others(i)
             self.links[f] = measure(self.ch, f)
             self.ch.post(f, self.links[f].report(final=False))
         return hellos
@@ -94,10 +95,16 @@ class LeaderSession:
     def check_links(self, bulk_bytes: int = CHECK_BULK_BYTES) -> dict[str, LinkFigures]:
         """The link check (`--check-link`), after greet: each follower's round trip and bandwidth both ways, told
         to the follower in a final LINK_REPORT (it ends its session, exit 0). Returns {follower: figures}."""
-        for f in self.followers:
+        for i, f in enumerate(self.followers):
+            self._wait_others(i)
             self.links[f] = measure(self.ch, f, CHECK_ROUNDS, bulk_bytes)
             self.ch.post(f, self.links[f].report(final=True))
         return dict(self.links)
+
+    def _wait_others(self, probing: int) -> None:
+        """WAIT to the followers after the `probing`-th, which wait for their turn (a fresh deadline each)."""
+        for f in self.followers[probing + 1 :]:
+            self.ch.post(f, Wait())
 
     def start_run(self, nonces: dict[str, str], welcome: Callable[[str], WireMessage], unbound: bool = False) -> str:
         """Set the run id (a hash of a fresh leader nonce and every follower's) and post welcome(f) to each follower

@@ -3,17 +3,23 @@
 Between the followers' hellos and the leader's welcome, the leader sends each follower LINK_PROBEs and times their
 LINK_ECHOs (vfl/wire/link_messages.py): the round trip is the least of `rounds` empty probes (the least is the
 propagation and the parties' scheduling, free of the queueing the other samples met), and with `bulk_bytes` > 0 each
-direction's bandwidth is that many bytes, streamed in pads, over their time beyond that round trip. Every run measures the round trip (3 probes, a few round trips of time) and logs it; the link check
-(`python -m leader --config leader.yaml --check-link`) measures bandwidth too, prints what the link calls for
-(vfl/netlink/bounds.py) and ends the session with a final LINK_REPORT, so a follower exits 0.
+direction's bandwidth is that many bytes, streamed in pads, over their time beyond that round trip. Each probe
+carries a fresh nonce its echo must return, so no echo can leave before its probe arrives. Every run measures the
+round trip (3 probes, a few round trips of time) and logs it; the link check (`--check-link` on the leader and on
+each follower) measures bandwidth too, prints what the link calls for (vfl/netlink/bounds.py) and ends the session
+with a final LINK_REPORT. The followers not being probed are sent WAIT meanwhile, and the leader gives a follower's
+whole probe at most PROBE_DEADLINES of its channel's deadlines.
 
-A follower answers at most MAX_PROBES probes a greeting, each echo at most MAX_PROBE_BYTES: a leader cannot use it as
-a traffic source. The figures are the leader's; the follower is told them (LINK_REPORT) and logs them.
+A follower echoes at most MAX_ECHOES probes a greeting, each echo at most PAD_BYTES and ECHO_BUDGET in all (what the
+link check needs), and takes at most two LINK_REPORTs: a leader cannot use it as a traffic source. A follower exits
+0 on a final report only when it was itself started with `--check-link`; otherwise the session ended without the run
+it was started for, an error. The figures are the leader's; the follower is told them (LINK_REPORT).
 """
 
 from __future__ import annotations
 
 import math
+import secrets
 import time
 from dataclasses import dataclass
 
@@ -27,6 +33,10 @@ RTT_ROUNDS = 3  # empty probes a run's greeting sends each follower
 CHECK_ROUNDS = 5  # and the link check
 CHECK_BULK_BYTES = 4 << 20  # the link check's bytes each way
 PAD_BYTES = 256 << 10  # a probe's pad: what any training party's channel accepts (a PSI chunk's size)
+ECHO_BUDGET = CHECK_BULK_BYTES  # the bytes a follower echoes in one greeting, at most
+MAX_ECHOES = 40  # the probes a follower answers in one greeting (the link check sends 3 + 5 + 2 x 16 = 40)
+MAX_REPORTS = 2  # the greeting's report, then the link check's final one
+PROBE_DEADLINES = 4  # a follower's whole probe may take this many of the channel's deadlines
 LATENCY_WARN_SPS = 100_000  # the front door's loopback rate on 2 cores (README): a schedule latency bound below it
 # is told at HELLO, with the number
 
@@ -58,33 +68,37 @@ class LinkFigures:
 def measure(channel, peer: str, rounds: int = RTT_ROUNDS, bulk_bytes: int = 0) -> LinkFigures:
     """Probe `peer` over the leader's channel: the least round trip of `rounds` empty probes, then (bulk_bytes > 0)
     each direction's bandwidth from `bulk_bytes` streamed in pads of PAD_BYTES (posted back to back, so the time is
-    one round trip plus the bytes' time). The follower must be between its hello and the welcome."""
+    one round trip plus the bytes' time). The follower must be between its hello and the welcome. A follower whose
+    probe takes more than PROBE_DEADLINES x the channel's deadline is refused (WireError)."""
     pads = math.ceil(bulk_bytes / PAD_BYTES)
     if not 1 <= rounds or rounds + 2 * pads > MAX_PROBES:
         raise ValueError(f"rounds + 2 x pads must be at most {MAX_PROBES}, got rounds {rounds}, bulk {bulk_bytes} B")
     probes = iter(range(MAX_PROBES))
-    rtt = min(_stream(channel, peer, probes, 1, EMPTY_PAD, 0) for _ in range(rounds))
+    deadline = time.monotonic() + PROBE_DEADLINES * channel.timeout_s
+    rtt = min(_stream(channel, peer, probes, 1, EMPTY_PAD, 0, deadline) for _ in range(rounds))
     if not pads:
         return LinkFigures(rtt)
     sent = pads * PAD_BYTES
-    down = _stream(channel, peer, probes, pads, np.zeros(PAD_BYTES, np.uint8), 0)
-    up = _stream(channel, peer, probes, pads, EMPTY_PAD, PAD_BYTES)
+    down = _stream(channel, peer, probes, pads, np.zeros(PAD_BYTES, np.uint8), 0, deadline)
+    up = _stream(channel, peer, probes, pads, EMPTY_PAD, PAD_BYTES, deadline)
     return LinkFigures(rtt, _rate(sent, down, rtt), _rate(sent, up, rtt))
 
 
-def _stream(channel, peer: str, probes, count: int, pad: np.ndarray, echo_bytes: int) -> float:
+def _stream(channel, peer: str, probes, count: int, pad: np.ndarray, echo_bytes: int, deadline: float) -> float:
     """Seconds from posting `count` probes back to back to their last echo, each echo checked."""
-    numbers = [next(probes) for _ in range(count)]
+    sent = [(next(probes), secrets.token_hex(16)) for _ in range(count)]
     t0 = time.perf_counter()
-    for n in numbers:
-        channel.post(peer, LinkProbe(n, echo_bytes, pad))
-    for n in numbers:
+    for n, nonce in sent:
+        channel.post(peer, LinkProbe(n, nonce, echo_bytes, pad))
+    for n, nonce in sent:
         echo: LinkEcho = channel.expect(peer, LinkEcho, what=f"LINK_ECHO {n} from {peer}")
-        if echo.probe != n or echo.pad.size != echo_bytes:
+        if echo.probe != n or echo.nonce != nonce or echo.pad.size != echo_bytes:
             raise WireError(
-                f"LINK_ECHO from {peer}: expected probe {n} with {echo_bytes} bytes, "
-                f"got probe {echo.probe} with {echo.pad.size}"
+                f"LINK_ECHO from {peer}: expected probe {n} with its nonce and {echo_bytes} bytes, "
+                f"got probe {echo.probe} with {'its' if echo.nonce == nonce else 'another'} nonce and {echo.pad.size}"
             )
+    if time.monotonic() > deadline:
+        raise WireError(f"LINK_ECHO from {peer}: its link probe took over {PROBE_DEADLINES} deadlines of the channel")
     return time.perf_counter() - t0
 
 
@@ -94,22 +108,32 @@ def _rate(size: int, seconds: float, rtt_s: float) -> float:
 
 
 class ProbeAnswerer:
-    """The follower's side: echo each LINK_PROBE (at most MAX_PROBES a greeting) and keep a LINK_REPORT's figures."""
+    """The follower's side: echo each LINK_PROBE within the greeting's caps (MAX_ECHOES probes, PAD_BYTES an echo,
+    ECHO_BUDGET in all) and keep a LINK_REPORT's figures (MAX_REPORTS at most)."""
 
     def __init__(self, channel):
         self.ch = channel
-        self.answered = 0
+        self.answered = self.echoed = self.reports = 0
         self.figures: LinkFigures | None = None
 
     def __call__(self, msg) -> bool:
         """Handle one probe-phase message; True when it was a final LINK_REPORT (the leader ends the session)."""
         if isinstance(msg, LinkProbe):
             self.answered += 1
-            if self.answered > MAX_PROBES:
-                raise WireError(f"LINK_PROBE from the leader: more than {MAX_PROBES} probes before the welcome")
+            self.echoed += msg.echo_bytes
+            if self.answered > MAX_ECHOES:
+                raise WireError(f"LINK_PROBE from the leader: more than {MAX_ECHOES} probes before the welcome")
+            if msg.echo_bytes > PAD_BYTES or self.echoed > ECHO_BUDGET:
+                raise WireError(
+                    f"LINK_PROBE from the leader: asks for an echo of {msg.echo_bytes} bytes ({self.echoed} in all); "
+                    f"a follower echoes at most {PAD_BYTES} a probe and {ECHO_BUDGET} a greeting"
+                )
             pad = EMPTY_PAD if not msg.echo_bytes else np.zeros(msg.echo_bytes, np.uint8)
-            self.ch.post(LinkEcho(msg.probe, pad))
+            self.ch.post(LinkEcho(msg.probe, msg.nonce, pad))
             return False
+        self.reports += 1
+        if self.reports > MAX_REPORTS:
+            raise WireError(f"LINK_REPORT from the leader: more than {MAX_REPORTS} before the welcome")
         down = None if msg.down_mbit is None else msg.down_mbit * 1e6 / 8
         up = None if msg.up_mbit is None else msg.up_mbit * 1e6 / 8
         self.figures = LinkFigures(msg.rtt_ms / 1000, down, up)
@@ -117,8 +141,19 @@ class ProbeAnswerer:
 
 
 class LinkCheckDone(PeerAbort):
-    """The leader ran the link check alone (`--check-link`): the session ends here, without a run (a training
-    follower exits 0; elsewhere it is the leader ending the session)."""
+    """The leader ran the link check alone (`--check-link`): the session ends here, without a run."""
+
+
+def follower_link_check(done: LinkCheckDone | None, asked: bool, party: str) -> str:
+    """A follower's outcome of the greeting: the line to log when it was started with `--check-link` (`asked`) and
+    the leader ran the check (exit 0); a PeerAbort when only one of them did (a run it did not start for, or none)."""
+    if done is not None and asked:
+        return f"follower {party}: {done}"
+    if done is not None:
+        raise PeerAbort(f"{done}; follower {party} was started to train, so nothing it was started for ran")
+    if asked:
+        raise PeerAbort(f"follower {party} was started with --check-link, but the leader started a run")
+    return ""
 
 
 def latency_note(link: LinkFigures, batch_size: int, staleness: int) -> str | None:

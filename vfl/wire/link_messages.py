@@ -9,16 +9,19 @@ here depends on data or labels: the pads are zeros.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
 
-from vfl.wire.fields import Int, Real, Tensor, WireMessage, fail, wire_message
+from vfl.wire.fields import Int, Real, Tensor, Text, WireMessage, fail, wire_message
 from vfl.wire.frames import Message
 
-MAX_PROBE_BYTES = 8 << 20  # a pad, either way: enough to time a 1 Gbit/s link's bytes over a 40 ms round trip
-MAX_PROBES = 64  # LINK_PROBEs a follower answers before one welcome; more is a protocol error
+MAX_PROBE_BYTES = 8 << 20  # a pad on the wire, either way (what a follower echoes is capped lower: link_probe.py)
+MAX_PROBES = 64  # a probe's number is below it
 EMPTY_PAD = np.zeros(0, np.uint8)
+NONCE_PATTERN = re.compile(r"^[0-9a-f]{32}$")
+_NONCE = Text("nonce", 32, pattern=NONCE_PATTERN, domain="32 hex digits (the probe's fresh nonce)")
 
 
 def _pad_fits(cls: type[WireMessage], values: dict[str, Any], msg: Message):
@@ -29,13 +32,15 @@ def _pad_fits(cls: type[WireMessage], values: dict[str, Any], msg: Message):
 
 @wire_message
 class LinkProbe(WireMessage):
-    """LINK_PROBE (leader -> follower): probe number `probe`, a pad of zeros, and the bytes the echo must carry."""
+    """LINK_PROBE (leader -> follower): probe number `probe`, a fresh nonce the echo returns (no echo can be sent
+    before its probe arrives), a pad of zeros, and the bytes the echo must carry."""
 
     TYPE = "LINK_PROBE"
     probe: int
+    nonce: str
     echo_bytes: int
     pad: np.ndarray
-    FIELDS = (Int("probe", 0, MAX_PROBES - 1), Int("echo_bytes", 0, MAX_PROBE_BYTES))
+    FIELDS = (Int("probe", 0, MAX_PROBES - 1), _NONCE, Int("echo_bytes", 0, MAX_PROBE_BYTES))
     TENSORS = (Tensor("pad", "uint8", 1),)
 
     @classmethod
@@ -45,12 +50,14 @@ class LinkProbe(WireMessage):
 
 @wire_message
 class LinkEcho(WireMessage):
-    """LINK_ECHO (follower -> leader): probe `probe` answered, with the pad of `echo_bytes` zeros it asked for."""
+    """LINK_ECHO (follower -> leader): probe `probe` answered with its nonce and the pad of `echo_bytes` zeros it
+    asked for."""
 
     TYPE = "LINK_ECHO"
     probe: int
+    nonce: str
     pad: np.ndarray
-    FIELDS = (Int("probe", 0, MAX_PROBES - 1),)
+    FIELDS = (Int("probe", 0, MAX_PROBES - 1), _NONCE)
     TENSORS = (Tensor("pad", "uint8", 1),)
 
     @classmethod
