@@ -12,6 +12,7 @@ import pytest
 
 from vfl.wire.fields import MAX_INT
 from vfl.wire.frames import MESSAGE_TYPES, Message, WireError, decode, encode
+from vfl.wire.link_messages import LinkEcho, LinkProbe, LinkReport
 from vfl.wire.messages import (
     MESSAGE_CLASSES,
     Abort,
@@ -158,6 +159,9 @@ SAMPLES: list[tuple[WireMessage, dict]] = [
     (ServeIds(7, np.array([3, -1, 9], np.int64), 250), {"request": 7, "rows": 3, "deadline_ms": 250}),
     (ServeCut(7, CUT, np.array([1], np.int64)), {"request": 7}),
     (ServeRefused(7, "rate limit", 40), {"request": 7, "reason": "rate limit", "retry_ms": 40}),
+    (LinkProbe(3, NONCE, 1024, np.zeros(7, np.uint8)), {"probe": 3, "nonce": NONCE, "echo_bytes": 1024}),
+    (LinkEcho(3, NONCE, np.zeros(1024, np.uint8)), {"probe": 3, "nonce": NONCE}),
+    (LinkReport(40.0, 1, 100.0), {"rtt_ms": 40.0, "final": 1, "down_mbit": 100.0}),
 ]
 IDS = [f"{m.TYPE}-{i}" for i, (m, _) in enumerate(SAMPLES)]
 SENDER = {
