@@ -22,7 +22,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,9 @@ import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bench_common import cpu_model, load_text  # noqa: E402
 
 
 def _eps_list(text: str) -> list[float | None]:
@@ -212,11 +214,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="keep the runs here (default: a temporary directory)")
     args = ap.parse_args(argv)
     label_eps, emb_eps = _eps_list(args.label_eps), _eps_list(args.embedding_eps)
-    cpu = next(
-        (ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")),
-        platform.processor(),
-    )
-    print(f"# {cpu}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
+    print(f"# {cpu_model()}, {os.cpu_count()} cores, load {load_text()}")
     print(f"# python scripts/bench_embedding_dp.py {' '.join(argv if argv is not None else sys.argv[1:])}")
     with tempfile.TemporaryDirectory() as tmp:
         work = args.out or tmp

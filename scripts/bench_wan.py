@@ -21,7 +21,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import shlex
 import shutil
 import statistics
@@ -31,6 +30,10 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # scripts/bench_common.py, when imported by a test
+
+from bench_common import cpu_model, load_text  # noqa: E402
 
 from vfl.netlink.bounds import Link, bounds  # noqa: E402
 from vfl.netlink.relay import LinkSpec, Relay  # noqa: E402
@@ -70,20 +73,6 @@ FULL = {
 
 def say(line: str) -> None:
     print(line, flush=True)
-
-
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def load_avg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def prepare(py: str, rows: int, work: str, dataset: str = "criteo") -> str:
@@ -331,7 +320,7 @@ def main(argv=None) -> int:
     work = os.path.abspath(args.work or os.path.join(REPO, "runs", "bench_wan"))
     os.makedirs(work, exist_ok=True)
     command = "bash scripts/bench_wan.sh " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
-    machine = {"cpu": cpu_model(), "cores": os.cpu_count(), "load_before": load_avg()}
+    machine = {"cpu": cpu_model(), "cores": os.cpu_count(), "load_before": load_text()}
     say(f"== {command}")
     say(f"== machine: {machine['cpu']}, {machine['cores']} cores, load {machine['load_before']}")
     shards = prepare(py, rows, work, args.dataset)
@@ -360,7 +349,7 @@ def main(argv=None) -> int:
             tag = f"{lk}_{s}_{c.replace('+', '_')}_s{seed}"
             say(
                 f"[{i}/{len(grid)}] {lk} ({spec.describe() if spec else 'no relay'}) / staleness {SCHEDULES[s]} / "
-                f"{c} / seed {seed}: running (load {load_avg()})"
+                f"{c} / seed {seed}: running (load {load_text()})"
             )
             try:
                 metrics, relay_bytes, wall = run_cell(
@@ -379,7 +368,7 @@ def main(argv=None) -> int:
             "compression": c,
             "seeds": len(runs),
             **summarise(runs),
-            "load_after": load_avg(),
+            "load_after": load_text(),
         }
         if lk == "loopback":
             compute[(s, c)] = cell["samples_per_second"]
@@ -393,7 +382,7 @@ def main(argv=None) -> int:
             f"compute {fmt(b.get('compute_sps'))}, bandwidth {fmt(b.get('bandwidth_sps'))}, latency "
             f"{fmt(b.get('latency_sps'))} (expected {fmt(b.get('expected_sps'))})"
         )
-    machine["load_after"] = load_avg()
+    machine["load_after"] = load_text()
     say("")
     say(
         "| link | staleness | compression | samples/s | B/sample up / down | PSI s | train s | test AUC | "
