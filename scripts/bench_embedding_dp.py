@@ -34,7 +34,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_common import cpu_model, load_text  # noqa: E402
+from bench_common import cpu_model, load_text, prepare_flights  # noqa: E402
 
 
 def _eps_list(text: str) -> list[float | None]:
@@ -72,30 +72,11 @@ def _prepare(work: str, rows: int) -> tuple[str, dict[str, dict]]:
 
 
 def _prepare_flights(work: str, rows: int) -> tuple[str, dict[str, dict]]:
-    """The flights example's parties on the flights whose id falls in a public 1-in-N sample of about `rows`
-    (every party keeps the same ids), prepared by their example configs; {party: the example's config}."""
-    import importlib.util
-
-    import pandas as pd
-
-    spec = importlib.util.spec_from_file_location(
-        "make_parties", os.path.join(REPO, "examples/flights/make_parties.py")
-    )
-    make_parties = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make_parties)
-    files = make_parties.main(os.path.join(work, "flights_raw"))
-    shards, keep, docs = os.path.join(work, "shards"), None, {}
-    for party in make_parties.PARTIES:
-        table = pd.read_csv(files[party], dtype={"id": str})
-        if keep is None:  # the airline's ids: a fixed fraction by a public hash of the id
-            h = pd.util.hash_pandas_object(table["id"], index=False).to_numpy()
-            keep = set(table["id"][(h % 10_000) < min(1.0, rows / len(table)) * 10_000])
-        path = os.path.join(work, f"flights_{party}.csv")
-        table[table["id"].isin(keep)].to_csv(path, index=False)
-        config = os.path.join(REPO, "examples", "flights", f"{party}.yaml")
-        cmd = [sys.executable, "-m", "vfl.data", "prepare", "--config", config, "--input", path, "--out", shards]
-        subprocess.run([*cmd, "--force"], check=True, cwd=REPO, capture_output=True)
-        with open(config) as f:
+    """The flights example's parties on a public 1-in-N sample of about `rows` flights (bench_common.prepare_flights);
+    {party: the example's role, model and train}, batches of 256 at lr 0.001 and no early stopping."""
+    shards, docs = os.path.join(work, "shards"), {}
+    for party, path in prepare_flights(work, rows, shards).items():
+        with open(path) as f:
             doc = yaml.safe_load(f)
         doc["train"].pop("early_stopping", None)  # every cell trains its --epochs
         doc["train"].update(batch_size=256, lr=0.001)  # bench_models' flights settings: enough steps on 20k rows

@@ -19,12 +19,11 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-from bench_common import load_avg, machine, mean_sd, spread, write_json
+from bench_common import load_avg, machine, mean_sd, prepare_flights, spread, write_json
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CRITEO_SAMPLE = os.path.join(REPO, "..", "shared", "data", "criteo_raw_1k.tsv")
@@ -67,35 +66,13 @@ def _criteo_docs() -> dict:
 
 
 def flights(out: str, rows: int) -> tuple[str, dict]:
-    """The flights example's three parties, on the flights whose id falls in a public 1-in-N sample (every party
-    keeps the same ids, so the intersection shrinks with them)."""
-    import importlib.util
-
-    import pandas as pd
+    """The flights example's three parties on a public 1-in-N sample of `rows` flights (bench_common.prepare_flights)
+    and their example configs."""
     import yaml
 
-    spec = importlib.util.spec_from_file_location(
-        "make_parties", os.path.join(REPO, "examples", "flights", "make_parties.py")
-    )
-    make_parties = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make_parties)
-    files = make_parties.main(os.path.join(out, "flights_raw"))
-    keep = None
     shards = os.path.join(out, "shards_flights")
-    docs = {}
-    for party in make_parties.PARTIES:
-        table = pd.read_csv(files[party], dtype={"id": str})
-        if keep is None:  # the airline's ids: a fixed fraction by a public hash of the id
-            h = pd.util.hash_pandas_object(table["id"], index=False).to_numpy()
-            keep = set(table["id"][(h % 10_000) < min(1.0, rows / len(table)) * 10_000])
-        path = os.path.join(out, f"flights_{party}.csv")
-        table[table["id"].isin(keep)].to_csv(path, index=False)
-        config = os.path.join(REPO, "examples", "flights", f"{party}.yaml")
-        cmd = [sys.executable, "-m", "vfl.data", "prepare", "--config", config, "--input", path, "--out", shards]
-        subprocess.run([*cmd, "--force"], check=True, cwd=REPO, capture_output=True)
-        with open(config) as f:
-            docs[party] = yaml.safe_load(f)
-    return shards, docs
+    configs = prepare_flights(out, rows, shards)
+    return shards, {party: yaml.safe_load(open(path)) for party, path in configs.items()}
 
 
 def run_one(shards: str, docs: dict, model: str, eps: float | None, seed: int, train: dict, out: str) -> dict:

@@ -33,7 +33,7 @@ sys.path.insert(0, REPO)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # scripts/bench_common.py, when imported by a test
 
-from bench_common import cpu_model, load_text  # noqa: E402
+from bench_common import cpu_model, load_text, prepare_flights  # noqa: E402
 
 from vfl.netlink.bounds import Link, bounds  # noqa: E402
 from vfl.netlink.relay import LinkSpec, Relay  # noqa: E402
@@ -82,7 +82,8 @@ def prepare(py: str, rows: int, work: str, dataset: str = "criteo") -> str:
     example config."""
     shards = os.path.join(work, "shards")
     if dataset == "flights":
-        _prepare_flights(py, rows, work, shards)
+        say(f"== each flights party prepares its own file (a public sample of about {rows} flights) -> {shards}")
+        prepare_flights(work, rows, shards, py)
     else:
         data = os.path.join(REPO, "data", "synthetic", f"criteo_synth_{rows}.tsv")
         if not (os.path.exists(data) and os.path.exists(data + ".truth.npy")):
@@ -103,27 +104,6 @@ def prepare(py: str, rows: int, work: str, dataset: str = "criteo") -> str:
         if not os.path.exists(os.path.join(keys, f"{party}.key")):
             subprocess.run([py, "-m", "vfl.keys", "new", party, "--dir", keys], check=True, stdout=subprocess.DEVNULL)
     return shards
-
-
-def _prepare_flights(py: str, rows: int, work: str, shards: str) -> None:
-    import importlib.util
-
-    import pandas as pd
-
-    spec = importlib.util.spec_from_file_location("make_parties", os.path.join(FLIGHTS, "make_parties.py"))
-    make_parties = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make_parties)
-    files, keep = make_parties.main(os.path.join(work, "flights_raw")), None
-    for party, (config, _) in DATASETS["flights"].items():
-        table = pd.read_csv(files[party], dtype={"id": str})
-        if keep is None:  # the airline's ids: a fixed fraction by a public hash of the id
-            h = pd.util.hash_pandas_object(table["id"], index=False).to_numpy()
-            keep = set(table["id"][(h % 10_000) < min(1.0, rows / len(table)) * 10_000])
-        path = os.path.join(work, f"flights_{party}.csv")
-        table[table["id"].isin(keep)].to_csv(path, index=False)
-        say(f"== {party} prepares its own file ({len(keep)} sampled flights) -> {shards}")
-        cmd = [py, "-m", "vfl.data", "prepare", "--config", config, "--input", path, "--out", shards, "--force"]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=REPO)
 
 
 def pairs_for(overrides: dict[str, str], role: str) -> list[str]:
