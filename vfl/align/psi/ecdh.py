@@ -50,6 +50,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import hashlib
+import importlib.util
 import multiprocessing as mp
 import os
 import secrets
@@ -73,15 +74,16 @@ class SodiumUnavailable(RuntimeError):
 
 
 _lib = None
+_LOAD_LOCK = threading.Lock()
 
 
 def _candidates():
-    try:
-        import nacl._sodium
-
-        yield nacl._sodium.__file__
+    try:  # the spec's path, not an import: parties load sodium from several threads at once
+        spec = importlib.util.find_spec("nacl._sodium")
     except ImportError:
-        pass
+        spec = None
+    if spec is not None and spec.origin:
+        yield spec.origin
     found = ctypes.util.find_library("sodium")
     if found:
         yield found
@@ -104,8 +106,14 @@ _FUNCTIONS = (
 def sodium():
     """The loaded libsodium with its ristretto255 functions typed; SodiumUnavailable when there is none."""
     global _lib
-    if _lib is not None:
+    with _LOAD_LOCK:
+        if _lib is None:
+            _lib = _load()
         return _lib
+
+
+def _load():
+    """The first libsodium candidate that has every ristretto255 function, typed."""
     for name in _candidates():
         try:
             lib = ctypes.CDLL(name)
@@ -129,7 +137,6 @@ def sodium():
             getattr(lib, fn).argtypes, getattr(lib, fn).restype = args, ctypes.c_int
         for fn in ("reduce", "mul", "sub"):  # void in libsodium
             getattr(lib, f"crypto_core_ristretto255_scalar_{fn}").restype = None
-        _lib = lib
         return lib
     raise SodiumUnavailable(
         f"PSI suite {SUITE} needs libsodium >= 1.0.18 with ristretto255, found none "
