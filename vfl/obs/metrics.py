@@ -7,7 +7,6 @@ import math
 import os
 
 import numpy as np
-from sklearn.metrics import log_loss, roc_auc_score
 
 from vfl.obs.logs import RunLog  # noqa: F401  (re-exported: callers import the run log from here)
 
@@ -17,6 +16,8 @@ def auc(labels: np.ndarray, scores: np.ndarray) -> float:
     labels = np.asarray(labels)
     if labels.size == 0 or np.unique(labels).size < 2:
         return math.nan
+    from sklearn.metrics import roc_auc_score  # here, not at import: a follower never scores, and sklearn costs 1 s
+
     return float(roc_auc_score(labels, scores))
 
 
@@ -26,6 +27,8 @@ def logloss(labels: np.ndarray, probs: np.ndarray) -> float:
     if labels.size == 0:
         return math.nan
     probs = np.clip(np.asarray(probs, dtype=np.float64), 1e-7, 1 - 1e-7)
+    from sklearn.metrics import log_loss
+
     return float(log_loss(labels, probs, labels=[0, 1]))
 
 
@@ -33,6 +36,8 @@ def multiclass_auc(labels: np.ndarray, probs: np.ndarray) -> float:
     """Macro one-vs-rest ROC AUC over the classes present with both outcomes (scikit-learn's
     roc_auc_score(multi_class="ovr", average="macro") when every class occurs); NaN when none does."""
     labels = np.asarray(labels, dtype=np.int64)
+    from sklearn.metrics import roc_auc_score
+
     per_class = [
         roc_auc_score(labels == c, probs[:, c])
         for c in range(probs.shape[1])
@@ -47,6 +52,8 @@ def multiclass_logloss(labels: np.ndarray, probs: np.ndarray) -> float:
     if labels.size == 0:
         return math.nan
     p = np.clip(np.asarray(probs, dtype=np.float64), 1e-7, 1.0)
+    from sklearn.metrics import log_loss
+
     return float(log_loss(labels, p / p.sum(axis=1, keepdims=True), labels=list(range(p.shape[1]))))
 
 
