@@ -38,7 +38,10 @@ def _repeated_sends(record: dict) -> tuple[int, int]:
     return pairs, equal
 
 
-@pytest.mark.parametrize("schedule", [{}, {"staleness": 1}], ids=["synchronous", "staleness-1"])
+# staleness-1 is slow: the synchronous run is embedding DP's real run; staleness's own real runs are in test_staleness
+@pytest.mark.parametrize(
+    "schedule", [{}, pytest.param({"staleness": 1}, marks=pytest.mark.slow)], ids=["synchronous", "staleness-1"]
+)
 def test_embedding_dp_trains_over_processes_with_fresh_noise_per_send_and_its_eps_in_the_followers_metrics(
     tmp_path, shards_small, procs, schedule
 ):

@@ -157,6 +157,8 @@ def test_multiclass_kary_rr_with_forward_correction_equals_centralized(tmp_path,
     assert "label DP: kary_rr eps=1.0" in (tmp_path / "out/leader.log").read_text()
 
 
+@pytest.mark.slow  # LP-2ST's prior over real processes runs by default above (binary); its K-class stage one runs
+# through a follower in memory in test_trainers_in_memory, K-ary RR over real processes just above
 def test_multiclass_rr_prior_trains_its_prior_over_all_parties_identically_split_and_centralized(
     tmp_path, shards_k10, procs
 ):

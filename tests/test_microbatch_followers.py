@@ -101,6 +101,8 @@ def test_pipelined_refuses_a_depth_below_one_and_restores_on_error(trio):
     assert leader.ahead == 1
 
 
+@pytest.mark.slow  # micro-batches split == centralized run by default in test_compute_options, two followers in
+# test_split_training; this pairs them over real processes
 def test_two_followers_with_microbatches_train_split_equal_to_centralized(tmp_path, shards_three, procs):
     # Prepare: leader + 2 followers over tcp, 3 micro-batches per step, 10 steps (batch 1024 of 9.6k rows);
     # follower1 on the mlp bottom, so that every built-in runs micro-batches (deepfm and dcn_v2:

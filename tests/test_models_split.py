@@ -56,6 +56,7 @@ def test_every_builtin_bottom_trains_split_equal_to_centralized(tmp_path, shards
     assert split["test_auc"] > 0.6
 
 
+@pytest.mark.slow  # every bottom runs split == centralized by default above, micro-batches in test_compute_options
 def test_deepfm_and_parallel_dcn_v2_with_microbatches_equal_centralized_exactly(tmp_path, shards_small, procs):
     # Prepare: two parties (two followers with micro-batches: tests/test_microbatch_followers.py): the leader's
     # DCN-v2 full-rank and parallel, the follower's DeepFM
@@ -73,6 +74,8 @@ def test_deepfm_and_parallel_dcn_v2_with_microbatches_equal_centralized_exactly(
     assert split["step_losses"] == central["step_losses"]
 
 
+@pytest.mark.slow  # ranks run split == one rank by default in test_ranks, every bottom on two ranks in memory in
+# test_numeric_only_ranks
 def test_every_builtin_bottom_with_two_ranks_per_party_equals_centralized(tmp_path, shards_three, procs):
     # Prepare: the same three models, each party as 2 ranks (an odd batch: ranks get 192 / 191 rows)
     train = {"batch_size": 383, "eval_every_steps": 5}
