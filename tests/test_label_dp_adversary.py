@@ -92,6 +92,8 @@ def test_follower_view_attack_on_a_real_run_gets_no_more_than_1_minus_rho(tmp_pa
     assert report["candidates"] > 50
 
 
+@pytest.mark.slow  # the labels are randomized before any schedule: the follower-view attack runs by default on the
+# synchronous run above and on an int8-compressed run (test_compression_attack); this adds K = 2
 def test_follower_view_attack_under_staleness_gets_no_more_than_1_minus_rho(tmp_path, shards_medium, procs):
     """train.staleness 2: every gradient the follower receives comes from a cut up to 2 updates old, but still from
     the randomized labels only (the schedule post-processes the release): the same bound holds, and the attack still

@@ -117,6 +117,8 @@ ES = {
 }
 
 
+@pytest.mark.slow  # early stopping restores the best step split == centralized by default, over real processes, in
+# test_split_training's weight-average test
 def test_split_early_stopping_restores_the_best_step_like_the_centralized_reference(tmp_path, shards_small, procs):
     # Prepare: a high learning rate overfits the small set, so validation AUC peaks and falls
     cfgs = _leader_only_selection(
