@@ -81,7 +81,7 @@ def raw_line(label="0", ints=None, cats=None) -> str:
 @pytest.fixture
 def procs():
     """Real party processes, killed by PID when the test ends."""
-    from tests.procs import Procs
+    from tests.support.party_processes import Procs
 
     p = Procs()
     yield p
