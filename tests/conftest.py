@@ -7,7 +7,8 @@ import pathlib
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+from tests.support.paths import REPO
+
 SHARED_DATA = REPO.parent / "shared" / "data"
 # The test data's true labels are fixed (one label seed), so every assertion on a trained model (AUC floors,
 # split == centralized) sees the same true labels in every session; label-DP runs still draw a fresh release (each
@@ -63,19 +64,6 @@ def shards_small(synth_small, tmp_path_factory) -> pathlib.Path:
     out = tmp_path_factory.mktemp("shards") / "criteo"
     prepare(str(synth_small), str(out), load_parties(None), PrepareOptions(hash_buckets=2_000, seed=0))
     return out
-
-
-def write_lines(path: os.PathLike, lines: list[str]) -> str:
-    with open(path, "w") as f:
-        f.write("".join(line + "\n" for line in lines))
-    return str(path)
-
-
-def raw_line(label="0", ints=None, cats=None) -> str:
-    """A raw Criteo line: label, 13 ints, 26 categoricals ('' = missing)."""
-    ints = ints if ints is not None else ["1"] * 13
-    cats = cats if cats is not None else ["68fd1e64"] * 26
-    return "\t".join([label, *ints, *cats])
 
 
 @pytest.fixture

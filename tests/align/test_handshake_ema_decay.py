@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tests.support.party_processes import party_configs
-from tests.wire.test_wire_messages import HELLO, HELLO_META, _wire
+from tests.support.wire_samples import HELLO, HELLO_META, _wire
 from vfl.align.handshake import hello_problems
 from vfl.wire import PROTOCOL_VERSION
 from vfl.wire.frames import WireError

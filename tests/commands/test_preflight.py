@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 from vfl.config.schema import ConfigError, parse_config
 from vfl.preflight import (
     CHECKPOINT_WARN_BYTES,

@@ -6,22 +6,9 @@ import math
 
 import pytest
 
+from tests.support.leader_config import _leader
 from vfl.config.report import apply_overrides
 from vfl.config.schema import ConfigError, dotted_overrides, json_schema, parse_config
-
-
-def _leader(**over):
-    doc = {
-        "role": "leader",
-        "party": "leader",
-        "network": {"bind": "tcp://127.0.0.1:5560", "followers": ["follower0"]},
-        "data": {"path": "data/criteo/leader"},
-        "model": {"top": {"name": "linear"}},
-        "train": {},
-    }
-    for k, v in over.items():
-        doc[k] = v
-    return doc
 
 
 def test_valid_leader_config_gets_defaults():
@@ -206,8 +193,8 @@ def test_output_dir_that_is_a_file_is_a_one_line_error(tmp_path, shards_small):
 
     import yaml
 
-    from tests.conftest import REPO
     from tests.support.party_processes import party_configs
+    from tests.support.paths import REPO
 
     cfgs = party_configs(str(tmp_path), str(shards_small))
     (tmp_path / "afile").write_text("x")

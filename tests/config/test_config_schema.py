@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 from vfl.config.schema import ConfigError, dotted_overrides, json_schema, load_config, parse_config
 
 LEADER_YAML = REPO / "examples/wide_deep_criteo/leader.yaml"

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.conftest import raw_line, write_lines
+from tests.support.criteo_lines import raw_line, write_lines
 from vfl.data.errors import DataError
 from vfl.data.parties import load_parties
 from vfl.data.prepare import PrepareOptions, prepare

@@ -10,7 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, raw_line, write_lines
+from tests.support.criteo_lines import raw_line, write_lines
+from tests.support.paths import REPO
 from vfl.data.errors import DataError
 from vfl.data.parties import load_parties, parse_parties
 from vfl.data.prepare import PrepareOptions, prepare

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, raw_line
+from tests.support.criteo_lines import raw_line
+from tests.support.paths import REPO
 
 
 def _prepare(path, out) -> subprocess.CompletedProcess:

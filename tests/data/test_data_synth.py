@@ -73,7 +73,7 @@ def test_synth_command_rejects_bad_sizes(tmp_path):
     import subprocess
     import sys
 
-    from tests.conftest import REPO
+    from tests.support.paths import REPO
 
     r = subprocess.run(
         [sys.executable, "-m", "vfl.data", "synth", "--rows", "0", "--out", str(tmp_path / "x.tsv")],

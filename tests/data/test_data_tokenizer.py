@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tests.conftest import raw_line
+from tests.support.criteo_lines import raw_line
 from vfl.data.readers.tokenizer import parse_block
 
 

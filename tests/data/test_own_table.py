@@ -11,9 +11,9 @@ import sys
 import numpy as np
 import yaml
 
-from tests.conftest import REPO
 from tests.support.own_table import SCHEMAS, own_table
 from tests.support.party_processes import party_configs, run_split
+from tests.support.paths import REPO
 
 
 def _with_schema(cfg_path: str, schema: dict, task: str | None = None) -> None:

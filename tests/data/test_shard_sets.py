@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 
 def _cut(raw: str, out_dir, pieces: int, gz_last: bool = True) -> list[str]:

@@ -8,36 +8,12 @@ import time
 import numpy as np
 
 from tests.support.party_processes import free_port, party_configs, run_split
+from tests.support.ranks import rank_env, start_ranks
 
 RANKS = 2
 # an odd batch: every global batch is cut 192 / 191 rows, and the last one of the epoch is shorter still
 TRAIN = {"epochs": 1, "batch_size": 383, "eval_every_steps": 5}
 LEADER_TRAIN = {"early_stopping": {"metric": "auc", "patience": 2}}
-
-
-def rank_env(rank: int, ranks: int, master_port: int) -> dict:
-    """What torchrun sets for each rank of one party on one machine."""
-    return {
-        "RANK": str(rank),
-        "WORLD_SIZE": str(ranks),
-        "LOCAL_RANK": str(rank),
-        "LOCAL_WORLD_SIZE": str(ranks),
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(master_port),
-        "OMP_NUM_THREADS": "1",
-    }
-
-
-def start_ranks(procs, cfgs: dict[str, str], ranks: int) -> list[str]:
-    """Every rank of every party as its own process (leader ranks first); their names."""
-    names = []
-    for party, path in cfgs.items():
-        master = free_port()
-        for r in range(ranks):
-            name = f"{party}.{r}"
-            procs.start(name, "leader" if party == "leader" else "follower", path, env=rank_env(r, ranks, master))
-            names.append(name)
-    return names
 
 
 def test_two_ranks_per_party_equal_one_rank_with_label_dp(tmp_path, shards_small, procs):

@@ -11,7 +11,7 @@ import pytest
 
 from privacy.dp_accountant import gaussian_epsilon
 from privacy.federated.gaussian import analytic_gaussian_sigma
-from tests.conftest import REPO
+from tests.support.paths import REPO
 from vfl.horizontal.config import FedConfigError, parse_fed_config
 from vfl.horizontal.fedavg import run_fedavg
 

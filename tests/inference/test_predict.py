@@ -141,7 +141,7 @@ def test_a_checkpoint_of_another_step_is_refused_naming_both_sides(trained, tmp_
 
     import torch
 
-    from tests.training.test_trainers_in_memory import MemoryFollowerChannel, MemoryLeaderChannel, _Queues
+    from tests.support.memory_channels import MemoryFollowerChannel, MemoryLeaderChannel, _Queues
     from vfl.cli import run_party
     from vfl.config.schema import load_config
     from vfl.inference.predict.follower import FollowerPredictor
@@ -239,7 +239,7 @@ def _follower_view(trained, tmp_path, monkeypatch, leader_rows, follower_rows, p
 
     import torch
 
-    from tests.training.test_trainers_in_memory import MemoryFollowerChannel, MemoryLeaderChannel, _Queues
+    from tests.support.memory_channels import MemoryFollowerChannel, MemoryLeaderChannel, _Queues
     from vfl.align.psi.leader_side import leader_psi
     from vfl.align.psi.protocol import follower_psi
     from vfl.config.schema import load_config
@@ -469,7 +469,7 @@ def test_the_leader_asks_for_a_window_of_ranges_before_the_first_cut_returns(tra
     """Prediction streams: PREDICT_WINDOW ranges are out before the leader awaits the first cut, and never more, so a
     long round trip is paid a few times, not once a range (the scores are the same: test above)."""
     # Prepare: ranges of 16 rows; the in-memory leader channel records what the leader posts and awaits
-    from tests.training import test_trainers_in_memory as memory
+    from tests.support import memory_channels as memory
     from vfl.inference.predict.leader import PREDICT_WINDOW
 
     log = []

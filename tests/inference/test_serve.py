@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.conftest import REPO
 from tests.support.own_table import SCHEMAS, own_table
 from tests.support.party_processes import Procs, free_port, party_configs, run_split
+from tests.support.paths import REPO
 
 pytest.importorskip("onnxruntime")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.inference.test_serve_units import CUT, _leader_model, _Table
+from tests.support.serve_in_memory import CUT, _leader_model, _Table
 from vfl.inference.serve.leader import ScoringWorker, ServeError
 from vfl.wire import WireError
 from vfl.wire.channel import PeerLost, PeerTimeout

@@ -88,7 +88,7 @@ def test_a_client_that_went_away_is_counted_and_another_error_is_one_line(server
 
 
 def test_the_scorers_queue_is_bounded():
-    from tests.inference.test_serve_units import _leader_model, _RecordingChannel, _Table
+    from tests.support.serve_in_memory import _leader_model, _RecordingChannel, _Table
     from vfl.inference.serve.leader import ScoringWorker, ServeError
 
     # Prepare: a scorer not yet running, whose queue holds at most 2 requests

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 from tests.support.table_run import table_run
 
 pytest.importorskip("onnxruntime")

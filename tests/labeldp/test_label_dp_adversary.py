@@ -212,7 +212,7 @@ def test_attack_cli_reports_the_follower_view_and_two_releases(tmp_path, shards_
     import subprocess
     import sys
 
-    from tests.conftest import REPO
+    from tests.support.paths import REPO
 
     shard = PartyShard(str(shards_medium / "leader"))
     train = shard.split("train")

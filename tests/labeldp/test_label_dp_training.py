@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from privacy.attacks.gradient_scoring import leakage_report
-from tests.conftest import REPO
 from tests.support.party_processes import party_configs, run_centralized, run_split
+from tests.support.paths import REPO
 
 
 def _leakage(tmp_path, shards, eps):

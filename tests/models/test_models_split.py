@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from tests.distributed.test_ranks import start_ranks
 from tests.support.party_processes import party_configs, run_centralized, run_split
-from tests.training.test_compute_options import BF16_LOSS_RTOL
+from tests.support.ranks import start_ranks
+from tests.support.tolerances import BF16_LOSS_RTOL
 
 FOLLOWERS = ("follower0", "follower1")
 # one built-in per party; the leader's DCN-v2 low-rank and stacked, so both cross layers and structures run

@@ -115,7 +115,7 @@ def test_a_scaled_bottom_built_without_statistics_takes_them_from_its_checkpoint
 
 def test_a_user_module_sees_the_standardized_values(monkeypatch):
     # Prepare: examples/custom_model's bottom (it takes the batch keyed by kind), scaled
-    from tests.conftest import REPO
+    from tests.support.paths import REPO
     from vfl.models.user_module import UserBottom
 
     monkeypatch.syspath_prepend(str(REPO / "examples" / "custom_model"))

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 from vfl.netlink.bounds import Link, advise, bounds, codec_ratio
 
 MBIT_100 = 100e6 / 8

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 from vfl.netlink.relay import LinkDirection, LinkSpec, Relay, parse_hostport
 
 

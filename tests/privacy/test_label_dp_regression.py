@@ -33,8 +33,8 @@ from privacy.label.regression_mechanisms import (
 )
 from privacy.label.regression_prior import dp_histogram_prior, file_prior, geometric_noise, label_histogram
 from privacy.label.store import LabelDPStore, dataset_id
-from tests.config.test_config import _leader
 from tests.support.dp_stats import dp_histogram_violations
+from tests.support.leader_config import _leader
 from vfl.config.schema import ConfigError, LabelDPConfig, parse_config
 from vfl.data.task import LABEL_DP_MECHANISMS, Task
 from vfl.labeldp.release import MECHANISMS, LabelDPRelease, LabelKey, training_labels

@@ -7,7 +7,7 @@ import typing
 
 import yaml
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 from vfl.config.schema import PartyConfig
 
 # Keys whose value in the reference block illustrates a setting rather than quoting a default, and why.

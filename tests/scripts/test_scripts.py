@@ -10,7 +10,7 @@ import time
 
 import yaml
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 
 def _script(*args, env=None, timeout=300):

@@ -1,5 +1,7 @@
-"""A generated table with no Criteo name in it, held by three parties: text ids, floats with missing values,
-text categoricals, and a label that depends on every party's columns (so the collaboration matters)."""
+"""A generated table with no Criteo name in it, held by three parties (leader, shop, telco).
+
+Text ids, floats with missing values, text categoricals, and a label that depends on every party's columns (so the
+collaboration matters)."""
 
 from __future__ import annotations
 

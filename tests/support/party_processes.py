@@ -8,7 +8,7 @@ import sys
 
 import yaml
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 from vfl.local_parties import LocalParties
 
 SMALL_MODEL = {"bottom": {"embedding_dim": 8, "hidden": [32, 16], "cut_dim": 2}}

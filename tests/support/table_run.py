@@ -1,5 +1,7 @@
-"""A table run as a user makes one: `scripts/run_table_local.sh` on a generated table held by a bank (the leader,
-not named `leader`) and a telco (~90% of the customers), and each party's file of new customers (ids never prepared)."""
+"""A table run as a user makes one, with `scripts/run_table_local.sh`, and each party's file of new customers.
+
+The generated table is held by a bank (the leader, not named `leader`) and a telco (~90% of the customers); the new
+customers' ids were never prepared."""
 
 from __future__ import annotations
 
@@ -8,8 +10,8 @@ import subprocess
 
 import yaml
 
-from tests.conftest import REPO
 from tests.support.own_table import SCHEMAS, own_table
+from tests.support.paths import REPO
 
 PARTIES = {"bank": "leader", "telco": "telco"}  # party -> its frame of own_table
 

@@ -12,15 +12,13 @@ import pytest
 import torch
 
 from tests.support.party_processes import party_configs, run_centralized, run_split
+from tests.support.tolerances import BF16_LOSS_RTOL
 from vfl.align.handshake import hello_problems
 from vfl.config.schema import ConfigError, load_config, parse_config
 from vfl.training.microbatch import check_micro, micro_slices, weighted_loss
 from vfl.wire import PROTOCOL_VERSION, WireError
 from vfl.wire.messages import Hello
 
-# bf16 keeps 8 bits of mantissa: the same bf16 computation in two processes agrees to rounding of the cut
-# (the cut leaves the bottom in fp32 on both paths); losses over a 1-epoch run stay within 1e-3 relative
-BF16_LOSS_RTOL = 1e-3
 # micro-batches sum the batch gradient in another order: float32 rounding over ~20 Adam steps
 MICRO_LOSS_RTOL = 1e-4
 # the same bf16 run on a GPU and a CPU: different kernels, different rounding in every bf16 matmul

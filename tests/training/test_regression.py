@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import mean_absolute_error, mean_squared_error, r2_score
 
-from tests.config.test_config import _leader
+from tests.support.leader_config import _leader
 from tests.support.party_processes import party_configs, run_centralized, run_split
 from tests.support.regression_shards import regression_shards
 from vfl.config.schema import ConfigError, TrainConfig, parse_config

@@ -11,8 +11,8 @@ import pytest
 import torch
 import yaml
 
-from tests.conftest import REPO
 from tests.support.party_processes import party_configs, run_centralized, run_split
+from tests.support.paths import REPO
 from vfl.config.schema import load_config
 from vfl.obs.logs import message_of
 from vfl.preflight import resume_identity

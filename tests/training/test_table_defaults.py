@@ -12,9 +12,9 @@ import os
 import pytest
 import yaml
 
-from tests.conftest import REPO
 from tests.support.own_table import SCHEMAS, own_table
 from tests.support.party_processes import party_configs, run_split
+from tests.support.paths import REPO
 from vfl.config.schema import ConfigError, load_config, parse_config
 from vfl.training.table_defaults import check_short_run, sized_bottom, sized_schedule
 

@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from tests.wire.test_wire_messages import CUT, DIGESTS, HELLO, NONCE, POINTS, ROWS, SAMPLES, SUITE, _wire
+from tests.support.wire_samples import CUT, DIGESTS, HELLO, NONCE, POINTS, ROWS, SAMPLES, SUITE, _wire
 from vfl.wire.frames import WireError, decode, encode
 from vfl.wire.messages import (
     MAX_CUT_DIM,
