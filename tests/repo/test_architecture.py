@@ -1,7 +1,8 @@
 """The layering the tree promises (docs/layout.md): which package may import which, no import cycles, docstrings.
 
 Also: only entry points import the party CLI's shared code (vfl/cli.py), no two modules share a file name beyond
-each package's own entry and sides, and every module's docstring opens with a one-line summary.
+each package's own entry and sides, every module's docstring opens with a one-line summary, and no module of the tests
+imports a test module (shared helpers live in tests/support, whose modules open with a one-line summary too).
 
 Every import counts, including the lazy ones inside functions: a cycle through a function-level import is still a
 cycle a reader has to untangle. Each rule has a power test that plants a violation and sees it reported.
@@ -14,6 +15,7 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGES = ("privacy", "vfl", "leader", "follower")
+TESTS = "tests"
 
 # (modules under this prefix, may not import modules under these prefixes, why)
 RULES = (
@@ -97,6 +99,26 @@ def project_modules() -> dict[str, set[str]]:
             name = module_name(p)
             out[name] = imports_of(p.read_text(), name, p.name == "__init__.py")
     return out
+
+
+def suite_modules() -> dict[str, set[str]]:
+    """module name -> the names it imports, for every module under tests/ (test modules, support, conftest)."""
+    out = {}
+    for p in (ROOT / TESTS).rglob("*.py"):
+        name = module_name(p)
+        out[name] = imports_of(p.read_text(), name, p.name == "__init__.py")
+    return out
+
+
+def imports_of_test_modules(modules: dict[str, set[str]]) -> list[str]:
+    """Every import of a test module (a module of the tests, or a bare name, whose file name starts with test_) by a
+    module of the tests: pytest alone imports test modules; what two of them share belongs in tests/support."""
+    return [
+        f"{name} imports {i} (a test module; move what it shares to tests/support)"
+        for name, imported in sorted(modules.items())
+        for i in sorted(imported)
+        if i.rsplit(".", 1)[-1].startswith("test_") and ("." not in i or _under(i, TESTS))
+    ]
 
 
 def _under(name: str, prefix: str) -> bool:
@@ -351,3 +373,51 @@ def test_a_summary_over_two_lines_is_reported():
         "two lines": "its summary runs over more than one line",
         "none": "no docstring",
     }
+
+
+def test_no_module_of_the_tests_imports_a_test_module():
+    # Prepare
+    modules = suite_modules()
+    # Execute
+    bad = imports_of_test_modules(modules)
+    # Assert
+    assert len(modules) > 100
+    assert bad == []
+
+
+def test_a_test_module_importing_another_is_reported():
+    """Power: a test module importing another by its package path, lazily inside a function, relatively, or by its
+    bare name, and a support module importing a test module, are each reported; imports from tests/support, and a
+    library function whose name starts with test_, are not."""
+    # Prepare
+    sources = {
+        "tests.models.test_models_split": "from tests.distributed.test_ranks import start_ranks\n",
+        "tests.inference.test_predict": "def f():\n    from tests.training import test_trainers_in_memory as m\n",
+        "tests.wire.test_wire_refusals": "from .test_wire_messages import CUT\n",
+        "tests.config.test_other": "import test_config\n",
+        "tests.support.ranks": "import tests.distributed.test_ranks\n",
+        "tests.wire.test_wire_messages": "from tests.support.wire_samples import SAMPLES\nfrom tests import support\n",
+        "tests.obs.test_run_outputs": "from vfl.obs.metrics import test_metrics\n",
+    }
+    modules = {name: imports_of(source, name, False) for name, source in sources.items()}
+    # Execute
+    bad = imports_of_test_modules(modules)
+    # Assert
+    assert [b.split(" ")[0] for b in bad] == [
+        "tests.config.test_other",
+        "tests.inference.test_predict",
+        "tests.models.test_models_split",
+        "tests.support.ranks",
+        "tests.wire.test_wire_refusals",
+    ]
+
+
+def test_every_support_module_of_the_tests_opens_with_a_one_line_summary():
+    # Prepare / Execute
+    bad = {
+        p.relative_to(ROOT).as_posix(): problem
+        for p in sorted((ROOT / TESTS / "support").glob("*.py"))
+        if (problem := summary_problem(p.read_text())) is not None
+    }
+    # Assert
+    assert bad == {}

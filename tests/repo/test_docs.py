@@ -52,13 +52,9 @@ def outside_parentheses(text: str) -> str:
     return "".join(out)
 
 
-def layout_listing(text: str) -> tuple[set[str], list[str]]:
-    """(the library modules the tree of layout.md names, as paths; the items it cannot read).
-
-    The tree is the page's first code block. A line indented 0 to 6 spaces that starts with `name/` opens a package
-    (nested under the entry two spaces less indented), one that starts with `name.py` names a file; deeper lines go
-    on with the entry above. Outside parentheses an entry holds only names, separated by commas or semicolons: a
-    package's module names, more `name.py` files, or `python -m` commands; descriptions stand in parentheses."""
+def layout_entries(text: str) -> list[list[str]]:
+    """[path, the rest of its lines] for every entry of layout.md's tree (its first code block), nested packages
+    under their parent's path (the reading layout_listing describes)."""
     entries: list[list[str]] = []
     opened: dict[int, str] = {}
     for line in text.split("```")[1].splitlines():
@@ -73,8 +69,23 @@ def layout_listing(text: str) -> tuple[set[str], list[str]]:
         if token.endswith("/"):
             opened[indent] = path
         entries.append([path, line[m.end() :] if token.endswith("/") else token + line[m.end() :]])
+    return entries
+
+
+def layout_test_packages(text: str) -> set[str]:
+    """The packages of the tests (`tests/data/`) that layout.md's tree names."""
+    return {path for path, _ in layout_entries(text) if path.startswith("tests/") and path.count("/") == 2}
+
+
+def layout_listing(text: str) -> tuple[set[str], list[str]]:
+    """(the library modules the tree of layout.md names, as paths; the items it cannot read).
+
+    The tree is the page's first code block. A line indented 0 to 6 spaces that starts with `name/` opens a package
+    (nested under the entry two spaces less indented), one that starts with `name.py` names a file; deeper lines go
+    on with the entry above. Outside parentheses an entry holds only names, separated by commas or semicolons: a
+    package's module names, more `name.py` files, or `python -m` commands; descriptions stand in parentheses."""
     named, unreadable = set(), []
-    for path, rest in entries:
+    for path, rest in layout_entries(text):
         if path.split("/")[0] not in LIBRARY:
             continue
         package = path if path.endswith("/") else path.rsplit("/", 1)[0] + "/"
@@ -227,3 +238,35 @@ privacy/        (numpy only)
         "privacy/label/rr_prior.py",
     }
     assert unreadable == ["privacy/label/: 'the store of keys'"]
+
+
+def test_the_layout_names_every_package_of_the_tests_and_only_those():
+    # Prepare
+    named = layout_test_packages((ROOT / "docs" / "layout.md").read_text())
+    # Execute
+    packages = {p.parent.relative_to(ROOT).as_posix() + "/" for p in (ROOT / "tests").glob("*/__init__.py")}
+    # Assert
+    assert sorted(named - packages) == [], "layout.md names packages of the tests the tree does not hold"
+    assert sorted(packages - named) == [], "packages of the tests layout.md does not name"
+
+
+def test_the_layout_reads_the_packages_of_the_tests():
+    """Power: a package nested under tests/ counts, with its description; tests/ itself, a library package and a
+    deeper folder do not."""
+    # Prepare
+    text = """intro
+```
+vfl/
+  data/         table
+tests/          unit, integration
+  data/         (vfl/data, a party's own table)
+  support/      (the helpers
+                they share)
+    deep/       (a folder in a package)
+docs/           this documentation
+```
+"""
+    # Execute
+    named = layout_test_packages(text)
+    # Assert
+    assert named == {"tests/data/", "tests/support/"}
