@@ -2,7 +2,7 @@
 Criteo sample (when present), without and with label DP (eps 1): test AUC mean and sd over seeds (the sample sd,
 bench_common.spread), samples/s and parameters, all in one run on one machine (named in the output with its load).
 
-Every run is the centralized reference (split training computes the same steps: tests/test_models_split.py) on the
+Every run is the centralized reference (split training computes the same steps: tests/models/test_models_split.py) on the
 example's configs, with only model.bottom.name changed on every party (embedding and tower sizes, cut, top and early
 stopping are the example's; epochs, batch size and lr the bench's), so the models compare at equal epochs and
 equal sizes.

@@ -7,7 +7,8 @@ import pathlib
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+from tests.support.paths import REPO
+
 SHARED_DATA = REPO.parent / "shared" / "data"
 # The test data's true labels are fixed (one label seed), so every assertion on a trained model (AUC floors,
 # split == centralized) sees the same true labels in every session; label-DP runs still draw a fresh release (each
@@ -65,23 +66,10 @@ def shards_small(synth_small, tmp_path_factory) -> pathlib.Path:
     return out
 
 
-def write_lines(path: os.PathLike, lines: list[str]) -> str:
-    with open(path, "w") as f:
-        f.write("".join(line + "\n" for line in lines))
-    return str(path)
-
-
-def raw_line(label="0", ints=None, cats=None) -> str:
-    """A raw Criteo line: label, 13 ints, 26 categoricals ('' = missing)."""
-    ints = ints if ints is not None else ["1"] * 13
-    cats = cats if cats is not None else ["68fd1e64"] * 26
-    return "\t".join([label, *ints, *cats])
-
-
 @pytest.fixture
 def procs():
     """Real party processes, killed by PID when the test ends."""
-    from tests.procs import Procs
+    from tests.support.party_processes import Procs
 
     p = Procs()
     yield p

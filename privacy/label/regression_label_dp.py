@@ -67,7 +67,7 @@ from privacy.label.regression_release import (
 from privacy.label.release_names import key_fingerprint, label_set_digest, named_dataset_id
 
 MECHANISMS = ("laplace", "rr_on_bins", "unbiased")
-# privacy.label_dp's defaults and domains in vfl/config/schema.py (LabelDPConfig; tests/test_regression_label_dp.py
+# privacy.label_dp's defaults and domains in vfl/config/schema.py (LabelDPConfig; tests/privacy/test_regression_label_dp.py
 # checks they agree): the mechanism a regression leader gets unset, bins in [2, 256]; prior_eps_fraction's default
 # is privacy/domains.py's PRIOR_EPS_FRACTION, in (0, 1)
 DEFAULT_MECHANISM = "rr_on_bins"

@@ -5,7 +5,7 @@ Algorithm 1, applied row-wise) reads the moments with `dense.sparse_mask(grad)` 
 `dense.add_(sparse)`. On CUDA those sparse-tensor kernels dominate a Wide&Deep step (bench_compute on an H100:
 the sparse update was 31-37% of a split step). This optimizer computes the same update, in the same order of
 floating-point operations, with `index_select` and `index_add_` on the gradient's unique rows, so it is
-bit-identical to SparseAdam on a CPU (tests/test_lazy_adam.py) and keeps its state layout (step, exp_avg,
+bit-identical to SparseAdam on a CPU (tests/training/test_lazy_adam.py) and keeps its state layout (step, exp_avg,
 exp_avg_sq), so checkpoints load into either. On CUDA the duplicates are summed without coalesce (`unique_rows`).
 """
 

@@ -16,7 +16,7 @@ touches the whole table. A row r that no step moved since step last_r has a cons
 average at step s is p_r + d^(s - last_r) (avg_r - p_r). Before a step moves row r it is caught up to the step
 before; after the step it takes one ordinary update and last_r becomes the new step. Before the averaged weights
 are read (evaluation, a snapshot, a checkpoint) every row is caught up (`sync`, O(table), rare). The result equals
-the full-table average up to float rounding (tests/test_weight_average.py); a sync adds one rounding, so runs that
+the full-table average up to float rounding (tests/training/test_weight_average.py); a sync adds one rounding, so runs that
 sync at other steps agree to float tolerance, not bit for bit.
 
 Buffers (none in the built-in models) are not averaged: the averaged copy takes the model's at each sync.

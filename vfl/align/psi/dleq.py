@@ -22,7 +22,7 @@ Ryan Henry and Ian Goldberg's batch DLEQ): if some D[i] != k C[i], the d_i, fixe
 before the challenge, make Z != k M except with probability about 1/L per hash query, and then no (c, s) passes.
 Every group operation is libsodium's (crypto_scalarmult_ristretto255[_base], crypto_core_ristretto255_add, its scalar
 arithmetic), which refuses a non-canonical or invalid encoding; a refusal while verifying is a failed proof.
-tests/test_psi_dleq.py checks this module against RFC 9497 Appendix A.1 (ristretto255-SHA512: DeriveKeyPair, the
+tests/align/test_psi_dleq.py checks this module against RFC 9497 Appendix A.1 (ristretto255-SHA512: DeriveKeyPair, the
 blinded and evaluated elements, and the VOPRF proofs of batch size 1 and 2 with their fixed ProofRandomScalar).
 
 The proof scalar r is fresh from the OS (libsodium's scalar reduction of 64 random bytes) unless a test passes the

@@ -42,7 +42,7 @@ enough: L's own rows H(x)^a and F's masks H(y)^b are each party's input (choosin
 L's doubles bound to a, a slot y_i matches only a row a H(y_i), which L can make only from y_i itself (computing it
 from H(y_i)^b would solve CDH); with F's replies bound to b, L's row of x matches only a slot whose mask F sent as
 b H(x), before L's rows arrived, so only for an id x F chose to include. The known attacks are in
-tests/test_psi_verified.py, and the cost, and why verification is not the default, in docs/psi.md. Both sides
+tests/align/test_psi_verified.py, and the cost, and why verification is not the default, in docs/psi.md. Both sides
 shuffle with the OS's randomness, so a position says nothing about an id's rank. Each side learns the other's set
 size, and the intersection (F: its ids at the positions L names; L: its ids whose H(x)^ab matched). A point is a
 32-byte ristretto255 encoding (the suite, named in both HELLOs, is in ecdh.py; carried as 4 int64), a message at most

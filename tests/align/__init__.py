@@ -1,0 +1,1 @@
+"""Tests of vfl/align: the PSI (its suites, proofs, streaming, reuse, ranks, a malicious leader) and the handshake."""

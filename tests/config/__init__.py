@@ -1,0 +1,1 @@
+"""Tests of vfl/config: validation, the schema, overrides and its JSON Schema export."""

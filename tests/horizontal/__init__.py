@@ -1,0 +1,1 @@
+"""Tests of vfl/horizontal: the FedAvg example end to end."""

@@ -1,0 +1,1 @@
+"""Tests of vfl/labeldp in runs: the label-DP release, training, selection and the follower-view attacks."""

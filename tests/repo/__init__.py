@@ -1,0 +1,1 @@
+"""Tests of the repository as a whole: the layering, the linter and formatter, and the docs."""

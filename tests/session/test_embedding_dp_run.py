@@ -1,0 +1,74 @@
+"""Embedding DP over two real processes on 127.0.0.1: the follower's YAML alone turns it on, its own metrics carry
+(eps, delta), and no two sends of a row's cut (as the leader receives them, recorded by the follower's
+debug.record_cuts) are equal (a planted repeat is found: the check's power)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import yaml
+
+from tests.support.party_processes import party_configs, run_split
+
+
+def _follower_doc(path: str, **extra) -> None:
+    with open(path) as fh:
+        doc = yaml.safe_load(fh)
+    for section, keys in extra.items():
+        doc[section] = {**doc.get(section, {}), **keys}
+    with open(path, "w") as fh:
+        yaml.safe_dump(doc, fh)
+
+
+def _repeated_sends(record: dict) -> tuple[int, int]:
+    """(pairs of sends of one row, of those: pairs with equal cuts) over every (space, row) sent more than once."""
+    pairs = equal = 0
+    keys = np.char.add(record["space"].astype(str), np.char.mod("%d", record["row"]))
+    order = np.argsort(keys, kind="stable")
+    keys, cuts = keys[order], record["cut"][order]
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    for a, b in zip(starts, np.r_[starts[1:], len(keys)]):
+        for i in range(a, b):
+            for j in range(i + 1, b):
+                pairs += 1
+                equal += bool(np.array_equal(cuts[i], cuts[j]))
+    return pairs, equal
+
+
+# staleness-1 is slow: the synchronous run is embedding DP's real run; staleness's own real runs are in test_staleness
+@pytest.mark.parametrize(
+    "schedule", [{}, pytest.param({"staleness": 1}, marks=pytest.mark.slow)], ids=["synchronous", "staleness-1"]
+)
+def test_embedding_dp_trains_over_processes_with_fresh_noise_per_send_and_its_eps_in_the_followers_metrics(
+    tmp_path, shards_small, procs, schedule
+):
+    # Prepare: 2 epochs; the follower (alone) sets embedding DP and records what it sends
+    cfgs = party_configs(str(tmp_path), str(shards_small), train={"epochs": 2, **schedule})
+    record = tmp_path / "cuts.npz"
+    _follower_doc(
+        cfgs["follower0"],
+        privacy={"embedding_dp": {"eps": 4.0, "delta": 1e-5, "clip": 1.0}},
+        debug={"record_cuts": str(record)},
+    )
+    # Execute
+    metrics = run_split(procs, cfgs)
+    # Assert: the run trained and scored; the follower's own metrics carry its (eps, delta)
+    assert np.isfinite(metrics["test_auc"])
+    rep = json.loads(open(os.path.join(tmp_path, "out", "follower0_embedding_dp.json")).read())
+    assert rep["delta"] == 1e-5 and 0 < rep["eps"] <= 4.0 and rep["releases_per_row"] == 2
+    assert 1 <= rep["most_sends_of_a_row"] <= 2
+    assert "embedding_dp" not in json.dumps(metrics)  # the leader's metrics do not carry the follower's budget
+    with np.load(record) as z:
+        sent = {k: z[k] for k in ("space", "row", "cut")}
+    pairs, equal = _repeated_sends(sent)
+    assert pairs > 1000 and equal == 0  # every training row twice, every valid row once an epoch
+    assert set(np.unique(sent["space"])) == {"train", "valid", "test"}
+    # power: the same check finds a planted repeat (a train row's second send replaced by its first)
+    first = np.flatnonzero(sent["space"] == "train")
+    again = first[np.flatnonzero(sent["row"][first] == sent["row"][first[0]])[1]]
+    planted = {**sent, "cut": sent["cut"].copy()}
+    planted["cut"][again] = sent["cut"][first[0]]
+    assert _repeated_sends(planted)[1] == 1

@@ -1,0 +1,167 @@
+"""Helpers for integration tests: party configs on a free port, real party processes (vfl.local_parties)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import yaml
+
+from tests.support.paths import REPO
+from vfl.local_parties import LocalParties
+
+SMALL_MODEL = {"bottom": {"embedding_dim": 8, "hidden": [32, 16], "cut_dim": 2}}
+
+
+def free_port() -> int:
+    from vfl.ports import free_port as pick
+
+    return pick()
+
+
+def party_keys(tmp, parties) -> dict[str, tuple[str, str]]:
+    """{party: (public key file, secret key file)} under tmp/keys, created once per directory."""
+    from vfl.wire.keys import create_key_pair, key_paths
+
+    directory = os.path.join(tmp, "keys")
+    out = {}
+    for p in parties:
+        out[p] = key_paths(directory, p)
+        if not os.path.exists(out[p][1]):
+            create_key_pair(p, directory)
+    return out
+
+
+def party_configs(
+    tmp,
+    shards,
+    followers=("follower0",),
+    port=None,
+    timeout_s=20,
+    train=None,
+    model=None,
+    top=None,
+    privacy=None,
+    follower_debug=None,
+    leader_train=None,
+    bottoms=None,
+) -> dict[str, str]:
+    """Write leader/follower YAMLs under tmp; return {party: path}. leader_train: train keys of the leader only (task);
+    bottoms: {party: model.bottom} for parties whose bottom differs from `model`'s."""
+    port = port or free_port()
+    endpoint = f"tcp://127.0.0.1:{port}"
+    # the tests' runs are short on purpose (a table run under ~50 steps is refused without allow_short_run)
+    train = {"epochs": 1, "batch_size": 512, "seed": 0, "log_every": 5, "lr": 0.01, "threads": 1,
+             "allow_short_run": True, **(train or {})}  # fmt: skip
+    model = {**SMALL_MODEL, **(model or {})}
+    keys = party_keys(tmp, ("leader", *followers))
+    paths = {}
+    leader = {
+        "role": "leader",
+        "party": "leader",
+        "network": {
+            "bind": endpoint,
+            "followers": list(followers),
+            "timeout_s": timeout_s,
+            "secret_key_file": keys["leader"][1],
+            "follower_keys": {f: keys[f][0] for f in followers},
+        },
+        "data": {"path": os.path.join(shards, "leader")},
+        "model": {**model, "top": top or {"name": "linear"}},
+        "train": {**train, **(leader_train or {})},
+        "output": {"dir": os.path.join(tmp, "out")},
+    }
+    if privacy:
+        leader["privacy"] = privacy
+    for name, doc in [("leader", leader)] + [
+        (
+            f,
+            {
+                "role": "follower",
+                "party": f,
+                "network": {
+                    "connect": endpoint,
+                    "timeout_s": timeout_s,
+                    "secret_key_file": keys[f][1],
+                    "leader_key_file": keys["leader"][0],
+                },
+                "data": {"path": os.path.join(shards, f)},
+                "model": model,
+                "train": train,
+                "output": {"dir": os.path.join(tmp, "out")},
+                **({"debug": follower_debug} if follower_debug else {}),
+            },
+        )
+        for f in followers
+    ]:
+        if bottoms and name in bottoms:
+            doc["model"] = {**doc["model"], "bottom": bottoms[name]}
+        p = os.path.join(tmp, f"{name}.yaml")
+        with open(p, "w") as fh:
+            yaml.safe_dump(doc, fh)
+        paths[name] = p
+    return paths
+
+
+def run_split(procs, cfgs: dict[str, str], env: dict | None = None) -> dict:
+    """Start the leader and every follower of cfgs, require exit 0 from each, return the leader's metrics.json."""
+    import json
+
+    procs.start("leader", "leader", cfgs["leader"], env=env)
+    for name, path in cfgs.items():
+        if name != "leader":
+            procs.start(name, "follower", path, env=env)
+    for name in cfgs:
+        code, _, err = procs.wait(name, timeout=300)
+        assert code == 0, f"{name} failed: {err}"
+    return json.loads(open(os.path.join(os.path.dirname(cfgs["leader"]), "out", "metrics.json")).read())
+
+
+def run_centralized(cfgs: dict[str, str], out: str) -> dict:
+    """The centralized reference on the same configs (followers in cfgs order); its metrics.json."""
+    import json
+
+    args = [sys.executable, "-m", "vfl.centralized", "--config", cfgs["leader"], "--out", out]
+    for name, path in cfgs.items():
+        if name != "leader":
+            args += ["--follower-config", path]
+    r = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return json.loads(open(os.path.join(out, "metrics.json")).read())
+
+
+class Procs:
+    """Starts party processes (vfl.local_parties, each in its own process group) and guarantees they are gone at the
+    end (killed by process group); `procs` maps each name to its Popen."""
+
+    def __init__(self):
+        self.parties = LocalParties(cwd=REPO)
+        self.procs: dict[str, subprocess.Popen] = self.parties.procs
+
+    def start(self, name: str, module: str, config: str, *extra: str, env: dict | None = None) -> subprocess.Popen:
+        return self.start_argv(name, [sys.executable, "-m", module, "--config", config, *extra], env=env)
+
+    def start_argv(
+        self, name: str, argv: list[str], log: str | None = None, env: dict | None = None
+    ) -> subprocess.Popen:
+        """Start any command line as `name`: its stdout and stderr into the file `log`, else pipes (read by wait)."""
+        if log is not None:
+            return self.parties.start(name, argv, stdout=log, stderr=subprocess.STDOUT, env=env, text=True)
+        return self.parties.start(name, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+
+    def wait(self, name: str, timeout: float = 120) -> tuple[int, str, str]:
+        out, err = self.procs[name].communicate(timeout=timeout)
+        return self.procs[name].returncode, out, err
+
+    def wait_for_line(self, name: str, path: str, needle: str, timeout: float = 60) -> None:
+        if not self.parties.wait_for_text(path, needle, timeout, names=(name,)):
+            if self.procs[name].poll() is not None:
+                raise AssertionError(f"{name} exited before writing {needle!r}")
+            raise AssertionError(f"{needle!r} never appeared in {path}")
+
+    def kill(self, name: str) -> None:
+        self.parties.stop(name, grace_s=0)
+
+    def cleanup(self) -> None:
+        self.parties.close(grace_s=0)

@@ -1,0 +1,131 @@
+"""Defaults that fit the table: a table party whose YAML leaves the schedule and model unset gets them sized from its
+rows (batch ~1% of the training rows within [64, 4096], >= 300 steps, early stopping, the examples' model sizes),
+said on the console and recorded in metrics.json; explicit values win (every example YAML is left as it is); a
+table run under ~50 steps is refused with the numbers unless train.allow_short_run."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import pytest
+import yaml
+
+from tests.support.own_table import SCHEMAS, own_table
+from tests.support.party_processes import party_configs, run_split
+from tests.support.paths import REPO
+from vfl.config.schema import ConfigError, load_config, parse_config
+from vfl.training.table_defaults import check_short_run, sized_bottom, sized_schedule
+
+TABLE = {"id": "cust", "columns": {"age": "numeric"}, "label": {"column": "y"}}
+
+
+def _leader(train: dict | None = None, model: dict | None = None, schema: dict | None = TABLE):
+    doc = {
+        "role": "leader",
+        "party": "bank",
+        "network": {"bind": "tcp://127.0.0.1:5999", "followers": ["shop"]},
+        "data": {"path": "unused", **({"schema": schema} if schema else {})},
+        "train": train or {},
+        "model": model or {},
+    }
+    return parse_config(doc)
+
+
+def test_an_unset_schedule_and_model_are_sized_from_a_census_sized_table():
+    # Prepare: the census case: 39,073 training rows of 48,842, nothing set
+    cfg = _leader()
+    # Execute
+    sized, filled = sized_schedule(cfg, 39_073)
+    bottom, model_filled = sized_bottom(cfg, 48_842)
+    # Assert: batch ~1% of the rows, >= 300 steps, early stopping on auc, the examples' sizes
+    assert sized.train.batch_size == 391 and sized.train.epochs == 3 and 3 * -(-39_073 // 391) >= 300
+    assert sized.train.early_stopping.metric == "auc" and sized.train.early_stopping.patience == 3
+    assert filled["train.batch_size"] == 391 and filled["train.epochs"] == 3
+    assert bottom.embedding_dim == 16 and bottom.hidden == (256, 128)
+    assert model_filled == {"model.bottom.embedding_dim": 16, "model.bottom.hidden": [256, 128]}
+
+
+@pytest.mark.parametrize("rows, batch, epochs", [(2_000, 64, 10), (3_000_000, 4096, 1), (640_000, 4096, 2)])
+def test_the_batch_stays_within_64_and_4096_and_the_epochs_reach_300_steps(rows, batch, epochs):
+    # Execute
+    sized, _ = sized_schedule(_leader(), rows)
+    # Assert
+    assert (sized.train.batch_size, sized.train.epochs) == (batch, epochs)
+    assert sized.train.epochs * -(-rows // sized.train.batch_size) >= 300
+
+
+def test_explicit_values_win_and_regression_stops_on_rmse():
+    # Prepare: batch 16000 set, epochs unset; early stopping off; a regression leader with sizes set
+    cfg = _leader({"batch_size": 16000, "early_stopping": False})
+    reg = _leader({"task": "regression"}, {"bottom": {"embedding_dim": 80, "hidden": [1024]}})
+    # Execute
+    sized, filled = sized_schedule(cfg, 39_073)
+    reg_sized, _ = sized_schedule(reg, 39_073)
+    # Assert: the set values stay; the unset epochs reach 300 steps of the set batch
+    assert sized.train.batch_size == 16000 and sized.train.early_stopping is None and sized.train.epochs == 100
+    assert set(filled) == {"train.epochs"}
+    assert reg_sized.train.early_stopping.metric == "rmse"
+    assert sized_bottom(reg, 1000) == (reg.model.bottom, {})
+
+
+def test_a_criteo_format_party_and_a_table_over_a_million_rows_keep_the_schema_defaults():
+    # Execute / Assert
+    criteo = _leader(schema=None)
+    assert sized_schedule(criteo, 39_073) == (criteo, {})
+    assert sized_bottom(criteo, 1000)[1] == {} and sized_bottom(_leader(), 1_000_000)[1] == {}
+
+
+def test_every_example_yaml_sets_its_schedule_and_model_so_its_figures_do_not_move():
+    # Prepare: every party YAML under examples/ (the front door's Criteo configs included)
+    paths = [p for p in glob.glob(os.path.join(REPO, "examples", "*", "*.yaml")) if "role:" in open(p).read()]
+    assert len(paths) >= 15
+    # Execute / Assert: nothing is sized for any of them
+    for path in paths:
+        cfg = load_config(path)
+        assert sized_schedule(cfg, 39_073)[1] == {}, path
+        assert cfg.model.bottom.import_ is not None or sized_bottom(cfg, 48_842)[1] == {}, path
+
+
+def test_a_table_run_under_50_steps_is_refused_with_its_numbers_unless_allowed():
+    # Prepare: the schema's old defaults written out: batch 16000, 1 epoch, on 39,073 rows (3 steps)
+    short = _leader({"batch_size": 16000, "epochs": 1})
+    allowed = _leader({"batch_size": 16000, "epochs": 1, "allow_short_run": True})
+    # Execute / Assert
+    with pytest.raises(ConfigError) as e:
+        check_short_run(short, 39_073)
+    assert "this run trains 3 step(s) (1 epoch(s) x 3 step(s) of up to 16000 rows)" in str(e.value)
+    assert "set train.batch_size <= 781 or train.epochs >= 17" in str(e.value) and "allow_short_run" in str(e.value)
+    check_short_run(allowed, 39_073)
+    check_short_run(_leader({"batch_size": 16000, "epochs": 1}, schema=None), 39_073)  # a Criteo shard: a warning
+
+
+def test_a_small_table_with_nothing_set_trains_to_a_sane_auc_and_records_the_choice(tmp_path, procs):
+    # Prepare: two parties' tables and YAMLs with no batch size, epochs, early stopping or model sizes
+    frames = own_table(4000, seed=5)
+    cfgs = party_configs(str(tmp_path), str(tmp_path / "shards"), followers=("shop",))
+    for name in ("leader", "shop"):
+        doc = yaml.safe_load(open(cfgs[name]))
+        for key in ("batch_size", "epochs", "allow_short_run"):
+            doc["train"].pop(key)
+        doc["train"]["lr"] = 0.003
+        doc["model"]["bottom"] = {"cut_dim": 2}
+        doc["data"]["schema"] = SCHEMAS[name]
+        yaml.safe_dump(doc, open(cfgs[name], "w"))
+        frames[name].to_csv(tmp_path / f"{name}.csv", index=False)
+        from vfl.data.__main__ import main as data_main
+
+        assert data_main(["prepare", "--config", cfgs[name], "--input", str(tmp_path / f"{name}.csv")]) == 0
+    # Execute
+    metrics = run_split(procs, cfgs)
+    # Assert: sized (batch 64 on ~3200 rows, >= 300 steps), recorded, said on the console, and it learned
+    sized = metrics["defaults"]
+    assert sized["train.batch_size"] == 64 and sized["train.epochs"] * -(-sized["train_rows"] // 64) >= 300, sized
+    assert sized["model.bottom.hidden"] == [256, 128] and sized["train.early_stopping"]["metric"] == "auc"
+    assert metrics["selection"]["metric"] == "auc", metrics.get("selection")
+    log = open(tmp_path / "out" / "leader.log").read()
+    assert "defaults: sized from the table" in log and "train.batch_size=64" in log
+    assert "follower shop: defaults: sized from the table" in open(tmp_path / "out" / "shop.log").read()
+    assert metrics["test_auc"] > 0.75, metrics["test_auc"]
+    assert json.loads(json.dumps(metrics["defaults"])) == sized
