@@ -88,7 +88,7 @@ def _configs(work: str, shards: str, docs: dict, cell: str, epochs: int, label_e
     """Each party's YAML for one cell: `docs`' role, model and train, with this cell's epochs, endpoint, keys, privacy,
     output, and each follower's sends recorded (debug.record_cuts: the leader's view). {party: path}."""
     from vfl.ports import free_port
-    from vfl.wire.keys import create_key_pair, key_paths
+    from vfl.wire.curve_keys import create_key_pair, key_paths
 
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     keys = {}

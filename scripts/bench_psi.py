@@ -128,7 +128,7 @@ def _party(
     from vfl.align.psi.reuse import PSICache
     from vfl.distributed.launch import RankEnv
     from vfl.wire import FollowerChannel, LeaderChannel
-    from vfl.wire.keys import load_follower_keys, load_leader_keys, load_public_key, load_secret_key
+    from vfl.wire.curve_keys import load_follower_keys, load_leader_keys, load_public_key, load_secret_key
 
     if core is not None:
         os.sched_setaffinity(0, {core})
@@ -238,7 +238,7 @@ def reuse_only(n: int, keys: dict, cache_dir: str) -> dict:
     intersection), then the two processes agree on it; seconds as each side's report counts them."""
     from vfl.align.psi.reuse import PSICache, new_ticket
     from vfl.ports import free_port
-    from vfl.wire.keys import load_public_key, load_secret_key
+    from vfl.wire.curve_keys import load_public_key, load_secret_key
 
     lead, fol = sets(n)
     ticket, shared = new_ticket(), np.intersect1d(lead, fol)
@@ -355,7 +355,7 @@ def main() -> int:
     ap.add_argument("--json", default=os.path.join(REPO, "runs", "bench_psi", "bench_psi.json"))
     args = ap.parse_args()
     from vfl.align.psi.ecdh import SUITE
-    from vfl.wire.keys import create_key_pair, key_paths
+    from vfl.wire.curve_keys import create_key_pair, key_paths
 
     doc = {
         "cpu": f"{cpu_model()}, {os.cpu_count()} cores",

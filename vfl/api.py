@@ -258,7 +258,7 @@ def simulate(
     RuntimeError naming the party that failed (its last stderr lines); every process is gone on return.
     """
     from vfl.ports import free_port
-    from vfl.wire.keys import create_key_pair
+    from vfl.wire.curve_keys import create_key_pair
 
     os.makedirs(out, exist_ok=True)
     out = os.path.abspath(out)

@@ -76,7 +76,7 @@ def load_party_config(args, endpoint_key: str) -> PartyConfig:
 def party_keys(cfg: PartyConfig):
     """This party's CurveZMQ keys (LeaderKeys or FollowerKeys); ConfigError naming what is missing or wrong."""
     from vfl.config.schema import ConfigError
-    from vfl.wire.keys import KeyFileError, load_follower_keys, load_leader_keys
+    from vfl.wire.curve_keys import KeyFileError, load_follower_keys, load_leader_keys
 
     net = cfg.network
     missing = [] if net.secret_key_file else [f"network.secret_key_file (this party's {cfg.party}.key_secret)"]

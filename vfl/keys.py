@@ -1,4 +1,4 @@
-"""`python -m vfl.keys new PARTY --dir DIR`: create a party's CurveZMQ key pair (see vfl/wire/keys.py)."""
+"""`python -m vfl.keys new PARTY --dir DIR`: create a party's CurveZMQ key pair (see vfl/wire/curve_keys.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from vfl.command_name import command_name
-from vfl.wire.keys import KeyFileError, create_key_pair, fingerprint, load_public_key
+from vfl.wire.curve_keys import KeyFileError, create_key_pair, fingerprint, load_public_key
 
 
 def main(argv: list[str] | None = None) -> int:

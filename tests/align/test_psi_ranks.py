@@ -238,7 +238,7 @@ def test_a_party_reuses_on_all_its_ranks_or_none_so_a_peer_never_learns_which_bu
     # another it does not hold (same size, same intersection: invisible in a fresh PSI)
     from tests.support.party_processes import party_keys
     from vfl.align.psi.reuse import PSICache
-    from vfl.wire.keys import load_public_key, load_secret_key
+    from vfl.wire.curve_keys import load_public_key, load_secret_key
 
     keys = party_keys(str(tmp_path / "keys"), ("leader", "follower0"))
     sec = {p: load_secret_key(keys[p][1])[1] for p in keys}

@@ -15,7 +15,7 @@ from tests.support.psi_channels import _channels, _in_thread
 from vfl.align.psi.leader_side import leader_psi
 from vfl.align.psi.protocol import PSIError, follower_psi
 from vfl.align.psi.reuse import PSICache
-from vfl.wire.keys import load_public_key, load_secret_key
+from vfl.wire.curve_keys import load_public_key, load_secret_key
 from vfl.wire.psi_messages import Psi
 
 RNG = np.random.default_rng(33)

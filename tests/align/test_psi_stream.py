@@ -24,7 +24,7 @@ SMALL_CHUNK = 64  # points a chunk in these tests, so a few thousand ids make do
 def _channels(tmp_path, through: Relay | None = None, timeout=20.0, port=None):
     """A leader channel on a free port and one follower's, connected directly or through a relay."""
     from vfl.wire import FollowerChannel, LeaderChannel
-    from vfl.wire.keys import load_follower_keys, load_leader_keys
+    from vfl.wire.curve_keys import load_follower_keys, load_leader_keys
 
     keys = party_keys(str(tmp_path), ("leader", "follower0"))
     port = port or free_port()

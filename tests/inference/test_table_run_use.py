@@ -35,7 +35,7 @@ def _follower_yaml(directory, party: str = "telco") -> str:
 
 
 def _keys(directory, *parties) -> str:
-    from vfl.wire.keys import create_key_pair
+    from vfl.wire.curve_keys import create_key_pair
 
     for p in parties:
         create_key_pair(p, directory)

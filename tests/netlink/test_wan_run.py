@@ -109,8 +109,8 @@ def _idle_exchange(tmp_path, idle_s: float) -> tuple[list, Relay]:
     """A channel pair through the far link: one message each way, idle_s of silence, one more each way (as long as
     the connection holds); the messages received and the relay."""
     from vfl.wire import FollowerChannel, LeaderChannel, WireError
+    from vfl.wire.curve_keys import load_follower_keys, load_leader_keys
     from vfl.wire.endpoint import HEARTBEAT_TIMEOUT_MS
-    from vfl.wire.keys import load_follower_keys, load_leader_keys
 
     keys = party_keys(str(tmp_path), ("leader", "follower0"))
     port = free_port()

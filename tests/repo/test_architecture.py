@@ -59,11 +59,10 @@ PARTY_CLI = "vfl.cli"
 API_ENTRY_POINTS = ("vfl.api", "vfl.inference.predict.in_process")
 # a file name several packages hold on purpose: each package's own entry (__main__, cli) or its two sides
 SHARED_NAMES = ("__init__", "__main__", "cli", "leader", "follower", "trainer")
-# file names held twice that are still to be renamed, each with exactly the modules that hold it: vfl/keys.py is the
-# `python -m vfl.keys` command, and scripts/ import vfl/wire/keys.py and both criteo modules by these names
+# file names held twice that are still to be renamed, each with exactly the modules that hold it: scripts/ import
+# both criteo modules by these names
 KNOWN_DUPLICATES = {
     "criteo": {"vfl/data/presets/criteo.py", "vfl/data/synth/criteo.py"},
-    "keys": {"vfl/keys.py", "vfl/wire/keys.py"},
 }
 # modules whose docstring's summary still runs over one line: none (shrink only)
 LONG_SUMMARIES: set[str] = set()

@@ -25,8 +25,8 @@ from vfl.session.link_probe import (
     measure,
 )
 from vfl.wire import FollowerChannel, LeaderChannel, PeerAbort, WireError
+from vfl.wire.curve_keys import load_follower_keys, load_leader_keys
 from vfl.wire.frames import Message
-from vfl.wire.keys import load_follower_keys, load_leader_keys
 from vfl.wire.link_messages import MAX_PROBE_BYTES, MAX_PROBES, LinkEcho, LinkProbe, LinkReport
 
 LINK = LinkSpec(rtt_ms=40, bandwidth_mbit=40)

@@ -22,7 +22,7 @@ def free_port() -> int:
 
 def party_keys(tmp, parties) -> dict[str, tuple[str, str]]:
     """{party: (public key file, secret key file)} under tmp/keys, created once per directory."""
-    from vfl.wire.keys import create_key_pair, key_paths
+    from vfl.wire.curve_keys import create_key_pair, key_paths
 
     directory = os.path.join(tmp, "keys")
     out = {}

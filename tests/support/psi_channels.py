@@ -9,7 +9,7 @@ from tests.support.party_processes import free_port, party_keys
 
 def _channels(tmp_path, followers=("follower0",), timeout=10.0):
     from vfl.wire import FollowerChannel, LeaderChannel
-    from vfl.wire.keys import load_follower_keys, load_leader_keys
+    from vfl.wire.curve_keys import load_follower_keys, load_leader_keys
 
     keys = party_keys(str(tmp_path), ("leader", *followers))
     endpoint = f"tcp://127.0.0.1:{free_port()}"

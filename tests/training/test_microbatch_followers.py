@@ -10,7 +10,7 @@ from tests.support.party_processes import free_port, party_configs, party_keys, 
 from vfl.training.microbatch import pipelined
 from vfl.wire import FollowerChannel, LeaderChannel, WireError
 from vfl.wire.channel import PeerTimeout
-from vfl.wire.keys import load_follower_keys, load_leader_keys
+from vfl.wire.curve_keys import load_follower_keys, load_leader_keys
 
 RUN = "run-micro"
 

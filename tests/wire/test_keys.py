@@ -13,7 +13,7 @@ import zmq
 from tests.support.party_processes import free_port
 from tests.support.paths import REPO
 from vfl.wire.admission import Admission, guard, pin
-from vfl.wire.keys import KeyFileError, create_key_pair, load_follower_keys, load_leader_keys, load_secret_key
+from vfl.wire.curve_keys import KeyFileError, create_key_pair, load_follower_keys, load_leader_keys, load_secret_key
 
 
 def _mode(path) -> int:

@@ -178,7 +178,7 @@ def _stray_frames(port: int, stop: threading.Event, counts: dict, leader_public:
 @pytest.mark.parametrize("attack", ["connect_close_storm", "stray_frames"])
 def test_strangers_during_a_run_never_affect_it(attack, tmp_path, shards_small, procs):
     # Prepare
-    from vfl.wire.keys import load_public_key
+    from vfl.wire.curve_keys import load_public_key
 
     # 3 epochs: a whole epoch still runs after the line the test waits for, so on a loaded machine the stranger is
     # seen at work after it (with 2 epochs the run once ended before the poll saw the line)
@@ -372,8 +372,8 @@ def test_insider_garbage_ends_the_run_with_one_line_and_an_abort(garbage, needle
     from vfl.data.shards import PartyShard
     from vfl.session.follower import FollowerSession
     from vfl.wire import FollowerChannel, PeerAbort
+    from vfl.wire.curve_keys import load_follower_keys
     from vfl.wire.frames import MAGIC
-    from vfl.wire.keys import load_follower_keys
     from vfl.wire.messages import Welcome
 
     cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=20)
@@ -421,7 +421,7 @@ def test_insider_garbage_ends_the_run_with_one_line_and_an_abort(garbage, needle
 def test_a_flooding_duplicate_connection_cannot_make_the_leader_blame_an_honest_follower(tmp_path):
     # Prepare: a leader channel; follower0 connects twice (its second connection floods and never reads)
     from vfl.wire import LeaderChannel
-    from vfl.wire.keys import load_leader_keys, load_public_key, load_secret_key
+    from vfl.wire.curve_keys import load_leader_keys, load_public_key, load_secret_key
 
     keys = party_keys(str(tmp_path), ("leader", "follower0", "follower1"))
     port = free_port()

@@ -8,8 +8,8 @@ import zmq
 
 from tests.support.party_processes import free_port, party_keys
 from vfl.wire import FollowerChannel, LeaderChannel, PeerAbort, PeerTimeout, WireError
+from vfl.wire.curve_keys import load_follower_keys, load_leader_keys
 from vfl.wire.frames import MAGIC_PREFIX, PROTOCOL_VERSION, decode, encode
-from vfl.wire.keys import load_follower_keys, load_leader_keys
 from vfl.wire.messages import parse
 
 

@@ -18,7 +18,7 @@ import json
 import os
 from typing import Any
 
-from vfl.wire.keys import PUBLIC_SUFFIX
+from vfl.wire.curve_keys import PUBLIC_SUFFIX
 
 
 class KeysDirError(ValueError):

@@ -3,7 +3,7 @@
 Every problem is reported at once, each quoting the key, the bad value and the allowed domain; an
 unknown key suggests the nearest valid one. Keys never live in YAML: `network.secret_key_file`,
 `network.follower_keys` (leader) and `network.leader_key_file` (follower) name CurveZMQ certificate
-files (vfl/wire/keys.py). `python -m vfl.config schema` prints the JSON Schema for editors.
+files (vfl/wire/curve_keys.py). `python -m vfl.config schema` prints the JSON Schema for editors.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ FINGERPRINT_DOMAIN = "vfl-predict-fingerprint/v1"
 def key_fingerprints(cfg: PartyConfig) -> dict:
     """The fingerprints of the CurveZMQ public keys this party's config names: {"self": its own, "leader": the
     leader's} on a follower, {"self": its own, "followers": {follower: its key}} on the leader."""
-    from vfl.wire.keys import fingerprint, load_public_key, load_secret_key
+    from vfl.wire.curve_keys import fingerprint, load_public_key, load_secret_key
 
     net = cfg.network
     out: dict = {"self": fingerprint(load_secret_key(net.secret_key_file)[0]) if net.secret_key_file else ""}

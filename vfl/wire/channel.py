@@ -23,6 +23,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from vfl.wire.admission import Admission, guard, pin
+from vfl.wire.curve_keys import FollowerKeys, LeaderKeys, fingerprint
 from vfl.wire.endpoint import ABORT_SEND_MS, Endpoint, PeerAbort, PeerLost, PeerTimeout, send_frames
 from vfl.wire.frames import (
     MAGIC,
@@ -34,7 +35,6 @@ from vfl.wire.frames import (
     short_repr,
 )
 from vfl.wire.gate import MAX_UNADMITTED, ConnectionGate
-from vfl.wire.keys import FollowerKeys, LeaderKeys, fingerprint
 from vfl.wire.messages import Abort, WireMessage
 
 HANDSHAKE_MS = 5000  # a connection that has not completed its CURVE handshake by then is dropped
