@@ -24,13 +24,10 @@ import numpy as np
 
 from vfl.config.table_schema import ColumnSpec, LabelSpec, SchemaConfig
 from vfl.data.errors import DataError
-from vfl.data.readers.criteo_tsv import ReadStats
-from vfl.data.shards import _label_task
-from vfl.data.table import FittedTable
-from vfl.data.task import Task
+from vfl.data.readers.read_stats import ReadStats
+from vfl.data.table import SCHEMA_FILE, FittedTable, load_vocab
+from vfl.data.task import Task, label_task
 from vfl.data.transforms import OOV_ID, field_salts
-
-SCHEMA_FILE = "schema.json"
 
 
 @dataclass
@@ -111,11 +108,11 @@ class FrozenTransforms:
             columns={c["name"]: ColumnSpec(kind=c["kind"], transform=c["transform"]) for c in doc["columns"]},
             label=label,
         )
-        table = FittedTable(schema, _label_task(lab).kind if lab is not None else None)
+        table = FittedTable(schema, label_task(lab).kind if lab is not None else None)
         for col, saved in zip(table.columns, doc["columns"]):
             state = dict(saved.get("state") or {})
             if "file" in state:
-                col.vocab = _vocab(shard_dir, state.pop("file"))
+                col.vocab = load_vocab(shard_dir, state.pop("file"))
             col.state, col._counter = state, None
         if table.label is not None and table.label.classes is None:
             table.label.classes = tuple(lab.get("classes") or ())
@@ -134,7 +131,7 @@ class FrozenTransforms:
         for col in table.columns:
             col._counter = None
             if col.transform == "vocabulary":
-                col.vocab = _vocab(shard_dir, f"vocab/{col.name}.npy")
+                col.vocab = load_vocab(shard_dir, f"vocab/{col.name}.npy")
                 col.state = {"size": int(col.vocab.size)}
             elif col.transform == "hash":
                 col.state = {"salt": int(field_salts([col.name])[0])}
@@ -144,15 +141,15 @@ class FrozenTransforms:
     @property
     def task(self) -> Task | None:
         lab = self.manifest.get("label")
-        return _label_task(lab) if lab else None
+        return label_task(lab) if lab else None
 
     def has_label(self, path: str) -> bool:
         """Whether the file of new rows carries this (labelled) party's label column."""
         if self.label_spec is None:
             return False
-        from vfl.data.readers.table_file import _columns_of
+        from vfl.data.readers.table_file import columns_of
 
-        return self.label_spec.column in _columns_of(path)
+        return self.label_spec.column in columns_of(path)
 
     def read(self, path: str, strict: bool = False, stats: ReadStats | None = None) -> Iterator[NewBlock]:
         """The new rows of `path`, block by block, transformed as at training; the label when the file has it."""
@@ -164,7 +161,7 @@ class FrozenTransforms:
             yield from self._read_criteo(path, strict, stats, labelled)
 
     def _read_table(self, path: str, strict: bool, stats: ReadStats, labelled: bool) -> Iterator[NewBlock]:
-        from vfl.data.readers.table_file import _line, read_table_blocks
+        from vfl.data.readers.table_file import line_of, read_table_blocks
 
         task = self.task
         regression = task is not None and task.is_regression
@@ -174,7 +171,7 @@ class FrozenTransforms:
                 valid = self._valid_table_labels(block.label)
                 label = np.zeros(valid.size, task.label_dtype)
                 label[valid] = self.table.label.encode(
-                    block.label[valid], block.row_index[valid], path, lambda r: _line(path, r)
+                    block.label[valid], block.row_index[valid], path, lambda r: line_of(path, r)
                 )
                 label = (label, valid)
             yield self._rows(block, label)
@@ -225,10 +222,3 @@ def _criteo_labels(text: np.ndarray, k: int, task: Task) -> tuple[np.ndarray, np
     ok = (cls >= 0) & (cls < k) if k > 2 else np.isin(values, ["0", "1"])
     valid = ok[idx]
     return np.where(valid, cls[idx], 0).astype(task.label_dtype), valid
-
-
-def _vocab(shard_dir: str, rel: str) -> np.ndarray:
-    path = os.path.join(shard_dir, rel)
-    if not os.path.exists(path):
-        raise DataError(f"shard {shard_dir}: its vocabulary {rel} is missing (re-run prepare)")
-    return np.load(path, allow_pickle=False).astype(np.uint64)

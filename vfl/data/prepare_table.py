@@ -19,7 +19,7 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 
@@ -29,22 +29,13 @@ from vfl.data.errors import DataError
 from vfl.data.ids import check_unique
 from vfl.data.manifest import FORMAT_VERSION, id_digest, party_manifest_of, source_doc, split_doc
 from vfl.data.parties import PartyColumns
-from vfl.data.prepare import PrepareOptions, _commit, _id_texts, _SplitWriter, _validate, _write_json, split_of
-from vfl.data.readers.criteo_tsv import ReadStats, warn_bad_lines
-from vfl.data.readers.table_file import IdCache, _line, is_parquet, read_table_blocks
-from vfl.data.table import FittedTable
+from vfl.data.prepare_options import PrepareOptions, split_of, validate_options
+from vfl.data.readers.read_stats import ReadStats, warn_bad_lines
+from vfl.data.readers.source_file import id_texts
+from vfl.data.readers.table_file import IdCache, is_parquet, line_of, read_table_blocks
+from vfl.data.shard_writer import SplitWriter, commit, temp_sibling, write_json
+from vfl.data.table import SCHEMA_FILE, FittedTable
 from vfl.splits import SPLITS
-
-SCHEMA_FILE = "schema.json"
-
-
-@dataclass(frozen=True)
-class _IdColumn:
-    """Where a table's id texts are (for naming both texts of a duplicate id, e.g. '7' and '007')."""
-
-    path: str
-    id_column: str
-
 
 PROGRESS_EVERY_S = 10.0
 
@@ -61,7 +52,7 @@ def prepare_table(
     """The shard of `party` at out_dir from its own table at `path`; `task` (binary | multiclass | regression) for the
     labelled party, None for a feature party. Returns the full manifest (the follower's manifest.json is the
     allow-listed part)."""
-    _validate(opts)
+    validate_options(opts)
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     labelled = task is not None
     if labelled and schema.label is None:
@@ -101,16 +92,13 @@ def prepare_table(
             f"{path}: the regression label {schema.label.column!r} takes one value only ({label_range[0]:g}); "
             "there is nothing to learn"
         )
-    parent = os.path.dirname(out_dir) or "."
-    os.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(parent, f".{os.path.basename(out_dir)}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = temp_sibling(out_dir)
     stats = ReadStats()
     label_dtype = np.float32 if regression else np.int8
-    bad_labels = BadLabels(path, schema.label.column, lambda r: _line(path, r)) if labelled else None
+    bad_labels = BadLabels(path, schema.label.column, lambda r: line_of(path, r)) if labelled else None
     try:
         writers = [
-            _SplitWriter(os.path.join(tmp, s), len(fitted.dense_names), len(fitted.cat_names), labelled, label_dtype)
+            SplitWriter(os.path.join(tmp, s), len(fitted.dense_names), len(fitted.cat_names), labelled, label_dtype)
             for s in SPLITS
         ]
         last_note = time.perf_counter()
@@ -132,7 +120,7 @@ def prepare_table(
                 if labelled:
                     w.labels.append(
                         fitted.label.encode(
-                            block.label[rows], block.row_index[rows], path, lambda r: _line(path, r), bad_labels
+                            block.label[rows], block.row_index[rows], path, lambda r: line_of(path, r), bad_labels
                         )
                     )
         if labelled:  # a row is never dropped for its label: a file with a blank or invalid one is refused
@@ -142,7 +130,7 @@ def prepare_table(
         stream_seconds = time.perf_counter() - t0
         warn_bad_lines(path, stats)
         all_ids = np.concatenate([np.load(w.ids.path) for w in writers])
-        check_unique(all_ids, path, None if is_parquet(path) else lambda i: _id_texts(_IdColumn(path, schema.id), i))
+        check_unique(all_ids, path, None if is_parquet(path) else lambda i: id_texts(path, schema.id, i))
         del all_ids
         digests, label_counts = {}, {}
         for s, w in zip(SPLITS, writers):
@@ -153,13 +141,13 @@ def prepare_table(
         manifest = _manifest(path, party, fitted, writers, digests, label_counts, opts, stats)
         manifest["prepare_seconds"] = round(time.perf_counter() - t0, 3)
         columns = PartyColumns(party, tuple(fitted.dense_names), tuple(fitted.cat_names), labelled)
-        _write_json(os.path.join(tmp, "manifest.json"), party_manifest_of(manifest, columns))
-        _write_json(os.path.join(tmp, SCHEMA_FILE), fitted.to_doc())
+        write_json(os.path.join(tmp, "manifest.json"), party_manifest_of(manifest, columns))
+        write_json(os.path.join(tmp, SCHEMA_FILE), fitted.to_doc())
         if fitted.vocab_files():
             os.makedirs(os.path.join(tmp, "vocab"))
             for name, vocab in fitted.vocab_files():
                 np.save(os.path.join(tmp, name), vocab)
-        _commit(tmp, out_dir)
+        commit(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

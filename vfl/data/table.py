@@ -20,6 +20,8 @@ out of vocabulary (a value unseen at fit time, or rarer than min_count), as in v
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from vfl.config.table_schema import ColumnSpec, SchemaConfig
@@ -29,6 +31,7 @@ from vfl.data.task import MAX_CLASSES, Task
 from vfl.data.transforms import MISSING_ID, VocabularyCounter, dense_transform, field_salts, hash_bucket
 
 SCHEMA_FORMAT = 1
+SCHEMA_FILE = "schema.json"  # a table shard's declarations and fitted state, beside its manifest.json
 QUANTILE_SAMPLE = 1 << 20  # values kept (reservoir) per column to place the quantile bins
 
 
@@ -355,3 +358,11 @@ class FittedTable:
                 out.append((f"vocab/{n:04d}.npy", c.vocab))
                 n += 1
         return out
+
+
+def load_vocab(shard_dir: str, rel: str) -> np.ndarray:
+    """A saved vocabulary (uint64 keys, sorted) of the shard at shard_dir; DataError naming it when it is missing."""
+    path = os.path.join(shard_dir, rel)
+    if not os.path.exists(path):
+        raise DataError(f"shard {shard_dir}: its vocabulary {rel} is missing (re-run prepare)")
+    return np.load(path, allow_pickle=False).astype(np.uint64)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vfl.data.errors import DataError
+from vfl.data.table import SCHEMA_FILE, load_vocab
 from vfl.data.transforms import field_salts
 
 OPSET = 18  # BitwiseXor (the hash transform) needs 18
@@ -84,14 +85,14 @@ class FrozenTable:
 
 def frozen_table(shard_dir: str) -> FrozenTable:
     """The transforms saved with a party's shard (a table shard's schema.json, else a Criteo shard's manifest)."""
-    schema_path = os.path.join(shard_dir, "schema.json")
+    schema_path = os.path.join(shard_dir, SCHEMA_FILE)
     if os.path.exists(schema_path):
         with open(schema_path) as f:
             doc = json.load(f)
         cols = []
         for c in doc["columns"]:
             (name, params), state = next(iter(c["transform"].items())), dict(c.get("state") or {})
-            vocab = _load_vocab(shard_dir, state.pop("file")) if "file" in state else None
+            vocab = load_vocab(shard_dir, state.pop("file")) if "file" in state else None
             cols.append(FrozenColumn(c["name"], c["kind"], name, dict(params or {}), state, vocab))
         table = FrozenTable(cols, "table", str(doc.get("id") or "id"))
         _check_order(table, doc.get("dense", []), doc.get("categorical", []), schema_path)
@@ -102,7 +103,7 @@ def frozen_table(shard_dir: str) -> FrozenTable:
     cols = [FrozenColumn(c, "numeric", "log1p") for c in party["dense"]]
     if transforms.get("categorical_mode", "vocabulary") == "vocabulary":
         cols += [
-            FrozenColumn(c, "categorical", "vocabulary", vocab=_load_vocab(shard_dir, f"vocab/{c}.npy"))
+            FrozenColumn(c, "categorical", "vocabulary", vocab=load_vocab(shard_dir, f"vocab/{c}.npy"))
             for c in party["categorical"]
         ]
     else:
@@ -112,13 +113,6 @@ def frozen_table(shard_dir: str) -> FrozenTable:
             for c in party["categorical"]
         ]
     return FrozenTable(cols, "criteo")
-
-
-def _load_vocab(shard_dir: str, rel: str) -> np.ndarray:
-    path = os.path.join(shard_dir, rel)
-    if not os.path.exists(path):
-        raise DataError(f"shard {shard_dir}: the vocabulary {rel} is missing (re-run prepare)")
-    return np.load(path, allow_pickle=False).astype(np.uint64)
 
 
 def _check_order(table: FrozenTable, dense: list[str], cat: list[str], where: str) -> None:
