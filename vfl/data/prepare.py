@@ -41,43 +41,13 @@ from vfl.data.manifest import (
 )
 from vfl.data.parties import PartyColumns
 from vfl.data.prepare_options import PrepareOptions, split_of, validate_options
+from vfl.data.presets.criteo import party_schema
 from vfl.data.raw_split import hash_name, split_raw
-from vfl.data.readers.party_file import PartyBlock, PartySource, read_party_blocks
+from vfl.data.readers.party_file import PartySource, read_party_blocks
 from vfl.data.readers.read_stats import ReadStats, warn_bad_lines
 from vfl.data.readers.source_file import id_texts
 from vfl.data.shard_writer import SplitWriter, commit, temp_sibling, write_json
-from vfl.data.transforms import (
-    VocabularyCounter,
-    dense_transform,
-    field_salts,
-    hash_bucket,
-    vocabulary_ids,
-)
-
-
-class _PartyEncoder:
-    """Turns a party's parsed blocks into its feature arrays."""
-
-    def __init__(self, party: PartyColumns, opts: PrepareOptions, vocabs: list[np.ndarray] | None):
-        self.party = party
-        self.salts = field_salts(list(party.categorical))
-        self.opts = opts
-        self.vocabs = vocabs
-
-    def encode(self, b: PartyBlock, rows: np.ndarray):
-        dense = dense_transform(b.dense[rows], b.dense_missing[rows])
-        missing = b.dense_missing[rows].astype(np.uint8)
-        keys, cmiss = b.cat_key[rows], b.cat_missing[rows]
-        if self.vocabs is None:
-            cat = hash_bucket(keys, cmiss, self.salts, self.opts.hash_buckets)
-        else:
-            cat = vocabulary_ids(keys, cmiss, self.vocabs)
-        return dense, missing, cat
-
-    def field_sizes(self) -> dict[str, int]:
-        if self.vocabs is None:
-            return {c: self.opts.hash_buckets for c in self.party.categorical}
-        return {c: int(v.size) + 2 for c, v in zip(self.party.categorical, self.vocabs)}
+from vfl.data.table import FittedTable
 
 
 def prepare_party(src: PartySource, out_dir: str, party: PartyColumns, opts: PrepareOptions = PrepareOptions()) -> dict:
@@ -96,13 +66,20 @@ def prepare_party(src: PartySource, out_dir: str, party: PartyColumns, opts: Pre
     if truth_path is not None and not os.path.exists(truth_path):
         raise DataError(f"truth file not found: {truth_path}")
     t0 = time.perf_counter()
-    vocabs = None
-    if opts.vocab_min_count is not None:  # fitted on this party's own file only
-        counter = VocabularyCounter(len(party.categorical))
+    schema = party_schema(
+        party.dense,
+        party.categorical,
+        src.label_column if party.label else None,
+        opts.hash_buckets,
+        opts.vocab_min_count,
+        src.id_column,
+        opts.num_classes,
+    )
+    enc = FittedTable(schema, None)  # the label is the reader's: 0 or 1, or a class id 0..K-1
+    if opts.vocab_min_count is not None:  # fitted on this party's own file only, every row of it
         for b in read_party_blocks(src, opts.strict, ReadStats(), digest=False):
-            counter.update(b.cat_key, b.cat_missing)
-        vocabs = counter.vocabularies(opts.vocab_min_count)
-    enc = _PartyEncoder(party, opts, vocabs)
+            enc.fit_block(b, slice(None))
+    enc.finish(src.path, allow_empty=True)
     tmp = temp_sibling(out_dir)
     stats = ReadStats()
     test_rows: list[np.ndarray] = []
@@ -125,7 +102,7 @@ def prepare_party(src: PartySource, out_dir: str, party: PartyColumns, opts: Pre
                 rows = np.flatnonzero(which == k)
                 if rows.size == 0:
                     continue
-                dense, missing, cat = enc.encode(b, rows)
+                dense, missing, cat = enc.apply(b, rows)
                 w.ids.append(b.sample_id[rows])
                 w.dense.append(dense)
                 w.dense_missing.append(missing)
@@ -162,11 +139,11 @@ def prepare_party(src: PartySource, out_dir: str, party: PartyColumns, opts: Pre
         elapsed = time.perf_counter() - t0
         manifest["prepare_seconds"] = round(elapsed, 3)
         write_json(os.path.join(tmp, "manifest.json"), party_manifest_of(manifest, party))
-        if vocabs is not None:
+        if opts.vocab_min_count is not None:
             vdir = os.path.join(tmp, "vocab")
             os.makedirs(vdir)
-            for c, v in zip(party.categorical, vocabs):
-                np.save(os.path.join(vdir, f"{c}.npy"), v)
+            for c in enc.categorical_columns():
+                np.save(os.path.join(vdir, f"{c.name}.npy"), c.vocab)
         commit(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -69,9 +69,10 @@ class FittedColumn:
         elif self._counter is not None:
             self._counter.update(values.reshape(-1, 1), missing.reshape(-1, 1))
 
-    def finish(self, path: str) -> None:
-        """Turn what fit_block saw into the state; an empty column is an error naming it."""
-        if self.seen == 0:
+    def finish(self, path: str, allow_empty: bool = False) -> None:
+        """Turn what fit_block saw into the state; an empty column is an error naming it (unless allow_empty: a
+        preset's column kept whatever it holds, e.g. hashed without a fitting pass)."""
+        if self.seen == 0 and not allow_empty:
             raise DataError(
                 f"{path}: column {self.name!r} is empty in the training rows (every value missing); remove it from "
                 "data.schema.columns or fill it"
@@ -92,6 +93,10 @@ class FittedColumn:
             self._counter = None
         elif self.transform == "hash":
             self.state = {"salt": int(field_salts([self.name])[0])}
+
+    def restore(self, state: dict, vocab: np.ndarray | None = None) -> None:
+        """Put back what a fit saved (schema.json's state, a vocabulary): the column applies it, never refits."""
+        self.state, self.vocab, self._counter = dict(state), vocab, None
 
     @property
     def field_size(self) -> int:
@@ -302,9 +307,9 @@ class FittedTable:
         if self.label is not None:
             self.label.fit_block(block.label)
 
-    def finish(self, path: str) -> None:
+    def finish(self, path: str, allow_empty: bool = False) -> None:
         for c in self.columns:
-            c.finish(path)
+            c.finish(path, allow_empty)
         if self.label is not None:
             self.label.finish(path)
 

@@ -60,6 +60,15 @@ class PartyBlock:
     cat_key: np.ndarray  # uint64 (n, c), 0 where missing
     cat_missing: np.ndarray  # bool (n, c)
 
+    @property
+    def numeric(self) -> np.ndarray:
+        """The dense values under the table block's name (vfl/data/table.py's FittedTable reads either block)."""
+        return self.dense
+
+    @property
+    def numeric_missing(self) -> np.ndarray:
+        return self.dense_missing
+
 
 def _cat_keys(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """uint64 keys and missing flags of one categorical column (text values)."""
