@@ -25,9 +25,8 @@ from vfl.data.bad_labels import BadLabels
 from vfl.data.errors import DataError
 from vfl.data.ids import ids64
 from vfl.data.readers import arrow_text
-from vfl.data.readers.read_stats import ReadStats
+from vfl.data.readers.read_stats import BadLine, ReadStats
 from vfl.data.readers.source_file import missing_columns, sniff_header
-from vfl.data.readers.tokenizer import BadLine
 
 CHUNK_ROWS = 100_000
 _HEX8 = re.compile(r"^[0-9a-fA-F]{8}$")

@@ -1,13 +1,19 @@
-"""What one pass of a reader over a file saw (ReadStats), and the one warning naming its malformed lines."""
+"""What one pass of a reader over a file saw (ReadStats, its BadLines), and the one warning naming its malformed lines."""
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
 
-from vfl.data.readers.tokenizer import BadLine
-
 MAX_BAD_LINES_NAMED = 5
+
+
+@dataclass
+class BadLine:
+    """A malformed line: 0-based line index and why it was rejected."""
+
+    line_index: int
+    reason: str
 
 
 @dataclass
