@@ -35,9 +35,11 @@ from vfl.data.manifest import (
     bayes_accuracy,
     bayes_test_auc,
     id_digest,
+    label_doc,
     party_manifest,
     party_manifest_of,
     simulation_manifest,
+    transforms_doc,
 )
 from vfl.data.parties import PartyColumns
 from vfl.data.prepare_options import PrepareOptions, split_of, validate_options
@@ -129,7 +131,12 @@ def prepare_party(src: PartySource, out_dir: str, party: PartyColumns, opts: Pre
                 class_counts[s] = np.bincount(lab.astype(np.int64), minlength=opts.num_classes)[
                     : opts.num_classes
                 ].tolist()
-        manifest = party_manifest(src, party, enc, writers, digests, positives, opts, stats, class_counts)
+        manifest = party_manifest(
+            src.path, party, src.id_column, enc.field_sizes(), writers, digests, opts, stats, transforms_doc(opts)
+        )
+        if party.label:
+            manifest["positives"] = positives if opts.num_classes == 2 else None
+            manifest["label"] = label_doc(opts.num_classes, class_counts if opts.num_classes > 2 else None)
         if truth_path is not None and opts.num_classes > 2:
             manifest["bayes_test_accuracy"] = bayes_accuracy(truth_path, test_rows, test_labels, opts.num_classes)
             manifest["truth_path"] = os.path.abspath(truth_path)

@@ -19,7 +19,6 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict
 
 import numpy as np
 
@@ -27,7 +26,7 @@ from vfl.config.table_schema import SchemaConfig
 from vfl.data.bad_labels import BadLabels
 from vfl.data.errors import DataError
 from vfl.data.ids import check_unique
-from vfl.data.manifest import FORMAT_VERSION, id_digest, party_manifest_of, source_doc, split_doc
+from vfl.data.manifest import id_digest, party_manifest, party_manifest_of
 from vfl.data.parties import PartyColumns
 from vfl.data.prepare_options import PrepareOptions, split_of, validate_options
 from vfl.data.readers.read_stats import ReadStats, warn_bad_lines
@@ -138,9 +137,9 @@ def prepare_table(
             if labelled:
                 lab = np.load(w.labels.path)
                 label_counts[s] = _label_summary(lab, fitted)
-        manifest = _manifest(path, party, fitted, writers, digests, label_counts, opts, stats)
-        manifest["prepare_seconds"] = round(time.perf_counter() - t0, 3)
         columns = PartyColumns(party, tuple(fitted.dense_names), tuple(fitted.cat_names), labelled)
+        manifest = _manifest(path, columns, fitted, writers, digests, label_counts, opts, stats)
+        manifest["prepare_seconds"] = round(time.perf_counter() - t0, 3)
         write_json(os.path.join(tmp, "manifest.json"), party_manifest_of(manifest, columns))
         write_json(os.path.join(tmp, SCHEMA_FILE), fitted.to_doc())
         if fitted.vocab_files():
@@ -174,27 +173,11 @@ def _label_summary(labels: np.ndarray, fitted: FittedTable) -> dict | list:
     return np.bincount(labels.astype(np.int64), minlength=k)[:k].tolist()
 
 
-def _manifest(path, party, fitted, writers, digests, label_counts, opts, stats) -> dict:
-    rows = {s: w.rows for s, w in zip(SPLITS, writers)}
-    doc = {
-        "format_version": FORMAT_VERSION,
-        "source": source_doc(path, stats),
-        "split": split_doc(opts),
-        "transforms": {"schema": SCHEMA_FILE, "fitted_on": "this party's own training rows"},
-        "sample_ids": f"column {fitted.schema.id!r} of the party's own file: decimal integers as themselves, "
-        "other text hashed to an int64 (vfl/data/ids.py)",
-        "id_digest": digests,
-        "rows": rows,
-        "party": {
-            "name": party,
-            "dense": fitted.dense_names,
-            "categorical": fitted.cat_names,
-            "has_labels": fitted.label is not None,
-            "field_sizes": fitted.field_sizes(),
-            "rows": rows,
-        },
-        "options": asdict(opts),
-    }
+def _manifest(path, columns: PartyColumns, fitted, writers, digests, label_counts, opts, stats) -> dict:
+    transforms = {"schema": SCHEMA_FILE, "fitted_on": "this party's own training rows"}
+    doc = party_manifest(
+        path, columns, fitted.schema.id, fitted.field_sizes(), writers, digests, opts, stats, transforms
+    )
     if fitted.label is not None:
         task = fitted.label.task()
         doc["label"] = {**fitted.label.to_doc(), "counts": label_counts}
