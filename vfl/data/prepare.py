@@ -29,7 +29,6 @@ from dataclasses import asdict
 import numpy as np
 
 from vfl.data.errors import DataError
-from vfl.data.ids import check_unique
 from vfl.data.manifest import (
     SPLITS,
     bayes_accuracy,
@@ -48,7 +47,7 @@ from vfl.data.raw_split import hash_name, split_raw
 from vfl.data.readers.party_file import PartySource, read_party_blocks
 from vfl.data.readers.read_stats import ReadStats, warn_bad_lines
 from vfl.data.readers.source_file import id_texts
-from vfl.data.shard_writer import SplitWriter, commit, temp_sibling, write_json
+from vfl.data.shard_writer import ShardSplits, commit, temp_sibling, write_json
 from vfl.data.table import FittedTable
 
 
@@ -87,9 +86,7 @@ def prepare_party(src: PartySource, out_dir: str, party: PartyColumns, opts: Pre
     test_rows: list[np.ndarray] = []
     test_labels: list[np.ndarray] = []
     try:
-        writers = [
-            SplitWriter(os.path.join(tmp, s), len(party.dense), len(party.categorical), party.label) for s in SPLITS
-        ]
+        splits = ShardSplits(tmp, len(party.dense), len(party.categorical), party.label)
         last_note = time.perf_counter()
         for b in read_party_blocks(src, opts.strict, stats):
             if time.perf_counter() - last_note >= 10.0:  # long files show progress on stderr
@@ -100,39 +97,30 @@ def prepare_party(src: PartySource, out_dir: str, party: PartyColumns, opts: Pre
                     flush=True,
                 )
             which = split_of(b.sample_id, opts)
-            for k, w in enumerate(writers):
-                rows = np.flatnonzero(which == k)
-                if rows.size == 0:
-                    continue
-                dense, missing, cat = enc.apply(b, rows)
-                w.ids.append(b.sample_id[rows])
-                w.dense.append(dense)
-                w.dense_missing.append(missing)
-                w.cat.append(cat)
-                if w.labels is not None:
-                    w.labels.append(b.label[rows])
-                if k == 2 and truth_path is not None:
-                    test_rows.append(b.row_index[rows])
-                    test_labels.append(b.label[rows])
-        for w in writers:
-            w.close()
+            splits.append(b.sample_id, which, lambda rows, b=b: enc.apply(b, rows), lambda rows, b=b: b.label[rows])
+            test = np.flatnonzero(which == 2)
+            if truth_path is not None and test.size:
+                test_rows.append(b.row_index[test])
+                test_labels.append(b.label[test])
+        splits.close()
         stream_seconds = time.perf_counter() - t0
         warn_bad_lines(src.path, stats)
-        all_ids = np.concatenate([np.load(w.ids.path) for w in writers])
-        check_unique(all_ids, src.path, lambda i: id_texts(src.path, src.id_column, i))
-        del all_ids
-        digests, positives, class_counts = {}, {}, {}
-        for s, w in zip(SPLITS, writers):
-            ids = w.sort_by_id()
-            digests[s] = id_digest(ids)
-            if party.label:
-                lab = np.load(w.labels.path)
-                positives[s] = int(lab.sum())
-                class_counts[s] = np.bincount(lab.astype(np.int64), minlength=opts.num_classes)[
-                    : opts.num_classes
-                ].tolist()
+        digests = splits.finish(src.path, lambda i: id_texts(src.path, src.id_column, i))
+        positives, class_counts = {}, {}
+        for s in SPLITS if party.label else ():
+            lab = splits.labels(s)
+            positives[s] = int(lab.sum())
+            class_counts[s] = np.bincount(lab.astype(np.int64), minlength=opts.num_classes)[: opts.num_classes].tolist()
         manifest = party_manifest(
-            src.path, party, src.id_column, enc.field_sizes(), writers, digests, opts, stats, transforms_doc(opts)
+            src.path,
+            party,
+            src.id_column,
+            enc.field_sizes(),
+            splits.writers,
+            digests,
+            opts,
+            stats,
+            transforms_doc(opts),
         )
         if party.label:
             manifest["positives"] = positives if opts.num_classes == 2 else None

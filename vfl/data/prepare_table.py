@@ -25,14 +25,13 @@ import numpy as np
 from vfl.config.table_schema import SchemaConfig
 from vfl.data.bad_labels import BadLabels
 from vfl.data.errors import DataError
-from vfl.data.ids import check_unique
-from vfl.data.manifest import id_digest, party_manifest, party_manifest_of
+from vfl.data.manifest import party_manifest, party_manifest_of
 from vfl.data.parties import PartyColumns
 from vfl.data.prepare_options import PrepareOptions, split_of, validate_options
 from vfl.data.readers.read_stats import ReadStats, warn_bad_lines
 from vfl.data.readers.source_file import id_texts
 from vfl.data.readers.table_file import IdCache, is_parquet, line_of, read_table_blocks
-from vfl.data.shard_writer import SplitWriter, commit, temp_sibling, write_json
+from vfl.data.shard_writer import ShardSplits, commit, temp_sibling, write_json
 from vfl.data.table import SCHEMA_FILE, FittedTable
 from vfl.splits import SPLITS
 
@@ -96,49 +95,30 @@ def prepare_table(
     label_dtype = np.float32 if regression else np.int8
     bad_labels = BadLabels(path, schema.label.column, lambda r: line_of(path, r)) if labelled else None
     try:
-        writers = [
-            SplitWriter(os.path.join(tmp, s), len(fitted.dense_names), len(fitted.cat_names), labelled, label_dtype)
-            for s in SPLITS
-        ]
+        splits = ShardSplits(tmp, len(fitted.dense_names), len(fitted.cat_names), labelled, label_dtype)
         last_note = time.perf_counter()
         for block in read_table_blocks(path, schema, labelled, regression, opts.strict, stats, id_cache=ids):
             if time.perf_counter() - last_note >= PROGRESS_EVERY_S:
                 last_note = time.perf_counter()
                 rate = stats.good_rows / max(last_note - t0, 1e-9)
                 say(f"prepare {party}: {stats.good_rows} of {fit_stats.good_rows} rows, {rate:.0f} rows/s")
-            which = split_of(block.sample_id, opts)
-            for k, w in enumerate(writers):
-                rows = np.flatnonzero(which == k)
-                if rows.size == 0:
-                    continue
-                dense, missing, cat = fitted.apply(block, rows)
-                w.ids.append(block.sample_id[rows])
-                w.dense.append(dense)
-                w.dense_missing.append(missing)
-                w.cat.append(cat)
-                if labelled:
-                    w.labels.append(
-                        fitted.label.encode(
-                            block.label[rows], block.row_index[rows], path, lambda r: line_of(path, r), bad_labels
-                        )
-                    )
+            splits.append(
+                block.sample_id,
+                split_of(block.sample_id, opts),
+                lambda rows, block=block: fitted.apply(block, rows),
+                lambda rows, block=block: fitted.label.encode(
+                    block.label[rows], block.row_index[rows], path, lambda r: line_of(path, r), bad_labels
+                ),
+            )
         if labelled:  # a row is never dropped for its label: a file with a blank or invalid one is refused
             bad_labels.refuse()
-        for w in writers:
-            w.close()
+        splits.close()
         stream_seconds = time.perf_counter() - t0
         warn_bad_lines(path, stats)
-        all_ids = np.concatenate([np.load(w.ids.path) for w in writers])
-        check_unique(all_ids, path, None if is_parquet(path) else lambda i: id_texts(path, schema.id, i))
-        del all_ids
-        digests, label_counts = {}, {}
-        for s, w in zip(SPLITS, writers):
-            digests[s] = id_digest(w.sort_by_id())
-            if labelled:
-                lab = np.load(w.labels.path)
-                label_counts[s] = _label_summary(lab, fitted)
+        digests = splits.finish(path, None if is_parquet(path) else lambda i: id_texts(path, schema.id, i))
+        label_counts = {s: _label_summary(splits.labels(s), fitted) for s in SPLITS} if labelled else {}
         columns = PartyColumns(party, tuple(fitted.dense_names), tuple(fitted.cat_names), labelled)
-        manifest = _manifest(path, columns, fitted, writers, digests, label_counts, opts, stats)
+        manifest = _manifest(path, columns, fitted, splits.writers, digests, label_counts, opts, stats)
         manifest["prepare_seconds"] = round(time.perf_counter() - t0, 3)
         write_json(os.path.join(tmp, "manifest.json"), party_manifest_of(manifest, columns))
         write_json(os.path.join(tmp, SCHEMA_FILE), fitted.to_doc())

@@ -1,5 +1,8 @@
 """Writing a shard directory: each split's .npy appenders, its JSON files, and the atomic rename into place.
 
+ShardSplits appends each block's rows to the split their id falls in, then checks the ids unique over the splits and
+sorts each split by id (the order every party's shard has).
+
 A shard is built in a temporary sibling of its final directory (`temp_sibling`) and renamed into place when it is
 complete (`commit`), so a failure leaves nothing half-written; `--force` replaces an old shard the same way.
 """
@@ -12,7 +15,10 @@ import shutil
 
 import numpy as np
 
+from vfl.data.ids import check_unique
+from vfl.data.manifest import id_digest
 from vfl.data.npy_stream import NpyAppender
+from vfl.splits import SPLITS
 
 
 class SplitWriter:
@@ -45,6 +51,43 @@ class SplitWriter:
                 arr = np.load(a.path)[order]
                 np.save(a.path, arr)
         return ids[order]
+
+
+class ShardSplits:
+    """The train, valid and test writers of one shard (SPLITS order)."""
+
+    def __init__(self, root: str, n_dense: int, n_cat: int, labelled: bool, label_dtype=np.int8):
+        self.writers = [SplitWriter(os.path.join(root, s), n_dense, n_cat, labelled, label_dtype) for s in SPLITS]
+
+    def append(self, ids: np.ndarray, which: np.ndarray, encode, label=None) -> None:
+        """Split k gets the rows where which == k: their ids, encode(rows) = (dense, dense_missing, cat) and, in a
+        labelled shard, label(rows)."""
+        for k, w in enumerate(self.writers):
+            rows = np.flatnonzero(which == k)
+            if rows.size == 0:
+                continue
+            dense, missing, cat = encode(rows)
+            w.ids.append(ids[rows])
+            w.dense.append(dense)
+            w.dense_missing.append(missing)
+            w.cat.append(cat)
+            if w.labels is not None:
+                w.labels.append(label(rows))
+
+    def close(self) -> None:
+        for w in self.writers:
+            w.close()
+
+    def finish(self, path: str, id_texts_of) -> dict[str, str]:
+        """Check the ids unique over the splits (a duplicate named by id_texts_of(id), or None), sort each split by
+        id; the splits' id digests."""
+        all_ids = np.concatenate([np.load(w.ids.path) for w in self.writers])
+        check_unique(all_ids, path, id_texts_of)
+        del all_ids
+        return {s: id_digest(w.sort_by_id()) for s, w in zip(SPLITS, self.writers)}
+
+    def labels(self, split: str) -> np.ndarray:
+        return np.load(self.writers[SPLITS.index(split)].labels.path)
 
 
 def temp_sibling(out_dir: str) -> str:
