@@ -28,7 +28,14 @@ from vfl.config.table_schema import ColumnSpec, SchemaConfig
 from vfl.data.bad_labels import BadLabels
 from vfl.data.errors import DataError
 from vfl.data.task import MAX_CLASSES, Task
-from vfl.data.transforms import MISSING_ID, VocabularyCounter, dense_transform, field_salts, hash_bucket
+from vfl.data.transforms import (
+    MISSING_ID,
+    VocabularyCounter,
+    dense_transform,
+    field_salts,
+    hash_bucket,
+    vocabulary_ids,
+)
 
 SCHEMA_FORMAT = 1
 SCHEMA_FILE = "schema.json"  # a table shard's declarations and fitted state, beside its manifest.json
@@ -128,8 +135,6 @@ class FittedColumn:
         if self.transform == "hash":
             salt = np.array([self.state["salt"]], dtype=np.uint64)
             return hash_bucket(keys, miss, salt, self.params["buckets"])[:, 0]
-        from vfl.data.transforms import vocabulary_ids
-
         return vocabulary_ids(keys, miss, [self.vocab])[:, 0]
 
     def to_doc(self) -> dict:
@@ -265,6 +270,13 @@ def _class_order(value: str):
         return (1, 0, value)
 
 
+def _columns(index: list[int]) -> slice | np.ndarray:
+    """Column positions as a slice when they run consecutively (a view, not numpy's slower gather)."""
+    if index and index == list(range(index[0], index[-1] + 1)):
+        return slice(index[0], index[-1] + 1)
+    return np.asarray(index, dtype=np.intp)
+
+
 class FittedTable:
     """A party's schema with every column's transform: built unfitted from the config, fitted, or loaded."""
 
@@ -314,22 +326,41 @@ class FittedTable:
             self.label.finish(path)
 
     def apply(self, block, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(dense float32 (n, d), dense_missing uint8 (n, d), cat int32 (n, c)) of the block's rows."""
+        """(dense float32 (n, d), dense_missing uint8 (n, d), cat int32 (n, c)) of the block's rows. The columns of
+        one transform go through it together (log1p; hash with one bucket count; vocabulary), giving what each
+        column's own `FittedColumn.apply` gives."""
         n = rows.size
-        nums = self.numeric_columns()
-        dense = [c.apply(block.numeric[rows, j], block.numeric_missing[rows, j]) for j, c in enumerate(nums)]
-        dense_out = [v for v, c in zip(dense, nums) if c.output == "numeric"]
-        missing_out = [block.numeric_missing[rows, j] for j, c in enumerate(nums) if c.output == "numeric"]
-        cats = [
-            c.apply(block.cat_key[rows, j], block.cat_missing[rows, j])
-            for j, c in enumerate(self.categorical_columns())
-        ]
-        cats += [v for v, c in zip(dense, nums) if c.output == "categorical"]
-        return (
-            np.stack(dense_out, axis=1) if dense_out else np.zeros((n, 0), np.float32),
-            np.stack(missing_out, axis=1).astype(np.uint8) if missing_out else np.zeros((n, 0), np.uint8),
-            np.stack(cats, axis=1).astype(np.int32) if cats else np.zeros((n, 0), np.int32),
-        )
+        numeric, nmiss = block.numeric[rows], block.numeric_missing[rows]  # whole rows gathered once
+        keys, kmiss = block.cat_key[rows], block.cat_missing[rows]
+        nums, cats = self.numeric_columns(), self.categorical_columns()
+        out = [j for j, c in enumerate(nums) if c.output == "numeric"]
+        dense = np.empty((n, len(out)), np.float32)
+        log = [k for k, j in enumerate(out) if nums[j].transform == "log1p"]
+        if log:
+            src = _columns([out[k] for k in log])
+            dense[:, _columns(log)] = dense_transform(numeric[:, src], nmiss[:, src])  # missing: 0
+        for k, j in enumerate(out):
+            if nums[j].transform != "log1p":
+                dense[:, k] = nums[j].apply(numeric[:, j], nmiss[:, j])
+        binned = [j for j, c in enumerate(nums) if c.output == "categorical"]
+        cat = np.empty((n, len(cats) + len(binned)), np.int32)
+        groups: dict[tuple, list[int]] = {}
+        for j, c in enumerate(cats):
+            groups.setdefault(("hash", c.params["buckets"]) if c.transform == "hash" else ("vocabulary",), []).append(j)
+        for group, listed in groups.items():
+            js = _columns(listed)
+            if group[0] == "hash":
+                salts = np.array([cats[j].state["salt"] for j in listed], np.uint64)
+                ids = hash_bucket(keys[:, js], kmiss[:, js], salts, group[1])
+            else:
+                ids = vocabulary_ids(keys[:, js], kmiss[:, js], [cats[j].vocab for j in listed])
+            if len(listed) == cat.shape[1]:  # one transform for every field: its ids are the array
+                cat = ids
+            else:
+                cat[:, js] = ids
+        for k, j in enumerate(binned):
+            cat[:, len(cats) + k] = nums[j].apply(numeric[:, j], nmiss[:, j])
+        return dense, nmiss[:, _columns(out)].astype(np.uint8), cat
 
     def field_sizes(self) -> dict[str, int]:
         by_name = {c.name: c for c in self.columns}
