@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
-from vfl.data.readers.criteo_tsv import ReadStats, read_blocks
+from vfl.data.readers.criteo_tsv import read_blocks
+from vfl.data.readers.read_stats import ReadStats
 from vfl.data.synth.criteo import SyntheticCriteo
 
 

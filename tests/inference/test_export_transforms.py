@@ -67,7 +67,7 @@ def _prepare_tables(tmp_path, rows=2000):
 
 
 def test_table_transforms_in_onnx_equal_the_shard_prepare_wrote(tmp_path):
-    from vfl.data.readers.criteo_tsv import ReadStats
+    from vfl.data.readers.read_stats import ReadStats
     from vfl.data.readers.table_file import read_table_blocks
     from vfl.inference.export.onnx_transforms import frozen_table
 
@@ -107,8 +107,8 @@ def test_unseen_category_gets_the_out_of_vocabulary_id_and_missing_gets_zero(tmp
 def test_criteo_preset_transforms_in_onnx_equal_the_shard(synth_tiny, tmp_path, mode):
     from vfl.data.parties import load_parties
     from vfl.data.prepare import PrepareOptions, prepare
-    from vfl.data.readers.criteo_tsv import ReadStats
     from vfl.data.readers.party_file import PartySource, read_party_blocks
+    from vfl.data.readers.read_stats import ReadStats
     from vfl.inference.export.onnx_transforms import frozen_table
 
     # Prepare: the Criteo preset's two parties, each from its own raw file

@@ -260,7 +260,7 @@ def test_a_model_onnx_cannot_hold_is_exported_as_torchscript_beside_its_transfor
 
     import vfl.inference.export.party_export as export
     from vfl.config.schema import load_config
-    from vfl.data.readers.criteo_tsv import ReadStats
+    from vfl.data.readers.read_stats import ReadStats
     from vfl.data.readers.table_file import read_table_blocks
 
     # Prepare: torch.onnx refuses the follower's model (as it does an operator ONNX lacks)

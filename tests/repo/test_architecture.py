@@ -1,8 +1,9 @@
 """The layering the tree promises (docs/layout.md): which package may import which, no import cycles, docstrings.
 
 Also: only entry points import the party CLI's shared code (vfl/cli.py), no two modules share a file name beyond
-each package's own entry and sides, every module's docstring opens with a one-line summary, and no module of the tests
-imports a test module (shared helpers live in tests/support, whose modules open with a one-line summary too).
+each package's own entry and sides, no module of vfl/data imports another module's private name (a leading
+underscore), every module's docstring opens with a one-line summary, and no module of the tests imports a test module
+(shared helpers live in tests/support, whose modules open with a one-line summary too).
 
 Every import counts, including the lazy ones inside functions: a cycle through a function-level import is still a
 cycle a reader has to untangle. Each rule has a power test that plants a violation and sees it reported.
@@ -154,6 +155,30 @@ def cli_violations(modules: dict[str, set[str]]) -> list[str]:
     ]
 
 
+# the package whose modules may not import each other's private names: what one needs of another is public
+NO_PRIVATE_IMPORTS = "vfl.data"
+
+
+def private_imports(source: str, module: str, is_package: bool) -> list[str]:
+    """`module imports other._name` for every private name (one leading underscore, not a dunder) that the source
+    imports from another module with `from ... import`, lazy imports inside functions included."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        base = node.module or ""
+        if node.level:
+            anchor = module.split(".") if is_package else module.split(".")[:-1]
+            anchor = anchor[: len(anchor) - (node.level - 1)]
+            base = ".".join([*anchor, base] if base else anchor)
+        if base == module:
+            continue
+        for a in node.names:
+            if a.name.startswith("_") and not (a.name.startswith("__") and a.name.endswith("__")):
+                found.append(f"{module} imports {base}.{a.name}")
+    return found
+
+
 def library_files() -> list[pathlib.Path]:
     return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
 
@@ -300,6 +325,39 @@ def test_a_library_module_importing_the_party_cli_is_reported():
     bad = cli_violations(planted)
     # Assert
     assert len(bad) == 3 and all(b.startswith(("vfl.data.prepare ", "vfl.config.schema ")) for b in bad)
+
+
+def test_no_data_module_imports_a_private_name_of_another():
+    # Prepare
+    pkg = ROOT.joinpath(*NO_PRIVATE_IMPORTS.split("."))
+    # Execute
+    bad = [
+        line
+        for p in sorted(pkg.rglob("*.py"))
+        for line in private_imports(p.read_text(), module_name(p), p.name == "__init__.py")
+    ]
+    # Assert
+    assert bad == []
+
+
+def test_a_private_import_is_reported_even_lazy_or_relative():
+    """Power: a private name imported at the top, inside a function, or relatively, is reported; a public name, a
+    dunder (`__doc__`) and a module's own names are not."""
+    # Prepare
+    sources = {
+        "vfl.data.a": "from vfl.data.b import _commit, write_json\n",
+        "vfl.data.c": "def f():\n    from vfl.data.readers.table_file import _line\n",
+        "vfl.data.readers.d": "from .party_file import _missing\nfrom vfl.data.e import __doc__\n",
+        "vfl.data.f": "from vfl.data.f import _own\n",
+    }
+    # Execute
+    bad = [line for name, src in sources.items() for line in private_imports(src, name, False)]
+    # Assert
+    assert bad == [
+        "vfl.data.a imports vfl.data.b._commit",
+        "vfl.data.c imports vfl.data.readers.table_file._line",
+        "vfl.data.readers.d imports vfl.data.readers.party_file._missing",
+    ]
 
 
 def test_the_config_importing_models_is_reported():

@@ -24,13 +24,11 @@ import numpy as np
 
 from vfl.config.table_schema import ColumnSpec, LabelSpec, SchemaConfig
 from vfl.data.errors import DataError
-from vfl.data.readers.criteo_tsv import ReadStats
-from vfl.data.shards import _label_task
-from vfl.data.table import FittedTable
-from vfl.data.task import Task
+from vfl.data.presets.criteo import party_schema
+from vfl.data.readers.read_stats import ReadStats
+from vfl.data.table import SCHEMA_FILE, FittedTable, load_vocab
+from vfl.data.task import Task, label_task
 from vfl.data.transforms import OOV_ID, field_salts
-
-SCHEMA_FILE = "schema.json"
 
 
 @dataclass
@@ -44,19 +42,6 @@ class NewBlock:
     cat: np.ndarray  # int32 (n, c)
     label: np.ndarray | None  # the task's labels (int8 class ids or float32 values) when the file carries them
     label_valid: np.ndarray | None  # bool (n,): the label is in the task's domain (else `label` holds 0, unused)
-
-
-@dataclass
-class _Block:
-    """A Criteo-style party block under the table block's names (FittedTable.apply reads these)."""
-
-    row_index: np.ndarray
-    sample_id: np.ndarray
-    numeric: np.ndarray
-    numeric_missing: np.ndarray
-    cat_key: np.ndarray
-    cat_missing: np.ndarray
-    label: np.ndarray | None
 
 
 class FrozenTransforms:
@@ -111,48 +96,50 @@ class FrozenTransforms:
             columns={c["name"]: ColumnSpec(kind=c["kind"], transform=c["transform"]) for c in doc["columns"]},
             label=label,
         )
-        table = FittedTable(schema, _label_task(lab).kind if lab is not None else None)
+        table = FittedTable(schema, label_task(lab).kind if lab is not None else None)
         for col, saved in zip(table.columns, doc["columns"]):
             state = dict(saved.get("state") or {})
-            if "file" in state:
-                col.vocab = _vocab(shard_dir, state.pop("file"))
-            col.state, col._counter = state, None
+            col.restore(state, load_vocab(shard_dir, state.pop("file")) if "file" in state else None)
         if table.label is not None and table.label.classes is None:
             table.label.classes = tuple(lab.get("classes") or ())
         return cls(shard_dir, table, "table", manifest, label)
 
     @classmethod
     def _of_criteo(cls, shard_dir: str, manifest: dict) -> FrozenTransforms:
-        party = manifest["party"]
-        mode = (manifest.get("transforms") or {}).get("categorical_mode", "vocabulary")
-        columns = {c: ColumnSpec(kind="numeric", transform={"log1p": {}}) for c in party["dense"]}
-        for c in party["categorical"]:
-            t = {"hash": {"buckets": int(party["field_sizes"][c])}} if mode == "hash" else {"vocabulary": {}}
-            columns[c] = ColumnSpec(kind="categorical", transform=t)
-        schema = SchemaConfig(id="id", columns=columns)
+        """A Criteo-style shard (prepare --party): the preset's schema of its columns, with the saved vocabularies."""
+        party, transforms = manifest["party"], manifest.get("transforms") or {}
+        sizes = party.get("field_sizes") or {}
+        vocabulary = transforms.get("categorical_mode", "vocabulary") == "vocabulary"
+        schema = party_schema(
+            party["dense"],
+            party["categorical"],
+            "label" if party.get("has_labels") else None,
+            int(next(iter(sizes.values()), 3)),  # in hash mode every field's id range is the bucket count
+            int(transforms.get("vocab_min_count") or 1) if vocabulary else None,
+        )
         table = FittedTable(schema, None)
         for col in table.columns:
-            col._counter = None
             if col.transform == "vocabulary":
-                col.vocab = _vocab(shard_dir, f"vocab/{col.name}.npy")
-                col.state = {"size": int(col.vocab.size)}
+                vocab = load_vocab(shard_dir, f"vocab/{col.name}.npy")
+                col.restore({"size": int(vocab.size)}, vocab)
             elif col.transform == "hash":
-                col.state = {"salt": int(field_salts([col.name])[0])}
-        label = LabelSpec(column="label") if party.get("has_labels") else None
-        return cls(shard_dir, table, "criteo", manifest, label)
+                col.restore({"salt": int(field_salts([col.name])[0])})
+            else:
+                col.restore({})
+        return cls(shard_dir, table, "criteo", manifest, schema.label)
 
     @property
     def task(self) -> Task | None:
         lab = self.manifest.get("label")
-        return _label_task(lab) if lab else None
+        return label_task(lab) if lab else None
 
     def has_label(self, path: str) -> bool:
         """Whether the file of new rows carries this (labelled) party's label column."""
         if self.label_spec is None:
             return False
-        from vfl.data.readers.table_file import _columns_of
+        from vfl.data.readers.table_file import columns_of
 
-        return self.label_spec.column in _columns_of(path)
+        return self.label_spec.column in columns_of(path)
 
     def read(self, path: str, strict: bool = False, stats: ReadStats | None = None) -> Iterator[NewBlock]:
         """The new rows of `path`, block by block, transformed as at training; the label when the file has it."""
@@ -164,7 +151,7 @@ class FrozenTransforms:
             yield from self._read_criteo(path, strict, stats, labelled)
 
     def _read_table(self, path: str, strict: bool, stats: ReadStats, labelled: bool) -> Iterator[NewBlock]:
-        from vfl.data.readers.table_file import _line, read_table_blocks
+        from vfl.data.readers.table_file import line_of, read_table_blocks
 
         task = self.task
         regression = task is not None and task.is_regression
@@ -174,7 +161,7 @@ class FrozenTransforms:
                 valid = self._valid_table_labels(block.label)
                 label = np.zeros(valid.size, task.label_dtype)
                 label[valid] = self.table.label.encode(
-                    block.label[valid], block.row_index[valid], path, lambda r: _line(path, r)
+                    block.label[valid], block.row_index[valid], path, lambda r: line_of(path, r)
                 )
                 label = (label, valid)
             yield self._rows(block, label)
@@ -201,8 +188,7 @@ class FrozenTransforms:
             path, tuple(party["dense"]), tuple(party["categorical"]), labelled, num_classes=k, label_text=True
         )
         for b in read_party_blocks(src, strict, stats, digest=False):
-            block = _Block(b.row_index, b.sample_id, b.dense, b.dense_missing, b.cat_key, b.cat_missing, b.label)
-            yield self._rows(block, _criteo_labels(b.label, k, task) if labelled else None)
+            yield self._rows(b, _criteo_labels(b.label, k, task) if labelled else None)
 
     def _rows(self, block, label: tuple[np.ndarray, np.ndarray] | None) -> NewBlock:
         """The block transformed; label: (labels, which are valid) when the file carries the label."""
@@ -225,10 +211,3 @@ def _criteo_labels(text: np.ndarray, k: int, task: Task) -> tuple[np.ndarray, np
     ok = (cls >= 0) & (cls < k) if k > 2 else np.isin(values, ["0", "1"])
     valid = ok[idx]
     return np.where(valid, cls[idx], 0).astype(task.label_dtype), valid
-
-
-def _vocab(shard_dir: str, rel: str) -> np.ndarray:
-    path = os.path.join(shard_dir, rel)
-    if not os.path.exists(path):
-        raise DataError(f"shard {shard_dir}: its vocabulary {rel} is missing (re-run prepare)")
-    return np.load(path, allow_pickle=False).astype(np.uint64)

@@ -17,8 +17,8 @@ import numpy as np
 from vfl.data.errors import DataError
 
 _INT = re.compile(r"^[+-]?[0-9]+$")
-_DOMAIN = b"vfl-id/v1\0"
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+ID_DOMAIN = b"vfl-id/v1\0"
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 def id64_of_text(text: str) -> int:
@@ -28,9 +28,9 @@ def id64_of_text(text: str) -> int:
         raise DataError("an id is empty")
     if _INT.match(text):
         value = int(text)
-        if _INT64_MIN <= value <= _INT64_MAX:
+        if INT64_MIN <= value <= INT64_MAX:
             return value
-    return int.from_bytes(hashlib.sha256(_DOMAIN + text.encode("utf-8")).digest()[:8], "little", signed=True)
+    return int.from_bytes(hashlib.sha256(ID_DOMAIN + text.encode("utf-8")).digest()[:8], "little", signed=True)
 
 
 def ids64(texts) -> np.ndarray:

@@ -70,15 +70,18 @@ def label_doc(num_classes: int, class_counts: dict[str, list[int]] | None = None
     return doc
 
 
-def party_manifest(src, party, enc, writers, digests, positives, opts, stats, class_counts) -> dict:
-    """One party's full manifest (the labelled party keeps all of it; party_manifest_of cuts a follower's)."""
+def party_manifest(
+    path, party: PartyColumns, id_column, field_sizes, writers, digests, opts, stats, transforms
+) -> dict:
+    """One party's manifest up to its options, for a shard prepared from its own file `path` (the labelled party adds
+    its label entries, and keeps all of it; party_manifest_of cuts a follower's)."""
     rows = {s: w.rows for s, w in zip(SPLITS, writers)}
-    doc = {
+    return {
         "format_version": FORMAT_VERSION,
-        "source": source_doc(src.path, stats),
+        "source": source_doc(path, stats),
         "split": split_doc(opts),
-        "transforms": transforms_doc(opts),
-        "sample_ids": f"column {src.id_column!r} of the party's own file: decimal integers as themselves, "
+        "transforms": transforms,
+        "sample_ids": f"column {id_column!r} of the party's own file: decimal integers as themselves, "
         "other text hashed to an int64 (vfl/data/ids.py)",
         "id_digest": digests,
         "rows": rows,
@@ -87,15 +90,11 @@ def party_manifest(src, party, enc, writers, digests, positives, opts, stats, cl
             "dense": list(party.dense),
             "categorical": list(party.categorical),
             "has_labels": party.label,
-            "field_sizes": enc.field_sizes(),
+            "field_sizes": field_sizes,
             "rows": rows,
         },
         "options": asdict(opts),
     }
-    if party.label:
-        doc["positives"] = positives if opts.num_classes == 2 else None
-        doc["label"] = label_doc(opts.num_classes, class_counts if opts.num_classes > 2 else None)
-    return doc
 
 
 def source_doc(path: str, stats) -> dict:

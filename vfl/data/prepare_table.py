@@ -19,32 +19,21 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from vfl.config.table_schema import SchemaConfig
 from vfl.data.bad_labels import BadLabels
 from vfl.data.errors import DataError
-from vfl.data.ids import check_unique
-from vfl.data.manifest import FORMAT_VERSION, id_digest, party_manifest_of, source_doc, split_doc
+from vfl.data.manifest import party_manifest, party_manifest_of
 from vfl.data.parties import PartyColumns
-from vfl.data.prepare import PrepareOptions, _commit, _id_texts, _SplitWriter, _validate, _write_json, split_of
-from vfl.data.readers.criteo_tsv import ReadStats, warn_bad_lines
-from vfl.data.readers.table_file import IdCache, _line, is_parquet, read_table_blocks
-from vfl.data.table import FittedTable
+from vfl.data.prepare_options import PrepareOptions, split_of, validate_options
+from vfl.data.readers.read_stats import ReadStats, warn_bad_lines
+from vfl.data.readers.source_file import id_texts
+from vfl.data.readers.table_file import IdCache, is_parquet, line_of, read_table_blocks
+from vfl.data.shard_writer import ShardSplits, commit, temp_sibling, write_json
+from vfl.data.table import SCHEMA_FILE, FittedTable
 from vfl.splits import SPLITS
-
-SCHEMA_FILE = "schema.json"
-
-
-@dataclass(frozen=True)
-class _IdColumn:
-    """Where a table's id texts are (for naming both texts of a duplicate id, e.g. '7' and '007')."""
-
-    path: str
-    id_column: str
-
 
 PROGRESS_EVERY_S = 10.0
 
@@ -61,7 +50,7 @@ def prepare_table(
     """The shard of `party` at out_dir from its own table at `path`; `task` (binary | multiclass | regression) for the
     labelled party, None for a feature party. Returns the full manifest (the follower's manifest.json is the
     allow-listed part)."""
-    _validate(opts)
+    validate_options(opts)
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     labelled = task is not None
     if labelled and schema.label is None:
@@ -101,65 +90,43 @@ def prepare_table(
             f"{path}: the regression label {schema.label.column!r} takes one value only ({label_range[0]:g}); "
             "there is nothing to learn"
         )
-    parent = os.path.dirname(out_dir) or "."
-    os.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(parent, f".{os.path.basename(out_dir)}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = temp_sibling(out_dir)
     stats = ReadStats()
     label_dtype = np.float32 if regression else np.int8
-    bad_labels = BadLabels(path, schema.label.column, lambda r: _line(path, r)) if labelled else None
+    bad_labels = BadLabels(path, schema.label.column, lambda r: line_of(path, r)) if labelled else None
     try:
-        writers = [
-            _SplitWriter(os.path.join(tmp, s), len(fitted.dense_names), len(fitted.cat_names), labelled, label_dtype)
-            for s in SPLITS
-        ]
+        splits = ShardSplits(tmp, len(fitted.dense_names), len(fitted.cat_names), labelled, label_dtype)
         last_note = time.perf_counter()
         for block in read_table_blocks(path, schema, labelled, regression, opts.strict, stats, id_cache=ids):
             if time.perf_counter() - last_note >= PROGRESS_EVERY_S:
                 last_note = time.perf_counter()
                 rate = stats.good_rows / max(last_note - t0, 1e-9)
                 say(f"prepare {party}: {stats.good_rows} of {fit_stats.good_rows} rows, {rate:.0f} rows/s")
-            which = split_of(block.sample_id, opts)
-            for k, w in enumerate(writers):
-                rows = np.flatnonzero(which == k)
-                if rows.size == 0:
-                    continue
-                dense, missing, cat = fitted.apply(block, rows)
-                w.ids.append(block.sample_id[rows])
-                w.dense.append(dense)
-                w.dense_missing.append(missing)
-                w.cat.append(cat)
-                if labelled:
-                    w.labels.append(
-                        fitted.label.encode(
-                            block.label[rows], block.row_index[rows], path, lambda r: _line(path, r), bad_labels
-                        )
-                    )
+            splits.append(
+                block.sample_id,
+                split_of(block.sample_id, opts),
+                lambda rows, block=block: fitted.apply(block, rows),
+                lambda rows, block=block: fitted.label.encode(
+                    block.label[rows], block.row_index[rows], path, lambda r: line_of(path, r), bad_labels
+                ),
+            )
         if labelled:  # a row is never dropped for its label: a file with a blank or invalid one is refused
             bad_labels.refuse()
-        for w in writers:
-            w.close()
+        splits.close()
         stream_seconds = time.perf_counter() - t0
         warn_bad_lines(path, stats)
-        all_ids = np.concatenate([np.load(w.ids.path) for w in writers])
-        check_unique(all_ids, path, None if is_parquet(path) else lambda i: _id_texts(_IdColumn(path, schema.id), i))
-        del all_ids
-        digests, label_counts = {}, {}
-        for s, w in zip(SPLITS, writers):
-            digests[s] = id_digest(w.sort_by_id())
-            if labelled:
-                lab = np.load(w.labels.path)
-                label_counts[s] = _label_summary(lab, fitted)
-        manifest = _manifest(path, party, fitted, writers, digests, label_counts, opts, stats)
-        manifest["prepare_seconds"] = round(time.perf_counter() - t0, 3)
+        digests = splits.finish(path, None if is_parquet(path) else lambda i: id_texts(path, schema.id, i))
+        label_counts = {s: _label_summary(splits.labels(s), fitted) for s in SPLITS} if labelled else {}
         columns = PartyColumns(party, tuple(fitted.dense_names), tuple(fitted.cat_names), labelled)
-        _write_json(os.path.join(tmp, "manifest.json"), party_manifest_of(manifest, columns))
-        _write_json(os.path.join(tmp, SCHEMA_FILE), fitted.to_doc())
+        manifest = _manifest(path, columns, fitted, splits.writers, digests, label_counts, opts, stats)
+        manifest["prepare_seconds"] = round(time.perf_counter() - t0, 3)
+        write_json(os.path.join(tmp, "manifest.json"), party_manifest_of(manifest, columns))
+        write_json(os.path.join(tmp, SCHEMA_FILE), fitted.to_doc())
         if fitted.vocab_files():
             os.makedirs(os.path.join(tmp, "vocab"))
             for name, vocab in fitted.vocab_files():
                 np.save(os.path.join(tmp, name), vocab)
-        _commit(tmp, out_dir)
+        commit(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -186,27 +153,11 @@ def _label_summary(labels: np.ndarray, fitted: FittedTable) -> dict | list:
     return np.bincount(labels.astype(np.int64), minlength=k)[:k].tolist()
 
 
-def _manifest(path, party, fitted, writers, digests, label_counts, opts, stats) -> dict:
-    rows = {s: w.rows for s, w in zip(SPLITS, writers)}
-    doc = {
-        "format_version": FORMAT_VERSION,
-        "source": source_doc(path, stats),
-        "split": split_doc(opts),
-        "transforms": {"schema": SCHEMA_FILE, "fitted_on": "this party's own training rows"},
-        "sample_ids": f"column {fitted.schema.id!r} of the party's own file: decimal integers as themselves, "
-        "other text hashed to an int64 (vfl/data/ids.py)",
-        "id_digest": digests,
-        "rows": rows,
-        "party": {
-            "name": party,
-            "dense": fitted.dense_names,
-            "categorical": fitted.cat_names,
-            "has_labels": fitted.label is not None,
-            "field_sizes": fitted.field_sizes(),
-            "rows": rows,
-        },
-        "options": asdict(opts),
-    }
+def _manifest(path, columns: PartyColumns, fitted, writers, digests, label_counts, opts, stats) -> dict:
+    transforms = {"schema": SCHEMA_FILE, "fitted_on": "this party's own training rows"}
+    doc = party_manifest(
+        path, columns, fitted.schema.id, fitted.field_sizes(), writers, digests, opts, stats, transforms
+    )
     if fitted.label is not None:
         task = fitted.label.task()
         doc["label"] = {**fitted.label.to_doc(), "counts": label_counts}

@@ -22,7 +22,8 @@ from privacy.public_hash import uniform_from_ids
 from vfl.data.errors import DataError
 from vfl.data.parties import PartyColumns
 from vfl.data.presets.criteo import CATEGORICAL_COLUMNS, DENSE_COLUMNS, LABEL
-from vfl.data.readers.criteo_tsv import ReadStats, read_raw_blocks, warn_bad_lines
+from vfl.data.readers.criteo_tsv import read_raw_blocks
+from vfl.data.readers.read_stats import ReadStats, warn_bad_lines
 
 _DROP_SALT = 0xD0D0
 ID_COLUMN = "id"

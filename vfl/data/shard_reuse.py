@@ -15,11 +15,11 @@ _IGNORED_OPTIONS = ("force",)  # how to write, not what is written
 
 def source_sha256(path: str, block_bytes: int = 1 << 20) -> str:
     """SHA-256 of the file's text (decompressed for .gz), as `prepare` records it in manifest.json."""
-    from vfl.data.readers.criteo_tsv import _open
+    from vfl.data.readers.source_file import open_binary
 
     digest = hashlib.sha256()
     size = None if path.endswith(".gz") else os.path.getsize(path)
-    with _open(path) as f, bar(total=size, desc="hash source", unit="B") as progress:
+    with open_binary(path) as f, bar(total=size, desc="hash source", unit="B") as progress:
         while chunk := f.read(block_bytes):
             digest.update(chunk)
             progress.update(len(chunk))

@@ -12,7 +12,7 @@ import torch
 
 from vfl.data.errors import DataError
 from vfl.data.shard_sets import PARTS_DIR
-from vfl.data.task import Task
+from vfl.data.task import Task, label_task
 from vfl.splits import SPLITS
 
 IN_MEMORY_LIMIT = 2 << 30
@@ -138,7 +138,7 @@ class PartyShard:
         self.has_labels: bool = bool(party["has_labels"])
         self.id_digest: dict[str, str] = self.manifest["id_digest"]
         # the labelled party's task (binary, K classes or a real value); None on a follower, which never learns it
-        self.task: Task | None = _label_task(self.manifest.get("label") or {}) if self.has_labels else None
+        self.task: Task | None = label_task(self.manifest.get("label") or {}) if self.has_labels else None
         # the class ids' K (2: a 0/1 label); None for a real-valued label and on a follower
         self.num_classes: int | None = (
             None if self.task is None or self.task.is_regression else (self.task.num_classes or 2)
@@ -227,13 +227,6 @@ class PartyShard:
         ):
             if want is not None and list(want) != list(have):
                 raise DataError(f"data.{key} {list(want)} does not match the shard's columns {have} in {self.path}")
-
-
-def _label_task(label: dict) -> Task:
-    """The task of a labelled shard's manifest `label` entry (a binary entry may also say num_classes 2)."""
-    if label.get("task") == "binary":
-        return Task("binary")
-    return Task.from_manifest(label)
 
 
 def _check_real_labels(labels: np.ndarray, where: str) -> None:

@@ -1,4 +1,4 @@
-"""A party's table schema fitted on its own training rows: fittable column transforms and the label encoder.
+"""A party's table schema fitted on its own training rows: its column transforms, and its label's encoder.
 
 Each declared column (vfl/config/table_schema.py) becomes a transform that is fitted once, on the rows of the party's own
 file whose public split is `train` (pytorch-frame's fittable transforms: fit, apply, state), then applied to every
@@ -20,15 +20,24 @@ out of vocabulary (a value unseen at fit time, or rarer than min_count), as in v
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from vfl.config.table_schema import ColumnSpec, SchemaConfig
-from vfl.data.bad_labels import BadLabels
 from vfl.data.errors import DataError
-from vfl.data.task import MAX_CLASSES, Task
-from vfl.data.transforms import MISSING_ID, VocabularyCounter, dense_transform, field_salts, hash_bucket
+from vfl.data.label_encoder import LabelEncoder
+from vfl.data.transforms import (
+    MISSING_ID,
+    VocabularyCounter,
+    dense_transform,
+    field_salts,
+    hash_bucket,
+    vocabulary_ids,
+)
 
 SCHEMA_FORMAT = 1
+SCHEMA_FILE = "schema.json"  # a table shard's declarations and fitted state, beside its manifest.json
 QUANTILE_SAMPLE = 1 << 20  # values kept (reservoir) per column to place the quantile bins
 
 
@@ -66,9 +75,10 @@ class FittedColumn:
         elif self._counter is not None:
             self._counter.update(values.reshape(-1, 1), missing.reshape(-1, 1))
 
-    def finish(self, path: str) -> None:
-        """Turn what fit_block saw into the state; an empty column is an error naming it."""
-        if self.seen == 0:
+    def finish(self, path: str, allow_empty: bool = False) -> None:
+        """Turn what fit_block saw into the state; an empty column is an error naming it (unless allow_empty: a
+        preset's column kept whatever it holds, e.g. hashed without a fitting pass)."""
+        if self.seen == 0 and not allow_empty:
             raise DataError(
                 f"{path}: column {self.name!r} is empty in the training rows (every value missing); remove it from "
                 "data.schema.columns or fill it"
@@ -89,6 +99,10 @@ class FittedColumn:
             self._counter = None
         elif self.transform == "hash":
             self.state = {"salt": int(field_salts([self.name])[0])}
+
+    def restore(self, state: dict, vocab: np.ndarray | None = None) -> None:
+        """Put back what a fit saved (schema.json's state, a vocabulary): the column applies it, never refits."""
+        self.state, self.vocab, self._counter = dict(state), vocab, None
 
     @property
     def field_size(self) -> int:
@@ -120,141 +134,17 @@ class FittedColumn:
         if self.transform == "hash":
             salt = np.array([self.state["salt"]], dtype=np.uint64)
             return hash_bucket(keys, miss, salt, self.params["buckets"])[:, 0]
-        from vfl.data.transforms import vocabulary_ids
-
         return vocabulary_ids(keys, miss, [self.vocab])[:, 0]
 
     def to_doc(self) -> dict:
         return {"name": self.name, "kind": self.kind, "transform": {self.transform: self.params}, "state": self.state}
 
 
-class LabelEncoder:
-    """Label text (or float) -> the task's label array; a value outside the task's domain refuses the file.
-
-    A class label written as an integral number ('1.0', '0.0', '2.00': what pandas writes for an integer column with
-    a missing value) is the integer's class ('1', '0', '2') unless the classes name that text itself."""
-
-    def __init__(self, task_kind: str, classes: tuple[str, ...] | None, clip: tuple[float, float] | None, column: str):
-        self.kind, self.column, self.clip = task_kind, column, clip
-        if task_kind == "binary":
-            classes = classes or ("0", "1")
-            if len(classes) != 2:
-                raise DataError(
-                    f"data.schema.label.classes lists {len(classes)} classes {list(classes)}; a binary task names 2 "
-                    "(negative, positive): set train.task: multiclass for more"
-                )
-        self.classes = classes  # None for multiclass: fitted from the file
-        self._distinct: set[str] = set()
-        self.values_seen: list[float] = []
-
-    def fit_block(self, labels: np.ndarray) -> None:
-        if self.kind == "multiclass" and self.classes is None:
-            self._distinct.update(_integral(np.asarray(_distinct(labels), dtype=object).astype(str)).tolist())
-
-    def finish(self, path: str) -> None:
-        if self.kind == "multiclass" and self.classes is None:
-            values = sorted(self._distinct - {""}, key=_class_order)
-            if not 3 <= len(values) <= MAX_CLASSES:
-                raise DataError(
-                    f"{path}: label column {self.column!r} takes {len(values)} distinct values "
-                    f"{values[:10]}; a multiclass task needs 3 to {MAX_CLASSES} (set train.task: binary for 2)"
-                )
-            self.classes = tuple(values)
-
-    def encode(self, labels: np.ndarray, rows: np.ndarray, path: str, line, bad: BadLabels | None = None) -> np.ndarray:
-        """The label array of a block (data rows `rows`); a value outside the task's domain is recorded in `bad` (0 in
-        its place; the caller refuses the file once it is read), or, without `bad`, a DataError naming it and its
-        line. No row is ever dropped for its label (vfl/data/bad_labels.py)."""
-        own = bad is None
-        bad = BadLabels(path, self.column, line) if own else bad
-        out = self._encode(labels, rows, path, line, bad)
-        if own:
-            bad.refuse()
-        return out
-
-    def _encode(self, labels: np.ndarray, rows: np.ndarray, path: str, line, bad: BadLabels) -> np.ndarray:
-        if self.kind == "regression":
-            missing = ~np.isfinite(labels)
-            bad.add(rows[missing], labels[missing], "a finite number (regression task)")
-            v = np.where(missing, 0.0, labels).astype(np.float64)
-            if self.clip is not None:
-                v = np.clip(v, *self.clip)
-            too_big = np.abs(v) > np.finfo(np.float32).max  # float32 would make it inf
-            if too_big.any():
-                r = int(np.flatnonzero(too_big)[0])
-                raise DataError(
-                    f"{path}: {line(int(rows[r]))}: label {self.column!r} is {labels[r]:g}, beyond float32's range "
-                    f"(|y| <= 3.4e38): rescale the label, or declare data.schema.label.clip: [lo, hi]"
-                )
-            return v.astype(np.float32)
-        lookup = {c: i for i, c in enumerate(self.classes)}
-        codes, uniques = _factorize(labels)  # each distinct label looked up once
-        text = np.asarray(uniques, dtype=object).astype(str)
-        ids = np.array([lookup.get(t, lookup.get(i, -1)) for t, i in zip(text, _integral(text))], np.int64)[codes]
-        if (ids < 0).any():
-            hint = (
-                "declare data.schema.label.classes: [negative, positive], or set train.task: multiclass"
-                if self.kind == "binary"
-                else "list it in data.schema.label.classes"
-            )
-            out = ids < 0
-            bad.add(rows[out], text[codes][out], f"one of {list(self.classes)[:20]} ({self.kind} task): {hint}")
-        return np.maximum(ids, 0).astype(np.int8)
-
-    def known(self, labels: np.ndarray) -> np.ndarray:
-        """Whether each class label (text) is one of the classes, as `encode` reads it."""
-        text = np.asarray(labels, dtype=object).astype(str)
-        classes = [str(c) for c in self.classes]
-        return np.isin(text, classes) | np.isin(_integral(text), classes)
-
-    def task(self) -> Task:
-        if self.kind == "multiclass":
-            return Task("multiclass", len(self.classes))
-        return Task(self.kind, clip=self.clip)
-
-    def to_doc(self) -> dict:
-        doc = {"column": self.column, **self.task().to_manifest()}
-        if self.classes is not None:
-            doc["classes"] = list(self.classes)
-        return doc
-
-
-def _factorize(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(codes, distinct values) of a label array (pandas' hash table: one pass, no sort)."""
-    import pandas as pd
-
-    values = np.asarray(labels, dtype=object)
-    codes, uniques = pd.factorize(values, use_na_sentinel=False)
-    return codes, np.asarray(uniques, dtype=object)
-
-
-def _integral(text: np.ndarray) -> np.ndarray:
-    """Each label text, with an integral number's text as the integer's ('1.0' -> '1', '-0.0' -> '0', '2e1' -> '20');
-    every other text as it is. Integers beyond 2**53 are left alone (a float would not hold them exactly)."""
-    out = np.array(text, dtype=object)
-    for i, t in enumerate(out):
-        t = str(t)
-        if not t or not (t[0].isdigit() or t[0] in "+-.") or t.lstrip("+-").isdigit() or "_" in t:
-            continue
-        try:
-            v = float(t)
-        except ValueError:
-            continue
-        if v.is_integer() and abs(v) < 2**53:
-            out[i] = str(int(v))
-    return out
-
-
-def _distinct(labels: np.ndarray) -> np.ndarray:
-    return _factorize(labels)[1]
-
-
-def _class_order(value: str):
-    """Integer class names in numeric order (so '0'..'9' keep their ids), then the others in text order."""
-    try:
-        return (0, int(value), "")
-    except ValueError:
-        return (1, 0, value)
+def _columns(index: list[int]) -> slice | np.ndarray:
+    """Column positions as a slice when they run consecutively (a view, not numpy's slower gather)."""
+    if index and index == list(range(index[0], index[-1] + 1)):
+        return slice(index[0], index[-1] + 1)
+    return np.asarray(index, dtype=np.intp)
 
 
 class FittedTable:
@@ -299,29 +189,48 @@ class FittedTable:
         if self.label is not None:
             self.label.fit_block(block.label)
 
-    def finish(self, path: str) -> None:
+    def finish(self, path: str, allow_empty: bool = False) -> None:
         for c in self.columns:
-            c.finish(path)
+            c.finish(path, allow_empty)
         if self.label is not None:
             self.label.finish(path)
 
     def apply(self, block, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(dense float32 (n, d), dense_missing uint8 (n, d), cat int32 (n, c)) of the block's rows."""
+        """(dense float32 (n, d), dense_missing uint8 (n, d), cat int32 (n, c)) of the block's rows. The columns of
+        one transform go through it together (log1p; hash with one bucket count; vocabulary), giving what each
+        column's own `FittedColumn.apply` gives."""
         n = rows.size
-        nums = self.numeric_columns()
-        dense = [c.apply(block.numeric[rows, j], block.numeric_missing[rows, j]) for j, c in enumerate(nums)]
-        dense_out = [v for v, c in zip(dense, nums) if c.output == "numeric"]
-        missing_out = [block.numeric_missing[rows, j] for j, c in enumerate(nums) if c.output == "numeric"]
-        cats = [
-            c.apply(block.cat_key[rows, j], block.cat_missing[rows, j])
-            for j, c in enumerate(self.categorical_columns())
-        ]
-        cats += [v for v, c in zip(dense, nums) if c.output == "categorical"]
-        return (
-            np.stack(dense_out, axis=1) if dense_out else np.zeros((n, 0), np.float32),
-            np.stack(missing_out, axis=1).astype(np.uint8) if missing_out else np.zeros((n, 0), np.uint8),
-            np.stack(cats, axis=1).astype(np.int32) if cats else np.zeros((n, 0), np.int32),
-        )
+        numeric, nmiss = block.numeric[rows], block.numeric_missing[rows]  # whole rows gathered once
+        keys, kmiss = block.cat_key[rows], block.cat_missing[rows]
+        nums, cats = self.numeric_columns(), self.categorical_columns()
+        out = [j for j, c in enumerate(nums) if c.output == "numeric"]
+        dense = np.empty((n, len(out)), np.float32)
+        log = [k for k, j in enumerate(out) if nums[j].transform == "log1p"]
+        if log:
+            src = _columns([out[k] for k in log])
+            dense[:, _columns(log)] = dense_transform(numeric[:, src], nmiss[:, src])  # missing: 0
+        for k, j in enumerate(out):
+            if nums[j].transform != "log1p":
+                dense[:, k] = nums[j].apply(numeric[:, j], nmiss[:, j])
+        binned = [j for j, c in enumerate(nums) if c.output == "categorical"]
+        cat = np.empty((n, len(cats) + len(binned)), np.int32)
+        groups: dict[tuple, list[int]] = {}
+        for j, c in enumerate(cats):
+            groups.setdefault(("hash", c.params["buckets"]) if c.transform == "hash" else ("vocabulary",), []).append(j)
+        for group, listed in groups.items():
+            js = _columns(listed)
+            if group[0] == "hash":
+                salts = np.array([cats[j].state["salt"] for j in listed], np.uint64)
+                ids = hash_bucket(keys[:, js], kmiss[:, js], salts, group[1])
+            else:
+                ids = vocabulary_ids(keys[:, js], kmiss[:, js], [cats[j].vocab for j in listed])
+            if len(listed) == cat.shape[1]:  # one transform for every field: its ids are the array
+                cat = ids
+            else:
+                cat[:, js] = ids
+        for k, j in enumerate(binned):
+            cat[:, len(cats) + k] = nums[j].apply(numeric[:, j], nmiss[:, j])
+        return dense, nmiss[:, _columns(out)].astype(np.uint8), cat
 
     def field_sizes(self) -> dict[str, int]:
         by_name = {c.name: c for c in self.columns}
@@ -355,3 +264,11 @@ class FittedTable:
                 out.append((f"vocab/{n:04d}.npy", c.vocab))
                 n += 1
         return out
+
+
+def load_vocab(shard_dir: str, rel: str) -> np.ndarray:
+    """A saved vocabulary (uint64 keys, sorted) of the shard at shard_dir; DataError naming it when it is missing."""
+    path = os.path.join(shard_dir, rel)
+    if not os.path.exists(path):
+        raise DataError(f"shard {shard_dir}: its vocabulary {rel} is missing (re-run prepare)")
+    return np.load(path, allow_pickle=False).astype(np.uint64)

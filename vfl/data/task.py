@@ -124,3 +124,10 @@ class Task:
             "regression": "real-valued labels",
         }[shard_task.kind]
         raise DataError(f"train.task is {task} but {path} holds {held}; {hint}, or set train.task: {shard_task.kind}")
+
+
+def label_task(label: dict) -> Task:
+    """The task of a labelled shard's manifest `label` entry (a binary entry may also say num_classes 2)."""
+    if label.get("task") == "binary":
+        return Task("binary")
+    return Task.from_manifest(label)

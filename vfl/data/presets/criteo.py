@@ -1,10 +1,13 @@
-"""The Criteo preset: the raw Criteo format's column names and their default parties.
+"""The Criteo preset: the raw Criteo format's columns, their default parties, and a party's columns as a table schema.
 
 The columns: label, I1-I13 integer, C1-C26 hex; the default assignment of its columns to the leader and follower0 is
-MindSpore Federated's splitnn_criteo.
+MindSpore Federated's splitnn_criteo. `party_schema` declares a Criteo-style party's columns in data.schema's terms
+(vfl/config/table_schema.py): vfl/data/table.py's FittedTable encodes them, in preparation and in prediction alike.
 """
 
 from __future__ import annotations
+
+from vfl.config.table_schema import ColumnSpec, LabelSpec, SchemaConfig
 
 LABEL = "label"
 DENSE_COLUMNS: tuple[str, ...] = tuple(f"I{i}" for i in range(1, 14))
@@ -26,3 +29,29 @@ DEFAULT_PARTIES: dict[str, dict] = {
         "label": False,
     },
 }
+
+
+def party_schema(
+    dense: tuple[str, ...] | list[str],
+    categorical: tuple[str, ...] | list[str],
+    label_column: str | None,
+    hash_buckets: int,
+    vocab_min_count: int | None,
+    id_column: str = "id",
+    num_classes: int = 2,
+) -> SchemaConfig:
+    """A Criteo-style party's columns as a table schema (vfl/config/table_schema.py): each dense column log1p; each
+    categorical column hashed into hash_buckets ids (vocab_min_count None) or a vocabulary of the values seen at
+    least vocab_min_count times; the label (the leader's, label_column) of classes 0..num_classes-1."""
+    if vocab_min_count is None:
+        cat = {"hash": {"buckets": int(hash_buckets)}}
+    else:
+        cat = {"vocabulary": {"min_count": int(vocab_min_count)}}
+    columns = {c: ColumnSpec(kind="numeric", transform={"log1p": {}}) for c in dense}
+    columns.update({c: ColumnSpec(kind="categorical", transform=cat) for c in categorical})
+    label = (
+        LabelSpec(column=label_column, classes=tuple(str(k) for k in range(num_classes)))
+        if label_column is not None
+        else None
+    )
+    return SchemaConfig(id=id_column, columns=columns, label=label)

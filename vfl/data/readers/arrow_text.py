@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from vfl.data.ids import _DOMAIN, _INT64_MAX, _INT64_MIN, id64_of_text
+from vfl.data.ids import ID_DOMAIN, INT64_MAX, INT64_MIN, id64_of_text
 
 READ_BLOCK_BYTES = 1 << 22
 _EXACT_LEN = 15  # at most 15 characters: <= 15 digits and a power of ten of at most 15 (exact in a double)
@@ -242,7 +242,7 @@ def ids(stripped) -> np.ndarray:
         sha = hashlib.sha256
         # a text that Python's strip changes (a whitespace arrow keeps) goes through the reference function
         digests = [
-            sha(_DOMAIN + t.encode("utf-8")).digest()[:8]
+            sha(ID_DOMAIN + t.encode("utf-8")).digest()[:8]
             if t.strip() == t
             else id64_of_text(t).to_bytes(8, "little", signed=True)
             for t in (texts[r] for r in rest)
@@ -253,4 +253,4 @@ def ids(stripped) -> np.ndarray:
 
 def _int_id(t: str) -> int:
     v = int(t)
-    return v if _INT64_MIN <= v <= _INT64_MAX else id64_of_text(t)
+    return v if INT64_MIN <= v <= INT64_MAX else id64_of_text(t)

@@ -2,43 +2,18 @@
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import os
-import sys
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 from vfl.data.errors import DataError
 from vfl.data.presets.criteo import N_RAW_FIELDS
-from vfl.data.readers.tokenizer import BadLine, ParsedBlock, parse_block
+from vfl.data.readers.read_stats import MAX_BAD_LINES_NAMED, ReadStats
+from vfl.data.readers.source_file import open_binary
+from vfl.data.readers.tokenizer import ParsedBlock, parse_block
 
 BLOCK_BYTES = 1 << 20  # numpy temporaries stay in cache; measured fastest on 2 cores
-MAX_BAD_LINES_NAMED = 5
-
-
-@dataclass
-class ReadStats:
-    """What a pass over the file saw."""
-
-    lines: int = 0
-    good_rows: int = 0
-    bad_rows: int = 0
-    first_bad: list[BadLine] = field(default_factory=list)
-    sha256: str = ""
-    bytes_read: int = 0
-    has_id_column: bool = False
-    ignored_columns: list[str] = field(default_factory=list)  # a table's columns its schema does not declare
-    numeric_text: dict = field(default_factory=dict)  # a table's numeric column -> NumericText (readers/table_file.py)
-
-
-def _open(path: str):
-    if not os.path.exists(path):
-        raise DataError(f"input file not found: {path}")
-    if os.path.isdir(path):
-        raise DataError(f"input must be a file, got a directory: {path}")
-    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
 
 
 MAX_LINE_BYTES = 1 << 20  # a raw Criteo line is a few hundred bytes
@@ -62,7 +37,7 @@ def _too_long(path: str, line_number: int) -> DataError:
 
 def detect_id_column(path: str) -> bool:
     """True when the first line has 41 fields (a leading sample-id column), False for 40."""
-    with _open(path) as f:
+    with open_binary(path) as f:
         first = _read(f, path, MAX_LINE_BYTES + 1, line=True)
     if len(first) > MAX_LINE_BYTES:
         raise _too_long(path, 1)
@@ -99,7 +74,7 @@ def read_raw_blocks(
     from vfl.obs.progress import bar
 
     size = None if path.endswith(".gz") else os.path.getsize(path)  # a gzip file's size says little about its text
-    with _open(path) as f, bar(total=size, desc="prepare: read", unit="B") as progress:
+    with open_binary(path) as f, bar(total=size, desc="prepare: read", unit="B") as progress:
         while True:
             chunk = _read(f, path, block_bytes)
             if chunk:
@@ -137,10 +112,3 @@ def read_raw_blocks(
     stats.sha256 = digest.hexdigest()
     if stats.good_rows == 0:
         raise DataError(f"{path}: no usable rows ({stats.bad_rows} malformed lines)")
-
-
-def warn_bad_lines(path: str, stats: ReadStats) -> None:
-    """One warning naming the first malformed lines, on stderr."""
-    if stats.bad_rows:
-        named = ", ".join(f"line {b.line_index + 1} ({b.reason})" for b in stats.first_bad)
-        print(f"warning: {path}: skipped {stats.bad_rows} malformed line(s); first: {named}", file=sys.stderr)

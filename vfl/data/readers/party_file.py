@@ -13,10 +13,7 @@ the label as text (label_text), unchecked.
 from __future__ import annotations
 
 import csv
-import difflib
-import gzip
 import hashlib
-import os
 import re
 import zlib
 from collections.abc import Iterator
@@ -28,8 +25,8 @@ from vfl.data.bad_labels import BadLabels
 from vfl.data.errors import DataError
 from vfl.data.ids import ids64
 from vfl.data.readers import arrow_text
-from vfl.data.readers.criteo_tsv import ReadStats
-from vfl.data.readers.tokenizer import BadLine
+from vfl.data.readers.read_stats import BadLine, ReadStats
+from vfl.data.readers.source_file import missing_columns, sniff_header
 
 CHUNK_ROWS = 100_000
 _HEX8 = re.compile(r"^[0-9a-fA-F]{8}$")
@@ -62,49 +59,14 @@ class PartyBlock:
     cat_key: np.ndarray  # uint64 (n, c), 0 where missing
     cat_missing: np.ndarray  # bool (n, c)
 
+    @property
+    def numeric(self) -> np.ndarray:
+        """The dense values under the table block's name (vfl/data/table.py's FittedTable reads either block)."""
+        return self.dense
 
-def _open_text(path: str):
-    if not os.path.exists(path):
-        raise DataError(f"input file not found: {path}")
-    if os.path.isdir(path):
-        raise DataError(f"input must be a file, got a directory: {path}")
-    raw = gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
-    import io
-
-    return io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape", newline="")
-
-
-def sniff_header(path: str, sep: str | None = None) -> tuple[str, list[str]]:
-    """(delimiter, column names) of a party file's header line; the delimiter `sep`, or (None) tab where the header
-    holds one, else comma."""
-    with _open_text(path) as f:
-        first = f.readline(1 << 20)
-    if not first.strip():
-        raise DataError(f"input file is empty: {path}")
-    sep = sep or ("\t" if "\t" in first else ",")
-    names = next(
-        csv.reader([first.rstrip("\r\n")], delimiter=sep, quoting=csv.QUOTE_NONE if sep == "\t" else csv.QUOTE_MINIMAL)
-    )
-    names = [n.strip() for n in names]
-    if names and names[0].startswith("\ufeff"):  # a UTF-8 byte-order mark (Excel's "CSV UTF-8") is not a name
-        names[0] = names[0][1:].strip()
-    if len(set(names)) != len(names):
-        raise DataError(f"{path}: the header names a column twice: {names}")
-    return sep, names
-
-
-def _missing(path: str, want: list[str], have: list[str], what: str) -> list[str]:
-    errors = []
-    for c in want:
-        if c not in have:
-            same_case = [h for h in have if h.lower() == c.lower()]
-            near = same_case or difflib.get_close_matches(c, have, n=1)
-            errors.append(
-                f"{what} column {c!r} is not in the header of {path}"
-                + (f" (did you mean {near[0]!r}?)" if near else "")
-                + f"; the header has {have[:50]}"
-            )
-    return errors
+    @property
+    def numeric_missing(self) -> np.ndarray:
+        return self.dense_missing
 
 
 def _cat_keys(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -132,11 +94,11 @@ def read_party_blocks(
     a file pyarrow cannot read, take the pandas text path below, so both give the same blocks, warnings and errors.
     digest=False leaves out the file's sha256 (a first pass that only counts)."""
     sep, names = sniff_header(src.path)
-    errors = _missing(src.path, [src.id_column], names, "id")
-    errors += _missing(src.path, list(src.dense), names, "dense")
-    errors += _missing(src.path, list(src.categorical), names, "categorical")
+    errors = missing_columns(src.path, [src.id_column], names, "id")
+    errors += missing_columns(src.path, list(src.dense), names, "dense")
+    errors += missing_columns(src.path, list(src.categorical), names, "categorical")
     if src.label:
-        errors += _missing(src.path, [src.label_column], names, "label")
+        errors += missing_columns(src.path, [src.label_column], names, "label")
     if errors:
         raise DataError("; ".join(errors))
     stats.has_id_column = True

@@ -28,8 +28,9 @@ from vfl.config.table_schema import DELIMITERS, SchemaConfig
 from vfl.data.errors import DataError
 from vfl.data.ids import ids64
 from vfl.data.readers import arrow_text
-from vfl.data.readers.criteo_tsv import ReadStats
-from vfl.data.readers.party_file import BadRows, _missing, _open_text, sniff_header, text_frames
+from vfl.data.readers.party_file import BadRows, text_frames
+from vfl.data.readers.read_stats import ReadStats
+from vfl.data.readers.source_file import missing_columns, open_text, sniff_header
 
 CHUNK_ROWS = 100_000
 NA_TOKENS = ("", "NA", "N/A", "NaN", "nan", "null", "NULL", "None")
@@ -95,13 +96,14 @@ def table_header(path: str, delimiter: str | None = None) -> tuple[str, list[str
     """(delimiter, column names) of a text table's header: `delimiter` (data.schema.delimiter) where given, else
     tab where the header holds one, else the most frequent of comma, semicolon and pipe (comma on a tie)."""
     if delimiter is None:
-        with _open_text(path) as f:
+        with open_text(path) as f:
             first = f.readline(1 << 20)
         delimiter = "\t" if "\t" in first else max(SNIFFED, key=lambda c: (first.count(c), -SNIFFED.index(c)))
     return sniff_header(path, delimiter)
 
 
-def _columns_of(path: str, delimiter: str | None = None) -> list[str]:
+def columns_of(path: str, delimiter: str | None = None) -> list[str]:
+    """The column names of a table: a Parquet file's schema, a text file's header."""
     if is_parquet(path):
         import pyarrow.parquet as pq
 
@@ -116,7 +118,7 @@ def check_columns(path: str, schema: SchemaConfig, labelled: bool) -> list[str]:
     """The file's columns that the schema does not declare (ignored); DataError naming each declared one it lacks."""
     if not os.path.exists(path):
         raise DataError(f"input file not found: {path}")
-    have = _columns_of(path, schema.delimiter)
+    have = columns_of(path, schema.delimiter)
     if len(have) == 1 and not is_parquet(path) and (schema.columns or schema.label is not None):
         sep = table_header(path, schema.delimiter)[0]
         how = "data.schema.delimiter" if schema.delimiter is not None else "sniffed"
@@ -125,11 +127,11 @@ def check_columns(path: str, schema: SchemaConfig, labelled: bool) -> list[str]:
             f"{sep!r} ({how}); set data.schema.delimiter to the file's delimiter (one of "
             f"{list(DELIMITERS.values())}, or its name: {', '.join(DELIMITERS)})"
         )
-    errors = _missing(path, [schema.id], have, "id")
+    errors = missing_columns(path, [schema.id], have, "id")
     for kind in ("numeric", "categorical"):
-        errors += _missing(path, list(schema.names(kind)), have, kind)
+        errors += missing_columns(path, list(schema.names(kind)), have, kind)
     if labelled:
-        errors += _missing(path, [schema.label.column], have, "label")
+        errors += missing_columns(path, [schema.label.column], have, "label")
     if errors:
         raise DataError("; ".join(errors))
     used = {schema.id, *schema.columns, *([schema.label.column] if labelled else [])}
@@ -353,7 +355,7 @@ def _block(path, schema, labelled, regression, df, row0, strict, stats) -> Itera
         label = text.to_numpy(dtype=object)
         if regression:
             label = pd.to_numeric(text.where(~text.isin(NA_TOKENS), "nan"), errors="coerce").to_numpy(dtype=float)
-    keep = rows.settle(path, _line(path, row0 + min(rows.reasons, default=0)), row0, strict, stats)
+    keep = rows.settle(path, line_of(path, row0 + min(rows.reasons, default=0)), row0, strict, stats)
     if not keep.any():
         return
     yield TableBlock(
@@ -367,6 +369,6 @@ def _block(path, schema, labelled, regression, df, row0, strict, stats) -> Itera
     )
 
 
-def _line(path: str, row: int) -> str:
+def line_of(path: str, row: int) -> str:
     """Where a 0-based data row is: a line of a text file (the header is line 1), a row of a Parquet file."""
     return f"row {row + 1}" if is_parquet(path) else f"line {row + 2}"

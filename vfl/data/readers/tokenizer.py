@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vfl.data.presets.criteo import CATEGORICAL_COLUMNS, DENSE_COLUMNS
+from vfl.data.readers.read_stats import BadLine
 
 _TAB, _NL, _MINUS = 9, 10, 45
 
@@ -43,14 +44,6 @@ class ParsedBlock:
     dense_missing: np.ndarray  # bool (n, 13)
     cat_key: np.ndarray  # uint64 (n, 26), 0 where missing
     cat_missing: np.ndarray  # bool (n, 26)
-
-
-@dataclass
-class BadLine:
-    """A malformed line: 0-based line index and why it was rejected."""
-
-    line_index: int
-    reason: str
 
 
 _U64 = np.uint64

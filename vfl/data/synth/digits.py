@@ -20,7 +20,8 @@ from privacy.public_hash import uniform_from_ids
 from vfl.data.errors import DataError
 from vfl.data.manifest import FORMAT_VERSION, SPLITS, id_digest_update, label_doc, party_manifest_of
 from vfl.data.parties import PartyColumns
-from vfl.data.prepare import _SPLIT_SALT, PrepareOptions, _commit, _validate, _write_json
+from vfl.data.prepare_options import SPLIT_SALT, PrepareOptions, validate_options
+from vfl.data.shard_writer import commit, temp_sibling, write_json
 
 CLASSES = 10
 LEADER_COLUMNS = range(0, 4)
@@ -47,7 +48,7 @@ def write_digits_shards(
     opts = PrepareOptions(
         test_fraction=test_fraction, valid_fraction=valid_fraction, seed=seed, force=force, num_classes=CLASSES
     )
-    _validate(opts)
+    validate_options(opts)
     out_dir = os.path.abspath(out_dir)
     if os.path.exists(out_dir) and not force:
         raise DataError(f"output directory already exists: {out_dir} (pass --force to replace it)")
@@ -55,7 +56,7 @@ def write_digits_shards(
     images = np.asarray(data.images, dtype=np.float32)  # (n, 8, 8)
     labels = np.asarray(data.target, dtype=np.int8)
     ids = np.arange(labels.size, dtype=np.int64)
-    u = uniform_from_ids(ids, seed, _SPLIT_SALT)
+    u = uniform_from_ids(ids, seed, SPLIT_SALT)
     masks = {
         "test": u < test_fraction,
         "valid": (u >= test_fraction) & (u < test_fraction + valid_fraction),
@@ -63,10 +64,7 @@ def write_digits_shards(
     }
     parties = digits_parties()
     columns = {"leader": list(LEADER_COLUMNS), "follower0": list(FOLLOWER_COLUMNS)}
-    parent = os.path.dirname(out_dir) or "."
-    os.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(parent, f".{os.path.basename(out_dir)}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = temp_sibling(out_dir)
     digests, rows, counts = {}, {}, {}
     try:
         for p in parties:
@@ -135,9 +133,9 @@ def write_digits_shards(
             },
         }
         for p in parties:
-            _write_json(os.path.join(tmp, p.name, "manifest.json"), party_manifest_of(manifest, p))
-        _write_json(os.path.join(tmp, "manifest.json"), manifest)
-        _commit(tmp, out_dir)
+            write_json(os.path.join(tmp, p.name, "manifest.json"), party_manifest_of(manifest, p))
+        write_json(os.path.join(tmp, "manifest.json"), manifest)
+        commit(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

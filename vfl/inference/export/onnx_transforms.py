@@ -19,14 +19,12 @@ float32, `dense_missing` float32 and `cat` int64, in the shard's column order (`
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from vfl.data.errors import DataError
-from vfl.data.transforms import field_salts
+from vfl.data.frozen import FrozenTransforms
 
 OPSET = 18  # BitwiseXor (the hash transform) needs 18
 ML_OPSET = 3  # ai.onnx.ml LabelEncoder with int64 keys
@@ -83,47 +81,13 @@ class FrozenTable:
 
 
 def frozen_table(shard_dir: str) -> FrozenTable:
-    """The transforms saved with a party's shard (a table shard's schema.json, else a Criteo shard's manifest)."""
-    schema_path = os.path.join(shard_dir, "schema.json")
-    if os.path.exists(schema_path):
-        with open(schema_path) as f:
-            doc = json.load(f)
-        cols = []
-        for c in doc["columns"]:
-            (name, params), state = next(iter(c["transform"].items())), dict(c.get("state") or {})
-            vocab = _load_vocab(shard_dir, state.pop("file")) if "file" in state else None
-            cols.append(FrozenColumn(c["name"], c["kind"], name, dict(params or {}), state, vocab))
-        table = FrozenTable(cols, "table", str(doc.get("id") or "id"))
-        _check_order(table, doc.get("dense", []), doc.get("categorical", []), schema_path)
-        return table
-    with open(os.path.join(shard_dir, "manifest.json")) as f:
-        manifest = json.load(f)
-    party, transforms = manifest["party"], manifest.get("transforms") or {}
-    cols = [FrozenColumn(c, "numeric", "log1p") for c in party["dense"]]
-    if transforms.get("categorical_mode", "vocabulary") == "vocabulary":
-        cols += [
-            FrozenColumn(c, "categorical", "vocabulary", vocab=_load_vocab(shard_dir, f"vocab/{c}.npy"))
-            for c in party["categorical"]
-        ]
-    else:
-        sizes = party.get("field_sizes") or {}  # in hash mode a field's id range is the bucket count
-        cols += [
-            FrozenColumn(c, "categorical", "hash", {"buckets": int(sizes[c])}, {"salt": int(field_salts([c])[0])})
-            for c in party["categorical"]
-        ]
-    return FrozenTable(cols, "criteo")
-
-
-def _load_vocab(shard_dir: str, rel: str) -> np.ndarray:
-    path = os.path.join(shard_dir, rel)
-    if not os.path.exists(path):
-        raise DataError(f"shard {shard_dir}: the vocabulary {rel} is missing (re-run prepare)")
-    return np.load(path, allow_pickle=False).astype(np.uint64)
-
-
-def _check_order(table: FrozenTable, dense: list[str], cat: list[str], where: str) -> None:
-    if table.dense_names != list(dense) or table.cat_names != list(cat):
-        raise DataError(f"{where}: the columns' order does not give the shard's dense {dense} and categorical {cat}")
+    """The transforms saved with a party's shard, as vfl/data/frozen.py reads them for prediction (a table shard's
+    schema.json, a Criteo-style shard's preset columns), with its manifest's column order checked."""
+    frozen = FrozenTransforms.of_shard(shard_dir)
+    cols = [
+        FrozenColumn(c.name, c.kind, c.transform, dict(c.params), dict(c.state), c.vocab) for c in frozen.table.columns
+    ]
+    return FrozenTable(cols, frozen.kind, frozen.table.schema.id)
 
 
 class _Graph:

@@ -26,10 +26,12 @@ def rows_file(rows: Any, shard_dir: str, out: str, party: str) -> str:
         return os.fspath(rows)
     import pandas as pd
 
+    from vfl.data.table import SCHEMA_FILE
+
     if not isinstance(rows, pd.DataFrame):
         raise TypeError(f"{party}: rows are a pandas DataFrame or a file path, got {type(rows).__name__}")
     os.makedirs(os.path.join(out, "tables"), exist_ok=True)
-    if os.path.exists(os.path.join(shard_dir, "schema.json")):  # a table shard reads Parquet with its column types
+    if os.path.exists(os.path.join(shard_dir, SCHEMA_FILE)):  # a table shard reads Parquet with its column types
         path = os.path.join(out, "tables", f"new_{party}.parquet")
         rows.to_parquet(path, index=False)
     else:  # a Criteo-style shard reads text

@@ -19,7 +19,7 @@ from vfl.data.errors import DataError
 from vfl.data.frozen import FrozenTransforms
 from vfl.data.ids import check_unique
 from vfl.data.npy_stream import NpyAppender
-from vfl.data.readers.criteo_tsv import ReadStats, warn_bad_lines
+from vfl.data.readers.read_stats import ReadStats, warn_bad_lines
 from vfl.data.shards import ShardSplit
 
 PROGRESS_EVERY_S = 10.0

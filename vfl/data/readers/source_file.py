@@ -1,0 +1,87 @@
+"""A party's raw file opened (plain or .gz, as bytes or text) and its header read: what every reader shares.
+
+Also the one-line errors for a declared column the header lacks (with the nearest name), and the id texts behind a
+duplicate int64 id (both texts named, e.g. '7' and '007').
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import gzip
+import io
+import os
+
+from vfl.data.errors import DataError
+from vfl.data.ids import id64_of_text
+
+
+def open_binary(path: str):
+    """The file at path as bytes (a .gz decompressed); DataError when it is missing or a directory."""
+    if not os.path.exists(path):
+        raise DataError(f"input file not found: {path}")
+    if os.path.isdir(path):
+        raise DataError(f"input must be a file, got a directory: {path}")
+    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
+def open_text(path: str):
+    """The file at path as UTF-8 text (undecodable bytes kept as surrogates, newlines untranslated)."""
+    return io.TextIOWrapper(open_binary(path), encoding="utf-8", errors="surrogateescape", newline="")
+
+
+def sniff_header(path: str, sep: str | None = None) -> tuple[str, list[str]]:
+    """(delimiter, column names) of a party file's header line; the delimiter `sep`, or (None) tab where the header
+    holds one, else comma."""
+    with open_text(path) as f:
+        first = f.readline(1 << 20)
+    if not first.strip():
+        raise DataError(f"input file is empty: {path}")
+    sep = sep or ("\t" if "\t" in first else ",")
+    names = next(
+        csv.reader([first.rstrip("\r\n")], delimiter=sep, quoting=csv.QUOTE_NONE if sep == "\t" else csv.QUOTE_MINIMAL)
+    )
+    names = [n.strip() for n in names]
+    if names and names[0].startswith("\ufeff"):  # a UTF-8 byte-order mark (Excel's "CSV UTF-8") is not a name
+        names[0] = names[0][1:].strip()
+    if len(set(names)) != len(names):
+        raise DataError(f"{path}: the header names a column twice: {names}")
+    return sep, names
+
+
+def missing_columns(path: str, want: list[str], have: list[str], what: str) -> list[str]:
+    """One error line per column of `want` that the header `have` lacks, naming the nearest header name."""
+    errors = []
+    for c in want:
+        if c not in have:
+            same_case = [h for h in have if h.lower() == c.lower()]
+            near = same_case or difflib.get_close_matches(c, have, n=1)
+            errors.append(
+                f"{what} column {c!r} is not in the header of {path}"
+                + (f" (did you mean {near[0]!r}?)" if near else "")
+                + f"; the header has {have[:50]}"
+            )
+    return errors
+
+
+def id_texts(path: str, id_column: str, id64: int) -> str | None:
+    """The id texts of a text file's id column that map to id64 (for the duplicate-id error message)."""
+    import pandas as pd
+
+    sep, _ = sniff_header(path)
+    found = []
+    for df in pd.read_csv(
+        path,
+        sep=sep,
+        dtype=str,
+        usecols=[id_column],
+        keep_default_na=False,
+        chunksize=200_000,
+        quoting=3 if sep == "\t" else 0,
+        encoding_errors="surrogateescape",
+    ):
+        for t in df[id_column]:
+            if id64_of_text(t) == id64:
+                found.append(t)
+    found = list(dict.fromkeys(found))
+    return " = ".join(repr(t) for t in found[:3]) if found else None
