@@ -102,7 +102,11 @@ def test_the_python_api_trains_on_each_partys_dataframe(tmp_path):
 def test_each_partys_script_prepares_its_own_table_under_its_schema_and_trains(tmp_path, procs):
     # Prepare: two hosts' scripts, each with its own CSV (--raw) and YAML schema
     frames = own_table(3000, seed=2)
-    cfgs = party_configs(str(tmp_path), str(tmp_path / "unused"), followers=("shop",), train={"batch_size": 128})
+    # each script prepares its table before it connects, so on a loaded machine one party may wait for the other's
+    # preparation: a deadline of 60 s, not the default 20
+    cfgs = party_configs(
+        str(tmp_path), str(tmp_path / "unused"), followers=("shop",), train={"batch_size": 128}, timeout_s=60
+    )
     for name in ("leader", "shop"):
         frames[name].to_csv(tmp_path / f"{name}.csv", index=False)
         _with_schema(cfgs[name], SCHEMAS[name])
