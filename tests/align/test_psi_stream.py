@@ -4,13 +4,13 @@ once, in order (masks ahead of their doubles, never a double ahead of its mask).
 
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
 import pytest
 
-from tests.support.party_processes import free_port, party_keys
+from tests.support.party_processes import free_port
+from tests.support.psi_channels import _channels, _in_thread
 from vfl.align.psi import protocol
 from vfl.align.psi.ecdh import SUITE, as_wire, random_points
 from vfl.align.psi.leader_side import leader_psi
@@ -21,25 +21,10 @@ from vfl.wire.psi_messages import Psi
 SMALL_CHUNK = 64  # points a chunk in these tests, so a few thousand ids make dozens of chunks
 
 
-def _channels(tmp_path, through: Relay | None = None, timeout=20.0, port=None):
-    """A leader channel on a free port and one follower's, connected directly or through a relay."""
-    from vfl.wire import FollowerChannel, LeaderChannel
-    from vfl.wire.curve_keys import load_follower_keys, load_leader_keys
-
-    keys = party_keys(str(tmp_path), ("leader", "follower0"))
-    port = port or free_port()
-    leader = LeaderChannel(
-        f"tcp://127.0.0.1:{port}",
-        ("follower0",),
-        load_leader_keys(keys["leader"][1], {"follower0": keys["follower0"][0]}),
-        timeout,
-        "leader",
-    )
-    connect = through.endpoint if through is not None else f"tcp://127.0.0.1:{port}"
-    follower = FollowerChannel(
-        connect, "follower0", load_follower_keys(keys["follower0"][1], keys["leader"][0]), timeout
-    )
-    return leader, follower
+def _pair(tmp_path, through: Relay | None = None, timeout=20.0, port=None):
+    """A leader channel on a free port (or `port`) and follower0's, connected directly or through a relay."""
+    leader, follower = _channels(tmp_path, timeout=timeout, through=through, port=port)
+    return leader, follower("follower0")
 
 
 class Recorder:
@@ -63,20 +48,6 @@ class Recorder:
         return msg
 
 
-def _in_thread(fn, *args):
-    box = {}
-
-    def run():
-        try:
-            box["value"] = fn(*args)
-        except BaseException as e:  # noqa: BLE001 - handed to the test thread
-            box["error"] = e
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t, box
-
-
 def _sets(seed=4, n=1500):
     rng = np.random.default_rng(seed)
     universe = rng.choice(2**62, size=2 * n, replace=False).astype(np.int64)
@@ -87,7 +58,7 @@ def test_the_leader_keeps_a_window_of_chunks_in_flight_in_both_phases(tmp_path, 
     # Prepare: 1500 ids a side in chunks of 64 (24 chunks each)
     monkeypatch.setattr(protocol, "CHUNK_POINTS", SMALL_CHUNK)
     lead, mine = _sets()
-    leader, follower = _channels(tmp_path)
+    leader, follower = _pair(tmp_path)
     rec = Recorder(leader)
     t, box = _in_thread(follower_psi, follower, mine)
     try:
@@ -127,7 +98,7 @@ def test_a_psi_over_a_long_round_trip_takes_far_fewer_than_chunks_times_rtt(tmp_
     port = free_port()
     rtt = 0.2
     with Relay(("127.0.0.1", port), LinkSpec(rtt_ms=rtt * 1000)) as relay:
-        leader, follower = _channels(tmp_path, through=relay, port=port)
+        leader, follower = _pair(tmp_path, through=relay, port=port)
         t, box = _in_thread(follower_psi, follower, mine)
         try:
             # Execute
@@ -170,7 +141,7 @@ def _scripted_leader(leader, steps):
 def test_the_follower_refuses_a_double_ahead_of_its_mask_or_a_mask_asked_twice(tmp_path, monkeypatch, steps, needle):
     # Prepare: the follower's 300 ids in chunks of 64
     monkeypatch.setattr(protocol, "CHUNK_POINTS", SMALL_CHUNK)
-    leader, follower = _channels(tmp_path, timeout=5.0)
+    leader, follower = _pair(tmp_path, timeout=5.0)
     t, box = _in_thread(follower_psi, follower, np.arange(300, dtype=np.int64))
     try:
         # Execute
