@@ -145,14 +145,8 @@ def vertical_shards(vertical_raw, tmp_path_factory) -> pathlib.Path:
     """Each party's shard prepared from its own file alone (2000 hash buckets)."""
     from vfl.data.parties import load_parties
     from vfl.data.prepare import PrepareOptions, prepare_party
-    from vfl.data.readers.party_file import PartySource
 
     out = tmp_path_factory.mktemp("vshards")
     for p in load_parties(None):
-        prepare_party(
-            PartySource(str(vertical_raw[p.name]), p.dense, p.categorical, p.label),
-            str(out / p.name),
-            p,
-            PrepareOptions(hash_buckets=2_000),
-        )
+        prepare_party(str(vertical_raw[p.name]), str(out / p.name), p, PrepareOptions(hash_buckets=2_000))
     return out

@@ -94,7 +94,6 @@ def test_a_criteo_party_file_gives_the_same_shard_on_both_paths_and_the_pinned_o
     from vfl.data.parties import load_parties
     from vfl.data.prepare import PrepareOptions, prepare_party
     from vfl.data.raw_split import split_raw
-    from vfl.data.readers.party_file import PartySource
 
     # the pinned shard predates synthetic files' own id column: cut the file as it was then (ids = line numbers)
     lines = synth_small.read_text().splitlines(keepends=True)
@@ -107,8 +106,7 @@ def test_a_criteo_party_file_gives_the_same_shard_on_both_paths_and_the_pinned_o
     # Execute
     def run(tag):
         for k, (p, path, opts) in enumerate(cases):
-            src = PartySource(path, p.dense, p.categorical, p.label)
-            prepare_party(src, str(tmp_path / tag / str(k)), p, opts)
+            prepare_party(path, str(tmp_path / tag / str(k)), p, opts)
 
     _both(monkeypatch, run)
     # Assert

@@ -1,6 +1,6 @@
 """The leader's training prepare: which ids enter the private set intersection never depends on which rows have a
 usable label. A file with a blank or invalid label is refused in one line (how many rows, the first lines, the first
-value, the domain), on the Criteo-format party path and the table path alike, fast reader and text path alike, with
+value, the domain), for a Criteo-format party file (the Criteo preset of the one table path), fast reader and text path alike, with
 and without --strict; nothing is written. (Prediction keeps such rows: tests/inference/test_predict.py.)"""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from vfl.data.shards import PartyShard
 
 ROWS = 300
 # rows of the file whose label is made blank or invalid, and what it becomes (a blank, a space, a class out of the
-# domain, a word, a sign, a decimal)
-SPOILED = {r: ["", " ", "7", "yes", "-1", "1.0"][k % 6] for k, r in enumerate(range(11, ROWS, 13))}
+# domain, a word, a sign, a fraction; an integral decimal such as '1.0' is its integer's class, as in any table)
+SPOILED = {r: ["", " ", "7", "yes", "-1", "1.5"][k % 6] for k, r in enumerate(range(11, ROWS, 13))}
 REFUSED = "refused"
 
 
@@ -68,7 +68,7 @@ def _independent_of_labels(valid, spoiled) -> bool:
 
 
 @pytest.mark.parametrize("reader", ["fast", "text"])
-@pytest.mark.parametrize("num_classes, domain", [(2, "0 or 1"), (4, "a class id in [0, 3]")])
+@pytest.mark.parametrize("num_classes, domain", [(2, "one of ['0', '1']"), (4, "one of ['0', '1', '2', '3']")])
 @pytest.mark.parametrize("flags", [(), ("--strict",)])
 def test_a_criteo_party_file_with_blank_or_invalid_labels_is_refused_so_the_intersection_never_depends_on_them(
     tmp_path, capsys, monkeypatch, reader, num_classes, domain, flags

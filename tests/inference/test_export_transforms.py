@@ -88,13 +88,13 @@ def test_table_transforms_in_onnx_equal_the_shard_prepare_wrote(tmp_path):
 
 
 def test_unseen_category_gets_the_out_of_vocabulary_id_and_missing_gets_zero(tmp_path):
-    from vfl.data.readers.table_file import categorical_keys
+    from vfl.data.readers.category_keys import text_keys
     from vfl.inference.export.onnx_transforms import frozen_table
 
     # Prepare: the leader's shard (city: a vocabulary of five towns); two new rows
     shard = _prepare_tables(tmp_path, rows=600)["leader"][2]
     table = frozen_table(shard)
-    keys, missing = categorical_keys(np.array(["paris", "atlantis", ""], dtype=object))
+    keys, missing = text_keys(np.array(["paris", "atlantis", ""], dtype=object))
     # Execute
     _, _, cat = _run(table, np.zeros((3, 2)), np.ones((3, 2), bool), keys.reshape(3, 1), missing.reshape(3, 1))
     # Assert: a known town gets its vocabulary id (>= 2), an unseen one 1, a missing one 0
@@ -107,8 +107,9 @@ def test_unseen_category_gets_the_out_of_vocabulary_id_and_missing_gets_zero(tmp
 def test_criteo_preset_transforms_in_onnx_equal_the_shard(synth_tiny, tmp_path, mode):
     from vfl.data.parties import load_parties
     from vfl.data.prepare import PrepareOptions, prepare
-    from vfl.data.readers.party_file import PartySource, read_party_blocks
+    from vfl.data.presets.criteo import party_schema
     from vfl.data.readers.read_stats import ReadStats
+    from vfl.data.readers.table_file import read_table_blocks
     from vfl.inference.export.onnx_transforms import frozen_table
 
     # Prepare: the Criteo preset's two parties, each from its own raw file
@@ -118,13 +119,15 @@ def test_criteo_preset_transforms_in_onnx_equal_the_shard(synth_tiny, tmp_path, 
     prepare(str(synth_tiny), str(out), parties, opts)
     for party in parties:
         shard = str(out / party.name)
-        src = PartySource(
-            str(out / "raw" / f"{party.name}.tsv"), tuple(party.dense), tuple(party.categorical), party.label
+        schema = party_schema(
+            party.dense, party.categorical, None, 500, None
+        )  # the raw columns, keyed by the hex scheme
+        blocks = list(
+            read_table_blocks(str(out / "raw" / f"{party.name}.tsv"), schema, False, False, False, ReadStats())
         )
-        blocks = list(read_party_blocks(src, False, ReadStats()))
         ids = np.concatenate([b.sample_id for b in blocks])
-        numeric = np.concatenate([b.dense for b in blocks]).astype(np.float64)
-        numeric_missing = np.concatenate([b.dense_missing for b in blocks])
+        numeric_missing = np.concatenate([b.numeric_missing for b in blocks])
+        numeric = np.where(numeric_missing, 0.0, np.concatenate([b.numeric for b in blocks]))
         keys = np.concatenate([b.cat_key for b in blocks])
         cat_missing = np.concatenate([b.cat_missing for b in blocks])
         # Execute
@@ -132,7 +135,7 @@ def test_criteo_preset_transforms_in_onnx_equal_the_shard(synth_tiny, tmp_path, 
         dense, dense_missing, cat = _run(table, numeric, numeric_missing, keys, cat_missing)
         # Assert
         want_dense, want_missing, want_cat = _shard_arrays(shard, ids)
-        assert table.key_scheme == "criteo" and {c.transform for c in table.categorical} == {mode}
+        assert table.key_scheme == "hex" and {c.transform for c in table.categorical} == {mode}
         np.testing.assert_allclose(dense, want_dense, rtol=2e-7, atol=1e-7)
         assert np.array_equal(dense_missing, want_missing.astype(np.float32))
         assert np.array_equal(cat, want_cat)

@@ -306,7 +306,7 @@ def _follower_view(trained, tmp_path, monkeypatch, leader_rows, follower_rows, p
 def _view_files(trained, tmp_path) -> dict:
     """Small files of new rows (fewer ids than PSI's parallel threshold): the follower holds raw rows 100..399, the
     leader rows 0..299 in four versions: as they are; flipped, with 40 blank (rows 80..119) and 25
-    invalid ("2", "x", "nan", " ", "-1", "1.0"; rows 150..169 and 200..204); without the label column; and with a
+    invalid ("2", "x", "nan", " ", "-1", "1.5"; rows 150..169 and 200..204); without the label column; and with a
     malformed feature value in rows 0..2 and 110..111."""
     raw = {p: pd.read_csv(trained["rows"][p], sep="\t", dtype=str, keep_default_na=False) for p in trained["rows"]}
     follower = tmp_path / "follower.tsv"
@@ -317,7 +317,7 @@ def _view_files(trained, tmp_path) -> dict:
     varied["label"] = np.where(varied["label"] == "1", "0", "1")
     varied.loc[80:119, "label"] = ""  # outcome not known yet: half outside, half inside the intersection
     varied.loc[150:169, "label"] = ["2", "x", "nan", " ", "-1"] * 4
-    varied.loc[200:204, "label"] = "1.0"
+    varied.loc[200:204, "label"] = "1.5"  # a fraction; "1.0" would be class 1, as in any table
     versions["varied"] = varied
     malformed = leader.copy()
     malformed.loc[0:2, "I1"] = "abc"  # refused for a feature value: rows 0..2 (outside), 110..111 (inside)

@@ -11,6 +11,7 @@ data:
       device: {kind: categorical, transform: {hash: {buckets: 1000}}}
     label: {column: churned}        # leader only; classes: [no, yes] for named classes; clip: [lo, hi] for regression
     delimiter: ";"                  # a text file's delimiter: , tab ; | (or comma, tab, semicolon, pipe); unset: sniffed
+    keys: text                      # how a categorical value becomes a key: text (default) or hex (Criteo's values)
 ```
 
 `data.schema` may also name a YAML file holding the mapping under `schema:` (or at its top level). These are the
@@ -39,6 +40,7 @@ PARAMS = {  # transform -> parameter -> (lo, hi, default); every parameter is an
 }
 MAX_COLUMNS = 4096
 DELIMITERS = {"comma": ",", "tab": "\t", "semicolon": ";", "pipe": "|"}  # a text table's delimiters, by name
+KEY_SCHEMES = ("text", "hex")  # vfl/data/readers/category_keys.py: any text hashed; 8 hex digits as their value
 
 
 class _Spec(BaseModel):
@@ -166,6 +168,16 @@ class SchemaConfig(_Spec):
     columns: dict[str, ColumnSpec] = Field(default_factory=dict)
     label: Optional[LabelSpec] = None
     delimiter: Optional[str] = None  # a text file's field delimiter (one of DELIMITERS); None: sniffed from the header
+    keys: str = "text"  # the categorical key scheme (one of KEY_SCHEMES)
+
+    @field_validator("keys", mode="before")
+    @classmethod
+    def _keys(cls, v):
+        if v is None:
+            return "text"
+        if v not in KEY_SCHEMES:
+            raise field_error(f"keys must be one of {list(KEY_SCHEMES)}, got {v!r}{suggest(v, KEY_SCHEMES)}")
+        return v
 
     @field_validator("delimiter", mode="before")
     @classmethod

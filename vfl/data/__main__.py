@@ -309,7 +309,6 @@ def _prepare_table(args) -> int:
 def _prepare_party(args) -> int:
     from vfl.data.parties import PartyColumns, load_parties
     from vfl.data.prepare import prepare_party
-    from vfl.data.readers.party_file import PartySource
 
     if args.drop:
         raise DataError(
@@ -329,21 +328,9 @@ def _prepare_party(args) -> int:
                 f"name one of them, or give its columns with --dense/--categorical/--label"
             )
         party = match[0]
-    sources = [
-        PartySource(
-            path,
-            party.dense,
-            party.categorical,
-            party.label,
-            args.id_column,
-            args.label_column,
-            num_classes=args.num_classes,
-        )
-        for path in args.input
-    ]
     opts = _prepare_options(args)
     out = os.path.join(args.out, args.party)
-    if len(sources) > 1:
+    if len(args.input) > 1:
         from vfl.data.shard_sets import prepare_files
 
         if args.truth:
@@ -353,17 +340,16 @@ def _prepare_party(args) -> int:
             )
         if args.workers < 0:
             raise DataError(f"--workers must be >= 0 (0: one per core), got {args.workers}")
-        m = prepare_files(sources, out, party, opts, args.workers)
+        m = prepare_files(args.input, out, party, opts, args.workers, args.id_column, args.label_column)
         rows = m["rows"]
         print(
-            f"prepared {out} from {len(sources)} files in {m['workers']} processes: train {rows['train']} rows, "
+            f"prepared {out} from {len(args.input)} files in {m['workers']} processes: train {rows['train']} rows, "
             f"valid {rows['valid']} rows, test {rows['test']} rows"
         )
         print(f"throughput: {m['rows_per_second']:.0f} rows/s, {m['seconds_total']:.2f} s in all")
         return 0
-    src = sources[0]
     args.input = args.input[0]
-    m = prepare_party(src, out, party, opts)
+    m = prepare_party(args.input, out, party, opts, args.id_column, args.label_column)
     rows = m["rows"]
     bayes = m.get("bayes_test_auc")
     print(

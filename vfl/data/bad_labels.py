@@ -2,9 +2,8 @@
 
 The leader's training prepare never drops a row for its label. Its shard's ids are the set it brings to the private set
 intersection, so a row dropped for its label would leave the intersection, and every follower would learn which of its
-ids have a usable label. Both readers of a labelled training file (readers/party_file.py for a Criteo-format party file,
-the label encoder of vfl/data/table.py for a table under its schema) record such rows here while the file is read, and
-prepare then refuses the file in one line: how many rows, the first lines, the first value and the domain.
+ids have a usable label. The label encoder of vfl/data/table.py (a table under its schema, a Criteo party's file
+included) records such rows here while the file is read, and prepare then refuses the file in one line: how many rows, the first lines, the first value and the domain.
 Nothing is written. Prediction keeps such rows (scored, left out of the metrics only: vfl/data/frozen.py).
 """
 

@@ -1,8 +1,7 @@
 """A party's saved transforms applied to new rows, frozen: the prediction path of preparation, which never refits.
 
 `prepare` fits each column's transform on the party's own training rows and saves what it fitted with the shard
-(a table shard: `schema.json` and `vocab/NNNN.npy`; a Criteo-style shard: `manifest.json`'s transforms and
-`vocab/<column>.npy`). `FrozenTransforms.of_shard(dir)` reads them back as vfl/data/table.py's fitted columns, and
+(`schema.json` and `vocab/NNNN.npy`, a Criteo party's shard as any table's). `FrozenTransforms.of_shard(dir)` reads them back as vfl/data/table.py's fitted columns, and
 `read(path)` streams a file of new rows (the same columns as the party's training file; the label column optional)
 through the same reader and the same `FittedColumn.apply` as preparation: a value unseen at fit time gets the
 out-of-vocabulary id 1, a missing one 0, hashing and numeric statistics are the saved ones. Blocks are bounded
@@ -24,11 +23,10 @@ import numpy as np
 
 from vfl.config.table_schema import ColumnSpec, LabelSpec, SchemaConfig
 from vfl.data.errors import DataError
-from vfl.data.presets.criteo import party_schema
 from vfl.data.readers.read_stats import ReadStats
 from vfl.data.table import SCHEMA_FILE, FittedTable, load_vocab
 from vfl.data.task import Task, label_task
-from vfl.data.transforms import OOV_ID, field_salts
+from vfl.data.transforms import OOV_ID
 
 
 @dataclass
@@ -48,10 +46,9 @@ class FrozenTransforms:
     """The transforms a party's shard saved, applied to new rows; `oov` counts the categorical values that got the
     out-of-vocabulary id (unseen at fit time) of the `cat_values` present values read so far."""
 
-    def __init__(self, shard_dir: str, table: FittedTable, kind: str, manifest: dict, label: LabelSpec | None):
+    def __init__(self, shard_dir: str, table: FittedTable, manifest: dict, label: LabelSpec | None):
         self.shard_dir = shard_dir
         self.table = table
-        self.kind = kind  # "table" (data.schema) or "criteo" (prepare --party)
         self.manifest = manifest
         self.label_spec = label
         self.oov = 0
@@ -77,12 +74,11 @@ class FrozenTransforms:
             )
         with open(path) as f:
             manifest = json.load(f)
-        if os.path.exists(os.path.join(shard_dir, SCHEMA_FILE)):
-            return cls._of_table(shard_dir, manifest)
-        return cls._of_criteo(shard_dir, manifest)
-
-    @classmethod
-    def _of_table(cls, shard_dir: str, manifest: dict) -> FrozenTransforms:
+        if not os.path.exists(os.path.join(shard_dir, SCHEMA_FILE)):
+            raise DataError(
+                f"shard {shard_dir} has no {SCHEMA_FILE}: it was prepared before shards saved their schema; "
+                "re-run `python -m vfl.data prepare` on its raw file"
+            )
         with open(os.path.join(shard_dir, SCHEMA_FILE)) as f:
             doc = json.load(f)
         lab = doc.get("label")
@@ -95,6 +91,7 @@ class FrozenTransforms:
             id=doc["id"],
             columns={c["name"]: ColumnSpec(kind=c["kind"], transform=c["transform"]) for c in doc["columns"]},
             label=label,
+            keys=doc.get("keys", "text"),
         )
         table = FittedTable(schema, label_task(lab).kind if lab is not None else None)
         for col, saved in zip(table.columns, doc["columns"]):
@@ -102,31 +99,7 @@ class FrozenTransforms:
             col.restore(state, load_vocab(shard_dir, state.pop("file")) if "file" in state else None)
         if table.label is not None and table.label.classes is None:
             table.label.classes = tuple(lab.get("classes") or ())
-        return cls(shard_dir, table, "table", manifest, label)
-
-    @classmethod
-    def _of_criteo(cls, shard_dir: str, manifest: dict) -> FrozenTransforms:
-        """A Criteo-style shard (prepare --party): the preset's schema of its columns, with the saved vocabularies."""
-        party, transforms = manifest["party"], manifest.get("transforms") or {}
-        sizes = party.get("field_sizes") or {}
-        vocabulary = transforms.get("categorical_mode", "vocabulary") == "vocabulary"
-        schema = party_schema(
-            party["dense"],
-            party["categorical"],
-            "label" if party.get("has_labels") else None,
-            int(next(iter(sizes.values()), 3)),  # in hash mode every field's id range is the bucket count
-            int(transforms.get("vocab_min_count") or 1) if vocabulary else None,
-        )
-        table = FittedTable(schema, None)
-        for col in table.columns:
-            if col.transform == "vocabulary":
-                vocab = load_vocab(shard_dir, f"vocab/{col.name}.npy")
-                col.restore({"size": int(vocab.size)}, vocab)
-            elif col.transform == "hash":
-                col.restore({"salt": int(field_salts([col.name])[0])})
-            else:
-                col.restore({})
-        return cls(shard_dir, table, "criteo", manifest, schema.label)
+        return cls(shard_dir, table, manifest, label)
 
     @property
     def task(self) -> Task | None:
@@ -144,15 +117,9 @@ class FrozenTransforms:
     def read(self, path: str, strict: bool = False, stats: ReadStats | None = None) -> Iterator[NewBlock]:
         """The new rows of `path`, block by block, transformed as at training; the label when the file has it."""
         stats = stats if stats is not None else ReadStats()
-        labelled = self.has_label(path)
-        if self.kind == "table":
-            yield from self._read_table(path, strict, stats, labelled)
-        else:
-            yield from self._read_criteo(path, strict, stats, labelled)
-
-    def _read_table(self, path: str, strict: bool, stats: ReadStats, labelled: bool) -> Iterator[NewBlock]:
         from vfl.data.readers.table_file import line_of, read_table_blocks
 
+        labelled = self.has_label(path)
         task = self.task
         regression = task is not None and task.is_regression
         for block in read_table_blocks(path, self.table.schema, labelled, regression, strict, stats, digest=False):
@@ -177,19 +144,6 @@ class FrozenTransforms:
                 return np.isfinite(v) & (np.abs(v) <= np.finfo(np.float32).max)
         return enc.known(values)
 
-    def _read_criteo(self, path: str, strict: bool, stats: ReadStats, labelled: bool) -> Iterator[NewBlock]:
-        from vfl.data.readers.party_file import PartySource, read_party_blocks
-
-        party = self.manifest["party"]
-        task = self.task
-        k = task.num_classes if task is not None and task.kind == "multiclass" else 2
-        # label_text: the label read as text and checked here, leniently: no row is skipped for it
-        src = PartySource(
-            path, tuple(party["dense"]), tuple(party["categorical"]), labelled, num_classes=k, label_text=True
-        )
-        for b in read_party_blocks(src, strict, stats, digest=False):
-            yield self._rows(b, _criteo_labels(b.label, k, task) if labelled else None)
-
     def _rows(self, block, label: tuple[np.ndarray, np.ndarray] | None) -> NewBlock:
         """The block transformed; label: (labels, which are valid) when the file carries the label."""
         every = np.arange(block.sample_id.size)
@@ -201,13 +155,3 @@ class FrozenTransforms:
             self.oov += int(((cat[:, n_vocab] == OOV_ID) & present).sum())
         labels, valid = label if label is not None else (None, None)
         return NewBlock(block.row_index, block.sample_id, dense, missing, cat, labels, valid)
-
-
-def _criteo_labels(text: np.ndarray, k: int, task: Task) -> tuple[np.ndarray, np.ndarray]:
-    """(labels, which are valid) of a Criteo-style party's label text: 0 or 1 (k = 2), a class id 0..k-1."""
-    text = np.asarray(text, dtype=object).astype(str)
-    values, idx = np.unique(text, return_inverse=True)  # each distinct text parsed once
-    cls = np.array([int(v) if v.isascii() and v.isdigit() and len(v) <= 3 else -1 for v in values], np.int64)
-    ok = (cls >= 0) & (cls < k) if k > 2 else np.isin(values, ["0", "1"])
-    valid = ok[idx]
-    return np.where(valid, cls[idx], 0).astype(task.label_dtype), valid

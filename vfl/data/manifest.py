@@ -1,7 +1,7 @@
 """What a shard's manifest.json records, and which of it a feature party may hold.
 
-It records the party's columns, rows and id digests, the split rule and transforms, the label task, and the
-Bayes-optimal test figures of synthetic data.
+It records the party's columns, rows and id digests, the split rule and transforms, and the label task (the
+Bayes-optimal test figures of synthetic data come from vfl/data/truth_file.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from dataclasses import asdict
 
 import numpy as np
 
-from vfl.data.errors import DataError
 from vfl.data.parties import PartyColumns, unassigned_columns
 from vfl.data.transforms import DENSE_TRANSFORM_DOC
 from vfl.splits import SPLITS
@@ -30,36 +29,6 @@ def id_digest(ids: np.ndarray) -> str:
     d = hashlib.sha256()
     id_digest_update(d, ids)
     return d.hexdigest()
-
-
-def bayes_test_auc(truth_path: str, test_rows: list[np.ndarray], test_labels: list[np.ndarray]) -> float | None:
-    """The test AUC of the true click probabilities of synthetic data (the truth file), or None without both classes."""
-    from sklearn.metrics import roc_auc_score
-
-    try:
-        truth = np.load(truth_path, mmap_mode="r")
-    except (ValueError, OSError, EOFError) as e:
-        raise DataError(f"truth file {truth_path} is not a readable .npy array: {e}") from None
-    rows = np.concatenate(test_rows) if test_rows else np.empty(0, np.int64)
-    labels = np.concatenate(test_labels) if test_labels else np.empty(0, np.int8)
-    if rows.size == 0 or rows.max(initial=-1) >= truth.shape[0] or len(np.unique(labels)) < 2:
-        return None
-    return float(roc_auc_score(labels, truth[rows]))
-
-
-def bayes_accuracy(truth_path: str, test_rows: list[np.ndarray], test_labels: list[np.ndarray], k: int) -> float | None:
-    """Accuracy of the Bayes classifier argmax_c P(y=c | x) (the truth file holds P, shape (rows, k)) on the test rows."""
-    try:
-        truth = np.load(truth_path, mmap_mode="r")
-    except (ValueError, OSError, EOFError) as e:
-        raise DataError(f"truth file {truth_path} is not a readable .npy array: {e}") from None
-    if truth.ndim != 2 or truth.shape[1] != k:
-        raise DataError(f"truth file {truth_path} has shape {truth.shape}; a {k}-class set needs (rows, {k})")
-    rows = np.concatenate(test_rows) if test_rows else np.empty(0, np.int64)
-    labels = np.concatenate(test_labels) if test_labels else np.empty(0, np.int8)
-    if rows.size == 0 or rows.max(initial=-1) >= truth.shape[0]:
-        return None
-    return float(np.mean(np.argmax(truth[rows], axis=1) == labels))
 
 
 def label_doc(num_classes: int, class_counts: dict[str, list[int]] | None = None) -> dict:
@@ -127,7 +96,7 @@ def transforms_doc(opts) -> dict:
         "categorical": (
             f"hash: id = 2 + splitmix64(key ^ salt(column)) mod (hash_buckets - 2); 0 = missing; hash_buckets = {opts.hash_buckets}"
             if opts.vocab_min_count is None
-            else f"vocabulary (fitted on this party's own file): values seen >= {opts.vocab_min_count} times get ids 2.. "
+            else f"vocabulary (fitted on this party's own training rows): values seen >= {opts.vocab_min_count} times get ids 2.. "
             f"in sorted key order; 1 = out of vocabulary; 0 = missing"
         ),
         "categorical_mode": "hash" if opts.vocab_min_count is None else "vocabulary",

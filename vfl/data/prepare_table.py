@@ -4,12 +4,14 @@ Two passes over the party's file, nothing else opened:
 1. fit: every declared column's transform on the rows whose public split (a function of the id, `split_of`) is
    train; the label's classes (multiclass without declared classes) on every row;
 2. apply: every row's features and label, written to the split it belongs to.
-The shard has the layout of vfl/data/prepare.py (`<split>/{ids,dense,dense_missing,cat,labels}.npy`, labels int8
-class ids or float32 regression values) plus `schema.json` (the declarations and what was fitted) and
-`vocab/<n>.npy`; the manifest records the task. It is built in a temporary sibling and renamed into place, so a
-failure (a bad label, an empty column) leaves nothing half-written. A row is never dropped for its label: the whole
-file is read, then refused in one line naming every blank or invalid label's count and first lines
-(vfl/data/bad_labels.py), since the shard's ids are what the leader brings to the private set intersection.
+A schema with nothing to fit (log1p, none and hash columns, the label's classes declared: the Criteo preset in hash
+mode) is read once, applying as it goes. The shard's layout (`<split>/{ids,dense,dense_missing,cat,labels}.npy`,
+labels int8 class ids or float32 regression values, `manifest.json`) is vfl/data/prepare.py's, plus `schema.json`
+(the declarations and what was fitted) and `vocab/<n>.npy`. It is built in a temporary sibling and renamed into
+place, so a failure (a bad label, an empty column) leaves nothing half-written. A row is never dropped for its label:
+the whole file is read, then refused in one line naming every blank or invalid label's count and first lines
+(vfl/data/bad_labels.py), since the shard's ids are what the leader brings to the private set intersection. A
+`ShardHook` sees every block's split and adds to the manifest (the Criteo preset's truth file: vfl/data/truth_file.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import shutil
 import sys
 import time
+from typing import Protocol
 
 import numpy as np
 
@@ -38,6 +41,15 @@ from vfl.splits import SPLITS
 PROGRESS_EVERY_S = 10.0
 
 
+class ShardHook(Protocol):
+    """What a preset adds to the one path: it sees each written block (its rows' splits, 0 train 1 valid 2 test), then
+    adds its entries to the manifest once the shard's splits are final (`splits`: vfl/data/shard_writer.py)."""
+
+    def observe(self, block, which: np.ndarray) -> None: ...
+
+    def annotate(self, manifest: dict, splits: ShardSplits) -> None: ...
+
+
 def prepare_table(
     path: str,
     out_dir: str,
@@ -46,6 +58,7 @@ def prepare_table(
     task: str | None,
     opts: PrepareOptions = PrepareOptions(),
     log=None,
+    hook: ShardHook | None = None,
 ) -> dict:
     """The shard of `party` at out_dir from its own table at `path`; `task` (binary | multiclass | regression) for the
     labelled party, None for a feature party. Returns the full manifest (the follower's manifest.json is the
@@ -65,31 +78,19 @@ def prepare_table(
     t0 = time.perf_counter()
     regression = task == "regression"
     fitted = FittedTable(schema, task)
-    fit_stats = ReadStats()
-    label_range = [np.inf, -np.inf]
+    one_pass = fitted.fit_free
+    fit = _Fit(fitted, opts, regression)
     ids = IdCache()  # the first pass's ids, for the second
-    for block in read_table_blocks(
-        path, schema, labelled, regression, opts.strict, fit_stats, digest=False, id_cache=ids
-    ):
-        train = np.flatnonzero(split_of(block.sample_id, opts) == 0)
-        fitted.fit_block(block, train)
-        fitted.fit_labels(block)
-        if regression and block.label.size:
-            finite = block.label[np.isfinite(block.label)]
-            if finite.size:
-                label_range = [min(label_range[0], float(finite.min())), max(label_range[1], float(finite.max()))]
-    if fit_stats.ignored_columns:
-        shown = fit_stats.ignored_columns[:20]
-        more = f" and {len(fit_stats.ignored_columns) - 20} more" if len(fit_stats.ignored_columns) > 20 else ""
-        say(
-            f"prepare {party}: {len(fit_stats.ignored_columns)} column(s) of {path} not declared in data.schema, ignored: {shown}{more}"
-        )
-    fitted.finish(path)
-    if regression and label_range[0] == label_range[1]:
-        raise DataError(
-            f"{path}: the regression label {schema.label.column!r} takes one value only ({label_range[0]:g}); "
-            "there is nothing to learn"
-        )
+    if one_pass:
+        fitted.finish(path, allow_empty=True)  # nothing to fit: the columns' emptiness is checked after the pass
+    else:
+        for block in read_table_blocks(
+            path, schema, labelled, regression, opts.strict, fit.stats, digest=False, id_cache=ids
+        ):
+            fit.observe(block)
+        _say_ignored(say, party, path, fit.stats)
+        fitted.finish(path)
+        fit.check_label(path)
     tmp = temp_sibling(out_dir)
     stats = ReadStats()
     label_dtype = np.float32 if regression else np.int8
@@ -97,19 +98,29 @@ def prepare_table(
     try:
         splits = ShardSplits(tmp, len(fitted.dense_names), len(fitted.cat_names), labelled, label_dtype)
         last_note = time.perf_counter()
+        of = "" if one_pass else f" of {fit.stats.good_rows}"
         for block in read_table_blocks(path, schema, labelled, regression, opts.strict, stats, id_cache=ids):
             if time.perf_counter() - last_note >= PROGRESS_EVERY_S:
                 last_note = time.perf_counter()
                 rate = stats.good_rows / max(last_note - t0, 1e-9)
-                say(f"prepare {party}: {stats.good_rows} of {fit_stats.good_rows} rows, {rate:.0f} rows/s")
+                say(f"prepare {party}: {stats.good_rows}{of} rows, {rate:.0f} rows/s")
+            which = split_of(block.sample_id, opts)
+            if one_pass:
+                fit.observe(block, which)
             splits.append(
                 block.sample_id,
-                split_of(block.sample_id, opts),
+                which,
                 lambda rows, block=block: fitted.apply(block, rows),
                 lambda rows, block=block: fitted.label.encode(
                     block.label[rows], block.row_index[rows], path, lambda r: line_of(path, r), bad_labels
                 ),
             )
+            if hook is not None:
+                hook.observe(block, which)
+        if one_pass:
+            _say_ignored(say, party, path, stats)
+            fitted.check_seen(path)
+            fit.check_label(path)
         if labelled:  # a row is never dropped for its label: a file with a blank or invalid one is refused
             bad_labels.refuse()
         splits.close()
@@ -119,6 +130,8 @@ def prepare_table(
         label_counts = {s: _label_summary(splits.labels(s), fitted) for s in SPLITS} if labelled else {}
         columns = PartyColumns(party, tuple(fitted.dense_names), tuple(fitted.cat_names), labelled)
         manifest = _manifest(path, columns, fitted, splits.writers, digests, label_counts, opts, stats)
+        if hook is not None:
+            hook.annotate(manifest, splits)
         manifest["prepare_seconds"] = round(time.perf_counter() - t0, 3)
         write_json(os.path.join(tmp, "manifest.json"), party_manifest_of(manifest, columns))
         write_json(os.path.join(tmp, SCHEMA_FILE), fitted.to_doc())
@@ -133,6 +146,43 @@ def prepare_table(
     manifest["rows_per_second"] = stats.good_rows / max(stream_seconds, 1e-9)
     manifest["seconds_total"] = time.perf_counter() - t0
     return manifest
+
+
+class _Fit:
+    """What is fitted from the rows: the columns on the training rows, the label's classes and (regression) range on
+    every row; the stats of the pass that fits."""
+
+    def __init__(self, fitted: FittedTable, opts: PrepareOptions, regression: bool):
+        self.fitted, self.opts, self.regression = fitted, opts, regression
+        self.stats = ReadStats()
+        self.label_range = [np.inf, -np.inf]
+
+    def observe(self, block, which: np.ndarray | None = None) -> None:
+        which = split_of(block.sample_id, self.opts) if which is None else which
+        self.fitted.fit_block(block, np.flatnonzero(which == 0))
+        self.fitted.fit_labels(block)
+        if self.regression and block.label.size:
+            finite = block.label[np.isfinite(block.label)]
+            if finite.size:
+                lo, hi = self.label_range
+                self.label_range = [min(lo, float(finite.min())), max(hi, float(finite.max()))]
+
+    def check_label(self, path: str) -> None:
+        lo, hi = self.label_range
+        if self.regression and lo == hi:
+            raise DataError(
+                f"{path}: the regression label {self.fitted.schema.label.column!r} takes one value only ({lo:g}); "
+                "there is nothing to learn"
+            )
+
+
+def _say_ignored(say, party: str, path: str, stats: ReadStats) -> None:
+    if stats.ignored_columns:
+        shown = stats.ignored_columns[:20]
+        more = f" and {len(stats.ignored_columns) - 20} more" if len(stats.ignored_columns) > 20 else ""
+        say(
+            f"prepare {party}: {len(stats.ignored_columns)} column(s) of {path} not declared in data.schema, ignored: {shown}{more}"
+        )
 
 
 def _label_summary(labels: np.ndarray, fitted: FittedTable) -> dict | list:

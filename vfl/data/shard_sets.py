@@ -24,6 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 from vfl.data.errors import DataError
+from vfl.data.table import SCHEMA_FILE
 
 PARTS_DIR = "parts"
 
@@ -31,21 +32,22 @@ PARTS_DIR = "parts"
 def _one(args) -> tuple[int, dict, float]:
     from vfl.data.prepare import prepare_party
 
-    i, src, out, party, opts = args
+    i, path, out, party, opts, id_column, label_column = args
     t0 = time.perf_counter()
-    m = prepare_party(src, out, party, opts)
+    m = prepare_party(path, out, party, opts, id_column, label_column)
     return i, {"rows": m["rows"], "source": m.get("source")}, time.perf_counter() - t0
 
 
-def prepare_files(sources: list, out_dir: str, party, opts, workers: int = 0) -> dict:
-    """Prepare each PartySource into out_dir/parts/part-NNNNN in up to `workers` processes (0: one per core);
-    write out_dir/manifest.json listing them. Nothing is left half-written."""
+def prepare_files(
+    paths: list[str], out_dir: str, party, opts, workers: int = 0, id_column: str = "id", label_column: str = "label"
+) -> dict:
+    """Prepare each of a party's raw files (vfl/data/prepare.py's prepare_party) into out_dir/parts/part-NNNNN in up
+    to `workers` processes (0: one per core); write out_dir/manifest.json listing them. Nothing is left half-written."""
     if opts.vocab_min_count is not None:
         raise DataError(
             "several input files need hash mode (--hash-buckets): a vocabulary fitted per file would give "
             "the same value different ids in different parts"
         )
-    paths = [s.path for s in sources]
     if len(set(map(os.path.abspath, paths))) != len(paths):
         raise DataError(f"--input names a file twice: {paths}")
     for p in paths:
@@ -56,13 +58,16 @@ def prepare_files(sources: list, out_dir: str, party, opts, workers: int = 0) ->
         raise DataError(f"output directory already exists: {out_dir} (pass --force to replace it)")
     tmp = os.path.join(os.path.dirname(out_dir), f".{os.path.basename(out_dir)}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    workers = workers or min(len(sources), os.cpu_count() or 1)
-    names = [f"part-{i:05d}" for i in range(len(sources))]
-    jobs = [(i, s, os.path.join(tmp, PARTS_DIR, names[i]), party, opts) for i, s in enumerate(sources)]
+    workers = workers or min(len(paths), os.cpu_count() or 1)
+    names = [f"part-{i:05d}" for i in range(len(paths))]
+    jobs = [
+        (i, p, os.path.join(tmp, PARTS_DIR, names[i]), party, opts, id_column, label_column)
+        for i, p in enumerate(paths)
+    ]
     t0 = time.perf_counter()
     try:
         os.makedirs(os.path.join(tmp, PARTS_DIR))
-        parts: list[dict] = [{} for _ in sources]
+        parts: list[dict] = [{} for _ in paths]
         with ProcessPoolExecutor(max_workers=workers) as pool:
             for done, (i, info, seconds) in enumerate(pool.map(_one, jobs), 1):
                 parts[i] = {"name": names[i], "input": os.path.basename(paths[i]), "seconds": round(seconds, 2), **info}
@@ -76,6 +81,8 @@ def prepare_files(sources: list, out_dir: str, party, opts, workers: int = 0) ->
         manifest["seconds_total"] = time.perf_counter() - t0
         manifest["rows_per_second"] = sum(sum(p["rows"].values()) for p in parts) / max(manifest["seconds_total"], 1e-9)
         manifest["workers"] = workers
+        first_schema = os.path.join(tmp, PARTS_DIR, names[0], SCHEMA_FILE)  # hash mode: every part's is the same
+        shutil.copyfile(first_schema, os.path.join(tmp, SCHEMA_FILE))  # prediction reads the set's transforms
         with open(os.path.join(tmp, "manifest.json"), "w") as f:
             json.dump(manifest, f, indent=2)
             f.write("\n")

@@ -75,14 +75,24 @@ class FittedColumn:
         elif self._counter is not None:
             self._counter.update(values.reshape(-1, 1), missing.reshape(-1, 1))
 
-    def finish(self, path: str, allow_empty: bool = False) -> None:
-        """Turn what fit_block saw into the state; an empty column is an error naming it (unless allow_empty: a
-        preset's column kept whatever it holds, e.g. hashed without a fitting pass)."""
-        if self.seen == 0 and not allow_empty:
+    @property
+    def fit_free(self) -> bool:
+        """Whether the transform's state depends on no row (log1p, none, hash): it applies before any row is seen."""
+        return self.transform in ("log1p", "none", "hash")
+
+    def check_seen(self, path: str) -> None:
+        """An error naming the column when every training value of it is missing."""
+        if self.seen == 0:
             raise DataError(
                 f"{path}: column {self.name!r} is empty in the training rows (every value missing); remove it from "
                 "data.schema.columns or fill it"
             )
+
+    def finish(self, path: str, allow_empty: bool = False) -> None:
+        """Turn what fit_block saw into the state; an empty column is an error naming it (unless allow_empty: the
+        state of a fit-free column, set before its rows are seen; check_seen once they are)."""
+        if not allow_empty:
+            self.check_seen(path)
         if self.transform == "standardize":
             mean = self._sum / self.seen
             var = max(self._sumsq / self.seen - mean * mean, 0.0)
@@ -189,11 +199,23 @@ class FittedTable:
         if self.label is not None:
             self.label.fit_block(block.label)
 
+    @property
+    def fit_free(self) -> bool:
+        """Whether nothing is fitted from the rows (every column fit-free; the label's classes declared): preparation
+        then reads the file once, applying as it goes."""
+        fixed_label = self.label is None or self.label.kind != "multiclass" or self.label.classes is not None
+        return fixed_label and all(c.fit_free for c in self.columns)
+
     def finish(self, path: str, allow_empty: bool = False) -> None:
         for c in self.columns:
             c.finish(path, allow_empty)
         if self.label is not None:
             self.label.finish(path)
+
+    def check_seen(self, path: str) -> None:
+        """An error naming the first column whose training values are all missing."""
+        for c in self.columns:
+            c.check_seen(path)
 
     def apply(self, block, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(dense float32 (n, d), dense_missing uint8 (n, d), cat int32 (n, c)) of the block's rows. The columns of
@@ -253,6 +275,8 @@ class FittedTable:
             "dense": self.dense_names,
             "categorical": self.cat_names,
         }
+        if self.schema.keys != "text":  # the default scheme is left unsaid (shards before the option read the same)
+            doc["keys"] = self.schema.keys
         if self.label is not None:
             doc["label"] = self.label.to_doc()
         return doc

@@ -2,7 +2,8 @@
 
 The columns: label, I1-I13 integer, C1-C26 hex; the default assignment of its columns to the leader and follower0 is
 MindSpore Federated's splitnn_criteo. `party_schema` declares a Criteo-style party's columns in data.schema's terms
-(vfl/config/table_schema.py): vfl/data/table.py's FittedTable encodes them, in preparation and in prediction alike.
+(vfl/config/table_schema.py), with Criteo's key scheme (`keys: hex`: a hex value is its own number), so
+vfl/data/prepare_table.py prepares a Criteo party file like any table and its shard's schema.json serves prediction.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def party_schema(
 ) -> SchemaConfig:
     """A Criteo-style party's columns as a table schema (vfl/config/table_schema.py): each dense column log1p; each
     categorical column hashed into hash_buckets ids (vocab_min_count None) or a vocabulary of the values seen at
-    least vocab_min_count times; the label (the leader's, label_column) of classes 0..num_classes-1."""
+    least vocab_min_count times, keyed by the hex scheme; the label (the leader's, label_column) of classes
+    0..num_classes-1."""
     if vocab_min_count is None:
         cat = {"hash": {"buckets": int(hash_buckets)}}
     else:
@@ -54,4 +56,4 @@ def party_schema(
         if label_column is not None
         else None
     )
-    return SchemaConfig(id=id_column, columns=columns, label=label)
+    return SchemaConfig(id=id_column, columns=columns, label=label, keys="hex")

@@ -1,4 +1,4 @@
-"""The fast path of the party readers (party_file, table_file): pyarrow's CSV reader and vectorized parsing.
+"""The fast path of the table reader (table_file): pyarrow's CSV reader and vectorized parsing.
 
 Every function here gives exactly what the pandas text path gives for the same values, or says it cannot (None, or
 ArrowTextFailed), and the caller then takes the pandas text path for that block (or, for a file pyarrow cannot

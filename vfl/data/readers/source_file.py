@@ -1,6 +1,7 @@
 """A party's raw file opened (plain or .gz, as bytes or text) and its header read: what every reader shares.
 
-Also the one-line errors for a declared column the header lacks (with the nearest name), and the id texts behind a
+`text_frames` reads its columns as text with pandas' C parser, chunk by chunk (the readers' text path). Also the
+one-line errors for a declared column the header lacks (with the nearest name), and the id texts behind a
 duplicate int64 id (both texts named, e.g. '7' and '007').
 """
 
@@ -11,6 +12,7 @@ import difflib
 import gzip
 import io
 import os
+import zlib
 
 from vfl.data.errors import DataError
 from vfl.data.ids import id64_of_text
@@ -47,6 +49,39 @@ def sniff_header(path: str, sep: str | None = None) -> tuple[str, list[str]]:
     if len(set(names)) != len(names):
         raise DataError(f"{path}: the header names a column twice: {names}")
     return sep, names
+
+
+def text_frames(path: str, sep: str, cols: list[str], chunk_rows: int, skip: int = 0, read: list | None = None):
+    """(first data row, DataFrame of `cols`, every value as text) chunk by chunk with pandas' C parser, from data row
+    `skip` on (the rows before were read already); read[0] follows the data rows read. A parse error is a DataError
+    naming the file."""
+    import pandas as pd
+
+    row0 = 0
+    try:
+        reader = pd.read_csv(
+            path,
+            sep=sep,
+            dtype=str,
+            usecols=cols,
+            keep_default_na=False,
+            na_filter=False,
+            chunksize=chunk_rows,
+            quoting=csv.QUOTE_NONE if sep == "\t" else csv.QUOTE_MINIMAL,
+            encoding="utf-8-sig",  # utf-8, a leading byte-order mark dropped
+            encoding_errors="surrogateescape",
+            compression="infer",
+            engine="c",
+        )
+        for df in reader:
+            if row0 + len(df) > skip:
+                part = df.iloc[max(skip - row0, 0) :].reset_index(drop=True)
+                yield row0 + len(df) - len(part), part
+            row0 += len(df)
+            if read is not None:
+                read[0] = row0
+    except (pd.errors.ParserError, UnicodeDecodeError, EOFError, OSError, zlib.error) as e:
+        raise DataError(f"{path}: {' '.join(str(e).split())[:300]}") from None
 
 
 def missing_columns(path: str, want: list[str], have: list[str], what: str) -> list[str]:

@@ -5,7 +5,8 @@ memory stays bounded whatever the file's size. Every format yields the same bloc
 - the id is text (an integer column's decimal digits), hashed to int64 by vfl/data/ids.py;
 - a numeric value is a float; empty, NA, N/A, NaN, null and None are missing (the model sees a missing flag); any
   other text is a bad value: the row is skipped with a warning naming the line and the column (an error with strict);
-- a categorical value is any text or integer, keyed to 64 bits (KEY_HASH below); empty is missing;
+- a categorical value is any text or integer, keyed to 64 bits under the schema's key scheme (`data.schema.keys`:
+  readers/category_keys.py); empty is missing;
 - the label is kept as text (classification) or a float (regression), and checked by the label encoder of
   vfl/data/table.py, which names any value outside the task's domain: a row is never dropped for its label.
 A column in the file but not declared is ignored (listed in `ReadStats.ignored_columns`); a declared column that
@@ -28,13 +29,11 @@ from vfl.config.table_schema import DELIMITERS, SchemaConfig
 from vfl.data.errors import DataError
 from vfl.data.ids import ids64
 from vfl.data.readers import arrow_text
-from vfl.data.readers.party_file import BadRows, text_frames
-from vfl.data.readers.read_stats import ReadStats
-from vfl.data.readers.source_file import missing_columns, open_text, sniff_header
+from vfl.data.readers.category_keys import NA_TOKENS, arrow_keys, keys_of
+from vfl.data.readers.read_stats import BadRows, ReadStats
+from vfl.data.readers.source_file import missing_columns, open_text, sniff_header, text_frames
 
 CHUNK_ROWS = 100_000
-NA_TOKENS = ("", "NA", "N/A", "NaN", "nan", "null", "NULL", "None")
-KEY_HASH = b"vfl-categories01"  # pandas' siphash-2-4 key (16 bytes) for categorical text -> uint64
 PARQUET_SUFFIXES = (".parquet", ".pq")
 SNIFFED = (",", ";", "|")  # without a tab in the header, the most frequent of these (comma on a tie)
 EXAMPLES = 5  # the distinct text values a numeric column's refusal shows
@@ -73,19 +72,6 @@ class TableBlock:
 
 def is_parquet(path: str) -> bool:
     return path.lower().endswith(PARQUET_SUFFIXES)
-
-
-def categorical_keys(text: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """uint64 keys and missing flags of a categorical column's text values (empty or NA token: missing)."""
-    import pandas as pd
-
-    values = np.asarray(text, dtype=object)
-    missing = pd.Series(values).isin(NA_TOKENS).to_numpy()
-    keys = pd.util.hash_array(values, encoding="utf8", hash_key=KEY_HASH.decode(), categorize=True)
-    keys = keys.astype(np.uint64)
-    keys[missing] = 0
-    keys[(keys == 0) & ~missing] = 1  # 0 means missing
-    return keys, missing
 
 
 def delimiter_name(sep: str) -> str:
@@ -246,9 +232,7 @@ def _arrow_block(schema, labelled, regression, table, row0, stats, id_cache=None
     keys = np.zeros((n, len(cat_names)), np.uint64)
     cmiss = np.zeros((n, len(cat_names)), bool)
     for j, c in enumerate(cat_names):
-        values, idx = arrow_text.distinct(arrow_text.column(table, c), stripped=True)
-        k, m = categorical_keys(values)  # each distinct value hashed once
-        keys[:, j], cmiss[:, j] = k[idx], m[idx]
+        keys[:, j], cmiss[:, j] = arrow_keys(arrow_text.column(table, c), schema.keys)
     label = None
     if labelled:
         text = arrow_text.column(table, schema.label.column)
@@ -348,7 +332,7 @@ def _block(path, schema, labelled, regression, df, row0, strict, stats) -> Itera
     keys = np.zeros((n, len(cat_names)), np.uint64)
     cmiss = np.zeros((n, len(cat_names)), bool)
     for j, c in enumerate(cat_names):
-        keys[:, j], cmiss[:, j] = categorical_keys(df[c].str.strip().to_numpy())
+        keys[:, j], cmiss[:, j] = keys_of(df[c].str.strip().to_numpy(), schema.keys)
     label = None
     if labelled:
         text = df[schema.label.column].str.strip()

@@ -1,8 +1,7 @@
 """A party's frozen transforms as an ONNX graph: its raw column values and categorical keys in, its bottom's inputs out.
 
 The transforms are those that `prepare` fitted on the party's own training rows and saved with its shard
-(`schema.json` and `vocab/NNNN.npy` of a table shard; `manifest.json` and `vocab/<column>.npy` of a Criteo shard);
-nothing is refitted. The graph reproduces vfl/data/table.py's `FittedColumn.apply` (and vfl/data/transforms.py):
+(`schema.json` and `vocab/NNNN.npy`); nothing is refitted. The graph reproduces vfl/data/table.py's `FittedColumn.apply` (and vfl/data/transforms.py):
 
 | transform | ONNX |
 |---|---|
@@ -30,12 +29,11 @@ OPSET = 18  # BitwiseXor (the hash transform) needs 18
 ML_OPSET = 3  # ai.onnx.ml LabelEncoder with int64 keys
 INPUTS = ("numeric", "numeric_missing", "cat_key", "cat_missing")
 OUTPUTS = ("dense", "dense_missing", "cat")
-KEY_SCHEMES = {
-    "table": "pandas.util.hash_array(text values as object, encoding='utf8', hash_key='vfl-categories01', "
+KEY_SCHEMES = {  # data.schema.keys -> how a client keys a categorical value (vfl/data/readers/category_keys.py)
+    "text": "pandas.util.hash_array(text values as object, encoding='utf8', hash_key='vfl-categories01', "
     "categorize=True) as uint64, 1 where that gives 0 (0 means missing); empty, NA, N/A, NaN, nan, null, NULL "
-    "and None are missing (vfl/data/readers/table_file.py)",
-    "criteo": "8 hex digits: int(text, 16); other text: 2**32 + zlib.crc32(utf-8 bytes); empty is missing "
-    "(vfl/data/readers/party_file.py)",
+    "and None are missing",
+    "hex": "8 hex digits: int(text, 16); other text: 2**32 + zlib.crc32(utf-8 bytes); empty is missing",
 }
 
 
@@ -60,7 +58,7 @@ class FrozenTable:
     """A party's frozen transforms: its raw columns in input order, and how its categorical text is keyed."""
 
     columns: list[FrozenColumn]
-    key_scheme: str  # a key of KEY_SCHEMES
+    key_scheme: str  # a key of KEY_SCHEMES (the schema's `keys`)
     id_column: str = "id"  # the column of the party's file that holds the sample ids
 
     @property
@@ -81,13 +79,13 @@ class FrozenTable:
 
 
 def frozen_table(shard_dir: str) -> FrozenTable:
-    """The transforms saved with a party's shard, as vfl/data/frozen.py reads them for prediction (a table shard's
-    schema.json, a Criteo-style shard's preset columns), with its manifest's column order checked."""
+    """The transforms saved with a party's shard (its schema.json), as vfl/data/frozen.py reads them for prediction,
+    with its manifest's column order checked."""
     frozen = FrozenTransforms.of_shard(shard_dir)
     cols = [
         FrozenColumn(c.name, c.kind, c.transform, dict(c.params), dict(c.state), c.vocab) for c in frozen.table.columns
     ]
-    return FrozenTable(cols, frozen.kind, frozen.table.schema.id)
+    return FrozenTable(cols, frozen.table.schema.keys, frozen.table.schema.id)
 
 
 class _Graph:
