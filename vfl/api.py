@@ -375,7 +375,7 @@ def simulate_predict(
             if not os.path.isdir(shard):
                 shard = _config(path, overrides, keys, None, None).data.path
             cmd = [sys.executable, "-m", "leader" if i == 0 else "follower", "predict", "--config", path]
-            cmd += ["--rows", rows_file(rows[name], shard, out, name), "--run", run, "--out", out, "--keys", keys]
+            cmd += ["--rows", rows_file(rows[name], out, name), "--run", run, "--out", out, "--keys", keys]
             cmd += ["--data", shard, "--bind" if i == 0 else "--connect", endpoint, "-q", *pairs]
             if i:
                 cmd += [f"network.leader_key_file={os.path.join(keys, names[0] + '.key')}"]

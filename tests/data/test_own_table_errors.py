@@ -97,6 +97,7 @@ def test_a_non_numeric_value_in_a_numeric_column_is_skipped_with_its_line_or_ref
             {"data__schema__columns": {"city": {"kind": "categorical", "transform": {"hash": {"buckets": 2}}}}},
             "buckets must be an integer in [3, 2147483647], got 2",
         ),
+        ({"data__schema__keys": "hexa"}, "keys must be one of ['text', 'hex'], got 'hexa' (did you mean 'hex'?)"),
     ],
 )
 def test_an_unknown_kind_or_transform_is_a_config_error_naming_the_domain(tmp_path, capsys, edit, needle):
@@ -129,13 +130,16 @@ def test_a_three_class_label_under_a_binary_task_is_refused_not_dropped(tmp_path
     assert code == 2 and "is '2', not one of ['0', '1'] (binary task)" in line and "train.task: multiclass" in line
 
 
-def test_an_empty_column_is_an_error_naming_it(tmp_path, capsys):
+@pytest.mark.parametrize("transform", ["standardize", "log1p"])  # fitted in a first pass; fit-free, read once
+def test_an_empty_column_is_an_error_naming_it(tmp_path, capsys, transform):
     # Prepare: age is empty on every row
     table = "cust,age,city,y\n" + "".join(f"c{i},,a,yes\n" for i in range(50))
+    columns = {"age": {"kind": "numeric", "transform": transform}, "city": {"kind": "categorical", "transform": "hash"}}
     # Execute
-    code, err = _prepare(tmp_path, capsys, LEADER, table)
+    code, err = _prepare(tmp_path, capsys, _with(data__schema__columns=columns), table)
     # Assert
     assert code == 2 and "column 'age' is empty in the training rows" in _one_error_line(err)
+    assert not os.path.exists(tmp_path / "out" / "leader")
 
 
 def test_a_declared_column_missing_from_the_file_is_named_with_a_suggestion(tmp_path, capsys):

@@ -190,10 +190,24 @@ class FittedTable:
         ]
 
     def fit_block(self, block, rows: np.ndarray) -> None:
-        for j, c in enumerate(self.numeric_columns()):
-            c.fit_block(block.numeric[rows, j], block.numeric_missing[rows, j])
-        for j, c in enumerate(self.categorical_columns()):
-            c.fit_block(block.cat_key[rows, j], block.cat_missing[rows, j])
+        """Fit on the block's `rows` (its training rows), whole rows gathered once. A fit-free column only needs to
+        have seen a present value (check_seen): it counts them until it has."""
+        for columns, values, missing in (
+            (self.numeric_columns(), block.numeric, block.numeric_missing),
+            (self.categorical_columns(), block.cat_key, block.cat_missing),
+        ):
+            todo = [j for j, c in enumerate(columns) if not c.fit_free or c.seen == 0]
+            if not todo:
+                continue
+            missing = missing[rows]
+            fitting = any(not columns[j].fit_free for j in todo)
+            values = values[rows] if fitting else None
+            for j in todo:
+                c = columns[j]
+                if c.fit_free:
+                    c.seen += int(rows.size - np.count_nonzero(missing[:, j]))
+                else:
+                    c.fit_block(values[:, j], missing[:, j])
 
     def fit_labels(self, block) -> None:
         if self.label is not None:

@@ -122,22 +122,31 @@ _SETS: dict = {}
 
 
 def in_set(arr, tokens: tuple[str, ...]) -> np.ndarray:
-    """Whether each value of an arrow string array is one of `tokens`."""
+    """Whether each value of an arrow string array is one of `tokens`: an empty value by its length, the others looked
+    up only where a token's length and first byte match (numbers, the usual values, never do)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     lookup = _SETS.get(tokens)
     if lookup is None:
-        lookup = _SETS[tokens] = pc.SetLookupOptions(pa.array(list(tokens), pa.string()))
-    if not len(arr):
-        return np.zeros(0, bool)
-    if lengths(arr).max() <= max(len(t.encode()) for t in tokens):  # short values: look each up
-        return pc.is_in(arr, options=lookup).to_numpy(zero_copy_only=False)
-    short = lengths(arr) <= max(len(t.encode()) for t in tokens)
-    out = np.zeros(len(arr), bool)
-    if short.any():
-        rows = np.flatnonzero(short)
-        out[rows] = pc.is_in(arr.take(pa.array(rows)), options=lookup).to_numpy(zero_copy_only=False)
+        encoded = [t.encode() for t in tokens if t]
+        token_length = np.zeros(max(map(len, encoded), default=0) + 2, bool)  # by length (the last: longer)
+        token_length[[len(t) for t in encoded]] = True
+        first_byte = np.zeros(256, bool)
+        first_byte[[t[0] for t in encoded]] = True
+        lookup = _SETS[tokens] = (pc.SetLookupOptions(pa.array(list(tokens), pa.string())), token_length, first_byte)
+    options, token_length, first_byte = lookup
+    n = len(arr)
+    size = lengths(arr)
+    out = (size == 0) if "" in tokens else np.zeros(n, bool)
+    maybe = token_length[np.minimum(size, token_length.size - 1)]
+    if maybe.any():
+        rows = np.flatnonzero(maybe)
+        starts = np.asarray(arr.buffers()[1]).view(np.int32)[arr.offset + rows]
+        maybe[rows] = first_byte[np.frombuffer(arr.buffers()[2], np.uint8)[starts]]
+    if maybe.any():
+        rows = np.flatnonzero(maybe)
+        out[rows] = pc.is_in(arr.take(pa.array(rows)), options=options).to_numpy(zero_copy_only=False)
     return out
 
 

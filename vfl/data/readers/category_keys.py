@@ -65,7 +65,7 @@ def keys_of(text: np.ndarray, scheme: str) -> tuple[np.ndarray, np.ndarray]:
 
 def arrow_keys(arr, scheme: str) -> tuple[np.ndarray, np.ndarray]:
     """keys_of a raw (unstripped) arrow text column, each distinct value keyed once; the hex scheme's 8-hex-digit
-    values vectorized."""
+    values vectorized (one with a space around it is not 8 hex digits: it is stripped and keyed on its own)."""
     from vfl.data.readers import arrow_text
 
     if scheme != "hex":
@@ -75,15 +75,15 @@ def arrow_keys(arr, scheme: str) -> tuple[np.ndarray, np.ndarray]:
     import pyarrow.compute as pc
 
     enc = pc.dictionary_encode(arr)
-    dictionary = arrow_text.strip(enc.dictionary)
-    ok, keys = arrow_text.hex8(dictionary)
+    ok, keys = arrow_text.hex8(enc.dictionary)
     miss = np.zeros(keys.size, bool)
     if not ok.all():
-        values = dictionary.to_pylist()
+        values = enc.dictionary.to_pylist()
         for i in np.flatnonzero(~ok):
-            if values[i] == "":
+            text = values[i].strip()  # as the text path strips every value
+            if text == "":
                 miss[i] = True
             else:
-                keys[i] = hex_key(values[i])
+                keys[i] = hex_key(text)
     idx = enc.indices.to_numpy(zero_copy_only=False)
     return keys[idx], miss[idx]

@@ -37,6 +37,7 @@ CHUNK_ROWS = 100_000
 PARQUET_SUFFIXES = (".parquet", ".pq")
 SNIFFED = (",", ";", "|")  # without a tab in the header, the most frequent of these (comma on a tie)
 EXAMPLES = 5  # the distinct text values a numeric column's refusal shows
+NO_TEXT = np.zeros(0, object)
 
 
 @dataclass
@@ -219,16 +220,13 @@ def _arrow_block(schema, labelled, regression, table, row0, stats, id_cache=None
     if (arrow_text.lengths(id_text) == 0).any():
         return None
     numeric_names, cat_names = schema.names("numeric"), schema.names("categorical")
-    numeric = np.full((n, len(numeric_names)), np.nan)
-    nmiss = np.zeros((n, len(numeric_names)), bool)
+    numeric = np.empty((n, len(numeric_names)))
+    nmiss = np.empty((n, len(numeric_names)), bool)
     for j, c in enumerate(numeric_names):
-        got = arrow_text.parsed(arrow_text.column(table, c), NA_TOKENS, 0.0)
+        got = arrow_text.parsed(arrow_text.column(table, c), NA_TOKENS, np.nan)  # NaN where missing
         if got is None or not (np.isfinite(got[0]) | got[1]).all():
             return None
-        vals, miss = got
-        vals[miss] = np.nan
-        numeric[:, j] = vals
-        nmiss[:, j] = miss
+        numeric[:, j], nmiss[:, j] = got
     keys = np.zeros((n, len(cat_names)), np.uint64)
     cmiss = np.zeros((n, len(cat_names)), bool)
     for j, c in enumerate(cat_names):
@@ -245,8 +243,9 @@ def _arrow_block(schema, labelled, regression, table, row0, stats, id_cache=None
             values, idx = arrow_text.distinct(text, stripped=True)
             label = values[idx]
     stats.good_rows += n
+    present = n - np.count_nonzero(nmiss, axis=0)
     for j, c in enumerate(numeric_names):  # every value of the block is a number or missing
-        stats.numeric_text.setdefault(c, NumericText()).add(int(n - nmiss[:, j].sum()), np.zeros(0, object))
+        stats.numeric_text.setdefault(c, NumericText()).add(int(present[j]), NO_TEXT)
     return TableBlock(
         row_index=row0 + np.arange(n, dtype=np.int64),
         sample_id=arrow_text.ids(id_text)

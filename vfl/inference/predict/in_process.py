@@ -20,23 +20,17 @@ from types import SimpleNamespace
 from typing import Any
 
 
-def rows_file(rows: Any, shard_dir: str, out: str, party: str) -> str:
+def rows_file(rows: Any, out: str, party: str) -> str:
     """A path of the party's new rows: as given, or a DataFrame written beside the predictions."""
     if isinstance(rows, (str, os.PathLike)):
         return os.fspath(rows)
     import pandas as pd
 
-    from vfl.data.table import SCHEMA_FILE
-
     if not isinstance(rows, pd.DataFrame):
         raise TypeError(f"{party}: rows are a pandas DataFrame or a file path, got {type(rows).__name__}")
     os.makedirs(os.path.join(out, "tables"), exist_ok=True)
-    if os.path.exists(os.path.join(shard_dir, SCHEMA_FILE)):  # a table shard reads Parquet with its column types
-        path = os.path.join(out, "tables", f"new_{party}.parquet")
-        rows.to_parquet(path, index=False)
-    else:  # a Criteo-style shard reads text
-        path = os.path.join(out, "tables", f"new_{party}.tsv")
-        rows.to_csv(path, sep="\t", index=False)
+    path = os.path.join(out, "tables", f"new_{party}.parquet")  # read with its column types, under the shard's schema
+    rows.to_parquet(path, index=False)
     return path
 
 
@@ -54,7 +48,7 @@ def predict_in_process(config, role: str, rows: Any, run: str | None, checkpoint
         cfg = cfg.model_copy(update={"output": cfg.output.model_copy(update={"dir": os.fspath(run)})})
     out_dir = os.fspath(out) if out is not None else os.path.join(cfg.output.dir, "predict")
     os.makedirs(out_dir, exist_ok=True)
-    path = rows_file(rows, cfg.data.path, out_dir, cfg.party)
+    path = rows_file(rows, out_dir, cfg.party)
     args = SimpleNamespace(rows=path, checkpoint=checkpoint, strict=False)
     log = RunLog(os.path.join(out_dir, f"{cfg.party}_predict.log"), cfg.party)
     state: dict = {"out_dir": out_dir}
