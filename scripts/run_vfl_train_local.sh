@@ -5,7 +5,7 @@
 # Usage: bash scripts/run_vfl_train_local.sh [--data RAW_TSV] [--out DIR] [--epochs N] [--centralized]
 #        [--rows N] (synthetic rows when no --data) [--vocab-min-count N | --hash-buckets N]
 #        [--example digits|multiclass|flights|caravan|bikeshare] [--label-dp] [--drop PARTY=FRACTION] [--ranks N]
-# Categoricals: each party fits a vocabulary on its own file (values seen >= 10 times get their own id, rarer
+# Categoricals: each party fits a vocabulary on its own file's training rows (values seen >= 10 times get their own id, rarer
 # ones share one; --vocab-min-count N), or --hash-buckets N hashes every value into N buckets instead.
 # --ranks N: every party runs N ranks under torchrun (gloo on CPU), rank r of the leader paired with rank r of
 # the follower; N = 1 (default) is one process per party. On a 2-core machine N > 1 brings no speedup.

@@ -2,7 +2,7 @@
 
 Two passes over the party's file, nothing else opened:
 1. fit: every declared column's transform on the rows whose public split (a function of the id, `split_of`) is
-   train; the label's classes (multiclass without declared classes) on every row;
+   train; the label's classes (multiclass without declared classes) on every row, the only case this pass reads it;
 2. apply: every row's features and label, written to the split it belongs to.
 A schema with nothing to fit (log1p, none and hash columns, the label's classes declared: the Criteo preset in hash
 mode) is read once, applying as it goes. The shard's layout (`<split>/{ids,dense,dense_missing,cat,labels}.npy`,
@@ -84,13 +84,12 @@ def prepare_table(
     if one_pass:
         fitted.finish(path, allow_empty=True)  # nothing to fit: the columns' emptiness is checked after the pass
     else:
+        fits_label = labelled and task == "multiclass" and schema.label.classes is None
         for block in read_table_blocks(
-            path, schema, labelled, regression, opts.strict, fit.stats, digest=False, id_cache=ids
+            path, schema, fits_label, False, opts.strict, fit.stats, digest=False, id_cache=ids
         ):
             fit.observe(block)
-        _say_ignored(say, party, path, fit.stats)
         fitted.finish(path)
-        fit.check_label(path)
     tmp = temp_sibling(out_dir)
     stats = ReadStats()
     label_dtype = np.float32 if regression else np.int8
@@ -107,6 +106,7 @@ def prepare_table(
             which = split_of(block.sample_id, opts)
             if one_pass:
                 fit.observe(block, which)
+            fit.observe_label(block)
             splits.append(
                 block.sample_id,
                 which,
@@ -117,10 +117,10 @@ def prepare_table(
             )
             if hook is not None:
                 hook.observe(block, which)
+        _say_ignored(say, party, path, stats)
         if one_pass:
-            _say_ignored(say, party, path, stats)
             fitted.check_seen(path)
-            fit.check_label(path)
+        fit.check_label(path)
         if labelled:  # a row is never dropped for its label: a file with a blank or invalid one is refused
             bad_labels.refuse()
         splits.close()
@@ -149,8 +149,8 @@ def prepare_table(
 
 
 class _Fit:
-    """What is fitted from the rows: the columns on the training rows, the label's classes and (regression) range on
-    every row; the stats of the pass that fits."""
+    """What is fitted from the rows: the columns on the training rows, the label's classes on every row (where the
+    block carries it); the regression label's range, seen as the shard is written; the stats of the pass that fits."""
 
     def __init__(self, fitted: FittedTable, opts: PrepareOptions, regression: bool):
         self.fitted, self.opts, self.regression = fitted, opts, regression
@@ -160,7 +160,10 @@ class _Fit:
     def observe(self, block, which: np.ndarray | None = None) -> None:
         which = split_of(block.sample_id, self.opts) if which is None else which
         self.fitted.fit_block(block, np.flatnonzero(which == 0))
-        self.fitted.fit_labels(block)
+        if block.label is not None:
+            self.fitted.fit_labels(block)
+
+    def observe_label(self, block) -> None:
         if self.regression and block.label.size:
             finite = block.label[np.isfinite(block.label)]
             if finite.size:
