@@ -47,9 +47,11 @@ def hex_key(text: str) -> int:
 
 
 def hex_keys(text: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """uint64 keys and missing flags of a categorical column's text values under the hex scheme."""
+    """uint64 keys and missing flags of a categorical column's text values under the hex scheme (each distinct value
+    stripped here, so raw values may be given)."""
     uniq, inv = np.unique(np.asarray(text, dtype=object).astype(str), return_inverse=True)
-    miss = uniq == ""
+    uniq = [t.strip() for t in uniq]
+    miss = np.array([t == "" for t in uniq], bool)
     keys = np.array([0 if m else hex_key(t) for t, m in zip(uniq, miss)], dtype=np.uint64)
     return keys[inv], miss[inv]
 

@@ -331,7 +331,8 @@ def _block(path, schema, labelled, regression, df, row0, strict, stats) -> Itera
     keys = np.zeros((n, len(cat_names)), np.uint64)
     cmiss = np.zeros((n, len(cat_names)), bool)
     for j, c in enumerate(cat_names):
-        keys[:, j], cmiss[:, j] = keys_of(df[c].str.strip().to_numpy(), schema.keys)
+        raw = df[c].to_numpy() if schema.keys == "hex" else df[c].str.strip().to_numpy()  # hex strips distinct values
+        keys[:, j], cmiss[:, j] = keys_of(raw, schema.keys)
     label = None
     if labelled:
         text = df[schema.label.column].str.strip()
