@@ -41,8 +41,10 @@ class LocalParties:
     """Named party processes, each started in its own session (so its process group is its own): `procs` maps each
     name to its Popen, in start order; close() (and leaving a `with` block) ends every group still running."""
 
-    def __init__(self, cwd: str | None = None):
+    def __init__(self, cwd: str | None = None, popen: Callable[..., subprocess.Popen] = subprocess.Popen):
+        """popen: what starts a process, with Popen's arguments (the tests pass a launcher of preloaded forks)."""
         self.cwd = cwd
+        self.popen = popen
         self.procs: dict[str, subprocess.Popen] = {}
         self.logs: dict[str, str] = {}
 
@@ -72,7 +74,7 @@ class LocalParties:
         try:
             for stream, path in paths.items():
                 files[stream] = open(path, "w")  # a file: a pipe nobody reads could fill and block the party
-            self.procs[name] = subprocess.Popen(
+            self.procs[name] = self.popen(
                 argv,
                 cwd=self.cwd,
                 stdout=files.get("stdout", stdout),

@@ -12,6 +12,7 @@ from dataclasses import asdict
 
 import numpy as np
 
+from privacy.rank_metrics import roc_auc
 from vfl.data.errors import DataError
 from vfl.data.parties import PartyColumns, unassigned_columns
 from vfl.data.transforms import DENSE_TRANSFORM_DOC
@@ -34,8 +35,6 @@ def id_digest(ids: np.ndarray) -> str:
 
 def bayes_test_auc(truth_path: str, test_rows: list[np.ndarray], test_labels: list[np.ndarray]) -> float | None:
     """The test AUC of the true click probabilities of synthetic data (the truth file), or None without both classes."""
-    from sklearn.metrics import roc_auc_score
-
     try:
         truth = np.load(truth_path, mmap_mode="r")
     except (ValueError, OSError, EOFError) as e:
@@ -44,7 +43,7 @@ def bayes_test_auc(truth_path: str, test_rows: list[np.ndarray], test_labels: li
     labels = np.concatenate(test_labels) if test_labels else np.empty(0, np.int8)
     if rows.size == 0 or rows.max(initial=-1) >= truth.shape[0] or len(np.unique(labels)) < 2:
         return None
-    return float(roc_auc_score(labels, truth[rows]))
+    return roc_auc(labels, truth[rows])
 
 
 def bayes_accuracy(truth_path: str, test_rows: list[np.ndarray], test_labels: list[np.ndarray], k: int) -> float | None:
