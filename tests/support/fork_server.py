@@ -62,7 +62,7 @@ def _serve(path: str) -> None:
     parent = os.getppid()
     print("ready", flush=True)
     while True:
-        for key, _ in sel.select(timeout=0.02):
+        for _ready in sel.select(timeout=0.02):
             conn, _ = listener.accept()
             try:
                 msg, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)

@@ -33,9 +33,7 @@ def multiclass_auc(labels: np.ndarray, probs: np.ndarray) -> float:
     `roc_auc_score(multi_class="ovr", average="macro")` when every class occurs); NaN when none does."""
     labels = np.asarray(labels, dtype=np.int64)
     per_class = [
-        roc_auc(labels == c, probs[:, c])
-        for c in range(probs.shape[1])
-        if 0 < int(np.sum(labels == c)) < labels.size
+        roc_auc(labels == c, probs[:, c]) for c in range(probs.shape[1]) if 0 < int(np.sum(labels == c)) < labels.size
     ]
     return float(np.mean(per_class)) if per_class else math.nan
 
