@@ -130,6 +130,12 @@ def _child(request: dict, fds: list[int]) -> None:
         extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
         sys.path[:] = [request["cwd"], *extra, *(p for p in sys.path[1:] if p not in extra)]
         importlib.invalidate_caches()
+        if "sitecustomize" not in sys.modules:  # as the interpreter's start: a sitecustomize on the new path runs
+            try:
+                importlib.import_module("sitecustomize")
+            except ImportError as e:
+                if e.name != "sitecustomize":
+                    raise
         sys.argv = [request["module"], *request["args"]]
         code = 0
         try:
