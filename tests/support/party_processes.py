@@ -8,7 +8,6 @@ import sys
 
 import yaml
 
-from tests.support.fork_server import popen as fork_popen
 from tests.support.paths import REPO
 from vfl.local_parties import LocalParties
 
@@ -143,7 +142,7 @@ class Procs:
     group); `procs` maps each name to its Popen (or ForkedProcess)."""
 
     def __init__(self):
-        self.parties = LocalParties(cwd=REPO, popen=fork_popen)
+        self.parties = LocalParties(cwd=REPO)
         self.procs: dict[str, subprocess.Popen] = self.parties.procs
 
     def start(self, name: str, module: str, config: str, *extra: str, env: dict | None = None) -> subprocess.Popen:
