@@ -19,6 +19,15 @@ TEST_LABEL_SEED = 20261124
 REAL_1K = SHARED_DATA / "criteo_raw_1k.tsv"
 
 
+def pytest_configure(config):
+    """Every `python -m` party process the tests start through vfl/local_parties.py (Procs, the Python API) is a fork
+    of a server that loaded torch once (tests/support/fork_server.py; VFL_TEST_FORK_SERVER=0: fresh interpreters)."""
+    from tests.support.fork_server import popen
+    from vfl.local_parties import LocalParties
+
+    LocalParties.process_factory = staticmethod(popen)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def label_dp_store(tmp_path_factory) -> pathlib.Path:
     """Every test (and every process it starts) keeps label-DP keys and ledgers in a private temporary

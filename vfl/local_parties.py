@@ -41,8 +41,12 @@ class LocalParties:
     """Named party processes, each started in its own session (so its process group is its own): `procs` maps each
     name to its Popen, in start order; close() (and leaving a `with` block) ends every group still running."""
 
-    def __init__(self, cwd: str | None = None):
+    process_factory: Callable[..., subprocess.Popen] = subprocess.Popen  # the tests set a launcher of preloaded forks
+
+    def __init__(self, cwd: str | None = None, popen: Callable[..., subprocess.Popen] | None = None):
+        """popen: what starts a process, with Popen's arguments (default: the class's process_factory, Popen)."""
         self.cwd = cwd
+        self.popen = popen or type(self).process_factory
         self.procs: dict[str, subprocess.Popen] = {}
         self.logs: dict[str, str] = {}
 
@@ -72,7 +76,7 @@ class LocalParties:
         try:
             for stream, path in paths.items():
                 files[stream] = open(path, "w")  # a file: a pipe nobody reads could fill and block the party
-            self.procs[name] = subprocess.Popen(
+            self.procs[name] = self.popen(
                 argv,
                 cwd=self.cwd,
                 stdout=files.get("stdout", stdout),

@@ -32,6 +32,7 @@ import math
 import numpy as np
 
 from privacy.label.randomized_response import flip_probability, kary_transition, keep_probability
+from privacy.rank_metrics import roc_auc
 
 _CLIP = 1e-7
 
@@ -78,12 +79,10 @@ def debiased_logloss(noisy: np.ndarray, probs: np.ndarray, eps: float) -> float:
 def noisy_validation_metrics(noisy: np.ndarray, probs: np.ndarray, eps: float | None) -> dict:
     """Noisy AUC/logloss and their debiased estimates (with a 95% interval for the AUC).
     eps None (no label DP): the labels are the true ones and the estimates equal the plain metrics."""
-    from sklearn.metrics import roc_auc_score
-
     y = np.asarray(noisy, dtype=np.int64)
     p = np.clip(np.asarray(probs, dtype=np.float64), _CLIP, 1 - _CLIP)
     n_pos, n_neg = int(y.sum()), int(y.size - y.sum())
-    auc_noisy = float(roc_auc_score(y, p)) if n_pos and n_neg else math.nan
+    auc_noisy = roc_auc(y, p) if n_pos and n_neg else math.nan
     ll_noisy = float(np.mean(-(y * np.log(p) + (1 - y) * np.log1p(-p)))) if y.size else math.nan
     se = auc_standard_error(auc_noisy, n_pos, n_neg) if not math.isnan(auc_noisy) else math.nan
     if eps is None or math.isinf(eps):
@@ -108,13 +107,11 @@ def noisy_validation_metrics(noisy: np.ndarray, probs: np.ndarray, eps: float | 
 
 def _per_class_auc(y: np.ndarray, p: np.ndarray) -> np.ndarray:
     """One-vs-rest AUC per class; NaN for a class with one outcome only."""
-    from sklearn.metrics import roc_auc_score
-
     out = np.full(p.shape[1], math.nan)
     for c in range(p.shape[1]):
         pos = int(np.sum(y == c))
         if 0 < pos < y.size:
-            out[c] = roc_auc_score(y == c, p[:, c])
+            out[c] = roc_auc(y == c, p[:, c])
     return out
 
 

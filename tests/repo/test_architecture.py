@@ -44,7 +44,7 @@ RULES = (
             "privacy.embedding_dp",
             "privacy.dp_accountant",
         ),
-        "data uses only the public hashes (privacy.public_hash) and field types, never a mechanism",
+        "data uses only the public hashes (privacy.public_hash), field types and the AUC (privacy.rank_metrics), never a mechanism",
     ),
     (
         "vfl.config",

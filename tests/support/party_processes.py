@@ -119,21 +119,27 @@ def run_split(procs, cfgs: dict[str, str], env: dict | None = None) -> dict:
 
 
 def run_centralized(cfgs: dict[str, str], out: str) -> dict:
-    """The centralized reference on the same configs (followers in cfgs order); its metrics.json."""
+    """The centralized reference on the same configs (followers in cfgs order), run in this process (`python -m
+    vfl.centralized`'s main: the test process has torch loaded already, a subprocess would pay ~3 CPU-s to load it
+    again); its metrics.json."""
     import json
 
-    args = [sys.executable, "-m", "vfl.centralized", "--config", cfgs["leader"], "--out", out]
+    from vfl.centralized import main
+
+    argv = ["--config", cfgs["leader"], "--out", out, "-q"]
     for name, path in cfgs.items():
         if name != "leader":
-            args += ["--follower-config", path]
-    r = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
+            argv += ["--follower-config", path]
+    code = main(argv)
+    log = os.path.join(out, "centralized.log")
+    assert code == 0, open(log).read()[-3000:] if os.path.exists(log) else f"vfl.centralized exited {code}"
     return json.loads(open(os.path.join(out, "metrics.json")).read())
 
 
 class Procs:
-    """Starts party processes (vfl.local_parties, each in its own process group) and guarantees they are gone at the
-    end (killed by process group); `procs` maps each name to its Popen."""
+    """Starts party processes (vfl.local_parties, each in its own process group; `python -m` parties are forks of a
+    preloaded server, tests/support/fork_server.py) and guarantees they are gone at the end (killed by process
+    group); `procs` maps each name to its Popen (or ForkedProcess)."""
 
     def __init__(self):
         self.parties = LocalParties(cwd=REPO)

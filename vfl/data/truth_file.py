@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 
+from privacy.rank_metrics import roc_auc
 from vfl.data.errors import DataError
 
 TEST = 2  # split_of's test split
@@ -20,12 +21,10 @@ TEST = 2  # split_of's test split
 
 def bayes_test_auc(truth_path: str, rows: np.ndarray, labels: np.ndarray) -> float | None:
     """The test AUC of the true click probabilities of data rows `rows` (labels 0/1), or None without both classes."""
-    from sklearn.metrics import roc_auc_score
-
     truth = _load(truth_path)
     if rows.size == 0 or rows.max(initial=-1) >= truth.shape[0] or len(np.unique(labels)) < 2:
         return None
-    return float(roc_auc_score(labels, truth[rows]))
+    return roc_auc(labels, truth[rows])
 
 
 def bayes_accuracy(truth_path: str, rows: np.ndarray, labels: np.ndarray, k: int) -> float | None:

@@ -1,4 +1,4 @@
-"""Evaluation metrics (scikit-learn) and the seed's loss-line format (the run log itself is vfl/obs/logs.py)."""
+"""Evaluation metrics (privacy/rank_metrics.py: scikit-learn's values in numpy) and the seed's loss-line format (the run log itself is vfl/obs/logs.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 
+from privacy.rank_metrics import binary_cross_entropy, cross_entropy, roc_auc
 from vfl.obs.logs import RunLog  # noqa: F401  (re-exported: callers import the run log from here)
 
 
@@ -16,32 +17,23 @@ def auc(labels: np.ndarray, scores: np.ndarray) -> float:
     labels = np.asarray(labels)
     if labels.size == 0 or np.unique(labels).size < 2:
         return math.nan
-    from sklearn.metrics import roc_auc_score  # here, not at import: a follower never scores, and sklearn costs 1 s
-
-    return float(roc_auc_score(labels, scores))
+    return roc_auc(labels, scores)
 
 
 def logloss(labels: np.ndarray, probs: np.ndarray) -> float:
-    """Binary cross-entropy of probabilities (clipped by scikit-learn's rule)."""
+    """Binary cross-entropy of probabilities clipped to [1e-7, 1 - 1e-7]."""
     labels = np.asarray(labels)
     if labels.size == 0:
         return math.nan
-    probs = np.clip(np.asarray(probs, dtype=np.float64), 1e-7, 1 - 1e-7)
-    from sklearn.metrics import log_loss
-
-    return float(log_loss(labels, probs, labels=[0, 1]))
+    return binary_cross_entropy(labels, np.clip(np.asarray(probs, dtype=np.float64), 1e-7, 1 - 1e-7))
 
 
 def multiclass_auc(labels: np.ndarray, probs: np.ndarray) -> float:
     """Macro one-vs-rest ROC AUC over the classes present with both outcomes (scikit-learn's
-    roc_auc_score(multi_class="ovr", average="macro") when every class occurs); NaN when none does."""
+    `roc_auc_score(multi_class="ovr", average="macro")` when every class occurs); NaN when none does."""
     labels = np.asarray(labels, dtype=np.int64)
-    from sklearn.metrics import roc_auc_score
-
     per_class = [
-        roc_auc_score(labels == c, probs[:, c])
-        for c in range(probs.shape[1])
-        if 0 < int(np.sum(labels == c)) < labels.size
+        roc_auc(labels == c, probs[:, c]) for c in range(probs.shape[1]) if 0 < int(np.sum(labels == c)) < labels.size
     ]
     return float(np.mean(per_class)) if per_class else math.nan
 
@@ -52,9 +44,7 @@ def multiclass_logloss(labels: np.ndarray, probs: np.ndarray) -> float:
     if labels.size == 0:
         return math.nan
     p = np.clip(np.asarray(probs, dtype=np.float64), 1e-7, 1.0)
-    from sklearn.metrics import log_loss
-
-    return float(log_loss(labels, p / p.sum(axis=1, keepdims=True), labels=list(range(p.shape[1]))))
+    return cross_entropy(labels, p / p.sum(axis=1, keepdims=True))
 
 
 def regression_metrics(labels: np.ndarray, predictions: np.ndarray) -> dict:
