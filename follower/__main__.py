@@ -128,6 +128,7 @@ def predict_body(cfg, args, log, state: dict) -> None:
     set_threads(cfg.train.threads, 2)
     device = resolve_device(cfg.train.device)
     predictor = FollowerPredictor(cfg, checkpoint_of(args, cfg), args.rows, log, device, strict=args.strict)
+    predictor.report_dir = state["out_dir"]  # <party>_predict_embedding_dp.json beside the predictions
     state["rows"] = predictor.rows
     channel = state["channel"] = _connect(cfg, rank_env(), keys, len(predictor.rows), log)
 

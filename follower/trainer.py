@@ -103,7 +103,13 @@ class FollowerTrainer:
         self.session = FollowerSession(cfg, channel)  # the handshake and the message loop (shared with prediction)
         self.codecs = FollowerCodecs(cfg.network.compression)  # network.compression: cuts coded, gradients decoded
         # privacy.embedding_dp: every cut sent (training, EVAL) is clipped and noised here, counted per row
-        self.cut_release = CutRelease(cfg.privacy.embedding_dp, party.cut_dim, log, cfg.party, cfg.debug.record_cuts)
+        self.cut_release = CutRelease(
+            cfg.privacy.embedding_dp, party.cut_dim, log, cfg.party, cfg.debug.record_cuts,
+            secret_key_file=cfg.network.secret_key_file,
+        )  # fmt: skip
+        for split in ("train", "valid", "test"):  # a row's noise is keyed by its id
+            self.cut_release.bind_rows(split, getattr(party, f"{split}_split").ids)
+        self.lineage: str | None = None  # embedding DP: the first run's id, carried by every resume (its ledger scope)
         self.party = party
         self.log = log
         self.out_dir = out_dir
@@ -127,6 +133,7 @@ class FollowerTrainer:
             ckpt = load_resume_checkpoint(cfg.train.resume_from, cfg.party, ("bottom",))
             party.load_state(ckpt["state"]["bottom"], resume=True)
             self.start_step = ckpt["step"]
+            self.lineage = (ckpt.get("extra") or {}).get("embedding_dp_lineage")
         self.ctx.check_batches(len(party.train_split), cfg.train.batch_size)
         party.train_model = self.ctx.wrap(party.model)
 
@@ -139,7 +146,9 @@ class FollowerTrainer:
         self.session.join(welcome.run)
         # the leader's epochs decide the run's length, so they size this party's lr schedule (not its own config)
         self.party.optimizer.total_steps = welcome.epochs * welcome.steps_per_epoch
-        self.cut_release.plan(welcome.epochs)  # a training row is sent once an epoch, a valid row once an evaluation
+        self.lineage = self.lineage or welcome.run
+        sends = {"train": welcome.sends_train, "valid": welcome.sends_valid, "test": welcome.sends_test}
+        self.cut_release.plan_training(sends, self.lineage)  # what the leader's schedule sends, before any send
         return welcome
 
     def _rows(self, epoch: int, step: int) -> np.ndarray:
@@ -275,12 +284,7 @@ class FollowerTrainer:
             self.recorder.save()
         self._save_breakdown()
         if self.ctx.is_main and self.cut_release.write_report(self.out_dir):
-            rep = self.cut_release.report()
-            self.log(
-                f"embedding DP: follower {self.cfg.party} sent {rep['cuts_sent']} noised cuts, at most "
-                f"{rep['most_sends_of_a_row']} of any row: (eps={rep['eps_spent_by_most_sent_row']:.4g}, "
-                f"delta={rep['delta']:g}) spent of (eps={rep['eps']:.4g}, delta={rep['delta']:g})"
-            )
+            self.log(self.cut_release.summary())
         self.ch.post(Bye(steps=self.steps, snapshot_bytes=self.party.best.nbytes if self.party.best is not None else 0))
         self._done = True
 
@@ -424,4 +428,5 @@ class FollowerTrainer:
             self.cfg, self.ch.run, model_step, {self.cfg.party: self.party.cut_dim}, self.key_fingerprints
         )
         state = {"bottom": self.party.state()}
-        save_checkpoint(path, self.cfg.party, state, epoch, step, {"run": record}, resume_identity(self.cfg))
+        extra = {"run": record, "embedding_dp_lineage": self.lineage or self.ch.run}
+        save_checkpoint(path, self.cfg.party, state, epoch, step, extra, resume_identity(self.cfg))

@@ -29,6 +29,7 @@ from vfl.training.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.training.loop import TrainingLoop
 from vfl.training.microbatch import embedding_bytes_bound, micro_slices, pipelined, weighted_loss
 from vfl.training.party import BottomParty
+from vfl.training.sends_per_row import sends_per_row
 from vfl.training.staleness import StalenessSchedule, pauses_after
 from vfl.training.step_timer import TIMER
 from vfl.training.top import TopTrainer
@@ -122,9 +123,21 @@ class LeaderTrainer:
                 nonce=hellos[f].nonce,
                 epochs=self.cfg.train.epochs,
                 steps_per_epoch=steps,
+                **self._sends_per_row(steps),
                 **rank_meta(self.ctx.env),
             ),
         )
+
+    def _sends_per_row(self, steps: int) -> dict[str, int]:
+        """WELCOME's sends per row of each split from the start step to the run's end (the followers' embedding DP
+        calibrates for them: vfl/training/sends_per_row.py)."""
+        tr, rel = self.cfg.train, self.release
+        all_party_prior = self.task.kind == "multiclass" and rel is not None and rel.uses_prior  # as prepare()'s
+        sends = sends_per_row(
+            tr.epochs, steps, tr.eval_every_steps, self.start_step, restores=tr.early_stopping is not None,
+            prior_epochs=rel.prior_epochs if all_party_prior else 0,
+        )  # fmt: skip
+        return {f"sends_{split}": count for split, count in sends.items()}
 
     def _keepalive(self) -> None:
         """During long preparation, tell followers the leader is alive before their deadlines pass."""

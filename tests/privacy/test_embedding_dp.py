@@ -1,4 +1,4 @@
-"""Embedding DP's mechanism, accountant and per-row release cap (privacy/embedding_dp.py, vfl/session/cut_release.py).
+"""Embedding DP's mechanism and accountant (privacy/embedding_dp.py); the release path is tests/session/test_cut_release.py.
 
 Statistical checks are seeded; each states its false-failure bound."""
 
@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 import torch
 
@@ -20,8 +19,6 @@ from privacy.embedding_dp import (
     os_entropy_generator,
     swamp_warning,
 )
-from vfl.config.schema import EmbeddingDPConfig
-from vfl.session.cut_release import CutRelease, ReleaseCapError
 
 
 def test_clipping_leaves_short_rows_bit_for_bit_and_scales_long_rows_to_the_clip():
@@ -108,54 +105,6 @@ def test_os_entropy_generators_draw_differently():
     assert not torch.equal(a, b)
 
 
-def test_off_the_release_is_the_cut_bit_for_bit_and_the_gradient_unchanged():
-    # Prepare
-    rel = CutRelease(None, 4)
-    cut = torch.randn(6, 4)
-    grad = torch.randn(6, 4)
-    # Execute / Assert
-    assert np.array_equal(rel.release(cut, "train", 10, np.arange(6)), cut.numpy())
-    assert rel.grad_for_cut(cut, grad) is grad
-    assert rel.report() is None
-
-
-def test_two_sends_of_the_same_rows_differ_and_stay_within_clip_plus_noise():
-    # Prepare
-    rel = CutRelease(EmbeddingDPConfig(eps=4.0, delta=1e-5, clip=1.0), 4, log=lambda s: None)
-    rel.plan(2)
-    cut = torch.randn(100, 4) * 10
-    # Execute
-    a = rel.release(cut, "valid", 100, slice(0, 100))
-    b = rel.release(cut, "valid", 100, slice(0, 100))
-    # Assert: every row differs between the two sends
-    assert not np.any(np.all(a == b, axis=1))
-
-
-def test_a_send_beyond_the_planned_releases_is_refused_before_anything_leaves():
-    # Prepare
-    rel = CutRelease(EmbeddingDPConfig(eps=4.0, delta=1e-5, clip=1.0), 4, log=lambda s: None)
-    rel.plan(2)
-    cut = torch.randn(10, 4)
-    rel.release(cut, "train", 10, np.arange(10))
-    rel.release(cut[:5], "train", 10, np.arange(5))
-    sends = rel.sends
-    # Execute / Assert: rows 0-4 were sent twice; a third send of row 3 is refused, rows 5-9 still pass
-    with pytest.raises(ReleaseCapError, match="send 3 of a train row"):
-        rel.release(cut[:2], "train", 10, np.array([3, 7]))
-    assert rel.sends == sends
-    rel.release(cut[5:], "train", 10, np.arange(5, 10))
-    rep = rel.report()
-    assert rep["most_sends_of_a_row"] == 2 and rep["eps"] <= 4.0 and rep["delta"] == 1e-5
-
-
-def test_serving_counts_sends_per_id():
-    rel = CutRelease(EmbeddingDPConfig(eps=4.0, delta=1e-5, clip=1.0, releases=1), 4, log=lambda s: None)
-    rel.plan(5)  # the config's releases win
-    rel.release(torch.randn(2, 4), "serve", ids=np.array([11, 12]))
-    with pytest.raises(ReleaseCapError):
-        rel.release(torch.randn(2, 4), "serve", ids=np.array([13, 12]))
-
-
 def test_the_config_refuses_embedding_dp_on_the_leader_and_requires_eps():
     from vfl.config.role_rules import role_problems
 
@@ -163,39 +112,3 @@ def test_the_config_refuses_embedding_dp_on_the_leader_and_requires_eps():
     follower = {"role": "follower", "network": {"connect": "tcp://127.0.0.1:5000"}, "privacy": {"embedding_dp": {}}}
     assert any("privacy.embedding_dp is set on a follower only" in p for p in role_problems(leader, ".*", 512, 8.0))
     assert any("privacy.embedding_dp.eps is required" in p for p in role_problems(follower, ".*", 512, 8.0))
-
-
-class _ServedTable:
-    """Ids 0..9 with 3 numeric features each (any id outside is unknown)."""
-
-    def __init__(self):
-        self.dense = torch.arange(30, dtype=torch.float32).reshape(10, 3)
-
-    def rows_of(self, ids):
-        ids = np.asarray(ids)
-        return np.where((ids >= 0) & (ids < 10), ids, -1)
-
-    def features(self, rows):
-        return (self.dense[np.where(rows >= 0, rows, 0)],)
-
-
-def test_serving_noises_each_held_ids_cut_and_refuses_an_id_past_its_sends(tmp_path):
-    from vfl.inference.serve.follower import FollowerServer, IdLog, ServeLimits
-    from vfl.wire.serve_messages import ServeCut, ServeIds, ServeRefused
-
-    # Prepare: a follower serving under embedding DP (one send per id), its bottom the identity on 3 columns
-    rel = CutRelease(EmbeddingDPConfig(eps=4.0, delta=1e-5, clip=1.0), 3, log=lambda s: None)
-    rel.plan(1)
-    log = IdLog(str(tmp_path / "ids.log"), budget_bytes=10**6)
-    server = FollowerServer(lambda x: x, _ServedTable(), 3, ServeLimits(max_rows=8, rows_per_s=1e6), log,
-                            cut_release=rel)  # fmt: skip
-    # Execute: ids 1, 2 and an unknown one; then 3 and 2 again
-    first = server.answer(ServeIds(1, np.array([1, 2, 99]), 1000))
-    second = server.answer(ServeIds(2, np.array([3, 2]), 1000))
-    log.close()
-    # Assert: the held rows' cuts are noised (not the raw features), the unknown one stays zero; id 2 is refused
-    assert isinstance(first, ServeCut) and first.unknown.tolist() == [2]
-    assert not np.allclose(first.cut[:2], _ServedTable().dense[[1, 2]].numpy())
-    assert np.array_equal(first.cut[2], np.zeros(3, np.float32))
-    assert isinstance(second, ServeRefused) and "embedding DP" in second.reason
-    assert "refused:embedding_dp" in open(tmp_path / "ids.log").read()

@@ -1,6 +1,6 @@
 """Embedding DP over two real processes on 127.0.0.1: the follower's YAML alone turns it on, its own metrics carry
-(eps, delta), and no two sends of a row's cut (as the leader receives them, recorded by the follower's
-debug.record_cuts) are equal (a planted repeat is found: the check's power)."""
+(eps, delta), and two training sends of a row's cut (as the leader receives them, recorded by the follower's
+debug.record_cuts) are equal only where its value did not move (a planted reuse of noise fails: the check's power)."""
 
 from __future__ import annotations
 
@@ -58,17 +58,23 @@ def test_embedding_dp_trains_over_processes_with_fresh_noise_per_send_and_its_ep
     # Assert: the run trained and scored; the follower's own metrics carry its (eps, delta)
     assert np.isfinite(metrics["test_auc"])
     rep = json.loads(open(os.path.join(tmp_path, "out", "follower0_embedding_dp.json")).read())
-    assert rep["delta"] == 1e-5 and 0 < rep["eps"] <= 4.0 and rep["releases_per_row"] == 2
-    assert 1 <= rep["most_sends_of_a_row"] <= 2
+    assert rep["delta"] == 1e-5 and 0 < rep["eps"] <= 4.0 and rep["releases_per_row"] in (2, 3)  # the schedule's
+    assert 1 <= rep["most_sends_of_a_row"] <= rep["releases_per_row"]
     assert "embedding_dp" not in json.dumps(metrics)  # the leader's metrics do not carry the follower's budget
     with np.load(record) as z:
         sent = {k: z[k] for k in ("space", "row", "cut")}
-    pairs, equal = _repeated_sends(sent)
-    assert pairs > 1000 and equal == 0  # every training row twice, every valid row once an epoch
+    train = {k: v[sent["space"] == "train"] for k, v in sent.items()}
+    pairs, equal = _repeated_sends(train)
+    # every training row twice, under other weights: another value, so independent noise; the same bytes only where
+    # a row's value did not move (a saturated cut), which keyed noise re-sends as one release
+    assert pairs > 1000 and equal <= pairs // 100
+    # an evaluation that sees weights it saw before (the re-test of a restored step) re-sends the same bytes: keyed
+    # noise of the same value, so averaging them gains nothing
+    assert _repeated_sends(sent)[1] <= int(np.sum(sent["space"] == "test"))
     assert set(np.unique(sent["space"])) == {"train", "valid", "test"}
-    # power: the same check finds a planted repeat (a train row's second send replaced by its first)
-    first = np.flatnonzero(sent["space"] == "train")
-    again = first[np.flatnonzero(sent["row"][first] == sent["row"][first[0]])[1]]
-    planted = {**sent, "cut": sent["cut"].copy()}
-    planted["cut"][again] = sent["cut"][first[0]]
-    assert _repeated_sends(planted)[1] == 1
+    # power: the same check fails a planted reuse of noise (every train row's second send replaced by its first)
+    planted = {k: v.copy() for k, v in train.items()}
+    _, first_of = np.unique(planted["row"], return_index=True)
+    planted["cut"] = planted["cut"][first_of[np.searchsorted(planted["row"][first_of], planted["row"])]]
+    pairs, equal = _repeated_sends(planted)
+    assert equal > pairs // 100

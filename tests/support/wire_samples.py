@@ -81,12 +81,30 @@ SAMPLES: list[tuple[WireMessage, dict]] = [
         {**HELLO_META, "rank": 1, "ranks": 2},
     ),
     (
-        Welcome(run="f" * 32, nonce=NONCE, epochs=3, steps_per_epoch=13),
-        {"run": "f" * 32, "nonce": NONCE, "epochs": 3, "steps_per_epoch": 13},
+        Welcome(run="f" * 32, nonce=NONCE, epochs=3, steps_per_epoch=13, sends_train=3, sends_valid=3, sends_test=4),
+        {
+            "run": "f" * 32,
+            "nonce": NONCE,
+            "epochs": 3,
+            "steps_per_epoch": 13,
+            "sends_train": 3,
+            "sends_valid": 3,
+            "sends_test": 4,
+        },
     ),
     (
         Welcome(run="f" * 32, nonce=NONCE, epochs=3, steps_per_epoch=13, rank=0, ranks=2),
-        {"run": "f" * 32, "nonce": NONCE, "epochs": 3, "steps_per_epoch": 13, "rank": 0, "ranks": 2},
+        {
+            "run": "f" * 32,
+            "nonce": NONCE,
+            "epochs": 3,
+            "steps_per_epoch": 13,
+            "sends_train": 0,
+            "sends_valid": 0,
+            "sends_test": 0,
+            "rank": 0,
+            "ranks": 2,
+        },
     ),
     (Forward(epoch=1, step=7, rows=4, digest="d" * 32), {"epoch": 1, "step": 7, "rows": 4, "digest": "d" * 32}),
     (

@@ -336,9 +336,14 @@ class EmbeddingDPConfig(_Section):
     eps: Number(0.0, 1000.0, lo_open=True) = 1.0  # required in YAML: (eps, delta) per row over all its sends
     delta: Number(0.0, 0.1, lo_open=True, hi_open=False) = 1e-5
     clip: Number(0.0, lo_open=True) = 1.0  # L2 norm bound of a row's cut (the signal the noise is measured against)
-    # the most sends of any one row's cut the noise is calibrated for; unset: the leader's epochs (training; one
-    # evaluation of a valid row per epoch) or 1 (prediction, serving). A send beyond it is refused before it leaves
+    # training: the most releases of any one row's cut for one model (its run and every resume of it), counted by the
+    # follower's send ledger across processes; unset: the sends the leader's schedule makes (WELCOME: epochs,
+    # evaluations, the re-test after a restore). A schedule past it is refused at the handshake
     releases: Optional[Number(1, 1000000, integer=True)] = None
+    # prediction and serving: the most distinct releases of an id's cut by one trained model, across every process
+    # (a repeat of a released value is the same bytes and free; a changed row's value is a new release)
+    scoring_releases: Number(1, 1000000, integer=True) = 1
+    ledger_dir: Optional[Path] = None  # the send ledger; unset: <dir of network.secret_key_file>/<party>.embedding_dp
 
 
 class PrivacyConfig(_Section):

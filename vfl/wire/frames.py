@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-PROTOCOL_VERSION = 6  # v2: CurveZMQ transport, no frame HMAC, nonce-bound run ids; valid split (EVAL names
+PROTOCOL_VERSION = 7  # v2: CurveZMQ transport, no frame HMAC, nonce-bound run ids; valid split (EVAL names
 # its split), SNAPSHOT and RESTORE; v3: PSI messages (private set intersection of the ids) before HELLO;
 # v4: tensor buffers travel in frames of at most WIRE_FRAME_BYTES (a small per-frame cap for strangers);
 # v5: batch prediction's PREDICT_* (predict_messages.py) and online scoring's SERVE_* messages (serve_messages.py)
@@ -31,6 +31,7 @@ PROTOCOL_VERSION = 6  # v2: CurveZMQ transport, no frame HMAC, nonce-bound run i
 # embedding_codec and gradient_codec, EMBEDDING's and GRADIENT's codec and aux (codecs.py); every id digest (HELLO,
 # FORWARD, EVAL, PREDICT_ROWS) is keyed by the session, and GRADIENT carries no loss; LINK_PROBE / LINK_ECHO /
 # LINK_REPORT between hello and welcome (link_messages.py)
+# v7: WELCOME names the sends per row of each split (sends_train, sends_valid, sends_test: embedding DP's plan)
 MAGIC_PREFIX = b"VFLW"
 MAGIC = MAGIC_PREFIX + bytes([PROTOCOL_VERSION])
 MAX_HEADER_BYTES = 1 << 16

@@ -139,13 +139,17 @@ class Hello(WireMessage):
 
 @wire_message
 class Welcome(WireMessage):
-    """WELCOME (leader -> follower): the run id, the follower's nonce echoed, the schedule; rank fields as HELLO's."""
+    """WELCOME (leader -> follower): the run id, the follower's nonce echoed, the schedule and the sends per row of each
+    split it makes; rank fields as HELLO's."""
 
     TYPE = "WELCOME"
     run: str
     nonce: str
     epochs: int
     steps_per_epoch: int
+    sends_train: int = 0  # the most sends of one row of each split from here to the run's end (embedding DP's plan)
+    sends_valid: int = 0
+    sends_test: int = 0
     rank: int | None = None
     ranks: int | None = None
     FIELDS = (
@@ -153,6 +157,9 @@ class Welcome(WireMessage):
         Text("nonce", 64),
         Int("epochs", 1),
         Int("steps_per_epoch"),
+        Int("sends_train"),
+        Int("sends_valid"),
+        Int("sends_test"),
         Int("rank", 0, MAX_RANKS - 1, optional=True),
         Int("ranks", 1, MAX_RANKS, optional=True),
     )

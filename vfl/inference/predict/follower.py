@@ -5,9 +5,10 @@ its own file of new rows through its frozen transforms (vfl/inference/predict/ne
 its checkpoint's training run, step and fingerprint (vfl/inference/fingerprint.py). After PSI it answers each
 PREDICT_ROWS (a range of the intersection in ascending id order, checked against the range digest of its own ids there
 under the session's key, vfl/session/cut_digest.py, before anything is computed) with PREDICT_CUT, its bottom's cut in
-eval mode, until PREDICT_DONE; then BYE. Under privacy.embedding_dp each row's cut is clipped and noised as in training,
-and a row is sent at most privacy.embedding_dp.releases times (default 1) per prediction run
-(vfl/session/cut_release.py).
+eval mode, until PREDICT_DONE; then BYE. Under privacy.embedding_dp each row's cut is clipped and keyed-noised, and
+charged to the model's scope of the follower's send ledger, which serving shares: a value released before is the same
+bytes again (free), and an id gets at most privacy.embedding_dp.scoring_releases distinct releases of this model
+across every process (vfl/session/cut_release.py).
 
 What it learns: the intersection of the new ids (as in training), the ranges (fixed-size, in id order) and the row
 count. Nothing it receives is computed from a score or a label; it writes no prediction.
@@ -15,6 +16,7 @@ count. Nothing it receives is computed from a score or a label; it writes no pre
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import numpy as np
@@ -23,7 +25,7 @@ import torch
 from vfl.config.schema import PartyConfig
 from vfl.inference.fingerprint import pair_fingerprint
 from vfl.inference.predict.predicting_party import PredictingParty
-from vfl.session.cut_release import CutRelease
+from vfl.session.cut_release import CutRelease, lineage_scope, weights_digest
 from vfl.session.follower import FollowerSession
 from vfl.wire import PROTOCOL_VERSION, WireError
 from vfl.wire.messages import Bye
@@ -38,10 +40,16 @@ class FollowerPredictor(PredictingParty):
         self.requests = 0
         self.rows_sent = 0
         self._done = False
+        self.report_dir = os.path.join(cfg.output.dir, "predict")  # where the embedding-DP report goes
         self.digests = None  # the session's keyed id digests (vfl/session/cut_digest.py), once joined
-        # privacy.embedding_dp: each row's cut clipped and noised; a row is sent at most `releases` times (default 1)
-        self.cut_release = CutRelease(cfg.privacy.embedding_dp, cfg.model.bottom.cut_dim, log, cfg.party)
-        self.cut_release.plan(1)
+        # privacy.embedding_dp: each row's cut clipped and keyed-noised, charged to the model's scope of the send
+        # ledger shared with serving (a value released before is the same bytes, free; at most scoring_releases)
+        self.cut_release = CutRelease(
+            cfg.privacy.embedding_dp, cfg.model.bottom.cut_dim, log, cfg.party,
+            secret_key_file=cfg.network.secret_key_file,
+        )  # fmt: skip
+        if self.cut_release.on:
+            self.cut_release.plan_scoring(weights_digest(self.model.state_dict()), lineage_scope(self.ckpt))
 
     def run(self, channel, psi: Callable[[np.ndarray], tuple[np.ndarray, object]]) -> dict:
         """Handshake, PSI (psi(ids) -> (common ids, report)), then answer until PREDICT_DONE; returns what it did."""
@@ -86,7 +94,7 @@ class FollowerPredictor(PredictingParty):
                 "disagree)"
             )
         out = self.cut(msg.start, msg.stop)
-        sent = self.cut_release.release(out, "predict", n, slice(msg.start, msg.stop))
+        sent = self.cut_release.release(out, "predict", ids=split.ids[msg.start : msg.stop])
         self.ch.post(PredictCut(cut=sent, start=msg.start, stop=msg.stop))
         self.requests += 1
         self.rows_sent += msg.stop - msg.start
@@ -97,10 +105,6 @@ class FollowerPredictor(PredictingParty):
         self.ch.post(Bye(steps=self.requests, snapshot_bytes=0))
         self._done = True
         self.log(f"follower {self.cfg.party}: answered {self.requests} requests ({self.rows_sent} rows)")
-        rep = self.cut_release.report()
-        if rep is not None:
-            self.log(
-                f"embedding DP: follower {self.cfg.party} sent {rep['cuts_sent']} noised cuts, each row at most "
-                f"{rep['most_sends_of_a_row']} time(s): (eps={rep['eps_spent_by_most_sent_row']:.4g}, "
-                f"delta={rep['delta']:g}) per row in this prediction"
-            )
+        if self.cut_release.on:
+            self.cut_release.write_report(self.report_dir, f"{self.cfg.party}_predict_embedding_dp.json")
+            self.log(self.cut_release.summary())

@@ -122,6 +122,10 @@ def serve_main(argv: list[str] | None, role: str) -> int:
             state["channel"].close()
         if "id_log" in state:
             state["id_log"].close()
+        release = state.get("cut_release")
+        if release is not None and release.on and release.scope is not None:  # what serving's sends spent
+            release.write_report(cfg.output.dir, f"{cfg.party}_serve_embedding_dp.json")
+            log(release.summary())
         if "new_rows" in state:
             state["new_rows"].close()
         log.close()

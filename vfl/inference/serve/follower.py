@@ -140,6 +140,8 @@ class FollowerServer:
         """The reply to one request (logged whatever the outcome: the ids of an answered one, before it is answered)."""
         import torch
 
+        from vfl.session.cut_release import ReleaseCapError
+
         if msg.rows > self.limits.max_rows:
             self.id_log.refused(msg.request, msg.ids, "refused:max_rows")
             self.refused += 1
@@ -159,16 +161,16 @@ class FollowerServer:
         rows = table.rows_of(msg.ids)
         unknown = np.flatnonzero(rows < 0).astype(np.int64)
         held = rows >= 0
-        capped = self.cut_release.refusal(msg.ids[held]) if self.cut_release is not None else None
-        if capped:  # embedding DP: an id's cut already sent as often as its noise was calibrated for
-            self.id_log.refused(msg.request, msg.ids, "refused:embedding_dp")
-            self.refused += 1
-            return ServeRefused(msg.request, capped, 0)
-        self.id_log.write(msg.request, msg.ids, f"answered unknown={unknown.size}")
         with torch.inference_mode():
             cut = self.bottom(*table.features(rows)).float().numpy()
-        if self.cut_release is not None and self.cut_release.on and held.any():  # clipped, noised, counted per id
-            cut[held] = self.cut_release.release(torch.from_numpy(cut[held]), "serve", ids=msg.ids[held])
+        if self.cut_release is not None and self.cut_release.on and held.any():
+            try:  # clipped, keyed-noised, charged per (id, value) before it leaves: a repeated value is free
+                cut[held] = self.cut_release.release(torch.from_numpy(cut[held]), "serve", ids=msg.ids[held])
+            except ReleaseCapError as e:  # embedding DP: a new value of an id past the model's scoring cap
+                self.id_log.refused(msg.request, msg.ids, "refused:embedding_dp")
+                self.refused += 1
+                return ServeRefused(msg.request, str(e), 0)
+        self.id_log.write(msg.request, msg.ids, f"answered unknown={unknown.size}")
         if unknown.size:
             cut[unknown] = 0.0  # nothing of a row this party does not hold
         self.answered += 1
@@ -187,6 +189,7 @@ def serve_follower(
     from vfl.inference.fingerprint import pair_fingerprint
     from vfl.inference.party_model import RowTable, load_party_model
     from vfl.inference.serve.serving_rows import ServingRows
+    from vfl.session.cut_release import CutRelease, lineage_scope, weights_digest
     from vfl.session.follower import FollowerSession
     from vfl.training.party import set_threads
     from vfl.wire import PROTOCOL_VERSION, FollowerChannel, PeerAbort
@@ -199,15 +202,17 @@ def serve_follower(
         raise ValueError(f"data.path {cfg.data.path} holds labels; a follower serves a feature shard")
     checkpoint = checkpoint or os.path.join(cfg.output.dir, "checkpoints", f"{cfg.party}_final.pt")
     bottom, _, ckpt, record = load_party_model(cfg, shard, checkpoint)
+    model_digest = weights_digest(bottom.state_dict()) if cfg.privacy.embedding_dp is not None else None
     table = state["new_rows"] = ServingRows(RowTable(shard), new_rows, cfg.data.path, cfg.output.dir, log)
     table.start()
     sample = table.snapshot().features(np.arange(min(256, len(table))))
     bottom = fast_forward(bottom, ["dense", "dense_missing", "cat"], sample, engine, log)
     id_log = state["id_log"] = IdLog(os.path.join(cfg.output.dir, f"{cfg.party}_served_ids.log"), limits.id_log_bytes)
-    from vfl.session.cut_release import CutRelease
-
-    cut_release = CutRelease(cfg.privacy.embedding_dp, cfg.model.bottom.cut_dim, log, cfg.party)
-    cut_release.plan(1)  # an id's cut is sent at most privacy.embedding_dp.releases times (default 1) while serving
+    cut_release = state["cut_release"] = CutRelease(
+        cfg.privacy.embedding_dp, cfg.model.bottom.cut_dim, log, cfg.party, secret_key_file=cfg.network.secret_key_file
+    )
+    if cut_release.on:  # the model's scope of the send ledger, shared with batch prediction and every restart
+        cut_release.plan_scoring(model_digest, lineage_scope(ckpt))
     server = FollowerServer(bottom, table, cfg.model.bottom.cut_dim, limits, id_log, cut_release=cut_release)
     channel = state["channel"] = FollowerChannel(
         cfg.network.connect,
