@@ -11,7 +11,6 @@ per row position of a named space (train, valid, test, predict) or per id (serve
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -26,6 +25,7 @@ from privacy.embedding_dp import (
     os_entropy_generator,
     swamp_warning,
 )
+from vfl.durable_files import replacing_file, write_json
 from vfl.wire import WireError
 
 
@@ -157,15 +157,14 @@ class CutRelease:
         if self.record is None or not self._recorded:
             return
         os.makedirs(os.path.dirname(os.path.abspath(self.record)) or ".", exist_ok=True)
-        tmp = f"{self.record}.tmp-{os.getpid()}.npz"
-        np.savez(
-            tmp,
-            space=np.concatenate([np.full(len(r), s) for s, r, _ in self._recorded]),
-            row=np.concatenate([r for _, r, _ in self._recorded]),
-            send=np.concatenate([np.full(len(r), i, np.int64) for i, (_, r, _) in enumerate(self._recorded)]),
-            cut=np.concatenate([c for _, _, c in self._recorded]).astype(np.float32),
-        )
-        os.replace(tmp, self.record)
+        with replacing_file(self.record) as f:  # a file object: np.savez adds no .npz to it
+            np.savez(
+                f,
+                space=np.concatenate([np.full(len(r), s) for s, r, _ in self._recorded]),
+                row=np.concatenate([r for _, r, _ in self._recorded]),
+                send=np.concatenate([np.full(len(r), i, np.int64) for i, (_, r, _) in enumerate(self._recorded)]),
+                cut=np.concatenate([c for _, _, c in self._recorded]).astype(np.float32),
+            )
 
     def write_report(self, out_dir: str) -> str | None:
         """OUT/<party>_embedding_dp.json: this follower's own record of what its cuts spent (never sent)."""
@@ -175,7 +174,5 @@ class CutRelease:
             return None
         os.makedirs(out_dir, exist_ok=True)
         path = os.path.join(out_dir, f"{self.party}_embedding_dp.json")
-        with open(f"{path}.tmp", "w") as f:
-            json.dump(rep, f, indent=2)
-        os.replace(f"{path}.tmp", path)
+        write_json(path, rep, indent=2)
         return path
