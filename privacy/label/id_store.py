@@ -15,6 +15,7 @@ import os
 import numpy as np
 
 from privacy.label.ledger_math import EMPTY, sketch_hashes
+from privacy.label.ledger_seal import sync_dir
 from privacy.label.secret_files import LabelDPStoreError, check_private, file_sha256
 
 ID_DIR = "id_hashes"
@@ -62,7 +63,8 @@ def write_private_uint64(path: str, values: np.ndarray) -> None:
 
 
 def save_id_hashes(store_dir: str, dataset: str, hashes: np.ndarray) -> dict:
-    """Write the sorted hashes of a dataset under a new name; returns the ledger entry {file, sha256, rows}."""
+    """Write the sorted hashes of a dataset under a new name (fsynced, the directory synced); returns the ledger entry
+    {file, sha256, rows}."""
     directory = os.path.join(store_dir, ID_DIR)
     os.makedirs(directory, mode=0o700, exist_ok=True)
     tmp = os.path.join(directory, f"{dataset}.tmp-{os.getpid()}")
@@ -71,6 +73,7 @@ def save_id_hashes(store_dir: str, dataset: str, hashes: np.ndarray) -> dict:
         digest = file_sha256(tmp)
         name = os.path.join(ID_DIR, f"{dataset}-{digest[:16]}.npy")
         os.replace(tmp, os.path.join(store_dir, name))
+        sync_dir(directory)  # the ledger names this file: its rename is on disk before the ledger is
     except OSError as e:
         with contextlib.suppress(OSError):
             os.remove(tmp)

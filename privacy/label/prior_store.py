@@ -16,6 +16,7 @@ import os
 
 import numpy as np
 
+from privacy.label.ledger_seal import sync_dir
 from privacy.label.secret_files import LabelDPStoreError, check_private, file_sha256
 
 PRIOR_DIR = "priors"
@@ -65,6 +66,7 @@ def save_prior(
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        sync_dir(directory)  # the ledger names this file: its rename is on disk before the ledger is
     except OSError as e:
         raise LabelDPStoreError(f"LP-2ST prior file {path} cannot be written: {e.strerror}") from None
     return {"file": name, "sha256": file_sha256(path), "rows": int(ids.size)}
