@@ -16,6 +16,7 @@ from vfl.config.schema import PartyConfig
 from vfl.data.shards import batch_order
 from vfl.distributed.context import RankContext
 from vfl.distributed.pairing import rank_meta, rank_problems
+from vfl.durable_files import replacing_file
 from vfl.inference.fingerprint import key_fingerprints, run_record
 from vfl.labeldp.prior import prior_config, prior_order
 from vfl.obs.metrics import RunLog
@@ -64,19 +65,16 @@ class GradientRecorder:
 
     def save(self) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(self.path)) or ".", exist_ok=True)
-        tmp = f"{self.path}.tmp-{os.getpid()}.npz"
         try:
-            np.savez(
-                tmp,
-                ids=np.concatenate(self.ids),
-                epoch=np.concatenate(self.epochs),
-                step=np.concatenate(self.steps),
-                grad=np.concatenate(self.grads),
-            )
-            os.replace(tmp, self.path)
+            with replacing_file(self.path) as f:  # a file object: np.savez adds no .npz to it
+                np.savez(
+                    f,
+                    ids=np.concatenate(self.ids),
+                    epoch=np.concatenate(self.epochs),
+                    step=np.concatenate(self.steps),
+                    grad=np.concatenate(self.grads),
+                )
         except OSError as e:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
             where = os.path.dirname(os.path.abspath(self.path))
             raise OSError(
                 f"no space left on {where}: {self.path} not written"
@@ -382,7 +380,7 @@ class FollowerTrainer:
         """OUT/<party>_step_breakdown.json: where this party's training steps spent their time."""
         os.makedirs(self.out_dir, exist_ok=True)
         path = os.path.join(self.out_dir, f"{self.cfg.party}_step_breakdown.json")
-        with open(f"{path}.tmp", "w") as f:
+        with replacing_file(path, text=True) as f:
             json.dump(
                 {
                     "party": self.cfg.party,
@@ -396,7 +394,6 @@ class FollowerTrainer:
                 f,
                 indent=2,
             )
-        os.replace(f"{path}.tmp", path)
 
     def _on_eval(self, msg: Eval) -> None:
         split, start, stop = msg.split, msg.start, msg.stop

@@ -41,7 +41,7 @@ for threads, tag in ((0, "split"), (0, "central")):
     yaml.safe_dump(leader, open(f"{work}/leader_{tag}.yaml", "w"))
     yaml.safe_dump(follower, open(f"{work}/follower_{tag}.yaml", "w"))
 PYEOF
-new_keys "$WORK/keys" leader follower0
+local_keys "$WORK/keys" leader follower0
 rss() { "$PY" -c 'import resource,subprocess,sys; r=subprocess.run(sys.argv[2:]); print(f"{resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss/1024:.0f}", file=open(sys.argv[1],"w")); sys.exit(r.returncode)' "$@"; }
 echo "== split: leader + follower0 processes over tcp://127.0.0.1:$PORT"
 rss "$WORK/rss_leader" "$PY" -m leader --config "$WORK/leader_split.yaml" > "$WORK/leader.out" 2>&1 &

@@ -2,10 +2,12 @@
 free_port() {  # below the ephemeral range (see vfl/ports.py)
   "$PY" -m vfl.ports
 }
-new_keys() {  # new_keys DIR PARTY...: a throwaway CurveZMQ key pair per party (secret keys 0600 in a 0700 DIR)
-  local dir=$1; shift
-  rm -rf "$dir"
-  for party in "$@"; do "$PY" -m vfl.keys new "$party" --dir "$dir" >/dev/null; done
+local_keys() {  # local_keys DIR PARTY...: a CurveZMQ key pair per party (secret keys 0600 in a 0700 DIR), made on the
+  # first run and kept: a re-run on the same directory keeps its keys, so the parties' PSI caches (bound to them) apply
+  local dir=$1 party; shift
+  for party in "$@"; do
+    [ -f "$dir/$party.key" ] && [ -f "$dir/$party.key_secret" ] || "$PY" -m vfl.keys new "$party" --dir "$dir" --force >/dev/null
+  done
 }
 require_values() {  # require_values FLAG... -- "$@": a value flag that is last or followed by a flag is a clear error
   local flags=() f

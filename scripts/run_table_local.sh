@@ -41,7 +41,7 @@ KEYS="$OUT/keys"
 mapfile -t LINES <<< "$PLAN"
 NAMES=()
 for line in "${LINES[@]}"; do IFS=$'\t' read -r _ name _ _ <<< "$line"; NAMES+=("$name"); done
-new_keys "$KEYS" "${NAMES[@]}"
+local_keys "$KEYS" "${NAMES[@]}"
 # the YAMLs as given and each party's table, for scripts/run_table_predict_local.sh --run OUT and --run of the party
 # commands: OUT/configs/<party>.yaml and OUT/configs/parties.tsv ("ROLE NAME CONFIG TABLE", the leader first)
 mkdir -p "$OUT/configs"

@@ -129,8 +129,8 @@ PYEOF
 fi
 PORT=$(free_port)
 ENDPOINT="tcp://127.0.0.1:$PORT"
-KEYS="$OUT/keys"  # throwaway CurveZMQ key pairs of this local run (two hosts: see README, Security)
-new_keys "$KEYS" leader "$FOLLOWER"
+KEYS="$OUT/keys"  # this OUT's CurveZMQ key pairs, kept for its re-runs (two hosts: see README, Security)
+local_keys "$KEYS" leader "$FOLLOWER"
 echo "== leader and $FOLLOWER over ZeroMQ at $ENDPOINT$([ "$RANKS" != 1 ] && echo " (+ rank, $RANKS ranks per party)") (logs in $OUT)"
 NAMES=() PIDS=() DONE=()
 trap 'stop_parties; exit 130' INT TERM

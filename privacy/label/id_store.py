@@ -10,23 +10,15 @@ name before the ledger names it, and the old one removed after, so the ledger ne
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 
 import numpy as np
 
 from privacy.label.ledger_math import EMPTY, sketch_hashes
-from privacy.label.secret_files import LabelDPStoreError, check_private
+from privacy.label.ledger_seal import sync_dir
+from privacy.label.secret_files import LabelDPStoreError, check_private, file_sha256
 
 ID_DIR = "id_hashes"
-
-
-def _digest(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def load_id_hashes(store_dir: str, entry: dict) -> np.ndarray:
@@ -34,7 +26,7 @@ def load_id_hashes(store_dir: str, entry: dict) -> np.ndarray:
     path = os.path.join(store_dir, entry["file"])
     try:
         check_private(path, "label-DP id file")
-        if _digest(path) != entry["sha256"]:
+        if file_sha256(path) != entry["sha256"]:
             raise LabelDPStoreError(f"label-DP id file {path} is not the one the ledger recorded")
         hashes = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as e:
@@ -71,15 +63,17 @@ def write_private_uint64(path: str, values: np.ndarray) -> None:
 
 
 def save_id_hashes(store_dir: str, dataset: str, hashes: np.ndarray) -> dict:
-    """Write the sorted hashes of a dataset under a new name; returns the ledger entry {file, sha256, rows}."""
+    """Write the sorted hashes of a dataset under a new name (fsynced, the directory synced); returns the ledger entry
+    {file, sha256, rows}."""
     directory = os.path.join(store_dir, ID_DIR)
     os.makedirs(directory, mode=0o700, exist_ok=True)
     tmp = os.path.join(directory, f"{dataset}.tmp-{os.getpid()}")
     try:
         write_private_uint64(tmp, hashes)
-        digest = _digest(tmp)
+        digest = file_sha256(tmp)
         name = os.path.join(ID_DIR, f"{dataset}-{digest[:16]}.npy")
         os.replace(tmp, os.path.join(store_dir, name))
+        sync_dir(directory)  # the ledger names this file: its rename is on disk before the ledger is
     except OSError as e:
         with contextlib.suppress(OSError):
             os.remove(tmp)

@@ -31,6 +31,7 @@ import numpy as np
 
 from privacy.label.id_store import write_private_uint64
 from privacy.label.keyed_random import keyed_words
+from privacy.label.ledger_seal import sync_dir
 from privacy.label.secret_files import LabelDPStoreError, check_private
 
 PIN_DIR = "label_pins"
@@ -102,11 +103,7 @@ def save_pins(store_dir: str, release: str, pins: np.ndarray) -> None:
     try:
         write_private_uint64(tmp, pins)
         os.replace(tmp, path)
-        dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        sync_dir(os.path.dirname(path))
     except OSError as e:
         with contextlib.suppress(OSError):
             os.remove(tmp)

@@ -12,19 +12,14 @@ stage-one randomized labels and the features only (a DP output), so keeping it o
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 import numpy as np
 
-from privacy.label.secret_files import LabelDPStoreError, check_private
+from privacy.label.ledger_seal import sync_dir
+from privacy.label.secret_files import LabelDPStoreError, check_private, file_sha256
 
 PRIOR_DIR = "priors"
-
-
-def _digest(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
 
 
 def load_prior(store_dir: str, entry: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -36,7 +31,7 @@ def load_prior(store_dir: str, entry: dict) -> tuple[np.ndarray, np.ndarray]:
     )
     try:
         check_private(path, "LP-2ST prior file")
-        if _digest(path) != entry["sha256"]:
+        if file_sha256(path) != entry["sha256"]:
             raise LabelDPStoreError(f"LP-2ST prior file {path} is not the one the ledger recorded; {fix}")
         with np.load(path, allow_pickle=False) as z:
             return z["ids"].astype(np.int64), z["prior"].astype(np.float64)
@@ -71,9 +66,10 @@ def save_prior(
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        sync_dir(directory)  # the ledger names this file: its rename is on disk before the ledger is
     except OSError as e:
         raise LabelDPStoreError(f"LP-2ST prior file {path} cannot be written: {e.strerror}") from None
-    return {"file": name, "sha256": _digest(path), "rows": int(ids.size)}
+    return {"file": name, "sha256": file_sha256(path), "rows": int(ids.size)}
 
 
 def priors_of(stored: tuple[np.ndarray, np.ndarray] | None, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:

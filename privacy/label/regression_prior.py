@@ -17,7 +17,6 @@ Three sources, none of them the true labels for free (`privacy.label_dp.prior`):
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 
@@ -71,12 +70,6 @@ def dp_histogram_prior(
 
 def uniform_prior(bins: int) -> np.ndarray:
     return np.full(int(bins), 1.0 / int(bins))
-
-
-def file_digest(path: str) -> str:
-    """sha256 of the prior file's bytes (named in the release id: another file is another release)."""
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
 
 
 def file_prior(path: str, lo: float, hi: float, bins: int) -> np.ndarray:

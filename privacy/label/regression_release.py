@@ -37,8 +37,9 @@ from privacy.label.regression_mechanisms import (
     sampling_delta,
     unbiased_design,
 )
-from privacy.label.regression_prior import file_digest, file_prior, histogram_sampling_delta, uniform_prior
+from privacy.label.regression_prior import file_prior, histogram_sampling_delta, uniform_prior
 from privacy.label.release_names import release_id
+from privacy.label.secret_files import file_sha256
 from privacy.label.store import Release
 
 PRIOR_RELEASE = "dp_histogram_prior"  # the ledger's name of the prior's release
@@ -137,7 +138,7 @@ class RegressionSpec:
     def prior_name(self) -> str:
         if self.prior in ("dp_histogram", "uniform"):
             return self.prior
-        return f"file sha256:{file_digest(self.prior)}"
+        return f"file sha256:{file_sha256(self.prior)}"  # another file is another release
 
     def plan(self, mechanism: str, eps: float, release_id_of: Callable[[str, dict], str]) -> list[tuple[str, dict]]:
         """The (ledger mechanism, parameters) of each release, in the order they are drawn."""

@@ -15,6 +15,7 @@ from tests.support.psi_channels import _channels, _in_thread
 from vfl.align.psi.leader_side import leader_psi
 from vfl.align.psi.protocol import PSIError, follower_psi
 from vfl.align.psi.reuse import PSICache
+from vfl.durable_files import temporary_path
 from vfl.wire.curve_keys import load_public_key, load_secret_key
 from vfl.wire.psi_messages import Psi
 
@@ -239,16 +240,18 @@ def test_a_store_keeps_the_cache_directory_private_and_removes_stale_temporary_f
     directory = tmp_path / "psi_cache"
     directory.mkdir(mode=0o755)
     os.chmod(directory, 0o755)
-    (directory / ".psi-stale").write_bytes(b"x")
-    os.utime(directory / ".psi-stale", (0, os.path.getmtime(directory) - 7200))
-    (directory / ".psi-live").write_bytes(b"x")
     cache = PSICache(str(directory), b"k" * 40, "follower0", "leader", b"p" * 40)
+    stale, live = temporary_path(cache.path), temporary_path(cache.path)
+    for path in (stale, live):
+        with open(path, "wb") as f:
+            f.write(b"x")
+    os.utime(stale, (0, os.path.getmtime(directory) - 7200))
     long_name = PSICache(str(directory), b"k" * 40, "f" * 5000, "leader", b"p" * 40)
     # Execute
     cache.store(b"t" * 32, UNIVERSE[:10], UNIVERSE[:5])
     # Assert: mode 0700, the stale file gone, the live one and the cache kept; a too-long binding named as such
     assert oct(os.stat(directory).st_mode & 0o777) == "0o700"
-    assert sorted(os.listdir(directory)) == sorted([".psi-live", os.path.basename(cache.path)])
+    assert sorted(os.listdir(directory)) == sorted([os.path.basename(live), os.path.basename(cache.path)])
     with pytest.raises(ValueError, match="binding"):
         long_name.store(b"t" * 32, UNIVERSE[:10], UNIVERSE[:5])
 

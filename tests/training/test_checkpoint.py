@@ -49,6 +49,25 @@ def test_a_truncated_or_foreign_file_is_refused(tmp_path):
         load_checkpoint(str(tmp_path / "plain.pt"))
 
 
+def test_the_checkpoint_and_its_sidecar_are_fsynced_before_their_renames_and_the_directory_after(tmp_path, monkeypatch):
+    # Prepare: every fsync (inode) and rename (target) recorded in order
+    calls, real_fsync, real_replace = [], os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(("fsync", os.fstat(fd).st_ino)), real_fsync(fd))[1])
+    monkeypatch.setattr(os, "replace", lambda a, b: (calls.append(("replace", str(b))), real_replace(a, b))[1])
+    # Execute
+    _save(tmp_path / "c.pt")
+    # Assert: a power loss at any point leaves the old files or the new ones under the final names, never torn
+    ino = lambda p: os.stat(p).st_ino
+    assert calls == [
+        ("fsync", ino(tmp_path / "c.pt")),
+        ("replace", str(tmp_path / "c.pt")),
+        ("fsync", ino(tmp_path)),
+        ("fsync", ino(tmp_path / "c.pt.json")),
+        ("replace", str(tmp_path / "c.pt.json")),
+        ("fsync", ino(tmp_path)),
+    ]
+
+
 def test_disk_full_names_the_directory_and_leaves_no_temporary_file(tmp_path, monkeypatch):
     # Prepare: the disk fills while the checkpoint is written
     import builtins

@@ -6,7 +6,7 @@ label only in the labelled party's file. A party's `drop_fraction` leaves out th
 (chosen by id with the public uniform_from_ids), so the parties' id sets overlap without being
 equal, and the private set intersection at training time has something to find. The combined
 file's truth probabilities (INPUT.truth.npy) travel to the labelled party only, row for row
-(<leader>.tsv.truth.npy). Nothing is half-written: files are renamed into place when complete.
+(<leader>.tsv.truth.npy). Nothing is half-written: files are fsynced and renamed into place when complete (vfl/durable_files.py).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from vfl.data.parties import PartyColumns
 from vfl.data.presets.criteo import CATEGORICAL_COLUMNS, DENSE_COLUMNS, LABEL
 from vfl.data.readers.criteo_tsv import read_raw_blocks
 from vfl.data.readers.read_stats import ReadStats, warn_bad_lines
+from vfl.durable_files import PendingFile
 
 _DROP_SALT = 0xD0D0
 ID_COLUMN = "id"
@@ -56,7 +57,9 @@ def split_raw(
     os.makedirs(out_dir, exist_ok=True)
     stats = ReadStats()
     paths = {p.name: party_file(out_dir, p) for p in parties}
-    tmp = {n: f"{path}.tmp-{os.getpid()}" for n, path in paths.items()}
+    pending = {n: PendingFile(path) for n, path in paths.items()}  # fsynced and renamed into place when complete
+    tmp = {n: f.tmp for n, f in pending.items()}
+    truth_file: list[PendingFile] = []  # the labelled party's truth probabilities, where given
     files = {}
     kept_lines: list[np.ndarray] = []
     label_party = next(p for p in parties if p.label)
@@ -108,19 +111,17 @@ def split_raw(
             lines_kept = np.concatenate(kept_lines) if kept_lines else np.empty(0, np.int64)
             if lines_kept.size and lines_kept.max() >= truth.shape[0]:
                 raise DataError(f"truth file {truth_path} has {truth.shape[0]} rows but {input_path} has more lines")
-            np.save(tmp[label_party.name] + ".truth.npy", np.asarray(truth[lines_kept]))
-            os.replace(tmp[label_party.name] + ".truth.npy", paths[label_party.name] + ".truth.npy")
+            truth_file.append(PendingFile(paths[label_party.name] + ".truth.npy"))
+            np.save(truth_file[0].tmp, np.asarray(truth[lines_kept]))
         elif os.path.exists(paths[label_party.name] + ".truth.npy"):
             os.unlink(paths[label_party.name] + ".truth.npy")
-        for n in paths:
-            os.replace(tmp[n], paths[n])
+        for file in [*truth_file, *pending.values()]:
+            file.commit()
     except BaseException:
         for f in files.values():
             f.close()
-        for t in tmp.values():
-            for x in (t, t + ".truth.npy"):
-                if os.path.exists(x):
-                    os.unlink(x)
+        for file in [*truth_file, *pending.values()]:
+            file.discard()
         raise
     return {
         "files": paths,

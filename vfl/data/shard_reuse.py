@@ -2,28 +2,24 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import asdict
 
 from vfl.data.parties import PartyColumns
+from vfl.durable_files import file_sha256
 from vfl.obs.progress import bar
 
 _IGNORED_OPTIONS = ("force",)  # how to write, not what is written
 
 
-def source_sha256(path: str, block_bytes: int = 1 << 20) -> str:
+def source_sha256(path: str) -> str:
     """SHA-256 of the file's text (decompressed for .gz), as `prepare` records it in manifest.json."""
     from vfl.data.readers.source_file import open_binary
 
-    digest = hashlib.sha256()
     size = None if path.endswith(".gz") else os.path.getsize(path)
-    with open_binary(path) as f, bar(total=size, desc="hash source", unit="B") as progress:
-        while chunk := f.read(block_bytes):
-            digest.update(chunk)
-            progress.update(len(chunk))
-    return digest.hexdigest()
+    with bar(total=size, desc="hash source", unit="B") as progress:
+        return file_sha256(path, open_binary, progress.update)
 
 
 def _parties_doc(parties: list[PartyColumns]) -> dict:

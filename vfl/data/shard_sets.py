@@ -24,6 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 from vfl.data.errors import DataError
+from vfl.data.shard_writer import commit, write_json
 from vfl.data.table import SCHEMA_FILE
 
 PARTS_DIR = "parts"
@@ -83,12 +84,8 @@ def prepare_files(
         manifest["workers"] = workers
         first_schema = os.path.join(tmp, PARTS_DIR, names[0], SCHEMA_FILE)  # hash mode: every part's is the same
         shutil.copyfile(first_schema, os.path.join(tmp, SCHEMA_FILE))  # prediction reads the set's transforms
-        with open(os.path.join(tmp, "manifest.json"), "w") as f:
-            json.dump(manifest, f, indent=2)
-            f.write("\n")
-        if os.path.exists(out_dir):
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
+        write_json(os.path.join(tmp, "manifest.json"), manifest)
+        commit(tmp, out_dir)  # fsynced, renamed into place; an old set's PSI caches kept where its ids are the same
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

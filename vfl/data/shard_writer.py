@@ -4,7 +4,9 @@ ShardSplits appends each block's rows to the split their id falls in, then check
 sorts each split by id (the order every party's shard has).
 
 A shard is built in a temporary sibling of its final directory (`temp_sibling`) and renamed into place when it is
-complete (`commit`), so a failure leaves nothing half-written; `--force` replaces an old shard the same way.
+complete (`commit`: every file fsynced first, the parent directory after), so a failure or a crash leaves nothing
+half-written; `--force` replaces an old shard the same way, and copies the old shard's PSI caches into the new one
+where the ids did not change (`keep_psi_caches`), so a re-prepared party does not run the same PSI again.
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ import shutil
 
 import numpy as np
 
+from vfl import durable_files
 from vfl.data.ids import check_unique
 from vfl.data.manifest import id_digest
 from vfl.data.npy_stream import NpyAppender
 from vfl.splits import SPLITS
+
+PSI_CACHE_DIR = "psi_cache"  # <shard>/psi_cache: the party's agreed intersections (vfl/align/psi/reuse.py)
 
 
 class SplitWriter:
@@ -100,18 +105,53 @@ def temp_sibling(out_dir: str) -> str:
 
 
 def write_json(path: str, doc: dict) -> None:
-    """doc as indented JSON, with a final newline."""
+    """doc as indented JSON, with a final newline (in a shard's temporary directory: `commit` fsyncs it)."""
     with open(path, "w") as f:
         json.dump(doc, f, indent=2, sort_keys=False)
         f.write("\n")
 
 
-def commit(tmp: str, out_dir: str) -> None:
-    """Rename the finished temporary directory into place (replacing an old one with --force)."""
+def _id_digests(shard_dir: str) -> dict | None:
+    """The per-split id digests a shard's manifest records, or None (no shard, an unreadable manifest)."""
+    try:
+        with open(os.path.join(shard_dir, "manifest.json")) as f:
+            digests = json.load(f).get("id_digest")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return digests if isinstance(digests, dict) and digests else None
+
+
+def keep_psi_caches(old_root: str, new_root: str) -> list[str]:
+    """Copy the PSI caches (PSI_CACHE_DIR) of the shards under old_root (the root itself, or a party directory of a
+    combined prepare) to the same place under new_root where that shard's ids are the same in every split (their
+    modes kept: 0700, 0600); the shards (relative paths) whose cache was kept. Each cache checks its own ids again
+    when it is read (vfl/align/psi/reuse.py): a kept cache only saves a re-prepared party the PSI it already ran."""
+    kept = []
+    for rel in ["", *sorted(os.listdir(new_root))]:
+        old_cache = os.path.join(old_root, rel, PSI_CACHE_DIR)
+        if not os.path.isdir(old_cache) or os.path.exists(os.path.join(new_root, rel, PSI_CACHE_DIR)):
+            continue
+        old_ids = _id_digests(os.path.join(old_root, rel))
+        if old_ids is not None and old_ids == _id_digests(os.path.join(new_root, rel)):
+            shutil.copytree(old_cache, os.path.join(new_root, rel, PSI_CACHE_DIR))
+            kept.append(rel)
+    return kept
+
+
+def commit(tmp: str, out_dir: str) -> list[str]:
+    """Rename the finished temporary directory into place durably (every file and directory under it fsynced, then
+    the rename, then the parent directory fsynced), replacing an old one with --force; the old shard's PSI caches
+    go with the new one where its ids did not change (keep_psi_caches; their list is returned)."""
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    kept = keep_psi_caches(out_dir, tmp) if os.path.isdir(out_dir) else []
+    durable_files.sync_tree(tmp)
     if os.path.exists(out_dir):
         old = f"{out_dir}.old-{os.getpid()}"
         os.rename(out_dir, old)
         os.rename(tmp, out_dir)
+        durable_files.fsync_directory(parent)
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.rename(tmp, out_dir)
+        durable_files.fsync_directory(parent)
+    return kept

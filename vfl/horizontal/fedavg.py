@@ -9,7 +9,6 @@ and their missing flags; parameters flattened to one vector of dimension d = 1 +
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -35,6 +34,7 @@ from vfl.data.parties import parse_parties
 from vfl.data.prepare import PrepareOptions, prepare
 from vfl.data.presets.criteo import CATEGORICAL_COLUMNS, DENSE_COLUMNS
 from vfl.data.shards import PartyShard
+from vfl.durable_files import replacing_file, write_json
 from vfl.horizontal.config import FedConfig
 from vfl.obs.metrics import auc, logloss
 
@@ -216,9 +216,9 @@ def run_fedavg(cfg: FedConfig, out_dir: str, log=print) -> dict:
                 f"{a['name']} accountant eps {a['eps']:.6g} delta {a['delta']:.3g} over {a['gaussian_releases']} "
                 "Gaussian releases"
             )
-    np.save(os.path.join(out_dir, "model.npy"), w)
-    with open(os.path.join(out_dir, "metrics.json"), "w") as f:
-        json.dump(metrics, f, indent=2)
+    with replacing_file(os.path.join(out_dir, "model.npy")) as f:
+        np.save(f, w)
+    write_json(os.path.join(out_dir, "metrics.json"), metrics, indent=2)
     return metrics
 
 

@@ -11,6 +11,8 @@ import csv
 import math
 import os
 
+from vfl.durable_files import replacing
+
 COLUMNS = (
     "kind",
     "epoch",
@@ -189,8 +191,9 @@ def plot_curves(
         ax_auc.legend(loc="best")
     fig.suptitle(title)
     fig.tight_layout()
-    tmp = f"{png_path}.tmp-{os.getpid()}.png"
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, png_path)
+    try:
+        with replacing(png_path) as tmp:
+            fig.savefig(tmp, dpi=100, format="png")
+    finally:
+        plt.close(fig)
     return png_path

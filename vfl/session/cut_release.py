@@ -21,7 +21,6 @@ composed with the training lineage's worst row when scoring a trained model.
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -32,6 +31,7 @@ from privacy.embedding_dp import calibrate_noise_multiplier, clip_rows, clip_vjp
 from privacy.embedding_ledger import ReleaseCapError as LedgerCapError
 from privacy.embedding_ledger import SendLedger, SendLedgerError, marker_path
 from privacy.embedding_noise import GRID_BITS, REUSE_STEPS, keyed_noised, ledger_key, noise_key, quantized_rows
+from vfl.durable_files import replacing_file, write_json
 from vfl.wire import WireError
 
 SCORING_SPACES = ("predict", "serve")  # keyed by id and released value, in the model's scope
@@ -298,15 +298,14 @@ class CutRelease:
         if self.record is None or not self._recorded:
             return
         os.makedirs(os.path.dirname(os.path.abspath(self.record)) or ".", exist_ok=True)
-        tmp = f"{self.record}.tmp-{os.getpid()}.npz"
-        np.savez(
-            tmp,
-            space=np.concatenate([np.full(len(r), s) for s, r, _ in self._recorded]),
-            row=np.concatenate([r for _, r, _ in self._recorded]),
-            send=np.concatenate([np.full(len(r), i, np.int64) for i, (_, r, _) in enumerate(self._recorded)]),
-            cut=np.concatenate([c for _, _, c in self._recorded]).astype(np.float32),
-        )
-        os.replace(tmp, self.record)
+        with replacing_file(self.record) as f:  # a file object: np.savez adds no .npz to it
+            np.savez(
+                f,
+                space=np.concatenate([np.full(len(r), s) for s, r, _ in self._recorded]),
+                row=np.concatenate([r for _, r, _ in self._recorded]),
+                send=np.concatenate([np.full(len(r), i, np.int64) for i, (_, r, _) in enumerate(self._recorded)]),
+                cut=np.concatenate([c for _, _, c in self._recorded]).astype(np.float32),
+            )
 
     def write_report(self, out_dir: str, name: str | None = None) -> str | None:
         """OUT/<party>_embedding_dp.json (or `name`): this follower's own record of what its cuts spent (never sent)."""
@@ -316,9 +315,7 @@ class CutRelease:
             return None
         os.makedirs(out_dir, exist_ok=True)
         path = os.path.join(out_dir, name or f"{self.party}_embedding_dp.json")
-        with open(f"{path}.tmp", "w") as f:
-            json.dump(rep, f, indent=2)
-        os.replace(f"{path}.tmp", path)
+        write_json(path, rep, indent=2)
         return path
 
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 import errno
 import hashlib
 import io
-import json
 import os
 import re
 
 import torch
 
+from vfl.durable_files import replacing_file, write_json
 from vfl.preflight import CHECKPOINT_MAGIC
 
 CKPT_MAGIC = CHECKPOINT_MAGIC  # the one definition is torch-free, for preflight
@@ -37,7 +37,7 @@ def checkpoint_tag(tag: str) -> str:
 def save_checkpoint(
     path: str, party: str, state: dict, epoch: int, step: int, extra: dict | None = None, resume: dict | None = None
 ) -> None:
-    """Write {party, epoch, step, state, torch_rng, extra} to path via a temporary file and a rename, and the sidecar
+    """Write {party, epoch, step, state, torch_rng, extra} to path durably (vfl/durable_files.py), then the sidecar
     path.json {party, epoch, step, bytes, sha256, resume}: resume is vfl.preflight.resume_identity, checked before
     torch; sha256 (the header's) tells preflight that the sidecar belongs to this very file."""
     directory = os.path.dirname(os.path.abspath(path))
@@ -55,22 +55,14 @@ def save_checkpoint(
     )
     payload = buf.getbuffer()
     digest = hashlib.sha256(payload).digest()
-    tmp = f"{path}.tmp-{os.getpid()}"
     try:
         os.makedirs(directory, exist_ok=True)
-        with open(tmp, "wb") as f:
+        with replacing_file(path) as f:
             f.write(CKPT_MAGIC + digest)
             f.write(payload)
-        os.replace(tmp, path)
-        with open(f"{path}.json.tmp-{os.getpid()}", "w") as f:  # read by vfl/preflight.py before torch is imported
-            sidecar = {"party": party, "epoch": epoch, "step": step, "bytes": len(payload) + 40}
-            json.dump({**sidecar, "sha256": digest.hex(), "resume": resume}, f)
-        os.replace(f"{path}.json.tmp-{os.getpid()}", f"{path}.json")
+        sidecar = {"party": party, "epoch": epoch, "step": step, "bytes": len(payload) + 40}
+        write_json(f"{path}.json", {**sidecar, "sha256": digest.hex(), "resume": resume}, indent=None)  # for preflight
     except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         if e.errno == errno.ENOSPC:
             raise OSError(f"no space left on {directory}: checkpoint {path} not written") from None
         raise OSError(f"cannot write checkpoint {path}: {e.strerror or e}") from None

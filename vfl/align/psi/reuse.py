@@ -44,13 +44,12 @@ import hmac
 import json
 import os
 import secrets
-import tempfile
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from vfl.align.psi.ecdh import SUITE
+from vfl.durable_files import remove_stale_temporaries, write_bytes
 
 TICKET_BYTES = 32
 _MAGIC = b"VFLPSIC1"
@@ -159,10 +158,10 @@ class PSICache:
         return Agreement(ticket, np.frombuffer(rest[2 * TICKET_BYTES :], "<i8").copy())
 
     def store(self, ticket: bytes, ids: np.ndarray, shared: np.ndarray, log=None) -> None:
-        """Write the agreement atomically (a temporary file in the same directory, fsync, rename, fsync of the
-        directory), mode 0600 in a directory of mode 0700; an error on the way (a read-only shard, a full disk) only
-        means no reuse next time, said in one log line, and leaves no temporary file. Temporary files that a killed
-        run left over an hour ago are removed."""
+        """Write the agreement durably (vfl/durable_files.py: a temporary file in the same directory, fsync, rename,
+        fsync of the directory), mode 0600 in a directory of mode 0700; an error on the way (a read-only shard, a full
+        disk) only means no reuse next time, said in one log line, and leaves no temporary file. Temporary files that a
+        killed run left over an hour ago are removed."""
         if len(ticket) != TICKET_BYTES:
             raise ValueError(f"a PSI ticket is {TICKET_BYTES} bytes, got {len(ticket)}")
         if len(self._binding) > _MAX_HEADER:
@@ -174,30 +173,18 @@ class PSICache:
             b"".join((_MAGIC, len(self._binding).to_bytes(4, "little"), self._binding, ticket, self.own_digest(ids)))
             + shared.tobytes()
         )
-        tmp = None
         try:
             os.makedirs(self.directory, mode=0o700, exist_ok=True)
             _private(self.directory)
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=_TMP_PREFIX)
-            with os.fdopen(fd, "wb") as f:
-                f.write(body + _mac(self._k, body))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-            tmp = None
-            _fsync_directory(self.directory)
-            _remove_stale(self.directory)
+            write_bytes(self.path, body + _mac(self._k, body), mode=0o600)
+            remove_stale_temporaries(self.directory, _STALE_S)
         except OSError as e:
             if log is not None:
                 log(
                     f"PSI reuse cache {self.path} cannot be written ({e.strerror or e}); the next run runs the PSI again"
                 )
-        finally:
-            if tmp is not None and os.path.exists(tmp):
-                os.unlink(tmp)
 
 
-_TMP_PREFIX = ".psi-"
 _STALE_S = 3600.0  # a temporary file older than this belongs to no running write
 
 
@@ -208,29 +195,3 @@ def _private(directory: str) -> None:
             os.chmod(directory, 0o700)
     except OSError:
         pass
-
-
-def _fsync_directory(directory: str) -> None:
-    """Make the rename durable (POSIX); a system without directory fds skips it."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _remove_stale(directory: str) -> None:
-    """Remove temporary cache files a killed run left (older than _STALE_S: another rank may be writing its own)."""
-    now = time.time()
-    for name in os.listdir(directory):
-        path = os.path.join(directory, name)
-        try:
-            if name.startswith(_TMP_PREFIX) and now - os.stat(path).st_mtime > _STALE_S:
-                os.unlink(path)
-        except OSError:
-            continue

@@ -29,7 +29,6 @@ and reveals nothing of the label seed.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import secrets
 import time
@@ -41,6 +40,7 @@ from privacy.public_hash import splitmix64
 from vfl.data.errors import DataError
 from vfl.data.npy_stream import NpyAppender
 from vfl.data.presets.criteo import CATEGORICAL_COLUMNS, DENSE_COLUMNS
+from vfl.durable_files import PendingFile, write_json
 from vfl.obs.progress import bar
 
 # Kaggle Criteo cardinalities of C1..C26, capped so the generator stays small.
@@ -233,8 +233,9 @@ def write_synthetic(
     rng = np.random.default_rng([seed, 0xDA7A])
     label_rng = np.random.default_rng([world.label_seed, 0x1ABE1])
     id_base = file_id_base(seed, label_seed)
-    tmp_tsv, tmp_truth = f"{out_path}.tmp-{os.getpid()}", f"{out_path}.truth.tmp-{os.getpid()}.npy"
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    pending = [PendingFile(out_path), PendingFile(out_path + ".truth.npy")]  # fsynced and renamed when complete
+    tmp_tsv, tmp_truth = pending[0].tmp, pending[1].tmp
     positives, psum = 0, 0.0
     truth = NpyAppender(tmp_truth, np.float32)
     try:
@@ -251,13 +252,12 @@ def write_synthetic(
                 done += n
                 progress.update(n)
         truth.close()
-        os.replace(tmp_tsv, out_path)
-        os.replace(tmp_truth, out_path + ".truth.npy")
+        for file in pending:
+            file.commit()
     except BaseException:
         truth.close()
-        for t in (tmp_tsv, tmp_truth):
-            if os.path.exists(t):
-                os.remove(t)
+        for file in pending:
+            file.discard()
         raise
     meta = {
         "rows": rows,
@@ -271,6 +271,5 @@ def write_synthetic(
         "truth": out_path + ".truth.npy",
         "seconds": round(time.perf_counter() - t0, 3),
     }
-    with open(out_path + ".meta.json", "w") as f:
-        json.dump(meta, f, indent=2)
+    write_json(out_path + ".meta.json", meta, indent=2)
     return meta

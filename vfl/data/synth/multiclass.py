@@ -14,7 +14,6 @@ the Bayes classifier argmax_c P(y = c | x) on any split is known; meta.json give
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -24,6 +23,7 @@ from vfl.data.errors import DataError
 from vfl.data.npy_stream import NpyAppender
 from vfl.data.readers.tokenizer import MAX_CLASSES
 from vfl.data.synth.criteo import BLOCK_ROWS, SyntheticCriteo, file_id_base, file_ids
+from vfl.durable_files import PendingFile, write_json
 
 INFORMATIVE_CATEGORICALS = (0, 1, 3, 5, 6, 8, 9, 10, 12, 13, 14, 15, 16, 18, 20, 23, 24, 25)
 CAT_SCALE = 0.45
@@ -84,8 +84,9 @@ def write_synthetic_multiclass(
     rng = np.random.default_rng([seed, 0xDA7A])
     label_rng = np.random.default_rng([world.world.label_seed, 0x1ABE1, classes])
     id_base = file_id_base(seed, label_seed)  # each generated file its own ids (see synth/criteo.py)
-    tmp_tsv, tmp_truth = f"{out_path}.tmp-{os.getpid()}", f"{out_path}.truth.tmp-{os.getpid()}.npy"
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    pending = [PendingFile(out_path), PendingFile(out_path + ".truth.npy")]  # fsynced and renamed when complete
+    tmp_tsv, tmp_truth = pending[0].tmp, pending[1].tmp
     counts = np.zeros(classes, np.int64)
     bayes_sum = 0.0
     truth = NpyAppender(tmp_truth, np.float32, (classes,))
@@ -102,13 +103,12 @@ def write_synthetic_multiclass(
                 bayes_sum += float(p.max(axis=1).sum())
                 done += n
         truth.close()
-        os.replace(tmp_tsv, out_path)
-        os.replace(tmp_truth, out_path + ".truth.npy")
+        for file in pending:
+            file.commit()
     except BaseException:
         truth.close()
-        for t in (tmp_tsv, tmp_truth):
-            if os.path.exists(t):
-                os.remove(t)
+        for file in pending:
+            file.discard()
         raise
     meta = {
         "rows": rows,
@@ -122,6 +122,5 @@ def write_synthetic_multiclass(
         "truth_shape": [rows, classes],
         "seconds": round(time.perf_counter() - t0, 3),
     }
-    with open(out_path + ".meta.json", "w") as f:
-        json.dump(meta, f, indent=2)
+    write_json(out_path + ".meta.json", meta, indent=2)
     return meta

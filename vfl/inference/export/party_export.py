@@ -18,13 +18,13 @@ statistics in the clear (docs/export.md, "What the files reveal"): they are as s
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import warnings
 
 import numpy as np
 
+from vfl.durable_files import file_sha256, replacing, write_bytes
 from vfl.inference.export.onnx_engine import CHECK_TOLERANCE, module_to_onnx, onnx_max_diff
 from vfl.inference.export.onnx_transforms import KEY_SCHEMES, FrozenTable, frozen_table, transforms_model
 from vfl.inference.party_model import load_party_model, scorer, top_in_dim
@@ -35,14 +35,6 @@ CHECK_ROWS = 256  # rows of the party's shard the export is checked on
 
 class ExportError(RuntimeError):
     """The export cannot be written (a one-line reason)."""
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _sample_inputs(shard, follower_width: int | None):
@@ -107,20 +99,19 @@ def export_party(cfg, out_dir: str, checkpoint: str | None = None, log=print) ->
         )
         onnx.checker.check_model(merged)
         files = {"model": "model.onnx"}
-        _write(os.path.join(directory, "model.onnx"), merged.SerializeToString())
+        write_bytes(os.path.join(directory, "model.onnx"), merged.SerializeToString())
     else:
         log(f"{cfg.party}: ONNX export refused ({why}); writing TorchScript model.pt and transforms.onnx")
         with warnings.catch_warnings():  # torch.jit is deprecated in favour of torch.export, which has no file
             warnings.simplefilter("ignore")  # format a serving stack loads without torch's Python
             traced = torch.jit.trace(module, inputs, check_trace=True)
         files = {"model": "model.pt", "transforms": "transforms.onnx"}
-        tmp = os.path.join(directory, f"model.pt.tmp-{os.getpid()}")
-        traced.save(tmp)
-        os.replace(tmp, os.path.join(directory, "model.pt"))
-        _write(os.path.join(directory, "transforms.onnx"), transforms.SerializeToString())
+        with replacing(os.path.join(directory, "model.pt")) as tmp:
+            traced.save(tmp)
+        write_bytes(os.path.join(directory, "transforms.onnx"), transforms.SerializeToString())
     doc = _manifest(cfg, shard, table, ckpt, checkpoint, files, width, output, diff, why)
     doc["runtime"] = {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__, "torch": torch.__version__}
-    _write(os.path.join(directory, "export.json"), (json.dumps(doc, indent=2) + "\n").encode())
+    write_bytes(os.path.join(directory, "export.json"), (json.dumps(doc, indent=2) + "\n").encode())
     log(
         f"{cfg.party}: exported step {doc['checkpoint']['step']} to {directory} ({files['model']}"
         + (f", checked against torch on {CHECK_ROWS} rows: max diff {diff:.2g})" if diff is not None else ")")
@@ -158,7 +149,7 @@ def _manifest(cfg, shard, table: FrozenTable, ckpt, checkpoint, files, width, ou
         "task": task.kind if task is not None else None,
         "checkpoint": {
             "path": os.path.abspath(checkpoint),
-            "sha256": _sha256(checkpoint),
+            "sha256": file_sha256(checkpoint),
             "epoch": ckpt.get("epoch"),
             "step": selected_step(ckpt),  # the step of the weights exported (model selection's)
             "trained_steps": ckpt.get("step"),  # the step training ended at
@@ -174,10 +165,3 @@ def selected_step(ckpt: dict):
     if isinstance(record, dict) and record.get("model_step") is not None:
         return int(record["model_step"])
     return ckpt.get("step")
-
-
-def _write(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)

@@ -4,8 +4,8 @@ Columns: `id` (the sample id as training used it: a decimal id as itself, other 
 vfl/data/ids.py), then the score: `score` (binary: the probability of the positive class; regression: the value in
 the label's units), or `score_<class>` per class (K classes: their probabilities, in class-id order, named by the
 class names the shard recorded), then `row` (the row's 0-based data row in the leader's file of new rows, to join
-back to it). Rows sorted by id. Both files are written to temporary names and renamed at the end: a failed
-prediction leaves no half-written file.
+back to it). Rows sorted by id. Both files are written to temporary names, fsynced and renamed at the end (vfl/durable_files.py):
+a failed prediction, or a crash, leaves no half-written file.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import os
 import numpy as np
 
 from vfl.data.task import Task
+from vfl.durable_files import PendingFile
 
 
 def score_columns(task: Task, class_names: list[str] | None = None) -> list[str]:
@@ -33,7 +34,7 @@ class PredictionWriter:
 
         os.makedirs(out_dir, exist_ok=True)
         self.paths = {ext: os.path.join(out_dir, f"predictions.{ext}") for ext in ("parquet", "csv")}
-        self.tmp = {ext: f"{p}.tmp-{os.getpid()}" for ext, p in self.paths.items()}
+        self.pending: dict[str, PendingFile] = {}  # the temporary files, made with the writers
         self.columns = score_columns(task, class_names)
         self.score_type = pa.float64()
         self.schema = pa.schema(
@@ -54,8 +55,9 @@ class PredictionWriter:
         arrays.append(pa.array(np.asarray(rows, np.int64)))
         batch = pa.record_batch(arrays, schema=self.schema)
         if self._parquet is None:
-            self._parquet = pq.ParquetWriter(self.tmp["parquet"], self.schema)
-            self._csv = pacsv.CSVWriter(self.tmp["csv"], self.schema)
+            self.pending = {ext: PendingFile(p) for ext, p in self.paths.items()}
+            self._parquet = pq.ParquetWriter(self.pending["parquet"].tmp, self.schema)
+            self._csv = pacsv.CSVWriter(self.pending["csv"].tmp, self.schema)
         self._parquet.write_batch(batch)
         self._csv.write_batch(batch)
         self.rows += len(ids)
@@ -66,8 +68,8 @@ class PredictionWriter:
             self.write(np.empty(0, np.int64), np.empty((0, len(self.columns))), np.empty(0, np.int64))
         self._parquet.close()
         self._csv.close()
-        for ext, path in self.paths.items():
-            os.replace(self.tmp[ext], path)
+        for pending in self.pending.values():  # fsynced, renamed into place, the directory fsynced
+            pending.commit()
         return dict(self.paths)
 
     def discard(self) -> None:
@@ -78,6 +80,5 @@ class PredictionWriter:
                     w.close()
                 except Exception:  # noqa: BLE001 - already failing; the files go
                     pass
-        for p in self.tmp.values():
-            if os.path.exists(p):
-                os.unlink(p)
+        for pending in self.pending.values():
+            pending.discard()
