@@ -78,3 +78,27 @@ def test_embedding_dp_trains_over_processes_with_fresh_noise_per_send_and_its_ep
     planted["cut"] = planted["cut"][first_of[np.searchsorted(planted["row"][first_of], planted["row"])]]
     pairs, equal = _repeated_sends(planted)
     assert equal > pairs // 100
+
+
+def test_embedding_dp_calibrates_for_the_leaders_evaluations_finer_than_an_epoch(tmp_path, shards_small, procs):
+    """The flights example's schedule (an evaluation every few steps, early stopping with the interval rule) ran into
+    'the leader asked for send 2 of a valid row's cut' at the second evaluation; the follower now calibrates for every
+    evaluation, and the re-test of a restored step, at WELCOME."""
+    import yaml as _yaml
+
+    # Prepare: the flights leader's cadence, scaled to this shard (2 epochs, an evaluation every 3 steps)
+    flights = _yaml.safe_load(open("examples/flights/airline.yaml"))["train"]
+    cfgs = party_configs(
+        str(tmp_path), str(shards_small), train={"epochs": 2, "eval_every_steps": 3},
+        leader_train={"early_stopping": flights["early_stopping"]},
+    )  # fmt: skip
+    _follower_doc(cfgs["follower0"], privacy={"embedding_dp": {"eps": 4.0, "delta": 1e-5, "clip": 1.0}})
+    # Execute
+    metrics = run_split(procs, cfgs)
+    # Assert: trained to the end; the calibration covers every evaluation (more than the epochs) plus the re-test
+    assert np.isfinite(metrics["test_auc"])
+    rep = json.loads(open(os.path.join(tmp_path, "out", "follower0_embedding_dp.json")).read())
+    evaluations = len(metrics["history"])
+    assert rep["releases_per_row"] == evaluations + 1 > 2 and rep["most_sends_of_a_row"] <= rep["releases_per_row"]
+    log = open(os.path.join(tmp_path, "out", "follower0.log")).read()
+    assert f"calibrates for {evaluations + 1} sends per row" in log
