@@ -86,6 +86,24 @@ def calibrate_noise_multiplier(eps: float, delta: float, releases: int) -> float
     return gaussian_noise_multiplier(eps, delta, compositions=releases, accountant="rdp")
 
 
+def attack_bounds(noise_multiplier: float, releases: int) -> dict[str, float]:
+    """The most any attack can gain on one row from `releases` sends at noise multiplier z: the AUC and the balanced
+    accuracy of the best test telling two values of the row apart (its clipped cut moved by the full 2 * clip).
+
+    R Gaussian releases of shift Delta and std z * Delta are one Gaussian of shift mu = sqrt(R) / z standard
+    deviations (Dong, Roth & Su 2019, "Gaussian Differential Privacy", Cor. 3.3: mu-GDP composes as sqrt(sum mu^2));
+    the optimal test's ROC is TPR = Phi(Phi^-1(FPR) + mu) (their Def. 2.5, the Neyman-Pearson test), whose area is
+    Phi(mu / sqrt 2) and whose best balanced accuracy is Phi(mu / 2). Any decoder of a feature from the cuts is such a
+    test (or weaker), whatever it knows of the other rows."""
+    if not noise_multiplier > 0:
+        raise ValueError(f"noise multiplier must be > 0, got {noise_multiplier}")
+    if releases < 1:
+        raise ValueError(f"releases must be >= 1, got {releases}")
+    mu = math.sqrt(releases) / noise_multiplier
+    phi = lambda x: 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))  # noqa: E731 - the standard normal CDF
+    return {"mu": mu, "auc": phi(mu / math.sqrt(2.0)), "balanced_accuracy": phi(mu / 2.0)}
+
+
 def noise_std(noise_multiplier: float, clip: float) -> float:
     """The per-coordinate noise std: z times the replace-one sensitivity 2 C."""
     return noise_multiplier * SENSITIVITY_PER_CLIP * clip

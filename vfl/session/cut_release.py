@@ -27,7 +27,15 @@ import numpy as np
 import torch
 
 from privacy.dp_accountant import composed_gaussian_epsilon
-from privacy.embedding_dp import calibrate_noise_multiplier, clip_rows, clip_vjp, epsilon_of, noise_std, swamp_warning
+from privacy.embedding_dp import (
+    attack_bounds,
+    calibrate_noise_multiplier,
+    clip_rows,
+    clip_vjp,
+    epsilon_of,
+    noise_std,
+    swamp_warning,
+)
 from privacy.embedding_ledger import ReleaseCapError as LedgerCapError
 from privacy.embedding_ledger import SendLedger, SendLedgerError, marker_path
 from privacy.embedding_noise import GRID_BITS, REUSE_STEPS, keyed_noised, ledger_key, noise_key, quantized_rows
@@ -265,6 +273,9 @@ class CutRelease:
             "most_sends_of_a_row": most,
             "eps_spent_by_most_sent_row": self._eps(most),
             "releases_charged": self.ledger.releases(self.scope),
+            # the most any attack on one row can gain at the cap (privacy/embedding_dp.py: attack_bounds)
+            "attack_auc_bound": attack_bounds(self.multiplier, self.releases)["auc"],
+            "attack_balanced_accuracy_bound": attack_bounds(self.multiplier, self.releases)["balanced_accuracy"],
             "cuts_sent": self.sends,
             "ledger": self.ledger.dir,
             "noise": "keyed: a PRF of the follower's key, the row's id and the released value (a repeat is free)",
