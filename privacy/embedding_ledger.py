@@ -28,6 +28,7 @@ import hmac
 import json
 import os
 import struct
+import time
 
 import numpy as np
 
@@ -38,6 +39,7 @@ MAGIC = b"VFLE"
 SEAL_FORMAT = 1
 _HEAD = struct.Struct("<4sIQ")  # magic, header bytes, body bytes
 _MAC = 32
+LOCK_DEADLINE_S = 60.0  # the longest a charge waits for another process's
 
 
 class SendLedgerError(ValueError):
@@ -151,7 +153,18 @@ class SendLedger:
         except OSError as e:
             raise SendLedgerError(f"embedding-DP send ledger: {self.dir} cannot be opened: {e.strerror}") from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            deadline = time.monotonic() + LOCK_DEADLINE_S
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise SendLedgerError(
+                            f"embedding-DP send ledger {self.dir}: another process has held its lock for "
+                            f"{LOCK_DEADLINE_S:g} s (a stopped prediction or serving process?); nothing sent"
+                        ) from None
+                    time.sleep(0.01)
             yield
         finally:
             os.close(fd)
@@ -187,13 +200,17 @@ class SendLedger:
             if os.path.exists(self.marker):
                 raise self._refuse(f"the journal is missing although {self.marker} records that this key has one")
             return
+        if seal is None and os.path.exists(self.marker):
+            raise self._refuse(f"its seal {self.seal} is missing (deleted) while {self.marker} records one")
         self._catch_up(seal)
-        if seal is None and self.generation > 1:  # one record: the first charge's seal write may have been cut short
+        if seal is None and self.generation > 1:  # one record: the first seal write may have been cut short
             raise self._refuse(f"its seal {self.seal} is missing (deleted) while the journal exists")
-        if seal is not None and self.generation < seal["generation"] or self.offset < seal["size"]:
+        if seal is not None and (self.generation < seal["generation"] or self.offset < seal["size"]):
             raise self._refuse(
                 f"its journal holds {self.generation} records but its seal names {seal['generation']} (rolled back)"
             )
+        if seal is not None:
+            self._mark()  # a marker deleted by hand is written again: the ledger's existence stays recorded
 
     def _catch_up(self, seal: dict | None = None) -> None:
         """Read and verify the records past `self.offset` (written by this or another process)."""
@@ -255,7 +272,6 @@ class SendLedger:
                 os.fsync(f.fileno())
             if self.generation == 0:
                 _sync_dir(self.dir)
-                self._mark()
         except OSError as e:
             raise SendLedgerError(f"embedding-DP send ledger: {self.journal} cannot be written: {e.strerror}") from None
         self._apply(header, body)
@@ -263,6 +279,7 @@ class SendLedger:
         self.offset = os.path.getsize(self.journal)
         fields = {"format": SEAL_FORMAT, "generation": self.generation, "size": self.offset, "tail": tail.hex()}
         _write_private(self.seal, json.dumps({**fields, "mac": self._seal_mac(fields)}).encode())
+        self._mark()  # after the first seal: a marker without a seal would refuse a crash between the two
 
     def _mark(self) -> None:
         if not os.path.exists(self.marker):
@@ -297,10 +314,10 @@ class SendLedger:
             scope_state = self.scopes.setdefault(scope, _Scope())
             after, fresh = scope_state.counts_after(space, keys, digests)
             worst = int(after.max()) if after.size else 0
-            if worst > cap:
+            if worst > cap:  # the text reaches the leader: counts only, no path
                 raise ReleaseCapError(
                     f"embedding DP: a row's cut would be released {worst} times for this model, over the cap of {cap} "
-                    f"(privacy.embedding_dp, counted across every process by the send ledger {self.dir}); no cut sent"
+                    f"(privacy.embedding_dp, counted across every process by the follower's send ledger); no cut sent"
                 )
             dim = 0
             if digests is not None:

@@ -142,3 +142,56 @@ def test_the_first_plan_of_a_scope_wins(tmp_path):
     ledger = _ledger(tmp_path)
     assert ledger.plan("train/r", {"releases": 3})["releases"] == 3
     assert _ledger(tmp_path).plan("train/r", {"releases": 9})["releases"] == 3
+
+
+def test_a_first_charge_cut_short_before_its_seal_opens_and_a_shed_seal_is_refused(tmp_path):
+    # Prepare: one record, then the seal lost before it was written (and no marker yet)
+    ledger = _ledger(tmp_path)
+    ledger.plan("train/r", {"releases": 2})
+    seal = tmp_path / "ledger" / SEAL
+    marker = ledger.marker
+    seal.unlink()
+    os.remove(marker)
+    # Execute / Assert: that crash opens; once the seal and the marker exist, removing the seal and truncating the
+    # journal to its first record is refused (the counts after it would be lost)
+    reopened = _ledger(tmp_path)
+    reopened.charge("train/r", "train", [0], cap=2)
+    assert os.path.exists(marker)
+    journal = tmp_path / "ledger" / JOURNAL
+    first = journal.read_bytes()[: os.path.getsize(journal) // 2]
+    seal.unlink()
+    journal.write_bytes(first)
+    with pytest.raises(SendLedgerError, match="seal .* is missing"):
+        _ledger(tmp_path)
+
+
+def test_a_deleted_marker_is_written_again_at_open(tmp_path):
+    ledger = _ledger(tmp_path)
+    ledger.charge("train/r", "train", [0], cap=2)
+    os.remove(ledger.marker)
+    _ledger(tmp_path)
+    assert os.path.exists(ledger.marker)
+
+
+def test_a_lock_held_past_its_deadline_is_one_line_not_a_hang(tmp_path, monkeypatch):
+    import fcntl
+
+    import privacy.embedding_ledger as module
+
+    ledger = _ledger(tmp_path)
+    monkeypatch.setattr(module, "LOCK_DEADLINE_S", 0.2)
+    fd = os.open(tmp_path / "ledger" / "lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another open file description: flock excludes it
+        with pytest.raises(SendLedgerError, match="held its lock for 0.2 s"):
+            ledger.charge("train/r", "train", [0], cap=2)
+    finally:
+        os.close(fd)
+
+
+def test_the_refusal_the_leader_reads_names_counts_not_paths(tmp_path):
+    ledger = _ledger(tmp_path)
+    ledger.charge("model/m", "id", [1], cap=1, digests=_digests(1))
+    with pytest.raises(ReleaseCapError) as refused:
+        ledger.charge("model/m", "id", [1], cap=1, digests=_digests(2))
+    assert str(tmp_path) not in str(refused.value)

@@ -216,3 +216,21 @@ def test_weights_digest_names_the_weights_not_the_module_object():
     with torch.no_grad():
         b.bias[0] += 1e-6
     assert weights_digest(a.state_dict()) != weights_digest(b.state_dict())
+
+
+def test_a_resume_whose_rows_moved_is_refused(key_file):
+    """A leader that drops one id from a resumed run's PSI would move a row to a position never charged; the
+    lineage's calibration records which ids its positions name, so such a resume is refused before any send."""
+    first = _release(key_file)
+    first.bind_rows("valid", np.arange(10, 20))
+    first.plan_training({"train": 1, "valid": 2, "test": 1}, "run-f")
+    moved = _release(key_file)
+    moved.bind_rows("valid", np.r_[np.arange(10, 14), np.arange(15, 20)])
+    with pytest.raises(WireError, match="rows differ from those this model's sends were counted on"):
+        moved.plan_training({"train": 1, "valid": 2, "test": 1}, "run-f")
+
+
+def test_a_welcome_of_no_sends_calibrates_for_one(key_file):
+    rel = _release(key_file)
+    rel.plan_training({"train": 0, "valid": 0, "test": 0}, "run-g")
+    assert rel.releases == 1

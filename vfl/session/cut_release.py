@@ -134,12 +134,19 @@ class CutRelease:
         self._ids[space] = np.asarray(ids, np.int64)
 
     # -- calibration ----------------------------------------------------------------------------
-    def _adopt(self, scope: str, releases: int) -> int:
-        """Calibrate for `releases` per row unless the scope already has a calibration (then keep it)."""
+    def _adopt(self, scope: str, releases: int, rows: dict[str, str] | None = None) -> int:
+        """Calibrate for `releases` per row unless the scope already has a calibration (then keep it); `rows`: the
+        digests of the ids each space's row positions name (training counts positions: they must keep their ids)."""
+        releases = max(int(releases), 1)
         z = calibrate_noise_multiplier(self.dp.eps, self.dp.delta, releases)
-        proposed = {"multiplier": z, "releases": int(releases), "eps": self.dp.eps, "delta": self.dp.delta,
-                    "clip": self.dp.clip}  # fmt: skip
+        proposed = {"multiplier": z, "releases": releases, "eps": self.dp.eps, "delta": self.dp.delta,
+                    "clip": self.dp.clip, "rows": rows}  # fmt: skip
         plan = self.ledger.plan(scope, proposed)
+        if plan.get("rows") != rows:
+            raise WireError(
+                "embedding DP: this run's rows differ from those this model's sends were counted on (another "
+                f"intersection or split; send ledger {self.ledger.dir}); a resume must keep the run's rows"
+            )
         if (plan["eps"], plan["delta"], plan["clip"]) != (self.dp.eps, self.dp.delta, self.dp.clip):
             raise WireError(
                 f"embedding DP: this model's sends were calibrated for eps={plan['eps']:g}, delta={plan['delta']:g}, "
@@ -160,7 +167,8 @@ class CutRelease:
                 f"embedding DP: the leader's schedule sends a row's cut up to {need} times ({_sends_text(sends)}), "
                 f"over privacy.embedding_dp.releases={self.dp.releases}; raise it, or evaluate less often"
             )
-        cap = self._adopt(f"train/{lineage}", self.dp.releases or need)
+        rows = {space: _ids_digest(self._ids[space]) for space in TRAINING_SPACES if space in self._ids}
+        cap = self._adopt(f"train/{lineage}", self.dp.releases or need, rows)
         counts = {s: self.ledger.most_in(self.scope, s) for s in sends}
         worst = max(counts[s] + sends[s] for s in sends)
         if worst > cap:
@@ -328,6 +336,12 @@ class CutRelease:
         path = os.path.join(out_dir, name or f"{self.party}_embedding_dp.json")
         write_json(path, rep, indent=2)
         return path
+
+
+def _ids_digest(ids: np.ndarray) -> str:
+    import hashlib
+
+    return hashlib.sha256(np.ascontiguousarray(ids, "<i8").tobytes()).hexdigest()
 
 
 def _sends_text(sends: dict[str, int]) -> str:
