@@ -9,7 +9,6 @@ import time
 from collections import deque
 
 import numpy as np
-import torch
 
 from vfl.align.handshake import hello_message, new_nonce
 from vfl.config.schema import PartyConfig
@@ -23,8 +22,9 @@ from vfl.preflight import resume_identity
 from vfl.session.compression import FollowerCodecs
 from vfl.session.cut_release import CutRelease
 from vfl.session.follower import FollowerSession
+from vfl.session.follower_steps import FollowerSteps
 from vfl.training.checkpoint import checkpoint_tag, load_resume_checkpoint, save_checkpoint
-from vfl.training.microbatch import check_micro, micro_slices
+from vfl.training.microbatch import micro_slices
 from vfl.training.party import BottomParty
 from vfl.training.staleness import InFlight, StalenessError
 from vfl.training.step_timer import TIMER
@@ -33,7 +33,6 @@ from vfl.wire import FollowerChannel, WireError
 from vfl.wire.messages import (
     Bye,
     Done,
-    Embedding,
     Eval,
     Forward,
     Gradient,
@@ -104,6 +103,7 @@ class FollowerTrainer:
         self.codecs = FollowerCodecs(cfg.network.compression)  # network.compression: cuts coded, gradients decoded
         # privacy.embedding_dp: every cut sent (training, EVAL) is clipped and noised here, counted per row
         self.cut_release = CutRelease(cfg.privacy.embedding_dp, party.cut_dim, log, cfg.party, cfg.debug.record_cuts)
+        self.exchange = FollowerSteps(self.session, self.codecs, self.cut_release)  # every check, cut and gradient
         self.party = party
         self.log = log
         self.out_dir = out_dir
@@ -187,43 +187,30 @@ class FollowerTrainer:
         epoch, step = msg.epoch, msg.step
         rows = self._rows(epoch, step)
         ids = self.party.train_split.ids[rows]
-        if self.session.digests.batch(ids) != msg.digest:
-            raise WireError(
-                f"FORWARD epoch {epoch} step {step}: batch digest differs from the leader's; "
-                f"the shards or the seed disagree"
-            )
+        self.exchange.check_forward(msg, ids)
         try:
             self.in_flight.forwarded((epoch, step))
         except StalenessError as e:
             raise WireError(str(e)) from None
         out = self.stash.forward(rows)
         self._ahead_ids.append(ids)
-        with TIMER.part("wire_send"):
-            sent = self.cut_release.release(out, "train", len(self.party.train_split), rows)
-            cut = self.codecs.embedding_fields(sent)
-            self.ch.post(Embedding(**cut, epoch=epoch, step=step, micro=0))
+        self.exchange.send_cut(out, "train", len(self.party.train_split), rows, epoch=epoch, step=step, micro=0)
 
     def _on_gradient(self, msg: Gradient) -> None:
         """GRADIENT under train.staleness: that of the oldest batch in flight, backpropagated through the weights
         that computed its cut and applied to the weights as they are now (delayed SGD)."""
         due = self.in_flight.oldest
-        if due is None or (msg.epoch, msg.step, msg.phase) != (*due, None):
-            expected = "no GRADIENT (no batch in flight)" if due is None else f"epoch {due[0]} step {due[1]} phase None"
+        if due is None:
             raise WireError(
-                f"GRADIENT: expected {expected}, got epoch {msg.epoch!r} step {msg.step!r} phase {msg.phase}"
+                f"GRADIENT: expected no GRADIENT (no batch in flight), got epoch {msg.epoch!r} step {msg.step!r} "
+                f"phase {msg.phase}"
             )
         epoch, step = due
-        check_micro(msg.micro, 0, f"GRADIENT for step {step}", WireError)
-        shape = tuple(self.stash.oldest_cut.shape)
-        g = self.codecs.decoded(msg, shape, f"GRADIENT for step {step}")  # network.compression: float32, checked
-        if tuple(g.grad.shape) != shape:
-            raise WireError(
-                f"GRADIENT for step {step}: expected float32 {shape}, got {g.grad.dtype} {tuple(g.grad.shape)}"
-            )
+        grad = self.exchange.checked_gradient(msg, epoch, step, 0, tuple(self.stash.oldest_cut.shape))
         ids = self._ahead_ids.popleft()
         if self.recorder:
-            self.recorder.add(epoch, step, ids, g.grad)
-        self.stash.backward(self.cut_release.grad_for_cut(self.stash.oldest_cut, torch.from_numpy(g.grad.copy())))
+            self.recorder.add(epoch, step, ids, grad)
+        self.stash.backward(self.exchange.cut_gradient(self.stash.oldest_cut, grad))
         self.party.step_optimizer()
         self.in_flight.applied(due)
         self.steps += 1
@@ -318,19 +305,14 @@ class FollowerTrainer:
         rows = self._prior_batch(epoch, step) if prior else self._rows(epoch, step)
         party = self.prior if prior else self.party
         ids = self.party.train_split.ids[rows]
-        if self.session.digests.batch(ids) != msg.digest:
-            raise WireError(
-                f"FORWARD epoch {epoch} step {step}: batch digest differs from the leader's; "
-                f"the shards or the seed disagree"
-            )
+        self.exchange.check_forward(msg, ids)
         if (
             prior
         ):  # stage one: whole batches, no logs per step, not recorded (the leakage attacks read the main training)
             out = party.forward_train(rows)
-            sent = self.cut_release.release(out, "train", len(self.party.train_split), rows)
-            self.ch.post(Embedding(**self.codecs.embedding_fields(sent), epoch=epoch, step=step))
-            grad = torch.from_numpy(self._gradient(epoch, step, None, tuple(out.shape), phase="prior").grad.copy())
-            party.apply_gradient(self.cut_release.grad_for_cut(out, grad))
+            self.exchange.send_cut(out, "train", len(self.party.train_split), rows, epoch=epoch, step=step)
+            grad = self.exchange.gradient(epoch, step, None, tuple(out.shape), phase="prior")
+            party.apply_gradient(self.exchange.cut_gradient(out, grad))
             return
         # every micro-batch's embedding goes out before the first gradient is awaited: the leader works on
         # micro-batch j while this party computes j + 1 (M = 1: one whole batch, as without micro-batches)
@@ -340,39 +322,19 @@ class FollowerTrainer:
             out = self.party.forward_train(rows[part])
             shapes.append(tuple(out.shape))
             outs.append(out)
-            with TIMER.part("wire_send"):
-                sent = self.cut_release.release(out, "train", len(self.party.train_split), rows[part])
-                cut = self.codecs.embedding_fields(sent)
-                self.ch.post(Embedding(**cut, epoch=epoch, step=step, micro=j))
+            self.exchange.send_cut(
+                out, "train", len(self.party.train_split), rows[part], epoch=epoch, step=step, micro=j
+            )
         for j, part in enumerate(parts):
-            g = self._gradient(epoch, step, j, shapes[j])
+            grad = self.exchange.gradient(epoch, step, j, shapes[j])
             if self.recorder:
-                self.recorder.add(epoch, step, ids[part], g.grad)
-            self.party.accumulate_gradient(self.cut_release.grad_for_cut(outs[j], torch.from_numpy(g.grad.copy())), j)
+                self.recorder.add(epoch, step, ids[part], grad)
+            self.party.accumulate_gradient(self.exchange.cut_gradient(outs[j], grad), j)
         self.party.step_optimizer()
         self.steps += 1
         steps = len(self._orders[epoch])
         if (step + 1) % self.cfg.train.log_every == 0 or step + 1 == steps:
             self.log(f"epoch {epoch} step {step + 1}/{steps} gradient applied")  # the loss stays with the leader
-
-    def _gradient(self, epoch: int, step: int, micro: int | None, shape: tuple, phase: str | None = None) -> Gradient:
-        """The next GRADIENT, checked to answer (epoch, step) of `phase` (and micro-batch `micro`) with a gradient of
-        `shape` (float32, by parse)."""
-        with TIMER.part("wire_wait"):
-            g: Gradient = self.ch.expect(Gradient, what=f"GRADIENT for step {step} from the leader")
-        if (g.epoch, g.step, g.phase) != (epoch, step, phase):
-            raise WireError(
-                f"GRADIENT: expected epoch {epoch} step {step} phase {phase}, "
-                f"got epoch {g.epoch!r} step {g.step!r} phase {g.phase}"
-            )
-        if micro is not None:
-            check_micro(g.micro, micro, f"GRADIENT for step {step}", WireError)
-        g = self.codecs.decoded(g, shape, f"GRADIENT for step {step}")  # network.compression: float32, checked
-        if tuple(g.grad.shape) != shape:
-            raise WireError(
-                f"GRADIENT for step {step}: expected float32 {shape}, got {g.grad.dtype} {tuple(g.grad.shape)}"
-            )
-        return g
 
     def _save_breakdown(self) -> None:
         """OUT/<party>_step_breakdown.json: where this party's training steps spent their time."""
@@ -405,14 +367,9 @@ class FollowerTrainer:
         n = len(rows)
         if not start < stop <= n:
             raise WireError(f"EVAL range {start}..{stop} outside the {split} split of {n} rows")
-        if self.session.digests.range(split, start, stop, rows.ids[start:stop]) != msg.digest:
-            raise WireError(
-                f"EVAL {split} {start}..{stop}: the leader's id digest {msg.digest[:12]} does not name this party's "
-                f"ids of those rows (the intersections disagree); no cut sent"
-            )
+        self.exchange.check_eval(msg, rows.ids[start:stop])
         out = (self.prior if prior else self.party).forward_eval(slice(start, stop), split)
-        sent = self.cut_release.release(out, split, n, slice(start, stop))
-        self.ch.post(Embedding(**self.codecs.embedding_fields(sent), eval=(split, start, stop)))
+        self.exchange.send_cut(out, split, n, slice(start, stop), eval=(split, start, stop))
 
     def _save(self, tag: str, epoch: int, step: int) -> None:
         if not self.ctx.is_main:  # every rank holds the same weights: rank 0 writes the party's checkpoint
