@@ -122,6 +122,7 @@ class FollowerTrainer:
         self._prior_orders: dict[int, list[np.ndarray]] = {}
         self._done = False  # DONE was answered: run() returns
         self.restored_step: int | None = None  # the step early stopping went back to (its weights are final)
+        self.last_checkpoint: tuple[int, str] | None = None  # (global step, path) of the last checkpoint written
         self.key_fingerprints = key_fingerprints(cfg)  # recorded in every checkpoint for prediction's fingerprint
         if cfg.train.resume_from:
             ckpt = load_resume_checkpoint(cfg.train.resume_from, cfg.party, ("bottom",))
@@ -137,10 +138,22 @@ class FollowerTrainer:
         if problems:
             raise WireError("handshake failed: " + "; ".join(problems))
         self.session.join(welcome.run)
+        # network.reconnect_s: from here a lost leader is waited for and resynchronised (vfl/wire/resync.py)
+        self.exchange.steps_per_epoch = welcome.steps_per_epoch
+        self.ch.notice = self.log
+        self.ch.resync.reconnect_s = self.cfg.network.reconnect_s
+        self.ch.resync.resume_hint = self._resume_hint
         # the leader's epochs decide the run's length, so they size this party's lr schedule (not its own config)
         self.party.optimizer.total_steps = welcome.epochs * welcome.steps_per_epoch
         self.cut_release.plan(welcome.epochs)  # a training row is sent once an epoch, a valid row once an evaluation
         return welcome
+
+    def _resume_hint(self) -> str:
+        """What a run that cannot go on resumes from (the line this party prints when the leader does not come back)."""
+        if self.last_checkpoint is None:
+            return "no checkpoint was written yet (train.checkpoint_every): start the run again"
+        step, path = self.last_checkpoint
+        return f"resume from the checkpoint of step {step} (this party's: {path}; --resume PATH)"
 
     def _rows(self, epoch: int, step: int) -> np.ndarray:
         if epoch not in self._orders:
@@ -382,3 +395,4 @@ class FollowerTrainer:
         )
         state = {"bottom": self.party.state()}
         save_checkpoint(path, self.cfg.party, state, epoch, step, {"run": record}, resume_identity(self.cfg))
+        self.last_checkpoint = (step, path)

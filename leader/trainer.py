@@ -75,6 +75,7 @@ class LeaderTrainer:
         self.loop: TrainingLoop | None = None  # built in prepare(), once the validation labels are randomized
         self.follower_snapshot_bytes: dict[str, int] = {}
         self.restored_step: int | None = None  # the step early stopping went back to (its weights are final)
+        self.last_checkpoint: tuple[int, str] | None = None  # (global step, path) of the last checkpoint written
         self.key_fingerprints = key_fingerprints(cfg)  # recorded in every checkpoint for prediction's fingerprint
         self.resume = None
         if cfg.train.resume_from:
@@ -126,6 +127,21 @@ class LeaderTrainer:
                 steps_per_epoch=steps,
                 **rank_meta(self.ctx.env),
             ),
+        )
+        # network.reconnect_s: from here a lost follower is waited for and resynchronised (vfl/wire/resync.py)
+        self.exchange.steps_per_epoch = steps
+        self.ch.resync.reconnect_s = self.cfg.network.reconnect_s
+        self.ch.resync.resume_hint = self._resume_hint
+        self.ch.while_waiting = self.session.keepalive  # the other followers' deadlines while one is waited for
+
+    def _resume_hint(self) -> str:
+        """What a run that cannot go on resumes from (the line a party prints when a lost peer does not come back)."""
+        if self.last_checkpoint is None:
+            return "no checkpoint was written yet (train.checkpoint_every): start the run again"
+        step, path = self.last_checkpoint
+        return (
+            f"resume every party from its checkpoint of step {step} (this party's: {path}; --resume PATH with the "
+            "same --epochs)"
         )
 
     def _keepalive(self) -> None:
@@ -354,6 +370,7 @@ class LeaderTrainer:
             ),
         }
         save_checkpoint(path, self.cfg.party, state, epoch, step, extra, resume_identity(self.cfg))
+        self.last_checkpoint = (step, path)
         return path
 
     def finish(self, epoch: int, step: int) -> None:

@@ -34,9 +34,12 @@ class FollowerSteps:
 
     def __init__(self, session: FollowerSession, codecs: FollowerCodecs, cut_release: CutRelease):
         self.session, self.codecs, self.cut_release = session, codecs, cut_release
+        self.steps_per_epoch = 0  # from the welcome: the global step a lost link is reported at
 
     def check_forward(self, msg: Forward, ids: np.ndarray) -> None:
         """FORWARD (epoch, step) must name this party's ids of that batch by their session digest."""
+        if msg.phase is None:
+            self.session.ch.resync.progress = msg.epoch * self.steps_per_epoch + msg.step + 1  # the newest started
         if self.session.digests.batch(ids) != msg.digest:
             raise WireError(
                 f"FORWARD epoch {msg.epoch} step {msg.step}: batch digest differs from the leader's; "

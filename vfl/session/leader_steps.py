@@ -29,6 +29,7 @@ class LeaderSteps:
 
     def __init__(self, session: LeaderSession, codecs: LeaderCodecs):
         self.session, self.codecs = session, codecs
+        self.steps_per_epoch = 0  # known once the followers are welcomed: the global step a lost link is reported at
 
     @property
     def followers(self) -> list[str]:
@@ -73,6 +74,7 @@ class LeaderSteps:
     # -- every follower --------------------------------------------------------------------------
     def forward_all(self, epoch: int, step: int, ids: np.ndarray) -> None:
         """FORWARD of batch (epoch, step) of the training ids `ids` to every follower, in `followers` order."""
+        self.session.ch.resync.progress = epoch * self.steps_per_epoch + step + 1  # the newest step started
         with TIMER.part("data"):  # each follower's digest is keyed by its own session key
             digests = {f: self.session.digests[f].batch(ids) for f in self.followers}
         with TIMER.part("wire_send"):
