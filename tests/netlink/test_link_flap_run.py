@@ -47,8 +47,7 @@ def _run(procs, tmp, shards, drop_at_down_bytes: int | None) -> tuple[dict, Rela
         relay.close()
     out = os.path.join(tmp, "out")
     weights = {
-        p: load_checkpoint(os.path.join(out, "checkpoints", f"{p}_final.pt"))["state"]
-        for p in ("leader", "follower0")
+        p: load_checkpoint(os.path.join(out, "checkpoints", f"{p}_final.pt"))["state"] for p in ("leader", "follower0")
     }
     return json.loads(open(os.path.join(out, "metrics.json")).read()), relay, weights
 
