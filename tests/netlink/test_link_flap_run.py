@@ -29,10 +29,10 @@ def shards_flap(synth_tiny, tmp_path_factory):
     return out
 
 
-def _run(procs, tmp, shards, drop_at_down_bytes: int | None) -> tuple[dict, Relay, dict]:
+def _run(procs, tmp, shards, drop_at_down_bytes: int | None, schedule: dict) -> tuple[dict, Relay, dict]:
     """Both parties through a relay (a drop after `drop_at_down_bytes` bytes towards the follower, then 0.5 s without
     connections); the leader's metrics.json, the relay, and each party's final weights."""
-    cfgs = party_configs(str(tmp), str(shards), train=TRAIN)
+    cfgs = party_configs(str(tmp), str(shards), train={**TRAIN, **schedule})
     port = int(yaml.safe_load(open(cfgs["leader"]).read())["network"]["bind"].rsplit(":", 1)[1])
     relay = Relay(("127.0.0.1", port)).start()
     if drop_at_down_bytes is not None:
@@ -62,21 +62,29 @@ def _same(a, b) -> bool:
     return a == b
 
 
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        {},
+        pytest.param({"staleness": 1}, marks=pytest.mark.slow, id="staleness1"),
+        pytest.param({"microbatches": 2}, marks=pytest.mark.slow, id="microbatches2"),
+    ],
+)
 def test_a_link_flap_in_the_middle_of_training_costs_a_wait_and_leaves_the_model_bit_identical(
-    tmp_path, shards_flap, procs
+    tmp_path, shards_flap, procs, schedule
 ):
     """The relay resets both connections inside a message halfway through the training bytes towards the follower
     and refuses connections for 0.5 s: the follower reconnects with the same key, both sides agree on the steps and
     re-send what was lost; both exit 0, both logs say the link was lost and came back, and every party's final
     weights equal the uninterrupted run's (no DP, staleness 0)."""
     # Prepare: the uninterrupted run, through the same relay
-    clean, clean_relay, clean_weights = _run(procs, tmp_path / "clean", shards_flap, None)
+    clean, clean_relay, clean_weights = _run(procs, tmp_path / "clean", shards_flap, None, schedule)
     procs.cleanup()
     procs.procs.clear()
     training_down = clean["wire"]["bytes_from_leader"]  # after PSI: the steps, evaluations and the goodbye
     drop_at = clean_relay.bytes_down - training_down // 2  # about halfway through training, inside a message
     # Execute
-    flap, relay, weights = _run(procs, tmp_path / "flap", shards_flap, drop_at)
+    flap, relay, weights = _run(procs, tmp_path / "flap", shards_flap, drop_at, schedule)
     # Assert: one drop, one reconnection, the same model
     assert relay.drops == 1 and relay.connections == clean_relay.connections + 1
     for party in ("leader", "follower0"):
