@@ -97,3 +97,79 @@ def test_power_without_reconnect_s_the_same_drop_ends_the_exchange(tmp_path):
         follower.close()
         leader.close()
         relay.close()
+
+
+def test_a_resync_claiming_a_message_never_sent_is_refused():
+    """A peer that says it received message 9 when 5 were sent to it cannot make this side skip what it holds."""
+    # Prepare
+    from vfl.wire.resync import PeerGone, Reconnection
+
+    r = Reconnection("leader", 30.0)
+    r.on_loss("follower0", True)
+    # Execute / Assert
+    with pytest.raises(PeerGone, match="claims to have received message 9, but only 5 were sent"):
+        r.agreed("follower0", 9, 0, 5, -1, True)
+
+
+def test_a_follower_claiming_a_step_ahead_of_the_leader_is_refused():
+    # Prepare
+    from vfl.wire.resync import PeerGone, Reconnection
+
+    r = Reconnection("leader", 30.0)
+    r.progress = 12
+    r.on_loss("follower0", True)
+    # Execute / Assert
+    with pytest.raises(PeerGone, match="started step 13, but the leader is at step 12"):
+        r.agreed("follower0", 3, 13, 5, 2, True)
+
+
+def test_after_a_resync_a_duplicate_is_dropped_and_a_replay_below_the_announced_number_refused():
+    """Announced 4 with 7 expected next: 5 and 6 (sent again) are dropped, 3 (applied before the loss) is a replay."""
+    # Prepare
+    from vfl.wire.resync import Reconnection
+
+    r = Reconnection("leader", 30.0)
+    r.on_loss("follower0", True)
+    r.agreed("follower0", -1, 0, 0, 4, True)
+    # Execute / Assert
+    assert r.sequence("follower0", 5, 7) is None and r.sequence("follower0", 6, 7) is None
+    with pytest.raises(WireError, match="replayed or lost"):
+        r.sequence("follower0", 3, 7)
+    assert r.sequence("follower0", 7, 7) == 7
+    with pytest.raises(WireError, match="replayed or lost"):
+        r.sequence("follower0", 9, 8)  # the gap allowance was used by the first message after the resync
+
+
+def test_a_peer_that_acknowledges_nothing_cannot_grow_what_is_kept_for_it_without_bound(monkeypatch):
+    # Prepare
+    from vfl.wire import resync
+
+    monkeypatch.setattr(resync, "OUTBOX_MAX_MESSAGES", 3)
+    r = resync.Reconnection("leader", 30.0)
+    for seq in range(3):
+        r.keep("follower0", seq, "GRADIENT", {"step": seq}, [b"x" * 10])
+    # Execute / Assert
+    with pytest.raises(resync.PeerGone, match="acknowledged none of the last 3 messages"):
+        r.keep("follower0", 3, "GRADIENT", {"step": 3}, [b"x" * 10])
+    r.acknowledged("follower0", 1, 3)  # once it acknowledges, room again
+    r.keep("follower0", 3, "GRADIENT", {"step": 3}, [b"x" * 10])
+    assert [k.seq for k in r.links["follower0"].outbox] == [2, 3]
+
+
+def test_a_resync_of_another_run_is_refused(tmp_path):
+    """A RESYNC carrying another run id is refused like any message of another run."""
+    # Prepare
+    from vfl.wire.frames import encode
+    from vfl.wire.resync_messages import Resync
+
+    leader, follower, relay = _pair(tmp_path)
+    try:
+        follower.run = "cd" * 16
+        frames = encode("RESYNC", "follower0", follower.run, 0, *Resync("hello", "0" * 32).to_wire())
+        # Execute / Assert
+        with pytest.raises(WireError, match="RESYNC from follower0 outside a run"):
+            leader._accept("follower0", frames)
+    finally:
+        follower.close()
+        leader.close()
+        relay.close()

@@ -1,5 +1,6 @@
-"""The relay's faults: a link that drops every connection (now, after N bytes, or at seeded random moments), stays down
-for a while, or stalls, so that tests and benches can show a run surviving them (vfl/netlink/relay.py).
+"""The relay's faults: every connection dropped (now, after N bytes, at seeded random moments), an outage, a stall.
+
+Tests and benches show a run surviving them (vfl/netlink/relay.py).
 
 A drop resets every relayed connection (an RST to both ends, as a NAT or a firewall that forgets a connection sends)
 and may refuse new connections for `down_s` seconds (the outage: clients retry, as ZeroMQ does by itself). A drop
