@@ -9,7 +9,6 @@ import time
 from collections import deque
 
 import numpy as np
-import torch
 
 from vfl.align.handshake import hello_message, new_nonce
 from vfl.config.schema import PartyConfig
@@ -24,8 +23,9 @@ from vfl.preflight import resume_identity
 from vfl.session.compression import FollowerCodecs
 from vfl.session.cut_release import CutRelease
 from vfl.session.follower import FollowerSession
+from vfl.session.follower_steps import FollowerSteps
 from vfl.training.checkpoint import checkpoint_tag, load_resume_checkpoint, save_checkpoint
-from vfl.training.microbatch import check_micro, micro_slices
+from vfl.training.microbatch import micro_slices
 from vfl.training.party import BottomParty
 from vfl.training.staleness import InFlight, StalenessError
 from vfl.training.step_timer import TIMER
@@ -34,7 +34,6 @@ from vfl.wire import FollowerChannel, WireError
 from vfl.wire.messages import (
     Bye,
     Done,
-    Embedding,
     Eval,
     Forward,
     Gradient,
@@ -108,6 +107,7 @@ class FollowerTrainer:
         for split in ("train", "valid", "test"):  # a row's noise is keyed by its id
             self.cut_release.bind_rows(split, getattr(party, f"{split}_split").ids)
         self.lineage: str | None = None  # embedding DP: the first run's id, carried by every resume (its ledger scope)
+        self.exchange = FollowerSteps(self.session, self.codecs, self.cut_release)  # every check, cut and gradient
         self.party = party
         self.log = log
         self.out_dir = out_dir
@@ -126,6 +126,7 @@ class FollowerTrainer:
         self._prior_orders: dict[int, list[np.ndarray]] = {}
         self._done = False  # DONE was answered: run() returns
         self.restored_step: int | None = None  # the step early stopping went back to (its weights are final)
+        self.last_checkpoint: tuple[int, str] | None = None  # (global step, path) of the last checkpoint written
         self.key_fingerprints = key_fingerprints(cfg)  # recorded in every checkpoint for prediction's fingerprint
         if cfg.train.resume_from:
             ckpt = load_resume_checkpoint(cfg.train.resume_from, cfg.party, ("bottom",))
@@ -142,12 +143,24 @@ class FollowerTrainer:
         if problems:
             raise WireError("handshake failed: " + "; ".join(problems))
         self.session.join(welcome.run)
+        # network.reconnect_s: from here a lost leader is waited for and resynchronised (vfl/wire/resync.py)
+        self.exchange.steps_per_epoch = welcome.steps_per_epoch
+        self.ch.notice = self.log
+        self.ch.resync.reconnect_s = self.cfg.network.reconnect_s
+        self.ch.resync.resume_hint = self._resume_hint
         # the leader's epochs decide the run's length, so they size this party's lr schedule (not its own config)
         self.party.optimizer.total_steps = welcome.epochs * welcome.steps_per_epoch
         self.lineage = self.lineage or welcome.run
         sends = {"train": welcome.sends_train, "valid": welcome.sends_valid, "test": welcome.sends_test}
         self.cut_release.plan_training(sends, self.lineage)  # what the leader's schedule sends, before any send
         return welcome
+
+    def _resume_hint(self) -> str:
+        """What a run that cannot go on resumes from (the line this party prints when the leader does not come back)."""
+        if self.last_checkpoint is None:
+            return "no checkpoint was written yet (train.checkpoint_every): start the run again"
+        step, path = self.last_checkpoint
+        return f"resume from the checkpoint of step {step} (this party's: {path}; --resume PATH)"
 
     def _rows(self, epoch: int, step: int) -> np.ndarray:
         if epoch not in self._orders:
@@ -194,43 +207,30 @@ class FollowerTrainer:
         epoch, step = msg.epoch, msg.step
         rows = self._rows(epoch, step)
         ids = self.party.train_split.ids[rows]
-        if self.session.digests.batch(ids) != msg.digest:
-            raise WireError(
-                f"FORWARD epoch {epoch} step {step}: batch digest differs from the leader's; "
-                f"the shards or the seed disagree"
-            )
+        self.exchange.check_forward(msg, ids)
         try:
             self.in_flight.forwarded((epoch, step))
         except StalenessError as e:
             raise WireError(str(e)) from None
         out = self.stash.forward(rows)
         self._ahead_ids.append(ids)
-        with TIMER.part("wire_send"):
-            sent = self.cut_release.release(out, "train", len(self.party.train_split), rows)
-            cut = self.codecs.embedding_fields(sent)
-            self.ch.post(Embedding(**cut, epoch=epoch, step=step, micro=0))
+        self.exchange.send_cut(out, "train", len(self.party.train_split), rows, epoch=epoch, step=step, micro=0)
 
     def _on_gradient(self, msg: Gradient) -> None:
         """GRADIENT under train.staleness: that of the oldest batch in flight, backpropagated through the weights
         that computed its cut and applied to the weights as they are now (delayed SGD)."""
         due = self.in_flight.oldest
-        if due is None or (msg.epoch, msg.step, msg.phase) != (*due, None):
-            expected = "no GRADIENT (no batch in flight)" if due is None else f"epoch {due[0]} step {due[1]} phase None"
+        if due is None:
             raise WireError(
-                f"GRADIENT: expected {expected}, got epoch {msg.epoch!r} step {msg.step!r} phase {msg.phase}"
+                f"GRADIENT: expected no GRADIENT (no batch in flight), got epoch {msg.epoch!r} step {msg.step!r} "
+                f"phase {msg.phase}"
             )
         epoch, step = due
-        check_micro(msg.micro, 0, f"GRADIENT for step {step}", WireError)
-        shape = tuple(self.stash.oldest_cut.shape)
-        g = self.codecs.decoded(msg, shape, f"GRADIENT for step {step}")  # network.compression: float32, checked
-        if tuple(g.grad.shape) != shape:
-            raise WireError(
-                f"GRADIENT for step {step}: expected float32 {shape}, got {g.grad.dtype} {tuple(g.grad.shape)}"
-            )
+        grad = self.exchange.checked_gradient(msg, epoch, step, 0, tuple(self.stash.oldest_cut.shape))
         ids = self._ahead_ids.popleft()
         if self.recorder:
-            self.recorder.add(epoch, step, ids, g.grad)
-        self.stash.backward(self.cut_release.grad_for_cut(self.stash.oldest_cut, torch.from_numpy(g.grad.copy())))
+            self.recorder.add(epoch, step, ids, grad)
+        self.stash.backward(self.exchange.cut_gradient(self.stash.oldest_cut, grad))
         self.party.step_optimizer()
         self.in_flight.applied(due)
         self.steps += 1
@@ -320,19 +320,14 @@ class FollowerTrainer:
         rows = self._prior_batch(epoch, step) if prior else self._rows(epoch, step)
         party = self.prior if prior else self.party
         ids = self.party.train_split.ids[rows]
-        if self.session.digests.batch(ids) != msg.digest:
-            raise WireError(
-                f"FORWARD epoch {epoch} step {step}: batch digest differs from the leader's; "
-                f"the shards or the seed disagree"
-            )
+        self.exchange.check_forward(msg, ids)
         if (
             prior
         ):  # stage one: whole batches, no logs per step, not recorded (the leakage attacks read the main training)
             out = party.forward_train(rows)
-            sent = self.cut_release.release(out, "train", len(self.party.train_split), rows)
-            self.ch.post(Embedding(**self.codecs.embedding_fields(sent), epoch=epoch, step=step))
-            grad = torch.from_numpy(self._gradient(epoch, step, None, tuple(out.shape), phase="prior").grad.copy())
-            party.apply_gradient(self.cut_release.grad_for_cut(out, grad))
+            self.exchange.send_cut(out, "train", len(self.party.train_split), rows, epoch=epoch, step=step)
+            grad = self.exchange.gradient(epoch, step, None, tuple(out.shape), phase="prior")
+            party.apply_gradient(self.exchange.cut_gradient(out, grad))
             return
         # every micro-batch's embedding goes out before the first gradient is awaited: the leader works on
         # micro-batch j while this party computes j + 1 (M = 1: one whole batch, as without micro-batches)
@@ -342,39 +337,19 @@ class FollowerTrainer:
             out = self.party.forward_train(rows[part])
             shapes.append(tuple(out.shape))
             outs.append(out)
-            with TIMER.part("wire_send"):
-                sent = self.cut_release.release(out, "train", len(self.party.train_split), rows[part])
-                cut = self.codecs.embedding_fields(sent)
-                self.ch.post(Embedding(**cut, epoch=epoch, step=step, micro=j))
+            self.exchange.send_cut(
+                out, "train", len(self.party.train_split), rows[part], epoch=epoch, step=step, micro=j
+            )
         for j, part in enumerate(parts):
-            g = self._gradient(epoch, step, j, shapes[j])
+            grad = self.exchange.gradient(epoch, step, j, shapes[j])
             if self.recorder:
-                self.recorder.add(epoch, step, ids[part], g.grad)
-            self.party.accumulate_gradient(self.cut_release.grad_for_cut(outs[j], torch.from_numpy(g.grad.copy())), j)
+                self.recorder.add(epoch, step, ids[part], grad)
+            self.party.accumulate_gradient(self.exchange.cut_gradient(outs[j], grad), j)
         self.party.step_optimizer()
         self.steps += 1
         steps = len(self._orders[epoch])
         if (step + 1) % self.cfg.train.log_every == 0 or step + 1 == steps:
             self.log(f"epoch {epoch} step {step + 1}/{steps} gradient applied")  # the loss stays with the leader
-
-    def _gradient(self, epoch: int, step: int, micro: int | None, shape: tuple, phase: str | None = None) -> Gradient:
-        """The next GRADIENT, checked to answer (epoch, step) of `phase` (and micro-batch `micro`) with a gradient of
-        `shape` (float32, by parse)."""
-        with TIMER.part("wire_wait"):
-            g: Gradient = self.ch.expect(Gradient, what=f"GRADIENT for step {step} from the leader")
-        if (g.epoch, g.step, g.phase) != (epoch, step, phase):
-            raise WireError(
-                f"GRADIENT: expected epoch {epoch} step {step} phase {phase}, "
-                f"got epoch {g.epoch!r} step {g.step!r} phase {g.phase}"
-            )
-        if micro is not None:
-            check_micro(g.micro, micro, f"GRADIENT for step {step}", WireError)
-        g = self.codecs.decoded(g, shape, f"GRADIENT for step {step}")  # network.compression: float32, checked
-        if tuple(g.grad.shape) != shape:
-            raise WireError(
-                f"GRADIENT for step {step}: expected float32 {shape}, got {g.grad.dtype} {tuple(g.grad.shape)}"
-            )
-        return g
 
     def _save_breakdown(self) -> None:
         """OUT/<party>_step_breakdown.json: where this party's training steps spent their time."""
@@ -406,14 +381,9 @@ class FollowerTrainer:
         n = len(rows)
         if not start < stop <= n:
             raise WireError(f"EVAL range {start}..{stop} outside the {split} split of {n} rows")
-        if self.session.digests.range(split, start, stop, rows.ids[start:stop]) != msg.digest:
-            raise WireError(
-                f"EVAL {split} {start}..{stop}: the leader's id digest {msg.digest[:12]} does not name this party's "
-                f"ids of those rows (the intersections disagree); no cut sent"
-            )
+        self.exchange.check_eval(msg, rows.ids[start:stop])
         out = (self.prior if prior else self.party).forward_eval(slice(start, stop), split)
-        sent = self.cut_release.release(out, split, n, slice(start, stop))
-        self.ch.post(Embedding(**self.codecs.embedding_fields(sent), eval=(split, start, stop)))
+        self.exchange.send_cut(out, split, n, slice(start, stop), eval=(split, start, stop))
 
     def _save(self, tag: str, epoch: int, step: int) -> None:
         if not self.ctx.is_main:  # every rank holds the same weights: rank 0 writes the party's checkpoint
@@ -427,3 +397,4 @@ class FollowerTrainer:
         state = {"bottom": self.party.state()}
         extra = {"run": record, "embedding_dp_lineage": self.lineage or self.ch.run}
         save_checkpoint(path, self.cfg.party, state, epoch, step, extra, resume_identity(self.cfg))
+        self.last_checkpoint = (step, path)

@@ -13,8 +13,9 @@ from vfl.labeldp.prior import LocalCutSource, fit_predict_all_parties, prior_con
 from vfl.labeldp.release import LabelDPRelease
 from vfl.session.compression import LeaderCodecs
 from vfl.session.leader import LeaderSession
+from vfl.session.leader_steps import LeaderSteps
 from vfl.training.party import BottomParty
-from vfl.wire.messages import Eval, Forward, Gradient, Prior
+from vfl.wire.messages import Prior
 
 
 @dataclass
@@ -53,25 +54,19 @@ class FollowerPriorSource:
     """A follower's stage-one bottom as the leader sees it: FORWARD / GRADIENT / EVAL with phase "prior"."""
 
     def __init__(self, session: LeaderSession, codecs: LeaderCodecs, train_ids: np.ndarray, follower: str):
-        self.session, self.codecs, self.train_ids, self.f = session, codecs, train_ids, follower
+        self.steps, self.train_ids, self.f = LeaderSteps(session, codecs), train_ids, follower
         self.at: tuple[int, int] = (0, 0)
         self.rows = np.zeros(0, np.int64)  # the training rows of the batch in flight (top-k's residuals are per row)
 
     def forward(self, epoch: int, step: int, rows: np.ndarray) -> torch.Tensor:
         self.at, self.rows = (epoch, step), rows
-        digest = self.session.digests[self.f].batch(self.train_ids[rows])
-        self.session.ch.post(self.f, Forward(epoch=epoch, step=step, rows=int(rows.size), digest=digest, phase="prior"))
-        return self.session.remote_cut(self.f, "step", step, rows.size, epoch=epoch)
+        self.steps.forward(self.f, epoch, step, self.train_ids[rows], phase="prior")
+        return self.steps.cut(self.f, epoch, step, rows.size)
 
     def backward(self, grad: torch.Tensor) -> None:
         epoch, step = self.at
-        fields = self.codecs.gradient_fields(self.f, grad.detach().cpu().numpy(), self.rows, phase="prior")
-        self.session.ch.post(self.f, Gradient(**fields, epoch=epoch, step=step, phase="prior"))
+        self.steps.gradient(self.f, epoch, step, grad, self.rows, phase="prior")
 
     def evaluate(self, rows: slice) -> torch.Tensor:
-        ids = self.train_ids[rows]
-        digest = self.session.digests[self.f].range("train", rows.start, rows.stop, ids)
-        self.session.ch.post(
-            self.f, Eval(split="train", start=rows.start, stop=rows.stop, digest=digest, phase="prior")
-        )
-        return self.session.remote_cut(self.f, "eval", ("train", rows.start, rows.stop), rows.stop - rows.start)
+        self.steps.eval_request(self.f, "train", rows.start, rows.stop, self.train_ids[rows], phase="prior")
+        return self.steps.eval_cut(self.f, "train", rows.start, rows.stop)

@@ -24,6 +24,7 @@ from vfl.obs.progress import track
 from vfl.preflight import resume_identity
 from vfl.session.compression import LeaderCodecs
 from vfl.session.leader import HandshakeError, LeaderSession
+from vfl.session.leader_steps import LeaderSteps
 from vfl.session.link_probe import LinkCheckDone, announce, check_report
 from vfl.training.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.training.loop import TrainingLoop
@@ -35,7 +36,7 @@ from vfl.training.step_timer import TIMER
 from vfl.training.top import TopTrainer
 from vfl.training.weight_stash import WeightStash
 from vfl.wire import LeaderChannel
-from vfl.wire.messages import Bye, Done, Eval, Forward, Gradient, Hello, Restore, Save, Snapshot, Welcome
+from vfl.wire.messages import Bye, Done, Hello, Restore, Save, Snapshot, Welcome
 
 __all__ = ["HandshakeError", "LeaderTrainer"]  # HandshakeError is the session's (vfl/session/leader.py)
 
@@ -69,11 +70,13 @@ class LeaderTrainer:
         # network.compression: cuts decoded by the session, gradients coded here (top-k's residuals per sample)
         self.codecs = LeaderCodecs(cfg.network.compression, len(party.train_split))
         self.session.embedding_codec = self.codecs.embedding
+        self.exchange = LeaderSteps(self.session, self.codecs)  # every FORWARD, cut, GRADIENT and EVAL of the run
         self.labels = None
         self.top: TopTrainer | None = None
         self.loop: TrainingLoop | None = None  # built in prepare(), once the validation labels are randomized
         self.follower_snapshot_bytes: dict[str, int] = {}
         self.restored_step: int | None = None  # the step early stopping went back to (its weights are final)
+        self.last_checkpoint: tuple[int, str] | None = None  # (global step, path) of the last checkpoint written
         self.key_fingerprints = key_fingerprints(cfg)  # recorded in every checkpoint for prediction's fingerprint
         self.resume = None
         if cfg.train.resume_from:
@@ -126,6 +129,21 @@ class LeaderTrainer:
                 **self._sends_per_row(steps),
                 **rank_meta(self.ctx.env),
             ),
+        )
+        # network.reconnect_s: from here a lost follower is waited for and resynchronised (vfl/wire/resync.py)
+        self.exchange.steps_per_epoch = steps
+        self.ch.resync.reconnect_s = self.cfg.network.reconnect_s
+        self.ch.resync.resume_hint = self._resume_hint
+        self.ch.while_waiting = self.session.keepalive  # the other followers' deadlines while one is waited for
+
+    def _resume_hint(self) -> str:
+        """What a run that cannot go on resumes from (the line a party prints when a lost peer does not come back)."""
+        if self.last_checkpoint is None:
+            return "no checkpoint was written yet (train.checkpoint_every): start the run again"
+        step, path = self.last_checkpoint
+        return (
+            f"resume every party from its checkpoint of step {step} (this party's: {path}; --resume PATH with the "
+            "same --epochs)"
         )
 
     def _sends_per_row(self, steps: int) -> dict[str, int]:
@@ -201,11 +219,7 @@ class LeaderTrainer:
             if stale is not None:
                 return self._stale_step(stale, epoch, i, batch, labels)
             rows = self.ctx.rows(batch)  # this rank's slice of the global batch (all of it for one rank)
-            with TIMER.part("data"):  # each follower's digest is keyed by its own session key
-                digests = {f: self.session.digests[f].batch(train_ids[rows]) for f in self.followers}
-            with TIMER.part("wire_send"):
-                for f in self.followers:
-                    self.ch.post(f, Forward(epoch=epoch, step=i, rows=int(rows.size), digest=digests[f]))
+            self.exchange.forward_all(epoch, i, train_ids[rows])
             parts = micro_slices(rows.size, self.cfg.train.microbatches)
             value, total = 0.0, 0.0
             # each follower sends its M embeddings before its first gradient: up to M of one follower's arrive while
@@ -257,31 +271,21 @@ class LeaderTrainer:
             self._orders = {epoch: batch_order(len(self.party.train_split), tr.batch_size, tr.seed, epoch)}
         for e, s in stale.to_forward(epoch, i):
             ahead = self._orders[e][s]
-            with TIMER.part("data"):
-                digests = {f: self.session.digests[f].batch(self.party.train_split.ids[ahead]) for f in self.followers}
-            with TIMER.part("wire_send"):
-                for f in self.followers:
-                    self.ch.post(f, Forward(epoch=e, step=s, rows=int(ahead.size), digest=digests[f]))
+            self.exchange.forward_all(e, s, self.party.train_split.ids[ahead])
             self.stash.forward(ahead)
             stale.window.forwarded((e, s))
         own_leaf = self.stash.oldest_cut.detach().requires_grad_(True)
         # while the leader awaits one follower's cut of batch i, another's cuts of i .. i + K may arrive
         bound = embedding_bytes_bound(rows.size, [self.cut_dims[f] for f in self.followers])
-        with pipelined(self.ch, stale.window.depth, bound), TIMER.part("wire_wait"):
-            remote = [
-                self._remote_cut(f, "step", i, rows.size, micro=0, epoch=epoch).requires_grad_(True)
-                for f in self.followers
-            ]
+        with pipelined(self.ch, stale.window.depth, bound):
+            remote = self.exchange.cuts(epoch, i, rows.size, micro=0)
         with TIMER.part("top"):
             loss = self.top.loss([own_leaf, *remote], labels[rows])
             value = float(loss.detach())
             if not math.isfinite(value):  # before anything is sent: the followers get a clean ABORT
                 raise FloatingPointError(f"training loss became {value} at epoch {epoch} step {i + 1}; lower train.lr")
             loss.backward()
-        with TIMER.part("wire_send"):
-            for f, t in zip(self.followers, remote):
-                fields = self.codecs.gradient_fields(f, t.grad.detach().cpu().numpy(), rows)  # network.compression
-                self.ch.post(f, Gradient(**fields, epoch=epoch, step=i, micro=0))
+        self.exchange.gradients(epoch, i, remote, rows, micro=0)
         self.stash.backward(own_leaf.grad)
         stale.window.applied((epoch, i))
         self.top.step()
@@ -306,11 +310,7 @@ class LeaderTrainer:
         the slice's loss, the global batch's mean loss once known: with the last micro-batch, else nan)."""
         own = self.party.forward_train(rows)
         own_leaf = own.detach().requires_grad_(True)
-        with TIMER.part("wire_wait"):
-            remote = [
-                self._remote_cut(f, "step", i, rows.size, micro=j, epoch=epoch).requires_grad_(True)
-                for f in self.followers
-            ]
+        remote = self.exchange.cuts(epoch, i, rows.size, micro=j)
         with TIMER.part("top"):
             loss = self.top.loss([own_leaf, *remote], labels[rows])
             scaled = weighted_loss(loss, rows.size, batch_rows)
@@ -324,11 +324,7 @@ class LeaderTrainer:
             if self.ctx.ranks > 1:  # N n_r / B: DDP's average over ranks is then the global batch's gradient
                 scaled = scaled * self.ctx.loss_weight(batch_rows, global_rows)
             scaled.backward()  # top only: the followers' gradients are ready before the leader's bottom runs
-        with TIMER.part("wire_send"):
-            for f, t in zip(self.followers, remote):
-                # the gradient only: the loss stays here (without label DP it is a function of the true labels)
-                fields = self.codecs.gradient_fields(f, t.grad.detach().cpu().numpy(), rows)
-                self.ch.post(f, Gradient(**fields, epoch=epoch, step=i, micro=j))
+        self.exchange.gradients(epoch, i, remote, rows, micro=j)
         self.party.accumulate_gradient(own_leaf.grad, j)  # overlaps with the followers' backward passes
         return value, total
 
@@ -347,12 +343,6 @@ class LeaderTrainer:
         self.codecs.reset()  # top-k's residuals belong to the discarded steps
         self.restored_step = step
 
-    def _remote_cut(
-        self, peer: str, key: str, value, rows: int, micro: int | None = None, epoch: int | None = None
-    ) -> torch.Tensor:
-        """The next EMBEDDING from peer, checked (LeaderSession.remote_cut)."""
-        return self.session.remote_cut(peer, key, value, rows, micro, epoch)
-
     @torch.no_grad()
     def evaluate(self, split: str) -> np.ndarray:
         """Predicted click (n,) or class (n, K) probabilities, or values (n,), on the valid or test split (scored on
@@ -365,13 +355,8 @@ class LeaderTrainer:
         ):
             sl = slice(lo + part.start, lo + part.stop)
             ids = (self.party.valid_split if split == "valid" else self.party.test_split).ids[sl]
-            for f in self.followers:  # the follower sends no cut of ids we cannot name
-                digest = self.session.digests[f].range(split, sl.start, sl.stop, ids)
-                self.ch.post(f, Eval(split=split, start=sl.start, stop=sl.stop, digest=digest))
-            cuts = [self.party.forward_eval(sl, split)]
-            cuts += [
-                self._remote_cut(f, "eval", (split, sl.start, sl.stop), sl.stop - sl.start) for f in self.followers
-            ]
+            self.exchange.eval_all(split, sl.start, sl.stop, ids)  # the followers compute while the leader does
+            cuts = [self.party.forward_eval(sl, split), *self.exchange.eval_cuts(split, sl.start, sl.stop)]
             probs[part] = self.top.predict(cuts)
         return self.ctx.gather_rows(probs, n)
 
@@ -398,6 +383,7 @@ class LeaderTrainer:
             ),
         }
         save_checkpoint(path, self.cfg.party, state, epoch, step, extra, resume_identity(self.cfg))
+        self.last_checkpoint = (step, path)
         return path
 
     def finish(self, epoch: int, step: int) -> None:

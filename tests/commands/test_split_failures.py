@@ -161,11 +161,12 @@ def test_leader_that_never_answers_times_out_the_follower(tmp_path, shards_small
     assert code == 1 and "timed out after 2 s awaiting PSI hello from the leader" in err
 
 
-def test_follower_killed_mid_training_stops_the_leader_quickly(tmp_path, shards_small, procs):
-    # Prepare: many epochs so the kill lands mid-run; a long timeout shows disconnect detection works
+def test_follower_killed_mid_training_stops_the_leader_quickly_without_reconnect_s(tmp_path, shards_small, procs):
+    # Prepare: many epochs so the kill lands mid-run; a long timeout shows disconnect detection works; reconnect_s 0:
+    # the first lost connection ends the run
     cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=60, train={"epochs": 200, "log_every": 1})
-    procs.start("leader", "leader", cfgs["leader"])
-    procs.start("follower0", "follower", cfgs["follower0"])
+    procs.start("leader", "leader", cfgs["leader"], "network.reconnect_s=0")
+    procs.start("follower0", "follower", cfgs["follower0"], "network.reconnect_s=0")
     procs.wait_for_line("leader", os.path.join(tmp_path, "out", "leader.log"), "epoch 0 step 3/")
     # Execute
     t0 = time.monotonic()
@@ -176,17 +177,42 @@ def test_follower_killed_mid_training_stops_the_leader_quickly(tmp_path, shards_
     assert time.monotonic() - t0 < 20
 
 
-def test_leader_killed_mid_training_stops_the_follower(tmp_path, shards_small, procs):
+def test_leader_killed_mid_training_stops_the_follower_without_reconnect_s(tmp_path, shards_small, procs):
     # Prepare
     cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=60, train={"epochs": 200, "log_every": 1})
-    procs.start("leader", "leader", cfgs["leader"])
-    procs.start("follower0", "follower", cfgs["follower0"])
+    procs.start("leader", "leader", cfgs["leader"], "network.reconnect_s=0")
+    procs.start("follower0", "follower", cfgs["follower0"], "network.reconnect_s=0")
     procs.wait_for_line("leader", os.path.join(tmp_path, "out", "leader.log"), "epoch 0 step 3/")
     # Execute
     procs.kill("leader")
     code, _, err = procs.wait("follower0", 60)
     # Assert
     assert code == 1 and "connection lost" in err
+
+
+def test_a_killed_follower_is_waited_for_reconnect_s_then_the_leader_names_the_checkpoint_to_resume_from(
+    tmp_path, shards_small, procs
+):
+    """network.reconnect_s 3: the leader waits for the killed follower that long, then exits 1 with one line naming
+    the step it was lost at and the checkpoint to resume from."""
+    # Prepare
+    cfgs = party_configs(
+        str(tmp_path), str(shards_small), timeout_s=60, train={"epochs": 200, "log_every": 1, "checkpoint_every": 2}
+    )
+    procs.start("leader", "leader", cfgs["leader"], "network.reconnect_s=3")
+    procs.start("follower0", "follower", cfgs["follower0"], "network.reconnect_s=3")
+    log = os.path.join(tmp_path, "out", "leader.log")
+    procs.wait_for_line("leader", log, "epoch 0 step 5/")
+    # Execute
+    t0 = time.monotonic()
+    procs.kill("follower0")
+    code, _, err = procs.wait("leader", 60)
+    # Assert
+    assert 3 <= time.monotonic() - t0 < 20
+    last = err.strip().splitlines()[-1]
+    assert code == 1 and "not back within network.reconnect_s=3 s" in last, err[-2000:]
+    assert "resume every party from its checkpoint of step" in last and "leader_step" in last, last
+    assert "link to follower0 lost at step" in open(log).read()
 
 
 def test_follower_given_another_followers_shard_is_refused(tmp_path, shards_three, procs):

@@ -6,6 +6,7 @@ import json
 import time
 
 import numpy as np
+import yaml
 
 from tests.support.party_processes import free_port, party_configs, run_split
 from tests.support.ranks import rank_env, start_ranks
@@ -62,6 +63,11 @@ def test_killing_one_rank_ends_every_process_of_every_party(tmp_path, shards_sma
     for path in cfgs.values():
         with open(path, "a") as f:
             f.write(f"distributed: {{timeout_s: {dist_timeout_s}}}\n")
+        with open(path) as f:  # reconnect_s 0: a rank's lost connection ends the run at once
+            doc = yaml.safe_load(f)
+        doc["network"]["reconnect_s"] = 0
+        with open(path, "w") as f:
+            yaml.safe_dump(doc, f)
     names = start_ranks(procs, cfgs, RANKS)
     procs.wait_for_line("leader.0", str(tmp_path / "out" / "leader.log"), "epoch 0 step 10/", timeout=120)
     # Execute: rank 1 of the follower dies without a word

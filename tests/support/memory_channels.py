@@ -7,6 +7,7 @@ import queue
 from vfl.wire import PeerAbort, PeerTimeout, WireError
 from vfl.wire.frames import decode, encode
 from vfl.wire.messages import Abort, WireMessage, parse
+from vfl.wire.resync import Reconnection
 
 TIMEOUT_S = 20.0  # a receive deadline: a trainer that waits longer has lost its peer (the test fails, never hangs)
 
@@ -29,6 +30,8 @@ class _MemoryEndpoint:
         self.timeout_s = TIMEOUT_S
         self.bytes_sent = self.bytes_received = 0
         self.watch_disconnect = True
+        # a queue never loses its connection: nothing is kept or resynchronised (vfl/wire/resync.py)
+        self.resync = Reconnection(me, 0.0)
 
     def _put(self, box: queue.Queue, peer: str, message: WireMessage) -> None:
         meta, tensors = message.to_wire()

@@ -27,6 +27,7 @@ from vfl.wire.messages import (
     WireMessage,
 )
 from vfl.wire.predict_messages import PredictCut, PredictDone, PredictHello, PredictRows, PredictWelcome
+from vfl.wire.resync_messages import Resync
 from vfl.wire.serve_messages import ServeCut, ServeHello, ServeIds, ServeRefused, ServeWelcome
 
 SUITE = "ecdh-psi/x25519-elligator2x2-sha512/v1"
@@ -173,6 +174,11 @@ SAMPLES: list[tuple[WireMessage, dict]] = [
     (LinkProbe(3, NONCE, 1024, np.zeros(7, np.uint8)), {"probe": 3, "nonce": NONCE, "echo_bytes": 1024}),
     (LinkEcho(3, NONCE, np.zeros(1024, np.uint8)), {"probe": 3, "nonce": NONCE}),
     (LinkReport(40.0, 1, 100.0), {"rtt_ms": 40.0, "final": 1, "down_mbit": 100.0}),
+    (Resync("hello", "0" * 32), {"op": "hello", "nonce": "0" * 32}),
+    (
+        Resync("state", "1" * 32, "0" * 32, 41, 7),
+        {"op": "state", "nonce": "1" * 32, "echo": "0" * 32, "received": 41, "step": 7},
+    ),
 ]
 SENDER = {
     "HELLO": "follower0",

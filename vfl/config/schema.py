@@ -68,6 +68,9 @@ class NetworkConfig(_Section):
     connect: Optional[Endpoint] = None  # follower: the leader's endpoint
     followers: tuple[str, ...] = ()  # leader: expected follower party names (checked with the role)
     timeout_s: Number(0, 86400, lo_open=True) = 60.0
+    # a lost connection inside a run is waited for this long (the same key back, resynchronised, what was in flight
+    # sent again: vfl/wire/resync.py); 0: the first lost connection ends the run
+    reconnect_s: Number(0, 86400) = 300.0
     secret_key_file: Optional[Path] = None  # this party's <party>.key_secret (python -m vfl.keys new)
     follower_keys: dict[str, Path] = Field(default_factory=dict)  # leader: follower name -> its public <name>.key
     leader_key_file: Optional[Path] = None  # follower: the leader's public key, pinned

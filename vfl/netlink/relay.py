@@ -14,16 +14,26 @@ needs neither, at the price of Python's speed (a few hundred MB/s a direction on
 
 `python -m vfl.netlink relay --listen HOST:PORT --to HOST:PORT --rtt-ms 40 --bandwidth-mbit 100 --jitter-ms 5` runs one
 as a process until SIGINT / SIGTERM.
+
+Faults, for the tests and benches of a run that must survive them (vfl/netlink/faults.py): `drop_all(down_s)` resets
+every relayed connection now and refuses new ones for down_s (a link outage); `drop_after(up_bytes=N)` (or
+`down_bytes`) does so once N bytes crossed that way, cutting the chunk that crosses N after its N-th byte (a reset in
+the middle of a message); `stall(s)` holds every byte for s seconds (a peer that hears nothing, its connection open);
+`random_faults(...)` draws such faults from a seed. `drops` counts the drops, `dropped` is set at each (an event a test
+waits on instead of sleeping), `connections` counts the connections accepted (a reconnection adds one).
 """
 
 from __future__ import annotations
 
 import random
 import socket
+import struct
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+
+from vfl.netlink.faults import Faults
 
 READ_BYTES = 64 * 1024  # one chunk: a read of at most this much is serialised and delayed as a unit
 CONNECT_TIMEOUT_S = 5.0
@@ -149,6 +159,8 @@ class Relay:
         self.bytes_up = 0
         self.bytes_down = 0
         self.connections = 0
+        self.faults = Faults(self)  # drops, outages, stalls (faults.py)
+        self._pairs: set[_Pair] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._sockets: set[socket.socket] = set()
@@ -191,6 +203,34 @@ class Relay:
         for s in sockets:
             s.close()
 
+    # -- faults (faults.py schedules them) -----------------------------------------------------------
+    @property
+    def drops(self) -> int:
+        return self.faults.drops
+
+    @property
+    def dropped(self) -> threading.Event:
+        return self.faults.dropped
+
+    def drop_all(self, down_s: float = 0.0) -> None:
+        """Reset every relayed connection now, and refuse new connections for down_s seconds (0: none refused)."""
+        self.faults.drop_all(down_s)
+
+    def drop_after(self, up_bytes: int | None = None, down_bytes: int | None = None, down_s: float = 0.0) -> None:
+        """Reset every connection once `up_bytes` crossed client to target in all (or `down_bytes` the other way),
+        in the middle of the chunk that crosses it; then refuse connections for down_s seconds."""
+        self.faults.drop_after(up_bytes, down_bytes, down_s)
+
+    def stall(self, seconds: float) -> None:
+        """Deliver nothing either way for `seconds` (connections stay open; bytes wait, in order)."""
+        self.faults.stall(seconds)
+
+    def _reset_all(self) -> None:
+        with self._lock:
+            pairs = list(self._pairs)
+        for pair in pairs:
+            pair.cut(reset=True)
+
     def _add(self, n: int, up: bool) -> None:
         with self._lock:
             if up:
@@ -203,6 +243,9 @@ class Relay:
             try:
                 client, _ = self._server.accept()
             except (TimeoutError, OSError):
+                continue
+            if self.faults.refusing():  # an outage: the client sees its connection closed and retries
+                _reset(client)
                 continue
             try:
                 upstream = socket.create_connection(self.target, timeout=CONNECT_TIMEOUT_S)
@@ -220,10 +263,12 @@ class Relay:
                 self.connections += 1
                 self._sockets |= {client, upstream}
                 pair = _Pair(client, upstream, self)
+                self._pairs.add(pair)
                 self._threads = [t for t in self._threads if t.is_alive()] + pair.start()  # ended pairs' threads go
 
-    def _forget(self, *sockets: socket.socket) -> None:
+    def _forget(self, pair: _Pair, *sockets: socket.socket) -> None:
         with self._lock:
+            self._pairs.discard(pair)
             for s in sockets:
                 self._sockets.discard(s)
                 s.close()
@@ -239,11 +284,13 @@ class _Pair:
                 client,
                 upstream,
                 LinkDirection(relay.spec, random.Random(relay.rng.random()), lambda n: relay._add(n, True)),
+                True,
             ),
             (
                 upstream,
                 client,
                 LinkDirection(relay.spec, random.Random(relay.rng.random()), lambda n: relay._add(n, False)),
+                False,
             ),
         ]
         self.ended = 0  # writers done
@@ -251,9 +298,9 @@ class _Pair:
 
     def start(self) -> list[threading.Thread]:
         threads = []
-        for src, dst, link in self.directions:
+        for src, dst, link, up in self.directions:
             threads.append(threading.Thread(target=self._read, args=(src, link), daemon=True))
-            threads.append(threading.Thread(target=self._write, args=(dst, link), daemon=True))
+            threads.append(threading.Thread(target=self._write, args=(dst, link, up), daemon=True))
         for t in threads:
             t.start()
         return threads
@@ -263,35 +310,55 @@ class _Pair:
             try:
                 chunk = src.recv(READ_BYTES)
             except OSError:
-                self._cut()
+                self.cut()
                 return
             if not link.put(chunk) or not chunk:  # b"": the sender closed its side; the writer half-closes after it
                 return
 
-    def _write(self, dst: socket.socket, link: LinkDirection) -> None:
+    def _write(self, dst: socket.socket, link: LinkDirection, up: bool) -> None:
+        faults = self.relay.faults
         while (chunk := link.take()) is not None:
             if not chunk:
                 _shut(dst, socket.SHUT_WR)
                 break
+            faults.hold()  # a stall: nothing is delivered until it ends
+            cut_at = faults.cut_within(len(chunk), up)  # a drop due inside this chunk: its first bytes go, then reset
             try:
-                dst.sendall(chunk)
+                dst.sendall(chunk if cut_at is None else chunk[:cut_at])
             except OSError:
-                self._cut()
+                self.cut()
                 return
-            link.count(len(chunk))
+            link.count(len(chunk) if cut_at is None else cut_at)
+            if cut_at is not None:
+                faults.fire()
+                return
         with self.lock:
             self.ended += 1
             done = self.ended == 2
         if done:  # both directions ended cleanly
-            self._cut()
+            self.cut()
 
-    def _cut(self) -> None:
-        """Close the connection both ways (a reset or a finished exchange): wake every thread of this pair."""
-        for _, _, link in self.directions:
+    def cut(self, reset: bool = False) -> None:
+        """Close the connection both ways (a finished exchange, or with reset an RST to both ends, as a middlebox
+        that drops a connection sends): wake every thread of this pair."""
+        for _, _, link, _ in self.directions:
             link.close()
         for s in (self.client, self.upstream):
-            _shut(s, socket.SHUT_RDWR)
-        self.relay._forget(self.client, self.upstream)
+            if reset:
+                _reset(s)
+            else:
+                _shut(s, socket.SHUT_RDWR)
+        self.relay._forget(self, self.client, self.upstream)
+
+
+def _reset(s: socket.socket) -> None:
+    """Close with an RST (SO_LINGER 0): the peer sees its connection reset at once."""
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.shutdown(socket.SHUT_RD)  # wakes this pair's reader; the close below sends the RST
+    except OSError:
+        pass
+    s.close()
 
 
 def _shut(s: socket.socket, how: int) -> None:

@@ -15,6 +15,7 @@ transport's own tests. What both ends share (sockets, sequence numbers, deadline
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections import deque
 from collections.abc import Callable
@@ -24,7 +25,15 @@ from zmq.utils.monitor import recv_monitor_message
 
 from vfl.wire.admission import Admission, guard, pin
 from vfl.wire.curve_keys import FollowerKeys, LeaderKeys, fingerprint
-from vfl.wire.endpoint import ABORT_SEND_MS, Endpoint, PeerAbort, PeerLost, PeerTimeout, send_frames
+from vfl.wire.endpoint import (
+    ABORT_SEND_MS,
+    UNBOUND_TYPES,
+    Endpoint,
+    PeerAbort,
+    PeerLost,
+    PeerTimeout,
+    send_frames,
+)
 from vfl.wire.frames import (
     MAGIC,
     MAX_MESSAGE_BYTES,
@@ -35,7 +44,8 @@ from vfl.wire.frames import (
     short_repr,
 )
 from vfl.wire.gate import MAX_UNADMITTED, ConnectionGate
-from vfl.wire.messages import Abort, WireMessage
+from vfl.wire.messages import Abort, Wait, WireMessage
+from vfl.wire.resync_messages import Resync
 
 HANDSHAKE_MS = 5000  # a connection that has not completed its CURVE handshake by then is dropped
 
@@ -86,7 +96,8 @@ class LeaderChannel(Endpoint):
         self._refused: set[bytes] = set()  # routing ids of duplicate connections: told once, then ignored
         self.duplicates_refused = 0
         self.impostors_refused = 0
-        self.notice = notice  # where refusals that the run survives are reported (the leader's log)
+        self.notice = notice  # where refusals and losses that the run survives are reported (the leader's log)
+        self.while_waiting: Callable[[], None] | None = None  # while a lost follower is waited for (keepalives)
         # unread messages a party may have here: 1, or M while each follower sends a step's M micro-batch embeddings
         # before it awaits the first gradient (training.microbatch.pipelined); one more is refused
         self.ahead = 1
@@ -100,12 +111,18 @@ class LeaderChannel(Endpoint):
 
     def send(self, peer: str, type_: str, meta: dict | None = None, tensors=()) -> None:
         """Send a message given as its type and meta (the transport's own tests; the parties post typed ones)."""
+        if self.reconnecting and self.resync.lost(peer):
+            self._frames(peer, type_, meta, tensors)  # numbered and kept: sent once the peer is back (resync.py)
+            return
         if peer not in self._route:
             raise PeerLost(f"{peer} is not connected (sending {type_})")
         frames = self._frames(peer, type_, meta, tensors)
         try:
             send_frames(self._sock, frames, [self._route[peer]])
         except PeerLost:
+            if self.watch_disconnect and self.resync.on_loss(peer, self.reconnecting):
+                self._lost(peer)  # the message is kept: sent again once the peer is back
+                return
             raise PeerLost(f"{peer} is not connected (sending {type_})") from None
         except PeerTimeout as e:
             raise PeerTimeout(f"sending {type_} to {peer}: {e}") from None
@@ -129,7 +146,7 @@ class LeaderChannel(Endpoint):
         deadline = time.monotonic() + self.timeout_s
         self._late_reads = 0
         while not self._inbox[peer]:
-            if self._poll(deadline, awaiting):
+            if self._poll(deadline, awaiting, peer):
                 self._read_one(awaiting)
         msg = self._inbox[peer].popleft()
         if msg.type not in types:
@@ -151,6 +168,10 @@ class LeaderChannel(Endpoint):
         if rid in self._refused:
             return
         known = self._route.get(party)
+        if known != rid and self.reconnecting and (known is not None or self.resync.lost(party)):
+            if self._reconnected(party, rid, body):
+                return
+            known = self._route.get(party)
         if known is not None and known != rid:
             self.duplicates_refused += 1
             self._refuse(
@@ -179,7 +200,74 @@ class LeaderChannel(Endpoint):
                     f"{party} sent a message of {size} bytes ahead of its turn; a message queued here may hold one "
                     f"micro-batch's embedding, at most {self.ahead_bytes} bytes"
                 )
-        self._inbox[party].append(self._accept(party, body))
+        msg = self._accept(party, body)
+        if msg is None:  # a duplicate of a message applied before the resynchronisation
+            return
+        if msg.type == Resync.TYPE:
+            self._on_resync(party, msg)
+            return
+        if self.reconnecting and self.resync.lost(party):
+            return  # before its RESYNC state nothing of a reconnecting party is applied; it sends it again after
+        self._inbox[party].append(msg)
+
+    def _reconnected(self, party: str, rid: bytes, body: list) -> bool:
+        """A new connection of `party`'s key while this run waits for lost connections: its RESYNC hello makes it
+        party's connection (the old one, if it still looks open, is cut); a message of this run before that hello
+        is one left in the party's queue when its link dropped (dropped: sent again after the resynchronisation).
+        True when the message was dealt with; False: anything else (a second process's HELLO), refused as before."""
+        head = decode(body, party)
+        if self.check_claims and head.claimed != party:
+            return False  # the impostor rule below refuses it
+        if head.run != self.run or head.type in UNBOUND_TYPES:
+            return False
+        if head.type != Resync.TYPE or head.meta.get("op") != "hello":
+            return True
+        old = self._fds.pop(party, None)
+        if old is not None:  # its old connection looked open to us: it is closed now
+            self.gate.cut_later(old)
+        self.resync.on_loss(party, True)
+        self._route[party] = rid
+        self._track(party, body[0])
+        return False
+
+    def _on_resync(self, party: str, msg: Message) -> None:
+        """RESYNC from `party` (resync.py): a hello is answered with this side's state and a fresh nonce; the state
+        that echoes that nonce re-establishes the numbering and what the party missed is sent again."""
+        r: Resync = _blamed(party, lambda: Resync.from_wire(msg))
+        link = self.resync.link(party)
+        if r.op == "hello":
+            self.resync.on_loss(party, True)  # a reconnection the leader had not noticed yet
+            link.nonce = secrets.token_hex(16)
+            state = Resync("state", link.nonce, r.nonce, self._recv_seq.get(party, 0) - 1, self.resync.progress)
+            self._send_raw(party, self._resync_frames(party, state))
+            return
+        if not link.nonce or r.echo != link.nonce or not self.resync.lost(party):
+            return  # an answer to an earlier hello of this party: stale, dropped
+        again = _blamed(
+            party,
+            lambda: self.resync.agreed(
+                party, r.received, r.step, self._send_seq.get(party, 0), self._recv_seq.get(party, 0) - 1, True
+            ),
+        )
+        for kept in again:
+            self._send_raw(party, kept.frames)
+
+    def _send_raw(self, party: str, frames: list) -> None:
+        """Frames to party's current connection (a RESYNC, or a kept message sent again); a loss meanwhile is
+        waited for again."""
+        try:
+            send_frames(self._sock, frames, [self._route[party]])
+        except (PeerLost, KeyError):
+            self.resync.on_loss(party, True)
+            self._lost(party)
+
+    def _lost(self, peer: str) -> None:
+        self._route.pop(peer, None)
+        self._fds.pop(peer, None)
+
+    def _while_waiting(self) -> None:
+        if self.while_waiting is not None:
+            self.while_waiting()
 
     def _refuse_impostor(self, party: str, claimed: str, rid: bytes, frame: zmq.Frame) -> None:
         """A first message whose header names another party than its key's: refuse that connection and carry on,
@@ -221,6 +309,7 @@ class LeaderChannel(Endpoint):
         self._fds.pop(peer, None)
         self._send_seq.pop(peer, None)
         self._recv_seq.pop(peer, None)
+        self.resync.links.pop(peer, None)
         self._inbox[peer].clear()
 
     def abort_all(self, reason: str) -> None:
@@ -262,6 +351,7 @@ _FOLLOWER_EVENTS = (
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
     | zmq.EVENT_HANDSHAKE_FAILED_AUTH
     | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_SUCCEEDED
 )
 
 
@@ -299,8 +389,14 @@ class FollowerChannel(Endpoint):
 
     def send(self, type_: str, meta: dict | None = None, tensors=()) -> None:
         """Send a message given as its type and meta (the transport's own tests; the parties post typed ones)."""
+        if self.reconnecting and self.resync.lost(self.leader):
+            self._frames(self.leader, type_, meta, tensors)  # numbered and kept: sent once the leader is back
+            return
         self._wait_writable(type_)
-        send_frames(self._sock, self._frames(self.leader, type_, meta, tensors))
+        frames = self._frames(self.leader, type_, meta, tensors)
+        if self.reconnecting and self.resync.lost(self.leader):
+            return  # lost while waiting to send: kept, sent again after the resynchronisation
+        send_frames(self._sock, frames)
 
     def _wait_writable(self, type_: str) -> None:
         """Until the socket can take a message, watch the connection's events, so a refused CURVE handshake
@@ -327,10 +423,18 @@ class FollowerChannel(Endpoint):
         deadline = time.monotonic() + self.timeout_s
         self._late_reads = 0
         while True:
-            if self._poll(deadline, awaiting):
+            if self._poll(deadline, awaiting, self.leader):
                 frames = self._sock.recv_multipart(copy=False)
                 self._track(self.leader, frames[0])
                 msg = self._accept(self.leader, frames)
+                if msg is None:  # a duplicate of a message applied before the resynchronisation
+                    continue
+                if msg.type == Resync.TYPE:
+                    self._on_resync(msg)
+                    continue
+                if msg.type == Wait.TYPE and Wait.TYPE not in types and self.reconnecting:
+                    deadline = time.monotonic() + self.timeout_s  # the leader waits for another party: keepalive
+                    continue
                 if msg.type not in types:
                     raise WireError(f"expected {'/'.join(types)} from the leader, got {msg.type}")
                 return msg
@@ -350,7 +454,31 @@ class FollowerChannel(Endpoint):
         if kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
             self._broken_handshakes += 1
             return
+        if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+            if self.reconnecting and self.resync.lost(self.leader):  # a new connection: ask to resynchronise
+                link = self.resync.link(self.leader)
+                link.nonce = secrets.token_hex(16)
+                send_frames(self._sock, self._resync_frames(self.leader, Resync("hello", link.nonce)))
+            return
+        if kind == zmq.EVENT_DISCONNECTED and self.leader not in self._fds and self.reconnecting:
+            self.resync.on_loss(self.leader, self.watch_disconnect)  # its connection before the first message
         super()._on_event(evt, awaiting)
+
+    def _on_resync(self, msg: Message) -> None:
+        """The leader's RESYNC state answering this party's latest hello (resync.py): this party's state follows,
+        then every kept message the leader missed; an answer to an earlier hello is dropped."""
+        r = Resync.from_wire(msg)
+        link = self.resync.link(self.leader)
+        if r.op != "state" or not link.nonce or r.echo != link.nonce or not self.resync.lost(self.leader):
+            return
+        received, nonce = self._recv_seq.get(self.leader, 0) - 1, link.nonce
+        again = self.resync.agreed(self.leader, r.received, r.step, self._send_seq.get(self.leader, 0), received, False)
+        send_frames(
+            self._sock,
+            self._resync_frames(self.leader, Resync("state", nonce, r.nonce, received, self.resync.progress)),
+        )
+        for kept in again:
+            send_frames(self._sock, kept.frames)
 
     def _why_silent(self) -> str:
         if not self._broken_handshakes:

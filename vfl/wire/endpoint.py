@@ -2,7 +2,7 @@
 
 The socket's options, per-peer sequence numbers, the run id, the message size limit, a deadline on every receive, and
 the loss of an authenticated party's own connection (from the socket's monitor events), with the errors that report
-them.
+them. With `resync.reconnect_s` > 0 a loss within a run is waited out and resynchronised (resync.py).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from zmq.utils.monitor import recv_monitor_message
 
 from vfl.wire.frames import MAX_MESSAGE_BYTES, MAX_WIRE_FRAME, Message, WireError, decode, encode
 from vfl.wire.messages import Abort, Hello, Welcome
+from vfl.wire.resync import Reconnection
+from vfl.wire.resync_messages import Resync
 from vfl.wire.serve_messages import ServeHello, ServeWelcome
 
 ZERO_COPY_MIN_BYTES = 1 << 16  # below this zmq copies anyway (pyzmq serialization docs)
@@ -76,6 +78,15 @@ class Endpoint:
         self.check_claims = True
         self.bytes_sent = 0
         self.bytes_received = 0
+        self.notice = None  # where what the run survives is reported (the party's log)
+        # network.reconnect_s (0: the first loss ends the run): what is kept, lost, waited for, resynchronised
+        self.resync = Reconnection(me, 0.0)
+        self.resync.notice = lambda text: self.notice(text) if self.notice is not None else None
+
+    @property
+    def reconnecting(self) -> bool:
+        """A lost connection is waited for (network.reconnect_s > 0, inside a run)."""
+        return self.resync.reconnect_s > 0 and bool(self.run)
 
     def _make_socket(self, kind: int) -> zmq.Socket:
         sock = self._ctx.socket(kind)
@@ -99,12 +110,22 @@ class Endpoint:
 
     def _frames(self, peer: str, type_: str, meta: dict | None, tensors) -> list:
         seq = self._send_seq.get(peer, 0)
-        frames = encode(type_, self.me, self.run, seq, meta, [np.asarray(t) for t in tensors])
+        ack = self._recv_seq.get(peer, 0) - 1
+        frames = encode(type_, self.me, self.run, seq, meta, [np.asarray(t) for t in tensors], ack=ack)
+        if self.reconnecting:  # kept until the peer acknowledges it: sent again after a lost connection
+            self.resync.keep(peer, seq, type_, meta, frames)
         self._send_seq[peer] = seq + 1  # only once the message exists: a failed encode uses up no number
         self.bytes_sent += sum(memoryview(f).nbytes for f in frames)
         return frames
 
-    def _accept(self, peer: str, frames: list) -> Message:
+    def _resync_frames(self, peer: str, message: Resync) -> list:
+        """A RESYNC's frames: inside the run, outside the sequence numbers it re-establishes."""
+        frames = encode(message.TYPE, self.me, self.run, 0, *message.to_wire(), ack=self._recv_seq.get(peer, 0) - 1)
+        self.bytes_sent += sum(memoryview(f).nbytes for f in frames)
+        return frames
+
+    def _accept(self, peer: str, frames: list) -> Message | None:
+        """The checked message (None: a duplicate of one already applied, dropped after a resynchronisation)."""
         size = sum(memoryview(f).nbytes for f in frames)
         self.bytes_received += size
         if size > self.max_message_bytes:
@@ -114,13 +135,29 @@ class Endpoint:
         msg = decode(frames, peer)
         if self.check_claims and msg.claimed != peer:
             raise WireError(f"a message authenticated as {peer} claims to be from {msg.claimed!r}; refused")
+        if msg.type == Resync.TYPE:  # bound to the run, outside the numbering it re-establishes (resync.py)
+            if not self.reconnecting or msg.run != self.run:
+                raise WireError(f"RESYNC from {peer} outside a run that waits for lost connections; refused")
+            return msg
         want = self._recv_seq.get(peer, 0)
-        if msg.seq != want:
+        if msg.seq != want and not self.reconnecting:
             raise WireError(
                 f"{msg.type} from {peer} has sequence number {msg.seq}, expected {want} (replayed or lost message)"
             )
         if msg.type not in UNBOUND_TYPES and msg.run != self.run:
             raise WireError(f"{msg.type} from {peer} belongs to run {msg.run!r}, this run is {self.run!r}")
+        if self.reconnecting:
+            try:
+                taken = self.resync.sequence(peer, msg.seq, want)
+            except WireError:
+                raise WireError(
+                    f"{msg.type} from {peer} has sequence number {msg.seq}, expected {want} (replayed or lost message)"
+                ) from None
+            self.resync.acknowledged(peer, msg.ack, self._send_seq.get(peer, 0))
+            if taken is None:
+                return None
+            want = taken
+            self.resync.heard(peer)
         self._recv_seq[peer] = want + 1
         if msg.type == Abort.TYPE:
             try:
@@ -145,12 +182,25 @@ class Endpoint:
             lost = [p for p, fd in self._fds.items() if fd == evt["value"]]
             for p in lost:
                 del self._fds[p]
+                if self.watch_disconnect and self.resync.on_loss(p, self.reconnecting):
+                    self._lost(p)
+                    lost = [q for q in lost if q != p]
             if lost and self.watch_disconnect:
                 raise PeerLost(f"connection lost: {lost[0]} disconnected while awaiting {awaiting}")
 
-    def _poll(self, deadline: float, awaiting: str) -> bool:
-        """Wait for socket input until the deadline; True when the data socket is readable."""
+    def _lost(self, peer: str) -> None:
+        """`peer`'s connection dropped and is waited for (the leader forgets its route)."""
+
+    def _poll(self, deadline: float, awaiting: str, peer: str | None = None) -> bool:
+        """Wait for socket input until the deadline; True when the data socket is readable. With reconnect_s, a
+        receive awaited from a lost or silent `peer` waits for it up to reconnect_s instead (resync.py)."""
         self._check_health()
+        wake = float("inf")
+        if self.reconnecting:
+            deadline = self.resync.deadline(peer, deadline, self.watch_disconnect)
+            if self._waiting_for_someone():
+                self._while_waiting()
+                wake = 1.0  # the waits are counted, and the others kept alive, about once a second
         remaining = deadline - time.monotonic()
         if remaining <= 0 and self._late_reads < LATE_READS and self._sock.poll(0, zmq.POLLIN):
             self._late_reads += 1  # input that already arrived is read before a timeout is declared (bounded)
@@ -159,7 +209,7 @@ class Endpoint:
             raise PeerTimeout(
                 f"timed out after {self.timeout_s:g} s awaiting {awaiting} (network.timeout_s){self._why_silent()}"
             )
-        events = dict(self._poller.poll(max(1, int(remaining * 1000))))
+        events = dict(self._poller.poll(max(1, int(min(remaining, wake) * 1000))))
         if self._sock in events:  # messages that arrived before a disconnect are read first (an ABORT, say)
             return True
         if self._monitor in events:
@@ -168,6 +218,12 @@ class Endpoint:
 
     def _why_silent(self) -> str:
         return ""
+
+    def _waiting_for_someone(self) -> bool:
+        return any(link.lost_since is not None or link.silent_since is not None for link in self.resync.links.values())
+
+    def _while_waiting(self) -> None:
+        """Called about once a second while a lost peer is waited for (the leader keeps the others' deadlines)."""
 
     def _check_health(self) -> None:
         pass

@@ -31,7 +31,10 @@ PROTOCOL_VERSION = 7  # v2: CurveZMQ transport, no frame HMAC, nonce-bound run i
 # embedding_codec and gradient_codec, EMBEDDING's and GRADIENT's codec and aux (codecs.py); every id digest (HELLO,
 # FORWARD, EVAL, PREDICT_ROWS) is keyed by the session, and GRADIENT carries no loss; LINK_PROBE / LINK_ECHO /
 # LINK_REPORT between hello and welcome (link_messages.py)
-# v7: WELCOME names the sends per row of each split (sends_train, sends_valid, sends_test: embedding DP's plan)
+# v7: every header carries `ack` (the last sequence number its sender received from the receiver; a sender keeps
+# what was not acknowledged), and RESYNC (resync_messages.py) re-establishes the sequence after a lost connection
+# (vfl/wire/resync.py); WELCOME names the sends per row of each split (sends_train, sends_valid, sends_test:
+# embedding DP's plan)
 MAGIC_PREFIX = b"VFLW"
 MAGIC = MAGIC_PREFIX + bytes([PROTOCOL_VERSION])
 MAX_HEADER_BYTES = 1 << 16
@@ -80,6 +83,7 @@ MESSAGE_TYPES = (
     "LINK_PROBE",
     "LINK_ECHO",
     "LINK_REPORT",
+    "RESYNC",
 )
 
 
@@ -101,6 +105,7 @@ class Message:
     meta: dict[str, Any] = field(default_factory=dict)
     tensors: list[np.ndarray] = field(default_factory=list)
     claimed: str = ""  # the header's "from" (a claim, checked against `sender` by the channel)
+    ack: int = -1  # the last sequence number the sender received from us (-1: none); vfl/wire/resync.py
 
 
 def short_repr(value: Any, limit: int = 60) -> str:
@@ -110,7 +115,13 @@ def short_repr(value: Any, limit: int = 60) -> str:
 
 
 def encode(
-    type_: str, sender: str, run: str, seq: int, meta: dict | None = None, tensors: list[np.ndarray] | tuple = ()
+    type_: str,
+    sender: str,
+    run: str,
+    seq: int,
+    meta: dict | None = None,
+    tensors: list[np.ndarray] | tuple = (),
+    ack: int = -1,
 ) -> list:
     """Frames of one message; large tensor buffers are passed through without copying.
 
@@ -132,7 +143,7 @@ def encode(
         descr.append({"dtype": name, "shape": list(a.shape), "nbytes": int(a.nbytes)})
     try:
         header = json.dumps(
-            {"type": type_, "from": sender, "run": run, "seq": seq, "meta": meta or {}, "tensors": descr},
+            {"type": type_, "from": sender, "run": run, "seq": seq, "ack": ack, "meta": meta or {}, "tensors": descr},
             separators=(",", ":"),
             allow_nan=False,
         ).encode()
@@ -184,6 +195,9 @@ def decode(frames: list, peer: str) -> Message:
     for k, typ in (("type", str), ("from", str), ("run", str), ("seq", int), ("meta", dict), ("tensors", list)):
         if not isinstance(h.get(k), typ) or isinstance(h.get(k), bool):
             raise WireError(f"header field {k!r} from {peer} must be {typ.__name__}, got {short_repr(h.get(k))}")
+    ack = h.get("ack", -1)
+    if isinstance(ack, bool) or not isinstance(ack, int) or ack < -1:
+        raise WireError(f"header field 'ack' from {peer} must be an integer >= -1, got {short_repr(ack)}")
     if h["type"] not in MESSAGE_TYPES:
         raise WireError(
             f"unknown message type {short_repr(h['type'])} from {peer}; allowed: {', '.join(MESSAGE_TYPES)}"
@@ -193,7 +207,7 @@ def decode(frames: list, peer: str) -> Message:
         _tensor(d, buf, f"tensor {i} of {h['type']} from {peer}")
         for i, (d, buf) in enumerate(zip(h["tensors"], buffers))
     ]
-    return Message(h["type"], peer, h["run"], h["seq"], h["meta"], tensors, claimed=h["from"])
+    return Message(h["type"], peer, h["run"], h["seq"], h["meta"], tensors, claimed=h["from"], ack=ack)
 
 
 def _buffers(descr: list, frames: list, where: str) -> list:
