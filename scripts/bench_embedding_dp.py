@@ -158,7 +158,7 @@ def _run(paths: dict[str, str]) -> None:
                 p.wait(timeout=10)
 
 
-def _attack(shards: str, parties: list[str], follower: str, cuts_path: str) -> dict:
+def _attack(shards: str, parties: list[str], follower: str, cuts_path: str, decoders=("linear",)) -> dict:
     """The leader's attack on `follower`'s columns from its recorded training sends: its training split as the run
     saw it (restricted to the intersection of every party's ids, as PSI left it)."""
     from privacy.attacks.embedding_inversion import attack_columns, link_sends
@@ -181,7 +181,7 @@ def _attack(shards: str, parties: list[str], follower: str, cuts_path: str) -> d
         space, row, cut = z["space"].astype(str), z["row"], z["cut"]
     mine = space == "train"
     linked, _ = link_sends(row[mine], cut[mine], n)
-    return attack_columns(linked, columns, np.random.default_rng(0), known_fraction=0.01)
+    return attack_columns(linked, columns, np.random.default_rng(0), known_fraction=0.01, decoders=decoders)
 
 
 def main(argv=None) -> int:
@@ -193,8 +193,13 @@ def main(argv=None) -> int:
     ap.add_argument("--embedding-eps", default="none,16,4,1")
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--out", default=None, help="keep the runs here (default: a temporary directory)")
+    ap.add_argument(
+        "--decoders", default="linear",
+        help="the leader's decoders, any of linear,knn,mlp (each column's figure is the best; missing flags attacked)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     label_eps, emb_eps = _eps_list(args.label_eps), _eps_list(args.embedding_eps)
+    decoders = tuple(d.strip() for d in args.decoders.split(",") if d.strip())
     print(f"# {cpu_model()}, {os.cpu_count()} cores, load {load_text()}")
     print(f"# python scripts/bench_embedding_dp.py {' '.join(argv if argv is not None else sys.argv[1:])}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -218,7 +223,7 @@ def main(argv=None) -> int:
                 metrics = json.load(open(os.path.join(work, cell, "metrics.json")))
                 row, linkage = "", []
                 for f in followers:
-                    rep = _attack(shards, list(docs), f, os.path.join(work, cell, f"cuts_{f}.npz"))
+                    rep = _attack(shards, list(docs), f, os.path.join(work, cell, f"cuts_{f}.npz"), decoders)
                     best = rep.get("strongest_categorical")
                     r2 = max((r["r2"] for r in rep["columns"].values() if r["kind"] == "numeric"), default=math.nan)
                     acc = "-" if best is None else f"{best['column']}: {best['accuracy']:.3f} / {best['prior']:.3f}"
