@@ -4,13 +4,13 @@ libzmq hands a multipart message to the application only whole (its pipe publish
 one arrives), and ZMQ_MAXMSGSIZE caps each frame, not the message: a peer that sends 1 GiB as 1024 frames of 1 MiB
 makes the receiver hold 1 GiB before the application can read, or refuse, its first frame. RCVHWM stops libzmq
 reading a connection while that many whole messages wait, but a message in progress never stops it. So a thread
-reads, every WATCH_S, how many bytes libzmq has read from each watched TCP connection (the kernel's
+reads, every WATCH_S (IDLE_WATCH_S while no count moves), how many bytes libzmq has read from each watched TCP connection (the kernel's
 tcpi_bytes_received less what still waits in the socket's receive queue, FIONREAD) and compares it with the count
 when the application last took a message from it. More than `allowance(limit)` (RCVHWM whole messages of at most
 `limit` bytes and one in progress, a frame being decoded, and the heartbeats since) means a message larger than the
 limit is arriving: the connection is shut down (shutdown(2); libzmq drops the message in progress and frees it)
 and the channel reports it in one line naming the peer and the limit (endpoint.py). What the receiver holds is then
-at most the allowance plus what arrives within one WATCH_S, whatever the message's size.
+at most the allowance plus what arrives within one IDLE_WATCH_S and one WATCH_S, whatever the message's size.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 from vfl.wire.frames import MAX_WIRE_FRAME
 
-WATCH_S = 0.002
+WATCH_S = 0.005  # between two reads of the counters while a watched connection's count moves
+IDLE_WATCH_S = 0.025  # while none moved since the last read
 SLACK_BYTES = 2 * MAX_WIRE_FRAME  # a frame being decoded, with CURVE's and ZMTP's framing of every frame
 HEARTBEAT_BYTES_PER_S = 256  # ZMTP PING and PONG commands (about 60 bytes each, both ways every 2 s), generously
 _TCP_INFO_BYTES = 232
@@ -78,6 +79,7 @@ class _Watched:
     taken_at: int  # bytes read when the application last took a message (or when the watch began)
     taken_time: float
     party: bool = False
+    last: int = -1  # the count at the thread's last read
 
 
 @dataclass(frozen=True)
@@ -140,14 +142,18 @@ class InflightGuard:
         self._thread.join(timeout=1.0)
 
     def _run(self) -> None:
-        while not self._stopping.wait(WATCH_S):
+        pause = IDLE_WATCH_S
+        while not self._stopping.wait(pause):
             with self._lock:
                 watched = list(self._watched.items())
             limit = self._limit()
+            pause = IDLE_WATCH_S
             for fd, w in watched:
                 now = bytes_read(fd)
                 if now is None:
                     continue
+                if now != w.last:
+                    w.last, pause = now, WATCH_S
                 arrived = now - w.taken_at
                 if arrived <= allowance(limit, self._queued, time.monotonic() - w.taken_time):
                     continue
