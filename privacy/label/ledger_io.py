@@ -18,6 +18,7 @@ import numpy as np
 from privacy.label.id_store import remove_replaced, save_id_hashes
 from privacy.label.ledger_math import SKETCH_K, migrate, sketch_hex
 from privacy.label.ledger_seal import (
+    SECRET_FILE,
     Seal,
     checked_state,
     ledger_digest,
@@ -42,7 +43,7 @@ class LedgerFiles:
         self.dir = os.path.abspath(root)
         self.key_path = os.path.abspath(key_file) if key_file else os.path.join(self.dir, "key")
         self.ledger_path = os.path.join(self.dir, "ledger.json")
-        self.secret_path = os.path.join(self.dir, "ledger_secret")
+        self.secret_path = os.path.join(self.dir, SECRET_FILE)
         self.seal_path = os.path.join(self.dir, "ledger_seal")
         self._state = None  # the ledger's LedgerState under its seal, as last read under the lock
 

@@ -2,6 +2,8 @@
 
     <store>/ledger_seal     JSON {format, generation, ledger_sha256, next_sha256, coins, mac}, mode 0600
     <store>/ledger_sealed   a marker, created with the store's first seal and never removed: this store is sealed
+    <store>/ledger_secret   its second line `sealed <HMAC(secret, domain)>`, written once the first seal is in place:
+                            the secret itself records that it has sealed this store
 
 Every ledger write bumps the generation: the seal first names the digest about to be written (`next_sha256`), then the
 ledger is renamed into place, then the seal names it alone (each file fsynced, then renamed over the old one). So a
@@ -9,8 +11,11 @@ crash between two steps leaves a ledger the seal still accepts, and any other le
 anything is drawn: one that is missing while the seal exists (deleted), or whose digest the seal does not name (an
 older copy restored, or edited). A store holding its ledger secret but no seal (the ledger and the seal deleted) is
 refused too, and so is a missing seal in a store marked sealed, whatever the ledger's own (unauthenticated)
-`generation` field says: removing that field no longer passes an edited or older ledger off as one written before
-seals. The refusal names the one command that lifts it, `python -m privacy.label ack-reset --store DIR`
+`generation` field says: removing that field does not pass an edited or older ledger off as one written before
+seals. Marked sealed means the `ledger_sealed` marker or the ledger secret's `sealed` line, a tag MACed under the
+secret: deleting the marker, the seal and the ledger's `generation` while keeping the secret is refused, and the line
+is not struck off without rewriting the secret file itself. A secret without the line (one of a store written before
+seals) and no seal is the one case read as a ledger written before seals, and sealed at open. The refusal names the one command that lifts it, `python -m privacy.label ack-reset --store DIR`
 (privacy/label/ledger_reset.py), which records the reset in the ledger and draws a new `coins` nonce: from then on the
 store's label key is HMAC(key file, nonce) (`coin_key`), so nothing drawn after a reset reuses the coins of a release
 the lost ledger (or its lost label pins) knew of.
@@ -29,13 +34,15 @@ import json
 import os
 from dataclasses import dataclass, replace
 
-from privacy.label.secret_files import LabelDPStoreError, check_private, read_secret
+from privacy.label.secret_files import SEALED_WORD, LabelDPStoreError, check_private, read_secret_record
 
 SEAL_FILE = "ledger_seal"
 SEALED_MARK = "ledger_sealed"
+SECRET_FILE = "ledger_secret"
 SEAL_FORMAT = 1
 SEAL_DOMAIN = b"vfl/label-dp/ledger-seal/v1|"
 COIN_DOMAIN = b"vfl/label-dp/reset-coins/v1|"
+SEALED_DOMAIN = b"vfl/label-dp/secret-sealed/v1"
 ACK_COMMAND = "python -m privacy.label ack-reset --store {store}"
 
 
@@ -130,11 +137,38 @@ def mark_sealed(directory: str) -> None:
 
 def write_seal(path: str, secret: bytes, seal: Seal, sync_rename: bool = True) -> None:
     """Write the seal under a new name (0600, fsynced), rename it over the old one and sync the directory (unless
-    sync_rename is False: a rename that may be lost in a crash, where the seal it replaces is as good)."""
+    sync_rename is False: a rename that may be lost in a crash, where the seal it replaces is as good); then the
+    ledger secret beside it records that it sealed (`record_sealed`)."""
     mark_sealed(os.path.dirname(path))
     fields = seal.fields()
     data = json.dumps({**fields, "mac": _mac(secret, fields)}, indent=1).encode() + b"\n"
     replace_private_file(path, data, "label-DP ledger seal", sync_rename)
+    record_sealed(os.path.join(os.path.dirname(path), SECRET_FILE), secret)
+
+
+def sealed_tag(secret: bytes) -> str:
+    """The tag of a ledger secret's `sealed` line: HMAC-SHA256(secret, SEALED_DOMAIN), which only the secret makes."""
+    return hmac.new(secret, SEALED_DOMAIN, hashlib.sha256).hexdigest()
+
+
+def secret_has_sealed(path: str, secret: bytes) -> bool:
+    """Whether the ledger secret at path carries its `sealed` line; LabelDPStoreError for a line whose tag this
+    secret did not make (a line copied from another store's secret)."""
+    _, tag = read_secret_record(path, "label-DP ledger secret", "restore it from a backup")
+    if tag is not None and not hmac.compare_digest(tag, sealed_tag(secret)):
+        raise LabelDPStoreError(
+            f"label-DP ledger secret {path}: its `{SEALED_WORD}` line was not made by this secret; it is damaged "
+            "(restore it from a backup)"
+        )
+    return tag is not None
+
+
+def record_sealed(path: str, secret: bytes) -> None:
+    """Give the ledger secret at path its `sealed` line unless it has one (rewritten whole: 0600, fsynced, renamed,
+    the directory synced), called once a seal is in place: from then on this secret refuses a ledger with no seal."""
+    if os.path.exists(path) and not secret_has_sealed(path, secret):
+        data = f"{secret.hex()}\n{SEALED_WORD} {sealed_tag(secret)}\n".encode()
+        replace_private_file(path, data, "label-DP ledger secret")
 
 
 def replace_private_file(path: str, data: bytes, what: str, sync_rename: bool = True) -> None:
@@ -196,7 +230,7 @@ def checked_state(store, raw: bytes | None, generation: int | None) -> LedgerSta
                 f"{'' if raw else 'is missing and '}has no seal nor ledger secret in a store sealed before ({marker})",
             )
         return LedgerState(0, sha, None)  # a new store, or one whose ledger was written before seals
-    secret = read_secret(store.secret_path, "label-DP ledger secret", "restore it from a backup")
+    secret, _ = read_secret_record(store.secret_path, "label-DP ledger secret", "restore it from a backup")
     seal = read_seal(store.seal_path, secret)
     if seal is None:
         if raw is None:
@@ -207,8 +241,15 @@ def checked_state(store, raw: bytes | None, generation: int | None) -> LedgerSta
             raise _refused(store, f"was sealed but its seal {store.seal_path} is missing")
         if marked:
             raise _refused(store, f"has no seal ({store.seal_path} is missing) in a store sealed before ({marker})")
+        if secret_has_sealed(store.secret_path, secret):
+            raise _refused(
+                store,
+                f"has no seal ({store.seal_path} is missing) in a store sealed before (its ledger secret "
+                f"{store.secret_path} records a seal)",
+            )
         return LedgerState(0, sha, secret, unsealed=True)
     mark_sealed(store.dir)  # a store sealed before the marker existed is marked the first time its seal is accepted
+    record_sealed(store.secret_path, secret)  # and its secret records it, as the marker does
     if sha == seal.ledger_sha256:
         return LedgerState(seal.generation, sha, secret, seal.coins)
     if sha is not None and sha == seal.next_sha256:  # a write stopped after the ledger, before its seal

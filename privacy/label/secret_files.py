@@ -1,5 +1,8 @@
 """The leader's secret files (label key, ledger secret): 32 random bytes as hex, mode 0600, owned by the leader.
 
+A ledger secret that has sealed its ledger carries a second line, `sealed <tag>` (privacy/label/ledger_seal.py):
+`read_secret_record` returns it beside the key; `read_secret` accepts it and returns the key alone.
+
 Both are created once with O_EXCL (a concurrent creator's file is read instead, never overwritten) and read back
 only when private to their owner; a store directory is refused when others can enter it or rename it away.
 """
@@ -18,6 +21,7 @@ class LabelDPStoreError(ValueError):
     """The key or ledger cannot be used safely; the message says which file and how to fix it."""
 
 
+SEALED_WORD = "sealed"  # the line a ledger secret that sealed its ledger carries (ledger_seal.py)
 KEY_DAMAGED = "restore it from a backup; a new key is a new release that adds to the ledger"
 
 
@@ -57,23 +61,32 @@ def check_ancestors(path: str) -> None:
 
 def read_secret(path: str, what: str = "label-DP key file", damaged: str = KEY_DAMAGED) -> bytes:
     """The 32 bytes of a hex file that only its owner can read; LabelDPStoreError otherwise."""
+    return read_secret_record(path, what, damaged)[0]
+
+
+def read_secret_record(
+    path: str, what: str = "label-DP key file", damaged: str = KEY_DAMAGED
+) -> tuple[bytes, str | None]:
+    """(the 32 bytes of a hex file that only its owner can read, the hex tag of its `sealed <tag>` line or None);
+    LabelDPStoreError for a file that is not private, not 64 hex digits, or has any other line."""
     try:
         check_private(path, what)
         with open(path) as f:
-            text = f.read().strip()
+            lines = f.read().split()
     except OSError as e:
         raise LabelDPStoreError(f"{what} {path} cannot be read: {e.strerror}") from None
     except UnicodeDecodeError:
-        text = ""
+        lines = []
     try:
-        key = bytes.fromhex(text)
+        key = bytes.fromhex(lines[0]) if lines else b""
     except ValueError:
         key = b""
-    if len(key) != KEY_BYTES:
+    tag = lines[2] if len(lines) == 3 and lines[1] == SEALED_WORD else None
+    if len(key) != KEY_BYTES or (len(lines) != 1 and tag is None):
         raise LabelDPStoreError(
             f"{what} {path} must hold {KEY_BYTES} bytes as {2 * KEY_BYTES} hex digits; it is damaged ({damaged})"
         )
-    return key
+    return key, tag
 
 
 def create_secret(path: str, what: str = "label-DP key file", damaged: str = KEY_DAMAGED) -> bytes:

@@ -78,6 +78,29 @@ def test_a_non_numeric_value_in_a_numeric_column_is_skipped_with_its_line_or_ref
     assert strict_code == 2 and "line 5: age is not a finite number ('n/a?')" in line
 
 
+@pytest.mark.parametrize("name, sep", [("t.tsv", "\t"), ("t.csv", ",")])
+@pytest.mark.parametrize("stray", ["yes{sep}", "no{sep}yes"])
+def test_a_label_field_with_a_stray_delimiter_is_refused_with_strict_naming_the_line_and_value(
+    tmp_path, capsys, name, sep, stray
+):
+    """The red team's case (issue 48, item 5): a label field with an extra tab was read as the label before it (the
+    reader takes the header's columns of a longer line and drops the rest) even with --strict."""
+    # Prepare: line 5 (row c3) of the file carries its label and a stray delimiter (and a value after it)
+    table = ROWS.replace(",", sep).replace(
+        f"c3{sep}23{sep}b{sep}no\n", f"c3{sep}23{sep}b{sep}{stray.format(sep=sep)}\n"
+    )
+    assert table != ROWS.replace(",", sep)
+    cfg, path = _write(tmp_path, LEADER, table, name)
+    # Execute
+    code = data_main(["prepare", "--config", cfg, "--input", path, "--out", str(tmp_path / "out"), "--strict"])
+    err = capsys.readouterr().err
+    # Assert: refused in one line naming the line, its field count and the label's value
+    line = _one_error_line(err)
+    assert code == 2 and "line 5: 5 fields where the header names 4" in line, line
+    assert f"label 'y' reads {stray.split('{')[0]!r}" in line and "run without --strict" in line
+    assert not os.path.exists(tmp_path / "out")
+
+
 @pytest.mark.parametrize(
     "edit, needle",
     [

@@ -99,6 +99,10 @@ def test_a_format_3_ledger_is_migrated_and_a_dataset_it_may_not_have_recorded_wh
     open(store.ledger_path, "w").write(json.dumps(doc))
     os.remove(store.seal_path)
     os.remove(os.path.join(store.dir, "ledger_sealed"))  # and the marker of the first seal
+    with open(store.secret_path) as f:  # and the ledger secret's `sealed` line
+        secret_hex = f.read().split()[0]
+    with open(store.secret_path, "w") as f:
+        f.write(secret_hex + "\n")
     store.warnings.clear()
     # Execute
     _, summary = store.record(_release("B"), key, np.arange(100_000, 100_010))

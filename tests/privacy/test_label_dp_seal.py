@@ -151,21 +151,31 @@ def test_a_write_stopped_between_the_seal_and_the_ledger_leaves_a_store_that_ope
     assert LabelDPStore(str(tmp_path / "store")).ledger()["generation"] == (2 if stop_at == "ledger rename" else 3)
 
 
+def _as_written_before_seals(store_dir) -> None:
+    """The ledger secret as the versions before seals wrote it: its 64 hex digits alone, no `sealed` line."""
+    path = store_dir / "ledger_secret"
+    path.write_text(path.read_text().split()[0] + "\n")
+
+
 def test_a_ledger_written_before_seals_is_sealed_at_open_and_checked_from_then_on(tmp_path):
-    # Prepare: a store as the version before seals left it (no write count in the ledger, no seal file)
+    # Prepare: a store as the version before seals left it (no write count in the ledger, no seal file, no marker,
+    # a ledger secret without its `sealed` line)
     store = _spent(tmp_path / "store", 2.0)
     doc = store.ledger()
     doc.pop("generation")
     (tmp_path / "store" / "ledger.json").write_text(json.dumps(doc))
     os.remove(tmp_path / "store" / "ledger_seal")
     os.remove(tmp_path / "store" / "ledger_sealed")
+    _as_written_before_seals(tmp_path / "store")
     # Execute
     opened = LabelDPStore(str(tmp_path / "store"))
     kept, sealed = [r["eps"] for r in opened.ledger()["releases"]], (tmp_path / "store" / "ledger_seal").exists()
     marked = (tmp_path / "store" / "ledger_sealed").exists()
+    recorded = (tmp_path / "store" / "ledger_secret").read_text().split()[1:2] == ["sealed"]
     os.remove(tmp_path / "store" / "ledger.json")
-    # Assert: opened (its releases as they were), sealed and marked; the deletion after it is refused
-    assert kept == [2.0] and sealed and marked
+    # Assert: opened (its releases as they were), sealed, marked and recorded in its secret; the deletion after it is
+    # refused
+    assert kept == [2.0] and sealed and marked and recorded
     with pytest.raises(LabelDPStoreError, match=r"is missing but its seal .* records it \(write 0\)"):
         LabelDPStore(str(tmp_path / "store"))
 
@@ -418,3 +428,45 @@ def test_a_store_sealed_before_the_marker_existed_is_marked_when_its_seal_is_acc
     os.remove(store / "ledger_seal")
     with pytest.raises(LabelDPStoreError, match="in a store sealed before"):
         LabelDPStore(str(store))
+
+
+def test_a_rolled_back_ledger_shed_of_its_generation_seal_and_marker_is_refused_while_its_secret_stays(tmp_path):
+    """The red team's steps (issue 48, item 4): eps 1.0 + 1.0 spent, the ledger rolled back to after the first with
+    its `generation` field removed, `ledger_seal` and the `ledger_sealed` marker deleted, the ledger secret kept. It
+    read as a ledger written before seals and let eps 6.5 through at total 7.5 (true 8.5, budget 8). The secret
+    records that it sealed this store, so the store is refused; ack-reset still lifts it."""
+    # Prepare
+    store = tmp_path / "store"
+    s = _spent(store, 1.0)
+    older = json.loads((store / "ledger.json").read_text())
+    s.record(_release("A", 1.0, "r1"), s.key(), np.arange(100), budget=8.0)
+    older.pop("generation")
+    (store / "ledger.json").write_text(json.dumps(older, indent=1))
+    os.remove(store / "ledger_seal")
+    os.remove(store / "ledger_sealed")
+    # Execute / Assert
+    with pytest.raises(
+        LabelDPStoreError, match=r"in a store sealed before \(its ledger secret .* records a seal\)"
+    ) as e:
+        LabelDPStore(str(store)).record(_release("A", 6.5, "r2"), read_key(str(store / "key")), np.arange(100), 8.0)
+    assert "\n" not in str(e.value) and "ack-reset" in str(e.value)
+    assert _ack_reset(store).returncode == 0
+    assert LabelDPStore(str(store)).ledger()["resets"]
+
+
+def test_a_sealed_line_copied_from_another_stores_secret_is_refused_as_damaged(tmp_path):
+    """The `sealed` line is a tag of its own secret: one pasted from another store does not count, and is refused."""
+    # Prepare
+    _spent(tmp_path / "a", 1.0)
+    _spent(tmp_path / "b", 1.0)
+    theirs = (tmp_path / "b" / "ledger_secret").read_text().split()[2]
+    ours = (tmp_path / "a" / "ledger_secret").read_text().split()[0]
+    (tmp_path / "a" / "ledger_secret").write_text(f"{ours}\nsealed {theirs}\n")
+    doc = json.loads((tmp_path / "a" / "ledger.json").read_text())
+    doc.pop("generation")
+    (tmp_path / "a" / "ledger.json").write_text(json.dumps(doc, indent=1))
+    os.remove(tmp_path / "a" / "ledger_seal")
+    os.remove(tmp_path / "a" / "ledger_sealed")
+    # Execute / Assert
+    with pytest.raises(LabelDPStoreError, match=r"its `sealed` line was not made by this secret"):
+        LabelDPStore(str(tmp_path / "a"))

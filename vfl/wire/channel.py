@@ -77,7 +77,7 @@ class LeaderChannel(Endpoint):
         self._auth.start()
         self._sock = self._make_socket(zmq.ROUTER)
         # pending connections are counted and capped from the socket's monitor, in a thread (gate.py)
-        self.gate = ConnectionGate(self._ctx, self._sock, self._fds.values, max_unadmitted)
+        self.gate = ConnectionGate(self._ctx, self._sock, self._fds.values, max_unadmitted, on_accepted=self._accepted)
         self._watch(self.gate.events)
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)  # strangers cannot hold descriptors for long
@@ -96,6 +96,7 @@ class LeaderChannel(Endpoint):
         self._refused: set[bytes] = set()  # routing ids of duplicate connections: told once, then ignored
         self.duplicates_refused = 0
         self.impostors_refused = 0
+        self.oversized_refused = 0
         self.notice = notice  # where refusals and losses that the run survives are reported (the leader's log)
         self.while_waiting: Callable[[], None] | None = None  # while a lost follower is waited for (keepalives)
         # unread messages a party may have here: 1, or M while each follower sends a step's M micro-batch embeddings
@@ -104,6 +105,19 @@ class LeaderChannel(Endpoint):
         self.ahead_bytes: int | None = (
             None  # within a pipelined step: the most a message queued behind another may hold
         )
+
+    def _accepted(self, fd: int) -> None:
+        """The gate's thread saw a connection accepted: its bytes in flight are watched from now (inflight.py)."""
+        if self._inflight is not None:
+            self._inflight.watch(fd)
+
+    def _stranger_cut(self, cut) -> None:
+        self.oversized_refused += 1
+        if self.notice is not None:
+            self.notice(
+                f"leader {self.me}: cut a connection from {cut.label} that sent a message larger than the limit of "
+                f"{self.max_message_bytes} bytes before its first message ({cut.arrived} bytes had arrived)"
+            )
 
     @property
     def connected(self) -> set[str]:
@@ -347,7 +361,9 @@ def _blamed(peer: str, step: Callable):
 
 
 _FOLLOWER_EVENTS = (
-    zmq.EVENT_DISCONNECTED
+    zmq.EVENT_CONNECTED
+    | zmq.EVENT_HANDSHAKE_SUCCEEDED
+    | zmq.EVENT_DISCONNECTED
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
     | zmq.EVENT_HANDSHAKE_FAILED_AUTH
     | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
@@ -373,6 +389,7 @@ class FollowerChannel(Endpoint):
         self.check_claims = False  # the leader's party name is not configured here; its key is
         self._public = keys.public
         self._broken_handshakes = 0
+        self._connected_fd: int | None = None  # the descriptor of the last connection made (a monitor event)
         self._sock = self._make_socket(zmq.DEALER)
         self._watch(self._sock.get_monitor_socket(_FOLLOWER_EVENTS))
         pin(self._sock, keys.public, keys.secret, keys.leader)
@@ -441,6 +458,13 @@ class FollowerChannel(Endpoint):
 
     def _on_event(self, evt: dict, awaiting: str) -> None:
         kind = evt["event"]
+        if kind == zmq.EVENT_CONNECTED:
+            self._connected_fd = evt["value"]
+            return
+        if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:  # the pinned leader's connection: its bytes in flight are watched
+            if self._inflight is not None and self._connected_fd is not None:  # from now on (inflight.py)
+                self._inflight.watch(self._connected_fd, self.leader)
+            return
         if kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
             raise WireError(
                 f"the leader at {self.endpoint} refused this party's key (fingerprint {fingerprint(self._public)}): "

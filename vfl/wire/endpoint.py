@@ -3,6 +3,9 @@
 The socket's options, per-peer sequence numbers, the run id, the message size limit, a deadline on every receive, and
 the loss of an authenticated party's own connection (from the socket's monitor events), with the errors that report
 them. With `resync.reconnect_s` > 0 a loss within a run is waited out and resynchronised (resync.py).
+The size limit holds before a message is whole too: libzmq holds a multipart message whole before it hands over
+its first frame, so each connection's bytes in flight are watched (inflight.py), and one that passes what RCVHWM
+messages of the limit allow is cut and reported in one line naming the peer and the limit.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from vfl.wire.frames import MAX_MESSAGE_BYTES, MAX_WIRE_FRAME, Message, WireError, decode, encode
+from vfl.wire.inflight import Cut, InflightGuard
 from vfl.wire.messages import Abort, Hello, Welcome
 from vfl.wire.resync import Reconnection
 from vfl.wire.resync_messages import Resync
@@ -78,6 +82,7 @@ class Endpoint:
         self.check_claims = True
         self.bytes_sent = 0
         self.bytes_received = 0
+        self._inflight: InflightGuard | None = None
         self.notice = None  # where what the run survives is reported (the party's log)
         # network.reconnect_s (0: the first loss ends the run): what is kept, lost, waited for, resynchronised
         self.resync = Reconnection(me, 0.0)
@@ -104,6 +109,7 @@ class Endpoint:
     def _watch(self, monitor: zmq.Socket) -> None:
         """Poll the data socket and `monitor`, a socket that delivers the data socket's monitor events."""
         self._monitor = monitor
+        self._inflight = InflightGuard(lambda: self.max_message_bytes, RCVHWM, self.me)
         self._poller = zmq.Poller()
         self._poller.register(self._sock, zmq.POLLIN)
         self._poller.register(self._monitor, zmq.POLLIN)
@@ -126,6 +132,8 @@ class Endpoint:
 
     def _accept(self, peer: str, frames: list) -> Message | None:
         """The checked message (None: a duplicate of one already applied, dropped after a resynchronisation)."""
+        if self._inflight is not None:
+            self._inflight.taken(self._fds.get(peer), peer)
         size = sum(memoryview(f).nbytes for f in frames)
         self.bytes_received += size
         if size > self.max_message_bytes:
@@ -172,12 +180,33 @@ class Endpoint:
         if peer not in self._fds:
             self._drain_events("the first message")  # stale events of a closed fd that this connection reuses
             self._fds[peer] = frame.get(zmq.SRCFD)
+            if self._inflight is not None:
+                self._inflight.watch(self._fds[peer], peer)
 
     def _drain_events(self, awaiting: str) -> None:
         while self._monitor.poll(0):
+            self._raise_cuts()
             self._on_event(recv_monitor_message(self._monitor), awaiting)
 
+    def _raise_cuts(self) -> None:
+        """WireError naming the party whose connection the in-flight guard cut (a message past the limit)."""
+        for cut in self._inflight.cuts() if self._inflight is not None else ():
+            if not cut.party:
+                self._stranger_cut(cut)
+                continue
+            error = WireError(
+                f"{cut.label} sent a message larger than this run's limit of {self.max_message_bytes} bytes "
+                f"({cut.arrived} bytes of it had arrived): its connection was cut before the message was held whole"
+            )
+            error.peer = cut.label
+            raise error
+
+    def _stranger_cut(self, cut: Cut) -> None:
+        """A connection no message has named yet was cut for a message past the limit (the leader's hook)."""
+
     def _on_event(self, evt: dict, awaiting: str) -> None:
+        if evt["event"] == zmq.EVENT_DISCONNECTED and self._inflight is not None:
+            self._inflight.forget(evt["value"])
         if evt["event"] == zmq.EVENT_DISCONNECTED:
             lost = [p for p, fd in self._fds.items() if fd == evt["value"]]
             for p in lost:
@@ -195,6 +224,7 @@ class Endpoint:
         """Wait for socket input until the deadline; True when the data socket is readable. With reconnect_s, a
         receive awaited from a lost or silent `peer` waits for it up to reconnect_s instead (resync.py)."""
         self._check_health()
+        self._raise_cuts()
         wake = float("inf")
         if self.reconnecting:
             deadline = self.resync.deadline(peer, deadline, self.watch_disconnect)
@@ -213,6 +243,7 @@ class Endpoint:
         if self._sock in events:  # messages that arrived before a disconnect are read first (an ABORT, say)
             return True
         if self._monitor in events:
+            self._raise_cuts()  # a cut connection's DISCONNECTED event is reported as the cut
             self._on_event(recv_monitor_message(self._monitor), awaiting)
         return False
 
@@ -229,6 +260,8 @@ class Endpoint:
         pass
 
     def close(self) -> None:
+        if self._inflight is not None:
+            self._inflight.stop()
         try:
             self._sock.disable_monitor()
         except zmq.ZMQError:

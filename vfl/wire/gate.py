@@ -59,12 +59,14 @@ class ConnectionGate:
         admitted: Callable[[], Collection[int]],
         limit: int = MAX_UNADMITTED,
         per_host: int = MAX_UNADMITTED_PER_HOST,
+        on_accepted: Callable[[int], None] | None = None,
     ):
         self.limit, self.per_host = int(limit), int(per_host)
         self.refused = 0
         self.peak_pending = 0
         self.failed: str | None = None
         self._admitted = admitted
+        self._on_accept = on_accepted  # told each accepted descriptor, in this thread (the channel's in-flight guard)
         self._known_admitted: set[int] = set()
         self._pending: dict[int, tuple] = {}  # fd -> (peer address, accepted at), oldest first
         self._cut: set[int] = set()
@@ -126,6 +128,8 @@ class ConnectionGate:
         return self._known_admitted  # on failure, the last good copy (never an empty set by accident)
 
     def _on_accepted(self, fd: int) -> None:
+        if self._on_accept is not None:
+            self._on_accept(fd)
         self._pending.pop(fd, None)
         self._cut.discard(fd)
         self._pending[fd] = (_peer(fd), time.monotonic())

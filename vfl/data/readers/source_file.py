@@ -1,7 +1,8 @@
 """A party's raw file opened (plain or .gz, as bytes or text) and its header read: what every reader shares.
 
-`text_frames` reads its columns as text with pandas' C parser, chunk by chunk (the readers' text path). Also the
-one-line errors for a declared column the header lacks (with the nearest name), and the id texts behind a
+`text_frames` reads its columns as text with pandas' C parser, chunk by chunk (the readers' text path); that parser
+reads the declared columns of a line with more fields than the header and drops the rest unseen, so `--strict` first
+checks every line's field count (`check_field_counts`). Also the one-line errors for a declared column the header lacks (with the nearest name), and the id texts behind a
 duplicate int64 id (both texts named, e.g. '7' and '007').
 """
 
@@ -82,6 +83,36 @@ def text_frames(path: str, sep: str, cols: list[str], chunk_rows: int, skip: int
                 read[0] = row0
     except (pd.errors.ParserError, UnicodeDecodeError, EOFError, OSError, zlib.error) as e:
         raise DataError(f"{path}: {' '.join(str(e).split())[:300]}") from None
+
+
+def check_field_counts(path: str, sep: str, names: list[str], label: str | None = None) -> None:
+    """DataError naming the first data line whose field count is not the header's (a stray delimiter in a value: the
+    line, its count, the label column's text (`label`) or the first surplus field, and the line itself); blank lines
+    are skipped, as the readers skip them. Quoting as the readers read it: none in a TSV, CSV's double quotes else."""
+    quoting = csv.QUOTE_NONE if sep == "\t" else csv.QUOTE_MINIMAL
+    with open_text(path) as f:
+        reader = csv.reader(f, delimiter=sep, quoting=quoting)
+        try:
+            next(reader, None)  # the header
+            for fields in reader:
+                if not fields or len(fields) == len(names):
+                    continue
+                where = names.index(label) if label in names else None
+                if where is not None and where < len(fields):
+                    what = f"label {label!r} reads {fields[where][:40]!r}"
+                else:
+                    what = (
+                        f"field {len(names) + 1} reads {fields[len(names)][:40]!r}" if len(fields) > len(names) else ""
+                    )
+                shown = sep.join(fields)
+                raise DataError(
+                    f"{path}: line {reader.line_num}: {len(fields)} fields where the header names {len(names)} "
+                    f"(a stray {sep!r} in a value?{'; ' + what if what else ''}): "
+                    f"{shown[:80]!r}{'...' if len(shown) > 80 else ''} (run without --strict to read the header's "
+                    "columns of each line and ignore the rest)"
+                )
+        except csv.Error as e:
+            raise DataError(f"{path}: line {reader.line_num}: {e}") from None
 
 
 def missing_columns(path: str, want: list[str], have: list[str], what: str) -> list[str]:

@@ -13,7 +13,9 @@ A column in the file but not declared is ignored (listed in `ReadStats.ignored_c
 the file lacks is an error naming it and the columns that are there. A text file's delimiter is `data.schema.delimiter`,
 or sniffed from the header (tab where it holds one, else the most frequent of comma, semicolon and pipe); a header
 that reads as one column is an error naming the delimiter used and the option. A numeric column whose values are
-mostly text (more text than numbers) is an error naming it and a few of its values: it is a categorical column.
+mostly text (more text than numbers) is an error naming it and a few of its values: it is a categorical column. With
+strict, a text line whose field count is not the header's (a stray delimiter, in the label or any value) is an error
+naming the line and the value; without it, the header's columns of such a line are read and the rest ignored.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from vfl.data.ids import ids64
 from vfl.data.readers import arrow_text
 from vfl.data.readers.category_keys import NA_TOKENS, arrow_keys, keys_of
 from vfl.data.readers.read_stats import BadRows, ReadStats
-from vfl.data.readers.source_file import missing_columns, open_text, sniff_header, text_frames
+from vfl.data.readers.source_file import check_field_counts, missing_columns, open_text, sniff_header, text_frames
 
 CHUNK_ROWS = 100_000
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -169,6 +171,9 @@ def read_table_blocks(
                 skip = e.row0  # pandas reads the rest (and names a bad line as it always did)
             else:
                 return _finish(path, stats, rows, sha)
+    if strict and not is_parquet(path):  # pandas reads the header's columns of a longer line and drops the rest
+        sep, names = table_header(path, schema.delimiter)
+        check_field_counts(path, sep, names, schema.label.column if schema.label is not None else None)
     for row0, frame in _frames(path, cols, chunk_rows, skip, schema.delimiter):
         yield from _block(path, schema, labelled, regression, frame, row0, strict, stats)
         rows = row0 + len(frame)
