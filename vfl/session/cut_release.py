@@ -236,7 +236,7 @@ class CutRelease:
         except SendLedgerError as e:
             raise WireError(str(e)) from None
         self.sends += 1
-        self._keep(space, n, rows, ids, sent)
+        self._keep(space, n, rows, ids if positions is None else None, sent)  # training: row positions, as off
         return sent
 
     def _reuse(self, ids: np.ndarray, values: np.ndarray) -> np.ndarray:

@@ -464,6 +464,10 @@ class FollowerChannel(Endpoint):
         if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:  # the pinned leader's connection: its bytes in flight are watched
             if self._inflight is not None and self._connected_fd is not None:  # from now on (inflight.py)
                 self._inflight.watch(self._connected_fd, self.leader)
+            if self.reconnecting and self.resync.lost(self.leader):  # a new connection: ask to resynchronise
+                link = self.resync.link(self.leader)
+                link.nonce = secrets.token_hex(16)
+                send_frames(self._sock, self._resync_frames(self.leader, Resync("hello", link.nonce)))
             return
         if kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
             raise WireError(
@@ -477,12 +481,6 @@ class FollowerChannel(Endpoint):
             )
         if kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
             self._broken_handshakes += 1
-            return
-        if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-            if self.reconnecting and self.resync.lost(self.leader):  # a new connection: ask to resynchronise
-                link = self.resync.link(self.leader)
-                link.nonce = secrets.token_hex(16)
-                send_frames(self._sock, self._resync_frames(self.leader, Resync("hello", link.nonce)))
             return
         if kind == zmq.EVENT_DISCONNECTED and self.leader not in self._fds and self.reconnecting:
             self.resync.on_loss(self.leader, self.watch_disconnect)  # its connection before the first message
