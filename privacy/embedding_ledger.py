@@ -32,6 +32,9 @@ import time
 
 import numpy as np
 
+from privacy.label.ledger_seal import replace_private_file, sync_dir
+from privacy.label.secret_files import LabelDPStoreError
+
 JOURNAL = "sends.journal"
 SEAL = "sends.seal"
 LOCK = "lock"
@@ -55,28 +58,12 @@ def marker_path(secret_key_file: str) -> str:
     return f"{secret_key_file}.edp-sealed"
 
 
-def _sync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_private(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
+    """`data` under `path`, 0600, fsynced, renamed into place, the directory fsynced (the label ledger's own write)."""
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        _sync_dir(os.path.dirname(path))
-    except OSError as e:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise SendLedgerError(f"embedding-DP send ledger: {path} cannot be written: {e.strerror}") from None
+        replace_private_file(path, data, "embedding-DP send ledger")
+    except LabelDPStoreError as e:
+        raise SendLedgerError(str(e)) from None
 
 
 class _Scope:
@@ -271,7 +258,7 @@ class SendLedger:
                 f.flush()
                 os.fsync(f.fileno())
             if self.generation == 0:
-                _sync_dir(self.dir)
+                sync_dir(self.dir)
         except OSError as e:
             raise SendLedgerError(f"embedding-DP send ledger: {self.journal} cannot be written: {e.strerror}") from None
         self._apply(header, body)

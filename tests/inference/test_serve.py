@@ -18,9 +18,8 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.support.own_table import SCHEMAS, own_table
-from tests.support.party_processes import Procs, free_port, party_configs, run_split
-from tests.support.paths import REPO
+from tests.support.party_processes import Procs, free_port
+from tests.support.served_table import trained_table
 
 pytest.importorskip("onnxruntime")
 
@@ -28,33 +27,7 @@ pytest.importorskip("onnxruntime")
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A two-party run (leader + telco, who holds ~90% of the customers) trained on a generated table."""
-    tmp = tmp_path_factory.mktemp("served")
-    frames = {k: v for k, v in own_table(2500, seed=5).items() if k in ("leader", "telco")}
-    cfgs = party_configs(
-        str(tmp),
-        str(tmp / "shards"),
-        followers=("telco",),
-        train={"epochs": 2, "batch_size": 128, "eval_batch_size": 512},
-    )
-    for name, frame in frames.items():
-        frame.to_csv(tmp / f"{name}.csv", index=False)
-        doc = yaml.safe_load(open(cfgs[name]))
-        doc["data"]["schema"] = SCHEMAS[name]
-        yaml.safe_dump(doc, open(cfgs[name], "w"))
-        done = subprocess.run(
-            [sys.executable, "-m", "vfl.data", "prepare", "--config", cfgs[name], "--input", str(tmp / f"{name}.csv")],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, done.stderr
-    procs = Procs()
-    try:
-        run_split(procs, cfgs)
-    finally:
-        procs.cleanup()
-    return {"tmp": tmp, "cfgs": cfgs, "frames": frames}
+    return trained_table(tmp_path_factory.mktemp("served"), 2500, 5)
 
 
 @pytest.fixture(scope="module")

@@ -13,18 +13,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import urllib.error
 import urllib.request
 
 import numpy as np
 import pytest
-import yaml
 
-from tests.support.own_table import SCHEMAS, own_table
-from tests.support.party_processes import Procs, free_port, party_configs, run_split
-from tests.support.paths import REPO
+from tests.support.party_processes import Procs, free_port
+from tests.support.served_table import trained_table
 
 pytest.importorskip("onnxruntime")
 EDP = {"eps": 4.0, "delta": 1e-5, "clip": 1.0}
@@ -33,30 +30,7 @@ EDP = {"eps": 4.0, "delta": 1e-5, "clip": 1.0}
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A two-party table run (leader + telco) with telco's embedding DP on, 2 epochs."""
-    tmp = tmp_path_factory.mktemp("served_edp")
-    frames = {k: v for k, v in own_table(1200, seed=7).items() if k in ("leader", "telco")}
-    cfgs = party_configs(
-        str(tmp), str(tmp / "shards"), followers=("telco",),
-        train={"epochs": 2, "batch_size": 128, "eval_batch_size": 512},
-    )  # fmt: skip
-    for name, frame in frames.items():
-        frame.to_csv(tmp / f"{name}.csv", index=False)
-        doc = yaml.safe_load(open(cfgs[name]))
-        doc["data"]["schema"] = SCHEMAS[name]
-        if name == "telco":
-            doc["privacy"] = {"embedding_dp": EDP}
-        yaml.safe_dump(doc, open(cfgs[name], "w"))
-        done = subprocess.run(
-            [sys.executable, "-m", "vfl.data", "prepare", "--config", cfgs[name], "--input", str(tmp / f"{name}.csv")],
-            cwd=REPO, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr
-    procs = Procs()
-    try:
-        run_split(procs, cfgs)
-    finally:
-        procs.cleanup()
-    return {"tmp": tmp, "cfgs": cfgs, "frames": frames}
+    return trained_table(tmp_path_factory.mktemp("served_edp"), 1200, 7, {"telco": {"privacy": {"embedding_dp": EDP}}})
 
 
 def _post(port: int, doc: dict) -> tuple[int, dict]:
