@@ -98,7 +98,8 @@ def test_embedding_dp_calibrates_for_the_leaders_evaluations_finer_than_an_epoch
     # Assert: trained to the end; the calibration covers every evaluation (more than the epochs) plus the re-test
     assert np.isfinite(metrics["test_auc"])
     rep = json.loads(open(os.path.join(tmp_path, "out", "follower0_embedding_dp.json")).read())
-    evaluations = len(metrics["history"])
-    assert rep["releases_per_row"] == evaluations + 1 > 2 and rep["most_sends_of_a_row"] <= rep["releases_per_row"]
     log = open(os.path.join(tmp_path, "out", "follower0.log")).read()
-    assert f"calibrates for {evaluations + 1} sends per row" in log
+    planned = int(log.split("calibrates for ")[1].split()[0])
+    # every evaluation the schedule could make (early stopping may make fewer) and the re-test: more than the epochs
+    assert rep["releases_per_row"] == planned >= len(metrics["history"]) + 1 and planned > 2
+    assert rep["most_sends_of_a_row"] <= planned
