@@ -36,7 +36,9 @@ def _connect(cfg, env, keys, n_ids: int, log):
         cfg.train.batch_size * cfg.model.bottom.cut_dim * 4 + MAX_HEADER_BYTES + 1024, MAX_PSI_MESSAGE_BYTES
     )
     connect = rank_endpoint(cfg.network.connect, env.rank, env.ranks, cfg.network.rank_endpoints)
-    channel = FollowerChannel(connect, cfg.party, keys, cfg.network.timeout_s, max_message_bytes=max_message)
+    channel = FollowerChannel(
+        connect, cfg.party, keys, cfg.network.timeout_s, max_message_bytes=max_message, notice=log
+    )
     log(
         f"follower {cfg.party}: connecting to {connect}; "
         + f"private set intersection of {n_ids} ids"
