@@ -1,5 +1,7 @@
-"""The leader's ZAP handler: admit only configured follower keys, name each connection by its key's party, and name
-each refused key in the leader's log (once per key, at most NAMED_KEYS keys: a stranger cannot flood the log).
+"""The leader's ZAP handler: admit only configured follower keys and name each connection by its key's party.
+
+Each refused key is named in the leader's log, once per key and for at most NAMED_KEYS keys (a stranger cannot flood
+the log).
 
 pyzmq's ThreadAuthenticator answers libzmq's ZAP requests. It must run on the *same* zmq.Context as
 the socket it guards (its default, Context.instance(), is another one: libzmq then finds no handler

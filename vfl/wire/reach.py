@@ -1,5 +1,6 @@
-"""Whether a follower reaches its leader: the host name resolved before connecting, and the connection's monitor
-events named as they happen (nothing listening, a leader key that does not match) instead of a timeout's guess.
+"""Whether a follower reaches its leader: its host resolved first, then the monitor's events named as they happen.
+
+Nothing listening and a leader key that does not match are said when the events show them, not as a timeout's guess.
 
 libzmq retries a connection for ever and says why only through the socket's monitor (zmq_socket_monitor(3)):
 `CONNECT_RETRIED` with no `CONNECTED` before it is a refused (or unanswered) TCP connect, and `CONNECTED` followed by
