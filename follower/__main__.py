@@ -36,7 +36,9 @@ def _connect(cfg, env, keys, n_ids: int, log):
         cfg.train.batch_size * cfg.model.bottom.cut_dim * 4 + MAX_HEADER_BYTES + 1024, MAX_PSI_MESSAGE_BYTES
     )
     connect = rank_endpoint(cfg.network.connect, env.rank, env.ranks, cfg.network.rank_endpoints)
-    channel = FollowerChannel(connect, cfg.party, keys, cfg.network.timeout_s, max_message_bytes=max_message)
+    channel = FollowerChannel(
+        connect, cfg.party, keys, cfg.network.timeout_s, max_message_bytes=max_message, notice=log
+    )
     log(
         f"follower {cfg.party}: connecting to {connect}; "
         + f"private set intersection of {n_ids} ids"
@@ -63,7 +65,7 @@ def _intersect(cfg, env, ctx, channel, keys, shard, log) -> None:
     log(  # the counts are the positions the leader's answers matched: a cut leaves only for rows whose ids it names
         f"follower {cfg.party}: PSI intersection {psi.intersection} ids as the leader's answers matched them (this party "
         f"{psi.own_ids}, leader {psi.peer_ids['leader']} declared, pairwise {psi.pairwise['leader']}; every cut the "
-        f"leader asks for must name its rows' id digest), {psi.seconds:.1f} s, {psi.bytes_sent + psi.bytes_received} bytes"
+        f"leader asks for must name its rows' id digest), {psi.timing('the leader')}, {psi.bytes_sent + psi.bytes_received} bytes"
         + (", reused" if psi.reused else "")
     )
     check_minimum(psi, cfg.data.min_intersection, cfg.party)
@@ -134,7 +136,9 @@ def predict_body(cfg, args, log, state: dict) -> None:
 
     def psi(ids):
         common, report = follower_psi(channel, ids, log, verify=cfg.data.psi_verify)
-        log(f"follower {cfg.party}: PSI: {report.intersection} of {report.own_ids} new ids, {report.seconds:.1f} s")
+        log(
+            f"follower {cfg.party}: PSI: {report.intersection} of {report.own_ids} new ids, {report.timing('the leader')}"
+        )
         return common, report
 
     state["summary"] = predictor.run(channel, psi)

@@ -93,7 +93,7 @@ def _intersect(cfg, env, ctx, channel, keys, shard, log):
     )
     log(
         f"leader {cfg.party}: PSI intersection {psi.intersection} ids (leader {psi.own_ids}, followers {psi.peer_ids}, "
-        f"pairwise {psi.pairwise}), {psi.seconds:.1f} s, {psi.bytes_sent + psi.bytes_received} bytes"
+        f"pairwise {psi.pairwise}), {psi.timing('the followers')}, {psi.bytes_sent + psi.bytes_received} bytes"
         + (f", reused with {psi.reused}" if psi.reused else "")
     )
     check_minimum(psi, cfg.data.min_intersection, cfg.party)
@@ -185,7 +185,9 @@ def predict_body(cfg, args, log, state: dict) -> None:
         common, report = leader_psi(
             channel, list(cfg.network.followers), ids, log, cfg.data.psi_max_peer_ids, verify=cfg.data.psi_verify
         )
-        log(f"leader {cfg.party}: PSI: {report.intersection} of {report.own_ids} new ids, {report.seconds:.1f} s")
+        log(
+            f"leader {cfg.party}: PSI: {report.intersection} of {report.own_ids} new ids, {report.timing('the followers')}"
+        )
         return common, report
 
     report = predictor.run(channel, psi, state["out_dir"])

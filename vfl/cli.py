@@ -87,7 +87,8 @@ def party_keys(cfg: PartyConfig):
     if missing:
         raise ConfigError(
             f"{cfg.party} has no CurveZMQ keys configured: set {', '.join(missing)}, or pass --keys DIR "
-            f"(create key pairs with `python -m vfl.keys new PARTY --dir DIR`; see README, Security)"
+            f"(this party's own key pair: `python -m vfl.keys new {cfg.party} --dir DIR`; each peer's public key "
+            f"DIR/<peer>.key: obtained from that peer; docs/two-hosts.md)"
         )
     try:
         if cfg.is_leader:

@@ -96,6 +96,11 @@ def test_follower_key_unknown_to_the_leader_is_refused_on_both_sides(tmp_path, s
     # Assert: the follower learns at the CURVE handshake; the leader never got a message from it
     assert fcode == 1 and "refused this party's key" in ferr and ferr.count("\n") == 1
     assert lcode == 1 and "timed out after 12 s awaiting PSI hello from follower follower0" in lerr
+    # and the leader's console named the refused key once, by its fingerprint (vfl/wire/admission.py)
+    from vfl.wire.curve_keys import fingerprint, load_public_key
+
+    named = [line for line in lerr.splitlines() if "refused a CURVE handshake from 127.0.0.1" in line]
+    assert len(named) == 1 and fingerprint(load_public_key(stranger[0])) in named[0], lerr
 
 
 def test_missing_keys_name_the_settings_and_the_key_tool(tmp_path, shards_small, procs):

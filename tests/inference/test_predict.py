@@ -528,3 +528,21 @@ def yaml_load(path: str) -> dict:
     import yaml
 
     return yaml.safe_load(open(path).read())
+
+
+def test_batch_prediction_logs_each_followers_round_trip_as_serving_does(trained, tmp_path, monkeypatch):
+    """The leader times each follower's round trip at its PREDICT_HELLO and logs it as serving does at SERVE_HELLO,
+    and predict.json keeps it (docs/deploy-wan.md)."""
+    # Prepare
+    import re
+
+    files = _view_files(trained, tmp_path)
+    # Execute
+    _, _, _, report = _follower_view(trained, tmp_path / "view", monkeypatch, files["as_is"], files["follower"])
+    # Assert
+    log = (tmp_path / "view" / "view.log").read_text()
+    assert re.search(r"leader leader: link to follower0: RTT \d+\.\d\d ms \(timed at its PREDICT_HELLO\)", log), log
+    assert report["links"]["follower0"]["rtt_ms"] > 0
+    assert report["psi"]["wait_seconds"] + report["psi"]["work_seconds"] == pytest.approx(
+        report["psi"]["seconds"], abs=2e-3
+    )

@@ -45,6 +45,8 @@ from vfl.wire.frames import (
 )
 from vfl.wire.gate import MAX_UNADMITTED, ConnectionGate
 from vfl.wire.messages import Abort, Wait, WireMessage
+from vfl.wire.reach import EVENTS as REACH_EVENTS
+from vfl.wire.reach import ConnectWatch, check_resolves
 from vfl.wire.resync_messages import Resync
 
 HANDSHAKE_MS = 5000  # a connection that has not completed its CURVE handshake by then is dropped
@@ -73,11 +75,27 @@ class LeaderChannel(Endpoint):
                 f"follower keys {sorted(keys.followers.values())} do not match the followers {list(self.followers)}"
             )
         self.run = run
-        self._auth = Admission(self._ctx, keys.followers)
+        warn = getattr(notice, "warning", notice)  # refused keys named in the leader's log, as warnings
+        self._auth = Admission(self._ctx, keys.followers, (lambda line: warn(f"leader {me}: {line}")) if warn else None)
         self._auth.start()
         self._sock = self._make_socket(zmq.ROUTER)
         # pending connections are counted and capped from the socket's monitor, in a thread (gate.py)
-        self.gate = ConnectionGate(self._ctx, self._sock, self._fds.values, max_unadmitted, on_accepted=self._accepted)
+        crypto = (  # a follower pinning another leader key: named once in the leader's log (gate.py)
+            (
+                lambda: warn(
+                    f"leader {me}: a client failed the CURVE handshake: it sealed its greeting to another key than "
+                    f"this leader's (fingerprint {fingerprint(keys.public)}), as a follower whose "
+                    f"network.leader_key_file is not this leader's public key file does (further such failures are "
+                    f"not logged)"
+                )
+            )
+            if warn
+            else None
+        )
+        self.gate = ConnectionGate(
+            self._ctx, self._sock, self._fds.values, max_unadmitted,
+            on_accepted=self._accepted, on_crypto_failure=crypto,
+        )  # fmt: skip
         self._watch(self.gate.events)
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)  # strangers cannot hold descriptors for long
@@ -368,6 +386,7 @@ _FOLLOWER_EVENTS = (
     | zmq.EVENT_HANDSHAKE_FAILED_AUTH
     | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
     | zmq.EVENT_HANDSHAKE_SUCCEEDED
+    | REACH_EVENTS
 )
 
 
@@ -382,13 +401,16 @@ class FollowerChannel(Endpoint):
         timeout_s: float,
         leader_name: str = "leader",
         max_message_bytes: int = MAX_MESSAGE_BYTES,
+        notice: Callable[[str], None] | None = None,
     ):
+        check_resolves(connect)  # a name that does not resolve is one line now, not a timeout later (reach.py)
         super().__init__(me, timeout_s, max_message_bytes)
         self.endpoint = connect
+        # nothing listening, a leader key that does not match: said through `notice` as the events arrive
+        self._reach = ConnectWatch(connect, timeout_s, keys.leader, keys.leader_file, notice)
         self.leader = leader_name
         self.check_claims = False  # the leader's party name is not configured here; its key is
         self._public = keys.public
-        self._broken_handshakes = 0
         self._connected_fd: int | None = None  # the descriptor of the last connection made (a monitor event)
         self._sock = self._make_socket(zmq.DEALER)
         self._watch(self._sock.get_monitor_socket(_FOLLOWER_EVENTS))
@@ -458,6 +480,7 @@ class FollowerChannel(Endpoint):
 
     def _on_event(self, evt: dict, awaiting: str) -> None:
         kind = evt["event"]
+        self._reach.on_event(kind)
         if kind == zmq.EVENT_CONNECTED:
             self._connected_fd = evt["value"]
             return
@@ -480,7 +503,6 @@ class FollowerChannel(Endpoint):
                 f"pinned in network.leader_key_file, or it replays a recorded session"
             )
         if kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
-            self._broken_handshakes += 1
             return
         if kind == zmq.EVENT_DISCONNECTED and self.leader not in self._fds and self.reconnecting:
             self.resync.on_loss(self.leader, self.watch_disconnect)  # its connection before the first message
@@ -503,12 +525,7 @@ class FollowerChannel(Endpoint):
             send_frames(self._sock, kept.frames)
 
     def _why_silent(self) -> str:
-        if not self._broken_handshakes:
-            return ""
-        return (
-            f"; {self._broken_handshakes} connection(s) to {self.endpoint} closed during the CURVE handshake "
-            f"(no leader there yet, or a server without the pinned leader key)"
-        )
+        return self._reach.silent()
 
     def abort(self, reason: str) -> None:
         try:

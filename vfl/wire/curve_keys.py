@@ -43,6 +43,7 @@ class FollowerKeys:
     public: bytes
     secret: bytes
     leader: bytes
+    leader_file: str = ""  # where the pinned key came from (named when the leader's key does not match it)
 
 
 def key_paths(directory: str, party: str) -> tuple[str, str]:
@@ -110,12 +111,19 @@ def create_key_pair(party: str, directory: str, force: bool = False) -> tuple[st
     return pub_path, sec_path
 
 
-def _read_certificate(path: str, what: str) -> tuple[bytes, bytes | None]:
-    """(public, secret or None) from a zmq.auth certificate, each a validated z85 key."""
+def _read_certificate(path: str, what: str, owner: str | None = None) -> tuple[bytes, bytes | None]:
+    """(public, secret or None) from a zmq.auth certificate, each a validated z85 key. owner: the peer whose public
+    key this is, named when the file is missing (only that peer can give it)."""
     try:
         with open(path, "rb") as f:
             data = f.read(_MAX_CERT_BYTES + 1)
     except FileNotFoundError:
+        if owner is not None:
+            raise KeyFileError(
+                f"{what} {path} does not exist: obtain {owner}'s public key ({os.path.basename(path)}, written by "
+                f"`python -m vfl.keys new` on {owner}'s host; only that public file, never its {SECRET_SUFFIX}) "
+                f"and put it at {path}"
+            ) from None
         raise KeyFileError(
             f"{what} {path} does not exist; create key pairs with `python -m vfl.keys new PARTY --dir DIR`"
         ) from None
@@ -177,9 +185,9 @@ def load_secret_key(path: str) -> tuple[bytes, bytes]:
     return public, secret
 
 
-def load_public_key(path: str) -> bytes:
-    """A peer's z85 public key from its certificate."""
-    return _read_certificate(path, "public key file")[0]
+def load_public_key(path: str, owner: str | None = None) -> bytes:
+    """A peer's z85 public key from its certificate (owner: that peer's name, for the error of a missing file)."""
+    return _read_certificate(path, "public key file", owner)[0]
 
 
 def load_leader_keys(secret_file: str, follower_files: dict[str, str]) -> LeaderKeys:
@@ -187,7 +195,7 @@ def load_leader_keys(secret_file: str, follower_files: dict[str, str]) -> Leader
     public, secret = load_secret_key(secret_file)
     followers: dict[bytes, str] = {}
     for party, path in follower_files.items():
-        key = load_public_key(path)
+        key = load_public_key(path, party)
         if key == public:
             raise KeyFileError(f"public key file {path} of {party} holds the leader's own public key")
         if key in followers:
@@ -201,10 +209,10 @@ def load_leader_keys(secret_file: str, follower_files: dict[str, str]) -> Leader
 def load_follower_keys(secret_file: str, leader_file: str) -> FollowerKeys:
     """A follower's key pair and the leader's public key that it pins."""
     public, secret = load_secret_key(secret_file)
-    leader = load_public_key(leader_file)
+    leader = load_public_key(leader_file, "the leader")
     if leader == public:
         raise KeyFileError(f"leader public key file {leader_file} holds this follower's own public key")
-    return FollowerKeys(public, secret, leader)
+    return FollowerKeys(public, secret, leader, leader_file)
 
 
 def fingerprint(public: bytes) -> str:

@@ -25,7 +25,11 @@ main thread may be busy in a training step for seconds):
 - DISCONNECTED events of admitted connections are forwarded to `events`, a PAIR socket the channel polls
   as it would poll the monitor itself, without ever blocking this thread (a connect/close flood by strangers
   forwards nothing);
-- if the thread stops on an unexpected error, `failed` says why and the channel stops the run (fail closed).
+- if the thread stops on an unexpected error, `failed` says why and the channel stops the run (fail closed);
+- the first CURVE handshake that fails on cryptography (a client that sealed its greeting to another key than this
+  leader's: a follower whose pinned leader key is not this leader's) is named once through `on_crypto_failure`; the
+  rest are counted in `crypto_failures` (a stranger cannot flood the log). ZAP never sees such a client: its key is
+  inside the box this leader cannot open (admission.py names the keys it refuses).
 
 An honest follower whose connection is cut reconnects by itself (its DEALER's reconnect interval). The monitor's
 events carry the descriptor (ZMQ_EVENT_ACCEPTED and ZMQ_EVENT_DISCONNECTED; zmq_socket_monitor(3)).
@@ -60,8 +64,11 @@ class ConnectionGate:
         limit: int = MAX_UNADMITTED,
         per_host: int = MAX_UNADMITTED_PER_HOST,
         on_accepted: Callable[[int], None] | None = None,
+        on_crypto_failure: Callable[[], None] | None = None,
     ):
         self.limit, self.per_host = int(limit), int(per_host)
+        self.crypto_failures = 0  # CURVE handshakes that failed on a box this leader could not open
+        self._on_crypto_failure = on_crypto_failure
         self.refused = 0
         self.peak_pending = 0
         self.failed: str | None = None
@@ -74,7 +81,9 @@ class ConnectionGate:
         self._later_lock = threading.Lock()
         self._outbox: collections.deque[list[bytes]] = collections.deque()
         self._rng = random.Random()  # which pending connection goes: not predictable by a stranger
-        monitor = sock.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
+        monitor = sock.get_monitor_socket(
+            zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+        )
         address = f"inproc://vfl-gate-{id(self):x}"
         self.events = ctx.socket(zmq.PAIR)  # the channel's view of the monitor: admitted DISCONNECTED events only
         self.events.bind(address)
@@ -107,7 +116,9 @@ class ConnectionGate:
                 if event["event"] == zmq.EVENT_MONITOR_STOPPED:
                     return
                 fd = int(event["value"])
-                if event["event"] == zmq.EVENT_ACCEPTED:
+                if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:  # the value is the error, not a descriptor
+                    self._on_handshake_failed(fd)
+                elif event["event"] == zmq.EVENT_ACCEPTED:
                     self._on_accepted(fd)
                 elif event["event"] == zmq.EVENT_DISCONNECTED:
                     self._on_disconnected(fd, frames)
@@ -117,6 +128,13 @@ class ConnectionGate:
             self.failed = f"{type(e).__name__}: {e}"
         finally:
             monitor.close(0)
+
+    def _on_handshake_failed(self, error: int) -> None:
+        if error != zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC:
+            return
+        self.crypto_failures += 1
+        if self.crypto_failures == 1 and self._on_crypto_failure is not None:
+            self._on_crypto_failure()
 
     def _refresh_admitted(self) -> set[int]:
         for _ in range(3):  # the channel's thread may add a party while we copy

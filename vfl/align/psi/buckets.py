@@ -69,18 +69,21 @@ def intersect_on_ranks(ctx, ids: np.ndarray, run: Callable, me: str) -> tuple[np
 
 
 def _summed(ctx, r: PSIReport, intersection: int) -> PSIReport:
-    """The ranks' reports as one: sizes and bytes summed, the slowest rank's seconds, peers reused on every rank."""
+    """The ranks' reports as one: sizes and bytes summed, the slowest rank's seconds (and work: the rest is the
+    wait for the peers), peers reused on every rank."""
     peers = sorted(r.peer_ids)
     total = [ctx.total(v) for v in (r.own_ids, r.bytes_sent, r.bytes_received)]
+    seconds, work = max(ctx.per_rank(r.seconds)), max(ctx.per_rank(r.work_seconds))
     return PSIReport(
         intersection,
         int(total[0]),
         {p: int(ctx.total(r.peer_ids[p])) for p in peers},
         {p: int(ctx.total(r.pairwise[p])) for p in peers},
-        max(ctx.per_rank(r.seconds)),
+        seconds,
         int(total[1]),
         int(total[2]),
         [p for p in peers if ctx.total(float(p in r.reused)) == ctx.ranks],
+        max(seconds - work, 0.0),
     )
 
 

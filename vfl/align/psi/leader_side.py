@@ -101,6 +101,7 @@ def leader_psi(
         ch.bytes_sent - sent0,
         ch.bytes_received - recv0,
         sorted(agreed),
+        run.waited,
     )
     return final, report
 
@@ -119,6 +120,7 @@ class _LeaderPSI:
         self.last = {f: time.monotonic() for f in followers}
         self.hashed = np.empty((m, 32), np.uint8)  # H(x): a public function of the ids; then the padding
         self.is_hashed = np.zeros(m, bool)
+        self.waited = 0.0  # seconds spent waiting for the followers' hellos (their start), not PSI's work
 
     def agree_sizes(self, limit: int, caches: dict[str, PSICache]) -> tuple[dict, dict]:
         """Every follower's HELLO (its set size, within this leader's limit for its whole set, padded like a bucket
@@ -127,7 +129,9 @@ class _LeaderPSI:
         bucket_limit = padded_size(limit, self.env.ranks)
         sizes, agreed = {}, {}
         for f in self.followers:
+            t0 = time.perf_counter()
             hello = _leader_recv(self.ch, f, "hello", " (is it running and pointed at this leader?)")
+            self.waited += time.perf_counter() - t0
             sizes[f] = peer_size(hello, f, self.env, "the leader")
             if sizes[f] > bucket_limit:
                 raise PSIError(

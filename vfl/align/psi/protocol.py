@@ -104,10 +104,20 @@ class PSIReport:
     own_ids: int = 0
     peer_ids: dict[str, int] = field(default_factory=dict)  # the other side's set size(s)
     pairwise: dict[str, int] = field(default_factory=dict)  # leader: |X & Y_f| per follower; follower: |X & Y|
-    seconds: float = 0.0
+    seconds: float = 0.0  # all of it: the wait for the peers' hellos and the work
     bytes_sent: int = 0
     bytes_received: int = 0
     reused: list[str] = field(default_factory=list)  # peers whose earlier agreed intersection was reused
+    wait_seconds: float = 0.0  # of `seconds`, waiting for the peers' PSI hellos (a peer started later, say)
+
+    @property
+    def work_seconds(self) -> float:
+        """PSI's own seconds: all of it but the wait for the peers to say hello."""
+        return max(self.seconds - self.wait_seconds, 0.0)
+
+    def timing(self, peers: str) -> str:
+        """`12.3 s (10.1 s of work, 2.2 s waiting for PEERS to start)` for a log line."""
+        return f"{self.seconds:.1f} s ({self.work_seconds:.1f} s of work, {self.wait_seconds:.1f} s waiting for {peers} to start)"
 
     def as_dict(self) -> dict:
         return {
@@ -117,6 +127,8 @@ class PSIReport:
             "peer_ids": self.peer_ids,
             "pairwise": self.pairwise,
             "seconds": round(self.seconds, 3),
+            "work_seconds": round(self.work_seconds, 3),
+            "wait_seconds": round(self.wait_seconds, 3),
             "bytes_sent": self.bytes_sent,
             "bytes_received": self.bytes_received,
             "reused": self.reused,
@@ -269,7 +281,9 @@ def follower_psi(
     if not on_every_rank(agreed is not None, "this follower could offer reuse", log):
         agreed = None
     ch.post(Psi.hello(SUITE, m, agreed.offer("follower") if agreed else None, env.rank, env.ranks, verify))
-    hello = _recv(ch, "hello")
+    waited = time.perf_counter()
+    hello = _recv(ch, "hello")  # the leader answers once every follower said hello: the wait for the parties
+    waited = time.perf_counter() - waited
     n_leader = peer_size(hello, "the leader", env, "this follower")
     if n_leader > (limit := padded_size(MAX_IDS if max_peer_ids is None else max_peer_ids, env.ranks)):
         raise PSIError(
@@ -304,6 +318,7 @@ def follower_psi(
         ch.bytes_sent - sent0,
         ch.bytes_received - recv0,
         ["leader"] if hello.payload is not None else [],
+        waited,
     )
     return final, report
 

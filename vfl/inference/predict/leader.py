@@ -73,6 +73,8 @@ class LeaderPredictor(PredictingParty):
             lambda f: f"PREDICT_HELLO from follower {f} (is `predict` running there, pointed at {cfg.network.bind}?)",
             error="prediction refused",
         )
+        for f, link in session.links.items():  # as serving logs it: a range's cut costs at least this round trip
+            self.log(f"leader {cfg.party}: link to {f}: {link.describe()} (timed at its PREDICT_HELLO)")
         session.start_run(
             {f: h.nonce for f, h in hellos.items()},
             lambda f: PredictWelcome(run=channel.run, nonce=hellos[f].nonce, batch_rows=batch_rows),
@@ -118,6 +120,7 @@ class LeaderPredictor(PredictingParty):
             "files": paths,
             "session_run": channel.run,
             "psi": psi_report.as_dict() if hasattr(psi_report, "as_dict") else None,
+            "links": {f: {"rtt_ms": round(link.rtt_s * 1000, 3)} for f, link in session.links.items()},
         }
         if self.rows.labels is not None:
             report.update(self._metrics(scores))

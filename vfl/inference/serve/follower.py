@@ -220,6 +220,7 @@ def serve_follower(
         keys,
         cfg.network.timeout_s,
         max_message_bytes=MAX_SERVE_ROWS * 8 + MAX_HEADER_BYTES,
+        notice=log,  # nothing listening, a leader key that does not match (vfl/wire/reach.py)
     )
     session = FollowerSession(cfg, channel)
     cut_dim = cfg.model.bottom.cut_dim
