@@ -173,3 +173,70 @@ def test_a_resync_of_another_run_is_refused(tmp_path):
         follower.close()
         leader.close()
         relay.close()
+
+
+def test_keepalives_sent_while_a_follower_is_lost_are_kept_and_the_run_goes_on_after_it():
+    """An outage longer than a keepalive interval: the leader's WAITs to the lost follower are numbered, so they are
+    kept and sent again with the FORWARD; the follower applies every number once and the next GRADIENT passes (the
+    red team's exp1: before, the GRADIENT's number jumped over the unkept WAITs and ended the run)."""
+    import tempfile
+
+    # Prepare
+    leader, follower, relay = _pair(tempfile.mkdtemp())
+    got, errors = [], []
+
+    def answer() -> None:
+        try:
+            for _ in range(2):
+                m = follower.recv(("FORWARD",))
+                follower.send("EMBEDDING", {"step": m.meta["step"]})
+                got.append(follower.recv(("GRADIENT",)).meta["step"])
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    t = threading.Thread(target=answer, daemon=True)
+    t.start()
+    waits = []
+
+    def keepalive() -> None:  # LeaderSession.keepalive while a follower is waited for
+        if len(waits) < 3:
+            waits.append(leader.send("follower0", "WAIT", {}))
+
+    try:
+        leader.send("follower0", "FORWARD", {"step": 0})
+        leader.recv("follower0", "EMBEDDING")
+        leader.send("follower0", "GRADIENT", {"step": 0})
+        # Execute: both connections reset and refused for 1 s; a FORWARD and keepalives while the follower is away
+        relay.drop_all(down_s=1.0)
+        assert relay.dropped.wait(5)
+        leader.send("follower0", "FORWARD", {"step": 1})
+        leader.while_waiting = keepalive
+        leader.recv("follower0", "EMBEDDING")
+        leader.while_waiting = None
+        leader.send("follower0", "GRADIENT", {"step": 1})
+        t.join(30)
+    finally:
+        follower.close()
+        leader.close()
+        relay.close()
+    # Assert
+    assert not errors, errors
+    assert got == [0, 1] and len(waits) >= 1
+
+
+def test_a_peer_that_sends_without_acknowledging_is_refused_before_its_kept_messages_grow():
+    """A live peer whose every header acknowledges nothing: once more than ACK_LAG_MAX of this side's messages wait
+    for it, its next message is refused (the red team's 2 GiB outbox), and a later RESYNC may not claim less than
+    it acknowledged (nothing skipped silently)."""
+    from vfl.wire.resync import ACK_LAG_MAX, PeerGone, Reconnection
+
+    # Prepare
+    side = Reconnection("leader", 30.0)
+    for seq in range(ACK_LAG_MAX + 1):
+        side.keep("follower0", seq, "GRADIENT", {"step": seq}, [b"x" * 100])
+    # Execute / Assert
+    with pytest.raises(WireError, match=f"at most {ACK_LAG_MAX} unacknowledged while it sends"):
+        side.acknowledged("follower0", -1, ACK_LAG_MAX + 1)
+    side.acknowledged("follower0", 10, ACK_LAG_MAX + 1)
+    with pytest.raises(PeerGone, match="acknowledged 10 before"):
+        side.agreed("follower0", 5, 0, ACK_LAG_MAX + 1, 0, leader=True)

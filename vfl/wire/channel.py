@@ -232,14 +232,14 @@ class LeaderChannel(Endpoint):
                     f"{party} sent a message of {size} bytes ahead of its turn; a message queued here may hold one "
                     f"micro-batch's embedding, at most {self.ahead_bytes} bytes"
                 )
+        if self.reconnecting and self.resync.lost(party) and decode(body, party).type != Resync.TYPE:
+            return  # before its RESYNC state nothing of a reconnecting party is taken (nor numbered); sent again after
         msg = self._accept(party, body)
         if msg is None:  # a duplicate of a message applied before the resynchronisation
             return
         if msg.type == Resync.TYPE:
             self._on_resync(party, msg)
             return
-        if self.reconnecting and self.resync.lost(party):
-            return  # before its RESYNC state nothing of a reconnecting party is applied; it sends it again after
         self._inbox[party].append(msg)
 
     def _reconnected(self, party: str, rid: bytes, body: list) -> bool:
@@ -268,9 +268,13 @@ class LeaderChannel(Endpoint):
         r: Resync = _blamed(party, lambda: Resync.from_wire(msg))
         link = self.resync.link(party)
         if r.op == "hello":
+            if link.hello_from == self._route.get(party):  # an honest follower says hello once a connection
+                raise WireError(f"{party} sent a second RESYNC hello on one connection (one a connection is allowed)")
+            link.hello_from = self._route.get(party)
             self.resync.on_loss(party, True)  # a reconnection the leader had not noticed yet
             link.nonce = secrets.token_hex(16)
-            state = Resync("state", link.nonce, r.nonce, self._recv_seq.get(party, 0) - 1, self.resync.progress)
+            link.stated = self._recv_seq.get(party, 0) - 1  # what this state announces is what `agreed` records
+            state = Resync("state", link.nonce, r.nonce, link.stated, self.resync.progress)
             self._send_raw(party, self._resync_frames(party, state))
             return
         if not link.nonce or r.echo != link.nonce or not self.resync.lost(party):

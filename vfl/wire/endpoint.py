@@ -86,6 +86,7 @@ class Endpoint:
         self.notice = None  # where what the run survives is reported (the party's log)
         # network.reconnect_s (0: the first loss ends the run): what is kept, lost, waited for, resynchronised
         self.resync = Reconnection(me, 0.0)
+        self.resync.timeout_s = self.timeout_s
         self.resync.notice = lambda text: self.notice(text) if self.notice is not None else None
 
     @property

@@ -1,8 +1,9 @@
 """Surviving a lost connection: keep what the peer has not acknowledged, wait for its key, agree again, re-send.
 
 With `network.reconnect_s` > 0, once a run is joined (its run id set), a dropped connection does not end it. Each side
-keeps every message the other has not acknowledged (every header's `ack` is the last sequence number its sender
-received; WAIT, ABORT and RESYNC are not kept), waits up to reconnect_s for the same authenticated key to come back
+keeps every numbered message the other has not acknowledged (every header's `ack` is the last sequence number its
+sender received; keepalives included, so the numbering has no gap to forgive; ABORT ends the run and RESYNC is
+outside the numbering), waits up to reconnect_s for the same authenticated key to come back
 (ZeroMQ reconnects by itself, CurveZMQ handshakes again, ZAP admits only the configured keys), and then:
 
 1. the follower sends `RESYNC{hello, nonce_f}` on its new connection;
@@ -14,9 +15,10 @@ Each `state` is fresh for its receiver (it echoes the receiver's nonce of this r
 (its run id is checked like any message's); a `state` that echoes another nonce is dropped. A side refuses a peer that
 claims to have received a message never sent, or to have started a step ahead of the leader. After a resynchronisation
 a message numbered below the next expected one, but above what this side announced, is a duplicate of one already
-applied and is dropped; the first message after it may skip sequence numbers the sender did not keep (keepalives).
-A message a peer acknowledged is never sent again, and a peer that acknowledges nothing while the run goes on is
-stopped once it holds OUTBOX_MAX_MESSAGES or OUTBOX_MAX_BYTES here (memory stays bounded).
+applied and is dropped; any other number but the next is refused (nothing is ever skipped). A message a peer
+acknowledged is never sent again; a peer that keeps sending while it acknowledges less than ACK_LAG_MAX messages
+behind is refused, and what is kept for a lost or silent one is capped at OUTBOX_MAX_MESSAGES and OUTBOX_MAX_BYTES
+(memory stays bounded). One RESYNC hello a connection: a second on a connection already resynchronised is refused.
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ from dataclasses import dataclass, field
 
 from vfl.wire.frames import WireError
 
-OUTBOX_MAX_MESSAGES = 4096  # unacknowledged messages kept for one peer
-OUTBOX_MAX_BYTES = 2 << 30  # and their bytes
-NOT_KEPT = ("WAIT", "ABORT", "RESYNC")  # keepalives, the end of a run, the resynchronisation itself
+OUTBOX_MAX_MESSAGES = 4096  # unacknowledged messages kept for one peer (a keepalive a second for reconnect_s fits)
+OUTBOX_MAX_BYTES = 256 << 20  # and their bytes (an honest window: (staleness + 1) x micro-batches messages)
+ACK_LAG_MAX = 256  # a peer that sends while more of this side's messages than this wait for its acknowledgement
+NOT_KEPT = ("ABORT", "RESYNC")  # the end of a run, the resynchronisation itself (outside the numbering)
 NOTICE_EVERY_S = 30.0  # a waiting party says how long it has waited this often
 
 
@@ -60,7 +63,9 @@ class PeerLink:
     silent_since: float | None = None  # no message within network.timeout_s (its connection still open)
     nonce: str = ""  # this side's nonce of the resynchronisation under way
     announced: int | None = None  # the `received` this side announced at the last resynchronisation
-    gap_ok: bool = False  # the next message may skip numbers the sender did not keep
+    stated: int | None = None  # the `received` this side put in its RESYNC state under way (what `agreed` records)
+    acked: int = -1  # the highest acknowledgement the peer sent (a resynchronisation may not claim less)
+    hello_from: object = None  # the connection (routing id) whose RESYNC hello the leader answered last
     back_at: float = 0.0
     last_notice: float = 0.0
     resyncs: int = 0
@@ -73,6 +78,7 @@ class Reconnection:
     def __init__(self, me: str, reconnect_s: float):
         self.me = me
         self.reconnect_s = float(reconnect_s)
+        self.timeout_s = 0.0  # network.timeout_s, set by the channel end
         self.links: dict[str, PeerLink] = {}
         self.progress = 0  # the newest global training step this side has started (set by the step exchange)
         self.notice: Callable[[str], None] | None = None
@@ -112,8 +118,16 @@ class Reconnection:
         if ack >= sent:
             raise WireError(f"{peer} acknowledges message {ack}, but only {sent} were sent to it")
         link = self.links.get(peer)
-        while link is not None and link.outbox and link.outbox[0].seq <= ack:
+        if link is None:
+            return
+        link.acked = max(link.acked, ack)
+        while link.outbox and link.outbox[0].seq <= ack:
             link.outbox_bytes -= link.outbox.popleft().nbytes
+        if len(link.outbox) > ACK_LAG_MAX:  # it sends, so it is not lost: it leaves this side's messages unacknowledged
+            raise WireError(
+                f"{peer} sent a message acknowledging {ack}, {len(link.outbox)} messages behind what was sent to it; "
+                f"a party may leave at most {ACK_LAG_MAX} unacknowledged while it sends"
+            )
 
     # -- a loss and the wait -----------------------------------------------------------------------
     def on_loss(self, peer: str, enabled: bool) -> bool:
@@ -151,7 +165,8 @@ class Reconnection:
         if link is not None:
             if link.lost_since is not None:
                 return link.lost_since + self.reconnect_s
-            deadline = max(deadline, link.back_at)
+            if link.back_at:  # a receive that was due during the loss is due a whole timeout after the peer came back
+                deadline = max(deadline, link.back_at + self.timeout_s)
             if link.silent_since is not None:
                 return link.silent_since + self.reconnect_s
             if now >= deadline and enabled and peer is not None:
@@ -184,15 +199,10 @@ class Reconnection:
         WireError for a replayed, reordered or lost message outside a resynchronisation's window."""
         link = self.links.get(peer)
         if seq == want:
-            if link is not None:
-                link.gap_ok = False
             return seq
         if link is not None and link.announced is not None and link.announced < seq < want:
             link.duplicates += 1  # sent again after the resynchronisation, already applied: dropped
             return None
-        if link is not None and link.gap_ok and seq > want:
-            link.gap_ok = False  # the sender kept no keepalive: the numbers it skipped carried nothing to apply
-            return seq
         raise WireError(f"message from {peer} has sequence number {seq}, expected {want} (replayed or lost message)")
 
     def agreed(self, peer: str, received: int, step: int, sent: int, received_here: int, leader: bool) -> list[Kept]:
@@ -212,8 +222,14 @@ class Reconnection:
                 f"RESYNC from {peer}: the leader claims to be at step {step}, but this party started step "
                 f"{self.progress}"
             )
+        if received < link.acked:
+            raise PeerGone(
+                f"RESYNC from {peer}: it claims to have received up to message {received}, but it acknowledged "
+                f"{link.acked} before"
+            )
         self.acknowledged(peer, received, sent)
-        link.announced, link.gap_ok = received_here, True
+        link.announced = link.stated if link.stated is not None else received_here
+        link.stated = None
         again = list(link.outbox)
         waited = time.monotonic() - (link.lost_since or time.monotonic())
         what = (
