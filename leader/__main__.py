@@ -132,6 +132,8 @@ def body(cfg, log, state: dict) -> None:
     ctx = state["ctx"] = start_ranks(cfg, env, device, log)
     label_key = _label_key(cfg, env, ctx, shard)
     channel = state["channel"] = _listen(cfg, env, keys, len(shard.all_ids()), log)
+    if state.get("auto"):  # a follower still in the run this leader continues is told where it starts again
+        channel.rejoin_step = state["resume_step"]
     psi = _intersect(cfg, env, ctx, channel, keys, shard, log)
     cfg, sized = size_table_run(cfg, shard, log)  # a table's unset schedule and model, from its rows
     if env.is_main:
@@ -140,6 +142,7 @@ def body(cfg, log, state: dict) -> None:
     party = BottomParty(cfg, shard, device)
     warn_if_emulated(cfg.train.precision, party.device, log)
     trainer = LeaderTrainer(cfg, channel, party, log, cfg.output.dir, label_key=label_key, ctx=ctx)
+    trainer.rejoin_auto = bool(state.get("auto"))  # --resume auto (vfl/session/rejoin.py)
     try:
         trainer.handshake(check_link=state.get("check_link", False))
     except LinkCheckDone as done:
