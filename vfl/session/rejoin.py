@@ -23,6 +23,7 @@ import os
 import re
 from collections.abc import Callable
 
+from vfl.align.psi.ecdh import close_workers
 from vfl.preflight import checkpoint_meta
 from vfl.wire.resync import PeerRestarted, RejoinRequested
 
@@ -73,13 +74,21 @@ def disagreement_line(steps: dict[str, int], common: int) -> str:
     return f"rejoin: the parties' latest checkpoints are at steps {held}; every party goes back to step {common}"
 
 
+def tell_followers(channel, step: int) -> None:
+    """The leader's REJOIN{step} to every connected follower, once nothing listens on its port any more: PSI's
+    workers, forked with a copy of the listening socket, are ended too (the port refuses connections until the
+    leader's next channel binds it)."""
+    close_workers()
+    channel.rejoin_all(step)
+
+
 def rejoin_step(error: Exception, out_dir: str, party: str, channel) -> int:
     """The step a rejoin goes back to: a follower's, the one its leader named; a leader whose follower restarted, its
     own latest checkpoint's (told to every connected follower)."""
     if isinstance(error, PeerRestarted):
         found = latest_checkpoint(out_dir, party)
         step = found[0] if found else 0
-        channel.rejoin_all(step)
+        tell_followers(channel, step)
         return step
     return error.step
 
@@ -102,6 +111,7 @@ def rejoining(cfg, log, state: dict, run_once: Callable[[object], int]) -> int:
         channel = state.pop("channel", None)
         if channel is not None:
             channel.close()
+        close_workers()  # PSI's workers hold a copy of the leader's listening socket
         if code != 0 or step is None:
             return code
         at_most = step

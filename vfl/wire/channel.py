@@ -83,6 +83,7 @@ class LeaderChannel(Endpoint):
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)  # strangers cannot hold descriptors for long
         guard(self._sock, keys.public, keys.secret)
+        self.bind = bind
         try:
             self._sock.bind(bind)
         except zmq.ZMQError as e:
@@ -269,7 +270,13 @@ class LeaderChannel(Endpoint):
             self._sock.setsockopt(zmq.SNDTIMEO, usual)
 
     def rejoin_all(self, step: int) -> None:
-        """Tell every follower connected now to start again from its latest checkpoint at or below `step`."""
+        """Tell every follower connected now to start again from its latest checkpoint at or below `step`. This
+        socket stops listening first: a follower's next connection must reach the leader's next channel, never this
+        one, which would take its first message and close."""
+        try:
+            self._sock.unbind(self.bind)
+        except zmq.ZMQError:
+            pass
         for rid in list(self._route.values()):
             self._send_rejoin(rid, step)
 
