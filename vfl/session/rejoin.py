@@ -68,9 +68,7 @@ def disagreement_line(steps: dict[str, int], common: int) -> str:
     """What the leader says when the parties' resume steps differ."""
     held = ", ".join(f"{p} {s}" for p, s in steps.items())
     if common == 0:
-        return (
-            f"rejoin: the parties hold no common checkpoint (latest steps: {held}); the run starts again from step 0"
-        )
+        return f"rejoin: the parties hold no common checkpoint (latest steps: {held}); the run starts again from step 0"
     return f"rejoin: the parties' latest checkpoints are at steps {held}; every party goes back to step {common}"
 
 
