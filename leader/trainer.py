@@ -37,8 +37,8 @@ from vfl.training.step_timer import TIMER
 from vfl.training.top import TopTrainer
 from vfl.training.weight_stash import WeightStash
 from vfl.wire import LeaderChannel
-from vfl.wire.resync import RejoinRequested
 from vfl.wire.messages import Bye, Done, Hello, Restore, Save, Snapshot, Welcome
+from vfl.wire.resync import RejoinRequested
 
 __all__ = ["HandshakeError", "LeaderTrainer"]  # HandshakeError is the session's (vfl/session/leader.py)
 
