@@ -131,7 +131,11 @@ def body(cfg, log, state: dict) -> None:
     device = resolve_device(cfg.train.device)
     ctx = state["ctx"] = start_ranks(cfg, env, device, log)
     label_key = _label_key(cfg, env, ctx, shard)
-    channel = state["channel"] = _listen(cfg, env, keys, len(shard.all_ids()), log)
+    channel = state.get("channel")  # --resume auto: the leader's socket of its run before this one, kept
+    if channel is None:
+        channel = state["channel"] = _listen(cfg, env, keys, len(shard.all_ids()), log)
+    else:
+        log(f"leader {cfg.party}: listening again on {cfg.network.bind}, waiting for {list(cfg.network.followers)}")
     if state.get("auto"):  # a follower still in the run this leader continues is told where it starts again
         channel.rejoin_step = state["resume_step"]
     psi = _intersect(cfg, env, ctx, channel, keys, shard, log)

@@ -26,7 +26,7 @@ from vfl.session.compression import LeaderCodecs
 from vfl.session.leader import HandshakeError, LeaderSession
 from vfl.session.leader_steps import LeaderSteps
 from vfl.session.link_probe import LinkCheckDone, announce, check_report
-from vfl.session.rejoin import AUTO_CHECKPOINT_S, common_start, disagreement_line, tell_followers
+from vfl.session.rejoin import AUTO_CHECKPOINT_S, common_start, disagreement_line
 from vfl.training.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.training.loop import TrainingLoop
 from vfl.training.microbatch import embedding_bytes_bound, micro_slices, pipelined, weighted_loss
@@ -149,8 +149,8 @@ class LeaderTrainer:
         if common is None:
             return
         self.log(disagreement_line(steps, common))
-        tell_followers(self.ch, common)
-        raise RejoinRequested(common, f"the parties resume at different steps; all start again from step {common}")
+        self.ch.rejoin_all(common)
+        raise RejoinRequested(common)
 
     def _resume_hint(self) -> str:
         """What a run that cannot go on resumes from (the line a party prints when a lost peer does not come back)."""

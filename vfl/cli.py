@@ -307,7 +307,7 @@ def party_main(argv: list[str] | None, role: str, endpoint_flag: str, body, abor
 
     def checked_body(cfg: PartyConfig) -> None:
         from vfl.preflight import preflight
-        from vfl.session.rejoin import REJOIN_ERRORS, rejoin_step
+        from vfl.session.rejoin import REJOIN_ERRORS, rejoin_line, rejoin_step
 
         ready = preflight(cfg, log)  # data path, resume step, checkpoint size: before torch and before any peer
         party_keys(ready)
@@ -317,8 +317,8 @@ def party_main(argv: list[str] | None, role: str, endpoint_flag: str, body, abor
         except REJOIN_ERRORS as e:  # --resume auto: start again from a common step (vfl/session/rejoin.py)
             if not auto:
                 raise
-            log(f"rejoin: {one_line(e)}")
             state["rejoin"] = rejoin_step(e, str(ready.output.dir), ready.party, state.get("channel"))
+            log(rejoin_line(e, state["rejoin"]))
 
     def run_once(cfg: PartyConfig) -> int:
         return run_party(cfg, log, lambda: checked_body(cfg), lambda reason: abort(state, reason))

@@ -30,23 +30,34 @@ def shards_rejoin(synth_tiny, tmp_path_factory):
     return out
 
 
+LABEL_DP = {"label_dp": {"eps": 2.0}}
+
+
 @pytest.fixture(scope="module")
-def clean_run(shards_rejoin, tmp_path_factory):
-    """The uninterrupted run (no --resume auto): its metrics and each party's final weights."""
+def clean_runs(shards_rejoin, tmp_path_factory):
+    """The uninterrupted run (no --resume auto) of a privacy setting, run once: its metrics and final weights."""
     from tests.support.party_processes import Procs
 
-    tmp = tmp_path_factory.mktemp("clean")
-    cfgs = party_configs(str(tmp), str(shards_rejoin), train=TRAIN)
-    procs = Procs()
-    try:
-        procs.start("leader", "leader", cfgs["leader"])
-        procs.start("follower0", "follower", cfgs["follower0"])
-        for name in ("leader", "follower0"):
-            code, _, err = procs.wait(name, timeout=120)
-            assert code == 0, f"{name} failed: {err[-3000:]}"
-    finally:
-        procs.cleanup()
-    return _outcome(tmp)
+    runs = {}
+
+    def clean(privacy: dict | None) -> tuple[dict, dict]:
+        key = json.dumps(privacy, sort_keys=True)
+        if key not in runs:
+            tmp = tmp_path_factory.mktemp("clean")
+            cfgs = party_configs(str(tmp), str(shards_rejoin), train=TRAIN, privacy=privacy)
+            procs = Procs()
+            try:
+                procs.start("leader", "leader", cfgs["leader"])
+                procs.start("follower0", "follower", cfgs["follower0"])
+                for name in ("leader", "follower0"):
+                    code, _, err = procs.wait(name, timeout=120)
+                    assert code == 0, f"{name} failed: {err[-3000:]}"
+            finally:
+                procs.cleanup()
+            runs[key] = _outcome(tmp)
+        return runs[key]
+
+    return clean
 
 
 def _outcome(tmp) -> tuple[dict, dict]:
@@ -67,17 +78,26 @@ def _same(a, b) -> bool:
     return a == b
 
 
-@pytest.mark.parametrize("killed", ["follower0", "leader"])
+@pytest.mark.parametrize(
+    "killed, privacy",
+    [
+        ("follower0", None),
+        ("leader", None),
+        pytest.param("leader", LABEL_DP, marks=pytest.mark.slow, id="leader-label_dp"),
+    ],
+)
 def test_a_party_killed_mid_run_and_restarted_with_resume_auto_rejoins_and_the_model_is_bit_identical(
-    tmp_path, shards_rejoin, clean_run, procs, killed
+    tmp_path, shards_rejoin, clean_runs, procs, killed, privacy
 ):
     """Both parties start with --resume auto; after the leader logs global step 5 (the checkpoint of step 3 is
     written), `killed` gets SIGKILL and is started again with --resume auto. The survivor waits (network.reconnect_s),
     the parties agree on the latest step both hold and go back to it; both exit 0, the logs say who rejoined from
-    which checkpoint, and every party's final weights and the test AUC equal the uninterrupted run's."""
+    which checkpoint, and every party's final weights and the test AUC equal the uninterrupted run's. Under label DP
+    the restarted leader trains on the same release (its noisy labels are keyed by the leader's key), found in the
+    ledger: no release is recorded or charged again."""
     # Prepare
-    clean, clean_weights = clean_run
-    cfgs = party_configs(str(tmp_path), str(shards_rejoin), train=TRAIN)
+    clean, clean_weights = clean_runs(privacy)
+    cfgs = party_configs(str(tmp_path), str(shards_rejoin), train=TRAIN, privacy=privacy)
     log = {p: os.path.join(tmp_path, "out", f"{p}.log") for p in ("leader", "follower0")}
     procs.start("leader", "leader", cfgs["leader"], "--resume", "auto")
     procs.start("follower0", "follower", cfgs["follower0"], "--resume", "auto")
@@ -100,3 +120,6 @@ def test_a_party_killed_mid_run_and_restarted_with_resume_auto_rejoins_and_the_m
         assert _same(weights[party], clean_weights[party]), f"{party}'s final weights differ after the restart"
     assert flap["test_auc"] == clean["test_auc"]
     assert flap["steps"] == clean["steps"]
+    if privacy:  # the same release, found in the ledger (one release of this dataset, the clean run's)
+        assert flap["label_dp"]["release_id"] == clean["label_dp"]["release_id"]
+        assert flap["label_dp"]["new_release"] is False and flap["label_dp"]["dataset_releases"] == 1

@@ -23,7 +23,6 @@ import os
 import re
 from collections.abc import Callable
 
-from vfl.align.psi.ecdh import close_workers
 from vfl.preflight import checkpoint_meta
 from vfl.wire.resync import PeerRestarted, RejoinRequested
 
@@ -72,23 +71,25 @@ def disagreement_line(steps: dict[str, int], common: int) -> str:
     return f"rejoin: the parties' latest checkpoints are at steps {held}; every party goes back to step {common}"
 
 
-def tell_followers(channel, step: int) -> None:
-    """The leader's REJOIN{step} to every connected follower, once nothing listens on its port any more: PSI's
-    workers, forked with a copy of the listening socket, are ended too (the port refuses connections until the
-    leader's next channel binds it)."""
-    close_workers()
-    channel.rejoin_all(step)
-
-
 def rejoin_step(error: Exception, out_dir: str, party: str, channel) -> int:
     """The step a rejoin goes back to: a follower's, the one its leader named; a leader whose follower restarted, its
     own latest checkpoint's (told to every connected follower)."""
     if isinstance(error, PeerRestarted):
         found = latest_checkpoint(out_dir, party)
         step = found[0] if found else 0
-        tell_followers(channel, step)
+        channel.rejoin_all(step)
         return step
     return error.step
+
+
+def rejoin_line(error: Exception, step: int) -> str:
+    """The line a party under --resume auto logs when its run starts again."""
+    if isinstance(error, PeerRestarted):
+        return (
+            f"rejoin: {error.peer} restarted while the run waited for it at step {error.step}; every party starts "
+            f"again from its latest checkpoint at or below step {step}"
+        )
+    return f"rejoin: the run starts again from every party's latest checkpoint at or below step {step}"
 
 
 def rejoining(cfg, log, state: dict, run_once: Callable[[object], int]) -> int:
@@ -106,10 +107,11 @@ def rejoining(cfg, log, state: dict, run_once: Callable[[object], int]) -> int:
         train = cfg.train.model_copy(update={"resume_from": found[1] if found else None})
         code = run_once(cfg.model_copy(update={"train": train}))
         step = state.pop("rejoin", None)
-        channel = state.pop("channel", None)
-        if channel is not None:
-            channel.close()
-        close_workers()  # PSI's workers hold a copy of the leader's listening socket
+        channel = state.get("channel")
+        if channel is not None and step is not None and hasattr(channel, "start_again"):
+            channel.start_again()  # the leader's socket stays: a follower's next connection reaches this process
+        elif channel is not None:
+            state.pop("channel").close()
         if code != 0 or step is None:
             return code
         at_most = step

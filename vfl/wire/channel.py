@@ -45,7 +45,7 @@ from vfl.wire.frames import (
 )
 from vfl.wire.gate import MAX_UNADMITTED, ConnectionGate
 from vfl.wire.messages import Abort, Wait, WireMessage
-from vfl.wire.resync import PeerRestarted, RejoinRequested
+from vfl.wire.resync import PeerRestarted, Reconnection, RejoinRequested
 from vfl.wire.resync_messages import Rejoin, Resync
 
 HANDSHAKE_MS = 5000  # a connection that has not completed its CURVE handshake by then is dropped
@@ -83,7 +83,6 @@ class LeaderChannel(Endpoint):
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)  # strangers cannot hold descriptors for long
         guard(self._sock, keys.public, keys.secret)
-        self.bind = bind
         try:
             self._sock.bind(bind)
         except zmq.ZMQError as e:
@@ -270,15 +269,27 @@ class LeaderChannel(Endpoint):
             self._sock.setsockopt(zmq.SNDTIMEO, usual)
 
     def rejoin_all(self, step: int) -> None:
-        """Tell every follower connected now to start again from its latest checkpoint at or below `step`. This
-        socket stops listening first: a follower's next connection must reach the leader's next channel, never this
-        one, which would take its first message and close."""
-        try:
-            self._sock.unbind(self.bind)
-        except zmq.ZMQError:
-            pass
+        """Tell every follower connected now to start again from its latest checkpoint at or below `step`."""
         for rid in list(self._route.values()):
             self._send_rejoin(rid, step)
+
+    def start_again(self) -> None:
+        """Forget the run, keep the socket (--resume auto: the leader starts the run again on it, so that no follower's
+        next connection can reach a socket about to close): routes, numbering, lost links and queued messages go;
+        a late message of the old run on an old connection is answered REJOIN and that connection cut."""
+        self.run = ""
+        self._route.clear()
+        self._fds.clear()  # in place: the gate reads its values
+        self._send_seq.clear()
+        self._recv_seq.clear()
+        for queue in self._inbox.values():
+            queue.clear()
+        notice = self.resync.notice
+        self.resync = Reconnection(self.me, 0.0)
+        self.resync.notice = notice
+        self.ahead, self.ahead_bytes = 1, None
+        self.watch_disconnect = True
+        self.while_waiting = None
 
     def _on_resync(self, party: str, msg: Message) -> None:
         """RESYNC from `party` (resync.py): a hello is answered with this side's state and a fresh nonce; the state

@@ -47,7 +47,7 @@ class PeerRestarted(WireError):
             f"{peer} restarted (a new process of it greeted this run, which waited for it at step {step}); restart "
             "every party with --resume auto to rejoin the run from their latest common checkpoint"
         )
-        self.peer = peer
+        self.peer, self.step = peer, step
 
 
 class RejoinRequested(WireError):

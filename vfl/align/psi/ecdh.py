@@ -174,17 +174,6 @@ def _workers():
         return _pool or None
 
 
-def close_workers() -> None:
-    """End this process's workers (they were forked holding its sockets, a leader's listening port among them): a
-    party that starts its run again (vfl/session/rejoin.py) binds that port anew; the next PSI starts new ones."""
-    global _pool, _pool_pid
-    with _pool_lock:
-        if _pool and _pool_pid == os.getpid():
-            _pool.terminate()
-            _pool.join()
-        _pool, _pool_pid = None, None
-
-
 def _cores() -> int:
     """The cores this process may run on (a rank pinned to one core starts no workers), else the machine's."""
     try:
