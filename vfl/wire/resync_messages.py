@@ -1,5 +1,6 @@
-"""The typed RESYNC and REJOIN messages (vfl/wire/resync.py), in messages.py's pattern: parties agree again after a lost
-link (RESYNC) or after a party's process restarted (REJOIN).
+"""The typed RESYNC and REJOIN messages (vfl/wire/resync.py): parties agree again after a lost link or a restart.
+
+In messages.py's pattern: RESYNC after a lost link, REJOIN after a party's process restarted.
 
 A follower whose connection to the leader dropped sends `RESYNC{op: hello, nonce}` on each new connection; the leader
 answers `RESYNC{op: state, nonce, echo, received, step}` (echo: the hello's nonce) and the follower closes with its own
