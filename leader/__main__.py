@@ -110,6 +110,7 @@ def body(cfg, log, state: dict) -> None:
     from vfl.obs.curves import preload_tensorboard
     from vfl.obs.metrics import final_line, write_json
     from vfl.session.link_probe import LinkCheckDone
+    from vfl.session.rejoin import REJOIN_ERRORS
     from vfl.training.party import BottomParty, resolve_device, set_threads
     from vfl.training.precision import warn_if_emulated
     from vfl.training.run_size import run_size_warnings
@@ -154,9 +155,14 @@ def body(cfg, log, state: dict) -> None:
         ctx.close()
         return
     log(f"leader {cfg.party}: run {channel.run} with {list(cfg.network.followers)}")
-    with ctx.collectives("training (DistributedDataParallel's gradient all-reduce)"):
-        trainer.prepare()
-        trainer.train()
+    try:
+        with ctx.collectives("training (DistributedDataParallel's gradient all-reduce)"):
+            trainer.prepare()
+            trainer.train()
+    except REJOIN_ERRORS:  # --resume auto starts the run again: this run's curves end here, undrawn
+        if trainer.loop is not None and trainer.loop.curves is not None:
+            trainer.loop.curves.abandon()
+        raise
     trainer.finish(trainer.loop.history[-1]["epoch"], trainer.loop.global_step)
     if trainer.loop.curves is not None:
         # the PNG is drawn after the followers are released, not while they wait

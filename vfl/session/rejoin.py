@@ -26,7 +26,6 @@ from collections.abc import Callable
 from vfl.preflight import checkpoint_meta
 from vfl.wire.resync import PeerRestarted, RejoinRequested
 
-AUTO = "auto"  # the value of --resume that turns this on
 AUTO_CHECKPOINT_S = 60.0  # --resume auto without train.checkpoint_every: a checkpoint about every minute of training
 MAX_REJOINS = 100  # rounds one process starts again before it gives up (a party that restarts in a loop)
 _PERIODIC = re.compile(r"^(?P<party>.+)_step(?P<step>[0-9]+)\.pt$")
