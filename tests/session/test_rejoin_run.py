@@ -1,12 +1,14 @@
-"""A run that survives a party's restart: leader and follower as real processes over tcp with `--resume auto`; one of
-them is killed with SIGKILL in the middle of training (synchronised on the leader's log) and started again with
+"""A run that survives a party's restart or pause: leader and follower as real processes over tcp with `--resume auto`;
+one of them is killed with SIGKILL in the middle of training (synchronised on the leader's log) and started again with
 `--resume auto`, as a supervisor would; the parties agree on the latest checkpoint both hold, roll back to it and
-finish, and without label or embedding DP at staleness 0 the final weights are the uninterrupted run's, bit for bit."""
+finish. A follower stopped (SIGSTOP) past the leader's deadline is waited for and goes on where it was. Without label
+or embedding DP at staleness 0 the final weights are the uninterrupted run's, bit for bit."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 
 import pytest
 import torch
@@ -123,3 +125,35 @@ def test_a_party_killed_mid_run_and_restarted_with_resume_auto_rejoins_and_the_m
     if privacy:  # the same release, found in the ledger (one release of this dataset, the clean run's)
         assert flap["label_dp"]["release_id"] == clean["label_dp"]["release_id"]
         assert flap["label_dp"]["new_release"] is False and flap["label_dp"]["dataset_releases"] == 1
+
+
+def test_a_follower_paused_past_the_leaders_deadline_but_within_reconnect_s_goes_on_and_the_model_is_bit_identical(
+    tmp_path, shards_rejoin, clean_runs, procs
+):
+    """The follower is stopped (SIGSTOP) after the leader logs global step 5, and continued (SIGCONT) once the leader
+    has said that it heard nothing within network.timeout_s (4 s, above the 2 s heartbeat interval) and waits for it
+    (network.reconnect_s 300): the connection stayed open, so nothing is resent; both exit 0 and the final weights
+    are the uninterrupted run's."""
+    # Prepare
+    clean, clean_weights = clean_runs(None)
+    cfgs = party_configs(str(tmp_path), str(shards_rejoin), train=TRAIN)
+    log = os.path.join(tmp_path, "out", "leader.log")
+    procs.start("leader", "leader", cfgs["leader"], "--timeout", "4")
+    procs.start("follower0", "follower", cfgs["follower0"])
+    procs.wait_for_line("leader", log, KILL_AFTER, timeout=90)
+    # Execute: paused until the leader says it waits
+    os.killpg(procs.procs["follower0"].pid, signal.SIGSTOP)
+    try:
+        procs.wait_for_line("leader", log, "(no message within network.timeout_s)", timeout=60)
+    finally:
+        os.killpg(procs.procs["follower0"].pid, signal.SIGCONT)
+    # Assert
+    for name in ("leader", "follower0"):
+        code, _, err = procs.wait(name, timeout=120)
+        assert code == 0, f"{name} failed: {err[-3000:]}"
+    text = open(log).read()
+    assert "link to follower0 back after" in text and "nothing to resend" in text, text[-3000:]
+    paused, weights = _outcome(tmp_path)
+    for party in ("leader", "follower0"):
+        assert _same(weights[party], clean_weights[party]), f"{party}'s final weights differ after the pause"
+    assert paused["test_auc"] == clean["test_auc"]
