@@ -102,6 +102,8 @@ def rejoining(cfg, log, state: dict, run_once: Callable[[object], int]) -> int:
             log(f"rejoin: --resume auto resumes {cfg.party} from {found[1]} (step {found[0]})")
         elif at_most:
             log(f"rejoin: {cfg.party} holds no checkpoint at or below step {at_most} in {where}; starting from step 0")
+        elif at_most is None:
+            log(f"rejoin: --resume auto finds no checkpoint of {cfg.party} in {where}; starting from step 0")
         state["auto"], state["resume_step"] = True, found[0] if found else 0
         train = cfg.train.model_copy(update={"resume_from": found[1] if found else None})
         code = run_once(cfg.model_copy(update={"train": train}))
