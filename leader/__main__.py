@@ -110,6 +110,7 @@ def body(cfg, log, state: dict) -> None:
     from vfl.obs.curves import preload_tensorboard
     from vfl.obs.metrics import final_line, write_json
     from vfl.session.link_probe import LinkCheckDone
+    from vfl.session.rejoin import REJOIN_ERRORS
     from vfl.training.party import BottomParty, resolve_device, set_threads
     from vfl.training.precision import warn_if_emulated
     from vfl.training.run_size import run_size_warnings
@@ -131,7 +132,13 @@ def body(cfg, log, state: dict) -> None:
     device = resolve_device(cfg.train.device)
     ctx = state["ctx"] = start_ranks(cfg, env, device, log)
     label_key = _label_key(cfg, env, ctx, shard)
-    channel = state["channel"] = _listen(cfg, env, keys, len(shard.all_ids()), log)
+    channel = state.get("channel")  # --resume auto: the leader's socket of its run before this one, kept
+    if channel is None:
+        channel = state["channel"] = _listen(cfg, env, keys, len(shard.all_ids()), log)
+    else:
+        log(f"leader {cfg.party}: listening again on {cfg.network.bind}, waiting for {list(cfg.network.followers)}")
+    if state.get("auto"):  # a follower still in the run this leader continues is told where it starts again
+        channel.rejoin_step = state["resume_step"]
     psi = _intersect(cfg, env, ctx, channel, keys, shard, log)
     cfg, sized = size_table_run(cfg, shard, log)  # a table's unset schedule and model, from its rows
     if env.is_main:
@@ -140,6 +147,7 @@ def body(cfg, log, state: dict) -> None:
     party = BottomParty(cfg, shard, device)
     warn_if_emulated(cfg.train.precision, party.device, log)
     trainer = LeaderTrainer(cfg, channel, party, log, cfg.output.dir, label_key=label_key, ctx=ctx)
+    trainer.rejoin_auto = bool(state.get("auto"))  # --resume auto (vfl/session/rejoin.py)
     try:
         trainer.handshake(check_link=state.get("check_link", False))
     except LinkCheckDone as done:
@@ -147,9 +155,14 @@ def body(cfg, log, state: dict) -> None:
         ctx.close()
         return
     log(f"leader {cfg.party}: run {channel.run} with {list(cfg.network.followers)}")
-    with ctx.collectives("training (DistributedDataParallel's gradient all-reduce)"):
-        trainer.prepare()
-        trainer.train()
+    try:
+        with ctx.collectives("training (DistributedDataParallel's gradient all-reduce)"):
+            trainer.prepare()
+            trainer.train()
+    except REJOIN_ERRORS:  # --resume auto starts the run again: this run's curves end here, undrawn
+        if trainer.loop is not None and trainer.loop.curves is not None:
+            trainer.loop.curves.abandon()
+        raise
     trainer.finish(trainer.loop.history[-1]["epoch"], trainer.loop.global_step)
     if trainer.loop.curves is not None:
         # the PNG is drawn after the followers are released, not while they wait

@@ -26,6 +26,7 @@ from vfl.session.compression import LeaderCodecs
 from vfl.session.leader import HandshakeError, LeaderSession
 from vfl.session.leader_steps import LeaderSteps
 from vfl.session.link_probe import LinkCheckDone, announce, check_report
+from vfl.session.rejoin import AUTO_CHECKPOINT_S, common_start, disagreement_line
 from vfl.training.checkpoint import load_resume_checkpoint, save_checkpoint
 from vfl.training.loop import TrainingLoop
 from vfl.training.microbatch import embedding_bytes_bound, micro_slices, pipelined, weighted_loss
@@ -37,6 +38,7 @@ from vfl.training.top import TopTrainer
 from vfl.training.weight_stash import WeightStash
 from vfl.wire import LeaderChannel
 from vfl.wire.messages import Bye, Done, Hello, Restore, Save, Snapshot, Welcome
+from vfl.wire.resync import RejoinRequested
 
 __all__ = ["HandshakeError", "LeaderTrainer"]  # HandshakeError is the session's (vfl/session/leader.py)
 
@@ -79,6 +81,7 @@ class LeaderTrainer:
         self.last_checkpoint: tuple[int, str] | None = None  # (global step, path) of the last checkpoint written
         self.key_fingerprints = key_fingerprints(cfg)  # recorded in every checkpoint for prediction's fingerprint
         self.resume = None
+        self.rejoin_auto = False  # --resume auto: resume steps are agreed, not required equal (vfl/session/rejoin.py)
         if cfg.train.resume_from:
             self.resume = load_resume_checkpoint(cfg.train.resume_from, cfg.party, ("bottom", "top"))
             party.load_state(self.resume["state"]["bottom"], resume=True)
@@ -104,13 +107,16 @@ class LeaderTrainer:
         bandwidth too, log what it calls for and raise LinkCheckDone (the followers are told to stop)."""
 
         def ours(hello: Hello) -> Hello:  # the leader's view, its id digests keyed by this follower's nonce
-            return hello_message(self.cfg, self.party.shard, self.start_step, hello.nonce)
+            step = hello.resume_step if self.rejoin_auto else self.start_step  # --resume auto: agreed below
+            return hello_message(self.cfg, self.party.shard, step, hello.nonce)
 
         hellos: dict[str, Hello] = self.session.greet(
             Hello,
             lambda f, hello: hello_problems(f, hello, ours(hello)) + rank_problems(f, hello, self.ctx.env),
             lambda f: f"HELLO from follower {f} (is it running and pointed at {self.cfg.network.bind}?)",
         )
+        if self.rejoin_auto:
+            self._agree_on_start({f: h.resume_step for f, h in hellos.items()})
         tr = self.cfg.train
         if self.ctx.env.is_main:
             announce(self.session.links, tr.batch_size, tr.staleness, self.log)
@@ -135,6 +141,16 @@ class LeaderTrainer:
         self.ch.resync.reconnect_s = self.cfg.network.reconnect_s
         self.ch.resync.resume_hint = self._resume_hint
         self.ch.while_waiting = self.session.keepalive  # the other followers' deadlines while one is waited for
+
+    def _agree_on_start(self, theirs: dict[str, int]) -> None:
+        """--resume auto: every party resumes from the same step, or all start again from the smallest (REJOIN)."""
+        steps = {self.cfg.party: self.start_step, **theirs}
+        common = common_start(steps)
+        if common is None:
+            return
+        self.log(disagreement_line(steps, common))
+        self.ch.rejoin_all(common)
+        raise RejoinRequested(common)
 
     def _resume_hint(self) -> str:
         """What a run that cannot go on resumes from (the line a party prints when a lost peer does not come back)."""
@@ -188,6 +204,12 @@ class LeaderTrainer:
         if self.ctx.is_main:  # curves, like checkpoints and metrics.json, are rank 0's
             self.loop.curves = RunCurves(
                 self.out_dir, self.cfg.party, self.start_step, log=self.log, regression=self.task.is_regression
+            )
+        if self.rejoin_auto and not self.cfg.train.checkpoint_every:  # about a minute of training lost at most
+            self.loop.checkpoint_seconds = AUTO_CHECKPOINT_S
+            self.log(
+                f"--resume auto: train.checkpoint_every unset, so a checkpoint after each step that ends "
+                f"{AUTO_CHECKPOINT_S:g} s or more after the last one (at evaluations and epoch ends under staleness)"
             )
         if self.ctx.ranks > 1:
             self.loop.agree = self.ctx.agree_selection

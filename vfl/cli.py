@@ -50,7 +50,12 @@ def party_arguments(prog: str, endpoint_flag: str) -> argparse.ArgumentParser:
     ap.add_argument("--epochs", type=int, default=None, help="overrides train.epochs")
     ap.add_argument("--timeout", type=float, default=None, help="overrides network.timeout_s")
     ap.add_argument(
-        "--resume", default=None, help="this party's checkpoint to continue from (overrides train.resume_from)"
+        "--resume",
+        default=None,
+        metavar="PATH|auto",
+        help="this party's checkpoint to continue from (overrides train.resume_from); auto: its latest checkpoint in "
+        "output.dir/checkpoints (none: from the start), and rejoin the run from the latest step every party holds "
+        "whenever a party restarts (docs/long-runs.md)",
     )
     return ap
 
@@ -65,7 +70,7 @@ def load_party_config(args, endpoint_key: str) -> PartyConfig:
         ("data.path", args.data),
         ("train.epochs", args.epochs),
         ("network.timeout_s", args.timeout),
-        ("train.resume_from", args.resume),
+        ("train.resume_from", None if args.resume == "auto" else args.resume),
     ):
         if value is not None:
             overrides[key] = value
@@ -297,16 +302,34 @@ def party_main(argv: list[str] | None, role: str, endpoint_flag: str, body, abor
     log = RunLog(os.path.join(cfg.output.dir, ranks.log_name(cfg.party)), cfg.party)
     state: dict = {"ranks": ranks, "check_link": getattr(args, "check_link", False)}
 
-    def checked_body() -> None:
+    auto = args.resume == "auto"
+    if auto and ranks.distributed:
+        return fail("--resume auto rejoins one process per party: run it with --ranks 1", 2)
+
+    def checked_body(cfg: PartyConfig) -> None:
         from vfl.preflight import preflight
+        from vfl.session.rejoin import REJOIN_ERRORS, rejoin_line, rejoin_step
 
         ready = preflight(cfg, log)  # data path, resume step, checkpoint size: before torch and before any peer
         party_keys(ready)
         log(f"{role} {cfg.party}: config, keys and data checked ({ready.data.path}); loading torch and the model")
-        body(ready, log, state)
+        try:
+            body(ready, log, state)
+        except REJOIN_ERRORS as e:  # --resume auto: start again from a common step (vfl/session/rejoin.py)
+            if not auto:
+                raise
+            state["rejoin"] = rejoin_step(e, str(ready.output.dir), ready.party, state.get("channel"))
+            log(rejoin_line(e, state["rejoin"]))
+
+    def run_once(cfg: PartyConfig) -> int:
+        return run_party(cfg, log, lambda: checked_body(cfg), lambda reason: abort(state, reason))
 
     try:
-        return run_party(cfg, log, checked_body, lambda reason: abort(state, reason))
+        if auto:
+            from vfl.session.rejoin import rejoining
+
+            return rejoining(cfg, log, state, run_once)
+        return run_once(cfg)
     finally:
         if "channel" in state:
             state["channel"].close()

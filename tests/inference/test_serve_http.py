@@ -100,7 +100,42 @@ def test_the_scorers_queue_is_bounded():
     assert not futures[0].done() and not futures[1].done()
     with pytest.raises(ServeError, match="queue is full") as e:
         futures[2].result(timeout=0)
-    assert e.value.status == 503
+    assert e.value.status == 503 and e.value.retry_ms is not None
+
+
+class _DownScorer:
+    """A scorer whose follower `f` is down (restarting): every request fails as ScoringWorker._check_up fails it."""
+
+    followers, down, failed, batches, rows = ["f"], {"f": "f is down (its connection dropped)"}, None, 0, 0
+
+    def submit(self, ids, deadline_s):
+        from concurrent.futures import Future
+
+        from vfl.inference.serve.leader import DOWN_RETRY_MS, ServeError
+
+        future = Future()
+        future.set_exception(ServeError(503, self.down["f"], DOWN_RETRY_MS))
+        return future
+
+
+def test_a_request_while_a_follower_is_down_gets_503_with_retry_after():
+    # Prepare: an endpoint whose scorer's follower is down (a restarted follower greets again meanwhile)
+    srv = ScoreHTTPServer(("127.0.0.1", 0), _DownScorer(), 16, 1000, 7, _Lines(), ClientLimits(2, 2, 10.0))
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        # Execute
+        c = http.client.HTTPConnection("127.0.0.1", srv.server_address[1], timeout=10)
+        c.request("POST", "/score", body=b'{"ids": [1]}', headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        status, retry_after, doc = r.status, r.getheader("Retry-After"), json.loads(r.read())
+        c.close()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    # Assert: 503, the reason in one line, and when to retry (whole seconds; the body's retry_ms too)
+    assert status == 503 and "f is down" in doc["error"]
+    assert retry_after == "1" and doc["retry_ms"] == 1000
 
 
 @pytest.mark.parametrize(

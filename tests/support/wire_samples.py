@@ -27,7 +27,7 @@ from vfl.wire.messages import (
     WireMessage,
 )
 from vfl.wire.predict_messages import PredictCut, PredictDone, PredictHello, PredictRows, PredictWelcome
-from vfl.wire.resync_messages import Resync
+from vfl.wire.resync_messages import Rejoin, Resync
 from vfl.wire.serve_messages import ServeCut, ServeHello, ServeIds, ServeRefused, ServeWelcome
 
 SUITE = "ecdh-psi/x25519-elligator2x2-sha512/v1"
@@ -179,6 +179,7 @@ SAMPLES: list[tuple[WireMessage, dict]] = [
         Resync("state", "1" * 32, "0" * 32, 41, 7),
         {"op": "state", "nonce": "1" * 32, "echo": "0" * 32, "received": 41, "step": 7},
     ),
+    (Rejoin(120), {"step": 120}),
 ]
 SENDER = {
     "HELLO": "follower0",

@@ -137,6 +137,13 @@ class RunCurves:
                     self.tb.add_scalar(f"eval/{key}", float(value), entry["step"])
             self.tb.flush()
 
+    def abandon(self) -> None:
+        """Close the CSV and TensorBoard files without drawing (the run starts again: vfl/session/rejoin.py)."""
+        if not self._f.closed:
+            self._f.close()
+            if self.tb is not None:
+                self.tb.close()
+
     def close(self, selected_step: int | None = None, bayes: float | None = None) -> None:
         """Close the CSV and TensorBoard files and draw the PNG, marking the step early stopping selected and the
         data's Bayes-optimal test AUC (synthetic data) when they are known."""

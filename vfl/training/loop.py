@@ -87,6 +87,10 @@ class TrainingLoop:
         self.final: dict = {}
         self.curves = None  # a vfl.obs.curves.RunCurves: metrics.csv, TensorBoard, curves.png
         self.agree = None  # N ranks: (selection, is_best) -> rank 0's is_best, its selection state adopted
+        # --resume auto without train.checkpoint_every: a checkpoint after the first step ending this many seconds
+        # after the last one (under train.staleness only where the schedule drains anyway: evaluations, epoch ends)
+        self.checkpoint_seconds: float | None = None
+        self._last_checkpoint_at = 0.0
         if self.selection is not None and (self.valid_labels is None or self.valid_labels.size == 0):
             raise ValueError(
                 "train.early_stopping needs a validation split with rows (prepare with --valid-fraction > 0)"
@@ -123,6 +127,7 @@ class TrainingLoop:
             )
         first_epoch, first_i = divmod(start_step, spe)
         self.global_step = start_step
+        self._last_checkpoint_at = time.monotonic()
         window = _Window()
         if self.valid_eps is not None:
             biased = self.task.is_regression and self.valid_noise_var is None  # RR-on-Bins: no debiased RMSE
@@ -144,8 +149,9 @@ class TrainingLoop:
                 seconds = time.perf_counter() - t0
                 self._record_step(epoch, i, len(order), value, seconds, progress)
                 window.add(value, rows.size, seconds)
-                if checkpoint and tr.checkpoint_every and self.global_step % tr.checkpoint_every == 0:
+                if checkpoint and self._checkpoint_due(i, spe, total):
                     checkpoint(epoch, self.global_step)
+                    self._last_checkpoint_at = time.monotonic()
                 if self._eval_due(i, spe, self.global_step == total):
                     self._evaluate_window(epoch, evaluate, snapshot, window)
                     window = _Window()
@@ -155,6 +161,17 @@ class TrainingLoop:
             if self.stopped_early:
                 break
         self._finish(evaluate, restore)
+
+    def _checkpoint_due(self, i: int, spe: int, total: int) -> bool:
+        """train.checkpoint_every steps; or, with checkpoint_seconds, the first step that ends that long after the last
+        checkpoint (not the run's last step: its final checkpoint follows), where the schedule is drained."""
+        every = self.train.checkpoint_every
+        if every:
+            return self.global_step % every == 0
+        if self.checkpoint_seconds is None or self.global_step >= total:
+            return False
+        drained = not self.train.staleness or i + 1 == spe or self._eval_due(i, spe, False)
+        return drained and time.monotonic() - self._last_checkpoint_at >= self.checkpoint_seconds
 
     def _record_step(self, epoch: int, i: int, n_steps: int, value: float, seconds: float, progress) -> None:
         """One step's loss into the history, the timer, the progress bar, the curves and the log."""

@@ -47,7 +47,8 @@ from vfl.wire.gate import MAX_UNADMITTED, ConnectionGate
 from vfl.wire.messages import Abort, Wait, WireMessage
 from vfl.wire.reach import EVENTS as REACH_EVENTS
 from vfl.wire.reach import ConnectWatch, check_resolves
-from vfl.wire.resync_messages import Resync
+from vfl.wire.resync import PeerRestarted, Reconnection, RejoinRequested
+from vfl.wire.resync_messages import Rejoin, Resync
 
 HANDSHAKE_MS = 5000  # a connection that has not completed its CURVE handshake by then is dropped
 
@@ -117,6 +118,9 @@ class LeaderChannel(Endpoint):
         self.oversized_refused = 0
         self.notice = notice  # where refusals and losses that the run survives are reported (the leader's log)
         self.while_waiting: Callable[[], None] | None = None  # while a lost follower is waited for (keepalives)
+        # --resume auto: the step this (restarted) leader resumes at; a follower of an earlier run that reaches it
+        # is told to REJOIN from there (None: such a follower is refused as before)
+        self.rejoin_step: int | None = None
         # unread messages a party may have here: 1, or M while each follower sends a step's M micro-batch embeddings
         # before it awaits the first gradient (training.microbatch.pipelined); one more is refused
         self.ahead = 1
@@ -199,6 +203,8 @@ class LeaderChannel(Endpoint):
         """Queue a message that arrived from `party`'s key (or refuse its connection); errors are party's."""
         if rid in self._refused:
             return
+        if not self.run and self.rejoin_step is not None and self._from_earlier_run(party, rid, body):
+            return
         known = self._route.get(party)
         if known != rid and self.reconnecting and (known is not None or self.resync.lost(party)):
             if self._reconnected(party, rid, body):
@@ -250,6 +256,9 @@ class LeaderChannel(Endpoint):
         head = decode(body, party)
         if self.check_claims and head.claimed != party:
             return False  # the impostor rule below refuses it
+        if not head.run and self.resync.lost(party):  # a greeting of no run: a new process of the lost party
+            self._route[party] = rid  # where a REJOIN reaches it (rejoin_all)
+            raise PeerRestarted(party, self.resync.link(party).lost_step)
         if head.run != self.run or head.type in UNBOUND_TYPES:
             return False
         if head.type != Resync.TYPE or head.meta.get("op") != "hello":
@@ -261,6 +270,58 @@ class LeaderChannel(Endpoint):
         self._route[party] = rid
         self._track(party, body[0])
         return False
+
+    def _from_earlier_run(self, party: str, rid: bytes, body: list) -> bool:
+        """Before this run exists, a message bound to another run: a follower of the run this restarted leader
+        continues (its RESYNC hello). It is told to REJOIN from `rejoin_step` and that connection is cut (it greets
+        again on a new one). False: a message of no run, handled as usual."""
+        head = decode(body, party)
+        if not head.run or (self.check_claims and head.claimed != party):
+            return False
+        self._refused.add(rid)
+        self._send_rejoin(rid, self.rejoin_step)
+        self.gate.cut_later(body[0].get(zmq.SRCFD))
+        if self.notice is not None:
+            self.notice(
+                f"leader {self.me}: {party} is still in the run this leader restarted; told it to rejoin from its "
+                f"latest checkpoint at or below step {self.rejoin_step}"
+            )
+        return True
+
+    def _send_rejoin(self, rid: bytes, step: int) -> None:
+        """REJOIN{step} to one connection, outside any run and numbering; best effort, at most ABORT_SEND_MS."""
+        frames = encode(Rejoin.TYPE, self.me, "", 0, *Rejoin(step).to_wire())
+        usual = self._sock.getsockopt(zmq.SNDTIMEO)
+        self._sock.setsockopt(zmq.SNDTIMEO, ABORT_SEND_MS)
+        try:
+            self._sock.send_multipart([rid, *frames])
+        except zmq.ZMQError:
+            pass  # gone already: it greets this leader again and hears the step then
+        finally:
+            self._sock.setsockopt(zmq.SNDTIMEO, usual)
+
+    def rejoin_all(self, step: int) -> None:
+        """Tell every follower connected now to start again from its latest checkpoint at or below `step`."""
+        for rid in list(self._route.values()):
+            self._send_rejoin(rid, step)
+
+    def start_again(self) -> None:
+        """Forget the run, keep the socket (--resume auto: the leader starts the run again on it, so that no follower's
+        next connection can reach a socket about to close): routes, numbering, lost links and queued messages go;
+        a late message of the old run on an old connection is answered REJOIN and that connection cut."""
+        self.run = ""
+        self._route.clear()
+        self._fds.clear()  # in place: the gate reads its values
+        self._send_seq.clear()
+        self._recv_seq.clear()
+        for queue in self._inbox.values():
+            queue.clear()
+        notice = self.resync.notice
+        self.resync = Reconnection(self.me, 0.0)
+        self.resync.notice = notice
+        self.ahead, self.ahead_bytes = 1, None
+        self.watch_disconnect = True
+        self.while_waiting = None
 
     def _on_resync(self, party: str, msg: Message) -> None:
         """RESYNC from `party` (resync.py): a hello is answered with this side's state and a fresh nonce; the state
@@ -511,6 +572,10 @@ class FollowerChannel(Endpoint):
         if kind == zmq.EVENT_DISCONNECTED and self.leader not in self._fds and self.reconnecting:
             self.resync.on_loss(self.leader, self.watch_disconnect)  # its connection before the first message
         super()._on_event(evt, awaiting)
+
+    def _on_rejoin(self, peer: str, msg: Message) -> None:
+        """The leader's REJOIN (it restarted the run, or a party did): RejoinRequested with its step."""
+        raise RejoinRequested(Rejoin.from_wire(msg).step)
 
     def _on_resync(self, msg: Message) -> None:
         """The leader's RESYNC state answering this party's latest hello (resync.py): this party's state follows,

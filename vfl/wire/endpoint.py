@@ -20,7 +20,7 @@ from vfl.wire.frames import MAX_MESSAGE_BYTES, MAX_WIRE_FRAME, Message, WireErro
 from vfl.wire.inflight import Cut, InflightGuard
 from vfl.wire.messages import Abort, Hello, Welcome
 from vfl.wire.resync import Reconnection
-from vfl.wire.resync_messages import Resync
+from vfl.wire.resync_messages import Rejoin, Resync
 from vfl.wire.serve_messages import ServeHello, ServeWelcome
 
 ZERO_COPY_MIN_BYTES = 1 << 16  # below this zmq copies anyway (pyzmq serialization docs)
@@ -31,7 +31,7 @@ ABORT_SEND_MS = 1000  # a best-effort ABORT waits at most this long for a peer
 RCVHWM = 4  # messages queued per connection before libzmq stops reading that peer's socket
 LATE_READS = 64  # messages read after a deadline passed, before the timeout is declared anyway
 # the messages that come before a run id is agreed (the handshakes of training and serving) or that end any run
-UNBOUND_TYPES = (Hello.TYPE, Welcome.TYPE, ServeHello.TYPE, ServeWelcome.TYPE, Abort.TYPE)
+UNBOUND_TYPES = (Hello.TYPE, Welcome.TYPE, ServeHello.TYPE, ServeWelcome.TYPE, Abort.TYPE, Rejoin.TYPE)
 
 
 class PeerAbort(WireError):
@@ -144,6 +144,8 @@ class Endpoint:
         msg = decode(frames, peer)
         if self.check_claims and msg.claimed != peer:
             raise WireError(f"a message authenticated as {peer} claims to be from {msg.claimed!r}; refused")
+        if msg.type == Rejoin.TYPE:  # outside any run and numbering: only a restarted run sends it (resync.py)
+            self._on_rejoin(peer, msg)
         if msg.type == Resync.TYPE:  # bound to the run, outside the numbering it re-establishes (resync.py)
             if not self.reconnecting or msg.run != self.run:
                 raise WireError(f"RESYNC from {peer} outside a run that waits for lost connections; refused")
@@ -175,6 +177,10 @@ class Endpoint:
                 reason = "no reason given"
             raise PeerAbort(f"{peer} aborted: {reason}")
         return msg
+
+    def _on_rejoin(self, peer: str, msg: Message) -> None:
+        """A REJOIN from `peer`: only the leader sends it (a follower's is refused here)."""
+        raise WireError(f"REJOIN from {peer}: only the leader restarts a run; refused")
 
     def _track(self, peer: str, frame: zmq.Frame) -> None:
         """Remember which connection an authenticated peer's messages arrive on (once)."""

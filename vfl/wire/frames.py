@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-PROTOCOL_VERSION = 7  # v2: CurveZMQ transport, no frame HMAC, nonce-bound run ids; valid split (EVAL names
+PROTOCOL_VERSION = 8  # v2: CurveZMQ transport, no frame HMAC, nonce-bound run ids; valid split (EVAL names
 # its split), SNAPSHOT and RESTORE; v3: PSI messages (private set intersection of the ids) before HELLO;
 # v4: tensor buffers travel in frames of at most WIRE_FRAME_BYTES (a small per-frame cap for strangers);
 # v5: batch prediction's PREDICT_* (predict_messages.py) and online scoring's SERVE_* messages (serve_messages.py)
@@ -35,6 +35,8 @@ PROTOCOL_VERSION = 7  # v2: CurveZMQ transport, no frame HMAC, nonce-bound run i
 # what was not acknowledged), and RESYNC (resync_messages.py) re-establishes the sequence after a lost connection
 # (vfl/wire/resync.py); WELCOME names the sends per row of each split (sends_train, sends_valid, sends_test:
 # embedding DP's plan)
+# v8: REJOIN (resync_messages.py): the leader tells a follower under --resume auto to start again from its latest
+# checkpoint at or below a step (vfl/session/rejoin.py)
 MAGIC_PREFIX = b"VFLW"
 MAGIC = MAGIC_PREFIX + bytes([PROTOCOL_VERSION])
 MAX_HEADER_BYTES = 1 << 16
@@ -84,6 +86,7 @@ MESSAGE_TYPES = (
     "LINK_ECHO",
     "LINK_REPORT",
     "RESYNC",
+    "REJOIN",
 )
 
 

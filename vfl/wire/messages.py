@@ -40,7 +40,7 @@ from vfl.wire.frames import MAX_DIM, MAX_HEADER_BYTES, Message, WireError
 from vfl.wire.link_messages import LINK_MESSAGES
 from vfl.wire.predict_messages import PREDICT_MESSAGES
 from vfl.wire.psi_messages import Psi
-from vfl.wire.resync_messages import Resync
+from vfl.wire.resync_messages import Rejoin, Resync
 from vfl.wire.serve_messages import SERVE_MESSAGES
 
 PHASES = ("prior",)  # FORWARD / GRADIENT / EVAL of LP-2ST's stage one carry phase "prior"
@@ -414,6 +414,7 @@ MESSAGE_CLASSES: dict[str, type[WireMessage]] = {
         *PREDICT_MESSAGES,
         *LINK_MESSAGES,
         Resync,
+        Rejoin,
     )
 }
 
@@ -438,6 +439,7 @@ __all__ = [
     "Hello",
     "Prior",
     "Psi",
+    "Rejoin",
     "Restore",
     "Resync",
     "Save",

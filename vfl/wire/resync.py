@@ -41,6 +41,30 @@ class PeerGone(WireError):
     """A lost peer did not come back within network.reconnect_s (or a resynchronisation was refused)."""
 
 
+class PeerRestarted(WireError):
+    """A new process of a lost follower greeted a run that waits for it (it restarted): under `--resume auto` every
+    party starts again from a common checkpoint (vfl/session/rejoin.py); otherwise the run stops with this line."""
+
+    def __init__(self, peer: str, step: int):
+        super().__init__(
+            f"{peer} restarted (a new process of it greeted this run, which waited for it at step {step}); restart "
+            "every party with --resume auto to rejoin the run from their latest common checkpoint"
+        )
+        self.peer, self.step = peer, step
+
+
+class RejoinRequested(WireError):
+    """The leader's REJOIN: this party starts again from its latest checkpoint at or below `step`."""
+
+    def __init__(self, step: int, why: str = ""):
+        super().__init__(
+            why
+            or f"the leader restarts the run from every party's latest checkpoint at or below step {step}; "
+            "restart this party with --resume auto to rejoin it"
+        )
+        self.step = step
+
+
 @dataclass
 class Kept:
     """A message sent and not yet acknowledged: its number, type, step and frames (bytes, as sent)."""

@@ -1,10 +1,18 @@
-"""The typed RESYNC message (vfl/wire/resync.py), in messages.py's pattern: two parties agree again after a lost link.
+"""The typed RESYNC and REJOIN messages (vfl/wire/resync.py): parties agree again after a lost link or a restart.
+
+In messages.py's pattern: RESYNC after a lost link, REJOIN after a party's process restarted.
 
 A follower whose connection to the leader dropped sends `RESYNC{op: hello, nonce}` on each new connection; the leader
 answers `RESYNC{op: state, nonce, echo, received, step}` (echo: the hello's nonce) and the follower closes with its own
 `state` (echo: the leader's nonce). `received` is the sequence number of the last message the sender applied from the
 other (-1: none), `step` the newest global training step it has started. RESYNC travels inside the run (its run id is
 checked like any other message's) but outside the sequence numbers it re-establishes.
+
+`REJOIN{step}` (leader -> follower) tells a follower under `--resume auto` that the run starts again from every party's
+latest checkpoint at or below `step` (vfl/session/rejoin.py): the leader sends it when a follower's new process greets
+a run that waits for it, when a follower of an earlier run reaches a restarted leader, and when the parties' HELLOs
+name different resume steps. It travels outside any run and outside the sequence numbers (a restarted party has
+neither); only the leader's authenticated key can send it.
 """
 
 from __future__ import annotations
@@ -45,3 +53,12 @@ class Resync(WireMessage):
         if values["op"] == "hello" and any(state):
             raise fail(msg, "a RESYNC hello carries its nonce only")
         return cls(**values)
+
+
+@wire_message
+class Rejoin(WireMessage):
+    """REJOIN (leader -> follower): restart from this party's latest checkpoint at or below `step`, and greet again."""
+
+    TYPE = "REJOIN"
+    step: int
+    FIELDS = (Int("step", 0, MAX_INT),)

@@ -6,7 +6,9 @@
       (a missing id is echoed when its JSON text is at most MAX_ECHOED_ID_CHARS long, else only its index: an
       answer's size is bounded by the number of ids, never by what a client chose to send)
       400 bad request, 411/413 no or too large a Content-Length, 413 too many ids, 415 not JSON, 429 a follower's
-      rate limit (retry_ms), 503 a follower is down, 504 the deadline passed; every error is {"error": "<one line>"}.
+      rate limit (retry_ms), 503 a follower is down, 504 the deadline passed; every error is {"error": "<one line>"};
+      429 and a 503 worth retrying (a follower down, restarting, or the queue full) carry retry_ms and the header
+      `Retry-After` (whole seconds, RFC 9110 Sec. 10.2.3).
     A request whose Host (or Origin) is not the endpoint's own address or a loopback name gets 403: a web page that
     the leader's browser opens can neither post a form to it (text/plain is refused; application/json from another
     origin needs a CORS preflight, which this endpoint does not answer) nor reach it under a rebound DNS name.
@@ -274,7 +276,7 @@ class ScoreHandler(BaseHTTPRequestHandler):
             doc = {"error": str(e)}
             if e.retry_ms is not None:
                 doc["retry_ms"] = e.retry_ms
-            return self._reply(e.status, doc)
+            return self._reply(e.status, doc, None if e.retry_ms is None else max(1, -(-e.retry_ms // 1000)))
         missing = [_missing(i, given[i], why) for i, why in sorted(result.missing.items())]
         ms = round((time.perf_counter() - t0) * 1000, 3)
         self._reply(200, {"scores": result.scores, "missing": missing, "step": self.server.step, "ms": ms})
@@ -291,11 +293,13 @@ class ScoreHandler(BaseHTTPRequestHandler):
         doc = {"status": status, "scorer": scorer, "followers": followers, "step": self.server.step}
         self._reply(200, {**doc, "batches": w.batches, "rows": w.rows, "clients": self.server.clients.stats()})
 
-    def _reply(self, status: int, doc: dict) -> None:
+    def _reply(self, status: int, doc: dict, retry_after_s: int | None = None) -> None:
         """The answer, headers and body in one write that the client must take within the read deadline (while it
         does not, its connection is displaceable: ClientTable.write_answer)."""
         data = json.dumps(doc).encode()
         self.send_response(status)
+        if retry_after_s is not None:
+            self.send_header("Retry-After", str(retry_after_s))
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self._headers_buffer.append(b"\r\n")  # what end_headers() would write, kept for one write with the body

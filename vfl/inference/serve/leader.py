@@ -33,6 +33,7 @@ from vfl.inference.serve.follower_links import FollowerLinks
 from vfl.wire.serve_messages import ServeCut, ServeIds, ServeRefused
 
 MAX_QUEUED = 256  # requests waiting for the scorer; one more gets 503 at once
+DOWN_RETRY_MS = 1000  # a 503 while a follower is down or the queue is full: retry after this long (Retry-After)
 
 
 class ServeError(RuntimeError):
@@ -129,7 +130,9 @@ class ScoringWorker:
         if self.failed is not None:
             req.future.set_exception(ServeError(503, f"the scorer stopped: {self.failed}"))
         elif self.queue.qsize() >= self.max_queued:
-            req.future.set_exception(ServeError(503, f"the scorer's queue is full ({self.max_queued} requests)"))
+            req.future.set_exception(
+                ServeError(503, f"the scorer's queue is full ({self.max_queued} requests)", DOWN_RETRY_MS)
+            )
         else:
             self.queue.put(req)
         return req.future
@@ -268,7 +271,7 @@ class ScoringWorker:
     def _check_up(self) -> None:
         if self.down:
             f, why = next(iter(self.down.items()))
-            raise ServeError(503, why)
+            raise ServeError(503, why, DOWN_RETRY_MS)  # a restarted follower greets again (Retry-After)
 
     def _settle_late(self, f: str, deadline: float) -> None:
         """Read and drop the answer to an earlier request that timed out, before asking `f` again."""
