@@ -95,7 +95,16 @@ def _welcome(parse: bool = False, **ranks):
     from vfl.wire.frames import Message
     from vfl.wire.messages import Welcome
 
-    meta = {"run": "r" * 32, "nonce": "0" * 32, "epochs": 1, "steps_per_epoch": 3, **ranks}
+    meta = {
+        "run": "r" * 32,
+        "nonce": "0" * 32,
+        "epochs": 1,
+        "steps_per_epoch": 3,
+        "sends_train": 1,
+        "sends_valid": 1,
+        "sends_test": 1,
+        **ranks,
+    }
     return Welcome.from_wire(Message("WELCOME", "leader", "", 0, meta)) if parse else Welcome(**meta)
 
 
