@@ -102,7 +102,7 @@ class ConnectionGate:
         """Shut down the connection on `fd` in CUT_REFUSED_AFTER_S (the channel refused it; its ABORT is queued), if
         the descriptor still leads to the peer it leads to now."""
         with self._later_lock:
-            self._later.append((time.monotonic() + CUT_REFUSED_AFTER_S, int(fd), _peer(int(fd))))
+            self._later.append((time.monotonic() + CUT_REFUSED_AFTER_S, int(fd), peer_address(int(fd))))
 
     def _run(self, monitor: zmq.Socket) -> None:
         try:
@@ -150,7 +150,7 @@ class ConnectionGate:
             self._on_accept(fd)
         self._pending.pop(fd, None)
         self._cut.discard(fd)
-        self._pending[fd] = (_peer(fd), time.monotonic())
+        self._pending[fd] = (peer_address(fd), time.monotonic())
         for known in self._refresh_admitted():
             self._pending.pop(known, None)
         live = [f for f in self._pending if f not in self._cut]
@@ -224,7 +224,7 @@ def address_group(peer) -> object:
     return ipaddress.ip_network(f"{ip}/{24 if ip.version == 4 else 48}", strict=False)
 
 
-def _peer(fd: int):
+def peer_address(fd: int):
     """The remote address of a descriptor (None when it is not a connected socket any more)."""
     try:
         s = socket.socket(fileno=fd)

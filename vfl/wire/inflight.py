@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from vfl.wire.frames import MAX_WIRE_FRAME
+from vfl.wire.gate import peer_address
 
 WATCH_S = 0.005  # between two reads of the counters while a watched connection's count moves
 IDLE_WATCH_S = 0.025  # while none moved since the last read
@@ -57,19 +58,6 @@ def bytes_read(fd: int) -> int | None:
         return None
     finally:
         s.detach()  # the descriptor stays libzmq's
-
-
-def _peer(fd: int):
-    try:
-        s = socket.socket(fileno=fd)
-    except OSError:
-        return None
-    try:
-        return s.getpeername()
-    except OSError:
-        return None
-    finally:
-        s.detach()
 
 
 @dataclass
@@ -107,7 +95,7 @@ class InflightGuard:
     def watch(self, fd: int, label: str | None = None) -> None:
         """Start watching the connection on `fd` (from its acceptance or connection on)."""
         fd = int(fd)
-        peer = _peer(fd)
+        peer = peer_address(fd)
         now = bytes_read(fd)
         if peer is None or now is None:
             return  # not a TCP connection (or gone already): nothing to watch
@@ -157,7 +145,7 @@ class InflightGuard:
                 arrived = now - w.taken_at
                 if arrived <= allowance(limit, self._queued, time.monotonic() - w.taken_time):
                     continue
-                if _peer(fd) != w.peer or not _shut_down(fd):
+                if peer_address(fd) != w.peer or not _shut_down(fd):
                     with self._lock:
                         self._watched.pop(fd, None)
                     continue
