@@ -67,8 +67,8 @@ def check_resolves(endpoint: str, within_s: float = RESOLVE_WITHIN_S) -> None:
 class ConnectWatch:
     """A follower's view of its connection to the leader, from the monitor events: says once, through `notice`,
     that nothing listens at the endpoint yet (before any connection; a follower started before its leader is told so
-    too: an information) and, as a warning (`notice.warning` where it has one), that the leader's key does not match
-    (KEY_MISMATCH_AFTER handshakes in a row closed by the server); `silent()` says the same for a timeout's text."""
+    too: an information) and, as an information too (a relay whose leader is not up yet looks the same), that the
+    leader's key does not match (KEY_MISMATCH_AFTER handshakes in a row closed by the server); `silent()` says the same for a timeout's text."""
 
     def __init__(
         self, endpoint: str, timeout_s: float, leader_key: bytes, leader_key_file: str, notice: Callable | None
@@ -94,7 +94,7 @@ class ConnectWatch:
         elif kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
             self.closed_in_handshake += 1
             if self.closed_in_handshake >= KEY_MISMATCH_AFTER and not self.handshakes:
-                self._say("key", self.key_mismatch() + f"; retrying until {self._until()}", warn=True)
+                self._say("key", self.key_mismatch() + f"; retrying until {self._until()}", warn=False)
 
     def nothing_listening(self) -> str:
         return (
@@ -104,10 +104,11 @@ class ConnectWatch:
 
     def key_mismatch(self) -> str:
         return (
-            f"the leader's key does not match {self.leader_key_file}: the server at {self.endpoint} closed "
-            f"{self.closed_in_handshake} CURVE handshake(s) in a row, as a server without the secret key of the pinned "
-            f"key (fingerprint {fingerprint(self.leader_key)}) does; obtain the leader's public key file again and "
-            f"compare `python -m vfl.keys show` on both hosts"
+            f"the leader's key does not match {self.leader_key_file}, or a forwarder's leader is not up yet: the "
+            f"server at {self.endpoint} closed {self.closed_in_handshake} CURVE handshake(s) in a row, as a server "
+            f"without the secret key of the pinned key (fingerprint {fingerprint(self.leader_key)}) does, and as a "
+            f"relay does while nothing answers behind it; if it goes on, obtain the leader's public key file again "
+            f"and compare `python -m vfl.keys show` on both hosts"
         )
 
     def silent(self) -> str:
