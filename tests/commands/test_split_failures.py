@@ -78,19 +78,19 @@ def test_follower_prepared_with_another_split_seed_is_refused_at_the_handshake(
 
 
 def test_follower_key_unknown_to_the_leader_is_refused_on_both_sides(tmp_path, shards_small, procs):
-    # Prepare: follower0 runs with a fresh key pair the leader was never given. The follower starts once the leader
-    # listens and learns of the refusal at its handshake; its 30 s deadline only bounds the wait (a 4 s one ran out
-    # before the refusal arrived in a full-suite run), and the leader's 12 s leave a loaded machine time to start the
-    # follower.
+    # Prepare: follower0 runs with a fresh key pair the leader was never given. The follower starts first and is
+    # already dialling when the leader listens, so its handshake meets the leader at once, however slowly a loaded
+    # machine starts processes (started after the leader, it once began dialling after the leader's 12 s had run
+    # out); its 30 s deadline only bounds the wait.
     from tests.support.party_processes import party_keys
 
     cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=12)
     stranger = party_keys(str(tmp_path / "stranger"), ("follower0",))["follower0"]
     _edit(cfgs["follower0"], lambda d: d["network"].update({"secret_key_file": stranger[1], "timeout_s": 30}))
     # Execute
-    procs.start("leader", "leader", cfgs["leader"])
-    procs.wait_for_line("leader", str(tmp_path / "out" / "leader.log"), "listening on")
     procs.start("follower0", "follower", cfgs["follower0"])
+    procs.wait_for_line("follower0", str(tmp_path / "out" / "follower0.log"), "connecting to")
+    procs.start("leader", "leader", cfgs["leader"])
     fcode, _, ferr = procs.wait("follower0", 60)
     lcode, _, lerr = procs.wait("leader", 60)
     # Assert: the follower learns at the CURVE handshake; the leader never got a message from it
