@@ -33,7 +33,18 @@ def role_problems(doc: dict, party_pattern: str, default_batch_size: int, defaul
     if role not in ("leader", "follower"):
         return []
     leader = role == "leader"
+    errors = _network_problems(doc, role)
+    errors += _leader_only_problems(doc, party_pattern) if leader else _follower_only_problems(doc)
+    errors += _schedule_problems(doc, default_batch_size)
+    errors += _selection_problems(doc)
+    errors += _privacy_problems(doc, leader, default_budget)
+    return errors
+
+
+def _network_problems(doc: dict, role: str) -> list[str]:
+    """The endpoint a role uses (and not the other's), and where the label column may be declared."""
     errors: list[str] = []
+    leader = role == "leader"
     mine, other = ("bind", "connect") if leader else ("connect", "bind")
     if not _has(doc, "network", mine) or _get(doc, "network", mine) is None:
         errors.append(f"network.{mine} is required for a {role} (tcp://HOST:PORT)")
@@ -50,73 +61,83 @@ def role_problems(doc: dict, party_pattern: str, default_batch_size: int, defaul
         errors.append("data.schema.label is required on the leader (the label party): {column: NAME}")
     if isinstance(sch, dict) and not leader and sch.get("label") is not None:
         errors.append("data.schema.label is set on the leader only (a follower holds no labels)")
+    return errors
+
+
+def _leader_only_problems(doc: dict, party_pattern: str) -> list[str]:
+    """The leader's follower list, and the options a leader sets wrongly because they are a follower's."""
+    errors: list[str] = []
     fl = _get(doc, "network", "followers")
-    if leader:
-        if (
-            not isinstance(fl, list)
-            or not fl
-            or any(not isinstance(f, str) or not re.match(party_pattern, f) for f in fl)
-        ):
-            errors.append(f"network.followers must be a non-empty list of party names, got {fl!r}")
-        elif len(set(fl)) != len(fl) or doc.get("party") in fl:
-            errors.append(f"network.followers must be distinct names other than the leader's, got {fl!r}")
-        keys = _get(doc, "network", "follower_keys")
-        if isinstance(keys, dict) and isinstance(fl, list):
-            stray = [k for k in keys if k not in fl]
-            if stray:
-                errors.append(f"network.follower_keys names {stray}, which are not in network.followers {fl}")
-        if _has(doc, "network", "rank_endpoints"):
-            errors.append(
-                "network.rank_endpoints is only used by a follower (the leader binds network.bind's port + rank)"
-            )
-        if _has(doc, "network", "leader_key_file"):
-            errors.append("network.leader_key_file is only used by a follower")
-        if _has(doc, "debug", "record_gradients") and _get(doc, "debug", "record_gradients"):
-            errors.append("debug.record_gradients is a follower option (what the follower receives)")
-        if _has(doc, "privacy", "embedding_dp") and _get(doc, "privacy", "embedding_dp") is not None:
-            errors.append("privacy.embedding_dp is set on a follower only (it protects the cuts a follower sends)")
-        if _has(doc, "debug", "record_cuts") and _get(doc, "debug", "record_cuts"):
-            errors.append("debug.record_cuts is a follower option (the cuts it sends)")
-        top = _get(doc, "model", "top")
-        if isinstance(top, dict) and top.get("name") == "mlp" and not top.get("hidden"):
-            errors.append("model.top.hidden must list at least one layer size when model.top.name is mlp")
-    else:
-        if _has(doc, "network", "followers"):
-            errors.append("network.followers is only used by the leader")
-        if _has(doc, "network", "follower_keys"):
-            errors.append("network.follower_keys is only used by the leader")
-        if _has(doc, "model", "top"):
-            errors.append("model.top is only used by the leader (followers hold bottom models)")
-        if _has(doc, "train", "early_stopping") and _get(doc, "train", "early_stopping") is not None:  # false: off
-            errors.append("train.early_stopping is set on the leader only (it holds the validation labels)")
-        if _has(doc, "privacy", "label_dp") and _get(doc, "privacy", "label_dp") is not None:
-            errors.append("privacy.label_dp is set on the leader only (it holds the labels)")
-        if _has(doc, "train", "task"):
-            errors.append(
-                "train.task is set on the leader only (it holds the labels; followers train the same bottoms "
-                "for either task)"
-            )
-        if _has(doc, "train", "loss"):
-            errors.append("train.loss is set on the leader only (it holds the labels)")
+    if not isinstance(fl, list) or not fl or any(not isinstance(f, str) or not re.match(party_pattern, f) for f in fl):
+        errors.append(f"network.followers must be a non-empty list of party names, got {fl!r}")
+    elif len(set(fl)) != len(fl) or doc.get("party") in fl:
+        errors.append(f"network.followers must be distinct names other than the leader's, got {fl!r}")
+    keys = _get(doc, "network", "follower_keys")
+    if isinstance(keys, dict) and isinstance(fl, list):
+        stray = [k for k in keys if k not in fl]
+        if stray:
+            errors.append(f"network.follower_keys names {stray}, which are not in network.followers {fl}")
+    if _has(doc, "network", "rank_endpoints"):
+        errors.append("network.rank_endpoints is only used by a follower (the leader binds network.bind's port + rank)")
+    if _has(doc, "network", "leader_key_file"):
+        errors.append("network.leader_key_file is only used by a follower")
+    if _has(doc, "debug", "record_gradients") and _get(doc, "debug", "record_gradients"):
+        errors.append("debug.record_gradients is a follower option (what the follower receives)")
+    if _has(doc, "privacy", "embedding_dp") and _get(doc, "privacy", "embedding_dp") is not None:
+        errors.append("privacy.embedding_dp is set on a follower only (it protects the cuts a follower sends)")
+    if _has(doc, "debug", "record_cuts") and _get(doc, "debug", "record_cuts"):
+        errors.append("debug.record_cuts is a follower option (the cuts it sends)")
+    top = _get(doc, "model", "top")
+    if isinstance(top, dict) and top.get("name") == "mlp" and not top.get("hidden"):
+        errors.append("model.top.hidden must list at least one layer size when model.top.name is mlp")
+    return errors
+
+
+def _follower_only_problems(doc: dict) -> list[str]:
+    """The options a follower sets wrongly because they are the leader's (it holds no labels and no top)."""
+    errors: list[str] = []
+    if _has(doc, "network", "followers"):
+        errors.append("network.followers is only used by the leader")
+    if _has(doc, "network", "follower_keys"):
+        errors.append("network.follower_keys is only used by the leader")
+    if _has(doc, "model", "top"):
+        errors.append("model.top is only used by the leader (followers hold bottom models)")
+    if _has(doc, "train", "early_stopping") and _get(doc, "train", "early_stopping") is not None:  # false: off
+        errors.append("train.early_stopping is set on the leader only (it holds the validation labels)")
+    if _has(doc, "privacy", "label_dp") and _get(doc, "privacy", "label_dp") is not None:
+        errors.append("privacy.label_dp is set on the leader only (it holds the labels)")
+    if _has(doc, "train", "task"):
+        errors.append(
+            "train.task is set on the leader only (it holds the labels; followers train the same bottoms "
+            "for either task)"
+        )
+    if _has(doc, "train", "loss"):
+        errors.append("train.loss is set on the leader only (it holds the labels)")
+    return errors
+
+
+def _schedule_problems(doc: dict, default_batch_size: int) -> list[str]:
+    """Micro-batches that fit a batch, and one kind of pipelining at a time."""
+    errors: list[str] = []
     mb, bs = _get(doc, "train", "microbatches"), _get(doc, "train", "batch_size")
     bs = default_batch_size if bs is None else bs
-    if (
-        isinstance(mb, int)
-        and isinstance(bs, int)
-        and not isinstance(mb, bool)
-        and not isinstance(bs, bool)
-        and mb > bs >= 1
-    ):
+    if _whole(mb) and _whole(bs) and mb > bs >= 1:
         errors.append(
             f"train.microbatches={mb} exceeds train.batch_size={bs}: a micro-batch needs at least one row "
             f"(allowed: an integer in [1, {bs}])"
         )
     k = _get(doc, "train", "staleness")
-    if isinstance(mb, int) and isinstance(k, int) and not isinstance(k, bool) and k > 0 and mb > 1:
+    if isinstance(mb, int) and _whole(k) and k > 0 and mb > 1:
         errors.append(
             f"train.staleness={k} needs train.microbatches 1, got train.microbatches={mb}: pipeline across batches "
             "or within one, not both"
         )
+    return errors
+
+
+def _selection_problems(doc: dict) -> list[str]:
+    """An early-stopping metric and a loss that fit the task."""
+    errors: list[str] = []
     es, task = _get(doc, "train", "early_stopping"), _get(doc, "train", "task")
     metric = es.get("metric") if isinstance(es, dict) else None
     if metric == "accuracy" and task not in ("multiclass", "regression"):
@@ -132,6 +153,13 @@ def role_problems(doc: dict, party_pattern: str, default_batch_size: int, defaul
         errors.append(f"train.early_stopping.metric {metric} needs train.task: regression")
     if task != "regression" and _get(doc, "train", "loss") == "huber":
         errors.append("train.loss huber needs train.task: regression (class labels train on cross-entropy)")
+    return errors
+
+
+def _privacy_problems(doc: dict, leader: bool, default_budget: float) -> list[str]:
+    """Label DP that fits the task and its budget, and embedding DP with its eps."""
+    errors: list[str] = []
+    task = _get(doc, "train", "task")
     ld = _get(doc, "privacy", "label_dp")
     if leader and _has(doc, "privacy", "label_dp") and isinstance(ld, dict):
         errors.extend(label_dp_task_problems(ld, task or "binary", _get(doc, "data", "schema")))
@@ -155,6 +183,11 @@ def role_problems(doc: dict, party_pattern: str, default_batch_size: int, defaul
     if not leader and isinstance(ed, dict) and "eps" not in ed:
         errors.append("privacy.embedding_dp.eps is required (a number in (0, 1000])")
     return errors
+
+
+def _whole(value: Any) -> bool:
+    """An int that is not a bool (YAML's true is not a count)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _real(value: Any) -> bool:
