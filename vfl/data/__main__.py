@@ -154,6 +154,15 @@ def _parser() -> argparse.ArgumentParser:
     """The subcommands synth, digits, split and prepare with their flags."""
     ap = argparse.ArgumentParser(prog=command_name("vfl.data"), description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
+    _add_synth(sub)
+    _add_digits(sub)
+    _add_split(sub)
+    _add_prepare(sub)
+    return ap
+
+
+def _add_synth(sub) -> None:
+    """synth: a synthetic Criteo-format TSV with its truth file."""
     s = sub.add_parser("synth", help="write a synthetic Criteo-format TSV plus its truth file")
     s.add_argument("--rows", type=int, required=True)
     s.add_argument(
@@ -174,6 +183,10 @@ def _parser() -> argparse.ArgumentParser:
         default=2,
         help="K > 2: a K-class label (class ids 0..K-1) instead of a click; the truth file then holds P(y=c|x), (rows, K)",
     )
+
+
+def _add_digits(sub) -> None:
+    """digits: scikit-learn's bundled digits as two-party shards."""
     dg = sub.add_parser(
         "digits", help="scikit-learn's bundled 8x8 digits (10 classes) -> two-party shards, left/right halves"
     )
@@ -182,6 +195,10 @@ def _parser() -> argparse.ArgumentParser:
     dg.add_argument("--valid-fraction", type=float, default=0.2)
     dg.add_argument("--seed", type=int, default=0)
     dg.add_argument("--force", action="store_true", help="replace an existing output directory")
+
+
+def _add_split(sub) -> None:
+    """split: a combined raw Criteo file into one raw file per party."""
     sp = sub.add_parser("split", help="combined raw Criteo file -> one raw file per party (OUT/<party>.tsv, with ids)")
     sp.add_argument("--input", required=True)
     sp.add_argument("--out", required=True, help="directory for <party>.tsv (and the labelled party's .truth.npy)")
@@ -197,6 +214,10 @@ def _parser() -> argparse.ArgumentParser:
         help="that party's file lacks this fraction of ids (repeatable)",
     )
     sp.add_argument("--num-classes", type=int, default=2, help="2: a 0/1 label; K > 2: class ids 0..K-1")
+
+
+def _add_prepare(sub) -> None:
+    """prepare: a party's own raw file or table, or a combined file (the local simulation), into shards."""
     p = sub.add_parser(
         "prepare", help="a party's own raw file (--party) or a combined file (local simulation) -> shards"
     )
@@ -270,7 +291,6 @@ def _parser() -> argparse.ArgumentParser:
         default=2,
         help="2: the label is 0/1 (Criteo); K > 2: the label column holds class ids 0..K-1",
     )
-    return ap
 
 
 def _prepare_table(args) -> int:
