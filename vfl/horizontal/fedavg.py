@@ -130,59 +130,13 @@ def run_fedavg(cfg: FedConfig, out_dir: str, log=print) -> dict:
     rounds, secure_diff = [], 0.0
     log(f"FedAvg: {cfg.clients} clients, {cfg.rounds} rounds, d = {model.dim} parameters, encrypt_train_type = {kind}")
     if kind == "NBAFL":
-        # the paper's run-level claim, and the T uplink releases it is made of for the accountant
-        cost = nbafl_cost(cfg.nbafl, cfg.rounds, cfg.accountant)
-        if cost.get("claim_void"):
-            log(
-                f"NbAFL: epsilon {cfg.nbafl.epsilon:g} over {cfg.rounds} rounds is no guarantee (Theorem 1 needs "
-                f"epsilon / rounds < 1 and the paper's constant); charged the {cfg.accountant} accountant's "
-                f"{cost['eps']:.4g} at delta {cfg.nbafl.delta:g}"
-            )
-        ledger.spend(
-            "nbafl",
-            {"eps": cost["eps"], "delta": cost["delta"]},
-            scope="per client (whole run)",
-            noise_multiplier=uplink_noise_multiplier(cfg.nbafl, cfg.rounds),
-            releases=cfg.rounds,
-        )
-        log(
-            f"NbAFL: uplink noise scale {uplink_scale(cfg.nbafl, cfg.rounds, int(sizes.min())):.4g}, downlink "
-            f"{downlink_scale(cfg.nbafl, cfg.rounds, cfg.clients, cfg.clients, int(sizes.min())):.4g}"
-        )
+        _charge_nbafl_run(cfg, ledger, int(sizes.min()), log)
     t0 = time.perf_counter()
     for r in range(cfg.rounds):
         grad_clip = cfg.nbafl.grad_clip if kind == "NBAFL" else None
         local = [local_training(model, w, data, cfg, rng, grad_clip) for data in clients]
-        updates = [lw - w for lw in local]
-        upload = model.dim
-        if kind == "NOT_ENCRYPT":
-            w = w + np.mean(updates, axis=0)
-        elif kind == "PW_ENCRYPT":
-            maskers = [MaskingClient(i) for i in range(cfg.clients)]
-            pubs = {m.client_id: m.public for m in maskers}
-            masked = {m.client_id: m.mask(u, pubs, r, cfg.clients) for m, u in zip(maskers, updates)}
-            total = aggregate_masked(masked, list(pubs))
-            secure_diff = max(secure_diff, float(np.abs(total - np.sum(updates, axis=0)).max()))
-            w = w + total / cfg.clients
-        elif kind == "DP_ENCRYPT":
-            w = w + np.mean([gaussian_client(u, cfg.dp, rng) for u in updates], axis=0)
-            ledger.spend("gaussian", gaussian_cost(cfg.dp), noise_multiplier=cfg.dp.noise_multiplier)
-        elif kind == "NBAFL":
-            noisy = [nbafl_client(lw, cfg.nbafl, cfg.rounds, int(n), rng) for lw, n in zip(local, sizes)]
-            w = nbafl_server(
-                np.mean(noisy, axis=0), cfg.nbafl, cfg.rounds, cfg.clients, cfg.clients, int(sizes.min()), rng
-            )
-        elif kind == "SIGNDS":
-            ups = [signds_client(u, cfg.signds, rng) for u in updates]
-            upload = int(np.mean([u.upload_numbers for u in ups]))
-            lr = magrr.global_lr(cfg.clients) if cfg.magrr else cfg.signds.sign_global_lr
-            w = w + signds_aggregate([(u.indices, u.sign) for u in ups], model.dim, lr)
-            ledger.spend("signds", signds_cost(cfg.signds))
-            if cfg.magrr:
-                magrr.update(
-                    [magrr_client_bit(u.topk_mean_abs, magrr.r_est, magrr.phase, magrr.eps_rr, rng) for u in ups]
-                )
-                ledger.spend("magrr", magrr.cost())
+        w, upload, diff = _aggregate_round(cfg, model, w, local, sizes, r, rng, ledger, magrr)
+        secure_diff = max(secure_diff, diff)
         probs = expit(model.logits(w, te_dense, te_cat))
         entry = {
             "round": r,
@@ -208,7 +162,72 @@ def run_fedavg(cfg: FedConfig, out_dir: str, log=print) -> dict:
         metrics["laplace_eval"] = laplace_evaluation(probs, te_y, cfg.laplace_eval_eps, rng)
         ledger.spend("laplace_eval", laplace_cost(cfg.laplace_eval_eps), scope="per released output")
     metrics["privacy"] = ledger.totals()
-    for scope, t in metrics["privacy"].items():
+    _say_accountants(metrics["privacy"], log)
+    with replacing_file(os.path.join(out_dir, "model.npy")) as f:
+        np.save(f, w)
+    write_json(os.path.join(out_dir, "metrics.json"), metrics, indent=2)
+    return metrics
+
+
+def _charge_nbafl_run(cfg: FedConfig, ledger: PrivacyLedger, smallest: int, log) -> None:
+    """NbAFL's run-level claim and the T uplink releases it is made of, charged to the accountant up front."""
+    cost = nbafl_cost(cfg.nbafl, cfg.rounds, cfg.accountant)
+    if cost.get("claim_void"):
+        log(
+            f"NbAFL: epsilon {cfg.nbafl.epsilon:g} over {cfg.rounds} rounds is no guarantee (Theorem 1 needs "
+            f"epsilon / rounds < 1 and the paper's constant); charged the {cfg.accountant} accountant's "
+            f"{cost['eps']:.4g} at delta {cfg.nbafl.delta:g}"
+        )
+    ledger.spend(
+        "nbafl",
+        {"eps": cost["eps"], "delta": cost["delta"]},
+        scope="per client (whole run)",
+        noise_multiplier=uplink_noise_multiplier(cfg.nbafl, cfg.rounds),
+        releases=cfg.rounds,
+    )
+    log(
+        f"NbAFL: uplink noise scale {uplink_scale(cfg.nbafl, cfg.rounds, smallest):.4g}, downlink "
+        f"{downlink_scale(cfg.nbafl, cfg.rounds, cfg.clients, cfg.clients, smallest):.4g}"
+    )
+
+
+def _aggregate_round(cfg: FedConfig, model, w, local, sizes, r: int, rng, ledger, magrr) -> tuple:
+    """One round's server update under the run's encrypt_train_type: (new weights, numbers uploaded per client,
+    the secure aggregate's largest deviation from the plain sum)."""
+    kind = cfg.encrypt_train_type
+    updates = [lw - w for lw in local]
+    secure_diff = 0.0
+    upload = model.dim
+    if kind == "NOT_ENCRYPT":
+        w = w + np.mean(updates, axis=0)
+    elif kind == "PW_ENCRYPT":
+        maskers = [MaskingClient(i) for i in range(cfg.clients)]
+        pubs = {m.client_id: m.public for m in maskers}
+        masked = {m.client_id: m.mask(u, pubs, r, cfg.clients) for m, u in zip(maskers, updates)}
+        total = aggregate_masked(masked, list(pubs))
+        secure_diff = float(np.abs(total - np.sum(updates, axis=0)).max())
+        w = w + total / cfg.clients
+    elif kind == "DP_ENCRYPT":
+        w = w + np.mean([gaussian_client(u, cfg.dp, rng) for u in updates], axis=0)
+        ledger.spend("gaussian", gaussian_cost(cfg.dp), noise_multiplier=cfg.dp.noise_multiplier)
+    elif kind == "NBAFL":
+        noisy = [nbafl_client(lw, cfg.nbafl, cfg.rounds, int(n), rng) for lw, n in zip(local, sizes)]
+        w = nbafl_server(np.mean(noisy, axis=0), cfg.nbafl, cfg.rounds, cfg.clients, cfg.clients, int(sizes.min()), rng)
+    elif kind == "SIGNDS":
+        ups = [signds_client(u, cfg.signds, rng) for u in updates]
+        upload = int(np.mean([u.upload_numbers for u in ups]))
+        lr = magrr.global_lr(cfg.clients) if cfg.magrr else cfg.signds.sign_global_lr
+        w = w + signds_aggregate([(u.indices, u.sign) for u in ups], model.dim, lr)
+        ledger.spend("signds", signds_cost(cfg.signds))
+        if cfg.magrr:
+            magrr.update([magrr_client_bit(u.topk_mean_abs, magrr.r_est, magrr.phase, magrr.eps_rr, rng) for u in ups])
+            ledger.spend("magrr", magrr.cost())
+    return w, upload, secure_diff
+
+
+def _say_accountants(totals: dict, log) -> None:
+    """Each scope's summed and accountant epsilon, for the console."""
+    for scope, t in totals.items():
         if "accountant" in t:
             a = t["accountant"]
             log(
@@ -216,10 +235,6 @@ def run_fedavg(cfg: FedConfig, out_dir: str, log=print) -> dict:
                 f"{a['name']} accountant eps {a['eps']:.6g} delta {a['delta']:.3g} over {a['gaussian_releases']} "
                 "Gaussian releases"
             )
-    with replacing_file(os.path.join(out_dir, "model.npy")) as f:
-        np.save(f, w)
-    write_json(os.path.join(out_dir, "metrics.json"), metrics, indent=2)
-    return metrics
 
 
 def laplace_evaluation(probs: np.ndarray, y: np.ndarray, eps: float, rng: np.random.Generator) -> dict:
