@@ -83,55 +83,7 @@ def write_digits_shards(
                 id_digest_update(d, ids[m])
                 digests[split], rows[split] = d.hexdigest(), int(m.sum())
                 counts[split] = np.bincount(labels[m], minlength=CLASSES).tolist()
-        source = hashlib.sha256(images.tobytes() + labels.tobytes()).hexdigest()
-        manifest = {
-            "format_version": FORMAT_VERSION,
-            "source": {
-                "path": "sklearn.datasets.load_digits",
-                "sha256": source,
-                "bytes": images.nbytes + labels.nbytes,
-                "lines": int(labels.size),
-                "good_rows": int(labels.size),
-                "malformed_rows_skipped": 0,
-            },
-            "split": {
-                "test_fraction": test_fraction,
-                "valid_fraction": valid_fraction,
-                "seed": seed,
-                "rule": "u = splitmix64(sample_id ^ key(seed)) / 2**64; test iff u < test_fraction; "
-                "valid iff test_fraction <= u < test_fraction + valid_fraction; else train",
-            },
-            "transforms": {
-                "dense": "pixel / 16 (8x8 digits, values 0..16)",
-                "categorical": "none",
-                "categorical_mode": "none",
-                "vocab_min_count": None,
-            },
-            "sample_ids": "index of the image in sklearn.datasets.load_digits",
-            "id_digest": digests,
-            "rows": rows,
-            "label": label_doc(CLASSES, counts),
-            "unassigned_columns": [],
-            "parties": {
-                p.name: {
-                    "name": p.name,
-                    "dense": list(p.dense),
-                    "categorical": [],
-                    "has_labels": p.label,
-                    "field_sizes": {},
-                    "drop_fraction": 0.0,
-                    "rows_before_alignment": int(labels.size),
-                    "rows": rows,
-                }
-                for p in parties
-            },
-            "options": {
-                "dataset": "digits",
-                "test_fraction": test_fraction,
-                "valid_fraction": valid_fraction,
-                "seed": seed,
-            },
-        }
+        manifest = _manifest(images, labels, parties, digests, rows, counts, test_fraction, valid_fraction, seed)
         for p in parties:
             write_json(os.path.join(tmp, p.name, "manifest.json"), party_manifest_of(manifest, p))
         write_json(os.path.join(tmp, "manifest.json"), manifest)
@@ -140,3 +92,56 @@ def write_digits_shards(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return manifest
+
+
+def _manifest(images, labels, parties, digests, rows, counts, test_fraction, valid_fraction, seed) -> dict:
+    """The shard set's manifest: its source, split rule, transforms, rows per split and parties."""
+    source = hashlib.sha256(images.tobytes() + labels.tobytes()).hexdigest()
+    return {
+        "format_version": FORMAT_VERSION,
+        "source": {
+            "path": "sklearn.datasets.load_digits",
+            "sha256": source,
+            "bytes": images.nbytes + labels.nbytes,
+            "lines": int(labels.size),
+            "good_rows": int(labels.size),
+            "malformed_rows_skipped": 0,
+        },
+        "split": {
+            "test_fraction": test_fraction,
+            "valid_fraction": valid_fraction,
+            "seed": seed,
+            "rule": "u = splitmix64(sample_id ^ key(seed)) / 2**64; test iff u < test_fraction; "
+            "valid iff test_fraction <= u < test_fraction + valid_fraction; else train",
+        },
+        "transforms": {
+            "dense": "pixel / 16 (8x8 digits, values 0..16)",
+            "categorical": "none",
+            "categorical_mode": "none",
+            "vocab_min_count": None,
+        },
+        "sample_ids": "index of the image in sklearn.datasets.load_digits",
+        "id_digest": digests,
+        "rows": rows,
+        "label": label_doc(CLASSES, counts),
+        "unassigned_columns": [],
+        "parties": {
+            p.name: {
+                "name": p.name,
+                "dense": list(p.dense),
+                "categorical": [],
+                "has_labels": p.label,
+                "field_sizes": {},
+                "drop_fraction": 0.0,
+                "rows_before_alignment": int(labels.size),
+                "rows": rows,
+            }
+            for p in parties
+        },
+        "options": {
+            "dataset": "digits",
+            "test_fraction": test_fraction,
+            "valid_fraction": valid_fraction,
+            "seed": seed,
+        },
+    }
