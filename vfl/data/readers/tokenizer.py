@@ -170,31 +170,7 @@ def parse_block(
         buf = buf.replace(b"\r\n", b"\n")
     n_fields = 1 + len(DENSE_COLUMNS) + len(CATEGORICAL_COLUMNS) + int(has_id_column)
     arr, words = _windows(buf)
-    body = arr[: len(buf)]
-    delims = np.flatnonzero((body == _TAB) | (body == _NL))
-    is_nl = arr[delims] == _NL
-    nl_pos_in_delims = np.flatnonzero(is_nl)
-    n_lines = nl_pos_in_delims.size
-    counts = np.diff(nl_pos_in_delims, prepend=-1)
-    line_starts = np.empty(n_lines, np.int64)
-    line_starts[0:1] = 0
-    line_starts[1:] = delims[nl_pos_in_delims[:-1]] + 1
-    line_ends = delims[nl_pos_in_delims]
-    blank = line_ends == line_starts
-    good = counts == n_fields
-    bad_lines: list[BadLine] = []
-    if not good.all():
-        for i in np.flatnonzero(~good & ~blank):
-            bad_lines.append(
-                BadLine(first_line_index + int(i), f"expected {n_fields} tab-separated fields, got {int(counts[i])}")
-            )
-        delims = delims[np.repeat(good, counts)]
-    good_idx = np.flatnonzero(good)
-    d = delims.reshape(good_idx.size, n_fields)
-    starts = np.empty_like(d)
-    starts[:, 0] = line_starts[good_idx]
-    starts[:, 1:] = d[:, :-1] + 1
-    lens = d - starts
+    starts, lens, good_idx, bad_lines = _field_bounds(arr, len(buf), n_fields, first_line_index)
 
     off = int(has_id_column)
     row_bad = np.zeros(good_idx.size, bool)
@@ -210,22 +186,7 @@ def parse_block(
         ids, id_missing, id_bad = _parse_ints(arr, words, starts[:, :1], lens[:, :1])
         flag((id_bad | id_missing)[:, 0], lambda r: "id column is not an integer")
         sample_id = ids[:, 0]
-    lab_start, lab_len = starts[:, off], lens[:, off]
-    lab_char = arr[lab_start]
-    if num_classes == 2:
-        label_ok = (lab_len == 1) & ((lab_char == 48) | (lab_char == 49))
-        flag(~label_ok, lambda r: "label must be 0 or 1")
-    else:  # a class id of at most 3 digits, below num_classes
-        digits = [arr[np.minimum(lab_start + j, arr.size - 1)].astype(np.int64) - 48 for j in range(3)]
-        value = np.zeros(lab_start.size, np.int64)
-        label_ok = (lab_len >= 1) & (lab_len <= 3)
-        for j, dj in enumerate(digits):
-            inside = j < lab_len
-            label_ok &= ~inside | ((dj >= 0) & (dj <= 9))
-            value = np.where(inside, value * 10 + dj, value)
-        label_ok &= value < num_classes
-        flag(~label_ok, lambda r: f"label must be a class id in 0..{num_classes - 1}")
-        lab_char = (np.where(label_ok, value, 0) + 48).astype(np.int64)
+    lab_char = _class_ids(arr, starts[:, off], lens[:, off], num_classes, flag)
     dense_sl = slice(off + 1, off + 1 + len(DENSE_COLUMNS))
     dense, dense_missing, dense_bad = _parse_ints(arr, words, starts[:, dense_sl], lens[:, dense_sl])
     flag(dense_bad.any(axis=1), lambda r: f"non-integer in {DENSE_COLUMNS[int(np.argmax(dense_bad[r]))]}")
@@ -254,3 +215,54 @@ def parse_block(
         cat_missing=cat_missing,
     )
     return block, bad_lines
+
+
+def _field_bounds(arr: np.ndarray, n_bytes: int, n_fields: int, first_line_index: int) -> tuple:
+    """Where each field of each well-formed line starts and how long it is: (starts, lens, the indices of the good
+    lines, the lines with the wrong number of fields as BadLines)."""
+    body = arr[:n_bytes]
+    delims = np.flatnonzero((body == _TAB) | (body == _NL))
+    is_nl = arr[delims] == _NL
+    nl_pos_in_delims = np.flatnonzero(is_nl)
+    n_lines = nl_pos_in_delims.size
+    counts = np.diff(nl_pos_in_delims, prepend=-1)
+    line_starts = np.empty(n_lines, np.int64)
+    line_starts[0:1] = 0
+    line_starts[1:] = delims[nl_pos_in_delims[:-1]] + 1
+    line_ends = delims[nl_pos_in_delims]
+    blank = line_ends == line_starts
+    good = counts == n_fields
+    bad_lines: list[BadLine] = []
+    if not good.all():
+        for i in np.flatnonzero(~good & ~blank):
+            bad_lines.append(
+                BadLine(first_line_index + int(i), f"expected {n_fields} tab-separated fields, got {int(counts[i])}")
+            )
+        delims = delims[np.repeat(good, counts)]
+    good_idx = np.flatnonzero(good)
+    d = delims.reshape(good_idx.size, n_fields)
+    starts = np.empty_like(d)
+    starts[:, 0] = line_starts[good_idx]
+    starts[:, 1:] = d[:, :-1] + 1
+    lens = d - starts
+    return starts, lens, good_idx, bad_lines
+
+
+def _class_ids(arr: np.ndarray, lab_start: np.ndarray, lab_len: np.ndarray, num_classes: int, flag) -> np.ndarray:
+    """The label field as the ASCII code of its class id ('0' + id), flagging a label outside the classes."""
+    lab_char = arr[lab_start]
+    if num_classes == 2:
+        label_ok = (lab_len == 1) & ((lab_char == 48) | (lab_char == 49))
+        flag(~label_ok, lambda r: "label must be 0 or 1")
+    else:  # a class id of at most 3 digits, below num_classes
+        digits = [arr[np.minimum(lab_start + j, arr.size - 1)].astype(np.int64) - 48 for j in range(3)]
+        value = np.zeros(lab_start.size, np.int64)
+        label_ok = (lab_len >= 1) & (lab_len <= 3)
+        for j, dj in enumerate(digits):
+            inside = j < lab_len
+            label_ok &= ~inside | ((dj >= 0) & (dj <= 9))
+            value = np.where(inside, value * 10 + dj, value)
+        label_ok &= value < num_classes
+        flag(~label_ok, lambda r: f"label must be a class id in 0..{num_classes - 1}")
+        lab_char = (np.where(label_ok, value, 0) + 48).astype(np.int64)
+    return lab_char
