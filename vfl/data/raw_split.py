@@ -71,36 +71,9 @@ def split_raw(
         total = os.path.getsize(input_path) if os.path.isfile(input_path) else 0
         last_note = time.perf_counter()
         for data, first_line, block in read_raw_blocks(input_path, strict, stats, num_classes=num_classes):
-            now = time.perf_counter()
-            if now - last_note >= 10.0 and not input_path.endswith(".gz"):  # progress, rate and ETA on stderr
-                last_note = now
-                rate = stats.bytes_read / (now - t0)
-                print(
-                    f"split: {stats.bytes_read / 2**20:.0f}/{total / 2**20:.0f} MiB, {rate / 2**20:.1f} MiB/s, "
-                    f"ETA {(total - stats.bytes_read) / max(rate, 1):.0f} s",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            lines = data.decode("utf-8", errors="surrogateescape").replace("\r\n", "\n").split("\n")
-            offsets = block.line_index - first_line
-            ids = block.sample_id if block.sample_id is not None else block.line_index
-            off = int(block.sample_id is not None)
-            fields = [lines[int(o)].split("\t") for o in offsets]
-            for p in parties:
-                held = uniform_from_ids(ids, seed, _DROP_SALT + hash_name(p.name)) >= p.drop_fraction
-                cols = (
-                    [off + 1 + DENSE_COLUMNS.index(c) for c in p.dense]
-                    + [off + 1 + len(DENSE_COLUMNS) + CATEGORICAL_COLUMNS.index(c) for c in p.categorical]
-                    + ([off] if p.label else [])
-                )
-                out = files[p.name]
-                buf = []
-                for r in np.flatnonzero(held):
-                    f = fields[r]
-                    buf.append(str(int(ids[r])) + "\t" + "\t".join([f[c] for c in cols]))
-                if buf:
-                    out.write("\n".join(buf) + "\n")
-                rows[p.name] += len(buf)
+            last_note = _say_progress(input_path, stats, total, t0, last_note)
+            for p, held in zip(parties, _write_block(data, first_line, block, parties, files, seed)):
+                rows[p.name] += int(held.sum())
                 if p is label_party:
                     kept_lines.append(block.line_index[held])
         for f in files.values():
@@ -137,3 +110,42 @@ def split_raw(
         "sample_ids": "leading id column" if stats.has_id_column else "0-based line number of the input",
         "seconds": time.perf_counter() - t0,
     }
+
+
+def _say_progress(input_path: str, stats: ReadStats, total: int, t0: float, last_note: float) -> float:
+    """Every 10 s, the bytes read, the rate and the ETA on stderr (not for .gz, whose size says nothing); returns
+    when it last spoke."""
+    now = time.perf_counter()
+    if now - last_note < 10.0 or input_path.endswith(".gz"):
+        return last_note
+    rate = stats.bytes_read / (now - t0)
+    print(
+        f"split: {stats.bytes_read / 2**20:.0f}/{total / 2**20:.0f} MiB, {rate / 2**20:.1f} MiB/s, "
+        f"ETA {(total - stats.bytes_read) / max(rate, 1):.0f} s",
+        file=sys.stderr,
+        flush=True,
+    )
+    return now
+
+
+def _write_block(data: bytes, first_line: int, block, parties: list[PartyColumns], files: dict, seed: int) -> list:
+    """Append one parsed block's good lines to each party's file (its columns, the rows its drop rule keeps);
+    returns each party's kept-row mask, in the order of parties."""
+    lines = data.decode("utf-8", errors="surrogateescape").replace("\r\n", "\n").split("\n")
+    offsets = block.line_index - first_line
+    ids = block.sample_id if block.sample_id is not None else block.line_index
+    off = int(block.sample_id is not None)
+    fields = [lines[int(o)].split("\t") for o in offsets]
+    kept = []
+    for p in parties:
+        held = uniform_from_ids(ids, seed, _DROP_SALT + hash_name(p.name)) >= p.drop_fraction
+        cols = (
+            [off + 1 + DENSE_COLUMNS.index(c) for c in p.dense]
+            + [off + 1 + len(DENSE_COLUMNS) + CATEGORICAL_COLUMNS.index(c) for c in p.categorical]
+            + ([off] if p.label else [])
+        )
+        buf = [str(int(ids[r])) + "\t" + "\t".join([fields[r][c] for c in cols]) for r in np.flatnonzero(held)]
+        if buf:
+            files[p.name].write("\n".join(buf) + "\n")
+        kept.append(held)
+    return kept
