@@ -32,8 +32,8 @@ import time
 
 import numpy as np
 
-from privacy.label.ledger_seal import replace_private_file, sync_dir
-from privacy.label.secret_files import LabelDPStoreError
+from privacy.label.ledger.ledger_seal import replace_private_file, sync_dir
+from privacy.label.ledger.secret_files import LabelDPStoreError
 
 JOURNAL = "sends.journal"
 SEAL = "sends.seal"

@@ -2,7 +2,7 @@
 
 `RegressionLabelDP(eps, lo, hi, mechanism="rr_on_bins", dataset="claims-2026-11")(labels, ids=sample_ids)` returns the
 noisy labels of one release, from the leader's keyed PRF at (key, release, sample id), recorded in the ledger of the
-leader's store (privacy/label/store.py; `store_dir`, `key_file`, or `key=` bytes and no ledger, as LabelDP); a new
+leader's store (privacy/label/ledger/store.py; `store_dir`, `key_file`, or `key=` bytes and no ledger, as LabelDP); a new
 release that would take the dataset's total eps over `budget` (8 by default, as training's; None: no cap) is refused
 before anything is drawn or recorded. The
 mechanisms are those of `privacy.label_dp` in training, with its names, defaults and limits:
@@ -44,7 +44,7 @@ import numpy as np
 
 from privacy.domains import PRIOR_EPS_FRACTION, eps_split_problem
 from privacy.field_types import domain_error, suggest
-from privacy.label.budget import DEFAULT_BUDGET_ARG, budget_problem, over_budget
+from privacy.label.ledger.budget import DEFAULT_BUDGET_ARG, budget_problem, over_budget
 from privacy.label.label_dp import (
     KeyedLabels,
     _check_ids,
@@ -64,7 +64,7 @@ from privacy.label.regression_release import (
     draw_regression,
     store_matrices,
 )
-from privacy.label.release_names import key_fingerprint, label_set_digest, named_dataset_id
+from privacy.label.ledger.release_names import key_fingerprint, label_set_digest, named_dataset_id
 
 MECHANISMS = ("laplace", "rr_on_bins", "unbiased")
 # privacy.label_dp's defaults and domains in vfl/config/schema.py (LabelDPConfig; tests/privacy/test_regression_label_dp.py

@@ -1,6 +1,6 @@
 """The regression label-DP release: what `privacy.label_dp` means for a real-valued label, as releases and draws.
 
-A regression release is one or two ledger entries (privacy/label/store.py), known from the leader's config alone:
+A regression release is one or two ledger entries (privacy/label/ledger/store.py), known from the leader's config alone:
 * `prior: dp_histogram` (with rr_on_bins or unbiased): first the DP histogram of the labels ("dp_histogram_prior",
   eps x prior_eps_fraction, named by eps, clip and bins only, so rr_on_bins and unbiased at the same eps share it),
   then the randomizer at the rest of eps, named by the prior's release id. Both are charged: together eps (basic
@@ -38,9 +38,9 @@ from privacy.label.regression_mechanisms import (
     unbiased_design,
 )
 from privacy.label.regression_prior import file_prior, histogram_sampling_delta, uniform_prior
-from privacy.label.release_names import release_id
-from privacy.label.secret_files import file_sha256
-from privacy.label.store import Release
+from privacy.label.ledger.release_names import release_id
+from privacy.label.ledger.secret_files import file_sha256
+from privacy.label.ledger.store import Release
 
 PRIOR_RELEASE = "dp_histogram_prior"  # the ledger's name of the prior's release
 LEADER_ONLY = ("noise_rmse", "noise_mae")  # the report's statistics of the true labels (not DP): the leader's only
@@ -49,7 +49,7 @@ LEADER_ONLY = ("noise_rmse", "noise_mae")  # the report's statistics of the true
 @dataclass(frozen=True)
 class ReleaseNames:
     """How a labelled dataset's releases are named: (dataset id, key fingerprint, mechanism, parameters with the
-    label set they randomize), so other labels are another release (privacy/label/release_names.py)."""
+    label set they randomize), so other labels are another release (privacy/label/ledger/release_names.py)."""
 
     dataset: str
     fingerprint: str

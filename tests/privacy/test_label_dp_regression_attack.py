@@ -26,7 +26,7 @@ from privacy.label.regression_mechanisms import (
     unbiased_design,
     unbiased_label,
 )
-from privacy.label.store import LabelDPStore, dataset_id
+from privacy.label.ledger.store import LabelDPStore, dataset_id
 from privacy.public_hash import uniform_from_ids
 from vfl.config.schema import LabelDPConfig
 from vfl.data.task import Task

@@ -32,8 +32,8 @@ from privacy.label.regression_label_dp import (
 )
 from privacy.label.regression_mechanisms import laplace_noise_variance, sampling_delta
 from privacy.label.regression_prior import histogram_sampling_delta, label_histogram
-from privacy.label.release_names import named_dataset_id
-from privacy.label.store import LabelDPBudgetError, LabelDPStore
+from privacy.label.ledger.release_names import named_dataset_id
+from privacy.label.ledger.store import LabelDPBudgetError, LabelDPStore
 from vfl.config.label_dp_rules import regression_label_dp_default
 from vfl.config.schema import LabelDPConfig
 from vfl.data.task import Task

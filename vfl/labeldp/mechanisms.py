@@ -11,7 +11,7 @@ other, and importing this module fails when a pair the config allows has no mech
     regression  laplace, rr_on_bins, unbiased (privacy/label/regression_release.py)
 
 LP-2ST's stage-two release is named by its stage-one release and the leader's `prior_epochs`, never by the prior's
-values, which the followers' bottoms shape: its first prior is kept in the store (privacy/label/prior_store.py) and
+values, which the followers' bottoms shape: its first prior is kept in the store (privacy/label/ledger/prior_store.py) and
 every later run reuses it, so the same release id always gives the same noisy labels and a follower changing its own
 settings (its learning rate, say) makes the leader release nothing new.
 """
@@ -25,7 +25,7 @@ from typing import ClassVar, Protocol
 
 import numpy as np
 
-from privacy.label.prior_store import priors_of
+from privacy.label.ledger.prior_store import priors_of
 from privacy.label.regression_release import Drawn, RegressionSpec, draw_regression, store_matrices
 from privacy.label.release_draws import (
     randomize_binary_once,
@@ -34,7 +34,7 @@ from privacy.label.release_draws import (
     rr_prior_once,
     stage_one_mask,
 )
-from privacy.label.store import STAGE_ONE
+from privacy.label.ledger.store import STAGE_ONE
 from vfl.config.label_dp_rules import LABEL_DP_MECHANISMS
 from vfl.labeldp.label_key import LabelKey
 

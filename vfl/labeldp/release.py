@@ -6,7 +6,7 @@ store. Everything downstream takes the release, never the config: the loss (`tra
 debiased validation metrics), the prior (`flip_probability`, `transition`, `prior_epochs`) and the ranks (`store_dir`,
 `key_file`). `draw` opens nothing: given the leader's key (`open_label_key`) it derives the release id from the
 mechanism's parameters and the label set (a keyed digest of the labelled shard's ids and labels as prepared, so the
-same file with another label column or encoding is another release: privacy/label/release_names.py), records the release in the ledger (privacy/label/store.py; refused there, with nothing
+same file with another label column or encoding is another release: privacy/label/ledger/release_names.py), records the release in the ledger (privacy/label/ledger/store.py; refused there, with nothing
 written, when it would take the dataset over `privacy.label_dp.budget`), and only then draws the noisy training and
 validation labels with the leader's PRF (privacy/label/release_draws.py). Nothing here uses `train.seed` or any
 other value a follower knows.
@@ -25,8 +25,8 @@ import numpy as np
 from privacy.label.randomized_response import flip_probability, kary_transition, keep_probability
 from privacy.label.regression_release import RegressionSpec
 from privacy.label.release_draws import run_report
-from privacy.label.release_names import label_set_digest
-from privacy.label.store import LabelDPStore, Release, dataset_id, default_store_dir
+from privacy.label.ledger.release_names import label_set_digest
+from privacy.label.ledger.store import LabelDPStore, Release, dataset_id, default_store_dir
 from vfl.config.schema import LabelDPConfig
 from vfl.data.task import Task
 from vfl.labeldp.label_key import LabelKey

@@ -1,6 +1,6 @@
 """The leader's secret files (label key, ledger secret): 32 random bytes as hex, mode 0600, owned by the leader.
 
-A ledger secret that has sealed its ledger carries a second line, `sealed <tag>` (privacy/label/ledger_seal.py):
+A ledger secret that has sealed its ledger carries a second line, `sealed <tag>` (privacy/label/ledger/ledger_seal.py):
 `read_secret_record` returns it beside the key; `read_secret` accepts it and returns the key alone.
 
 Both are created once with O_EXCL (a concurrent creator's file is read instead, never overwritten) and read back
@@ -14,7 +14,7 @@ import os
 import secrets
 import stat
 
-from privacy.label.keyed_random import KEY_BYTES
+from privacy.keyed_random import KEY_BYTES
 
 
 class LabelDPStoreError(ValueError):

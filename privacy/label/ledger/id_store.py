@@ -3,7 +3,7 @@
     <store>/id_hashes/<dataset>-<digest>.npy   uint64, ascending, distinct; mode 0600; named and digested in the ledger
 
 Only datasets over SKETCH_K ids have a file: below that, the sketch in the ledger is the whole set. 8 bytes per id
-(10M ids: 80 MB), exact: a shared id is always found (privacy/label/ledger_math.py). A new file is written under a new
+(10M ids: 80 MB), exact: a shared id is always found (privacy/label/ledger/ledger_math.py). A new file is written under a new
 name before the ledger names it, and the old one removed after, so the ledger never names a half-written set.
 """
 
@@ -14,9 +14,9 @@ import os
 
 import numpy as np
 
-from privacy.label.ledger_math import EMPTY, sketch_hashes
-from privacy.label.ledger_seal import sync_dir
-from privacy.label.secret_files import LabelDPStoreError, check_private, file_sha256
+from privacy.label.ledger.ledger_math import EMPTY, sketch_hashes
+from privacy.label.ledger.ledger_seal import sync_dir
+from privacy.label.ledger.secret_files import LabelDPStoreError, check_private, file_sha256
 
 ID_DIR = "id_hashes"
 

@@ -16,8 +16,8 @@ import os
 
 import numpy as np
 
-from privacy.label.ledger_seal import sync_dir
-from privacy.label.secret_files import LabelDPStoreError, check_private, file_sha256
+from privacy.label.ledger.ledger_seal import sync_dir
+from privacy.label.ledger.secret_files import LabelDPStoreError, check_private, file_sha256
 
 PRIOR_DIR = "priors"
 

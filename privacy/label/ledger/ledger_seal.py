@@ -16,7 +16,7 @@ seals. Marked sealed means the `ledger_sealed` marker or the ledger secret's `se
 secret: deleting the marker, the seal and the ledger's `generation` while keeping the secret is refused, and the line
 is not struck off without rewriting the secret file itself. A secret without the line (one of a store written before
 seals) and no seal is the one case read as a ledger written before seals, and sealed at open. The refusal names the one command that lifts it, `python -m privacy.label ack-reset --store DIR`
-(privacy/label/ledger_reset.py), which records the reset in the ledger and draws a new `coins` nonce: from then on the
+(privacy/label/ledger/ledger_reset.py), which records the reset in the ledger and draws a new `coins` nonce: from then on the
 store's label key is HMAC(key file, nonce) (`coin_key`), so nothing drawn after a reset reuses the coins of a release
 the lost ledger (or its lost label pins) knew of.
 
@@ -34,7 +34,7 @@ import json
 import os
 from dataclasses import dataclass, replace
 
-from privacy.label.secret_files import SEALED_WORD, LabelDPStoreError, check_private, read_secret_record
+from privacy.label.ledger.secret_files import SEALED_WORD, LabelDPStoreError, check_private, read_secret_record
 
 SEAL_FILE = "ledger_seal"
 SEALED_MARK = "ledger_sealed"
