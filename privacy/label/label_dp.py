@@ -38,8 +38,8 @@ import warnings
 import numpy as np
 
 from privacy.domains import LABEL_EPS_DOMAIN
-from privacy.label.ledger.budget import DEFAULT_BUDGET_ARG, budget_problem, over_budget
 from privacy.keyed_random import KEY_BYTES, key_error
+from privacy.label.ledger.budget import DEFAULT_BUDGET_ARG, budget_problem, over_budget
 from privacy.label.randomized_response import check_label_eps, flip_probability, keep_probability, rr_cost
 from privacy.label.release_draws import (
     LABEL_COINS,

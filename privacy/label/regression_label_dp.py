@@ -44,7 +44,6 @@ import numpy as np
 
 from privacy.domains import PRIOR_EPS_FRACTION, eps_split_problem
 from privacy.field_types import domain_error, suggest
-from privacy.label.ledger.budget import DEFAULT_BUDGET_ARG, budget_problem, over_budget
 from privacy.label.label_dp import (
     KeyedLabels,
     _check_ids,
@@ -54,6 +53,8 @@ from privacy.label.label_dp import (
     fresh_key,
     key_source_error,
 )
+from privacy.label.ledger.budget import DEFAULT_BUDGET_ARG, budget_problem, over_budget
+from privacy.label.ledger.release_names import key_fingerprint, label_set_digest, named_dataset_id
 from privacy.label.regression_mechanisms import UNBIASED_MAX_BINS, check_clip
 from privacy.label.regression_prior import PRIOR_KINDS, file_prior
 from privacy.label.regression_release import (
@@ -64,7 +65,6 @@ from privacy.label.regression_release import (
     draw_regression,
     store_matrices,
 )
-from privacy.label.ledger.release_names import key_fingerprint, label_set_digest, named_dataset_id
 
 MECHANISMS = ("laplace", "rr_on_bins", "unbiased")
 # privacy.label_dp's defaults and domains in vfl/config/schema.py (LabelDPConfig; tests/privacy/test_regression_label_dp.py

@@ -25,6 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from privacy.domains import eps_split_problem
+from privacy.durable_files import file_sha256
+from privacy.label.ledger.release_names import release_id
+from privacy.label.ledger.store import Release
 from privacy.label.regression_draws import dp_histogram_once, laplace_once, rr_on_bins_once, unbiased_once
 from privacy.label.regression_mechanisms import (
     LAPLACE_STEPS,
@@ -38,9 +41,6 @@ from privacy.label.regression_mechanisms import (
     unbiased_design,
 )
 from privacy.label.regression_prior import file_prior, histogram_sampling_delta, uniform_prior
-from privacy.label.ledger.release_names import release_id
-from privacy.label.ledger.secret_files import file_sha256
-from privacy.label.ledger.store import Release
 
 PRIOR_RELEASE = "dp_histogram_prior"  # the ledger's name of the prior's release
 LEADER_ONLY = ("noise_rmse", "noise_mae")  # the report's statistics of the true labels (not DP): the leader's only

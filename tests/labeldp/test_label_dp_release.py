@@ -12,8 +12,8 @@ import stat
 import numpy as np
 import pytest
 
-from privacy.label.randomized_response import flip_probability
 from privacy.label.ledger.store import LEDGER_FORMAT, LabelDPStore, LabelDPStoreError, dataset_id, read_key
+from privacy.label.randomized_response import flip_probability
 from tests.support.dp_stats import binomial_tolerance
 from vfl.config.schema import LabelDPConfig
 from vfl.data.shards import PartyShard
@@ -386,8 +386,8 @@ def test_the_release_object_draws_exactly_what_the_keyed_mechanism_draws(tmp_pat
     """Noise-free check of the plumbing: the release's noisy labels equal randomize_binary_once under the release id
     named by (dataset, key, mechanism, parameters), so the refactor keeps every release id and draw."""
     # Prepare
-    from privacy.label.release_draws import randomize_binary_once
     from privacy.label.ledger.store import release_id
+    from privacy.label.release_draws import randomize_binary_once
     from vfl.labeldp.release import LabelDPRelease, open_label_key
 
     shard = PartyShard(str(shards_small / "leader"))

@@ -150,8 +150,8 @@ def test_what_followers_receive_depends_on_true_labels_only_through_the_randomiz
     import os
 
     from privacy.keyed_random import keyed_uniforms
-    from privacy.label.release_draws import PURPOSE_FLIP
     from privacy.label.ledger.store import release_id
+    from privacy.label.release_draws import PURPOSE_FLIP
     from tests.support.party_processes import REPO
     from vfl.config.schema import LabelDPConfig
     from vfl.data.shards import PartyShard

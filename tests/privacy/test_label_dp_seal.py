@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from privacy import LabelDP
-from privacy.label.release_draws import randomize_binary_once
 from privacy.label.ledger.secret_files import LabelDPStoreError, read_key
 from privacy.label.ledger.store import LabelDPBudgetError, LabelDPStore, Release
+from privacy.label.release_draws import randomize_binary_once
 from tests.support.dp_stats import binomial_tolerance
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from privacy import LabelDP, flip_probability, keep_probability
+from privacy.label.ledger.store import LabelDPBudgetError
 from privacy.label.randomized_response import kary_rr
 from privacy.label.release_draws import randomize_binary_once, randomize_classes_once
-from privacy.label.ledger.store import LabelDPBudgetError
 from privacy.public_hash import uniform_from_ids
 from tests.support.dp_stats import binomial_tolerance, dp_histogram_violations
 

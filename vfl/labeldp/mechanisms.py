@@ -26,6 +26,7 @@ from typing import ClassVar, Protocol
 import numpy as np
 
 from privacy.label.ledger.prior_store import priors_of
+from privacy.label.ledger.store import STAGE_ONE
 from privacy.label.regression_release import Drawn, RegressionSpec, draw_regression, store_matrices
 from privacy.label.release_draws import (
     randomize_binary_once,
@@ -34,7 +35,6 @@ from privacy.label.release_draws import (
     rr_prior_once,
     stage_one_mask,
 )
-from privacy.label.ledger.store import STAGE_ONE
 from vfl.config.label_dp_rules import LABEL_DP_MECHANISMS
 from vfl.labeldp.label_key import LabelKey
 

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from privacy.label.ledger.release_names import label_set_digest
+from privacy.label.ledger.store import LabelDPStore, Release, dataset_id, default_store_dir
 from privacy.label.randomized_response import flip_probability, kary_transition, keep_probability
 from privacy.label.regression_release import RegressionSpec
 from privacy.label.release_draws import run_report
-from privacy.label.ledger.release_names import label_set_digest
-from privacy.label.ledger.store import LabelDPStore, Release, dataset_id, default_store_dir
 from vfl.config.schema import LabelDPConfig
 from vfl.data.task import Task
 from vfl.labeldp.label_key import LabelKey

@@ -23,15 +23,14 @@ release drawn before pins existed, or under the same key in another store, is an
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 
 import numpy as np
 
-from privacy.label.ledger.id_store import write_private_uint64
+from privacy.durable_files import write_bytes
 from privacy.keyed_random import keyed_words
-from privacy.label.ledger.ledger_seal import sync_dir
+from privacy.label.ledger.id_store import uint64_npy
 from privacy.label.ledger.secret_files import LabelDPStoreError, check_private
 
 PIN_DIR = "label_pins"
@@ -96,17 +95,13 @@ def pins_record(pins: np.ndarray) -> dict:
 
 
 def save_pins(store_dir: str, release: str, pins: np.ndarray) -> None:
-    """Write the release's pins under a new name, then rename it over the old file (the directory synced)."""
+    """Replace the release's pins durably (privacy/durable_files.py: mode 0600, fsynced, renamed, the directory
+    synced)."""
     path = _path(store_dir, release)
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
     try:
-        write_private_uint64(tmp, pins)
-        os.replace(tmp, path)
-        sync_dir(os.path.dirname(path))
+        write_bytes(path, uint64_npy(pins), mode=0o600)
     except OSError as e:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
         raise LabelDPStoreError(f"label-DP label pins {path} cannot be written: {e.strerror}") from None
 
 

@@ -9,7 +9,6 @@ only when private to their owner; a store directory is refused when others can e
 
 from __future__ import annotations
 
-import hashlib
 import os
 import secrets
 import stat
@@ -113,13 +112,3 @@ def read_key(path: str) -> bytes:
 def create_key(path: str) -> bytes:
     """A new label key at path (0600), or the one a concurrent run just wrote."""
     return create_secret(path)
-
-
-def file_sha256(path: str) -> str:
-    """SHA-256 (hex) of a file's bytes, read in 1 MiB blocks: the store's id and prior files, a regression prior file
-    (privacy imports nothing from vfl, whose vfl/durable_files.py holds the framework's own)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
