@@ -246,6 +246,7 @@ class LabelDP(KeyedLabels):
         """The release's noisy labels, recorded in the store's ledger (its budget checked) and each id's label pinned
         (privacy/label/ledger/label_pins.py: a pinned id given another label is refused) before they are drawn."""
         from privacy.label.ledger.label_pins import check_pins, label_tags, pin
+        from privacy.label.ledger.recording import ReleaseLedger
         from privacy.label.ledger.store import Release, named_dataset_id
 
         if self.dataset is None:
@@ -253,36 +254,39 @@ class LabelDP(KeyedLabels):
                 "once-per-sample randomization (ids=...) needs LabelDP(eps, dataset=NAME): the name of "
                 "the label set, so that two label sets on the same ids never share coins"
             )
-        key = self._secret()
+        key, store = self._secret(), self._store
         rel = self._release_of(key, kind, k)
         release = {"release_id": rel, "eps": self.eps, "mechanism": f"labeldp/{kind}"}
-        if self._store is not None:
+        if store is not None:
             refused = over_budget(self.eps, self.budget, "LabelDP")
             if refused is not None:
                 raise refused
             tags = label_tags(key, rel, ids, cls)
-            with self._store.locked():  # a relabelled id is refused before anything is recorded
-                check_pins(self._store, rel, self.dataset, tags)
-            is_new, summary = self._store.record(
-                Release(
-                    rel,
-                    named_dataset_id(self.dataset),
-                    f"labeldp/{kind}",
-                    self.eps,
-                    {"eps": self.eps, "k": k},
-                    int(ids.size),
-                ),
-                key,
-                ids,
-                {"name": self.dataset},
-                budget=self.budget,
-                budget_name="LabelDP's budget",
+            with store.locked():  # a relabelled id is refused before anything is recorded
+                check_pins(store, rel, self.dataset, tags)
+
+        def pinned_draw(rel: str) -> np.ndarray:
+            if store is not None:
+                with store.locked():  # checked again: another process may have pinned these ids meanwhile
+                    store.check_label_key(key)  # and no ack-reset rotated the coins since this call read its key
+                    pin(store, rel, self.dataset, tags)
+            return draw(key, rel)
+
+        dataset_id = named_dataset_id(self.dataset)
+        ledger = ReleaseLedger(
+            store,
+            key,
+            ids,
+            {"name": self.dataset},
+            lambda mechanism, params: Release(rel, dataset_id, mechanism, self.eps, params, int(ids.size)),
+            self.budget,
+            "LabelDP's budget",
+        )
+        recorded, out = ledger.record_and_draw([(f"labeldp/{kind}", {"eps": self.eps, "k": k})], pinned_draw)
+        if store is not None:
+            release.update(
+                new_release=recorded.new, dataset_total_eps=recorded.summary["total_eps"], ledger=store.ledger_path
             )
-            release.update(new_release=is_new, dataset_total_eps=summary["total_eps"], ledger=self._store.ledger_path)
-            with self._store.locked():  # checked again: another process may have pinned these ids meanwhile
-                self._store.check_label_key(key)  # and no ack-reset rotated the coins since this call read its key
-                pin(self._store, rel, self.dataset, tags)
-        out = draw(key, rel)
         self.last_release = {**release, "warnings": self._new_warnings()}
         return out
 
