@@ -6,14 +6,15 @@ store. Everything downstream takes the release, never the config: the loss (`tra
 debiased validation metrics), the prior (`flip_probability`, `transition`, `prior_epochs`) and the ranks (`store_dir`,
 `key_file`). `draw` opens nothing: given the leader's key (`open_label_key`) it derives the release id from the
 mechanism's parameters and the label set (a keyed digest of the labelled shard's ids and labels as prepared, so the
-same file with another label column or encoding is another release: privacy/label/ledger/release_names.py), records the release in the ledger (privacy/label/ledger/store.py; refused there, with nothing
-written, when it would take the dataset over `privacy.label_dp.budget`), and only then draws the noisy training and
-validation labels with the leader's PRF (privacy/label/release_draws.py). Nothing here uses `train.seed` or any
-other value a follower knows.
+same file with another label column or encoding is another release: privacy/label/ledger/release_names.py), and its
+mechanism records each release in the ledger and only then draws the noisy training and validation labels with the
+leader's PRF (one ReleaseLedger.record_and_draw per release, privacy/label/ledger/recording.py; refused, with nothing
+written, when it would take the dataset over `privacy.label_dp.budget`). Nothing here uses `train.seed` or any other
+value a follower knows.
 
 The mechanism is looked up by (task, `privacy.label_dp.mechanism`) in the registry of vfl/labeldp/mechanisms.py
 (binary RR, k-ary RR and LP-2ST for class labels; laplace, rr_on_bins and unbiased for real-valued labels), which
-plans and draws each release.
+draws the releases privacy/label/release_plans.py plans.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from vfl.labeldp.label_key import LabelKey
 from vfl.labeldp.losses import corrected_loss
 from vfl.labeldp.mechanisms import MECHANISMS, DrawRequest, LabelDPMechanism, PriorFn, mechanism_for
 
-__all__ = [  # MECHANISMS, LabelKey, Plan and PriorFn are the registry's and the key's, named here for their callers
+__all__ = [  # MECHANISMS, LabelKey, Plan and PriorFn (the registry's, key's and plans') named here for their callers
     "MECHANISMS",
     "LabelDPRelease",
     "LabelKey",
