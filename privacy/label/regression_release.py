@@ -3,14 +3,15 @@
 A regression release is one or two ledger entries, planned from the leader's config alone
 (privacy/label/release_plans.py: RegressionSpec.plan): the DP histogram's release where the prior is `dp_histogram`,
 then the randomizer's; each is recorded before it is drawn (the `record` of `draw_regression`: a ReleaseLedger's,
-privacy/label/ledger/recording.py). Each randomizer is a pure function of the leader's keyed uniforms (privacy/label/regression_draws.py); the training
-and validation labels are drawn in the same release. Where the mechanism is unbiased (laplace, unbiased) the noise
-variance E[Var(y~ | y)] is known, and model selection subtracts it from the noisy validation MSE
-(privacy/label/noisy_metrics.py: noisy_regression_metrics); RR-on-Bins is biased and selects on the plain noisy RMSE.
-Training (vfl/labeldp/release.py) and the standalone API (privacy/label/regression_label_dp.py) both draw through
-`draw_regression`, name their releases with `ReleaseNames` (privacy/label/ledger/recording.py) and keep a release's
-matrices with `store_matrices`, so one release gives one set of noisy labels whichever of the two draws it. The draw's report keeps `LEADER_ONLY`
-statistics of the true labels (not DP): they stay in the leader's own metrics and never leave it.
+privacy/label/ledger/recording.py). Each randomizer is a pure function of the leader's keyed uniforms
+(privacy/label/regression_draws.py); the training and validation labels are drawn in the same release. Where the
+mechanism is unbiased (laplace, unbiased) the noise variance E[Var(y~ | y)] is known, and model selection subtracts it
+from the noisy validation MSE (privacy/label/noisy_metrics.py: noisy_regression_metrics); RR-on-Bins is biased and
+selects on the plain noisy RMSE. Training (vfl/labeldp/release.py) and the standalone API
+(privacy/label/regression_label_dp.py) both draw through `draw_regression`, name their releases with `ReleaseNames`
+(privacy/label/ledger/recording.py) and keep a release's matrices with `store_matrices`, so one release gives one set of
+noisy labels whichever of the two draws it. The draw's report keeps `LEADER_ONLY` statistics of the true labels (not
+DP): they stay in the leader's own metrics and never leave it.
 """
 
 from __future__ import annotations

@@ -59,7 +59,8 @@ def save_prior(
     os.makedirs(directory, mode=0o700, exist_ok=True)
     name = os.path.join(PRIOR_DIR, f"{release}.npz")
     path = os.path.join(store_dir, name)
-    try:  # durably (privacy/durable_files.py): the ledger names this file, so its rename is on disk before the ledger is
+    # durably (privacy/durable_files.py): the ledger names this file, so its rename is on disk before the ledger is
+    try:
         with replacing_file(path, mode=0o600) as f:
             np.savez(f, ids=ids[order], prior=prior[order])
     except OSError as e:
