@@ -10,12 +10,12 @@ from collections import deque
 
 import numpy as np
 
+from privacy.durable_files import replacing_file
 from vfl.align.handshake import hello_message, new_nonce
 from vfl.config.schema import PartyConfig
 from vfl.data.shards import batch_order
 from vfl.distributed.context import RankContext
 from vfl.distributed.pairing import rank_meta, rank_problems
-from vfl.durable_files import replacing_file
 from vfl.inference.fingerprint import key_fingerprints, run_record
 from vfl.labeldp.prior import prior_config, prior_order
 from vfl.obs.metrics import RunLog

@@ -32,8 +32,7 @@ import time
 
 import numpy as np
 
-from privacy.label.ledger_seal import replace_private_file, sync_dir
-from privacy.label.secret_files import LabelDPStoreError
+from privacy.durable_files import fsync_directory, write_bytes
 
 JOURNAL = "sends.journal"
 SEAL = "sends.seal"
@@ -59,11 +58,12 @@ def marker_path(secret_key_file: str) -> str:
 
 
 def _write_private(path: str, data: bytes) -> None:
-    """`data` under `path`, 0600, fsynced, renamed into place, the directory fsynced (the label ledger's own write)."""
+    """`data` under `path` durably (privacy/durable_files.py: 0600, fsynced, renamed into place, the directory
+    fsynced)."""
     try:
-        replace_private_file(path, data, "embedding-DP send ledger")
-    except LabelDPStoreError as e:
-        raise SendLedgerError(str(e)) from None
+        write_bytes(path, data, mode=0o600)
+    except OSError as e:
+        raise SendLedgerError(f"embedding-DP send ledger {path} cannot be written: {e.strerror}") from None
 
 
 class _Scope:
@@ -258,7 +258,7 @@ class SendLedger:
                 f.flush()
                 os.fsync(f.fileno())
             if self.generation == 0:
-                sync_dir(self.dir)
+                fsync_directory(self.dir)
         except OSError as e:
             raise SendLedgerError(f"embedding-DP send ledger: {self.journal} cannot be written: {e.strerror}") from None
         self._apply(header, body)

@@ -2,7 +2,7 @@
 
 Right for decisions every party shares and may replay (the train/valid/test split, hash buckets of categorical
 values, simulated column drops, synthetic data); wrong for anything that protects a label, which draws from the
-leader's keyed PRF (privacy/label/keyed_random.py). The label-leakage attacks replay these hashes to show that.
+leader's keyed PRF (privacy/keyed_random.py). The label-leakage attacks replay these hashes to show that.
 """
 
 from __future__ import annotations

@@ -101,8 +101,9 @@ def synthetic(rows: int, rng: np.random.Generator):
 def noisy_labels(mechanism, eps, y_train, y_valid, clip, seed):
     """The leader's release for this cell (draw_regression), keyed by a scratch key of the seed: (train, valid,
     noise variance or None)."""
-    from privacy.label.regression_release import RegressionSpec, draw_regression
-    from privacy.label.release_names import key_fingerprint, release_id
+    from privacy.label.ledger.release_names import key_fingerprint, release_id
+    from privacy.label.regression_release import draw_regression
+    from privacy.label.release_plans import RegressionSpec
 
     if math.isinf(eps):
         return y_train.clip(*clip), y_valid.clip(*clip), 0.0

@@ -178,7 +178,7 @@ def peer_reason(party: str, e: BaseException) -> str | None:
     """The ABORT reason the peers are told of a failure (None: a PeerAbort, which they sent): the project's own
     sentences as they are; the budget's and the key store's details, a library's text or a traceback never (they
     may name this party's paths, config values and ledger), only what kind of stop it was."""
-    from privacy.label.store import LabelDPBudgetError, LabelDPStoreError
+    from privacy.label.ledger.store import LabelDPBudgetError, LabelDPStoreError
     from vfl.config.schema import ConfigError
     from vfl.data.errors import DataError
     from vfl.wire import PeerAbort, WireError
@@ -200,7 +200,7 @@ def peer_reason(party: str, e: BaseException) -> str | None:
 
 def _run_guarded(cfg: PartyConfig, log, body, abort) -> int:
     """run_party without the release: the exit code of body(), every failure worded once."""
-    from privacy.label.store import LabelDPBudgetError, LabelDPStoreError
+    from privacy.label.ledger.store import LabelDPBudgetError, LabelDPStoreError
     from vfl.config.schema import ConfigError
     from vfl.data.errors import DataError
     from vfl.wire import PeerAbort, WireError

@@ -22,8 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     a = sub.add_parser("ack-reset", help="acknowledge a lost or rolled-back ledger (the lost spend is not counted)")
     a.add_argument("--store", required=True, help="the label-DP store directory (privacy.label_dp.store_dir)")
     args = ap.parse_args(argv)
-    from privacy.label.ledger_reset import acknowledge_reset
-    from privacy.label.secret_files import LabelDPStoreError
+    from privacy.label.ledger.ledger_reset import acknowledge_reset
+    from privacy.label.ledger.secret_files import LabelDPStoreError
 
     try:
         done = acknowledge_reset(args.store)

@@ -6,10 +6,10 @@ Two forms:
   noisy label on every call, epoch and run (calls may give the dataset batch by batch), and a changed label meets
   fresh coins (privacy/label/release_draws.randomize_binary_by_label). The release is (dataset
   name, eps, K, key): another eps or another dataset name is another release with independent draws. The store pins
-  each id's label per release (privacy/label/label_pins.py): a call that gives an id another label than the
+  each id's label per release (privacy/label/ledger/label_pins.py): a call that gives an id another label than the
   release drew for it is refused, since it would be a second, uncharged release of that id (a corrected label set
   takes another dataset name; `key=` bytes keep no pins, so there that is the caller's duty). The key and a ledger of releases live
-  in the leader's store (privacy/label/store.py; `store_dir`, `key_file`), created on first use;
+  in the leader's store (privacy/label/ledger/store.py; `store_dir`, `key_file`), created on first use;
   `key=` bytes instead skips the ledger. Cost: `privacy_cost()` = rr_cost(eps), (eps, 0) per sample
   for the release however many times it is called; the ledger adds up distinct releases, and a new release that
   would take the dataset's total over `budget` (8 by default, as training's privacy.label_dp.budget; None: no cap)
@@ -38,8 +38,8 @@ import warnings
 import numpy as np
 
 from privacy.domains import LABEL_EPS_DOMAIN
-from privacy.label.budget import DEFAULT_BUDGET_ARG, budget_problem, over_budget
-from privacy.label.keyed_random import KEY_BYTES, key_error
+from privacy.keyed_random import KEY_BYTES, key_error
+from privacy.label.ledger.budget import DEFAULT_BUDGET_ARG, budget_problem, over_budget
 from privacy.label.randomized_response import check_label_eps, flip_probability, keep_probability, rr_cost
 from privacy.label.release_draws import (
     LABEL_COINS,
@@ -183,7 +183,7 @@ class KeyedLabels:
         if self._store is None and self._key is not None:
             return self._key
         if self._store is None:
-            from privacy.label.store import LabelDPStore, default_store_dir
+            from privacy.label.ledger.store import LabelDPStore, default_store_dir
 
             self._store = LabelDPStore(self.store_dir or default_store_dir(), self.key_file)
         return self._store.key()
@@ -212,7 +212,7 @@ class LabelDP(KeyedLabels):
         num_classes: int | None = None,
         budget: float | None = DEFAULT_BUDGET_ARG,
     ):
-        from privacy.label.release_names import named_dataset_id
+        from privacy.label.ledger.release_names import named_dataset_id
 
         self.eps = checked_eps(eps)
         err = key_source_error(key, store_dir, key_file) or budget_problem(budget, key)
@@ -234,8 +234,8 @@ class LabelDP(KeyedLabels):
         return self._release_of(self._secret(), kind, k)
 
     def _release_of(self, key: bytes, kind: str, k: int) -> str:
-        from privacy.label.label_pins import PIN_FORMAT
-        from privacy.label.store import key_fingerprint, named_dataset_id, release_id
+        from privacy.label.ledger.label_pins import PIN_FORMAT
+        from privacy.label.ledger.store import key_fingerprint, named_dataset_id, release_id
 
         params = {"eps": self.eps, "k": k, "coins": LABEL_COINS}  # coins per (id, label): release_draws.py
         if self._store is not None:  # pinned (label_pins.py), and this store's: another store's coins are others
@@ -244,45 +244,49 @@ class LabelDP(KeyedLabels):
 
     def _keyed(self, kind: str, k: int, ids: np.ndarray, cls: np.ndarray, draw) -> np.ndarray:
         """The release's noisy labels, recorded in the store's ledger (its budget checked) and each id's label pinned
-        (privacy/label/label_pins.py: a pinned id given another label is refused) before they are drawn."""
-        from privacy.label.label_pins import check_pins, label_tags, pin
-        from privacy.label.store import Release, named_dataset_id
+        (privacy/label/ledger/label_pins.py: a pinned id given another label is refused) before they are drawn."""
+        from privacy.label.ledger.label_pins import check_pins, label_tags, pin
+        from privacy.label.ledger.recording import ReleaseLedger
+        from privacy.label.ledger.store import Release, named_dataset_id
 
         if self.dataset is None:
             raise ValueError(
                 "once-per-sample randomization (ids=...) needs LabelDP(eps, dataset=NAME): the name of "
                 "the label set, so that two label sets on the same ids never share coins"
             )
-        key = self._secret()
+        key, store = self._secret(), self._store
         rel = self._release_of(key, kind, k)
         release = {"release_id": rel, "eps": self.eps, "mechanism": f"labeldp/{kind}"}
-        if self._store is not None:
+        if store is not None:
             refused = over_budget(self.eps, self.budget, "LabelDP")
             if refused is not None:
                 raise refused
             tags = label_tags(key, rel, ids, cls)
-            with self._store.locked():  # a relabelled id is refused before anything is recorded
-                check_pins(self._store, rel, self.dataset, tags)
-            is_new, summary = self._store.record(
-                Release(
-                    rel,
-                    named_dataset_id(self.dataset),
-                    f"labeldp/{kind}",
-                    self.eps,
-                    {"eps": self.eps, "k": k},
-                    int(ids.size),
-                ),
-                key,
-                ids,
-                {"name": self.dataset},
-                budget=self.budget,
-                budget_name="LabelDP's budget",
+            with store.locked():  # a relabelled id is refused before anything is recorded
+                check_pins(store, rel, self.dataset, tags)
+
+        def pinned_draw(rel: str) -> np.ndarray:
+            if store is not None:
+                with store.locked():  # checked again: another process may have pinned these ids meanwhile
+                    store.check_label_key(key)  # and no ack-reset rotated the coins since this call read its key
+                    pin(store, rel, self.dataset, tags)
+            return draw(key, rel)
+
+        dataset_id = named_dataset_id(self.dataset)
+        ledger = ReleaseLedger(
+            store,
+            key,
+            ids,
+            {"name": self.dataset},
+            lambda mechanism, params: Release(rel, dataset_id, mechanism, self.eps, params, int(ids.size)),
+            self.budget,
+            "LabelDP's budget",
+        )
+        recorded, out = ledger.record_and_draw([(f"labeldp/{kind}", {"eps": self.eps, "k": k})], pinned_draw)
+        if store is not None:
+            release.update(
+                new_release=recorded.new, dataset_total_eps=recorded.summary["total_eps"], ledger=store.ledger_path
             )
-            release.update(new_release=is_new, dataset_total_eps=summary["total_eps"], ledger=self._store.ledger_path)
-            with self._store.locked():  # checked again: another process may have pinned these ids meanwhile
-                self._store.check_label_key(key)  # and no ack-reset rotated the coins since this call read its key
-                pin(self._store, rel, self.dataset, tags)
-        out = draw(key, rel)
         self.last_release = {**release, "warnings": self._new_warnings()}
         return out
 

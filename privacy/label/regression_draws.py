@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from privacy.label.keyed_random import keyed_uniforms
+from privacy.keyed_random import keyed_uniforms
 from privacy.label.regression_mechanisms import laplace_label, rr_on_bins, unbiased_label
 from privacy.label.regression_prior import dp_histogram_prior
 

@@ -2,7 +2,7 @@
 
 `RegressionLabelDP(eps, lo, hi, mechanism="rr_on_bins", dataset="claims-2026-11")(labels, ids=sample_ids)` returns the
 noisy labels of one release, from the leader's keyed PRF at (key, release, sample id), recorded in the ledger of the
-leader's store (privacy/label/store.py; `store_dir`, `key_file`, or `key=` bytes and no ledger, as LabelDP); a new
+leader's store (privacy/label/ledger/store.py; `store_dir`, `key_file`, or `key=` bytes and no ledger, as LabelDP); a new
 release that would take the dataset's total eps over `budget` (8 by default, as training's; None: no cap) is refused
 before anything is drawn or recorded. The
 mechanisms are those of `privacy.label_dp` in training, with its names, defaults and limits:
@@ -44,7 +44,6 @@ import numpy as np
 
 from privacy.domains import PRIOR_EPS_FRACTION, eps_split_problem
 from privacy.field_types import domain_error, suggest
-from privacy.label.budget import DEFAULT_BUDGET_ARG, budget_problem, over_budget
 from privacy.label.label_dp import (
     KeyedLabels,
     _check_ids,
@@ -54,17 +53,13 @@ from privacy.label.label_dp import (
     fresh_key,
     key_source_error,
 )
+from privacy.label.ledger.budget import DEFAULT_BUDGET_ARG, budget_problem, over_budget
+from privacy.label.ledger.recording import ReleaseLedger, ReleaseNames
+from privacy.label.ledger.release_names import key_fingerprint, label_set_digest, named_dataset_id
 from privacy.label.regression_mechanisms import UNBIASED_MAX_BINS, check_clip
 from privacy.label.regression_prior import PRIOR_KINDS, file_prior
-from privacy.label.regression_release import (
-    LEADER_ONLY,
-    Drawn,
-    RegressionSpec,
-    ReleaseNames,
-    draw_regression,
-    store_matrices,
-)
-from privacy.label.release_names import key_fingerprint, label_set_digest, named_dataset_id
+from privacy.label.regression_release import LEADER_ONLY, Drawn, draw_regression, store_matrices
+from privacy.label.release_plans import RegressionSpec
 
 MECHANISMS = ("laplace", "rr_on_bins", "unbiased")
 # privacy.label_dp's defaults and domains in vfl/config/schema.py (LabelDPConfig; tests/privacy/test_regression_label_dp.py
@@ -189,28 +184,21 @@ class RegressionLabelDP(KeyedLabels):
         their prior and design kept there (key= bytes: in this object) and read back, as training does."""
         names, plan = self._naming(key, y, ids, dataset)
         store = self._store if keyed else None
-
-        def record(entries):
-            releases = [names.release(m, p, int(ids.size), p["eps"]) for m, p in entries]
-            if store is None:
-                return releases[0].release_id, True, {}
-            is_new, summary = store.record(
-                releases[0],
-                key,
-                ids,
-                {"name": dataset},
-                budget=self.budget,
-                planned=tuple(releases[1:]),
-                budget_name="RegressionLabelDP's budget",
-            )
-            return releases[0].release_id, is_new, summary
-
+        ledger = ReleaseLedger(
+            store,
+            key,
+            ids,
+            {"name": dataset},
+            lambda mechanism, params: names.release(mechanism, params, int(ids.size)),
+            self.budget,
+            "RegressionLabelDP's budget",
+        )
         kept, keep = (self._kept.get, self._kept.setdefault) if keyed else (lambda rel: None, lambda rel, m: None)
         if store is not None:
             kept, keep = store_matrices(store)
         empty = np.zeros(0)
         return draw_regression(
-            self.spec, self.mechanism, self.eps, plan, y, ids, empty, empty.astype(np.int64), key, record,
+            self.spec, self.mechanism, self.eps, plan, y, ids, empty, empty.astype(np.int64), key, ledger.record,
             kept=kept, keep=keep, release_id_of=names.id_of,
         )  # fmt: skip
 

@@ -9,14 +9,14 @@ function of (leader key, release id, i, true label): every epoch, run and resume
 release reuses it, nobody without the key can predict the draws, and a different release (other
 eps, mechanism, prior or key) draws independently, so two releases never nest. Each release is
 eps-label-DP (one eps-DP mechanism per label; anything computed from the noisy labels afterwards is
-post-processing); the per-dataset ledger (privacy/label/store.py) adds up the releases.
+post-processing); the per-dataset ledger (privacy/label/ledger/store.py) adds up the releases.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from privacy.label.keyed_random import keyed_uniforms
+from privacy.keyed_random import keyed_uniforms
 from privacy.label.randomized_response import (
     binary_rr,
     flip_probability,

@@ -1,4 +1,4 @@
-"""The durable write (vfl/durable_files.py): the file is fsynced before its rename and the directory after, the
+"""The durable write (privacy/durable_files.py): the file is fsynced before its rename and the directory after, the
 temporary file lies beside the target, a failure leaves the old file and no temporary file, and the file digest."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import stat
 import numpy as np
 import pytest
 
-from vfl import durable_files
-from vfl.durable_files import (
+from privacy import durable_files
+from privacy.durable_files import (
     PendingFile,
     file_sha256,
     replacing,

@@ -325,7 +325,7 @@ def test_the_python_api_tells_the_peers_what_the_command_line_tells_them(
 ):
     # Prepare: Leader.fit() whose body fails with a text that names the leader's paths or ledger
     import leader.__main__ as leader_main
-    from privacy.label.store import LabelDPBudgetError
+    from privacy.label.ledger.store import LabelDPBudgetError
     from vfl.api import Leader
 
     if error == "budget":

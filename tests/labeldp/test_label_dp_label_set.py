@@ -135,7 +135,7 @@ def test_changed_labels_under_one_manifest_are_a_new_release_with_independent_fl
 
 def test_the_label_set_digest_is_keyed_and_names_every_id_and_label():
     # Prepare
-    from privacy.label.release_names import label_set_digest
+    from privacy.label.ledger.release_names import label_set_digest
 
     key, other = bytes(range(32)), bytes(range(1, 33))
     ids, y = np.arange(5, dtype=np.int64), np.array([0.5, 1.0, 2.0, 3.0, 4.0], np.float32)
@@ -152,7 +152,7 @@ def test_the_label_set_digest_is_keyed_and_names_every_id_and_label():
 
 def test_the_dataset_id_names_the_label_column_and_encoding_not_its_counts():
     # Prepare
-    from privacy.label.release_names import dataset_id
+    from privacy.label.ledger.release_names import dataset_id
 
     sha = "ab" * 32
     amount = {"column": "amount", "task": "regression", "counts": {"train": [1]}}

@@ -75,8 +75,8 @@ def test_rr_on_bins_trains_split_charges_prior_and_randomizer_and_resists_the_fo
         record = {k: z[k] for k in ("ids", "epoch", "step", "grad")}
     truth = np.clip(train.labels.astype(np.float64), 0.0, 40.0)
     # the release's channel (its design, kept in the store) lets the replay read any public pick uniform
+    from privacy.label.ledger.store import LabelDPStore
     from privacy.label.regression_mechanisms import grid_values, rr_on_bins_channel
-    from privacy.label.store import LabelDPStore
 
     _, design = LabelDPStore(label_dp["store_dir"]).stored_prior(noisy.release)
     group = design[:, 0].astype(np.int64)

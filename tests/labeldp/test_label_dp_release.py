@@ -12,8 +12,8 @@ import stat
 import numpy as np
 import pytest
 
+from privacy.label.ledger.store import LEDGER_FORMAT, LabelDPStore, LabelDPStoreError, dataset_id, read_key
 from privacy.label.randomized_response import flip_probability
-from privacy.label.store import LEDGER_FORMAT, LabelDPStore, LabelDPStoreError, dataset_id, read_key
 from tests.support.dp_stats import binomial_tolerance
 from vfl.config.schema import LabelDPConfig
 from vfl.data.shards import PartyShard
@@ -159,7 +159,7 @@ def test_a_format_2_ledger_is_migrated_and_its_unmeasurable_sketches_are_charged
     """A format-2 sketch was keyed by the label key of its time: compared exactly while that key is held, charged
     in full once it is not (never silently dropped)."""
     # Prepare: the ledger as format 2 wrote it (the sketch under the label key, no ledger secret)
-    from privacy.label.store import id_sketch
+    from privacy.label.ledger.store import id_sketch
 
     a, b = _reexport_with_one_more_row(tmp_path, synth_small)
     _labels(a, tmp_path / "store")
@@ -198,7 +198,7 @@ def test_a_release_over_the_budget_is_refused_before_any_label_is_drawn_and_noth
 ):
     # Prepare: eps 4 then 3 on one dataset (total 7); the budget is 8
     import vfl.labeldp.mechanisms as mechanisms_module
-    from privacy.label.store import LabelDPBudgetError
+    from privacy.label.ledger.store import LabelDPBudgetError
     from vfl.labeldp.release import open_label_key
 
     _labels(shards_small, tmp_path / "store", eps=4.0, budget=8.0)
@@ -386,8 +386,8 @@ def test_the_release_object_draws_exactly_what_the_keyed_mechanism_draws(tmp_pat
     """Noise-free check of the plumbing: the release's noisy labels equal randomize_binary_once under the release id
     named by (dataset, key, mechanism, parameters), so the refactor keeps every release id and draw."""
     # Prepare
+    from privacy.label.ledger.store import release_id
     from privacy.label.release_draws import randomize_binary_once
-    from privacy.label.store import release_id
     from vfl.labeldp.release import LabelDPRelease, open_label_key
 
     shard = PartyShard(str(shards_small / "leader"))
@@ -409,7 +409,7 @@ def test_composition_charges_one_lp2st_run_once_and_each_new_prior_again():
     a new stage-two release on the same rows; other releases add by basic composition; ledgers from before the stage
     one was recorded keep their totals."""
     # Prepare
-    from privacy.label.store import STAGE_ONE, composed_eps
+    from privacy.label.ledger.store import STAGE_ONE, composed_eps
 
     stage = {"release_id": "s1", "mechanism": STAGE_ONE, "eps": 1.0, "params": {}}
     second = [

@@ -149,9 +149,9 @@ def test_what_followers_receive_depends_on_true_labels_only_through_the_randomiz
     # the same randomized labels as dataset A under A's key: y_B = y~_A xor flips_B
     import os
 
-    from privacy.label.keyed_random import keyed_uniforms
+    from privacy.keyed_random import keyed_uniforms
+    from privacy.label.ledger.store import release_id
     from privacy.label.release_draws import PURPOSE_FLIP
-    from privacy.label.store import release_id
     from tests.support.party_processes import REPO
     from vfl.config.schema import LabelDPConfig
     from vfl.data.shards import PartyShard

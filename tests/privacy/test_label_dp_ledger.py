@@ -1,4 +1,4 @@
-"""The label-DP ledger's id sets (privacy/label/store.py): every run's ids are merged into its dataset's set, overlap
+"""The label-DP ledger's id sets (privacy/label/ledger/store.py): every run's ids are merged into its dataset's set, overlap
 is tested on whole sets (a single shared id among 200k is found), older ledgers are migrated on the conservative side,
 and a lost id file over-counts, never under-counts. Pure store calls, no training."""
 
@@ -11,9 +11,9 @@ import stat
 import numpy as np
 import pytest
 
-from privacy.label.keyed_random import keyed_words
-from privacy.label.ledger_math import SKETCH_K
-from privacy.label.store import LEDGER_FORMAT, LabelDPBudgetError, LabelDPStore, Release, read_key
+from privacy.keyed_random import keyed_words
+from privacy.label.ledger.ledger_math import SKETCH_K
+from privacy.label.ledger.store import LEDGER_FORMAT, LabelDPBudgetError, LabelDPStore, Release, read_key
 
 
 def _release(dataset: str, eps: float = 1.0, rows: int = 0) -> Release:
@@ -133,7 +133,7 @@ def test_a_small_format_2_sketch_is_compared_exactly_under_its_key_and_absorbed_
     key is held, a new dataset's ids are compared with it exactly, and a later run of the dataset over the same ids
     moves it under the ledger secret."""
     # Prepare: the ledger as format 2 wrote it (the sketch under the label key, no ledger secret)
-    from privacy.label.ledger_math import id_sketch
+    from privacy.label.ledger.ledger_math import id_sketch
 
     store, key = _store(tmp_path)
     store.record(_release("A"), key, np.arange(10))

@@ -15,7 +15,8 @@ import math
 import numpy as np
 import pytest
 
-from privacy.label.keyed_random import keyed_uniforms
+from privacy.keyed_random import keyed_uniforms
+from privacy.label.ledger.store import LabelDPStore, dataset_id
 from privacy.label.noisy_metrics import noisy_regression_metrics
 from privacy.label.regression_mechanisms import (
     channel_eps,
@@ -32,7 +33,6 @@ from privacy.label.regression_mechanisms import (
     unbiased_label,
 )
 from privacy.label.regression_prior import dp_histogram_prior, file_prior, geometric_noise, label_histogram
-from privacy.label.store import LabelDPStore, dataset_id
 from tests.support.dp_stats import dp_histogram_violations
 from tests.support.leader_config import _leader
 from vfl.config.schema import ConfigError, LabelDPConfig, parse_config

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from privacy.attacks.follower_view_regression import follower_view_regression
+from privacy.label.ledger.store import LabelDPStore, dataset_id
 from privacy.label.regression_mechanisms import (
     grid_values,
     laplace_label,
@@ -26,7 +27,6 @@ from privacy.label.regression_mechanisms import (
     unbiased_design,
     unbiased_label,
 )
-from privacy.label.store import LabelDPStore, dataset_id
 from privacy.public_hash import uniform_from_ids
 from vfl.config.schema import LabelDPConfig
 from vfl.data.task import Task

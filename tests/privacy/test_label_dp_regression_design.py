@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 
 import privacy.label.regression_mechanisms as mechanisms
+from privacy.label.ledger.release_names import release_id
+from privacy.label.ledger.store import LabelDPStore, dataset_id
 from privacy.label.regression_mechanisms import channel_eps, grid_values, rr_on_bins_design, unbiased_design
 from privacy.label.regression_prior import uniform_prior
-from privacy.label.regression_release import RegressionSpec, draw_regression
-from privacy.label.release_names import release_id
-from privacy.label.store import LabelDPStore, dataset_id
+from privacy.label.regression_release import draw_regression
+from privacy.label.release_plans import RegressionSpec
 from vfl.config.schema import LabelDPConfig
 from vfl.data.task import Task
 from vfl.labeldp.release import LabelDPRelease, LabelKey, training_labels

@@ -1,4 +1,4 @@
-"""The label-DP ledger's seal (privacy/label/ledger_seal.py): a ledger deleted, rolled back or altered is refused when
+"""The label-DP ledger's seal (privacy/label/ledger/ledger_seal.py): a ledger deleted, rolled back or altered is refused when
 the store opens, before anything is drawn; `python -m privacy.label ack-reset` records the loss and draws new coins, so
 a lost ledger or lost label pins never let the same coins meet changed labels. The attacks are the issue's: the key
 and the ledger secret stay, the ledger (and the pins) go or an older copy comes back. The one statistical check (the
@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from privacy import LabelDP
+from privacy.label.ledger.secret_files import LabelDPStoreError, read_key
+from privacy.label.ledger.store import LabelDPBudgetError, LabelDPStore, Release
 from privacy.label.release_draws import randomize_binary_once
-from privacy.label.secret_files import LabelDPStoreError, read_key
-from privacy.label.store import LabelDPBudgetError, LabelDPStore, Release
 from tests.support.dp_stats import binomial_tolerance
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -78,7 +78,7 @@ def test_a_rolled_back_ledger_is_refused_at_open_and_in_a_store_already_open(tmp
 
 def test_an_altered_ledger_a_deleted_seal_or_a_forged_seal_is_refused(tmp_path):
     # Prepare
-    from privacy.label.ledger_seal import ledger_digest
+    from privacy.label.ledger.ledger_seal import ledger_digest
 
     _spent(tmp_path / "store", 3.0)
     ledger, seal = tmp_path / "store" / "ledger.json", tmp_path / "store" / "ledger_seal"
@@ -118,7 +118,7 @@ def test_a_write_stopped_between_the_seal_and_the_ledger_leaves_a_store_that_ope
     """A failure of the ledger's rename (the seal announced the write) leaves the old ledger, a failure of the last
     seal write (the ledger renamed) the new one: each is accepted, and the next write seals on from there."""
     # Prepare
-    from privacy.label import ledger_seal
+    from privacy.label.ledger import ledger_seal
 
     store = _spent(tmp_path / "store", 1.0)
     real, calls = ledger_seal.write_seal, []
@@ -367,7 +367,7 @@ def test_a_labeldp_object_alive_across_an_ack_reset_draws_the_new_coins(tmp_path
 def test_an_ack_reset_between_a_calls_key_and_its_draw_refuses_the_call(tmp_path):
     """The coins are checked again under the lock that pins the labels: a reset that lands after the call read its key
     (here: inside its ledger record) refuses the call, with nothing drawn from the retired key."""
-    from privacy.label.ledger_reset import acknowledge_reset
+    from privacy.label.ledger.ledger_reset import acknowledge_reset
 
     # Prepare
     store = tmp_path / "store"

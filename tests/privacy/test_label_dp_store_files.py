@@ -9,9 +9,9 @@ import stat
 import numpy as np
 import pytest
 
-from privacy.label.id_store import save_id_hashes
-from privacy.label.label_pins import save_pins
-from privacy.label.prior_store import save_prior
+from privacy.label.ledger.id_store import save_id_hashes
+from privacy.label.ledger.label_pins import save_pins
+from privacy.label.ledger.prior_store import save_prior
 
 
 def _write(kind: str, store: str) -> str:

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from privacy import LabelDP, flip_probability, keep_probability
+from privacy.label.ledger.store import LabelDPBudgetError
 from privacy.label.randomized_response import kary_rr
 from privacy.label.release_draws import randomize_binary_once, randomize_classes_once
-from privacy.label.store import LabelDPBudgetError
 from privacy.public_hash import uniform_from_ids
 from tests.support.dp_stats import binomial_tolerance, dp_histogram_violations
 
@@ -358,7 +358,7 @@ def test_a_changed_label_under_the_same_release_is_refused_and_batches_of_one_la
 @pytest.mark.filterwarnings("ignore:label DP. (created a new key store|dataset)")
 def test_pins_lost_or_rolled_back_are_refused_and_a_key_shared_by_two_stores_draws_other_coins(tmp_path):
     # Prepare: a release pinned in store A over two batches; a copy of its pins after the first batch
-    from privacy.label.secret_files import LabelDPStoreError
+    from privacy.label.ledger.secret_files import LabelDPStoreError
 
     ids = np.arange(4_000, dtype=np.int64)
     labels = np.random.default_rng(45).integers(0, 2, ids.size)

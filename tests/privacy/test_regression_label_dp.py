@@ -22,6 +22,8 @@ import torch
 from privacy import LabelDP, RegressionLabelDP
 from privacy.domains import PRIOR_EPS_FRACTION
 from privacy.label.label_dp import fresh_key
+from privacy.label.ledger.release_names import named_dataset_id
+from privacy.label.ledger.store import LabelDPBudgetError, LabelDPStore
 from privacy.label.regression_draws import dp_histogram_once
 from privacy.label.regression_label_dp import (
     BINS_RANGE,
@@ -32,8 +34,6 @@ from privacy.label.regression_label_dp import (
 )
 from privacy.label.regression_mechanisms import laplace_noise_variance, sampling_delta
 from privacy.label.regression_prior import histogram_sampling_delta, label_histogram
-from privacy.label.release_names import named_dataset_id
-from privacy.label.store import LabelDPBudgetError, LabelDPStore
 from vfl.config.label_dp_rules import regression_label_dp_default
 from vfl.config.schema import LabelDPConfig
 from vfl.data.task import Task

@@ -38,6 +38,7 @@ RULES = (
         "vfl.data",
         (
             "privacy.label",
+            "privacy.keyed_random",
             "privacy.federated",
             "privacy.attacks",
             "privacy.domains",

@@ -190,9 +190,9 @@ def test_every_path_and_module_named_exists(page):
 
 def test_a_stale_path_or_module_is_found():
     # Prepare: names from before the tree was regrouped
-    text = "see `privacy/keyed_random.py` and run `python -m vfl.labels`; `vfl/labeldp/release.py` is current"
+    text = "see `privacy/keyed_prf.py` and run `python -m vfl.labels`; `vfl/labeldp/release.py` is current"
     # Execute / Assert
-    assert missing_references(text) == ["privacy/keyed_random.py", "python -m vfl.labels"]
+    assert missing_references(text) == ["privacy/keyed_prf.py", "python -m vfl.labels"]
 
 
 def test_the_layout_names_every_library_module_and_only_modules():

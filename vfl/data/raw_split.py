@@ -6,7 +6,7 @@ label only in the labelled party's file. A party's `drop_fraction` leaves out th
 (chosen by id with the public uniform_from_ids), so the parties' id sets overlap without being
 equal, and the private set intersection at training time has something to find. The combined
 file's truth probabilities (INPUT.truth.npy) travel to the labelled party only, row for row
-(<leader>.tsv.truth.npy). Nothing is half-written: files are fsynced and renamed into place when complete (vfl/durable_files.py).
+(<leader>.tsv.truth.npy). Nothing is half-written: files are fsynced and renamed into place when complete (privacy/durable_files.py).
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import time
 
 import numpy as np
 
+from privacy.durable_files import PendingFile
 from privacy.public_hash import uniform_from_ids
 from vfl.data.errors import DataError
 from vfl.data.parties import PartyColumns
 from vfl.data.presets.criteo import CATEGORICAL_COLUMNS, DENSE_COLUMNS, LABEL
 from vfl.data.readers.criteo_tsv import read_raw_blocks
 from vfl.data.readers.read_stats import ReadStats, warn_bad_lines
-from vfl.durable_files import PendingFile
 
 _DROP_SALT = 0xD0D0
 ID_COLUMN = "id"

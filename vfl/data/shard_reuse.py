@@ -6,8 +6,8 @@ import json
 import os
 from dataclasses import asdict
 
+from privacy.durable_files import file_sha256
 from vfl.data.parties import PartyColumns
-from vfl.durable_files import file_sha256
 from vfl.obs.progress import bar
 
 _IGNORED_OPTIONS = ("force",)  # how to write, not what is written

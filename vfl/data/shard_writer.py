@@ -17,7 +17,7 @@ import shutil
 
 import numpy as np
 
-from vfl import durable_files
+from privacy import durable_files
 from vfl.data.ids import check_unique
 from vfl.data.manifest import id_digest
 from vfl.data.npy_stream import NpyAppender

@@ -16,6 +16,7 @@ import time
 import numpy as np
 from scipy.special import expit
 
+from privacy.durable_files import replacing_file, write_json
 from privacy.federated.accounting import PrivacyLedger
 from privacy.federated.gaussian import gaussian_client, gaussian_cost
 from privacy.federated.laplace import laplace_cost, laplace_protect
@@ -34,7 +35,6 @@ from vfl.data.parties import parse_parties
 from vfl.data.prepare import PrepareOptions, prepare
 from vfl.data.presets.criteo import CATEGORICAL_COLUMNS, DENSE_COLUMNS
 from vfl.data.shards import PartyShard
-from vfl.durable_files import replacing_file, write_json
 from vfl.horizontal.config import FedConfig
 from vfl.obs.metrics import auc, logloss
 

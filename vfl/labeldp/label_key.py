@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from privacy.label.regression_release import ReleaseNames
-from privacy.label.store import LabelDPStore, key_fingerprint
+from privacy.label.ledger.recording import ReleaseNames
+from privacy.label.ledger.store import LabelDPStore, key_fingerprint
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 A mechanism says which releases it plans (from the leader's config alone, before any follower connects) and how it
 draws them; `LabelDPRelease` (vfl/labeldp/release.py) looks its own up (`mechanism_for`) and records each release in
-the ledger before anything of it is drawn (the `record` of a `DrawRequest`). The keys are the pairs the config allows
+the ledger before anything of it is drawn (the `ledger` of a `DrawRequest`: privacy/label/ledger/recording.py). The
+keys are the pairs the config allows
 (vfl/config/label_dp_rules.py's LABEL_DP_MECHANISMS, which the task and the schema read too): `register` refuses any
 other, and importing this module fails when a pair the config allows has no mechanism.
 
@@ -10,8 +11,8 @@ other, and importing this module fails when a pair the config allows has no mech
     multiclass  rr (k-ary RR), rr_prior (LP-2ST, a split model of all parties as its prior)
     regression  laplace, rr_on_bins, unbiased (privacy/label/regression_release.py)
 
-LP-2ST's stage-two release is named by its stage-one release and the leader's `prior_epochs`, never by the prior's
-values, which the followers' bottoms shape: its first prior is kept in the store (privacy/label/prior_store.py) and
+What each plans is privacy/label/release_plans.py's. LP-2ST's stage-two release is named by its stage-one release and
+the leader's `prior_epochs`, never by the prior's values, which the followers' bottoms shape: its first prior is kept in the store (privacy/label/ledger/prior_store.py) and
 every later run reuses it, so the same release id always gives the same noisy labels and a follower changing its own
 settings (its learning rate, say) makes the leader release nothing new.
 """
@@ -25,8 +26,10 @@ from typing import ClassVar, Protocol
 
 import numpy as np
 
-from privacy.label.prior_store import priors_of
-from privacy.label.regression_release import Drawn, RegressionSpec, draw_regression, store_matrices
+from privacy.label import release_plans
+from privacy.label.ledger.prior_store import priors_of
+from privacy.label.ledger.recording import ReleaseLedger
+from privacy.label.regression_release import Drawn, draw_regression, store_matrices
 from privacy.label.release_draws import (
     randomize_binary_once,
     randomize_classes_once,
@@ -34,14 +37,11 @@ from privacy.label.release_draws import (
     rr_prior_once,
     stage_one_mask,
 )
-from privacy.label.store import STAGE_ONE
+from privacy.label.release_plans import Plan, RegressionSpec
 from vfl.config.label_dp_rules import LABEL_DP_MECHANISMS
 from vfl.labeldp.label_key import LabelKey
 
-Plan = list[tuple[str, dict]]  # the (ledger mechanism, parameters) of each release a run draws, in order
 PriorFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
-# record(plan): record plan[0] (plan[1:] count towards the budget too); returns (release id, is new, ledger summary)
-Record = Callable[[Plan], tuple[str, bool, dict]]
 
 
 class ReleaseParams(Protocol):
@@ -60,7 +60,7 @@ class ReleaseParams(Protocol):
 @dataclass(frozen=True)
 class DrawRequest:
     """The labels one release randomizes (training, and validation in the same release), the leader's key, LP-2ST's
-    stage-one prior model (None elsewhere) and how a planned release is recorded before it is drawn."""
+    stage-one prior model (None elsewhere) and the ledger that records each planned release before it is drawn."""
 
     labels: np.ndarray
     ids: np.ndarray
@@ -68,7 +68,7 @@ class DrawRequest:
     valid_ids: np.ndarray
     label_key: LabelKey
     prior_fn: PriorFn | None
-    record: Record
+    ledger: ReleaseLedger
 
 
 class LabelDPMechanism:
@@ -121,54 +121,63 @@ def _corrected(release: ReleaseParams) -> dict:
     return {"debias": release.debias, "correction": release.correction if release.debias else None}
 
 
+class _PlainRR(LabelDPMechanism):
+    """Randomized response on every row, training and validation, in one release."""
+
+    def randomize(
+        self, release: ReleaseParams, labels: np.ndarray, ids: np.ndarray, key: bytes, rel: str
+    ) -> np.ndarray:
+        raise NotImplementedError
+
+    def extra(self, release: ReleaseParams) -> dict:
+        return _corrected(release)
+
+    def draw(self, release: ReleaseParams, request: DrawRequest) -> Drawn:
+        r, key = request, request.label_key.key
+        ((mechanism, params),) = plan = self.named_plan(release, r.label_key)
+        recorded, (noisy, valid_noisy) = r.ledger.record_and_draw(
+            plan,
+            lambda rel: (
+                self.randomize(release, r.labels, r.ids, key, rel),
+                self.randomize(release, r.valid_labels, r.valid_ids, key, rel),
+            ),
+        )
+        return Drawn(
+            recorded.release, mechanism, params, noisy, valid_noisy, self.extra(release), recorded.new, recorded.summary
+        )
+
+
 @register
-class BinaryRR(LabelDPMechanism):
+class BinaryRR(_PlainRR):
     """Randomized response on 0/1 labels."""
 
     tasks, names = ("binary",), ("rr",)
 
     def plan(self, release: ReleaseParams, label_key: LabelKey) -> Plan:
-        return [("binary_rr", {"eps": release.eps, "labels": "binary"})]
+        return release_plans.binary_rr(release.eps)
 
-    def draw(self, release: ReleaseParams, request: DrawRequest) -> Drawn:
-        r, eps, key = request, release.eps, request.label_key.key
-        ((mechanism, params),) = self.named_plan(release, r.label_key)
-        rel, is_new, summary = r.record([(mechanism, params)])
-        return Drawn(
-            rel,
-            mechanism,
-            params,
-            randomize_binary_once(r.labels, r.ids, eps, key, rel),
-            randomize_binary_once(r.valid_labels, r.valid_ids, eps, key, rel),
-            _corrected(release),
-            is_new,
-            summary,
-        )
+    def randomize(
+        self, release: ReleaseParams, labels: np.ndarray, ids: np.ndarray, key: bytes, rel: str
+    ) -> np.ndarray:
+        return randomize_binary_once(labels, ids, release.eps, key, rel)
 
 
 @register
-class KaryRR(LabelDPMechanism):
+class KaryRR(_PlainRR):
     """K-ary randomized response on class ids."""
 
     tasks, names = ("multiclass",), ("rr",)
 
     def plan(self, release: ReleaseParams, label_key: LabelKey) -> Plan:
-        return [("kary_rr", {"eps": release.eps, "labels": "multiclass", "num_classes": release.num_classes})]
+        return release_plans.kary_rr(release.eps, release.num_classes)
 
-    def draw(self, release: ReleaseParams, request: DrawRequest) -> Drawn:
-        r, eps, key, k = request, release.eps, request.label_key.key, release.num_classes
-        ((mechanism, params),) = self.named_plan(release, r.label_key)
-        rel, is_new, summary = r.record([(mechanism, params)])
-        return Drawn(
-            rel,
-            mechanism,
-            params,
-            randomize_classes_once(r.labels, r.ids, k, eps, key, rel),
-            randomize_classes_once(r.valid_labels, r.valid_ids, k, eps, key, rel),
-            {**_corrected(release), "num_classes": k},
-            is_new,
-            summary,
-        )
+    def randomize(
+        self, release: ReleaseParams, labels: np.ndarray, ids: np.ndarray, key: bytes, rel: str
+    ) -> np.ndarray:
+        return randomize_classes_once(labels, ids, release.num_classes, release.eps, key, rel)
+
+    def extra(self, release: ReleaseParams) -> dict:
+        return {**_corrected(release), "num_classes": release.num_classes}
 
 
 def _prior_digest(prior: np.ndarray) -> str:
@@ -185,17 +194,9 @@ class LP2ST(LabelDPMechanism):
     tasks, names = ("binary", "multiclass"), ("rr_prior",)
 
     def plan(self, release: ReleaseParams, label_key: LabelKey) -> Plan:
-        k = release.num_classes
-        stage = {"eps": release.eps, "prior_fraction": release.prior_fraction, "labels": "binary"}
-        if k is not None:
-            stage.update(labels="multiclass", num_classes=k, prior="all parties")
-        # stage two: the stage-one release and the leader's prior_epochs; the prior's values are kept, not named
-        second = {
-            **stage,
-            "stage_one_release": label_key.names.id_of(STAGE_ONE, stage),
-            "prior_epochs": release.prior_epochs,
-        }
-        return [(STAGE_ONE, stage), ("rr_prior", second)]
+        return release_plans.lp2st(
+            release.eps, release.prior_fraction, release.num_classes, release.prior_epochs, label_key.names.id_of
+        )
 
     def draw(self, release: ReleaseParams, request: DrawRequest) -> Drawn:
         r, ids, labels = request, request.ids, request.labels
@@ -210,15 +211,20 @@ class LP2ST(LabelDPMechanism):
         # the ledger holds stage one (and the budget counts stage two) before anything is drawn: with K classes the
         # followers receive gradients of the stage-one labels while the prior trains, and a run stopped there has
         # still spent them
-        stage_rel, _, _ = r.record(plan)
-        first = stage_one_mask(ids, key, stage_rel, release.prior_fraction)
-        noisy = randomize(labels, ids, stage_rel)
-        valid_noisy = randomize(r.valid_labels, r.valid_ids, stage_rel)  # plain RR, like stage one
+        _, (first, noisy, valid_noisy) = r.ledger.record_and_draw(
+            plan,
+            lambda rel: (
+                stage_one_mask(ids, key, rel, release.prior_fraction),
+                randomize(labels, ids, rel),
+                randomize(r.valid_labels, r.valid_ids, rel),  # plain RR, like stage one
+            ),
+        )
         second = ~first
         mechanism, params = plan[1]
         prior2, reused = self._stage_two_prior(r.label_key, params, ids, first, noisy, r.prior_fn)
-        rel, is_new, summary = r.record(plan[1:])
-        noisy2, k_star = with_prior(labels[second], ids[second], prior2, rel)
+        recorded, (noisy2, k_star) = r.ledger.record_and_draw(
+            plan[1:], lambda rel: with_prior(labels[second], ids[second], prior2, rel)
+        )
         noisy[second] = noisy2
         collapse = float(np.mean(k_star == 1)) if k_star.size else 0.0
         extra = {
@@ -239,7 +245,7 @@ class LP2ST(LabelDPMechanism):
                 stage_two_kept_in_set=float(np.mean(noisy2 == labels[second])) if second.any() else 0.0,
                 prior="all parties (LP-2ST stage one as a split model on the stage-one rows, Ghazi et al. 2021 Alg. 3)",
             )
-        return Drawn(rel, mechanism, params, noisy, valid_noisy, extra, is_new, summary)
+        return Drawn(recorded.release, mechanism, params, noisy, valid_noisy, extra, recorded.new, recorded.summary)
 
     @staticmethod
     def _stage_two_prior(label_key: LabelKey, params, ids, first, noisy, prior_fn) -> tuple[np.ndarray, bool]:
@@ -283,7 +289,7 @@ class RegressionMechanism(LabelDPMechanism):
             r.valid_labels,
             r.valid_ids,
             r.label_key.key,
-            r.record,
+            r.ledger.record,
             kept=kept,
             keep=keep,
             release_id_of=r.label_key.names.id_of,

@@ -1,6 +1,6 @@
 """Label DP across a party's ranks: the key is created once (rank 0 first), the ledger is written once (rank 0).
 
-Every leader rank draws the noisy labels itself from the leader's key (privacy/label/keyed_random.py): the draws
+Every leader rank draws the noisy labels itself from the leader's key (privacy/keyed_random.py): the draws
 are a function of (key, release, sample id), so every rank holds the same noisy label for a sample without
 any label crossing between ranks. Ranks r > 0 read the store's key but never write its ledger: a release
 is spent once per run, however many ranks train on it. The trainer then compares a digest of the noisy

@@ -6,14 +6,15 @@ store. Everything downstream takes the release, never the config: the loss (`tra
 debiased validation metrics), the prior (`flip_probability`, `transition`, `prior_epochs`) and the ranks (`store_dir`,
 `key_file`). `draw` opens nothing: given the leader's key (`open_label_key`) it derives the release id from the
 mechanism's parameters and the label set (a keyed digest of the labelled shard's ids and labels as prepared, so the
-same file with another label column or encoding is another release: privacy/label/release_names.py), records the release in the ledger (privacy/label/store.py; refused there, with nothing
-written, when it would take the dataset over `privacy.label_dp.budget`), and only then draws the noisy training and
-validation labels with the leader's PRF (privacy/label/release_draws.py). Nothing here uses `train.seed` or any
-other value a follower knows.
+same file with another label column or encoding is another release: privacy/label/ledger/release_names.py), and its
+mechanism records each release in the ledger and only then draws the noisy training and validation labels with the
+leader's PRF (one ReleaseLedger.record_and_draw per release, privacy/label/ledger/recording.py; refused, with nothing
+written, when it would take the dataset over `privacy.label_dp.budget`). Nothing here uses `train.seed` or any other
+value a follower knows.
 
 The mechanism is looked up by (task, `privacy.label_dp.mechanism`) in the registry of vfl/labeldp/mechanisms.py
 (binary RR, k-ary RR and LP-2ST for class labels; laplace, rr_on_bins and unbiased for real-valued labels), which
-plans and draws each release.
+draws the releases privacy/label/release_plans.py plans.
 """
 
 from __future__ import annotations
@@ -22,18 +23,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from privacy.label.ledger.recording import ReleaseLedger
+from privacy.label.ledger.release_names import label_set_digest
+from privacy.label.ledger.store import LabelDPStore, dataset_id, default_store_dir
 from privacy.label.randomized_response import flip_probability, kary_transition, keep_probability
-from privacy.label.regression_release import RegressionSpec
 from privacy.label.release_draws import run_report
-from privacy.label.release_names import label_set_digest
-from privacy.label.store import LabelDPStore, Release, dataset_id, default_store_dir
+from privacy.label.release_plans import Plan, RegressionSpec
 from vfl.config.schema import LabelDPConfig
 from vfl.data.task import Task
 from vfl.labeldp.label_key import LabelKey
 from vfl.labeldp.losses import corrected_loss
-from vfl.labeldp.mechanisms import MECHANISMS, DrawRequest, LabelDPMechanism, Plan, PriorFn, mechanism_for
+from vfl.labeldp.mechanisms import MECHANISMS, DrawRequest, LabelDPMechanism, PriorFn, mechanism_for
 
-__all__ = [  # MECHANISMS, LabelKey, Plan and PriorFn are the registry's and the key's, named here for their callers
+__all__ = [  # MECHANISMS, LabelKey, Plan and PriorFn (the registry's, key's and plans') named here for their callers
     "MECHANISMS",
     "LabelDPRelease",
     "LabelKey",
@@ -206,16 +208,16 @@ class LabelDPRelease:
             raise ValueError("privacy.label_dp.mechanism rr_prior needs a stage-one prior model")
         ids = np.asarray(sample_ids, np.int64)
         released_ids = np.concatenate([ids, valid_ids])
-
-        def record(plan: Plan) -> tuple[str, bool, dict]:
-            """Record plan[0] (plan[1:] count towards the budget too) before anything of it is drawn."""
-            first, *later = (self._release(label_key, m, p, int(released_ids.size)) for m, p in plan)
-            is_new, summary = label_key.store.record(
-                first, label_key.key, released_ids, label_key.source, budget=self.budget, planned=tuple(later)
-            )
-            return first.release_id, is_new, summary
-
-        d = entry.draw(self, DrawRequest(labels, ids, valid_labels, valid_ids, label_key, prior_fn, record))
+        rows = int(released_ids.size)
+        ledger = ReleaseLedger(
+            label_key.store,
+            label_key.key,
+            released_ids,
+            label_key.source,
+            lambda mechanism, params: label_key.names.release(mechanism, params, rows),
+            self.budget,
+        )
+        d = entry.draw(self, DrawRequest(labels, ids, valid_labels, valid_ids, label_key, prior_fn, ledger))
         is_new, summary = d.new_release, d.summary
         if entry.real_valued:  # the noise is measured from the clipped label, which the mechanisms randomize
             labels, valid_labels = (np.clip(y, *self.regression.clip) for y in (labels, valid_labels))
@@ -246,10 +248,6 @@ class LabelDPRelease:
             d.noise_variance,
         )
 
-    def _release(self, label_key: LabelKey, mechanism: str, params: dict, rows: int) -> Release:
-        # a regression prior's release and its randomizer's split eps
-        return label_key.names.release(mechanism, params, rows, params.get("eps", self.eps))
-
     def plan(self, label_key: LabelKey) -> Plan:
         """The releases this config draws, as (ledger mechanism, parameters): known from the leader's config alone,
         before any follower connects. Each release's parameters name the label set (LabelKey.label_set)."""
@@ -258,7 +256,7 @@ class LabelDPRelease:
     def check_budget(self, label_key: LabelKey) -> None:
         """LabelDPBudgetError when this config's new releases would take the dataset over the budget, as far as the
         ledger knows before PSI (draw checks again with the intersection's ids)."""
-        first, *later = (self._release(label_key, m, p, 0) for m, p in self.plan(label_key))
+        first, *later = (label_key.names.release(m, p, 0) for m, p in self.plan(label_key))
         label_key.store.check_budget(first, tuple(later), self.budget)
 
 

@@ -11,7 +11,7 @@ import csv
 import math
 import os
 
-from vfl.durable_files import replacing
+from privacy.durable_files import replacing
 
 COLUMNS = (
     "kind",

@@ -7,8 +7,8 @@ import os
 
 import numpy as np
 
+from privacy import durable_files
 from privacy.rank_metrics import binary_cross_entropy, cross_entropy, roc_auc
-from vfl import durable_files
 from vfl.obs.logs import RunLog  # noqa: F401  (re-exported: callers import the run log from here)
 
 
@@ -127,6 +127,6 @@ def loss_line(epoch: int, step: int, steps: int, loss: float) -> str:
 
 
 def write_json(path: str, doc: dict) -> None:
-    """Write JSON durably (vfl/durable_files.py), its directory created."""
+    """Write JSON durably (privacy/durable_files.py), its directory created."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     durable_files.write_json(path, doc, indent=2, allow_nan=True)

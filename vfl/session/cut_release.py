@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from privacy.dp_accountant import composed_gaussian_epsilon
+from privacy.durable_files import replacing_file, write_json
 from privacy.embedding_dp import (
     attack_bounds,
     calibrate_noise_multiplier,
@@ -39,7 +40,6 @@ from privacy.embedding_dp import (
 from privacy.embedding_ledger import ReleaseCapError as LedgerCapError
 from privacy.embedding_ledger import SendLedger, SendLedgerError, marker_path
 from privacy.embedding_noise import GRID_BITS, REUSE_STEPS, keyed_noised, ledger_key, noise_key, quantized_rows
-from vfl.durable_files import replacing_file, write_json
 from vfl.wire import WireError
 
 SCORING_SPACES = ("predict", "serve")  # keyed by id and released value, in the model's scope

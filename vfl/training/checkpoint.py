@@ -19,7 +19,7 @@ import re
 
 import torch
 
-from vfl.durable_files import replacing_file, write_json
+from privacy.durable_files import replacing_file, write_json
 from vfl.preflight import CHECKPOINT_MAGIC
 
 CKPT_MAGIC = CHECKPOINT_MAGIC  # the one definition is torch-free, for preflight
@@ -37,7 +37,7 @@ def checkpoint_tag(tag: str) -> str:
 def save_checkpoint(
     path: str, party: str, state: dict, epoch: int, step: int, extra: dict | None = None, resume: dict | None = None
 ) -> None:
-    """Write {party, epoch, step, state, torch_rng, extra} to path durably (vfl/durable_files.py), then the sidecar
+    """Write {party, epoch, step, state, torch_rng, extra} to path durably (privacy/durable_files.py), then the sidecar
     path.json {party, epoch, step, bytes, sha256, resume}: resume is vfl.preflight.resume_identity, checked before
     torch; sha256 (the header's) tells preflight that the sidecar belongs to this very file."""
     directory = os.path.dirname(os.path.abspath(path))

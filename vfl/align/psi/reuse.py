@@ -48,8 +48,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from privacy.durable_files import remove_stale_temporaries, write_bytes
 from vfl.align.psi.ecdh import SUITE
-from vfl.durable_files import remove_stale_temporaries, write_bytes
 
 TICKET_BYTES = 32
 _MAGIC = b"VFLPSIC1"
@@ -158,7 +158,7 @@ class PSICache:
         return Agreement(ticket, np.frombuffer(rest[2 * TICKET_BYTES :], "<i8").copy())
 
     def store(self, ticket: bytes, ids: np.ndarray, shared: np.ndarray, log=None) -> None:
-        """Write the agreement durably (vfl/durable_files.py: a temporary file in the same directory, fsync, rename,
+        """Write the agreement durably (privacy/durable_files.py: a temporary file in the same directory, fsync, rename,
         fsync of the directory), mode 0600 in a directory of mode 0700; an error on the way (a read-only shard, a full
         disk) only means no reuse next time, said in one log line, and leaves no temporary file. Temporary files that a
         killed run left over an hour ago are removed."""

@@ -20,13 +20,13 @@ naming the line and the value; without it, the header's columns of such a line a
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from privacy.durable_files import file_sha256
 from vfl.config.table_schema import DELIMITERS, SchemaConfig
 from vfl.data.errors import DataError
 from vfl.data.ids import ids64
@@ -146,12 +146,11 @@ def read_table_blocks(
     for the second (hashing text ids is the dearest step of a block)."""
     stats.ignored_columns = check_columns(path, schema, labelled)
     stats.has_id_column = True
-    sha = hashlib.sha256() if digest else None
-    with open(path, "rb") as f:  # the source digest names the labelled dataset (label-DP ledger)
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            if sha is not None:
-                sha.update(chunk)
-            stats.bytes_read += len(chunk)
+    sha = None  # the source digest names the labelled dataset (label-DP ledger)
+    if digest:
+        sha = file_sha256(path, on_block=lambda n: setattr(stats, "bytes_read", stats.bytes_read + n))
+    else:
+        stats.bytes_read += os.path.getsize(path)
     cols = [schema.id, *schema.columns, *([schema.label.column] if labelled else [])]
     rows = 0
     skip = 0
@@ -180,9 +179,9 @@ def read_table_blocks(
     _finish(path, stats, max(rows, skip), sha)
 
 
-def _finish(path: str, stats: ReadStats, rows: int, sha) -> None:
+def _finish(path: str, stats: ReadStats, rows: int, sha: str | None) -> None:
     stats.lines = rows + 1
-    stats.sha256 = sha.hexdigest() if sha is not None else ""
+    stats.sha256 = sha or ""
     for name, seen in stats.numeric_text.items():  # a text column declared numeric: its rows were skipped
         if seen.texts > seen.numbers:
             raise DataError(

@@ -36,11 +36,11 @@ import time
 import numpy as np
 import pandas as pd
 
+from privacy.durable_files import PendingFile, write_json
 from privacy.public_hash import splitmix64
 from vfl.data.errors import DataError
 from vfl.data.npy_stream import NpyAppender
 from vfl.data.presets.criteo import CATEGORICAL_COLUMNS, DENSE_COLUMNS
-from vfl.durable_files import PendingFile, write_json
 from vfl.obs.progress import bar
 
 # Kaggle Criteo cardinalities of C1..C26, capped so the generator stays small.

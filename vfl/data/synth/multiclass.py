@@ -19,11 +19,11 @@ import time
 
 import numpy as np
 
+from privacy.durable_files import PendingFile, write_json
 from vfl.data.errors import DataError
 from vfl.data.npy_stream import NpyAppender
 from vfl.data.readers.tokenizer import MAX_CLASSES
 from vfl.data.synth.criteo import BLOCK_ROWS, SyntheticCriteo, file_id_base, file_ids
-from vfl.durable_files import PendingFile, write_json
 
 INFORMATIVE_CATEGORICALS = (0, 1, 3, 5, 6, 8, 9, 10, 12, 13, 14, 15, 16, 18, 20, 23, 24, 25)
 CAT_SCALE = 0.45

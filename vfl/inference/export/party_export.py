@@ -24,7 +24,7 @@ import warnings
 
 import numpy as np
 
-from vfl.durable_files import file_sha256, replacing, write_bytes
+from privacy.durable_files import file_sha256, replacing, write_bytes
 from vfl.inference.export.onnx_engine import CHECK_TOLERANCE, module_to_onnx, onnx_max_diff
 from vfl.inference.export.onnx_transforms import KEY_SCHEMES, FrozenTable, frozen_table, transforms_model
 from vfl.inference.party_model import load_party_model, scorer, top_in_dim

@@ -4,7 +4,7 @@ Columns: `id` (the sample id as training used it: a decimal id as itself, other 
 vfl/data/ids.py), then the score: `score` (binary: the probability of the positive class; regression: the value in
 the label's units), or `score_<class>` per class (K classes: their probabilities, in class-id order, named by the
 class names the shard recorded), then `row` (the row's 0-based data row in the leader's file of new rows, to join
-back to it). Rows sorted by id. Both files are written to temporary names, fsynced and renamed at the end (vfl/durable_files.py):
+back to it). Rows sorted by id. Both files are written to temporary names, fsynced and renamed at the end (privacy/durable_files.py):
 a failed prediction, or a crash, leaves no half-written file.
 """
 
@@ -14,8 +14,8 @@ import os
 
 import numpy as np
 
+from privacy.durable_files import PendingFile
 from vfl.data.task import Task
-from vfl.durable_files import PendingFile
 
 
 def score_columns(task: Task, class_names: list[str] | None = None) -> list[str]:

@@ -1,6 +1,6 @@
 """Acknowledging a lost or rolled-back label-DP ledger: the reset recorded in a new ledger, and new coins from then on.
 
-A store whose ledger its seal does not accept (privacy/label/ledger_seal.py) refuses to draw. The user who cannot
+A store whose ledger its seal does not accept (privacy/label/ledger/ledger_seal.py) refuses to draw. The user who cannot
 restore the ledger from a backup runs `python -m privacy.label ack-reset --store DIR`, which, under the store's lock:
 
 * keeps what the ledger on disk still says (a rolled-back ledger's releases are a lower bound of the spend) or starts
@@ -23,12 +23,12 @@ import json
 import os
 import secrets
 
-from privacy.label.ledger_io import LEDGER_FORMAT, MIGRATED_FORMATS, SECRET_DAMAGED, SECRET_WHAT
-from privacy.label.ledger_math import migrate
-from privacy.label.ledger_seal import Seal, ledger_digest, read_seal, write_seal
-from privacy.label.release_names import key_fingerprint
-from privacy.label.secret_files import LabelDPStoreError, create_secret, read_secret
-from privacy.label.store import LabelDPStore
+from privacy.label.ledger.ledger_io import LEDGER_FORMAT, MIGRATED_FORMATS, SECRET_DAMAGED, SECRET_WHAT
+from privacy.label.ledger.ledger_math import migrate
+from privacy.label.ledger.ledger_seal import Seal, ledger_digest, read_seal, write_seal
+from privacy.label.ledger.release_names import key_fingerprint
+from privacy.label.ledger.secret_files import LabelDPStoreError, create_secret, read_secret
+from privacy.label.ledger.store import LabelDPStore
 
 LOST_SPEND = (
     "unknown: releases drawn before this reset and lost with the ledger are not counted; the user took responsibility"

@@ -16,8 +16,8 @@ import os
 
 import numpy as np
 
-from privacy.label.ledger_seal import sync_dir
-from privacy.label.secret_files import LabelDPStoreError, check_private, file_sha256
+from privacy.durable_files import file_sha256, replacing_file
+from privacy.label.ledger.secret_files import LabelDPStoreError, check_private
 
 PRIOR_DIR = "priors"
 
@@ -58,15 +58,11 @@ def save_prior(
     directory = os.path.join(store_dir, PRIOR_DIR)
     os.makedirs(directory, mode=0o700, exist_ok=True)
     name = os.path.join(PRIOR_DIR, f"{release}.npz")
-    path, tmp = os.path.join(store_dir, name), os.path.join(store_dir, f"{name}.tmp-{os.getpid()}")
+    path = os.path.join(store_dir, name)
+    # durably (privacy/durable_files.py): the ledger names this file, so its rename is on disk before the ledger is
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
+        with replacing_file(path, mode=0o600) as f:
             np.savez(f, ids=ids[order], prior=prior[order])
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        sync_dir(directory)  # the ledger names this file: its rename is on disk before the ledger is
     except OSError as e:
         raise LabelDPStoreError(f"LP-2ST prior file {path} cannot be written: {e.strerror}") from None
     return {"file": name, "sha256": file_sha256(path), "rows": int(ids.size)}

@@ -3,7 +3,7 @@
     <store>/key            32 random bytes as hex, mode 0600 (or privacy.label_dp.key_file)
     <store>/ledger.json    every labelled dataset the leader has randomized and every release, with its eps
     <store>/ledger_secret  32 random bytes as hex, mode 0600: the key of the ledger's id sketches (never the label key)
-    <store>/ledger_seal    the ledger's write count and digest, MACed under the ledger secret (privacy/label/ledger_seal.py)
+    <store>/ledger_seal    the ledger's write count and digest, MACed under the ledger secret (privacy/label/ledger/ledger_seal.py)
     <store>/ledger_sealed  a marker made with the first seal: in this store a missing seal is refused
     <store>/priors/        LP-2ST: the first prior of each stage-two release, reused by every later run of it
 
@@ -16,7 +16,7 @@ Roth 2014, Theorem 3.16).
 
 Datasets are named by their source and label, which a re-export or one appended row changes. So the ledger
 also keeps every sample id each dataset has released, as the sorted set of their 64-bit hashes keyed by
-the ledger secret (privacy/label/ledger_math.py; <store>/id_hashes/ over SKETCH_K ids, the sketch in
+the ledger secret (privacy/label/ledger/ledger_math.py; <store>/id_hashes/ over SKETCH_K ids, the sketch in
 the ledger below), and charges every release of an overlapping dataset to a new one: the total it
 reports is that of the most exposed sample id, not of one file. Every run merges its ids into the set
 (a follower steers the intersection through PSI, so a later run of one release may expose ids its first
@@ -33,10 +33,10 @@ with a run's ids while that run holds its key, and is otherwise charged.
 
 A release that would take the total of its dataset's most exposed sample id over the budget
 (privacy.label_dp.budget) is refused before it is recorded, and it is recorded before it is drawn. A ledger deleted
-or rolled back is refused when the store opens, before anything is drawn (its seal: privacy/label/ledger_seal.py).
+or rolled back is refused when the store opens, before anything is drawn (its seal: privacy/label/ledger/ledger_seal.py).
 
-The ledger's files (lock, reads, sealed writes, secret) are privacy/label/ledger_io.py's; which datasets share ids,
-privacy/label/ledger_overlap.py's; this module keeps the key, the releases and the budget.
+The ledger's files (lock, reads, sealed writes, secret) are privacy/label/ledger/ledger_io.py's; which datasets share ids,
+privacy/label/ledger/ledger_overlap.py's; this module keeps the key, the releases and the budget.
 """
 
 from __future__ import annotations
@@ -47,10 +47,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from privacy.label.budget import LabelDPBudgetError, budget_error
-from privacy.label.id_store import held_hashes
-from privacy.label.ledger_io import LEDGER_FORMAT, MIGRATED_FORMATS, SECRET_DAMAGED, SECRET_WHAT, LedgerFiles
-from privacy.label.ledger_math import (
+from privacy.label.ledger.budget import LabelDPBudgetError, budget_error
+from privacy.label.ledger.id_store import held_hashes
+from privacy.label.ledger.ledger_io import LEDGER_FORMAT, MIGRATED_FORMATS, SECRET_DAMAGED, SECRET_WHAT, LedgerFiles
+from privacy.label.ledger.ledger_math import (
     SKETCH_K,
     STAGE_ONE,
     composed_eps,
@@ -60,17 +60,17 @@ from privacy.label.ledger_math import (
     merged,
     sketch_hashes,
 )
-from privacy.label.ledger_overlap import DatasetIds, charged_summary, overlap_warnings, overlaps
-from privacy.label.ledger_seal import coin_key, opening_warnings
-from privacy.label.prior_store import load_prior, save_prior
-from privacy.label.release_names import (
+from privacy.label.ledger.ledger_overlap import DatasetIds, charged_summary, overlap_warnings, overlaps
+from privacy.label.ledger.ledger_seal import coin_key, opening_warnings
+from privacy.label.ledger.prior_store import load_prior, save_prior
+from privacy.label.ledger.release_names import (
     dataset_id,
     default_store_dir,
     key_fingerprint,
     named_dataset_id,
     release_id,
 )
-from privacy.label.secret_files import (
+from privacy.label.ledger.secret_files import (
     LabelDPStoreError,
     check_ancestors,
     check_private,

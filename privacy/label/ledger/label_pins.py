@@ -5,7 +5,7 @@ so two calls of one release on the same id and label reuse the same coins: that 
 *changed* label meets fresh coins, so its output is a second, independent release of that id, which the ledger would
 charge nothing (were the coins per id alone, the XOR of two binary outputs would be the XOR of the labels, exactly).
 The standalone API (`LabelDP(eps, dataset=...)(labels, ids=...)`) may be called batch by batch, so the release
-cannot digest its whole label set as training does (privacy/label/release_names.label_set_digest); instead the store
+cannot digest its whole label set as training does (privacy/label/ledger/release_names.label_set_digest); instead the store
 pins, for each release, every id's label as a keyed tag, and a call that gives a pinned id another label
 is refused before anything is drawn or recorded. A corrected label set is another dataset (another `dataset=`
 name): new coins, and the ledger charges it with the first, as they share ids.
@@ -15,7 +15,7 @@ name): new coins, and the ledger charges it with the first, as they share ids.
 The tags are PRF outputs under the release's key, so the file reveals neither ids nor labels without it; it is
 written under a new name and renamed over the old one, so it is never half-written, and the ledger's release entry
 records its row count and digest, so a pins file lost or rolled back is refused rather than read as "no pins". The
-ledger itself is sealed (privacy/label/ledger_seal.py): losing it with the pins is refused at open, and the only way
+ledger itself is sealed (privacy/label/ledger/ledger_seal.py): losing it with the pins is refused at open, and the only way
 on, `ack-reset`, draws new coins, so lost pins never mean the same coins on a changed label.
 The release id of a pinned release names the pin format and the store (its ledger secret's fingerprint): a
 release drawn before pins existed, or under the same key in another store, is another release with other coins.
@@ -23,16 +23,15 @@ release drawn before pins existed, or under the same key in another store, is an
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 
 import numpy as np
 
-from privacy.label.id_store import write_private_uint64
-from privacy.label.keyed_random import keyed_words
-from privacy.label.ledger_seal import sync_dir
-from privacy.label.secret_files import LabelDPStoreError, check_private
+from privacy.durable_files import write_bytes
+from privacy.keyed_random import keyed_words
+from privacy.label.ledger.id_store import uint64_npy
+from privacy.label.ledger.secret_files import LabelDPStoreError, check_private
 
 PIN_DIR = "label_pins"
 PIN_FORMAT = 1  # in a pinned release's id: releases drawn before pins existed are other releases
@@ -96,17 +95,13 @@ def pins_record(pins: np.ndarray) -> dict:
 
 
 def save_pins(store_dir: str, release: str, pins: np.ndarray) -> None:
-    """Write the release's pins under a new name, then rename it over the old file (the directory synced)."""
+    """Replace the release's pins durably (privacy/durable_files.py: mode 0600, fsynced, renamed, the directory
+    synced)."""
     path = _path(store_dir, release)
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
     try:
-        write_private_uint64(tmp, pins)
-        os.replace(tmp, path)
-        sync_dir(os.path.dirname(path))
+        write_bytes(path, uint64_npy(pins), mode=0o600)
     except OSError as e:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
         raise LabelDPStoreError(f"label-DP label pins {path} cannot be written: {e.strerror}") from None
 
 

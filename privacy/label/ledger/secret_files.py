@@ -1,6 +1,6 @@
 """The leader's secret files (label key, ledger secret): 32 random bytes as hex, mode 0600, owned by the leader.
 
-A ledger secret that has sealed its ledger carries a second line, `sealed <tag>` (privacy/label/ledger_seal.py):
+A ledger secret that has sealed its ledger carries a second line, `sealed <tag>` (privacy/label/ledger/ledger_seal.py):
 `read_secret_record` returns it beside the key; `read_secret` accepts it and returns the key alone.
 
 Both are created once with O_EXCL (a concurrent creator's file is read instead, never overwritten) and read back
@@ -9,12 +9,11 @@ only when private to their owner; a store directory is refused when others can e
 
 from __future__ import annotations
 
-import hashlib
 import os
 import secrets
 import stat
 
-from privacy.label.keyed_random import KEY_BYTES
+from privacy.keyed_random import KEY_BYTES
 
 
 class LabelDPStoreError(ValueError):
@@ -113,13 +112,3 @@ def read_key(path: str) -> bytes:
 def create_key(path: str) -> bytes:
     """A new label key at path (0600), or the one a concurrent run just wrote."""
     return create_secret(path)
-
-
-def file_sha256(path: str) -> str:
-    """SHA-256 (hex) of a file's bytes, read in 1 MiB blocks: the store's id and prior files, a regression prior file
-    (privacy imports nothing from vfl, whose vfl/durable_files.py holds the framework's own)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()

@@ -16,7 +16,7 @@ seals. Marked sealed means the `ledger_sealed` marker or the ledger secret's `se
 secret: deleting the marker, the seal and the ledger's `generation` while keeping the secret is refused, and the line
 is not struck off without rewriting the secret file itself. A secret without the line (one of a store written before
 seals) and no seal is the one case read as a ledger written before seals, and sealed at open. The refusal names the one command that lifts it, `python -m privacy.label ack-reset --store DIR`
-(privacy/label/ledger_reset.py), which records the reset in the ledger and draws a new `coins` nonce: from then on the
+(privacy/label/ledger/ledger_reset.py), which records the reset in the ledger and draws a new `coins` nonce: from then on the
 store's label key is HMAC(key file, nonce) (`coin_key`), so nothing drawn after a reset reuses the coins of a release
 the lost ledger (or its lost label pins) knew of.
 
@@ -34,7 +34,8 @@ import json
 import os
 from dataclasses import dataclass, replace
 
-from privacy.label.secret_files import SEALED_WORD, LabelDPStoreError, check_private, read_secret_record
+from privacy.durable_files import fsync_directory, write_bytes
+from privacy.label.ledger.secret_files import SEALED_WORD, LabelDPStoreError, check_private, read_secret_record
 
 SEAL_FILE = "ledger_seal"
 SEALED_MARK = "ledger_sealed"
@@ -132,7 +133,7 @@ def mark_sealed(directory: str) -> None:
         f.write("this label-DP store's ledger is sealed (ledger_seal): a missing seal is refused, never re-created\n")
         f.flush()
         os.fsync(f.fileno())
-    sync_dir(directory)
+    fsync_directory(directory)
 
 
 def write_seal(path: str, secret: bytes, seal: Seal, sync_rename: bool = True) -> None:
@@ -172,30 +173,12 @@ def record_sealed(path: str, secret: bytes) -> None:
 
 
 def replace_private_file(path: str, data: bytes, what: str, sync_rename: bool = True) -> None:
-    """Write `data` under a new name (0600, fsynced), rename it over `path` and sync the directory (unless
-    sync_rename is False); a failure is one LabelDPStoreError naming `what` and leaves `path` as it was."""
-    tmp = f"{path}.tmp-{os.getpid()}"
+    """Replace `path` durably by `data` (privacy/durable_files.py: mode 0600, fsynced, renamed, the directory synced
+    unless sync_rename is False); a failure is one LabelDPStoreError naming `what` and leaves `path` as it was."""
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        if sync_rename:
-            sync_dir(os.path.dirname(path))
+        write_bytes(path, data, mode=0o600, sync_directory=sync_rename)
     except OSError as e:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
         raise LabelDPStoreError(f"{what} {path} cannot be written: {e.strerror}") from None
-
-
-def sync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _refused(store, what: str) -> LabelDPStoreError:

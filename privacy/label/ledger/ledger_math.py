@@ -4,7 +4,7 @@ Keyed hashes of sample ids, their bottom-k sketches, exact overlap tests, the mi
 composition of releases.
 
 Pure functions. A dataset's ids are held as the sorted set of their 64-bit hashes keyed by the ledger secret (never
-the label key, which rotations replace: privacy/label/store.py). Its sketch is the k smallest of them (Broder 1997,
+the label key, which rotations replace: privacy/label/ledger/store.py). Its sketch is the k smallest of them (Broder 1997,
 "On the resemblance and containment of documents"), hex in the ledger: the whole set when it holds at most k ids, and
 the prefix of the set's file otherwise. Overlap is decided on whole sets, never estimated from sketches: the same id
 always has the same hash, so a shared id is never missed; two different ids with one hash (about n^2 / 2^65 pairs,
@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from privacy.label.keyed_random import keyed_words
+from privacy.keyed_random import keyed_words
 
 SKETCH_K = 4096
 STAGE_ONE = "lp2st_stage_one"  # the mechanism name of LP-2ST's stage-one release in the ledger

@@ -25,8 +25,8 @@ import json
 import os
 from collections.abc import Iterable
 
-from privacy.label.ledger_math import jsonable
-from privacy.label.secret_files import LabelDPStoreError
+from privacy.label.ledger.ledger_math import jsonable
+from privacy.label.ledger.secret_files import LabelDPStoreError
 
 STORE_ENV = "VFL_LABEL_DP_STORE"
 

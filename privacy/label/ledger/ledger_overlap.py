@@ -1,8 +1,8 @@
 """Which of the ledger's datasets are charged to one being released: those sharing an id, and those not ruled out.
 
-Overlap is tested on whole id sets under the ledger secret, exactly (privacy/label/ledger_math.py); a dataset whose set
+Overlap is tested on whole id sets under the ledger secret, exactly (privacy/label/ledger/ledger_math.py); a dataset whose set
 is partial, or whose format-2 sketch is keyed by a label key the comparison lacks, cannot be ruled out and is charged
-(over-counts, never under-counts). The store (privacy/label/store.py) adds up what is charged against the budget.
+(over-counts, never under-counts). The store (privacy/label/ledger/store.py) adds up what is charged against the budget.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from privacy.label.id_store import held_hashes
-from privacy.label.ledger_math import composed_eps, id_hashes, jsonable, shares_any, sketch_hashes
-from privacy.label.release_names import key_fingerprint
+from privacy.label.ledger.id_store import held_hashes
+from privacy.label.ledger.ledger_math import composed_eps, id_hashes, jsonable, shares_any, sketch_hashes
+from privacy.label.ledger.release_names import key_fingerprint
 
 SHARED, UNVERIFIABLE = "shared", "unverifiable"
 

@@ -9,7 +9,7 @@ import numbers
 
 from privacy.domains import DEFAULT_LABEL_DP_BUDGET
 from privacy.field_types import domain_error
-from privacy.label.secret_files import LabelDPStoreError
+from privacy.label.ledger.secret_files import LabelDPStoreError
 
 
 class LabelDPBudgetError(LabelDPStoreError):
@@ -60,7 +60,7 @@ def budget_error(
     ledger: str,
     budget_name: str = "privacy.label_dp.budget",
 ) -> LabelDPBudgetError:
-    """The one-line refusal of `new` releases (privacy.label.store.Release) of `release`'s dataset: what would be
+    """The one-line refusal of `new` releases (privacy.label.ledger.store.Release) of `release`'s dataset: what would be
     spent, the total it would reach, the budget, and what to do."""
     what = ", ".join(f"{r.mechanism} eps={r.eps:g}" for r in new)
     return LabelDPBudgetError(

@@ -3,20 +3,22 @@
     <store>/id_hashes/<dataset>-<digest>.npy   uint64, ascending, distinct; mode 0600; named and digested in the ledger
 
 Only datasets over SKETCH_K ids have a file: below that, the sketch in the ledger is the whole set. 8 bytes per id
-(10M ids: 80 MB), exact: a shared id is always found (privacy/label/ledger_math.py). A new file is written under a new
+(10M ids: 80 MB), exact: a shared id is always found (privacy/label/ledger/ledger_math.py). A new file is written under a new
 name before the ledger names it, and the old one removed after, so the ledger never names a half-written set.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
 import os
 
 import numpy as np
 
-from privacy.label.ledger_math import EMPTY, sketch_hashes
-from privacy.label.ledger_seal import sync_dir
-from privacy.label.secret_files import LabelDPStoreError, check_private, file_sha256
+from privacy.durable_files import file_sha256, write_bytes
+from privacy.label.ledger.ledger_math import EMPTY, sketch_hashes
+from privacy.label.ledger.secret_files import LabelDPStoreError, check_private
 
 ID_DIR = "id_hashes"
 
@@ -53,30 +55,24 @@ def held_hashes(store_dir: str, ds: dict | None) -> tuple[np.ndarray, str | None
         return sketch_hashes(ds.get("sketch", "")), str(e)
 
 
-def write_private_uint64(path: str, values: np.ndarray) -> None:
-    """Write values as a uint64 .npy file of mode 0600 (created or truncated), flushed to disk (OSError as it comes)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        np.save(f, np.ascontiguousarray(values, dtype=np.uint64), allow_pickle=False)
-        f.flush()
-        os.fsync(f.fileno())
+def uint64_npy(values: np.ndarray) -> bytes:
+    """The bytes of values saved as a uint64 .npy file (what np.save writes)."""
+    buffer = io.BytesIO()
+    np.save(buffer, np.ascontiguousarray(values, dtype=np.uint64), allow_pickle=False)
+    return buffer.getvalue()
 
 
 def save_id_hashes(store_dir: str, dataset: str, hashes: np.ndarray) -> dict:
-    """Write the sorted hashes of a dataset under a new name (fsynced, the directory synced); returns the ledger entry
-    {file, sha256, rows}."""
+    """Write the sorted hashes of a dataset under a new name, named by their digest (privacy/durable_files.py: mode
+    0600, fsynced, renamed, the directory synced); returns the ledger entry {file, sha256, rows}."""
     directory = os.path.join(store_dir, ID_DIR)
     os.makedirs(directory, mode=0o700, exist_ok=True)
-    tmp = os.path.join(directory, f"{dataset}.tmp-{os.getpid()}")
-    try:
-        write_private_uint64(tmp, hashes)
-        digest = file_sha256(tmp)
-        name = os.path.join(ID_DIR, f"{dataset}-{digest[:16]}.npy")
-        os.replace(tmp, os.path.join(store_dir, name))
-        sync_dir(directory)  # the ledger names this file: its rename is on disk before the ledger is
+    data = uint64_npy(hashes)
+    digest = hashlib.sha256(data).hexdigest()
+    name = os.path.join(ID_DIR, f"{dataset}-{digest[:16]}.npy")
+    try:  # the ledger names this file: its rename is on disk before the ledger is
+        write_bytes(os.path.join(store_dir, name), data, mode=0o600)
     except OSError as e:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
         raise LabelDPStoreError(f"label-DP id file in {directory} cannot be written: {e.strerror}") from None
     return {"file": name, "sha256": digest, "rows": int(hashes.size)}
 

@@ -1,7 +1,7 @@
 """The label-DP ledger on disk: its files, read under the store's lock against its seal, and written sealed.
 
-`LedgerFiles` is the part of `LabelDPStore` (privacy/label/store.py) that touches the ledger's files: the lock, the
-ledger document (parsed, checked against its seal by privacy/label/ledger_seal.py, older formats migrated), the ledger
+`LedgerFiles` is the part of `LabelDPStore` (privacy/label/ledger/store.py) that touches the ledger's files: the lock, the
+ledger document (parsed, checked against its seal by privacy/label/ledger/ledger_seal.py, older formats migrated), the ledger
 secret that keys its id sets (created with the first set, never replaced), and every write (sealed; a dataset's id set
 written before the ledger that names it). What the ledger's contents mean (budgets, overlaps, releases) is the store's.
 """
@@ -15,9 +15,9 @@ import os
 
 import numpy as np
 
-from privacy.label.id_store import remove_replaced, save_id_hashes
-from privacy.label.ledger_math import SKETCH_K, migrate, sketch_hex
-from privacy.label.ledger_seal import (
+from privacy.label.ledger.id_store import remove_replaced, save_id_hashes
+from privacy.label.ledger.ledger_math import SKETCH_K, migrate, sketch_hex
+from privacy.label.ledger.ledger_seal import (
     SECRET_FILE,
     Seal,
     checked_state,
@@ -27,11 +27,11 @@ from privacy.label.ledger_seal import (
     sealed_write,
     write_seal,
 )
-from privacy.label.release_names import key_fingerprint
-from privacy.label.secret_files import LabelDPStoreError, create_secret, read_secret
+from privacy.label.ledger.release_names import key_fingerprint
+from privacy.label.ledger.secret_files import LabelDPStoreError, create_secret, read_secret
 
 LEDGER_FORMAT = 4
-MIGRATED_FORMATS = (2, 3)  # read and upgraded in place (privacy/label/store.py's docstring)
+MIGRATED_FORMATS = (2, 3)  # read and upgraded in place (privacy/label/ledger/store.py's docstring)
 SECRET_WHAT = "label-DP ledger secret"
 SECRET_DAMAGED = "restore it from a backup: the ledger's id sketches are keyed by it"
 
@@ -152,7 +152,7 @@ class LedgerFiles:
             remove_replaced(self.dir, old, ds.get("id_hashes"))
 
     def _write(self, doc: dict) -> None:
-        """Write the ledger under the lock, sealed: its write count goes up by one (privacy/label/ledger_seal.py)."""
+        """Write the ledger under the lock, sealed: its write count goes up by one (privacy/label/ledger/ledger_seal.py)."""
         secret = self._secret(doc)
         _, state = self._read_checked()  # the ledger on disk, as this lock holder read it
         doc["generation"] = state.generation + 1
