@@ -399,8 +399,8 @@ def test_the_fingerprint_refuses_another_run_another_key_and_another_config(trai
     from types import SimpleNamespace
 
     from vfl.config.schema import load_config
-    from vfl.inference.fingerprint import check_own, key_fingerprints, pair_fingerprint
     from vfl.inference.predict.leader import LeaderPredictor
+    from vfl.runs.record import check_own, key_fingerprints, pair_fingerprint
     from vfl.training.checkpoint import load_checkpoint
     from vfl.wire import PROTOCOL_VERSION
     from vfl.wire.predict_messages import PredictHello

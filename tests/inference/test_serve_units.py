@@ -237,7 +237,7 @@ def test_requests_batched_together_get_the_scores_each_gets_alone():
 
 
 def test_a_follower_serving_another_runs_or_steps_checkpoint_is_refused_naming_both_sides():
-    from vfl.inference.fingerprint import checkpoint_hello_problems, pair_fingerprint
+    from vfl.runs.record import checkpoint_hello_problems, pair_fingerprint
     from vfl.wire.serve_messages import ServeHello
 
     # Prepare: the leader's record of its run, and a follower's hello for it, for another step, for another run

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from tests.support.party_processes import party_configs, run_centralized, run_split
-from vfl.align.handshake import hello_message, hello_problems
 from vfl.config.schema import ConfigError, parse_config
 from vfl.session.compression import FollowerCodecs, LeaderCodecs
+from vfl.session.handshake import hello_message, hello_problems
 from vfl.wire import PROTOCOL_VERSION
 from vfl.wire.frames import WireError, decode, encode
 from vfl.wire.messages import Embedding, Gradient, Hello, parse

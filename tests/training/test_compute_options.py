@@ -13,8 +13,8 @@ import torch
 
 from tests.support.party_processes import party_configs, run_centralized, run_split
 from tests.support.tolerances import BF16_LOSS_RTOL
-from vfl.align.handshake import hello_problems
 from vfl.config.schema import ConfigError, load_config, parse_config
+from vfl.session.handshake import hello_problems
 from vfl.training.microbatch import check_micro, micro_slices, weighted_loss
 from vfl.wire import PROTOCOL_VERSION, WireError
 from vfl.wire.messages import Hello

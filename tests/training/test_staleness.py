@@ -196,9 +196,9 @@ def test_a_late_gradient_differentiates_the_weights_that_computed_its_cut(bottom
 
 
 def test_the_handshake_refuses_a_follower_with_another_staleness_naming_both_values(tmp_path, shards_small):
-    from vfl.align.handshake import hello_message, hello_problems
     from vfl.config.schema import load_config
     from vfl.data.shards import PartyShard
+    from vfl.session.handshake import hello_message, hello_problems
 
     # Prepare: a leader at K = 2, a follower at K = 0 (its HELLO leaves the field out, as today's)
     cfgs = party_configs(str(tmp_path), str(shards_small), leader_train={"staleness": 2})

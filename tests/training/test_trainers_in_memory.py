@@ -389,7 +389,7 @@ def _fixed_nonces(monkeypatch) -> None:
 
     counter = itertools.count(1)
     fixed = SimpleNamespace(token_hex=lambda n: f"{next(counter):0{2 * n}x}")
-    monkeypatch.setattr("vfl.align.handshake.secrets", fixed)
+    monkeypatch.setattr("vfl.session.handshake.secrets", fixed)
     monkeypatch.setattr("vfl.session.link_probe.secrets", fixed)  # the link probes' nonces
 
 

@@ -23,7 +23,7 @@ import os
 import re
 from collections.abc import Callable
 
-from vfl.preflight import checkpoint_meta
+from vfl.training.checkpoint_format import checkpoint_meta
 from vfl.wire.resync import PeerRestarted, RejoinRequested
 
 AUTO_CHECKPOINT_S = 60.0  # --resume auto without train.checkpoint_every: a checkpoint about every minute of training
