@@ -15,23 +15,9 @@ import yaml
 
 from privacy.attacks.gradient_scoring import follower_view_report
 from privacy.label.randomized_response import flip_probability
+from tests.support.attack_shards import TOL
 from tests.support.party_processes import party_configs
 from vfl.data.shards import PartyShard
-
-TOL = 0.017
-
-
-@pytest.fixture(scope="module")
-def shards_40k(tmp_path_factory):
-    """40k synthetic rows (secret labels), default two-party shards."""
-    from vfl.data.parties import load_parties
-    from vfl.data.prepare import PrepareOptions, prepare
-    from vfl.data.synth.criteo import write_synthetic
-
-    d = tmp_path_factory.mktemp("compressed_attack")
-    write_synthetic(str(d / "rows.tsv"), 40_000, seed=3, max_vocab=2_000)
-    prepare(str(d / "rows.tsv"), str(d / "shards"), load_parties(None), PrepareOptions(hash_buckets=2_000))
-    return d / "shards"
 
 
 @pytest.mark.parametrize(
