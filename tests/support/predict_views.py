@@ -51,8 +51,8 @@ def follower_view(trained, tmp_path, monkeypatch, leader_rows, follower_rows, pe
     import torch
 
     from tests.support.memory_channels import MemoryFollowerChannel, MemoryLeaderChannel, _Queues
+    from vfl.align.psi.follower_side import follower_psi
     from vfl.align.psi.leader_side import leader_psi
-    from vfl.align.psi.protocol import follower_psi
     from vfl.config.schema import load_config
     from vfl.inference.predict.follower import FollowerPredictor
     from vfl.inference.predict.leader import LeaderPredictor
