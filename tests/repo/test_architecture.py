@@ -332,7 +332,7 @@ def test_the_layer_rules_report_a_planted_violation():
     field types and AUC, privacy importing vfl, a split module importing horizontal are each reported."""
     # Prepare
     planted = {
-        "vfl.wire.channel": {"vfl.training.loop"},
+        "vfl.wire.leader_channel": {"vfl.training.loop"},
         "vfl.data.prepare": {"vfl.wire.frames"},
         "vfl.data.transforms": {"privacy.label.keyed_random"},
         "vfl.data.ids": {"privacy.public_hash.splitmix64", "privacy.embedding_noise"},
