@@ -1,6 +1,6 @@
-"""One end of a CurveZMQ channel: what the leader's ROUTER and a follower's DEALER share (*_channel.py).
+"""One end of a CurveZMQ channel: what the leader's ROUTER and a follower's DEALER share.
 
-The socket's options, per-peer sequence numbers, the run id, the message size limit, a deadline on every receive, and
+LeaderChannel (leader_channel.py) and FollowerChannel (follower_channel.py) build on it. The socket's options, per-peer sequence numbers, the run id, the message size limit, a deadline on every receive, and
 the loss of an authenticated party's own connection (from the socket's monitor events), with the errors that report
 them. With `resync.reconnect_s` > 0 a loss within a run is waited out and resynchronised (resync.py).
 The size limit holds before a message is whole too: libzmq holds a multipart message whole before it hands over
