@@ -3,7 +3,7 @@ error feedback) is post-processing of what label DP protects, so a follower with
 the ids, this code's public seeds and generators, every decoded gradient it received) still recovers no more of
 the true labels than 1 - rho, and under int8 the attack still recovers the noisy labels (it has power).
 
-Tolerances as tests/labeldp/test_label_dp_adversary.py: on 40k synthetic rows (~36k training labels, ~25% positive) a
+Tolerances as tests/support/attack_shards.py states them: on 40k synthetic rows (~36k training labels, ~25% positive) a
 balanced accuracy has sd <= 0.0028; TOL = 0.017 is a 6-sigma one-sided margin (P < 1e-9 per guess) and the union
 over the ~100 guesses keeps a false failure below 1e-7 per run."""
 
