@@ -51,7 +51,8 @@ def _intersect(cfg, env, ctx, channel, keys, shard, log) -> None:
     """PSI with the leader (N ranks: rank r intersects bucket r, and the party gathers the buckets; a reused
     agreement where neither side's ids changed); the shard is restricted to the intersection."""
     from vfl.align.psi.buckets import intersect_on_ranks, psi_caches
-    from vfl.align.psi.protocol import check_minimum, follower_psi
+    from vfl.align.psi.follower_side import follower_psi
+    from vfl.align.psi.protocol import check_minimum
 
     cache = psi_caches(cfg, keys, env.rank, env.ranks).get("leader")
     common, psi = intersect_on_ranks(
@@ -119,7 +120,7 @@ def body(cfg, log, state: dict) -> None:
 
 def predict_body(cfg, args, log, state: dict) -> None:
     """`python -m follower predict`: answer the leader's requests for cuts of the new rows of --rows."""
-    from vfl.align.psi.protocol import follower_psi
+    from vfl.align.psi.follower_side import follower_psi
     from vfl.cli import party_keys
     from vfl.distributed.launch import rank_env
     from vfl.inference.predict.cli import checkpoint_of

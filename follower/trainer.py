@@ -11,19 +11,19 @@ from collections import deque
 import numpy as np
 
 from privacy.durable_files import replacing_file
-from vfl.align.handshake import hello_message, new_nonce
 from vfl.config.schema import PartyConfig
 from vfl.data.shards import batch_order
 from vfl.distributed.context import RankContext
 from vfl.distributed.pairing import rank_meta, rank_problems
-from vfl.inference.fingerprint import key_fingerprints, run_record
 from vfl.labeldp.prior import prior_config, prior_order
 from vfl.obs.metrics import RunLog
 from vfl.preflight import resume_identity
+from vfl.runs.record import key_fingerprints, run_record
 from vfl.session.compression import FollowerCodecs
 from vfl.session.cut_release import CutRelease
 from vfl.session.follower import FollowerSession
 from vfl.session.follower_steps import FollowerSteps
+from vfl.session.handshake import hello_message, new_nonce
 from vfl.training.checkpoint import checkpoint_tag, load_resume_checkpoint, save_checkpoint
 from vfl.training.microbatch import micro_slices
 from vfl.training.party import BottomParty

@@ -10,19 +10,19 @@ import torch
 
 from leader.builders import build_loop, build_top, randomized_labels
 from leader.prior_sources import AllPartyPrior
-from vfl.align.handshake import hello_message, hello_problems
 from vfl.config.schema import PartyConfig
 from vfl.data.shards import batch_order, eval_batches, steps_per_epoch
 from vfl.distributed.context import RankContext
 from vfl.distributed.pairing import rank_meta, rank_problems
-from vfl.inference.fingerprint import key_fingerprints, run_record
 from vfl.labeldp.prior import prior_fn_for
 from vfl.labeldp.release import LabelDPRelease, bayes_accuracy_of, leader_task, open_label_key
 from vfl.obs.curves import RunCurves
 from vfl.obs.metrics import RunLog
 from vfl.obs.progress import track
 from vfl.preflight import resume_identity
+from vfl.runs.record import key_fingerprints, run_record
 from vfl.session.compression import LeaderCodecs
+from vfl.session.handshake import hello_message, hello_problems
 from vfl.session.leader import HandshakeError, LeaderSession
 from vfl.session.leader_steps import LeaderSteps
 from vfl.session.link_probe import LinkCheckDone, announce, check_report

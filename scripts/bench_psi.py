@@ -123,8 +123,8 @@ def _party(
     """One party (or one rank of it: rank = (r, N, the party's whole set size)) over CurveZMQ; its result to out.
     verify: (the leader checks the follower's proofs, the follower checks the leader's), data.psi_verify of each."""
     from vfl.align.psi import ecdh
+    from vfl.align.psi.follower_side import follower_psi
     from vfl.align.psi.leader_side import leader_psi
-    from vfl.align.psi.protocol import follower_psi
     from vfl.align.psi.reuse import PSICache
     from vfl.distributed.launch import RankEnv
     from vfl.wire import FollowerChannel, LeaderChannel

@@ -12,9 +12,10 @@ from tests.support.paths import REPO
 SHARED_DATA = REPO.parent / "shared" / "data"
 # The test data's true labels are fixed (one label seed), so every assertion on a trained model (AUC floors,
 # split == centralized) sees the same true labels in every session; label-DP runs still draw a fresh release (each
-# session's key store is new). The front door's data and the follower's full-view attack test
-# (test_label_dp_adversary, its own 40k rows) keep a secret label seed, as a follower must not be able to regenerate
-# the labels it attacks; the direction attacks on shards_small score gradients against labels, and read no seed.
+# session's key store is new). The front door's data and the follower's full-view attack tests (tests/labeldp's 40k
+# attack shards, tests/support/attack_shards.py) keep a secret label seed, as a follower must not be able to
+# regenerate the labels it attacks; the direction attacks on shards_small score gradients against labels, and read no
+# seed.
 TEST_LABEL_SEED = 20261124
 REAL_1K = SHARED_DATA / "criteo_raw_1k.tsv"
 

@@ -26,9 +26,9 @@ def _aligned_parties(leader_cfg, follower_cfgs, device, log: RunLog) -> tuple:
     and each party's BottomParty: (the leader's shard, [leader, *followers])."""
     import numpy as np
 
-    from vfl.align.handshake import hello_message, hello_problems, new_nonce
     from vfl.data.errors import DataError
     from vfl.data.shards import PartyShard
+    from vfl.session.handshake import hello_message, hello_problems, new_nonce
     from vfl.training.party import BottomParty
 
     leader_shard = PartyShard(leader_cfg.data.path)

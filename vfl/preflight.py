@@ -11,11 +11,9 @@ import json
 import os
 
 from vfl.config.schema import ConfigError, PartyConfig
+from vfl.training.checkpoint_format import checkpoint_meta
 
 CHECKPOINT_WARN_BYTES = 1 << 30  # warn above 1 GiB per checkpoint
-# a checkpoint file starts with this magic and the SHA-256 of the rest (vfl/training/checkpoint.py, which imports torch)
-CHECKPOINT_MAGIC = b"VFLCKPT1"
-CHECKPOINT_HEADER_BYTES = len(CHECKPOINT_MAGIC) + 32
 RAW_SUFFIXES = (".tsv", ".txt", ".csv", ".gz")
 
 
@@ -91,25 +89,6 @@ def resolve_data_path(path: str, party: str) -> tuple[str, str | None]:
 def read_manifest(shard_dir: str) -> dict:
     with open(os.path.join(shard_dir, "manifest.json")) as f:
         return json.load(f)
-
-
-def checkpoint_meta(path: str) -> dict | None:
-    """The JSON sidecar `<checkpoint>.json` ({party, epoch, step, bytes, sha256, resume}) beside each checkpoint,
-    when present and written with this checkpoint: one whose sha256 is not the checkpoint's own (a .pt copied over
-    another without its sidecar) is stale and read as absent (the load checks everything again)."""
-    try:
-        with open(path + ".json") as f:
-            doc = json.load(f)
-        if not isinstance(doc, dict):
-            return None
-        if "sha256" in doc:
-            with open(path, "rb") as f:
-                header = f.read(CHECKPOINT_HEADER_BYTES)
-            if header[len(CHECKPOINT_MAGIC) :].hex() != doc["sha256"]:
-                return None
-        return doc
-    except (OSError, ValueError):
-        return None
 
 
 def resume_identity(cfg: PartyConfig) -> dict:
@@ -227,7 +206,7 @@ def preflight(cfg: PartyConfig, log=None) -> PartyConfig:
     run_shard = os.path.join(str(cfg.output.dir), "shards", cfg.party)
     if not os.path.exists(str(cfg.data.path)) and os.path.isdir(run_shard):  # the fix is --data, not a prepare
         from vfl.data.errors import DataError
-        from vfl.inference.run_layout import shard_hint
+        from vfl.runs.layout import shard_hint
 
         raise DataError(f"data.path {str(cfg.data.path)!r} does not exist: {shard_hint(cfg, f'python -m {cfg.role}')}")
     path, note = resolve_data_path(cfg.data.path, cfg.party)

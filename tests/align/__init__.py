@@ -1,1 +1,1 @@
-"""Tests of vfl/align: the PSI (its suites, proofs, streaming, reuse, ranks, a malicious leader) and the handshake."""
+"""Tests of vfl/align: the PSI (its suites, proofs, streaming, reuse, ranks, a malicious leader)."""

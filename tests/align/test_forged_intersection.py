@@ -34,10 +34,10 @@ def _malicious_leader(cfg, names: str):
     """PSI over every id of the leader's file (the follower matches all it shares), HELLO's digests ignored, then one
     EVAL of valid rows 0..EVAL_ROWS named by `names`: "held" (the ids of the rows the leader holds: every other id)
     or "follower" (the follower's own ids there). Returns the follower's answer, or the PeerAbort it sent."""
-    from vfl.align.handshake import new_nonce, run_id
     from vfl.align.psi.leader_side import leader_psi
     from vfl.data.shards import PartyShard
     from vfl.session.cut_digest import SessionDigests
+    from vfl.session.handshake import new_nonce, run_id
     from vfl.wire import PeerAbort
     from vfl.wire.messages import Embedding, Eval, Hello, Welcome
 

@@ -17,8 +17,9 @@ from vfl.align.psi.ecdh import (
     point_set,
     raise_to,
 )
+from vfl.align.psi.follower_side import follower_psi
 from vfl.align.psi.leader_side import leader_psi
-from vfl.align.psi.protocol import CHUNK_POINTS, MAX_IDS, PSIError, follower_psi
+from vfl.align.psi.protocol import CHUNK_POINTS, MAX_IDS, PSIError
 
 
 def test_hashing_and_exponents_commute_and_match_only_equal_ids():

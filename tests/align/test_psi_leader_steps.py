@@ -9,7 +9,8 @@ import pytest
 
 from tests.support.psi_channels import _channels, _in_thread
 from vfl.align.psi.ecdh import SUITE, as_wire, from_wire, hash_ids, new_exponent, raise_to, random_points
-from vfl.align.psi.protocol import PSIError, follower_psi
+from vfl.align.psi.follower_side import follower_psi
+from vfl.align.psi.protocol import PSIError
 from vfl.wire.psi_messages import Psi
 
 F = "follower0"

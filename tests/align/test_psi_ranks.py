@@ -11,8 +11,9 @@ import pytest
 
 from tests.support.psi_channels import _channels, _in_thread
 from vfl.align.psi.buckets import bucket_of, intersect_on_ranks, rank_share
+from vfl.align.psi.follower_side import follower_psi
 from vfl.align.psi.leader_side import leader_psi
-from vfl.align.psi.protocol import PSIError, declared_size, follower_psi, padded_size
+from vfl.align.psi.protocol import PSIError, declared_size, padded_size
 from vfl.distributed.launch import RankEnv
 
 RNG = np.random.default_rng(7)

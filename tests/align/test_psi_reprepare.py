@@ -10,8 +10,8 @@ import numpy as np
 
 from tests.support.party_processes import party_keys
 from tests.support.psi_channels import _channels, _in_thread
+from vfl.align.psi.follower_side import follower_psi
 from vfl.align.psi.leader_side import leader_psi
-from vfl.align.psi.protocol import follower_psi
 from vfl.align.psi.reuse import CACHE_DIR, PSICache
 from vfl.data.parties import load_parties
 from vfl.data.prepare import PrepareOptions, prepare_party

@@ -13,8 +13,9 @@ import pytest
 from privacy.durable_files import temporary_path
 from tests.support.party_processes import party_keys
 from tests.support.psi_channels import _channels, _in_thread
+from vfl.align.psi.follower_side import follower_psi
 from vfl.align.psi.leader_side import leader_psi
-from vfl.align.psi.protocol import PSIError, follower_psi
+from vfl.align.psi.protocol import PSIError
 from vfl.align.psi.reuse import PSICache
 from vfl.wire.curve_keys import load_public_key, load_secret_key
 from vfl.wire.psi_messages import Psi

@@ -20,8 +20,9 @@ from vfl.align.psi.ecdh import (
     point_set,
     raise_to,
 )
+from vfl.align.psi.follower_side import follower_psi
 from vfl.align.psi.leader_side import leader_psi
-from vfl.align.psi.protocol import PSIError, follower_psi
+from vfl.align.psi.protocol import PSIError
 
 # RFC 9496 Appendix A.3: element derivation (crypto_core_ristretto255_from_hash) of SHA-512 of each label
 DERIVED = [

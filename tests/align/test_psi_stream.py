@@ -13,8 +13,9 @@ from tests.support.party_processes import free_port
 from tests.support.psi_channels import _channels, _in_thread
 from vfl.align.psi import protocol
 from vfl.align.psi.ecdh import SUITE, as_wire, random_points
+from vfl.align.psi.follower_side import follower_psi
 from vfl.align.psi.leader_side import leader_psi
-from vfl.align.psi.protocol import PSI_WINDOW, PSIError, follower_psi
+from vfl.align.psi.protocol import PSI_WINDOW, PSIError
 from vfl.netlink.relay import LinkSpec, Relay
 from vfl.wire.psi_messages import Psi
 

@@ -8,8 +8,8 @@ import time
 import numpy as np
 
 from tests.support.psi_channels import _channels, _in_thread
+from vfl.align.psi.follower_side import follower_psi
 from vfl.align.psi.leader_side import leader_psi
-from vfl.align.psi.protocol import follower_psi
 
 LATE_START_S = 0.8  # how long after the leader the follower starts (the situation under test, not a synchronisation)
 

@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 
 from tests.support.psi_channels import _channels, _in_thread
-from vfl.align.psi import dleq, protocol
+from vfl.align.psi import dleq, follower_side, protocol
 from vfl.align.psi.ecdh import SUITE, as_wire, from_wire, hash_ids, mask_ids, new_exponent, raise_to
+from vfl.align.psi.follower_side import follower_psi
 from vfl.align.psi.leader_side import leader_psi
-from vfl.align.psi.protocol import PSIError, follower_psi
+from vfl.align.psi.protocol import PSIError
 from vfl.wire.psi_messages import Psi
 
 F = "follower0"
@@ -116,15 +117,15 @@ def _copying_follower(ch) -> None:
     b = new_exponent()
     key = dleq.public_key(b)
     ch.post(Psi.hello(SUITE, Y.size))
-    hello = protocol._recv(ch, "hello")
-    protocol._recv(ch, "mask")
+    hello = protocol.receive_step(ch, "hello")
+    protocol.receive_step(ch, "mask")
     ch.post(Psi.chunk("mask", 0, Y.size, as_wire(mask_ids(Y, b))))
-    y_ab = from_wire(protocol._recv(ch, "double").payload)
-    x_a = from_wire(protocol._recv(ch, "leader").payload)
+    y_ab = from_wire(protocol.receive_step(ch, "double").payload)
+    x_a = from_wire(protocol.receive_step(ch, "leader").payload)
     replies = y_ab[: x_a.shape[0]].copy()
     proof = dleq.generate_proof(b, key, x_a, replies) if hello.verify else None
     ch.post(Psi.chunk("leader", 0, x_a.shape[0], as_wire(replies), proof, key if hello.verify else None))
-    while protocol._recv(ch, None).op != "done":
+    while protocol.receive_step(ch, None).op != "done":
         pass
 
 
@@ -250,4 +251,4 @@ def test_a_leader_key_that_is_the_identity_or_no_point_is_refused_at_the_hello(k
     hello = Psi(op="hello", suite=SUITE, n=1, key=key)
     # Execute / Assert: refused in one line before any double is read
     with pytest.raises(PSIError, match="not a ristretto255 element"):
-        protocol.leader_key(hello)
+        follower_side.leader_key(hello)

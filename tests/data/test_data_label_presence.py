@@ -1,7 +1,7 @@
 """The leader's training prepare: which ids enter the private set intersection never depends on which rows have a
 usable label. A file with a blank or invalid label is refused in one line (how many rows, the first lines, the first
 value, the domain), for a Criteo-format party file (the Criteo preset of the one table path), fast reader and text path alike, with
-and without --strict; nothing is written. (Prediction keeps such rows: tests/inference/test_predict.py.)"""
+and without --strict; nothing is written. (Prediction keeps such rows: tests/inference/test_predict_follower_view.py.)"""
 
 from __future__ import annotations
 

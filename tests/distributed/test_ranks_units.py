@@ -132,7 +132,7 @@ def test_one_rank_context_starts_no_process_group():
 def test_only_backend_failures_become_rank_lost():
     # Prepare
     from vfl.distributed.context import _is_distributed_error
-    from vfl.wire.channel import PeerTimeout
+    from vfl.wire.endpoint import PeerTimeout
 
     # Execute / Assert: a wire deadline keeps its own message; gloo's errors are recognised
     assert not _is_distributed_error(PeerTimeout("timed out after 10 s awaiting EMBEDDING from follower0"))

@@ -9,7 +9,7 @@ import pytest
 from tests.support.serve_in_memory import CUT, _leader_model, _Table
 from vfl.inference.serve.leader import ScoringWorker, ServeError
 from vfl.wire import WireError
-from vfl.wire.channel import PeerLost, PeerTimeout
+from vfl.wire.endpoint import PeerLost, PeerTimeout
 from vfl.wire.serve_messages import ServeCut, ServeHello, ServeIds, ServeWelcome
 
 

@@ -3,7 +3,7 @@ error feedback) is post-processing of what label DP protects, so a follower with
 the ids, this code's public seeds and generators, every decoded gradient it received) still recovers no more of
 the true labels than 1 - rho, and under int8 the attack still recovers the noisy labels (it has power).
 
-Tolerances as tests/labeldp/test_label_dp_adversary.py: on 40k synthetic rows (~36k training labels, ~25% positive) a
+Tolerances as tests/support/attack_shards.py states them: on 40k synthetic rows (~36k training labels, ~25% positive) a
 balanced accuracy has sd <= 0.0028; TOL = 0.017 is a 6-sigma one-sided margin (P < 1e-9 per guess) and the union
 over the ~100 guesses keeps a false failure below 1e-7 per run."""
 
@@ -15,23 +15,9 @@ import yaml
 
 from privacy.attacks.gradient_scoring import follower_view_report
 from privacy.label.randomized_response import flip_probability
+from tests.support.attack_shards import TOL
 from tests.support.party_processes import party_configs
 from vfl.data.shards import PartyShard
-
-TOL = 0.017
-
-
-@pytest.fixture(scope="module")
-def shards_40k(tmp_path_factory):
-    """40k synthetic rows (secret labels), default two-party shards."""
-    from vfl.data.parties import load_parties
-    from vfl.data.prepare import PrepareOptions, prepare
-    from vfl.data.synth.criteo import write_synthetic
-
-    d = tmp_path_factory.mktemp("compressed_attack")
-    write_synthetic(str(d / "rows.tsv"), 40_000, seed=3, max_vocab=2_000)
-    prepare(str(d / "rows.tsv"), str(d / "shards"), load_parties(None), PrepareOptions(hash_buckets=2_000))
-    return d / "shards"
 
 
 @pytest.mark.parametrize(

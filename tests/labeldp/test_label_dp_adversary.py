@@ -4,8 +4,8 @@ noisy labels carry: balanced accuracy at most 1 - rho. Two releases at different
 mechanisms, do not nest. Each attack is also run where it must succeed: the old public-seed scheme,
 per-epoch re-randomization, nested uniforms, and a planted partial leak (the tests have power).
 
-Tolerances: on `shards_medium` (~36k training labels, ~25% positive) a balanced accuracy has
-sd <= 0.0028; TOL = 0.017 is a 6-sigma one-sided margin (P < 1e-9 per guess), and the union over the
+Tolerances (tests/support/attack_shards.py): on `shards_40k` (~36k training labels, ~25% positive) a balanced
+accuracy has sd <= 0.0028; TOL = 0.017 is a 6-sigma one-sided margin (P < 1e-9 per guess), and the union over the
 ~100 guesses keeps a false failure below 1e-7. A planted leak of the true label on 10% of rows raises
 the balanced accuracy by 0.027 > TOL, so the margin cannot hide it."""
 
@@ -27,25 +27,11 @@ from privacy.attacks.follower_view import (
 from privacy.attacks.gradient_scoring import follower_view_report
 from privacy.label.randomized_response import binary_rr, flip_probability
 from privacy.public_hash import uniform_from_ids
+from tests.support.attack_shards import TOL
 from tests.support.party_processes import party_configs
 from vfl.config.schema import LabelDPConfig
 from vfl.data.shards import PartyShard
 from vfl.labeldp.release import LabelDPRelease, leader_training_labels
-
-TOL = 0.017
-
-
-@pytest.fixture(scope="module")
-def shards_medium(tmp_path_factory):
-    """40k synthetic rows (secret labels), default two-party shards."""
-    from vfl.data.parties import load_parties
-    from vfl.data.prepare import PrepareOptions, prepare
-    from vfl.data.synth.criteo import write_synthetic
-
-    d = tmp_path_factory.mktemp("medium")
-    write_synthetic(str(d / "medium.tsv"), 40_000, seed=3, max_vocab=2_000)
-    prepare(str(d / "medium.tsv"), str(d / "shards"), load_parties(None), PrepareOptions(hash_buckets=2_000))
-    return d / "shards"
 
 
 def _record_from_noisy(ids: np.ndarray, noisy: np.ndarray, epochs: int = 3, batch: int = 512) -> dict:
@@ -64,12 +50,12 @@ def _record_from_noisy(ids: np.ndarray, noisy: np.ndarray, epochs: int = 3, batc
     return {k: np.concatenate(v) for k, v in rec.items()}
 
 
-def test_follower_view_attack_on_a_real_run_gets_no_more_than_1_minus_rho(tmp_path, shards_medium, procs):
+def test_follower_view_attack_on_a_real_run_gets_no_more_than_1_minus_rho(tmp_path, shards_40k, procs):
     # Prepare: the leader trains 3 epochs at eps = 1; the follower records every gradient it receives
     eps = 1.0
     cfgs = party_configs(
         str(tmp_path),
-        str(shards_medium),
+        str(shards_40k),
         train={"epochs": 3, "seed": 0},
         privacy={"label_dp": {"eps": eps}},
         follower_debug={"record_gradients": str(tmp_path / "grads.npz")},
@@ -81,7 +67,7 @@ def test_follower_view_attack_on_a_real_run_gets_no_more_than_1_minus_rho(tmp_pa
         assert code == 0, err
     with np.load(tmp_path / "grads.npz") as z:
         record = {k: z[k] for k in ("ids", "epoch", "step", "grad")}
-    train = PartyShard(str(shards_medium / "leader")).split("train")
+    train = PartyShard(str(shards_40k / "leader")).split("train")
     # Execute: replay the follower's seed and every public seed/salt/generator, vote over epochs
     report = follower_view_report(record, train.ids, train.labels, eps, follower_seed=0)["follower_view"]
     # Assert
@@ -94,7 +80,7 @@ def test_follower_view_attack_on_a_real_run_gets_no_more_than_1_minus_rho(tmp_pa
 
 @pytest.mark.slow  # the labels are randomized before any schedule: the follower-view attack runs by default on the
 # synchronous run above and on an int8-compressed run (test_compression_attack); this adds K = 2
-def test_follower_view_attack_under_staleness_gets_no_more_than_1_minus_rho(tmp_path, shards_medium, procs):
+def test_follower_view_attack_under_staleness_gets_no_more_than_1_minus_rho(tmp_path, shards_40k, procs):
     """train.staleness 2: every gradient the follower receives comes from a cut up to 2 updates old, but still from
     the randomized labels only (the schedule post-processes the release): the same bound holds, and the attack still
     recovers the noisy labels (its power)."""
@@ -102,7 +88,7 @@ def test_follower_view_attack_under_staleness_gets_no_more_than_1_minus_rho(tmp_
     eps = 1.0
     cfgs = party_configs(
         str(tmp_path),
-        str(shards_medium),
+        str(shards_40k),
         train={"epochs": 3, "seed": 0, "staleness": 2},
         privacy={"label_dp": {"eps": eps}},
         follower_debug={"record_gradients": str(tmp_path / "grads.npz")},
@@ -115,7 +101,7 @@ def test_follower_view_attack_under_staleness_gets_no_more_than_1_minus_rho(tmp_
     with np.load(tmp_path / "grads.npz") as z:
         record = {k: z[k] for k in ("ids", "epoch", "step", "grad")}
     breakdown = json.loads((tmp_path / "out" / "follower0_step_breakdown.json").read_text())
-    train = PartyShard(str(shards_medium / "leader")).split("train")
+    train = PartyShard(str(shards_40k / "leader")).split("train")
     # Execute
     report = follower_view_report(record, train.ids, train.labels, eps, follower_seed=0)["follower_view"]
     # Assert: the pipeline ran K + 1 = 3 deep; no guess beats 1 - rho, and the noisy labels are recovered
@@ -126,10 +112,10 @@ def test_follower_view_attack_under_staleness_gets_no_more_than_1_minus_rho(tmp_
     assert report["gradient_sign_accuracy"] >= bound - TOL, report
 
 
-def test_the_same_attack_recovers_every_label_from_the_old_public_seed_scheme(shards_medium):
+def test_the_same_attack_recovers_every_label_from_the_old_public_seed_scheme(shards_40k):
     # Prepare: labels randomized the way they were before the leader's key (public seed 0, public salt)
     eps = 1.0
-    train = PartyShard(str(shards_medium / "leader")).split("train")
+    train = PartyShard(str(shards_40k / "leader")).split("train")
     truth = train.labels.astype(np.int64)
     noisy = binary_rr(truth, eps, u=uniform_from_ids(train.ids, 0, 0x1AB1))
     record = _record_from_noisy(train.ids, noisy)
@@ -139,13 +125,13 @@ def test_the_same_attack_recovers_every_label_from_the_old_public_seed_scheme(sh
     assert acc == 1.0 and "seed=0" in name
 
 
-def test_the_same_attack_on_keyed_labels_gets_no_more_than_1_minus_rho(tmp_path, shards_medium):
+def test_the_same_attack_on_keyed_labels_gets_no_more_than_1_minus_rho(tmp_path, shards_40k):
     # Prepare
     eps = 1.0
-    train = PartyShard(str(shards_medium / "leader")).split("train")
+    train = PartyShard(str(shards_40k / "leader")).split("train")
     noisy = leader_training_labels(
         LabelDPRelease.from_config(LabelDPConfig(eps=eps, store_dir=str(tmp_path))),
-        PartyShard(str(shards_medium / "leader")),
+        PartyShard(str(shards_40k / "leader")),
     )
     record = _record_from_noisy(train.ids, noisy.labels.astype(np.int64))
     # Execute
@@ -154,10 +140,10 @@ def test_the_same_attack_on_keyed_labels_gets_no_more_than_1_minus_rho(tmp_path,
     assert acc <= 1 - flip_probability(eps) + TOL
 
 
-def test_per_epoch_re_randomization_is_caught_by_the_vote_and_once_per_release_is_not(tmp_path, shards_medium):
+def test_per_epoch_re_randomization_is_caught_by_the_vote_and_once_per_release_is_not(tmp_path, shards_40k):
     # Prepare: a leader that re-randomizes every epoch (what the README criticises in others) vs ours
     eps = 1.0
-    train = PartyShard(str(shards_medium / "leader")).split("train")
+    train = PartyShard(str(shards_40k / "leader")).split("train")
     truth = train.labels.astype(np.int64)
     rng = np.random.default_rng(5)
     epochs = 9
@@ -170,7 +156,7 @@ def test_per_epoch_re_randomization_is_caught_by_the_vote_and_once_per_release_i
     per_epoch = {k: np.concatenate(v) for k, v in per_epoch.items()}
     ours = leader_training_labels(
         LabelDPRelease.from_config(LabelDPConfig(eps=eps, store_dir=str(tmp_path))),
-        PartyShard(str(shards_medium / "leader")),
+        PartyShard(str(shards_40k / "leader")),
     )
     once = _record_from_noisy(train.ids, ours.labels.astype(np.int64), epochs=epochs)
     # Execute
@@ -181,9 +167,9 @@ def test_per_epoch_re_randomization_is_caught_by_the_vote_and_once_per_release_i
     assert balanced_accuracy(vote_once, truth) <= 1 - flip_probability(eps) + TOL
 
 
-def test_two_releases_at_eps_1_and_2_do_not_nest(tmp_path, shards_medium):
+def test_two_releases_at_eps_1_and_2_do_not_nest(tmp_path, shards_40k):
     # Prepare: one key, two releases of the same labelled data
-    shard = PartyShard(str(shards_medium / "leader"))
+    shard = PartyShard(str(shards_40k / "leader"))
     truth = shard.split("train").labels.astype(np.int64)
     low = leader_training_labels(
         LabelDPRelease.from_config(LabelDPConfig(eps=1.0, store_dir=str(tmp_path))), shard
@@ -198,9 +184,9 @@ def test_two_releases_at_eps_1_and_2_do_not_nest(tmp_path, shards_medium):
     assert [r["eps"] for r in ledger["releases"]] == [1.0, 2.0]
 
 
-def test_nested_releases_from_one_set_of_uniforms_would_reveal_the_label(shards_medium):
+def test_nested_releases_from_one_set_of_uniforms_would_reveal_the_label(shards_40k):
     # Prepare: the flaw the release id in the PRF input removes: eps 1 and 2 from the same uniforms
-    shard = PartyShard(str(shards_medium / "leader")).split("train")
+    shard = PartyShard(str(shards_40k / "leader")).split("train")
     truth = shard.labels.astype(np.int64)
     u = np.random.default_rng(3).random(truth.size)
     # Execute
@@ -209,14 +195,14 @@ def test_nested_releases_from_one_set_of_uniforms_would_reveal_the_label(shards_
     assert acc == 1.0
 
 
-def test_attack_cli_reports_the_follower_view_and_two_releases(tmp_path, shards_medium):
+def test_attack_cli_reports_the_follower_view_and_two_releases(tmp_path, shards_40k):
     # Prepare
     import subprocess
     import sys
 
     from tests.support.paths import REPO
 
-    shard = PartyShard(str(shards_medium / "leader"))
+    shard = PartyShard(str(shards_40k / "leader"))
     train = shard.split("train")
     for eps in (1.0, 2.0):
         noisy = leader_training_labels(
@@ -232,7 +218,7 @@ def test_attack_cli_reports_the_follower_view_and_two_releases(tmp_path, shards_
             "--gradients",
             str(tmp_path / "g1.0.npz"),
             "--labels",
-            str(shards_medium / "leader/train"),
+            str(shards_40k / "leader/train"),
             "--eps",
             "1",
             "--follower-seed",
@@ -257,10 +243,10 @@ def test_attack_cli_reports_the_follower_view_and_two_releases(tmp_path, shards_
     assert abs(two["high_eps_accuracy_where_they_disagree"] - two["independent_draws_allow"]) < 0.04
 
 
-def test_a_planted_partial_leak_is_caught_by_the_tolerance(tmp_path, shards_medium):
+def test_a_planted_partial_leak_is_caught_by_the_tolerance(tmp_path, shards_40k):
     # Prepare: our labels, except that 10% of rows carry the true label (a partial leak)
     eps = 1.0
-    shard = PartyShard(str(shards_medium / "leader"))
+    shard = PartyShard(str(shards_40k / "leader"))
     train = shard.split("train")
     truth = train.labels.astype(np.int64)
     noisy = leader_training_labels(
@@ -274,9 +260,9 @@ def test_a_planted_partial_leak_is_caught_by_the_tolerance(tmp_path, shards_medi
     assert acc > 1 - flip_probability(eps) + TOL
 
 
-def test_always_guessing_the_majority_class_scores_one_half_not_the_base_rate(shards_medium):
+def test_always_guessing_the_majority_class_scores_one_half_not_the_base_rate(shards_40k):
     # Prepare
-    truth = PartyShard(str(shards_medium / "leader")).split("train").labels.astype(np.int64)
+    truth = PartyShard(str(shards_40k / "leader")).split("train").labels.astype(np.int64)
     # Execute / Assert: plain accuracy would be ~0.75 > 1 - rho at eps = 1
     assert balanced_accuracy(np.zeros_like(truth), truth) == 0.5
 
@@ -288,12 +274,12 @@ class _FlatPrior:
         return np.full(first.size, 0.5)
 
 
-def test_rr_and_rr_prior_releases_at_one_eps_draw_independently(tmp_path, shards_medium):
+def test_rr_and_rr_prior_releases_at_one_eps_draw_independently(tmp_path, shards_40k):
     # Prepare
     from vfl.labeldp.release import open_label_key, training_labels
 
     eps = 1.0
-    shard = PartyShard(str(shards_medium / "leader"))
+    shard = PartyShard(str(shards_40k / "leader"))
     train = shard.split("train")
     key = open_label_key(str(tmp_path), None, shard)
     rr = training_labels(train.labels, train.ids, LabelDPRelease.from_config(LabelDPConfig(eps=eps)), key)

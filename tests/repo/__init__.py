@@ -1,1 +1,1 @@
-"""Tests of the repository as a whole: the layering, the linter and formatter, and the docs."""
+"""Tests of the repository as a whole: the layering, the tree's conventions, the linter and formatter, and the docs."""

@@ -1,1 +1,1 @@
-"""Tests of vfl/session: cut digests, the link probe, compression and embedding DP in a run."""
+"""Tests of vfl/session: the handshake, cut digests, the link probe, compression and embedding DP in a run."""

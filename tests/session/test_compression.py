@@ -12,27 +12,15 @@ import pytest
 import yaml
 
 from tests.support.party_processes import party_configs, run_centralized, run_split
-from vfl.align.handshake import hello_message, hello_problems
+from tests.support.wire_samples import HELLO as SAMPLE_HELLO
 from vfl.config.schema import ConfigError, parse_config
 from vfl.session.compression import FollowerCodecs, LeaderCodecs
+from vfl.session.handshake import hello_message, hello_problems
 from vfl.wire import PROTOCOL_VERSION
 from vfl.wire.frames import WireError, decode, encode
-from vfl.wire.messages import Embedding, Gradient, Hello, parse
+from vfl.wire.messages import Embedding, Gradient, parse
 
-NONCE = "0123456789abcdef0123456789abcdef"
-HELLO = Hello(
-    nonce=NONCE,
-    party="f",
-    protocol=PROTOCOL_VERSION,
-    id_digest={"train": "a", "valid": "b", "test": "c"},
-    rows={"train": 3, "valid": 1, "test": 1},
-    batch_size=64,
-    seed=0,
-    cut_dim=8,
-    microbatches=1,
-    resume_step=0,
-    timeout_s=60.0,
-)
+HELLO = dataclasses.replace(SAMPLE_HELLO, party="f", protocol=PROTOCOL_VERSION, microbatches=1)
 FIX = "set the same network.compression on every party"
 
 

@@ -37,6 +37,7 @@ PRELOAD = (
     "vfl.config.schema",
     "leader.trainer",
     "follower.trainer",
+    "vfl.align.psi.follower_side",
     "vfl.align.psi.leader_side",
     "vfl.align.psi.protocol",
 )

@@ -11,9 +11,10 @@ from __future__ import annotations
 import resource
 import sys
 
-from vfl.wire.channel import FollowerChannel, LeaderChannel
 from vfl.wire.curve_keys import FollowerKeys, LeaderKeys
+from vfl.wire.follower_channel import FollowerChannel
 from vfl.wire.frames import WireError
+from vfl.wire.leader_channel import LeaderChannel
 
 
 def _peak_kib() -> int:

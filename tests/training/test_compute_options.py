@@ -13,11 +13,11 @@ import torch
 
 from tests.support.party_processes import party_configs, run_centralized, run_split
 from tests.support.tolerances import BF16_LOSS_RTOL
-from vfl.align.handshake import hello_problems
+from tests.support.wire_samples import HELLO
 from vfl.config.schema import ConfigError, load_config, parse_config
+from vfl.session.handshake import hello_problems
 from vfl.training.microbatch import check_micro, micro_slices, weighted_loss
 from vfl.wire import PROTOCOL_VERSION, WireError
-from vfl.wire.messages import Hello
 
 # micro-batches sum the batch gradient in another order: float32 rounding over ~20 Adam steps
 MICRO_LOSS_RTOL = 1e-4
@@ -103,19 +103,7 @@ def test_micro_index_on_the_wire_is_checked_and_agreed_in_the_handshake():
     for got in (1, None, "2", True):
         with pytest.raises(WireError, match="GRADIENT for step 5: expected micro-batch 2"):
             check_micro(got, 2, "GRADIENT for step 5", WireError)
-    ours = Hello(
-        nonce="",
-        party="f",
-        protocol=PROTOCOL_VERSION,
-        id_digest={"train": "a", "valid": "b", "test": "c"},
-        rows={"train": 8, "valid": 2, "test": 2},
-        batch_size=4,
-        seed=0,
-        cut_dim=2,
-        microbatches=4,
-        resume_step=0,
-        timeout_s=60.0,
-    )
+    ours = dataclasses.replace(HELLO, party="f", protocol=PROTOCOL_VERSION, microbatches=4)
     problems = hello_problems("f", dataclasses.replace(ours, microbatches=2), ours)
     assert any("train.microbatches=2 but the leader has train.microbatches=4" in p for p in problems)
 

@@ -9,8 +9,8 @@ import pytest
 from tests.support.party_processes import free_port, party_configs, party_keys, run_centralized, run_split
 from vfl.training.microbatch import pipelined
 from vfl.wire import FollowerChannel, LeaderChannel, WireError
-from vfl.wire.channel import PeerTimeout
 from vfl.wire.curve_keys import load_follower_keys, load_leader_keys
+from vfl.wire.endpoint import PeerTimeout
 
 RUN = "run-micro"
 

@@ -196,9 +196,9 @@ def test_a_late_gradient_differentiates_the_weights_that_computed_its_cut(bottom
 
 
 def test_the_handshake_refuses_a_follower_with_another_staleness_naming_both_values(tmp_path, shards_small):
-    from vfl.align.handshake import hello_message, hello_problems
     from vfl.config.schema import load_config
     from vfl.data.shards import PartyShard
+    from vfl.session.handshake import hello_message, hello_problems
 
     # Prepare: a leader at K = 2, a follower at K = 0 (its HELLO leaves the field out, as today's)
     cfgs = party_configs(str(tmp_path), str(shards_small), leader_train={"staleness": 2})
@@ -216,24 +216,14 @@ def test_the_handshake_refuses_a_follower_with_another_staleness_naming_both_val
 
 
 def test_hello_carries_staleness_and_refuses_it_out_of_domain():
+    import dataclasses
+
+    from tests.support.wire_samples import HELLO
     from vfl.wire.frames import WireError, decode, encode
-    from vfl.wire.messages import Hello, parse
+    from vfl.wire.messages import parse
 
     # Prepare
-    hello = Hello(
-        nonce="0" * 32,
-        party="f",
-        protocol=6,
-        id_digest={"train": "a", "valid": "b", "test": "c"},
-        rows={"train": 1, "valid": 1, "test": 1},
-        batch_size=8,
-        seed=0,
-        cut_dim=2,
-        microbatches=1,
-        resume_step=0,
-        timeout_s=5.0,
-        staleness=3,
-    )
+    hello = dataclasses.replace(HELLO, party="f", staleness=3)
 
     def wire(meta: dict):
         return decode([bytes(memoryview(f)) for f in encode("HELLO", "f", "", 0, meta, [])], "f")

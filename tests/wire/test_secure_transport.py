@@ -366,11 +366,11 @@ def test_insider_garbage_ends_the_run_with_one_line_and_an_abort(garbage, needle
     # Prepare: the test itself is follower0 (its real key, a valid HELLO), then answers FORWARD with garbage
     import json
 
-    from vfl.align.handshake import hello_message, new_nonce
-    from vfl.align.psi.protocol import follower_psi
+    from vfl.align.psi.follower_side import follower_psi
     from vfl.config.schema import load_config
     from vfl.data.shards import PartyShard
     from vfl.session.follower import FollowerSession
+    from vfl.session.handshake import hello_message, new_nonce
     from vfl.wire import FollowerChannel, PeerAbort
     from vfl.wire.curve_keys import load_follower_keys
     from vfl.wire.frames import MAGIC

@@ -132,22 +132,13 @@ def test_channel_moves_messages_over_tcp_in_both_directions(pair):
 def test_typed_messages_travel_over_tcp_and_are_checked_on_arrival(pair):
     """post() sends a typed message, expect() returns it parsed, and refuses a message whose field is wrong."""
     # Prepare
+    import dataclasses
+
+    from tests.support.wire_samples import HELLO
     from vfl.wire.messages import Embedding, Hello, Snapshot, Wait, Welcome
 
     leader, follower = pair
-    hello = Hello(
-        nonce="ab" * 16,
-        party="f0",
-        protocol=PROTOCOL_VERSION,
-        id_digest={"train": "a", "valid": "b", "test": "c"},
-        rows={"train": 3, "valid": 1, "test": 1},
-        batch_size=2,
-        seed=0,
-        cut_dim=2,
-        microbatches=1,
-        resume_step=0,
-        timeout_s=2.0,
-    )
+    hello = dataclasses.replace(HELLO, party="f0", protocol=PROTOCOL_VERSION, timeout_s=2.0)
     cut = np.arange(6, dtype=np.float32).reshape(3, 2)
     # Execute
     follower.post(hello)

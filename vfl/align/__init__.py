@@ -1,1 +1,1 @@
-"""Aligning the parties before training: private set intersection of the ids (psi/) and the HELLO/WELCOME handshake."""
+"""Aligning the parties before training: private set intersection of the ids (psi/)."""

@@ -17,7 +17,7 @@ import shutil
 
 import numpy as np
 
-from privacy import durable_files
+from privacy.durable_files import fsync_directory, sync_tree
 from vfl.data.ids import check_unique
 from vfl.data.manifest import id_digest
 from vfl.data.npy_stream import NpyAppender
@@ -144,14 +144,14 @@ def commit(tmp: str, out_dir: str) -> list[str]:
     go with the new one where its ids did not change (keep_psi_caches; their list is returned)."""
     parent = os.path.dirname(os.path.abspath(out_dir))
     kept = keep_psi_caches(out_dir, tmp) if os.path.isdir(out_dir) else []
-    durable_files.sync_tree(tmp)
+    sync_tree(tmp)
     if os.path.exists(out_dir):
         old = f"{out_dir}.old-{os.getpid()}"
         os.rename(out_dir, old)
         os.rename(tmp, out_dir)
-        durable_files.fsync_directory(parent)
+        fsync_directory(parent)
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.rename(tmp, out_dir)
-        durable_files.fsync_directory(parent)
+        fsync_directory(parent)
     return kept

@@ -4,7 +4,7 @@ Rank r of the leader binds the configured port + r and serves rank r of every fo
 One port per rank (rather than one ROUTER with rank-qualified identities) because each rank is its own
 process, possibly on its own machine: a shared ROUTER would need one process to own the socket and relay
 every cut, a hop and a bottleneck, and it could not span machines. Each rank's channel is a full CurveZMQ
-session with the party's own key (vfl/wire/channel.py), so the admission and the one-connection-per-party
+session with the party's own key (vfl/wire/leader_channel.py), so the admission and the one-connection-per-party
 rule hold per rank, and a follower rank that reaches another rank's port is refused by the handshake.
 """
 

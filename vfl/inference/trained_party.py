@@ -1,7 +1,7 @@
 """A trained party's checkpoint as its models (the bottom; on the leader, the top too), for predict, serve and export.
 
 Loading is two steps, so that each caller keeps its own order and errors: `read_party_checkpoint` reads the checkpoint
-and checks it against the party's config and keys now (vfl/inference/fingerprint.py: one-line FileNotFoundError or
+and checks it against the party's config and keys now (vfl/runs/record.py: one-line FileNotFoundError or
 ValueError), then `trained_models` builds the party's BottomParty and, on the leader, its TopTrainer from it, exactly
 as the training run built them (its cut widths, task and regression target), with the checkpoint's weights.
 """
@@ -11,9 +11,24 @@ from __future__ import annotations
 import torch
 
 from vfl.config.schema import PartyConfig
-from vfl.inference.fingerprint import load_predict_checkpoint
+from vfl.runs.record import check_own, key_fingerprints
+from vfl.training.checkpoint import load_party_checkpoint
 from vfl.training.party import BottomParty
 from vfl.training.top import TopTrainer
+
+
+def load_predict_checkpoint(
+    cfg: PartyConfig, path: str, required: tuple[str, ...], need_run: bool = True
+) -> tuple[dict, dict | None]:
+    """(checkpoint, its training run's record) of this party for prediction, checked for owner and content and
+    against its config and keys now (one-line errors). need_run: the checkpoint must record its training run (batch
+    prediction and serving compare it across parties; export does not: None where it records none)."""
+    ckpt = load_party_checkpoint(
+        path, cfg.party, required, "checkpoint", absent_hint=" (train first, or pass --checkpoint / --run)"
+    )
+    saved = (ckpt.get("extra") or {}).get("run")
+    record = check_own(saved, cfg, path, key_fingerprints(cfg)) if need_run or saved else None
+    return ckpt, record
 
 
 def read_party_checkpoint(cfg: PartyConfig, checkpoint: str, need_run: bool = True) -> tuple[dict, dict | None]:

@@ -30,9 +30,9 @@ from collections.abc import Callable
 
 import torch
 
-from vfl.align.handshake import new_nonce, run_id
 from vfl.config.schema import PartyConfig
 from vfl.session.cut_digest import SessionDigests
+from vfl.session.handshake import new_nonce, run_id
 from vfl.session.link_probe import CHECK_BULK_BYTES, CHECK_ROUNDS, LinkFigures, measure
 from vfl.training.microbatch import check_micro
 from vfl.wire import LeaderChannel, WireError

@@ -6,7 +6,7 @@ elastic agent (`torch/distributed/elastic/agent/server/api.py`, `--max-restarts`
 must start again from a common step, the party closes its channel and runs again from its latest checkpoint at or
 below that step, in the same process (PSI's agreement is reused from its cache). The leader decides the step:
 
-- a follower's new process greets a run that waits for it (vfl/wire/channel.py raises PeerRestarted): the leader
+- a follower's new process greets a run that waits for it (vfl/wire/leader_channel.py raises PeerRestarted): the leader
   sends every follower REJOIN{its own latest checkpoint's step} and starts again itself;
 - a follower of the run that a restarted leader continues reaches it (its RESYNC): the leader answers
   REJOIN{the step it resumed at}; the follower starts again;
@@ -23,7 +23,7 @@ import os
 import re
 from collections.abc import Callable
 
-from vfl.preflight import checkpoint_meta
+from vfl.training.checkpoint_format import checkpoint_meta
 from vfl.wire.resync import PeerRestarted, RejoinRequested
 
 AUTO_CHECKPOINT_S = 60.0  # --resume auto without train.checkpoint_every: a checkpoint about every minute of training

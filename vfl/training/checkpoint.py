@@ -20,9 +20,7 @@ import re
 import torch
 
 from privacy.durable_files import replacing_file, write_json
-from vfl.preflight import CHECKPOINT_MAGIC
-
-CKPT_MAGIC = CHECKPOINT_MAGIC  # the one definition is torch-free, for preflight
+from vfl.training.checkpoint_format import CHECKPOINT_MAGIC
 
 _TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
@@ -58,7 +56,7 @@ def save_checkpoint(
     try:
         os.makedirs(directory, exist_ok=True)
         with replacing_file(path) as f:
-            f.write(CKPT_MAGIC + digest)
+            f.write(CHECKPOINT_MAGIC + digest)
             f.write(payload)
         sidecar = {"party": party, "epoch": epoch, "step": step, "bytes": len(payload) + 40}
         write_json(f"{path}.json", {**sidecar, "sha256": digest.hex(), "resume": resume}, indent=None)  # for preflight
@@ -73,11 +71,11 @@ def load_checkpoint(path: str) -> dict:
     with open(path, "rb") as f:
         data = f.read()
     head, digest, payload = (
-        data[: len(CKPT_MAGIC)],
-        data[len(CKPT_MAGIC) : len(CKPT_MAGIC) + 32],
-        memoryview(data)[len(CKPT_MAGIC) + 32 :],
+        data[: len(CHECKPOINT_MAGIC)],
+        data[len(CHECKPOINT_MAGIC) : len(CHECKPOINT_MAGIC) + 32],
+        memoryview(data)[len(CHECKPOINT_MAGIC) + 32 :],
     )
-    if head != CKPT_MAGIC:
+    if head != CHECKPOINT_MAGIC:
         raise ValueError("not a checkpoint of this project (no VFLCKPT1 header)")
     if hashlib.sha256(payload).digest() != digest:
         raise ValueError("checksum mismatch: the file is corrupted or truncated")

@@ -20,7 +20,7 @@ import torch
 
 
 class _Inbox(Protocol):
-    ahead: int  # unread messages a party may have queued at the leader (vfl/wire/channel.py LeaderChannel)
+    ahead: int  # unread messages a party may have queued at the leader (vfl/wire/leader_channel.py)
     ahead_bytes: int | None  # the most bytes a message queued behind another may hold (None: the channel's limit)
 
 

@@ -1,6 +1,6 @@
-"""One end of a CurveZMQ channel: what the leader's ROUTER and a follower's DEALER share (channel.py).
+"""One end of a CurveZMQ channel: what the leader's ROUTER and a follower's DEALER share.
 
-The socket's options, per-peer sequence numbers, the run id, the message size limit, a deadline on every receive, and
+LeaderChannel (leader_channel.py) and FollowerChannel (follower_channel.py) build on it. The socket's options, per-peer sequence numbers, the run id, the message size limit, a deadline on every receive, and
 the loss of an authenticated party's own connection (from the socket's monitor events), with the errors that report
 them. With `resync.reconnect_s` > 0 a loss within a run is waited out and resynchronised (resync.py).
 The size limit holds before a message is whole too: libzmq holds a multipart message whole before it hands over
@@ -11,6 +11,7 @@ messages of the limit allow is cut and reported in one line naming the peer and 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 import zmq
@@ -66,7 +67,7 @@ def send_frames(sock: zmq.Socket, frames: list, prefix: list | None = None) -> N
 
 class Endpoint:
     """One end of a channel: its socket's options, sequence numbers, run id, size limit, deadlines and the
-    authenticated peers' connections (LeaderChannel and FollowerChannel in channel.py build on it)."""
+    authenticated peers' connections (LeaderChannel and FollowerChannel build on it)."""
 
     def __init__(self, me: str, timeout_s: float, max_message_bytes: int):
         self._late_reads = 0
@@ -283,3 +284,15 @@ class Endpoint:
 
     def _stop_auth(self) -> None:
         pass
+
+
+def blamed(peer: str, step: Callable):
+    """step(), whose WireError (an ABORT included) is `peer`'s message's: it names that peer (error.peer); a lost
+    connection or a deadline is no message's fault."""
+    try:
+        return step()
+    except (PeerLost, PeerTimeout):
+        raise
+    except WireError as e:
+        e.peer = e.peer or peer
+        raise

@@ -1,7 +1,7 @@
 """Message framing: [magic+version, JSON header, *raw tensor buffers in frames of at most 1 MiB] and its strict decoder.
 
 Who sent a message and that it was not altered is proven by the transport (CurveZMQ: every frame
-is encrypted and authenticated under the sender's own key, see channel.py), so the frames carry no
+is encrypted and authenticated under the sender's own key, see leader_channel.py), so the frames carry no
 MAC of their own. Nothing from a peer is ever unpickled: the header is JSON, tensors are raw
 little-endian buffers rebuilt with numpy.frombuffer after dtype, shape, byte count and finiteness
 have been validated. Whatever bytes arrive, decode() either returns a Message or raises WireError.

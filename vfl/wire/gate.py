@@ -1,7 +1,7 @@
 """The leader's gate on connections that have not proven a key yet: a bounded number of them at once.
 
 Anyone who can reach the leader's port can open TCP connections and start a CURVE handshake. libzmq gives
-each one a decoder whose frames are capped at frames.MAX_WIRE_FRAME (about 1 MiB, channel.py), and drops
+each one a decoder whose frames are capped at frames.MAX_WIRE_FRAME (about 1 MiB, leader_channel.py), and drops
 it when the handshake has not completed within HANDSHAKE_MS; but libzmq has no limit on how many such
 connections it holds at once, so many strangers together could still make the leader hold
 (connections x 1 MiB). This gate watches the socket's monitor in a thread of its own (the leader's

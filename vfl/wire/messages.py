@@ -91,7 +91,7 @@ def _payload(values: dict[str, Any], tensors: tuple[Tensor, ...]) -> tuple[Tenso
 @wire_message
 class Hello(WireMessage):
     """HELLO (follower -> leader): what a follower announces about itself, compared with the leader's own view
-    (vfl/align/handshake.hello_problems); rank and ranks only under N ranks per party, ema_decay only when
+    (vfl/session/handshake.hello_problems); rank and ranks only under N ranks per party, ema_decay only when
     train.ema_decay is on (absent: off, so a follower that predates the field reads as off)."""
 
     TYPE = "HELLO"

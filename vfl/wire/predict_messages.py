@@ -37,7 +37,7 @@ def _hex(name: str) -> Text:
 class TrainedHello(WireMessage):
     """The fields that open a follower's hello to a trained leader (PREDICT_HELLO here, SERVE_HELLO in
     serve_messages.py): its nonce, party and protocol, its checkpoint's training run, model step and pair fingerprint
-    (vfl/inference/fingerprint.py), and its cut width."""
+    (vfl/runs/record.py), and its cut width."""
 
     nonce: str
     party: str
@@ -64,7 +64,7 @@ class TrainedHello(WireMessage):
 @wire_message
 class PredictHello(TrainedHello):
     """PREDICT_HELLO (follower -> leader): what the follower's checkpoint was trained in, and its fingerprint
-    (vfl/inference/fingerprint.pair_fingerprint), compared with the leader's own."""
+    (vfl/runs/record.pair_fingerprint), compared with the leader's own."""
 
     TYPE = "PREDICT_HELLO"
     rows: int

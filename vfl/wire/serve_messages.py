@@ -26,7 +26,7 @@ NONCE_PATTERN = re.compile(r"^[0-9a-f]{32}$")
 @wire_message
 class ServeHello(TrainedHello):
     """SERVE_HELLO (follower -> leader): who it is, which trained model it serves (its checkpoint's training run,
-    model step and pair fingerprint, vfl/inference/fingerprint.py), its cut width, its deadline, and the most rows
+    model step and pair fingerprint, vfl/runs/record.py), its cut width, its deadline, and the most rows
     and rows per second it will answer."""
 
     TYPE = "SERVE_HELLO"

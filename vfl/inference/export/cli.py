@@ -13,7 +13,7 @@ def export_main(argv: list[str] | None, role: str) -> int:
     from vfl.command_name import command_name
     from vfl.config.schema import ConfigError, dotted_overrides, load_config
     from vfl.data.errors import DataError
-    from vfl.inference.run_layout import apply_run, check_shard_path
+    from vfl.runs.layout import apply_run, check_shard_path
 
     ap = run_arguments(
         f"{command_name(role)} export",

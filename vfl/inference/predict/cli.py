@@ -51,8 +51,8 @@ def predict_main(argv: list[str], role: str, body, abort) -> int:
     from vfl.cli import config_or_exit, fail, run_party
     from vfl.config.schema import ConfigError
     from vfl.data.errors import DataError
-    from vfl.inference.run_layout import apply_run, check_shard_path
     from vfl.obs.logs import RunLog, set_verbosity
+    from vfl.runs.layout import apply_run, check_shard_path
 
     args = _arguments(role).parse_intermixed_args(argv)
     set_verbosity(args.quiet, False)
@@ -97,6 +97,6 @@ def _out_dir(args, cfg) -> str:
 
 
 def checkpoint_of(args, cfg) -> str:
-    from vfl.inference.fingerprint import default_checkpoint
+    from vfl.runs.layout import default_checkpoint
 
     return args.checkpoint or default_checkpoint(cfg, cfg.output.dir)

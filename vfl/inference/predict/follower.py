@@ -2,7 +2,7 @@
 
 The follower loads its checkpoint (`<run>/checkpoints/<party>_final.pt`), checks it against its config and keys, reads
 its own file of new rows through its frozen transforms (vfl/inference/predict/new_rows.py), and sends PREDICT_HELLO with
-its checkpoint's training run, step and fingerprint (vfl/inference/fingerprint.py). After PSI it answers each
+its checkpoint's training run, step and fingerprint (vfl/runs/record.py). After PSI it answers each
 PREDICT_ROWS (a range of the intersection in ascending id order, checked against the range digest of its own ids there
 under the session's key, vfl/session/cut_digest.py, before anything is computed) with PREDICT_CUT, its bottom's cut in
 eval mode, until PREDICT_DONE; then BYE. Under privacy.embedding_dp each row's cut is clipped and keyed-noised, and
@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from vfl.config.schema import PartyConfig
-from vfl.inference.fingerprint import pair_fingerprint
 from vfl.inference.predict.predicting_party import PredictingParty
+from vfl.runs.record import pair_fingerprint
 from vfl.session.cut_release import CutRelease, lineage_scope, weights_digest
 from vfl.session.follower import FollowerSession
 from vfl.wire import PROTOCOL_VERSION, WireError
@@ -53,7 +53,7 @@ class FollowerPredictor(PredictingParty):
 
     def run(self, channel, psi: Callable[[np.ndarray], tuple[np.ndarray, object]]) -> dict:
         """Handshake, PSI (psi(ids) -> (common ids, report)), then answer until PREDICT_DONE; returns what it did."""
-        from vfl.align.handshake import new_nonce
+        from vfl.session.handshake import new_nonce
 
         cfg = self.cfg
         self.ch = channel

@@ -5,7 +5,7 @@ Order of a prediction (docs/predict.md):
    against its config and keys, and reads its new rows through its frozen transforms
    (vfl/inference/predict/new_rows.py);
 2. every follower's PREDICT_HELLO announces its checkpoint's training run, step and fingerprint
-   (vfl/inference/fingerprint.py); any difference refuses the session with one line naming both sides;
+   (vfl/runs/record.py); any difference refuses the session with one line naming both sides;
 3. PSI on the new ids, as in training; rows of the leader without a match get no score (counted and reported, with
    the rows its reader refused for a malformed id or feature value);
 4. the leader walks the intersection in ascending id order in ranges of `batch_rows`: PREDICT_ROWS to every
@@ -31,10 +31,10 @@ import numpy as np
 import torch
 
 from vfl.config.schema import PartyConfig
-from vfl.inference.fingerprint import checkpoint_hello_problems
 from vfl.inference.predict.outputs import PredictionWriter
 from vfl.inference.predict.predicting_party import PredictingParty
 from vfl.obs.progress import bar
+from vfl.runs.record import checkpoint_hello_problems
 from vfl.session.leader import LeaderSession
 from vfl.training.microbatch import embedding_bytes_bound, pipelined
 from vfl.wire import PROTOCOL_VERSION

@@ -83,8 +83,8 @@ def serve_main(argv: list[str] | None, role: str) -> int:
     from vfl.cli import config_or_exit, fail, run_party
     from vfl.config.schema import ConfigError
     from vfl.data.errors import DataError
-    from vfl.inference.run_layout import apply_run, check_shard_path
     from vfl.obs.logs import RunLog
+    from vfl.runs.layout import apply_run, check_shard_path
 
     args = _arguments(role).parse_intermixed_args(argv)
     try:
@@ -183,12 +183,12 @@ def start_leader(
     from vfl.cli import party_keys
     from vfl.data.shards import PartyShard
     from vfl.inference.export.onnx_engine import fast_forward, head_module
-    from vfl.inference.fingerprint import checkpoint_hello_problems
     from vfl.inference.party_model import RowTable, load_party_model, scorer, top_in_dim
     from vfl.inference.serve.http_clients import ClientLimits
     from vfl.inference.serve.http_endpoint import ScoreHTTPServer
     from vfl.inference.serve.leader import ScoringWorker
     from vfl.inference.serve.serving_rows import ServingRows
+    from vfl.runs.record import checkpoint_hello_problems
     from vfl.session.leader import HandshakeError, LeaderSession
     from vfl.training.party import set_threads
     from vfl.wire import PROTOCOL_VERSION, LeaderChannel

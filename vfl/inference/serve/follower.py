@@ -183,14 +183,14 @@ def serve_follower(
 ) -> None:
     """Load the model and the table (and the new rows of `new_rows`, a file or directory), connect with this party's
     CurveZMQ `keys` (vfl.cli.party_keys), greet, and answer the leader until it says goodbye or is lost."""
-    from vfl.align.handshake import new_nonce
     from vfl.data.shards import PartyShard
     from vfl.inference.export.onnx_engine import fast_forward
-    from vfl.inference.fingerprint import pair_fingerprint
     from vfl.inference.party_model import RowTable, load_party_model
     from vfl.inference.serve.serving_rows import ServingRows
+    from vfl.runs.record import pair_fingerprint
     from vfl.session.cut_release import CutRelease, lineage_scope, weights_digest
     from vfl.session.follower import FollowerSession
+    from vfl.session.handshake import new_nonce
     from vfl.training.party import set_threads
     from vfl.wire import PROTOCOL_VERSION, FollowerChannel, PeerAbort
     from vfl.wire.frames import MAX_HEADER_BYTES

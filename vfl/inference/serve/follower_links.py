@@ -23,7 +23,7 @@ class FollowerLinks:
 
     def post(self, f: str, message) -> None:
         """Send f a message; a connection that is gone marks f down."""
-        from vfl.wire.channel import PeerLost, PeerTimeout
+        from vfl.wire.endpoint import PeerLost, PeerTimeout
 
         try:
             self.ch.post(f, message)
@@ -49,7 +49,7 @@ class FollowerLinks:
         """The follower that e names (e.peer) aborted or sent what the protocol forbids: it alone is down (and told
         why, with its own error only) until it greets again. An error that names
         no follower is the channel's own (its connection gate failed): raised, and the scorer stops."""
-        from vfl.wire.channel import PeerAbort
+        from vfl.wire.endpoint import PeerAbort
         from vfl.wire.messages import Abort
 
         f = e.peer
@@ -75,7 +75,7 @@ class FollowerLinks:
     def readmit(self) -> None:
         """Greet a follower that was down and has connected again (SERVE_HELLO of the same run and cut width)."""
         from vfl.wire import WireError
-        from vfl.wire.channel import PeerLost, PeerTimeout
+        from vfl.wire.endpoint import PeerLost, PeerTimeout
         from vfl.wire.messages import Abort
         from vfl.wire.serve_messages import ServeHello, ServeWelcome
 

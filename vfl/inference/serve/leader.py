@@ -290,7 +290,7 @@ class ScoringWorker:
     def _receive(self, f: str, number: int, deadline: float, keep: bool):
         """The answer of `f` to request `number` (older answers are dropped), by the deadline."""
         from vfl.wire import WireError
-        from vfl.wire.channel import PeerLost, PeerTimeout
+        from vfl.wire.endpoint import PeerLost, PeerTimeout
 
         while True:
             remaining = deadline - self.clock()

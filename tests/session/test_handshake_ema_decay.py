@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.party_processes import party_configs
 from tests.support.wire_samples import HELLO, HELLO_META, _wire
-from vfl.align.handshake import hello_problems
+from vfl.session.handshake import hello_problems
 from vfl.wire import PROTOCOL_VERSION
 from vfl.wire.frames import WireError
 from vfl.wire.messages import parse
@@ -71,8 +71,8 @@ def test_hello_problems_accepts_the_same_ema_decay(decay):
 
 def test_hello_message_sends_the_config_value_and_nothing_when_off():
     # Prepare
-    from vfl.align.handshake import hello_message
     from vfl.config.schema import parse_config
+    from vfl.session.handshake import hello_message
 
     class Shard:
         id_digest = {"train": "a", "valid": "b", "test": "c"}

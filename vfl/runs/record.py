@@ -1,7 +1,7 @@
 """What ties a checkpoint to its training run, and the fingerprint the parties compare before they predict together.
 
 Every checkpoint a party writes during training records (`run_record`) the training run's id (a hash of every
-party's HELLO nonce, vfl/align/handshake.py), the global step whose weights it holds (`model_step`: the step early
+party's HELLO nonce, vfl/session/handshake.py), the global step whose weights it holds (`model_step`: the step early
 stopping selected once it restored it), the parties, the cut widths, a digest of the party's own model config and the
 fingerprints of the CurveZMQ public keys the run was trained under (its own and its peers', as far as it knows them).
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 
 from vfl.config.schema import PartyConfig
 
@@ -135,24 +134,3 @@ def checkpoint_hello_problems(mine: dict, f: str, hello, checkpoint: str | None,
             "differ from the training run's"
         ]
     return []
-
-
-def load_predict_checkpoint(
-    cfg: PartyConfig, path: str, required: tuple[str, ...], need_run: bool = True
-) -> tuple[dict, dict | None]:
-    """(checkpoint, its training run's record) of this party for prediction, checked for owner and content and
-    against its config and keys now (one-line errors). need_run: the checkpoint must record its training run (batch
-    prediction and serving compare it across parties; export does not: None where it records none)."""
-    from vfl.training.checkpoint import load_party_checkpoint
-
-    ckpt = load_party_checkpoint(
-        path, cfg.party, required, "checkpoint", absent_hint=" (train first, or pass --checkpoint / --run)"
-    )
-    saved = (ckpt.get("extra") or {}).get("run")
-    record = check_own(saved, cfg, path, key_fingerprints(cfg)) if need_run or saved else None
-    return ckpt, record
-
-
-def default_checkpoint(cfg: PartyConfig, run_dir: str | None) -> str:
-    """The checkpoint prediction reads by default: RUN/checkpoints/<party>_final.pt (the model training selected)."""
-    return os.path.join(run_dir or cfg.output.dir, "checkpoints", f"{cfg.party}_final.pt")

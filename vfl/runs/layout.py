@@ -62,3 +62,8 @@ def shard_hint(cfg, command: str) -> str:
         f"pass {command} --data DIR/{cfg.party} (the shard `python -m vfl.data prepare --config ... --out DIR` wrote), "
         f"or --run RUN of a local run that holds RUN/shards/{cfg.party}"
     )
+
+
+def default_checkpoint(cfg, run_dir: str | None) -> str:
+    """The checkpoint prediction reads by default: RUN/checkpoints/<party>_final.pt (the model training selected)."""
+    return os.path.join(run_dir or cfg.output.dir, "checkpoints", f"{cfg.party}_final.pt")

@@ -1,0 +1,1 @@
+"""A training run's directory and record, which training writes and prediction, serving and export read."""
