@@ -1,235 +1,39 @@
-"""`python -m leader --config leader.yaml`: run the label party."""
+"""`python -m leader [predict|serve|export] ...`: parse the command and run the label party's entry function for it.
+
+    python -m leader --config leader.yaml            train (leader/train.py)
+    python -m leader predict --config ... --rows ...  score new rows (leader/predict.py)
+    python -m leader serve --config ...               score ids online (leader/serve.py)
+    python -m leader export --config ... --out DIR    the trained model as ONNX (vfl/inference/export/cli.py)
+
+Each command's arguments and guarded run are shared with the other role (vfl/cli.py, vfl/inference/*/cli.py).
+"""
 
 from __future__ import annotations
 
-import os
 import sys
-
-from vfl.cli import party_main
-
-
-def _labelled_shard(cfg):
-    """The leader's own labelled shard, checked against the config before any follower connects."""
-    from vfl.cli import check_own_shard
-    from vfl.data.errors import DataError
-    from vfl.data.shards import PartyShard
-    from vfl.labeldp.release import leader_task
-    from vfl.models.registry import dry_run_models
-
-    shard = PartyShard(cfg.data.path)
-    if not shard.has_labels:
-        raise DataError(
-            f"data.path {cfg.data.path} is the shard of {shard.name!r}, which holds no labels; the leader needs the labelled shard"
-        )
-    check_own_shard(cfg, shard)
-    leader_task(cfg.train.task, shard)  # train.task against the data
-    dry_run_models(cfg, shard)  # the party's own modules (model.*.import) on a dummy batch, before listening
-    return shard
-
-
-def _label_key(cfg, env, ctx, shard):
-    """The leader's label-DP key and ledger (None without label DP), opened before any follower connects."""
-    from vfl.labeldp.ranks import open_label_key_ranks
-    from vfl.labeldp.release import LabelDPRelease, leader_task, open_label_key
-
-    ld = cfg.privacy.label_dp
-    if ld is None:
-        return None
-    if env.distributed:  # rank 0 creates the key and writes the ledger; the others only read the key
-        key = open_label_key_ranks(ctx, ld.store_dir, ld.key_file, shard)
-    else:
-        key = open_label_key(ld.store_dir, ld.key_file, shard)
-    # a release over privacy.label_dp.budget is refused here, before any follower connects (and again before the draw)
-    LabelDPRelease.from_config(ld, leader_task(cfg.train.task, shard)).check_budget(key)
-    return key
-
-
-def _listen(cfg, env, keys, n_ids: int, log):
-    """The leader's CurveZMQ channel, its messages capped at what an admitted follower may send."""
-    from vfl.align.psi.protocol import MAX_PSI_MESSAGE_BYTES
-    from vfl.distributed.pairing import rank_endpoint
-    from vfl.wire import LeaderChannel
-    from vfl.wire.frames import MAX_HEADER_BYTES
-    from vfl.wire.messages import MAX_CUT_DIM
-
-    bind = rank_endpoint(cfg.network.bind, env.rank, env.ranks)
-    # the largest message a follower may send: an embedding of the largest batch at the widest cut, or a PSI chunk
-    max_message = max(
-        max(cfg.train.batch_size, cfg.train.eval_batch_size) * MAX_CUT_DIM * 4 + MAX_HEADER_BYTES, MAX_PSI_MESSAGE_BYTES
-    )
-    channel = LeaderChannel(
-        bind,
-        cfg.network.followers,
-        keys,
-        cfg.network.timeout_s,
-        cfg.party,
-        max_message_bytes=max_message,
-        notice=log,
-    )
-    log(
-        f"leader {cfg.party}: listening on {bind} (CurveZMQ), waiting for {list(cfg.network.followers)}; "
-        + f"private set intersection of {n_ids} ids"
-        + (f" (this rank: bucket {env.rank} of {env.ranks})" if env.distributed else "")
-    )
-    return channel
-
-
-def _intersect(cfg, env, ctx, channel, keys, shard, log):
-    """PSI with every follower (N ranks: rank r intersects bucket r, and the party gathers the buckets; a reused
-    agreement where neither side's ids changed); the shard is restricted to the intersection. Returns the report."""
-    from vfl.align.psi.buckets import intersect_on_ranks, psi_caches
-    from vfl.align.psi.leader_side import leader_psi
-    from vfl.align.psi.protocol import check_minimum
-
-    caches = psi_caches(cfg, keys, env.rank, env.ranks)
-    followers = list(cfg.network.followers)
-    common, psi = intersect_on_ranks(
-        ctx,
-        shard.all_ids(),
-        lambda ids, total: leader_psi(
-            channel, followers, ids, log, cfg.data.psi_max_peer_ids, caches, env, total, cfg.data.psi_verify
-        ),
-        cfg.party,
-    )
-    log(
-        f"leader {cfg.party}: PSI intersection {psi.intersection} ids (leader {psi.own_ids}, followers {psi.peer_ids}, "
-        f"pairwise {psi.pairwise}), {psi.timing('the followers')}, {psi.bytes_sent + psi.bytes_received} bytes"
-        + (f", reused with {psi.reused}" if psi.reused else "")
-    )
-    check_minimum(psi, cfg.data.min_intersection, cfg.party)
-    shard.restrict(common)
-    return psi
-
-
-def body(cfg, log, state: dict) -> None:
-    from leader.trainer import LeaderTrainer
-    from vfl.cli import check_rank_options, party_keys
-    from vfl.config.schema import ConfigError
-    from vfl.distributed.context import start_ranks
-    from vfl.distributed.launch import rank_env
-    from vfl.obs.curves import preload_tensorboard
-    from vfl.obs.metrics import final_line, write_json
-    from vfl.session.link_probe import LinkCheckDone
-    from vfl.session.rejoin import REJOIN_ERRORS
-    from vfl.training.party import BottomParty, resolve_device, set_threads
-    from vfl.training.precision import warn_if_emulated
-    from vfl.training.run_size import run_size_warnings
-    from vfl.training.table_defaults import size_table_run
-
-    env = state.get("ranks") or rank_env()
-    if state.get("check_link") and env.distributed:
-        raise ConfigError("--check-link measures one process's links: run it with --ranks 1")
-    if env.distributed and cfg.privacy.label_dp is not None and cfg.privacy.label_dp.mechanism == "rr_prior":
-        raise ConfigError(
-            "privacy.label_dp.mechanism rr_prior (LP-2ST) runs on one rank only; use rr with --ranks N, or --ranks 1"
-        )
-    check_rank_options(cfg, env.distributed)
-    keys = party_keys(cfg)
-    if env.is_main:
-        preload_tensorboard()
-    set_threads(cfg.train.threads, (1 + len(cfg.network.followers)) * env.local_ranks)
-    shard = _labelled_shard(cfg)
-    device = resolve_device(cfg.train.device)
-    ctx = state["ctx"] = start_ranks(cfg, env, device, log)
-    label_key = _label_key(cfg, env, ctx, shard)
-    channel = state.get("channel")  # --resume auto: the leader's socket of its run before this one, kept
-    if channel is None:
-        channel = state["channel"] = _listen(cfg, env, keys, len(shard.all_ids()), log)
-    else:
-        log(f"leader {cfg.party}: listening again on {cfg.network.bind}, waiting for {list(cfg.network.followers)}")
-    if state.get("auto"):  # a follower still in the run this leader continues is told where it starts again
-        channel.rejoin_step = state["resume_step"]
-    psi = _intersect(cfg, env, ctx, channel, keys, shard, log)
-    cfg, sized = size_table_run(cfg, shard, log)  # a table's unset schedule and model, from its rows
-    if env.is_main:
-        for line in run_size_warnings(cfg.train.batch_size, cfg.train.epochs, len(shard.split("train"))):
-            log.warning(f"leader {cfg.party}: {line}")
-    party = BottomParty(cfg, shard, device)
-    warn_if_emulated(cfg.train.precision, party.device, log)
-    trainer = LeaderTrainer(cfg, channel, party, log, cfg.output.dir, label_key=label_key, ctx=ctx)
-    trainer.rejoin_auto = bool(state.get("auto"))  # --resume auto (vfl/session/rejoin.py)
-    try:
-        trainer.handshake(check_link=state.get("check_link", False))
-    except LinkCheckDone as done:
-        log(f"leader {cfg.party}: {done}")
-        ctx.close()
-        return
-    log(f"leader {cfg.party}: run {channel.run} with {list(cfg.network.followers)}")
-    try:
-        with ctx.collectives("training (DistributedDataParallel's gradient all-reduce)"):
-            trainer.prepare()
-            trainer.train()
-    except REJOIN_ERRORS:  # --resume auto starts the run again: this run's curves end here, undrawn
-        if trainer.loop is not None and trainer.loop.curves is not None:
-            trainer.loop.curves.abandon()
-        raise
-    trainer.finish(trainer.loop.history[-1]["epoch"], trainer.loop.global_step)
-    if trainer.loop.curves is not None:
-        # the PNG is drawn after the followers are released, not while they wait
-        trainer.loop.curves.close(trainer.loop.final["model_step"], shard.manifest.get("bayes_test_auc"))
-    metrics = trainer.metrics()
-    ctx.close()
-    if env.is_main:  # rank 0 writes the party's metrics (the per-rank figures were gathered in metrics())
-        metrics["psi"] = psi.as_dict()
-        if sized:
-            metrics["defaults"] = sized
-        write_json(os.path.join(cfg.output.dir, "metrics.json"), metrics)
-    log(final_line(metrics))
-
-
-def predict_body(cfg, args, log, state: dict) -> None:
-    """`python -m leader predict`: score the new rows of --rows with the followers (vfl/inference/predict/leader.py)."""
-    from vfl.align.psi.leader_side import leader_psi
-    from vfl.cli import party_keys
-    from vfl.distributed.launch import rank_env
-    from vfl.inference.predict.cli import checkpoint_of
-    from vfl.inference.predict.leader import LeaderPredictor
-    from vfl.obs.metrics import write_json
-    from vfl.training.party import resolve_device, set_threads
-
-    keys = party_keys(cfg)
-    set_threads(cfg.train.threads, 1 + len(cfg.network.followers))
-    device = resolve_device(cfg.train.device)
-    predictor = LeaderPredictor(cfg, checkpoint_of(args, cfg), args.rows, log, device, strict=args.strict)
-    state["rows"] = predictor.rows
-    channel = state["channel"] = _listen(cfg, rank_env(), keys, len(predictor.rows), log)
-
-    def psi(ids):
-        common, report = leader_psi(
-            channel, list(cfg.network.followers), ids, log, cfg.data.psi_max_peer_ids, verify=cfg.data.psi_verify
-        )
-        log(
-            f"leader {cfg.party}: PSI: {report.intersection} of {report.own_ids} new ids, {report.timing('the followers')}"
-        )
-        return common, report
-
-    report = predictor.run(channel, psi, state["out_dir"])
-    write_json(os.path.join(state["out_dir"], "predict.json"), report)
-    metrics = report.get("metrics") or {}
-    log(
-        f"leader {cfg.party}: scored {report['rows_scored']} rows ({report['rows_without_score']} without a score) in "
-        f"{report['predict_seconds']:.1f} s, {report['rows_per_second']:.0f} rows/s -> {report['files']['parquet']}"
-        + "".join(f" {k}: {v:.6f}" for k, v in metrics.items() if isinstance(v, float))
-    )
-
-
-def abort(state: dict, reason: str) -> None:
-    if "channel" in state:
-        state["channel"].abort_all(reason)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from vfl.inference.serve.cli import inference_subcommand
-
-    code = inference_subcommand(sys.argv[1:] if argv is None else argv, "leader")  # export, serve
-    if code is not None:
-        return code
-    args = sys.argv[1:] if argv is None else argv
-    if args and args[0] == "predict":
+    argv = sys.argv[1:] if argv is None else argv
+    command = argv[0] if argv else None
+    if command == "predict":
+        from leader.predict import predict
         from vfl.inference.predict.cli import predict_main
 
-        return predict_main(args[1:], "leader", predict_body, abort)
-    return party_main(argv, "leader", "--bind", body, abort)
+        return predict_main(argv[1:], "leader", predict)
+    if command == "serve":
+        from leader.serve import serve
+        from vfl.inference.serve.cli import serve_main
+
+        return serve_main(argv[1:], "leader", serve)
+    if command == "export":
+        from vfl.inference.export.cli import export_main
+
+        return export_main(argv[1:], "leader")
+    from leader.train import train
+    from vfl.cli import party_main
+
+    return party_main(argv, "leader", "--bind", train)
 
 
 if __name__ == "__main__":

@@ -90,7 +90,7 @@ class LeaderTrainer:
         party.train_model = self.ctx.wrap(party.model)
         # binary, K classes (K from the leader's shard) or regression; followers are never told the task or K
         self.task = leader_task(cfg.train.task, party.shard)
-        # the key store is opened before any follower connects (leader/__main__.py passes it): its problems never
+        # the key store is opened before any follower connects (leader/train.py passes it): its problems never
         # reach a follower
         # every number label DP needs (eps, mechanism, flip probability or transition, prior), read once from the config
         self.release = LabelDPRelease.from_config(cfg.privacy.label_dp, self.task)

@@ -2,28 +2,38 @@
 
 from __future__ import annotations
 
-import importlib
-
 _EXPORTS = {
-    "LabelDP": "privacy.label.label_dp",
-    "RegressionLabelDP": "privacy.label.regression_label_dp",
-    "binary_rr": "privacy.label.randomized_response",
-    "debias_count": "privacy.label.randomized_response",
-    "flip_probability": "privacy.label.randomized_response",
-    "kary_rr": "privacy.label.randomized_response",
-    "keep_probability": "privacy.label.randomized_response",
-    "laplace_label": "privacy.label.regression_mechanisms",
-    "rr_on_bins": "privacy.label.regression_mechanisms",
-    "rr_on_bins_design": "privacy.label.regression_mechanisms",
-    "unbiased_design": "privacy.label.regression_mechanisms",
-    "unbiased_label": "privacy.label.regression_mechanisms",
+    "privacy.label.label_dp": ("LabelDP",),
+    "privacy.label.regression_label_dp": ("RegressionLabelDP",),
+    "privacy.label.randomized_response": (
+        "binary_rr",
+        "debias_count",
+        "flip_probability",
+        "kary_rr",
+        "keep_probability",
+    ),
+    "privacy.label.regression_mechanisms": (
+        "laplace_label",
+        "rr_on_bins",
+        "rr_on_bins_design",
+        "unbiased_design",
+        "unbiased_label",
+    ),
 }
-__all__ = list(_EXPORTS)
+__all__ = sorted(name for names in _EXPORTS.values() for name in names)
 
 
 def __getattr__(name: str):
     """Imported on first use, so that `privacy.field_types` and `privacy.domains` (read by every config) do not pull in
-    numpy."""
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'privacy' has no attribute {name!r}")
+    numpy; each module by its name, so the import graph sees it."""
+    if name in _EXPORTS["privacy.label.label_dp"]:
+        from privacy.label import label_dp as module
+    elif name in _EXPORTS["privacy.label.regression_label_dp"]:
+        from privacy.label import regression_label_dp as module
+    elif name in _EXPORTS["privacy.label.randomized_response"]:
+        from privacy.label import randomized_response as module
+    elif name in _EXPORTS["privacy.label.regression_mechanisms"]:
+        from privacy.label import regression_mechanisms as module
+    else:
+        raise AttributeError(f"module 'privacy' has no attribute {name!r}")
+    return getattr(module, name)

@@ -174,6 +174,14 @@ def run_party(cfg: PartyConfig, log, body, abort) -> int:
             log.warning(f"warning: releasing the process group of the ranks failed: {one_line(e)}")
 
 
+def abort_peers(state: dict, reason: str) -> None:
+    """Tell the peers of a command's channel (state["channel"], if it has one yet) why this party stops: a leader's
+    channel tells every follower (abort_all), a follower's the leader (abort)."""
+    channel = state.get("channel")
+    if channel is not None:
+        (getattr(channel, "abort_all", None) or channel.abort)(reason)
+
+
 def peer_reason(party: str, e: BaseException) -> str | None:
     """The ABORT reason the peers are told of a failure (None: a PeerAbort, which they sent): the project's own
     sentences as they are; the budget's and the key store's details, a library's text or a traceback never (they
@@ -265,11 +273,11 @@ def internal_error_reason(party: str) -> str:
     return f"{party} stopped on an internal error; see its log"
 
 
-def party_main(argv: list[str] | None, role: str, endpoint_flag: str, body, abort) -> int:
-    """Entry point of `python -m leader|follower`: parse, validate, run body(cfg, log, state) guarded.
+def party_main(argv: list[str] | None, role: str, endpoint_flag: str, train) -> int:
+    """`python -m leader|follower` (training): parse, validate, run the role's train(cfg, log, state) guarded.
 
-    body may put its channel in state["channel"]; abort(state, reason) tells the peers; the channel
-    and the log are closed whatever happens.
+    train may put its channel in state["channel"]; abort_peers tells the peers; the channel and the log are closed
+    whatever happens.
     """
     from vfl.obs.logs import RunLog, set_verbosity
 
@@ -314,7 +322,7 @@ def party_main(argv: list[str] | None, role: str, endpoint_flag: str, body, abor
         party_keys(ready)
         log(f"{role} {cfg.party}: config, keys and data checked ({ready.data.path}); loading torch and the model")
         try:
-            body(ready, log, state)
+            train(ready, log, state)
         except REJOIN_ERRORS as e:  # --resume auto: start again from a common step (vfl/session/rejoin.py)
             if not auto:
                 raise
@@ -322,7 +330,7 @@ def party_main(argv: list[str] | None, role: str, endpoint_flag: str, body, abor
             log(rejoin_line(e, state["rejoin"]))
 
     def run_once(cfg: PartyConfig) -> int:
-        return run_party(cfg, log, lambda: checked_body(cfg), lambda reason: abort(state, reason))
+        return run_party(cfg, log, lambda: checked_body(cfg), lambda reason: abort_peers(state, reason))
 
     try:
         if auto:

@@ -27,7 +27,7 @@ if not reusable(shards, raw, parties, opts)[0]:
     prepare(raw, shards, parties, opts)
 
 # %% 3. Train: the leader and the follower as two local processes over CurveZMQ (the CLI commands)
-from vfl.api import simulate
+from vfl_api import simulate
 
 history = simulate(
     "examples/wide_deep_criteo/leader.yaml",

@@ -324,19 +324,20 @@ def test_the_python_api_tells_the_peers_what_the_command_line_tells_them(
     tmp_path, shards_small, monkeypatch, error, told
 ):
     # Prepare: Leader.fit() whose body fails with a text that names the leader's paths or ledger
-    import leader.__main__ as leader_main
+    import leader.train
+    import vfl.cli
     from privacy.label.ledger.store import LabelDPBudgetError
-    from vfl.api import Leader
+    from vfl_api import Leader
 
     if error == "budget":
         error = LabelDPBudgetError("label DP: ... to 9, over privacy.label_dp.budget 8; ledger /home/leader/ledger")
     sent = []
 
-    def body(cfg, log, state):
+    def train(cfg, log, state):
         raise error
 
-    monkeypatch.setattr(leader_main, "body", body)
-    monkeypatch.setattr(leader_main, "abort", lambda state, reason: sent.append(reason))
+    monkeypatch.setattr(leader.train, "train", train)
+    monkeypatch.setattr(vfl.cli, "abort_peers", lambda state, reason: sent.append(reason))
     cfgs = party_configs(str(tmp_path), str(shards_small))
     # Execute
     with pytest.raises(type(error)):

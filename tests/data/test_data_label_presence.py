@@ -40,7 +40,7 @@ def _follower_file(tmp_path) -> str:
 
 def _psi_ids(tmp_path, name: str, lines: list[str], num_classes: int, *flags: str):
     """The ids the follower learns from the PSI with a leader that prepared `lines` (the leader's PSI input is its
-    shard's ids, PartyShard.all_ids: leader/__main__._intersect), or REFUSED and the one-line error."""
+    shard's ids, PartyShard.all_ids: leader/psi.intersect), or REFUSED and the one-line error."""
     path = tmp_path / f"{name}.tsv"
     path.write_text("\n".join(lines) + "\n")
     out = tmp_path / name

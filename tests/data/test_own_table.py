@@ -81,7 +81,7 @@ def test_csv_and_parquet_of_the_same_rows_give_identical_shards(tmp_path):
 
 def test_the_python_api_trains_on_each_partys_dataframe(tmp_path):
     # Prepare: each party's config (a dict with data.schema) and its own DataFrame, nothing written by hand
-    from vfl.api import simulate
+    from vfl_api import simulate
 
     frames = own_table(3000, seed=1)
     cfgs = party_configs(

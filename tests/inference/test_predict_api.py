@@ -19,9 +19,9 @@ def test_simulate_predict_on_dataframes_reproduces_the_runs_test_metrics_and_lea
     tmp_path, procs
 ):
     # Prepare: train on each party's DataFrame (simulate prepares them under their schemas)
-    from vfl.api import Leader, simulate, simulate_predict
     from vfl.data.shards import PartyShard
     from vfl.obs.metrics import test_metrics
+    from vfl_api import Leader, simulate, simulate_predict
 
     frames = own_table(1500, seed=1)
     cfgs = party_configs(
@@ -76,22 +76,20 @@ def test_an_in_process_prediction_that_fails_tells_the_followers_no_path_of_the_
     error in the caller's process, and the ABORT its followers get is the CLI's (vfl.cli.run_party: the category of
     the failure), not the exception's text with the leader's paths; before, the text went to every follower."""
     # Prepare: a leader whose predict body opens its channel, then fails on a path of its own
-    import leader.__main__ as leader_main
     import vfl.cli
     from vfl.config.schema import load_config
-    from vfl.inference.predict.in_process import predict_in_process
+    from vfl_api.in_process import predict_in_process
 
     cfg = load_config(party_configs(str(tmp_path), str(tmp_path / "shards"))["leader"])
     told = []
     secret = str(tmp_path / "private" / "predictions.parquet")
 
-    def body(cfg, args, log, state):
+    def predict(cfg, args, log, state):
         state["channel"] = SimpleNamespace(abort_all=told.append, close=lambda: None)
         raise PermissionError(13, "Permission denied", secret)
 
     monkeypatch.setattr(vfl.cli, "party_keys", lambda cfg: None)
-    monkeypatch.setattr(leader_main, "predict_body", body)
     # Execute / Assert: the caller gets the error itself; the follower is told one line without the path
     with pytest.raises(PermissionError, match="Permission denied"):
-        predict_in_process(cfg, "leader", str(tmp_path / "rows.csv"), None, None, str(tmp_path / "out"))
+        predict_in_process(cfg, predict, str(tmp_path / "rows.csv"), None, None, str(tmp_path / "out"))
     assert len(told) == 1 and told[0].startswith("leader") and str(tmp_path) not in told[0], told

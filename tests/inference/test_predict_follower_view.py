@@ -71,8 +71,8 @@ def test_the_leader_asks_for_a_window_of_ranges_before_the_first_cut_returns(tra
     """Prediction streams: PREDICT_WINDOW ranges are out before the leader awaits the first cut, and never more, so a
     long round trip is paid a few times, not once a range (the scores are the same: test above)."""
     # Prepare: ranges of 16 rows; the in-memory leader channel records what the leader posts and awaits
+    from leader.predictor import PREDICT_WINDOW
     from tests.support import memory_channels as memory
-    from vfl.inference.predict.leader import PREDICT_WINDOW
 
     log = []
 

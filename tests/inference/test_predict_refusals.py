@@ -18,11 +18,11 @@ def test_a_checkpoint_of_another_step_is_refused_naming_both_sides(trained, tmp_
 
     import torch
 
+    from follower.predictor import FollowerPredictor
+    from leader.predictor import LeaderPredictor
     from tests.support.memory_channels import MemoryFollowerChannel, MemoryLeaderChannel, _Queues
     from vfl.cli import run_party
     from vfl.config.schema import load_config
-    from vfl.inference.predict.follower import FollowerPredictor
-    from vfl.inference.predict.leader import LeaderPredictor
     from vfl.obs.logs import RunLog, message_of
     from vfl.wire.messages import Abort
 
@@ -84,8 +84,8 @@ def test_the_fingerprint_refuses_another_run_another_key_and_another_config(trai
     import dataclasses
     from types import SimpleNamespace
 
+    from leader.predictor import LeaderPredictor
     from vfl.config.schema import load_config
-    from vfl.inference.predict.leader import LeaderPredictor
     from vfl.runs.record import check_own, key_fingerprints, pair_fingerprint
     from vfl.training.checkpoint import load_checkpoint
     from vfl.wire import PROTOCOL_VERSION

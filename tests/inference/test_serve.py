@@ -35,8 +35,8 @@ def predicted(trained) -> dict[int, float]:
     """{id: score} of 150 customers of the test split (held by both parties) by batch prediction: `simulate_predict`,
     i.e. `python -m leader|follower predict` on those rows of the parties' own files (equal to the training run's
     evaluation to 1e-6, tests/inference/test_predict.py)."""
-    from vfl.api import simulate_predict
     from vfl.data.ids import ids64
+    from vfl_api import simulate_predict
 
     tmp, cfgs, frames = trained["tmp"], trained["cfgs"], trained["frames"]
     test_ids = set(np.load(tmp / "shards" / "leader" / "test" / "ids.npy").tolist())

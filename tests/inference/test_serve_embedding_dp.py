@@ -50,8 +50,8 @@ def _serve_follower(procs: Procs, cfg: str, endpoint: str, log: str) -> None:
 
 
 def test_a_leader_asking_for_one_customer_again_and_again_gets_one_release(trained):
-    from vfl.api import simulate_predict
     from vfl.data.ids import ids64
+    from vfl_api import simulate_predict
 
     # Prepare: a customer of the test split both parties hold; both parties serving the final checkpoints
     tmp, cfgs, frames = trained["tmp"], trained["cfgs"], trained["frames"]

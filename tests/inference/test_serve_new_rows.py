@@ -165,8 +165,8 @@ def _post(port: int, ids: list) -> tuple[int, dict]:
 
 
 def test_serve_scores_new_customers_as_batch_prediction_does_and_asks_only_about_ids_a_party_holds(run, tmp_path):
-    from vfl.api import simulate_predict
     from vfl.data.ids import ids64
+    from vfl_api import simulate_predict
 
     # Prepare: batch prediction's scores of the new customers (each party's own file, its frozen transforms)
     bank_new, telco_new = run["new_frames"]["bank"], run["new_frames"]["telco"]

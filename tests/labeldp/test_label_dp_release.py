@@ -209,7 +209,7 @@ def test_a_release_over_the_budget_is_refused_before_any_label_is_drawn_and_noth
     monkeypatch.setattr(mechanisms_module, "randomize_binary_once", lambda *a: drawn.append(a) or real(*a))
     release = LabelDPRelease.from_config(LabelDPConfig(eps=2.0, store_dir=str(tmp_path / "store"), budget=8.0))
     # Execute
-    with pytest.raises(LabelDPBudgetError) as early:  # before any follower connects (leader/__main__.py)
+    with pytest.raises(LabelDPBudgetError) as early:  # before any follower connects (leader/train.py)
         release.check_budget(open_label_key(str(tmp_path / "store"), None, PartyShard(str(shards_small / "leader"))))
     with pytest.raises(LabelDPBudgetError) as at_draw:
         _labels(shards_small, tmp_path / "store", eps=2.0, budget=8.0)

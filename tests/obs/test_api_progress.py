@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from vfl.api import _Progress
+from vfl_api.local_run import _Progress
 
 
 def test_the_latest_new_log_line_is_printed_and_a_quiet_log_prints_nothing_more(tmp_path, capsys):

@@ -177,7 +177,7 @@ def test_notebook_example_trains_through_the_api_and_leaves_curves(tmp_path):
 
 def test_simulate_names_the_party_that_failed(tmp_path, shards_small):
     # Prepare
-    from vfl.api import simulate
+    from vfl_api import simulate
 
     # Execute
     with pytest.raises(RuntimeError) as e:
@@ -198,7 +198,7 @@ def test_leader_and_follower_objects_fit_in_this_process(tmp_path, shards_small)
     import threading
 
     from tests.support.party_processes import party_configs
-    from vfl.api import Follower, Leader
+    from vfl_api import Follower, Leader
 
     cfgs = party_configs(str(tmp_path), str(shards_small), train={"epochs": 2})
     leader, follower = Leader(cfgs["leader"], train__lr=2e-2), Follower(cfgs["follower0"], train__lr="2e-2")

@@ -1,7 +1,8 @@
 """The layering the tree promises (docs/layout.md): which package may import which, and no loop between modules or packages.
 
-Also: only entry points import the party CLI's shared code (vfl/cli.py), and every import by a computed name is a
-known one. Every import counts, including the lazy ones inside functions and imports by a string literal: a cycle
+Roles at the top, machinery below: vfl/ imports no role (leader, follower) and not the Python API (vfl_api) that
+stands above both; a role imports neither the other role nor the API. Also: only entry points import the party CLI's
+shared code (vfl/cli.py), and every import by a computed name is a known one. Every import counts, including the lazy ones inside functions and imports by a string literal: a cycle
 through a function-level import is still a cycle a reader has to untangle. Each rule has a power test that plants a
 violation and sees it reported. The tree's conventions (file names, docstrings, the tests' own imports and packages)
 are tests/repo/test_tree_conventions.py.
@@ -22,10 +23,17 @@ from tests.support.import_graph import (
 
 # (modules under this prefix, may not import modules under these prefixes, why)
 RULES = (
-    ("privacy", ("vfl", "leader", "follower", "zmq"), "the mechanisms are pure maths, usable without the framework"),
+    (
+        "privacy",
+        ("vfl", "vfl_api", "leader", "follower", "zmq"),
+        "the mechanisms are pure maths, usable without the framework",
+    ),
     ("vfl", ("leader", "follower"), "the framework never imports a role"),
+    ("vfl", ("vfl_api",), "the framework never imports the Python API, which stands above the roles"),
     ("leader", ("follower",), "a role never imports another role"),
     ("follower", ("leader",), "a role never imports another role"),
+    ("leader", ("vfl_api",), "a role never imports the Python API, which stands above it"),
+    ("follower", ("vfl_api",), "a role never imports the Python API, which stands above it"),
     (
         "vfl.wire",
         ("vfl.training", "vfl.labeldp", "vfl.models", "vfl.data", "torch"),
@@ -60,19 +68,19 @@ HORIZONTAL = "vfl.horizontal"
 
 
 # the party entry points' shared code (arguments, overrides, the guarded run): imported by entry points only, that is
-# a package's __main__, a `cli` module, and the Python API that runs a command's body in its own process
+# a package's __main__, a `cli` module, a role's command module (its one entry function, which __main__ dispatches
+# to) and the Python API that runs a role's entry function in its own process
 PARTY_CLI = "vfl.cli"
 
 
-API_ENTRY_POINTS = ("vfl.api", "vfl.inference.predict.in_process")
+ROLES = ("leader", "follower")
+ROLE_COMMANDS = ("train", "predict", "serve")
+API = "vfl_api"
 
 
 # the modules that import by a name computed at run time, which no rule here can follow (shrink only), and why
 KNOWN_DYNAMIC_IMPORTS = {
     "vfl/models/user_module.py": "a party's own module, by the import path its config names",
-    "privacy/__init__.py": "the package's exports, each imported on first use",
-    "vfl/api.py": "the role's command body, reached by the role's name",
-    "vfl/inference/predict/in_process.py": "the role's predict body, reached by the role's name",
 }
 
 
@@ -99,7 +107,8 @@ def violations(modules: dict[str, set[str]]) -> list[str]:
 
 
 def is_entry_point(name: str) -> bool:
-    return name.rsplit(".", 1)[-1] in ("__main__", "cli") or name in API_ENTRY_POINTS
+    role_commands = {f"{role}.{command}" for role in ROLES for command in ROLE_COMMANDS}
+    return name.rsplit(".", 1)[-1] in ("__main__", "cli") or name in role_commands or under(name, API)
 
 
 def cli_violations(modules: dict[str, set[str]]) -> list[str]:
@@ -142,6 +151,36 @@ def test_the_layer_rules_report_a_planted_violation():
     assert [b for b in bad if b.startswith("vfl.data.ids")] == [
         "vfl.data.ids imports privacy.embedding_noise (data uses only the public hashes (privacy.public_hash), field "
         "types, the AUC (privacy.rank_metrics) and durable writes (privacy.durable_files), never a mechanism)"
+    ]
+
+
+def test_the_roles_rule_reports_the_framework_or_a_role_reaching_up():
+    """Power: a module of vfl/ importing a role (even lazily) or the Python API, a role importing the other role or
+    the API, are each reported; the API importing both roles' entry functions and a role importing vfl are not."""
+    # Prepare
+    sources = {
+        "vfl.inference.serve.cli": "def f():\n    from leader.serve import serve\n",
+        "vfl.inference.predict.cli": "import follower.predict\n",
+        "vfl.cli": "from vfl_api import Leader\n",
+        "leader.predict": "from follower.predictor import FollowerPredictor\n",
+        "follower.serve": "from vfl_api.roles import party_config\n",
+        "vfl_api.roles": "from leader.train import train\nfrom follower.train import train as t\n",
+        "leader.train": "from vfl.cli import party_keys\n",
+    }
+    modules = {name: imports_of(source, name, False) for name, source in sources.items()}
+    # Execute
+    bad = violations(modules)
+    # Assert
+    assert [b.split(" (")[0] for b in bad] == [
+        "follower.serve imports vfl_api.roles",
+        "follower.serve imports vfl_api.roles.party_config",
+        "leader.predict imports follower.predictor",
+        "leader.predict imports follower.predictor.FollowerPredictor",
+        "vfl.cli imports vfl_api",
+        "vfl.cli imports vfl_api.Leader",
+        "vfl.inference.predict.cli imports follower.predict",
+        "vfl.inference.serve.cli imports leader.serve",
+        "vfl.inference.serve.cli imports leader.serve.serve",
     ]
 
 
@@ -224,12 +263,14 @@ def test_a_dynamic_import_is_followed_or_reported():
     """Power: an import of a role by a string literal counts as an import (the roles rule reports it); one by a
     computed name is counted as one the rules cannot follow."""
     # Prepare
-    literal = "import importlib\ndef f():\n    return importlib.import_module('leader.__main__')\n"
-    computed = "def f(role):\n    return __import__(f'{role}.__main__', fromlist=['body'])\n"
+    literal = "import importlib\ndef f():\n    return importlib.import_module('leader.train')\n"
+    computed = "def f(role):\n    return __import__(f'{role}.train', fromlist=['train'])\n"
     # Execute
-    modules = {"vfl.api": imports_of(literal, "vfl.api", False)}
+    modules = {"vfl.inference.predict.cli": imports_of(literal, "vfl.inference.predict.cli", False)}
     # Assert
-    assert violations(modules) == ["vfl.api imports leader.__main__ (the framework never imports a role)"]
+    assert violations(modules) == [
+        "vfl.inference.predict.cli imports leader.train (the framework never imports a role)"
+    ]
     assert (computed_imports(literal), computed_imports(computed)) == (0, 1)
 
 
@@ -243,17 +284,22 @@ def test_only_entry_points_import_the_party_cli():
 
 
 def test_a_library_module_importing_the_party_cli_is_reported():
-    """Power: a data entry point's helper or a config module importing vfl.cli is reported; a __main__, a cli module
-    and the Python API are not."""
+    """Power: a data entry point's helper, a config module or a role's trainer importing vfl.cli is reported; a
+    __main__, a cli module, a role's command module and the Python API are not."""
     # Prepare
     planted = {
         "vfl.data.prepare": {"vfl.cli", "vfl.cli.command_name"},
         "vfl.config.schema": {"vfl.cli.fail"},
+        "leader.trainer": {"vfl.cli.party_keys"},
         "vfl.data.__main__": {"vfl.cli.fail"},
         "vfl.inference.serve.cli": {"vfl.cli.party_keys"},
-        "vfl.api": {"vfl.cli.party_keys"},
+        "leader.train": {"vfl.cli.party_keys"},
+        "follower.serve": {"vfl.cli.party_keys"},
+        "vfl_api.in_process": {"vfl.cli.party_keys"},
     }
     # Execute
     bad = cli_violations(planted)
     # Assert
-    assert len(bad) == 3 and all(b.startswith(("vfl.data.prepare ", "vfl.config.schema ")) for b in bad)
+    assert len(bad) == 4 and all(
+        b.startswith(("vfl.data.prepare ", "vfl.config.schema ", "leader.trainer ")) for b in bad
+    )

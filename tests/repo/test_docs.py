@@ -101,7 +101,7 @@ def layout_listing(text: str) -> tuple[set[str], list[str]]:
 
 
 def library_modules(root: pathlib.Path = ROOT) -> set[str]:
-    """Every module of the four packages but their __init__ and __main__ (`python -m` names those)."""
+    """Every module of the library's packages but their __init__ and __main__ (`python -m` names those)."""
     return {
         p.relative_to(root).as_posix()
         for pkg in LIBRARY
@@ -162,7 +162,7 @@ def test_the_readme_is_a_front_door():
         "bash scripts/run_vfl_train_local.sh",
         "bash scripts/test.sh",
         "privacy.label_dp.eps",
-        "from vfl.api import",
+        "from vfl_api import",
     ):
         assert needed in text, needed
     assert "(docs/" in text  # the map of the documentation

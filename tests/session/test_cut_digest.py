@@ -155,7 +155,7 @@ def _follower_predicting(ids: np.ndarray):
     first 2 columns of ones (the handler's checks are under test, not the model)."""
     import torch
 
-    from vfl.inference.predict.follower import FollowerPredictor
+    from follower.predictor import FollowerPredictor
     from vfl.session.cut_release import CutRelease
 
     f = object.__new__(FollowerPredictor)

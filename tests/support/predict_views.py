@@ -50,12 +50,12 @@ def follower_view(trained, tmp_path, monkeypatch, leader_rows, follower_rows, pe
 
     import torch
 
+    from follower.predictor import FollowerPredictor
+    from leader.predictor import LeaderPredictor
     from tests.support.memory_channels import MemoryFollowerChannel, MemoryLeaderChannel, _Queues
     from vfl.align.psi.follower_side import follower_psi
     from vfl.align.psi.leader_side import leader_psi
     from vfl.config.schema import load_config
-    from vfl.inference.predict.follower import FollowerPredictor
-    from vfl.inference.predict.leader import LeaderPredictor
     from vfl.obs.logs import RunLog
     from vfl.wire.messages import Abort
     from vfl.wire.predict_messages import PredictDone
@@ -94,7 +94,7 @@ def follower_view(trained, tmp_path, monkeypatch, leader_rows, follower_rows, pe
             follower.run(follower_channel, follower_side_psi)
         except Exception as e:  # noqa: BLE001 - the planted leak makes the follower refuse; its view is still kept
             errors.append(e)
-            follower_channel.post(Abort(f"follower0: {e}"))  # as follower/__main__.py: the leader is told at once
+            follower_channel.post(Abort(f"follower0: {e}"))  # as vfl.cli.run_party: the leader is told at once
 
     thread = threading.Thread(target=follow, name="follower0-view", daemon=True)
     thread.start()

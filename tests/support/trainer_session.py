@@ -68,7 +68,7 @@ class Session:
             self.follower.run()
         except BaseException as e:  # noqa: BLE001 - handed to the test thread
             self.error = e
-            if not isinstance(e, PeerAbort):  # as follower/__main__.py: the leader is told why
+            if not isinstance(e, PeerAbort):  # as vfl.cli.run_party: the leader is told why
                 self.follower_ch.post(Abort(f"follower0: {e}"))
 
     def __enter__(self) -> Session:
@@ -77,7 +77,7 @@ class Session:
         return self
 
     def __exit__(self, *exc) -> None:
-        if exc[0] is not None:  # the leader failed: the follower is told, as leader/__main__.py tells it
+        if exc[0] is not None:  # the leader failed: the follower is told, as vfl.cli.run_party tells it
             self.leader_ch.abort_all(f"test failed: {exc[1]}")
         self.thread.join(TIMEOUT_S + 5)
         assert not self.thread.is_alive(), "the follower thread did not end"

@@ -1,6 +1,6 @@
 """Where a training step's time goes: named parts timed with perf_counter, summed per process, with the residual.
 
-One StepTimer per thread (TIMER: the leader and a follower may train in one process, as vfl.api's
+One StepTimer per thread (TIMER: the leader and a follower may train in one process, as vfl_api's
 simulate does, each in its own thread). Parts nest: a part's time excludes the parts timed inside it, so the
 parts of a step add up to the step's wall time less the untimed Python between them (the residual).
 On CUDA, kernels run asynchronously: set `sync` (torch.cuda.synchronize) so a part ends when its kernels do.

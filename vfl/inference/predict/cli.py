@@ -46,9 +46,10 @@ def _arguments(role: str) -> argparse.ArgumentParser:
     return ap
 
 
-def predict_main(argv: list[str], role: str, body, abort) -> int:
-    """Parse, load the config, run body(cfg, args, log, state) under run_party (one-line errors, ABORT to peers)."""
-    from vfl.cli import config_or_exit, fail, run_party
+def predict_main(argv: list[str], role: str, predict) -> int:
+    """Parse, load the config, run the role's predict(cfg, args, log, state) under run_party (one-line errors, ABORT
+    to the peers)."""
+    from vfl.cli import abort_peers, config_or_exit, fail, run_party
     from vfl.config.schema import ConfigError
     from vfl.data.errors import DataError
     from vfl.obs.logs import RunLog, set_verbosity
@@ -82,7 +83,7 @@ def predict_main(argv: list[str], role: str, body, abort) -> int:
     if found:
         log(f"{cfg.party}: from --run {args.run}: {', '.join(found)}")
     try:
-        return run_party(cfg, log, lambda: body(cfg, args, log, state), lambda reason: abort(state, reason))
+        return run_party(cfg, log, lambda: predict(cfg, args, log, state), lambda reason: abort_peers(state, reason))
     finally:
         if "channel" in state:
             state["channel"].close()
@@ -94,9 +95,3 @@ def predict_main(argv: list[str], role: str, body, abort) -> int:
 def _out_dir(args, cfg) -> str:
     given = getattr(args, "predictions_out", None)
     return given or os.path.join(cfg.output.dir, "predict")
-
-
-def checkpoint_of(args, cfg) -> str:
-    from vfl.runs.layout import default_checkpoint
-
-    return args.checkpoint or default_checkpoint(cfg, cfg.output.dir)

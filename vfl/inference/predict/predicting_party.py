@@ -2,7 +2,7 @@
 
 Its checkpoint is checked against its config and keys; its models are vfl/inference/trained_party.py's (the bottom in
 eval mode; the leader's top); its new rows go through its frozen transforms. The leader's and a follower's predictors
-(vfl/inference/predict/leader.py, follower.py) both start from it.
+(leader/predictor.py, follower/predictor.py) both start from it.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@
     python -m leader serve --config leader.yaml [--run RUN_DIR] [--new-rows PATH] [--http 127.0.0.1:8080]
                            [--deadline-ms 1000] [--max-connections 64] [--max-per-address 16] [--read-timeout-s 10]
 
+The arguments and the guarded run of both; what each role runs is its serve() (leader/serve.py, follower/serve.py).
 Each party loads its final (selected) checkpoint and its prepared shard, and with --new-rows the rows of ids it has
 not prepared (vfl/inference/serve/serving_rows.py); they talk over CurveZMQ with the training
 keys (network.bind / network.connect, the same YAML); the leader listens for clients on --http (127.0.0.1 by
@@ -14,8 +15,6 @@ default: the endpoint has no authentication of its own, so it stays local unless
 from __future__ import annotations
 
 import os
-import signal
-import threading
 
 
 def _arguments(role: str):
@@ -79,8 +78,10 @@ def _arguments(role: str):
     return ap
 
 
-def serve_main(argv: list[str] | None, role: str) -> int:
-    from vfl.cli import config_or_exit, fail, run_party
+def serve_main(argv: list[str] | None, role: str, serve) -> int:
+    """Parse, load the config, run the role's serve(cfg, args, log, state) under run_party (one-line errors, ABORT to
+    the peers), and close what it started."""
+    from vfl.cli import abort_peers, config_or_exit, fail, run_party
     from vfl.config.schema import ConfigError
     from vfl.data.errors import DataError
     from vfl.obs.logs import RunLog
@@ -106,14 +107,8 @@ def serve_main(argv: list[str] | None, role: str) -> int:
     if found:
         log(f"{cfg.party}: from --run {args.run}: {', '.join(found)}")
     state: dict = {}
-    body = _leader_body if role == "leader" else _follower_body
-
-    def abort(reason: str) -> None:
-        if "channel" in state:
-            (state["channel"].abort_all if role == "leader" else state["channel"].abort)(reason)
-
     try:
-        return run_party(cfg, log, lambda: body(cfg, args, log, state), abort)
+        return run_party(cfg, log, lambda: serve(cfg, args, log, state), lambda reason: abort_peers(state, reason))
     finally:
         for key in ("http", "worker"):
             if key in state:
@@ -129,152 +124,3 @@ def serve_main(argv: list[str] | None, role: str) -> int:
         if "new_rows" in state:
             state["new_rows"].close()
         log.close()
-
-
-def _follower_body(cfg, args, log, state: dict) -> None:
-    from vfl.cli import party_keys
-    from vfl.inference.serve.follower import ServeLimits, serve_follower
-
-    limits = ServeLimits(args.max_rows, args.rows_per_s, args.id_log_mb)
-    limits.check()  # a bad limit is refused before the keys are read
-    serve_follower(cfg, party_keys(cfg), limits, args.checkpoint, log, state, args.engine, args.new_rows)
-
-
-def _leader_body(cfg, args, log, state: dict) -> None:
-    from vfl.inference.serve.follower import STOPPED
-    from vfl.inference.serve.http_clients import ClientLimits
-
-    limits = ClientLimits(args.max_connections, args.max_per_address, args.read_timeout_s)
-    http = start_leader(
-        cfg, args.http, args.max_rows, args.deadline_ms, args.checkpoint, log, state, args.engine, limits, args.new_rows
-    )
-    stop = threading.Event()
-
-    def on_signal(signum, frame) -> None:
-        stop.set()
-        threading.Thread(target=http.shutdown, daemon=True).start()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
-    http.serve_forever(poll_interval=0.5)
-    if stop.is_set():
-        state["channel"].abort_all(f"{cfg.party} {STOPPED}")
-        log(f"leader {cfg.party}: stopped after {state['worker'].batches} batches, {state['worker'].rows} rows")
-
-
-def start_leader(
-    cfg,
-    http: str,
-    max_rows: int,
-    deadline_ms: int,
-    checkpoint: str | None,
-    log,
-    state: dict,
-    engine: str = "onnx",
-    limits=None,
-    new_rows: str | None = None,
-):
-    """Load the leader's model and table (and the new rows of `new_rows`, a file or directory), greet every follower,
-    start the worker; returns the HTTP server (not yet serving) bounding its clients by `limits` (a ClientLimits;
-    None: the defaults)."""
-    import numpy as np
-    import torch
-
-    from vfl.cli import party_keys
-    from vfl.data.shards import PartyShard
-    from vfl.inference.export.onnx_engine import fast_forward, head_module
-    from vfl.inference.party_model import RowTable, load_party_model, scorer, top_in_dim
-    from vfl.inference.serve.http_clients import ClientLimits
-    from vfl.inference.serve.http_endpoint import ScoreHTTPServer
-    from vfl.inference.serve.leader import ScoringWorker
-    from vfl.inference.serve.serving_rows import ServingRows
-    from vfl.runs.record import checkpoint_hello_problems
-    from vfl.session.leader import HandshakeError, LeaderSession
-    from vfl.training.party import set_threads
-    from vfl.wire import PROTOCOL_VERSION, LeaderChannel
-    from vfl.wire.serve_messages import MAX_SERVE_ROWS, ServeHello, ServeWelcome, follower_message_bytes
-
-    if not 1 <= max_rows <= MAX_SERVE_ROWS:
-        raise ValueError(f"--max-rows must be in [1, {MAX_SERVE_ROWS}], got {max_rows}")
-    limits = limits or ClientLimits()
-    limits.check()
-    host, _, port = http.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"--http must be HOST:PORT, got {http!r}")
-    keys = party_keys(cfg)
-    set_threads(cfg.train.threads or 1, 1)
-    shard = PartyShard(cfg.data.path)
-    if not shard.has_labels:
-        raise ValueError(f"data.path {cfg.data.path} holds no labels: the leader serves its labelled shard")
-    checkpoint = checkpoint or os.path.join(cfg.output.dir, "checkpoints", f"{cfg.party}_final.pt")
-    bottom, top, ckpt, record = load_party_model(cfg, shard, checkpoint)
-    model = scorer(bottom, top, shard.task)
-    table = state["new_rows"] = ServingRows(RowTable(shard), new_rows, cfg.data.path, cfg.output.dir, log)
-    table.start()
-    step = int(record["model_step"])
-    channel = state["channel"] = LeaderChannel(
-        cfg.network.bind,
-        cfg.network.followers,
-        keys,
-        cfg.network.timeout_s,
-        cfg.party,
-        max_message_bytes=follower_message_bytes(0, {}),  # a SERVE_HELLO; raised to a batch's SERVE_CUT below
-        notice=log,
-    )
-    log(f"leader {cfg.party}: serving step {step} ({len(table)} rows by id); waiting for {list(cfg.network.followers)}")
-    session = LeaderSession(cfg, channel)
-
-    def check(f: str, hello: ServeHello) -> list[str]:  # its sentences reach f: no path of the leader's in them
-        return checkpoint_hello_problems(record, f, hello, "its checkpoint", PROTOCOL_VERSION)
-
-    hellos = session.greet(
-        ServeHello, check, lambda f: f"SERVE_HELLO from {f} (start `python -m follower serve` there)", "serving refused"
-    )
-    for f, link in session.links.items():  # a request's latency is at least one round trip to every follower
-        log(f"leader {cfg.party}: link to {f}: {link.describe()} (timed at its SERVE_HELLO)")
-    width = sum(session.cut_dims[f] for f in cfg.network.followers) + cfg.model.bottom.cut_dim
-    if width != top_in_dim(top):
-        raise HandshakeError(
-            f"serving refused: the cuts are {width} wide ({session.cut_dims}), the top model reads {top_in_dim(top)}"
-        )
-    session.start_run({f: h.nonce for f, h in hellos.items()}, lambda f: ServeWelcome(channel.run, hellos[f].nonce))
-    rows = min([max_rows, *(h.max_rows for h in hellos.values())])
-    channel.max_message_bytes = follower_message_bytes(rows, session.cut_dims)
-    worker = state["worker"] = ScoringWorker(
-        channel, list(cfg.network.followers), session.cut_dims, model, table, shard.task, rows
-    )
-    sample = table.snapshot().features(np.arange(min(256, len(table))))
-    worker.bottom_fn = fast_forward(model.bottom, ["dense", "dense_missing", "cat"], sample, engine, log)
-    with torch.no_grad():
-        own = model.bottom(*sample)
-    cuts = torch.randn(own.shape[0], width - own.shape[1], generator=torch.Generator().manual_seed(0))
-    worker.head_fn = fast_forward(head_module(model), ["own_cut", "follower_cuts"], (own, cuts), engine, log)
-    worker.keepalive_every = session.keepalive_every
-    worker.check_hello, worker.log = check, log
-    worker.start()
-    server = state["http"] = ScoreHTTPServer((host, int(port)), worker, rows, deadline_ms, step, log, limits)
-    address = f"http://{server.server_address[0]}:{server.server_address[1]}"
-    log(
-        f"leader {cfg.party}: scoring on {address} (POST /score, GET /health; run {channel.run}; at most {rows} ids; "
-        f"a follower's message at most {channel.max_message_bytes} bytes; at most {limits.max_connections} clients, "
-        f"{limits.max_per_address} from one address, {limits.read_timeout_s:g} s to send a request)"
-    )
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        log.warning(
-            f"leader {cfg.party}: --http {http} is reachable beyond this host; the endpoint has no authentication"
-        )
-    return server
-
-
-SUBCOMMANDS = ("export", "serve")
-
-
-def inference_subcommand(argv: list[str], role: str) -> int | None:
-    """Run `python -m leader|follower export|serve ...` (None: argv is not one of those, training goes on)."""
-    if not argv or argv[0] not in SUBCOMMANDS:
-        return None
-    if argv[0] == "export":
-        from vfl.inference.export.cli import export_main
-
-        return export_main(argv[1:], role)
-    return serve_main(argv[1:], role)

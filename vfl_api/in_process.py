@@ -1,9 +1,10 @@
 """Batch prediction in this process, for the Python API, on the same code as the `predict` command.
 
-vfl/api.py: `Leader(...).predict(rows)`, `Follower(...).predict(rows)`, `simulate_predict(...)`; the command is
-`python -m leader|follower predict`.
+vfl_api/roles.py: `Leader(...).predict(rows)` and `Follower(...).predict(rows)` run the role's predict (leader/predict.py,
+follower/predict.py) here; `simulate_predict(...)` and the command `python -m leader|follower predict` run it in a
+process of its own.
 
-    from vfl.api import simulate, simulate_predict
+    from vfl_api import simulate, simulate_predict
     simulate("leader.yaml", ["follower.yaml"], data="runs/nb/shards", out="runs/nb")
     scores = simulate_predict("leader.yaml", ["follower.yaml"], {"leader": new_leader_df, "follower0": new_f0_df},
                               run="runs/nb", data="runs/nb/shards")
@@ -34,15 +35,14 @@ def rows_file(rows: Any, out: str, party: str) -> str:
     return path
 
 
-def predict_in_process(config, role: str, rows: Any, run: str | None, checkpoint: str | None, out: str | None):
-    """Run this party's `predict` in this process (the CLI's body under vfl.cli.run_party, so the peers are told
-    what the CLI tells them: the project's own sentences, never an exception's text that may quote this party's
-    paths; errors raise). Returns the leader's predictions as a DataFrame, or the follower's summary dict."""
-    from vfl.cli import party_keys, run_party
-    from vfl.inference.predict.cli import checkpoint_of
+def predict_in_process(config, predict, rows: Any, run: str | None, checkpoint: str | None, out: str | None):
+    """Run this party's `predict` (its role's predict(cfg, args, log, state)) in this process, under vfl.cli.run_party
+    as the command does, so the peers are told what the command tells them: the project's own sentences, never an
+    exception's text that may quote this party's paths; errors raise. Returns the leader's predictions as a DataFrame,
+    or the follower's summary dict."""
+    from vfl.cli import abort_peers, party_keys, run_party
     from vfl.obs.logs import RunLog
 
-    module = __import__(f"{role}.__main__", fromlist=["predict_body", "abort"])
     cfg = config
     if run is not None:
         cfg = cfg.model_copy(update={"output": cfg.output.model_copy(update={"dir": os.fspath(run)})})
@@ -57,14 +57,13 @@ def predict_in_process(config, role: str, rows: Any, run: str | None, checkpoint
     def body() -> None:
         try:
             party_keys(cfg)
-            args.checkpoint = checkpoint_of(args, cfg)
-            module.predict_body(cfg, args, log, state)
+            predict(cfg, args, log, state)
         except BaseException as e:
             failed.append(e)
             raise
 
     try:
-        run_party(cfg, log, body, lambda reason: module.abort(state, reason))
+        run_party(cfg, log, body, lambda reason: abort_peers(state, reason))
         if failed:
             raise failed[0]
     finally:
@@ -73,7 +72,7 @@ def predict_in_process(config, role: str, rows: Any, run: str | None, checkpoint
         if "rows" in state:
             state["rows"].close()
         log.close()
-    if role == "leader":
+    if cfg.role == "leader":
         import pandas as pd
 
         return pd.read_parquet(os.path.join(out_dir, "predictions.parquet"))
