@@ -28,13 +28,11 @@ import time
 
 import numpy as np
 
+from benchmarks.common import cpu_model, load_avg, write_json
+from vfl.local_parties import LocalParties
+from vfl.netlink.relay import LinkSpec, Relay
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from bench_common import cpu_model, load_avg, write_json  # noqa: E402 (beside this script)
-
-from vfl.local_parties import LocalParties  # noqa: E402 (after the repo is on the path)
-from vfl.netlink.relay import LinkSpec, Relay  # noqa: E402
 
 
 class Client:

@@ -3,23 +3,19 @@ synchronisation, the breakdown's parts, and torch.profiler's table of the costli
 
 The step is the one every party runs (both bottoms, the top, backward, the dense and lazy Adam updates), in one
 process, without the wire, evaluation, curves or logs: what the model costs on this device, to compare with
-bench_compute's split and centralized runs. MindSpore Federated's sizes (embedding 80, MLP 1024-512-256-128,
+benchmarks.compute's split and centralized runs. MindSpore Federated's sizes (embedding 80, MLP 1024-512-256-128,
 batch 16000). Prints the CPU (and GPU) model.
-Usage: python scripts/profile_step.py [--device cpu|cuda] [--rows 60000] [--precision fp32|bf16] [--steps 20]
+Usage: python -m benchmarks.profile_step [--device cpu|cuda] [--rows 60000] [--precision fp32|bf16] [--steps 20]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench_compute beside this file
 
 
 def main() -> int:
@@ -37,10 +33,10 @@ def main() -> int:
         )
     import numpy as np
     import torch
-    from bench_common import cpu_model
-    from bench_runs import local_parties
     from torch.profiler import ProfilerActivity, profile
 
+    from benchmarks.common import cpu_model
+    from benchmarks.runs import local_parties
     from vfl.training.step_timer import TIMER
 
     dev = torch.device(args.device)

@@ -14,8 +14,8 @@ import sys
 import tempfile
 import time
 
-from bench_common import cpu_model, load_text, say, write_json
-from bench_runs import local_parties, prepare_data, run_central, run_split, write_configs
+from benchmarks.common import cpu_model, load_text, say, write_json
+from benchmarks.runs import local_parties, prepare_data, run_central, run_split, write_configs
 
 
 # -- the machine ---------------------------------------------------------------------------------

@@ -30,10 +30,10 @@ import time
 from multiprocessing.reduction import ForkingPickler  # what the worker pool does to a batch
 
 import numpy as np
-from bench_common import cpu_model, load_avg, write_json
+
+from benchmarks.common import cpu_model, load_avg, write_json
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-sys.path.insert(0, REPO)
 
 # SecretFlow's psi_v2 benchmark (docs/user_guide/psi_v2_benchmark.md): 10^7 x 10^7 ids, Curve25519 ECDH, 114 s on
 # 8 cores per party: 114 * 8 / 10^7 = 91 core-us per id per side.
