@@ -32,7 +32,7 @@ def timed(fn, repeats: int) -> float:
     return (time.perf_counter() - t0) / repeats
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=16000, help="global batch rows")
     ap.add_argument("--fields", type=int, default=13, help="categorical fields of this party")
@@ -40,7 +40,7 @@ def main() -> None:
     ap.add_argument("--buckets", type=int, default=100_000, help="hash buckets per field")
     ap.add_argument("--dim", type=int, default=80)
     ap.add_argument("--repeats", type=int, default=5)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     dist.init_process_group("gloo")
     rank, n = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)

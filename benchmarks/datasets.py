@@ -1,5 +1,4 @@
-"""The benches' data: the synthetic Criteo file, written once and kept (one cache for every bench), its two
-parties' shards, and the flights example's parties on a public sample.
+"""The benches' data: the one cache of synthetic Criteo files, their parties' shards, the examples' parties.
 
 A synthetic file is kept when it and its truth file (`vfl.data.synth.criteo.write_synthetic` renames both into
 place together, after the rows are complete) are both there; otherwise it is written anew with the given seeds.

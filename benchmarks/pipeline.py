@@ -44,7 +44,7 @@ def write_parties(path: str) -> str:
     return path
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--batch", type=int, default=16000)
@@ -52,7 +52,7 @@ def main() -> int:
     ap.add_argument("--top-hidden", default="1024,1024,1024,512", help="the leader's MLP top")
     ap.add_argument("--microbatches", default="1,2,4,8")
     ap.add_argument("--json", default=None)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     ms = [int(m) for m in args.microbatches.split(",")]
     if 1 not in ms or any(m < 1 or m > args.batch for m in ms):
         ap.error(f"--microbatches must include 1 and hold integers in [1, {args.batch}], got {args.microbatches}")

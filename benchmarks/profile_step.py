@@ -18,14 +18,14 @@ import tempfile
 import time
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--rows", type=int, default=60_000)
     ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
     ap.add_argument("--batch", type=int, default=16000)
     ap.add_argument("--steps", type=int, default=20)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.batch < 1 or args.steps < 1 or args.rows < 4 * args.batch:
         ap.error(
             f"--batch and --steps must be >= 1 and --rows >= 4 x --batch, got rows={args.rows} batch={args.batch} "

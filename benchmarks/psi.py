@@ -342,7 +342,7 @@ def ranks(n: int, keys: dict) -> dict:
     return doc
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="100000,1000000", help="ids per side, comma-separated (empty: stages only)")
     ap.add_argument("--stage-ids", type=int, default=20000, help="ids for the per-stage profile (0: skip)")
@@ -353,7 +353,7 @@ def main() -> int:
     ap.add_argument("--verify-ids", type=int, default=100000, help="ids per side for verified vs unverified (0: skip)")
     ap.add_argument("--verify-rounds", type=int, default=3, help="interleaved rounds of the three variants")
     ap.add_argument("--json", default=os.path.join(REPO, "runs", "bench_psi", "bench_psi.json"))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     from vfl.align.psi.ecdh import SUITE
     from vfl.wire.curve_keys import create_key_pair, key_paths
 

@@ -1,5 +1,8 @@
-"""The benches' runs: the parties' shards and keys, their configs, leader and follower over tcp or one centralized
-process, and the parties built in this process (benchmarks.compute, .pipeline, .profile_step, .wan, .faults)."""
+"""The benches' runs: shards and keys, the parties' configs, split and centralized runs, parties in this process.
+
+Leader and follower run as processes over tcp, or one centralized process; local_parties builds them in this process
+(benchmarks.compute, .pipeline, .profile_step, .wan, .faults).
+"""
 
 from __future__ import annotations
 

@@ -241,7 +241,7 @@ def new_customers(args, out: str) -> tuple[dict, np.ndarray]:
     return files, np.array(sorted(held), np.int64)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     import yaml
 
     from vfl.ports import free_port
@@ -261,7 +261,7 @@ def main() -> int:
     )
     ap.add_argument("--rtt-ms", type=float, default=0.0, help="the follower reaches the leader through a relay of it")
     ap.add_argument("--bandwidth-mbit", type=float, default=0.0, help="the relay's bandwidth each way (0: unlimited)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     for need in ("checkpoints", "shards", "keys"):
         if not os.path.isdir(os.path.join(args.run, need)):
             print(

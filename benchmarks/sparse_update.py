@@ -15,7 +15,7 @@ import sys
 import time
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--fields", type=int, default=13)
@@ -30,7 +30,7 @@ def main() -> int:
         default=0.4,
         help="share of lookups that hit the field's 'missing' id (Criteo: up to ~80%% in some fields)",
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     for name in ("fields", "buckets", "dim", "batch", "repeats", "threads"):
         if getattr(args, name) < 1:
             ap.error(f"--{name} must be an integer >= 1, got {getattr(args, name)}")
