@@ -12,4 +12,4 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 require_values --rows --batch --emb --hidden --epochs --microbatches --json -- "$@"
 bash scripts/setup.sh >/dev/null
-exec "$(pwd)/.venv/bin/python" scripts/bench_compute.py "$@"
+exec "$(pwd)/.venv/bin/python" -m benchmarks.compute "$@"

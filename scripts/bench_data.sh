@@ -7,4 +7,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh >/dev/null
-exec .venv/bin/python scripts/bench_data.py "$@"
+exec .venv/bin/python -m benchmarks.data "$@"

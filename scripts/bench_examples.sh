@@ -6,4 +6,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_examples.sh
-exec .venv/bin/python scripts/bench_examples.py "$@"
+exec .venv/bin/python -m benchmarks.examples "$@"

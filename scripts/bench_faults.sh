@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A soak of random faults over a front-door run (scripts/bench_faults.py): relay flaps of random duration and kill -9
+# A soak of random faults over a front-door run (benchmarks/faults.py): relay flaps of random duration and kill -9
 # of each party, restarted at once with --resume auto; prints each fault, what it cost, the final test AUC against the
 # fault-free run's, whether the final weights are bit-identical, the machine and the load.
 # Usage: bash scripts/bench_faults.sh [--rows N] [--faults N] [--seed S] [--epochs N] [--batch-size B]
@@ -7,4 +7,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh >/dev/null
-exec .venv/bin/python scripts/bench_faults.py "$@"
+exec .venv/bin/python -m benchmarks.faults "$@"

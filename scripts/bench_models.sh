@@ -5,4 +5,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh >/dev/null
-exec .venv/bin/python scripts/bench_models.py "$@"
+exec .venv/bin/python -m benchmarks.models "$@"

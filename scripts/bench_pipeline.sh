@@ -9,4 +9,4 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 require_values --rows --batch --cut-dim --top-hidden --microbatches --json -- "$@"
 bash scripts/setup.sh >/dev/null
-exec "$(pwd)/.venv/bin/python" scripts/bench_pipeline.py "$@"
+exec "$(pwd)/.venv/bin/python" -m benchmarks.pipeline "$@"

@@ -10,4 +10,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python scripts/bench_psi.py "$@"
+exec .venv/bin/python -m benchmarks.psi "$@"

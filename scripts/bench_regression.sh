@@ -4,4 +4,4 @@
 # Usage: bash scripts/bench_regression.sh [--rows N] [--seeds K] [--eps LIST] [--epochs E] [--json OUT]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec .venv/bin/python scripts/bench_regression.py "$@"
+exec .venv/bin/python -m benchmarks.regression "$@"

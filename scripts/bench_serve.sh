@@ -8,4 +8,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python scripts/bench_serve.py "$@"
+exec .venv/bin/python -m benchmarks.serve "$@"

@@ -10,4 +10,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh >/dev/null
-exec .venv/bin/python scripts/bench_wan.py "$@"
+exec .venv/bin/python -m benchmarks.wan "$@"

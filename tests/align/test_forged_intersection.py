@@ -72,12 +72,13 @@ def _valid_ids_of(cfg, common: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("names", ["held", "follower"])
 def test_a_leader_with_a_forged_intersection_gets_no_cut_of_rows_it_cannot_name(tmp_path, shards_small, procs, names):
-    # Prepare: a real follower process; the leader is played here with the real channel and PSI
+    # Prepare: a real follower process; the leader is played here with the real channel and PSI, in this test process
+    # (60 s deadlines: under a heavy load its PSI once took the follower past a 20 s one)
     from vfl.config.schema import load_config
     from vfl.wire import PeerAbort
     from vfl.wire.messages import Embedding
 
-    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=20, train={"eval_batch_size": EVAL_ROWS})
+    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=60, train={"eval_batch_size": EVAL_ROWS})
     cfg = load_config(cfgs["leader"])
     procs.start("follower0", "follower", cfgs["follower0"])
     # Execute

@@ -303,3 +303,43 @@ def test_a_library_module_importing_the_party_cli_is_reported():
     assert len(bad) == 4 and all(
         b.startswith(("vfl.data.prepare ", "vfl.config.schema ", "leader.trainer ")) for b in bad
     )
+
+
+# the benchmarks (benchmarks/, run from the repository root as `python -m benchmarks.NAME`) stand on the library
+BENCHMARKS = "benchmarks"
+
+
+def benchmark_imports(modules: dict[str, set[str]]) -> list[str]:
+    """Every import of the benchmarks package by a module of the library."""
+    return [
+        f"{name} imports {i} (the library never imports the benchmarks)"
+        for name, imported in sorted(modules.items())
+        for i in sorted(imported)
+        if under(i, BENCHMARKS)
+    ]
+
+
+def test_the_library_never_imports_the_benchmarks():
+    # Prepare
+    modules = project_modules()
+    # Execute
+    bad = benchmark_imports(modules)
+    # Assert
+    assert bad == []
+
+
+def test_a_library_module_importing_a_benchmark_is_reported():
+    """Power: a module of each library package importing the benchmarks, a module of it, or a name from one, is
+    reported; a name that merely starts with the same letters is not."""
+    # Prepare
+    sources = {
+        "vfl.data.prepare": "from benchmarks.datasets import synthetic_criteo\n",
+        "privacy.label.rr_prior": "def f():\n    import benchmarks\n",
+        "leader.__main__": "from benchmarks import common\n",
+        "follower.__main__": "import benchmarks_extra\n",
+    }
+    modules = {name: imports_of(source, name, False) for name, source in sources.items()}
+    # Execute
+    bad = benchmark_imports(modules)
+    # Assert
+    assert sorted({b.split(" ")[0] for b in bad}) == ["leader.__main__", "privacy.label.rr_prior", "vfl.data.prepare"]

@@ -16,7 +16,7 @@ import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 README_MAX_LINES = 220
-TOP_DIRS = ("vfl", "privacy", "leader", "follower", "scripts", "examples", "tests", "docs")
+TOP_DIRS = ("vfl", "privacy", "leader", "follower", "benchmarks", "scripts", "examples", "tests", "docs")
 PATH_PATTERN = re.compile(r"(?<![\w/.-])((?:%s)/[\w./-]*\w)" % "|".join(TOP_DIRS))
 MODULE_PATTERN = re.compile(r"python -m ([A-Za-z_][\w.]*)")
 LINK_PATTERN = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
@@ -38,7 +38,8 @@ def missing_references(text: str, root: pathlib.Path = ROOT) -> list[str]:
     missing += [
         f"python -m {m}"
         for m in MODULE_PATTERN.findall(text)
-        if m.split(".")[0] in ("vfl", "privacy", "leader", "follower") and importlib.util.find_spec(m) is None
+        if m.split(".")[0] in ("vfl", "privacy", "leader", "follower", "benchmarks")
+        and importlib.util.find_spec(m) is None
     ]
     return missing
 

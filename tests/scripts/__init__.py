@@ -1,1 +1,1 @@
-"""Tests of scripts/ and examples/: the launch scripts, the benches' logic and the real examples."""
+"""Tests of scripts/ and examples/: the launch scripts and the real examples."""

@@ -74,7 +74,7 @@ class WideDeepBottom(nn.Module):
         Same parameter and the same function as nn.Linear on the concatenation, but the backward computes the input
         gradient for the embedded columns only (the dense inputs need none). That product's width is then
         n_fields x embedding_dim (1040 at MindSpore's sizes, a multiple of 16) instead of 1054, which BLAS runs at
-        ~85 instead of ~62 GFLOP/s on one AVX2 core (scripts/bench_compute.py; ~150 ms of a 2.7 s step)."""
+        ~85 instead of ~62 GFLOP/s on one AVX2 core (benchmarks/compute.py; ~150 ms of a 2.7 s step)."""
         first = self.deep[0]
         k = embedded.shape[1]
         return torch.addmm(F.linear(embedded, first.weight[:, :k], first.bias), x_dense, first.weight[:, k:].t())

@@ -295,7 +295,7 @@ def _mask_messages(messages: np.ndarray, exponent: bytes) -> np.ndarray:
 
 
 def _mask_ids(ids: np.ndarray, exponent: bytes) -> np.ndarray:
-    """H(id)^exponent in the calling process (scripts/bench_psi.py times it)."""
+    """H(id)^exponent in the calling process (benchmarks/psi.py times it)."""
     return _mask_messages(slot_messages(ids), exponent)
 
 

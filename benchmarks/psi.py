@@ -30,10 +30,10 @@ import time
 from multiprocessing.reduction import ForkingPickler  # what the worker pool does to a batch
 
 import numpy as np
-from bench_common import cpu_model, load_avg, write_json
+
+from benchmarks.common import cpu_model, load_avg, write_json
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-sys.path.insert(0, REPO)
 
 # SecretFlow's psi_v2 benchmark (docs/user_guide/psi_v2_benchmark.md): 10^7 x 10^7 ids, Curve25519 ECDH, 114 s on
 # 8 cores per party: 114 * 8 / 10^7 = 91 core-us per id per side.
@@ -342,7 +342,7 @@ def ranks(n: int, keys: dict) -> dict:
     return doc
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="100000,1000000", help="ids per side, comma-separated (empty: stages only)")
     ap.add_argument("--stage-ids", type=int, default=20000, help="ids for the per-stage profile (0: skip)")
@@ -353,7 +353,7 @@ def main() -> int:
     ap.add_argument("--verify-ids", type=int, default=100000, help="ids per side for verified vs unverified (0: skip)")
     ap.add_argument("--verify-rounds", type=int, default=3, help="interleaved rounds of the three variants")
     ap.add_argument("--json", default=os.path.join(REPO, "runs", "bench_psi", "bench_psi.json"))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     from vfl.align.psi.ecdh import SUITE
     from vfl.wire.curve_keys import create_key_pair, key_paths
 

@@ -2,7 +2,7 @@
 embedding eps), on the front door's synthetic data or on flights, each cell a real multi-process run on 127.0.0.1.
 
 --dataset flights: the flights example's three parties (examples/flights: the airline leader, the weather and the
-aircraft followers, the example's models; batches of 256 at lr 0.001, as bench_models) on the flights whose id
+aircraft followers, the example's models; batches of 256 at lr 0.001, as benchmarks.models) on the flights whose id
 falls in a public 1-in-N sample of --rows, each follower with the same embedding eps; the table gives the attack
 on each follower.
 
@@ -12,7 +12,7 @@ leader's metrics.json gives the test AUC. The attack (privacy/attacks/embedding_
 send of a row (their mean), knows 1% of the follower's training rows, and decodes each follower column: the table
 prints the strongest categorical column's accuracy against its majority prior, and the best numeric column's R^2.
 
-Usage: python scripts/bench_embedding_dp.py [--dataset synthetic|flights] [--rows N] [--epochs E] [--label-eps LIST]
+Usage: python -m benchmarks.embedding_dp [--dataset synthetic|flights] [--rows N] [--epochs E] [--label-eps LIST]
        [--embedding-eps LIST] [--clip C] [--out DIR]   (LIST: comma-separated numbers, `none` = off)
 """
 
@@ -30,11 +30,10 @@ import time
 import numpy as np
 import yaml
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchmarks.common import cpu_model, load_text
+from benchmarks.datasets import prepare_flights
 
-from bench_common import cpu_model, load_text, prepare_flights  # noqa: E402
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _eps_list(text: str) -> list[float | None]:
@@ -72,14 +71,14 @@ def _prepare(work: str, rows: int) -> tuple[str, dict[str, dict]]:
 
 
 def _prepare_flights(work: str, rows: int) -> tuple[str, dict[str, dict]]:
-    """The flights example's parties on a public 1-in-N sample of about `rows` flights (bench_common.prepare_flights);
+    """The flights example's parties on a public 1-in-N sample of about `rows` flights (benchmarks.datasets.prepare_flights);
     {party: the example's role, model and train}, batches of 256 at lr 0.001 and no early stopping."""
     shards, docs = os.path.join(work, "shards"), {}
     for party, path in prepare_flights(work, rows, shards).items():
         with open(path) as f:
             doc = yaml.safe_load(f)
         doc["train"].pop("early_stopping", None)  # every cell trains its --epochs
-        doc["train"].update(batch_size=256, lr=0.001)  # bench_models' flights settings: enough steps on 20k rows
+        doc["train"].update(batch_size=256, lr=0.001)  # benchmarks.models' flights settings: enough steps on 20k rows
         docs[party] = {k: doc[k] for k in ("role", "party", "model", "train")}
     return shards, docs
 
@@ -201,7 +200,7 @@ def main(argv=None) -> int:
     label_eps, emb_eps = _eps_list(args.label_eps), _eps_list(args.embedding_eps)
     decoders = tuple(d.strip() for d in args.decoders.split(",") if d.strip())
     print(f"# {cpu_model()}, {os.cpu_count()} cores, load {load_text()}")
-    print(f"# python scripts/bench_embedding_dp.py {' '.join(argv if argv is not None else sys.argv[1:])}")
+    print(f"# python -m benchmarks.embedding_dp {' '.join(argv if argv is not None else sys.argv[1:])}")
     with tempfile.TemporaryDirectory() as tmp:
         work = args.out or tmp
         os.makedirs(work, exist_ok=True)

@@ -28,15 +28,12 @@ import subprocess
 import sys
 import time
 
+from benchmarks.common import cpu_model, load_text, say
+from benchmarks.runs import prepare
+from vfl.netlink.bounds import Link, bounds
+from vfl.netlink.relay import LinkSpec, Relay
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # scripts/bench_common.py, when imported by a test
-
-from bench_common import cpu_model, load_text, prepare_flights  # noqa: E402
-
-from vfl.netlink.bounds import Link, bounds  # noqa: E402
-from vfl.netlink.relay import LinkSpec, Relay  # noqa: E402
 
 LINKS = {  # name -> (RTT ms, bandwidth Mbit/s); loopback: no relay at all
     "loopback": None,
@@ -69,41 +66,6 @@ FULL = {
     "schedules": ",".join(SCHEDULES),
     "compression": ",".join(COMPRESSION),
 }
-
-
-def say(line: str) -> None:
-    print(line, flush=True)
-
-
-def prepare(py: str, rows: int, work: str, dataset: str = "criteo") -> str:
-    """Each party's shard, prepared alone, and every party's keys. criteo: the front door's synthetic Criteo-format
-    rows split into each party's raw file (vocabulary min count 10); flights: examples/flights/make_parties.py's
-    files (the flights whose id falls in a public 1-in-N sample of `rows`, when fewer than all), each prepared by its
-    example config."""
-    shards = os.path.join(work, "shards")
-    if dataset == "flights":
-        say(f"== each flights party prepares its own file (a public sample of about {rows} flights) -> {shards}")
-        prepare_flights(work, rows, shards, py)
-    else:
-        data = os.path.join(REPO, "data", "synthetic", f"criteo_synth_{rows}.tsv")
-        if not (os.path.exists(data) and os.path.exists(data + ".truth.npy")):
-            say(f"== synthesizing {rows} rows -> {data}")
-            subprocess.run(
-                [py, "-m", "vfl.data", "synth", "--rows", str(rows), "--out", data, "--seed", "0"],
-                check=True,
-                stdout=subprocess.DEVNULL,
-            )
-        say(f"== each party prepares its own file of {rows} rows -> {shards}")
-        subprocess.run(
-            [py, "-m", "vfl.data", "prepare", "--input", data, "--out", shards, "--vocab-min-count", "10", "--force"],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-    keys = os.path.join(work, "keys")
-    for party in DATASETS[dataset]:  # an earlier bench's keys are kept (vfl.keys never overwrites a key)
-        if not os.path.exists(os.path.join(keys, f"{party}.key")):
-            subprocess.run([py, "-m", "vfl.keys", "new", party, "--dir", keys], check=True, stdout=subprocess.DEVNULL)
-    return shards
 
 
 def pairs_for(overrides: dict[str, str], role: str) -> list[str]:

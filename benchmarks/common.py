@@ -12,7 +12,6 @@ import platform
 import re
 import statistics
 import subprocess
-import sys
 from typing import Iterable
 
 
@@ -73,30 +72,3 @@ def write_json(path: str, doc, indent: int = 2) -> None:
     with open(path, "w") as f:
         json.dump(doc, f, indent=indent)
         f.write("\n")
-
-
-def prepare_flights(work: str, rows: int, shards: str, py: str | None = None) -> dict[str, str]:
-    """examples/flights' parties (make_parties.py's raw files) on the flights whose id falls in a public 1-in-N sample
-    of about `rows` (every party keeps the same ids, so the intersection shrinks with them), each prepared alone into
-    `shards` by its example config. Returns {party: its example config}, the leader (airline) first."""
-    import importlib.util
-
-    import pandas as pd
-
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    examples = os.path.join(repo, "examples", "flights")
-    spec = importlib.util.spec_from_file_location("make_parties", os.path.join(examples, "make_parties.py"))
-    make_parties = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make_parties)
-    files, keep, configs = make_parties.main(os.path.join(work, "flights_raw")), None, {}
-    for party in make_parties.PARTIES:
-        table = pd.read_csv(files[party], dtype={"id": str})
-        if keep is None:  # the airline's ids: a fixed fraction by a public hash of the id
-            h = pd.util.hash_pandas_object(table["id"], index=False).to_numpy()
-            keep = set(table["id"][(h % 10_000) < min(1.0, rows / len(table)) * 10_000])
-        path = os.path.join(work, f"flights_{party}.csv")
-        table[table["id"].isin(keep)].to_csv(path, index=False)
-        configs[party] = os.path.join(examples, f"{party}.yaml")
-        cmd = [py or sys.executable, "-m", "vfl.data", "prepare", "--config", configs[party], "--input", path]
-        subprocess.run([*cmd, "--out", shards, "--force"], check=True, cwd=repo, capture_output=True)
-    return configs

@@ -1,13 +1,13 @@
 """The model table, one command: every built-in bottom on the synthetic default, the flights example and the real
 Criteo sample (when present), without and with label DP (eps 1): test AUC mean and sd over seeds (the sample sd,
-bench_common.spread), samples/s and parameters, all in one run on one machine (named in the output with its load).
+benchmarks.common.spread), samples/s and parameters, all in one run on one machine (named in the output with its load).
 
 Every run is the centralized reference (split training computes the same steps: tests/models/test_models_split.py) on the
 example's configs, with only model.bottom.name changed on every party (embedding and tower sizes, cut, top and early
 stopping are the example's; epochs, batch size and lr the bench's), so the models compare at equal epochs and
 equal sizes.
 
-    python scripts/bench_models.py --json out.json [--seeds 3] [--epochs 3] [--synth-rows 20000]
+    python -m benchmarks.models --json out.json [--seeds 3] [--epochs 3] [--synth-rows 20000]
         [--flights-rows 20000] [--batch 256] [--lr 0.001] [--models wide_deep,deepfm,dcn_v2,mlp]
         [--datasets synthetic,flights,criteo] [--eps none,1]
 """
@@ -23,7 +23,8 @@ import sys
 import tempfile
 import time
 
-from bench_common import load_avg, machine, mean_sd, prepare_flights, spread, write_json
+from benchmarks.common import load_avg, machine, mean_sd, spread, write_json
+from benchmarks.datasets import prepare_flights, synthetic_criteo
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CRITEO_SAMPLE = os.path.join(REPO, "..", "shared", "data", "criteo_raw_1k.tsv")
@@ -41,16 +42,12 @@ def _criteo_shards(out: str, raw: str, buckets: int, min_count: int | None) -> s
 
 
 def synthetic(out: str, rows: int) -> tuple[str, dict]:
-    from vfl.data.synth.criteo import write_synthetic
-
-    raw = os.path.join(out, f"synth_{rows}.tsv")
-    if not os.path.exists(raw):
-        write_synthetic(raw, rows, seed=0, label_seed=1)
+    raw = synthetic_criteo(rows, os.path.join(out, f"synth_{rows}.tsv"), label_seed=1)
     return _criteo_shards(os.path.join(out, "shards_synth"), raw, 20_000, 10), _criteo_docs()
 
 
 def criteo_sample(out: str, path: str) -> tuple[str, dict]:
-    # values seen >= 10 times (BARS' Criteo preprocessing, as bench_utility's real sample)
+    # values seen >= 10 times (BARS' Criteo preprocessing, as benchmarks.utility's real sample)
     return _criteo_shards(os.path.join(out, "shards_criteo"), path, 1_000, 10), _criteo_docs()
 
 
@@ -66,7 +63,7 @@ def _criteo_docs() -> dict:
 
 
 def flights(out: str, rows: int) -> tuple[str, dict]:
-    """The flights example's three parties on a public 1-in-N sample of `rows` flights (bench_common.prepare_flights)
+    """The flights example's three parties on a public 1-in-N sample of `rows` flights (benchmarks.datasets.prepare_flights)
     and their example configs."""
     import yaml
 
@@ -149,7 +146,6 @@ def main(argv=None) -> int:
     out = args.out or tempfile.mkdtemp(prefix="bench-models-")
     os.makedirs(out, exist_ok=True)
     os.environ.setdefault("VFL_LABEL_DP_STORE", tempfile.mkdtemp(prefix="bench-models-ledger-"))  # scratch ledger
-    sys.path.insert(0, REPO)
     start = machine()
     t0 = time.perf_counter()
     data = []

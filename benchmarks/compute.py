@@ -14,8 +14,8 @@ import sys
 import tempfile
 import time
 
-from bench_common import cpu_model, load_text, say, write_json
-from bench_runs import local_parties, prepare_data, run_central, run_split, write_configs
+from benchmarks.common import cpu_model, load_text, say, write_json
+from benchmarks.runs import local_parties, prepare_data, run_central, run_split, write_configs
 
 
 # -- the machine ---------------------------------------------------------------------------------
@@ -106,7 +106,7 @@ def breakdown_table(name: str, b: dict) -> list[str]:
     return lines
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--batch", type=int, default=None, help="default 16000 (2000 with --quick)")
@@ -135,7 +135,7 @@ def main() -> int:
         "MFU against the measured CUDA peak",
     )
     ap.add_argument("--json", default=None, help="write every figure here")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     batch = args.batch or (2000 if args.quick else 16000)
     hidden = [int(h) for h in args.hidden.split(",")]
     ms = [int(m) for m in args.microbatches.split(",")]

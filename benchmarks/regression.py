@@ -12,7 +12,7 @@ validation labels (the least validation MSE, debiased by the noise variance wher
 the leader does), and scores it on the true test labels. In-process and centralized: split training computes the
 same steps (tests).
 
-Usage: python scripts/bench_regression.py [--rows N] [--seeds K] [--eps 0.5,1,2,4,8,inf] [--epochs E] [--json OUT]
+Usage: python -m benchmarks.regression [--rows N] [--seeds K] [--eps 0.5,1,2,4,8,inf] [--epochs E] [--json OUT]
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ import sys
 import time
 
 import numpy as np
-from bench_common import cpu_model, load_avg, mean_sd, spread, write_json
+
+from benchmarks.common import cpu_model, load_avg, mean_sd, spread, write_json
+from benchmarks.datasets import example_parties
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MECHANISMS = ("laplace", "rr_on_bins", "unbiased")
@@ -54,8 +56,7 @@ def flights(rows: int, rng: np.random.Generator):
     arrival delay in minutes: a random sample of `rows` flights that arrived."""
     import pandas as pd
 
-    sys.path.insert(0, os.path.join(ROOT, "examples", "flights"))
-    from make_parties import package_file
+    package_file = example_parties("flights").package_file
 
     f = pd.read_csv(package_file("flights.csv.zip"))
     f = f[f["arr_delay"].notna()].reset_index(drop=True)
@@ -234,7 +235,6 @@ def main(argv=None) -> int:
     bad = [d for d in args.datasets if d not in CLIPS]
     if bad or args.seeds < 1 or args.rows < 100:
         ap.error(f"--datasets must be among {list(CLIPS)} (got {bad}), --seeds >= 1, --rows >= 100")
-    sys.path.insert(0, ROOT)
     start = time.time()
     results = run(args)
     cpu, load = cpu_model(), load_avg()

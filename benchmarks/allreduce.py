@@ -1,7 +1,7 @@
 """All-reduce cost of one training step within a party at MindSpore's sizes: dense MLP gradients and sparse embedding rows.
 
 Run under torchrun (gloo on CPU), e.g.
-    .venv/bin/python -m torch.distributed.run --nproc-per-node 2 scripts/bench_allreduce.py [--buckets 100000] [--batch 16000]
+    .venv/bin/python -m torch.distributed.run --nproc-per-node 2 -m benchmarks.allreduce [--buckets 100000] [--batch 16000]
 Rank r holds a slice of B/N rows of a global batch. Measured: (1) the all-reduce of the dense gradients (one
 flat tensor, as DistributedDataParallel's buckets do), (2) gloo's sparse all-reduce of the embedding tables'
 gradients (an all-gather of indices and values, so its bytes grow with N), (3) a whole DDP backward against
@@ -16,9 +16,9 @@ import time
 import numpy as np
 import torch
 import torch.distributed as dist
-from bench_common import cpu_model, load_text
 from torch.nn.parallel import DistributedDataParallel
 
+from benchmarks.common import cpu_model, load_text
 from vfl.distributed.context import _no_buffer_sync, release_process_group
 from vfl.models.wide_deep import WideDeepBottom
 
@@ -32,7 +32,7 @@ def timed(fn, repeats: int) -> float:
     return (time.perf_counter() - t0) / repeats
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=16000, help="global batch rows")
     ap.add_argument("--fields", type=int, default=13, help="categorical fields of this party")
@@ -40,7 +40,7 @@ def main() -> None:
     ap.add_argument("--buckets", type=int, default=100_000, help="hash buckets per field")
     ap.add_argument("--dim", type=int, default=80)
     ap.add_argument("--repeats", type=int, default=5)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     dist.init_process_group("gloo")
     rank, n = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)

@@ -1,36 +1,54 @@
-"""The compute benchmarks' runs: synthetic shards, the two parties' configs, leader and follower over tcp or one
-centralized process, and the parties built in this process (scripts/bench_compute.py, bench_pipeline.py,
-profile_step.py)."""
+"""The benches' runs: shards and keys, the parties' configs, split and centralized runs, parties in this process.
+
+Leader and follower run as processes over tcp, or one centralized process; local_parties builds them in this process
+(benchmarks.compute, .pipeline, .profile_step, .wan, .faults).
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
+
+from benchmarks.common import say
+from benchmarks.datasets import criteo_shards, prepare_flights
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-from bench_common import say  # noqa: E402 (beside this module in scripts/)
+CRITEO_PARTIES = ("leader", "follower0")  # the default Criteo split's parties
 
 
 def prepare_data(py: str, rows: int, work: str, name: str = "shards", parties: str | None = None) -> str:
-    data = os.path.join(REPO, "data", "synthetic", f"criteo_synth_{rows}.tsv")
-    if not os.path.exists(data):
-        say(f"== synthesizing {rows} rows -> {data}")
-        subprocess.run(
-            [py, "-m", "vfl.data", "synth", "--rows", str(rows), "--out", data], check=True, stdout=subprocess.DEVNULL
-        )
-    shards = os.path.join(work, name)
-    say(f"== preparing the two parties' shards of {rows} rows")
-    subprocess.run(
-        [py, "-m", "vfl.data", "prepare", "--input", data, "--out", shards, "--hash-buckets", "20000"]
-        + (["--parties", parties] if parties else []),
-        check=True,
-        stdout=subprocess.DEVNULL,
+    """The two parties' shards of the cached synthetic rows, hashed into 20000 buckets (the compute benches')."""
+    flags = ["--hash-buckets", "20000"] + (["--parties", parties] if parties else [])
+    return criteo_shards(
+        py, rows, os.path.join(work, name), flags, f"== preparing the two parties' shards of {rows} rows"
     )
+
+
+def prepare(py: str, rows: int, work: str, dataset: str = "criteo") -> str:
+    """Each party's shard, prepared alone, and every party's keys. criteo: the front door's synthetic Criteo-format
+    rows split into each party's raw file (vocabulary min count 10); flights: examples/flights/make_parties.py's
+    files (the flights whose id falls in a public 1-in-N sample of `rows`, when fewer than all), each prepared by its
+    example config."""
+    shards = os.path.join(work, "shards")
+    if dataset == "flights":
+        say(f"== each flights party prepares its own file (a public sample of about {rows} flights) -> {shards}")
+        parties = list(prepare_flights(work, rows, shards, py))
+    else:
+        note = f"== each party prepares its own file of {rows} rows -> {shards}"
+        criteo_shards(py, rows, shards, ["--vocab-min-count", "10", "--force"], note)
+        parties = list(CRITEO_PARTIES)
+    party_keys(py, work, parties)
     return shards
+
+
+def party_keys(py: str, work: str, parties: list[str]) -> str:
+    """WORK/keys with every party's key pair; an earlier bench's keys are kept (vfl.keys never overwrites a key)."""
+    keys = os.path.join(work, "keys")
+    for party in parties:
+        if not os.path.exists(os.path.join(keys, f"{party}.key")):
+            subprocess.run([py, "-m", "vfl.keys", "new", party, "--dir", keys], check=True, stdout=subprocess.DEVNULL)
+    return keys
 
 
 def write_configs(
@@ -41,10 +59,7 @@ def write_configs(
 
     from vfl.ports import free_port
 
-    keys = os.path.join(work, "keys")
-    if not os.path.exists(os.path.join(keys, "leader.key")):
-        for p in ("leader", "follower0"):
-            subprocess.run([py, "-m", "vfl.keys", "new", p, "--dir", keys], check=True, stdout=subprocess.DEVNULL)
+    keys = party_keys(py, work, list(CRITEO_PARTIES))
     port = free_port()
     out = os.path.join(work, tag)
     net = {"timeout_s": 600}

@@ -3,7 +3,7 @@ correction, RRWithPrior with the all-party LP-2ST prior} for each eps, on one pr
 (synthetic `synth --classes K` or digits). Every run is the centralized reference (split training
 computes the same steps, tested) with the example's selection on randomized validation labels.
 
-Usage: python scripts/bench_multiclass.py --example multiclass|digits --shards DIR --out DIR [--eps 1,2]
+Usage: python -m benchmarks.multiclass --example multiclass|digits --shards DIR --out DIR [--eps 1,2]
        [--methods none,plain,forward,rr_prior] [--seeds 0] [--prior-epochs E]
 """
 
@@ -16,7 +16,8 @@ import sys
 import time
 
 import yaml
-from bench_common import cpu_model, mean_sd, spread, write_json
+
+from benchmarks.common import cpu_model, mean_sd, spread, write_json
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METHODS = {

@@ -1,28 +1,21 @@
-"""scripts/bench_wan.py's own logic, without running a grid: its flags refuse bad values in one line, a cell whose
+"""benchmarks/wan.py's own logic, without running a grid: its flags refuse bad values in one line, a cell whose
 config key the tree does not know is named for skipping, and the bounds beside a cell are the link's."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 
 import pytest
 
+from benchmarks import wan as bench
 from tests.support.paths import REPO
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_wan", REPO / "scripts" / "bench_wan.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_an_unknown_link_is_refused_in_one_line_before_anything_runs():
     # Execute
     r = subprocess.run(
-        [sys.executable, "scripts/bench_wan.py", "--links", "loopback,5ms"],
+        [sys.executable, "-m", "benchmarks.wan", "--links", "loopback,5ms"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -35,7 +28,7 @@ def test_an_unknown_link_is_refused_in_one_line_before_anything_runs():
 def test_a_set_without_a_value_is_refused_in_one_line_and_the_wide_cut_keys_are_known():
     # Execute
     r = subprocess.run(
-        [sys.executable, "scripts/bench_wan.py", "--set", "model.bottom.cut_dim"],
+        [sys.executable, "-m", "benchmarks.wan", "--set", "model.bottom.cut_dim"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -44,12 +37,10 @@ def test_a_set_without_a_value_is_refused_in_one_line_and_the_wide_cut_keys_are_
     wide = {"model.bottom.cut_dim": "32", "model.top.name": "mlp", "model.top.hidden": "[64,32]"}
     # Assert
     assert r.returncode == 2 and r.stderr.strip() == "error: --set 'model.bottom.cut_dim': expected KEY=VALUE"
-    assert _bench().unknown_keys(wide) is None
+    assert bench.unknown_keys(wide) is None
 
 
 def test_a_cell_whose_key_the_config_does_not_know_is_named_and_a_known_one_passes():
-    # Prepare
-    bench = _bench()
     # Execute
     unknown = bench.unknown_keys({"train.stalenes": "2"})
     known = bench.unknown_keys({"train.epochs": "1", "data.psi_reuse": "false"})
@@ -60,7 +51,6 @@ def test_a_cell_whose_key_the_config_does_not_know_is_named_and_a_known_one_pass
 
 def test_a_cell_gets_the_bounds_of_its_link_and_schedule():
     # Prepare: 40 ms / 100 Mbit/s, 10 B up and 8 B down a sample, 10k samples/s on loopback, staleness 4
-    bench = _bench()
     cell = {"link": "40ms", "schedule": "4", "bytes_up_per_sample": 10.0, "bytes_down_per_sample": 8.0}
     # Execute
     bench.with_bounds(cell, 10_000.0, 1024)

@@ -3,22 +3,19 @@
 Both run side by side in one process on the same gradients (MindSpore Federated's sizes by default: 13 fields of
 20000 buckets, embedding 80 plus the wide table of width 1, batch 16000), check that the tables agree, and print
 the median milliseconds per update. `--device cuda` times with CUDA events. Prints the CPU (and GPU) model.
-Usage: python scripts/bench_sparse_update.py [--device cpu|cuda] [--fields 13] [--buckets 20000] [--dim 80]
+Usage: python -m benchmarks.sparse_update [--device cpu|cuda] [--fields 13] [--buckets 20000] [--dim 80]
        [--batch 16000] [--repeats 20] [--threads N] [--missing 0.4]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--fields", type=int, default=13)
@@ -33,15 +30,15 @@ def main() -> int:
         default=0.4,
         help="share of lookups that hit the field's 'missing' id (Criteo: up to ~80%% in some fields)",
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     for name in ("fields", "buckets", "dim", "batch", "repeats", "threads"):
         if getattr(args, name) < 1:
             ap.error(f"--{name} must be an integer >= 1, got {getattr(args, name)}")
     if not 0 <= args.missing <= 1:
         ap.error(f"--missing must be in [0, 1], got {args.missing}")
     import torch
-    from bench_common import cpu_model
 
+    from benchmarks.common import cpu_model
     from vfl.training.lazy_adam import LazyAdam
 
     torch.set_num_threads(args.threads)

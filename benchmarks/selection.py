@@ -7,7 +7,7 @@ releases are never added up and no budget applies (3 releases at each of eps 4, 
 On labels that need protecting, run releases through the leader's real store instead, where the ledger charges
 each one and the budget refuses what goes over. The script refuses to run without --scratch-ledgers, which says so.
 
-Usage: python scripts/bench_selection.py --scratch-ledgers --configs examples/flights --shards runs/flights/shards
+Usage: python -m benchmarks.selection --scratch-ledgers --configs examples/flights --shards runs/flights/shards
        [--eps 1] [--releases 3] [--parallel 3] [--out runs/bench_selection] [--set KEY=VALUE ...]
 Prints one line per release (reported test AUC, oracle, gap, steps, where it stopped) and the mean gap, with the
 CPU model and load; writes OUT/bench_selection.json. The shards come from `vfl-data prepare --config` (or
@@ -24,12 +24,10 @@ import subprocess
 import sys
 import time
 
+from benchmarks.common import cpu_model, load_avg, write_json
+from vfl.local_parties import LocalParties
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from bench_common import cpu_model, load_avg, write_json  # noqa: E402 (beside this script)
-
-from vfl.local_parties import LocalParties  # noqa: E402 (after the repo is on the path)
 
 
 def _start_release(args, plan, r: int) -> tuple[str, LocalParties]:
@@ -172,7 +170,7 @@ def main(argv=None) -> int:
         "cores": os.cpu_count(),
         "load_before": load,
         "seconds": round(time.time() - t0, 1),
-        "command": " ".join([os.path.basename(sys.executable), "scripts/bench_selection.py", *(argv or sys.argv[1:])]),
+        "command": " ".join([os.path.basename(sys.executable), "-m", "benchmarks.selection", *(argv or sys.argv[1:])]),
     }
     if ok:
         print(

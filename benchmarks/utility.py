@@ -1,6 +1,6 @@
 """Utility under label DP, one command: test AUC / logloss of the selected model for eps in
 {0.5, 1, 2, 4, 8, none} x {plain RR, forward correction, posterior soft labels, RRWithPrior}, mean and
-spread (the sample sd, bench_common.spread) over training seeds, on synthetic data (with its Bayes ceiling) and on
+spread (the sample sd, benchmarks.common.spread) over training seeds, on synthetic data (with its Bayes ceiling) and on
 the real 1k sample.
 
 Every run is the centralized reference (split training computes the same steps; see the tests) with
@@ -8,7 +8,7 @@ the validation split, early stopping on randomized validation labels and best-st
 cell reports the method and the selected step. A logistic regression on the same split and the same
 (randomized) training labels is the floor every cell should beat (rr_prior cells show the floor on plain-RR labels).
 
-Usage: python scripts/bench_utility.py --out DIR [--rows N] [--seeds K] [--eps 0.5,1,2,4,8,inf] [--epochs E]
+Usage: python -m benchmarks.utility --out DIR [--rows N] [--seeds K] [--eps 0.5,1,2,4,8,inf] [--epochs E]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from bench_common import mean_sd, spread, write_json
+from benchmarks.common import mean_sd, spread, write_json
 
 REAL = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data", "criteo_raw_1k.tsv"
@@ -269,16 +269,15 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
     os.environ.setdefault("VFL_LABEL_DP_STORE", tempfile.mkdtemp(prefix="bench-label-dp-store-"))  # a throwaway ledger
 
+    from benchmarks.datasets import synthetic_criteo
     from vfl.data.parties import load_parties
     from vfl.data.prepare import PrepareOptions, prepare
-    from vfl.data.synth.criteo import write_synthetic
 
     datasets = []
     if "synthetic" in datasets_wanted:
         world = "" if args.label_seed is None else f"_world{args.label_seed}"
         synth = os.path.join(args.out, f"synth_{args.rows}{world}.tsv")
-        if not os.path.exists(synth):
-            write_synthetic(synth, args.rows, seed=0, label_seed=args.label_seed)
+        synthetic_criteo(args.rows, synth, label_seed=args.label_seed)
         prepare(
             synth,
             os.path.join(args.out, "shards_synth"),

@@ -6,7 +6,7 @@ What it answers: on a dataset this size, could any selection rule on the validat
 the best evaluated test AUC? The replay never changes training: a rule's chosen step is a step the run evaluated,
 and restoring it gives that evaluation's model (tested in test_model_selection).
 
-Usage: python scripts/replay_selection.py --out DIR [--dataset real|synthetic] [--seeds 10] [--epochs 30]
+Usage: python -m benchmarks.replay_selection --out DIR [--dataset real|synthetic] [--seeds 10] [--epochs 30]
        [--eps 1,inf] [--rows N] (synthetic) [--eval-every N] (synthetic)
 """
 
@@ -22,8 +22,6 @@ import tempfile
 import time
 
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 PATIENCES = (3, 5, 10, 1000)
 WINDOWS = (1, 2, 3, 5)
@@ -45,12 +43,11 @@ def select(curve: list[dict], metric: str, patience: int, window: int) -> int:
 
 
 def record(args) -> dict:
-    import bench_utility as bu
-
+    from benchmarks import utility as bu
+    from benchmarks.datasets import synthetic_criteo
     from vfl.centralized import train_centralized
     from vfl.data.parties import load_parties
     from vfl.data.prepare import PrepareOptions, prepare
-    from vfl.data.synth.criteo import write_synthetic
 
     if args.dataset == "real":
         if not os.path.exists(bu.REAL):
@@ -58,9 +55,7 @@ def record(args) -> dict:
         src, batch, every = bu.REAL, 64, 0
         opts = PrepareOptions(hash_buckets=1_000, vocab_min_count=10, force=True)
     else:
-        src = os.path.join(args.out, f"synth_{args.rows}.tsv")
-        if not os.path.exists(src):
-            write_synthetic(src, args.rows, seed=0)
+        src = synthetic_criteo(args.rows, os.path.join(args.out, f"synth_{args.rows}.tsv"))
         batch, every = None, args.eval_every
         opts = PrepareOptions(hash_buckets=20_000, vocab_min_count=10, force=True)
     shards = os.path.join(args.out, "shards")

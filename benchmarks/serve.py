@@ -28,13 +28,11 @@ import time
 
 import numpy as np
 
+from benchmarks.common import cpu_model, load_avg, write_json
+from vfl.local_parties import LocalParties
+from vfl.netlink.relay import LinkSpec, Relay
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from bench_common import cpu_model, load_avg, write_json  # noqa: E402 (beside this script)
-
-from vfl.local_parties import LocalParties  # noqa: E402 (after the repo is on the path)
-from vfl.netlink.relay import LinkSpec, Relay  # noqa: E402
 
 
 class Client:
@@ -243,7 +241,7 @@ def new_customers(args, out: str) -> tuple[dict, np.ndarray]:
     return files, np.array(sorted(held), np.int64)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     import yaml
 
     from vfl.ports import free_port
@@ -263,7 +261,7 @@ def main() -> int:
     )
     ap.add_argument("--rtt-ms", type=float, default=0.0, help="the follower reaches the leader through a relay of it")
     ap.add_argument("--bandwidth-mbit", type=float, default=0.0, help="the relay's bandwidth each way (0: unlimited)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     for need in ("checkpoints", "shards", "keys"):
         if not os.path.isdir(os.path.join(args.run, need)):
             print(

@@ -1,6 +1,6 @@
 """Micro-batch pipelining where one party's work follows the other's: a label party with few columns and a heavy top.
 
-At MindSpore Federated's sizes (scripts/bench_compute.py) each party runs its own bottom at the same time as the
+At MindSpore Federated's sizes (benchmarks/compute.py) each party runs its own bottom at the same time as the
 other, so neither waits long and micro-batches have little to fill (that bench prints the bound). Pipelining pays
 when the parties' work is sequential: here the leader holds the labels and 3 dense columns (a small bottom) and a
 heavy MLP top, and the follower holds the other 36 columns (MindSpore's bottom). With M = 1 the follower idles
@@ -22,10 +22,8 @@ import tempfile
 
 import yaml
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from bench_common import cpu_model, load_text, say, write_json  # noqa: E402
-from bench_runs import prepare_data, run_split, write_configs  # noqa: E402
+from benchmarks.common import cpu_model, load_text, say, write_json
+from benchmarks.runs import prepare_data, run_split, write_configs
 
 LEADER_DENSE = ["I1", "I2", "I3"]
 
@@ -46,7 +44,7 @@ def write_parties(path: str) -> str:
     return path
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--batch", type=int, default=16000)
@@ -54,7 +52,7 @@ def main() -> int:
     ap.add_argument("--top-hidden", default="1024,1024,1024,512", help="the leader's MLP top")
     ap.add_argument("--microbatches", default="1,2,4,8")
     ap.add_argument("--json", default=None)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     ms = [int(m) for m in args.microbatches.split(",")]
     if 1 not in ms or any(m < 1 or m > args.batch for m in ms):
         ap.error(f"--microbatches must include 1 and hold integers in [1, {args.batch}], got {args.microbatches}")
@@ -103,7 +101,7 @@ def main() -> int:
             )
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    from bench_compute import pipeline_bound
+    from benchmarks.compute import pipeline_bound
 
     best = max(curve, key=lambda m: curve[m]["samples_per_second"])
     gain = curve[best]["samples_per_second"] / curve[1]["samples_per_second"]

@@ -24,24 +24,18 @@ import subprocess
 import sys
 import time
 
+from benchmarks.common import cpu_model, load_text, say, write_json
+from benchmarks.runs import prepare
+from benchmarks.wan import FOLLOWER_YAML, LEADER_YAML
+from vfl.netlink.relay import Relay
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from bench_common import cpu_model, load_text, write_json  # noqa: E402
-from bench_wan import FOLLOWER_YAML, LEADER_YAML, prepare  # noqa: E402
-
-from vfl.netlink.relay import Relay  # noqa: E402
 
 KINDS = ("flap", "kill-follower", "kill-leader")
 LOSS_LINE = re.compile(r"epoch (\d+) step (\d+)/(\d+) loss")
 RESUMED = re.compile(r"resumed from \S+ at global step (\d+)")
 BACK = "link to follower0 back after"
 POLL_S = 0.05  # how often the driver reads the leader's log (a benchmark's driver, not a test's synchronisation)
-
-
-def say(line: str) -> None:
-    print(line, flush=True)
 
 
 class LeaderLog:

@@ -1,25 +1,17 @@
-"""scripts/bench_faults.py's own logic, without running a soak: the leader's log as it grows across restarts (the step
+"""benchmarks/faults.py's own logic, without running a soak: the leader's log as it grows across restarts (the step
 it is at, the steps it resumed at, the resynchronisations), and its flags refuse a fault kind it does not know."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 
+from benchmarks import faults as bench
 from tests.support.paths import REPO
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_faults", REPO / "scripts" / "bench_faults.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_leaders_log_gives_the_global_step_the_resumes_and_the_links_back_across_appends(tmp_path):
     # Prepare: a log written in two parts, the second by a restarted leader, and a line cut in the middle
-    bench = _bench()
     path = tmp_path / "leader.log"
     path.write_text("t INFO epoch 0 step 9/10 loss: 0.5\nt INFO epoch 1 step 3/10 loss: 0.4\nt INFO link to foll")
     log = bench.LeaderLog(str(path))
@@ -39,7 +31,7 @@ def test_the_leaders_log_gives_the_global_step_the_resumes_and_the_links_back_ac
 def test_an_unknown_fault_kind_is_refused_in_one_line_before_anything_runs():
     # Execute
     r = subprocess.run(
-        [sys.executable, "scripts/bench_faults.py", "--kinds", "flap,unplug"],
+        [sys.executable, "-m", "benchmarks.faults", "--kinds", "flap,unplug"],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -14,7 +14,6 @@ stopped on the valid split. Figures are on the test split: AUC (binary) or RMSE,
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import pathlib
 import sys
 import time
@@ -23,18 +22,12 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from benchmarks.common import cpu_model, write_json
+from benchmarks.datasets import example_parties
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = ("flights", "caravan", "bikeshare")
 SPLIT_NAMES = ("train", "valid", "test")
-
-
-def load_make_parties(name: str):
-    """examples/<name>/make_parties.py as a module (the examples are scripts, not a package)."""
-    path = REPO / "examples" / name / "make_parties.py"
-    spec = importlib.util.spec_from_file_location(f"make_parties_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def party_configs(name: str) -> dict[str, dict]:
@@ -61,7 +54,7 @@ def column_specs(schema: dict) -> dict[str, tuple[str, dict]]:
 def joined_table(name: str, raw_dir: pathlib.Path) -> tuple[pd.DataFrame, dict, dict]:
     """The parties' files joined on the ids they all hold, plus {party: column specs} and facts (rows per party)."""
     configs = party_configs(name)
-    paths = load_make_parties(name).main(raw_dir)
+    paths = example_parties(name).main(raw_dir)
     table, specs, rows = None, {}, {}
     for party, doc in configs.items():
         schema = doc["data"]["schema"]
@@ -251,8 +244,6 @@ def table_lines(report: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench_common import cpu_model, write_json  # beside this script (tests load the module by its path)
-
     from vfl.data.prepare import PrepareOptions
 
     d = PrepareOptions()
@@ -267,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
 
     out = pathlib.Path(args.out)
     report = {
-        "command": " ".join(["python", "scripts/bench_examples.py", *(sys.argv[1:] if argv is None else argv)]),
+        "command": " ".join(["python", "-m", "benchmarks.examples", *(sys.argv[1:] if argv is None else argv)]),
         "cpu": cpu_model(),
         "sklearn": sklearn.__version__,
         "seed": args.seed,

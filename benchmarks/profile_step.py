@@ -3,33 +3,29 @@ synchronisation, the breakdown's parts, and torch.profiler's table of the costli
 
 The step is the one every party runs (both bottoms, the top, backward, the dense and lazy Adam updates), in one
 process, without the wire, evaluation, curves or logs: what the model costs on this device, to compare with
-bench_compute's split and centralized runs. MindSpore Federated's sizes (embedding 80, MLP 1024-512-256-128,
+benchmarks.compute's split and centralized runs. MindSpore Federated's sizes (embedding 80, MLP 1024-512-256-128,
 batch 16000). Prints the CPU (and GPU) model.
-Usage: python scripts/profile_step.py [--device cpu|cuda] [--rows 60000] [--precision fp32|bf16] [--steps 20]
+Usage: python -m benchmarks.profile_step [--device cpu|cuda] [--rows 60000] [--precision fp32|bf16] [--steps 20]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench_compute beside this file
 
-
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--rows", type=int, default=60_000)
     ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
     ap.add_argument("--batch", type=int, default=16000)
     ap.add_argument("--steps", type=int, default=20)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.batch < 1 or args.steps < 1 or args.rows < 4 * args.batch:
         ap.error(
             f"--batch and --steps must be >= 1 and --rows >= 4 x --batch, got rows={args.rows} batch={args.batch} "
@@ -37,10 +33,10 @@ def main() -> int:
         )
     import numpy as np
     import torch
-    from bench_common import cpu_model
-    from bench_runs import local_parties
     from torch.profiler import ProfilerActivity, profile
 
+    from benchmarks.common import cpu_model
+    from benchmarks.runs import local_parties
     from vfl.training.step_timer import TIMER
 
     dev = torch.device(args.device)

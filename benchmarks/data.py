@@ -28,7 +28,8 @@ import subprocess
 import sys
 import time
 
-from bench_common import cpu_model, load_avg, write_json
+from benchmarks.common import cpu_model, load_avg, write_json
+from benchmarks.datasets import synthetic_criteo
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET_ROWS_PER_S = 250_000
@@ -110,9 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     synth = os.path.join(a.work, f"criteo{a.rows}.tsv")
     raw = os.path.join(a.work, f"raw{a.rows}")
     if not os.path.exists(os.path.join(raw, "leader.tsv")):
-        subprocess.run(
-            [py, "-m", "vfl.data", "synth", "--rows", str(a.rows), "--out", synth, "--seed", "1"], cwd=REPO, check=True
-        )
+        synthetic_criteo(a.rows, synth, seed=1)
         subprocess.run([py, "-m", "vfl.data", "split", "--input", synth, "--out", raw], cwd=REPO, check=True)
     leader = os.path.join(raw, "leader.tsv")
     shards = os.path.join(a.work, "shards")
