@@ -28,6 +28,7 @@ FORKABLE = ("leader", "follower", "vfl.")  # `python -m` modules whose processes
 PRELOAD = (
     "numpy",
     "torch",
+    "torch._dynamo",  # torch.optim.Optimizer() imports it on first use: 2 s a party process otherwise
     "torch.utils.tensorboard",
     "zmq",
     "yaml",
