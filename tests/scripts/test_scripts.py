@@ -8,6 +8,7 @@ import re
 import subprocess
 import time
 
+import pytest
 import yaml
 
 from tests.support.paths import REPO
@@ -113,12 +114,12 @@ def test_a_party_that_dies_stops_the_others_and_fails_the_script(tmp_path, synth
     assert not (tmp_path / "o/metrics.json").exists()
 
 
+@pytest.mark.slow  # the front door's own run is the default test above; multiclass over processes: test_split_training
 def test_digits_example_runs_from_one_command_and_reports_accuracy(tmp_path):
     # Execute: the 10-class digits example, split over ZeroMQ, shortened to 3 epochs
     r = _script(
         "scripts/run_vfl_train_local.sh", "--example", "digits", "--epochs", "3", "--out", str(tmp_path / "digits")
     )
-    bad = _script("scripts/run_vfl_train_local.sh", "--example", "mnist")
     # Assert
     assert r.returncode == 0, f"stdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-3000:]}"
     m = json.loads((tmp_path / "digits/metrics.json").read_text())
@@ -126,6 +127,12 @@ def test_digits_example_runs_from_one_command_and_reports_accuracy(tmp_path):
         -2000:
     ]
     assert m["test_accuracy"] > 0.5 and m["mode"] == "split"  # 10 classes: chance is 0.1
+
+
+def test_an_unknown_example_is_refused_naming_the_allowed_ones():
+    # Execute
+    bad = _script("scripts/run_vfl_train_local.sh", "--example", "mnist")
+    # Assert
     assert bad.returncode == 2 and "--example mnist: allowed: digits, multiclass" in bad.stderr
 
 

@@ -44,6 +44,7 @@ def test_two_followers_train_and_matchrun_centralized(tmp_path, shards_three, pr
     np.testing.assert_allclose(split["step_losses"], central["step_losses"], rtol=1e-5)
 
 
+@pytest.mark.slow  # wide cuts and mlp tops over processes by default: tests/models/test_models_split.py
 def test_wide_cut_with_mlp_top_trains(tmp_path, shards_small, procs):
     # Prepare
     cfgs = party_configs(

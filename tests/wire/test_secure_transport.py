@@ -175,7 +175,8 @@ def _stray_frames(port: int, stop: threading.Event, counts: dict, leader_public:
         ctx.term()
 
 
-@pytest.mark.parametrize("attack", ["connect_close_storm", "stray_frames"])
+# each attack over a real run; the default suite runs the storm (the stray frames: `-m slow`)
+@pytest.mark.parametrize("attack", ["connect_close_storm", pytest.param("stray_frames", marks=pytest.mark.slow)])
 def test_strangers_during_a_run_never_affect_it(attack, tmp_path, shards_small, procs):
     # Prepare
     from vfl.wire.curve_keys import load_public_key
@@ -358,8 +359,11 @@ def test_follower_started_first_behind_a_forwarder_waits_for_the_leader(tmp_path
     "garbage, needle",
     [
         ({"dtype": ["float32"], "shape": [512, 2], "nbytes": 4096}, "dtype ['float32'] not allowed"),
-        ({"dtype": "float32", "shape": [0] + [2**31] * 7, "nbytes": 0}, "spans more than"),
-        ("deep", "nests JSON too deeply"),
+        # the other two over a real run with `-m slow`; the in-memory fuzz (tests/wire/test_wire_fuzz.py) sends both
+        pytest.param(
+            {"dtype": "float32", "shape": [0] + [2**31] * 7, "nbytes": 0}, "spans more than", marks=pytest.mark.slow
+        ),
+        pytest.param("deep", "nests JSON too deeply", marks=pytest.mark.slow),
     ],
 )
 def test_insider_garbage_ends_the_run_with_one_line_and_an_abort(garbage, needle, tmp_path, shards_small, procs):
