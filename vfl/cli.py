@@ -182,6 +182,14 @@ def abort_peers(state: dict, reason: str) -> None:
         (getattr(channel, "abort_all", None) or channel.abort)(reason)
 
 
+def close_command(state: dict, log) -> None:
+    """Close what a command's body left open in state (its channel, its reader of new rows), then its log."""
+    for key in ("channel", "rows"):
+        if key in state:
+            state[key].close()
+    log.close()
+
+
 def peer_reason(party: str, e: BaseException) -> str | None:
     """The ABORT reason the peers are told of a failure (None: a PeerAbort, which they sent): the project's own
     sentences as they are; the budget's and the key store's details, a library's text or a traceback never (they
@@ -339,6 +347,4 @@ def party_main(argv: list[str] | None, role: str, endpoint_flag: str, train) -> 
             return rejoining(cfg, log, state, run_once)
         return run_once(cfg)
     finally:
-        if "channel" in state:
-            state["channel"].close()
-        log.close()
+        close_command(state, log)

@@ -40,7 +40,7 @@ def predict_in_process(config, predict, rows: Any, run: str | None, checkpoint: 
     as the command does, so the peers are told what the command tells them: the project's own sentences, never an
     exception's text that may quote this party's paths; errors raise. Returns the leader's predictions as a DataFrame,
     or the follower's summary dict."""
-    from vfl.cli import abort_peers, party_keys, run_party
+    from vfl.cli import abort_peers, close_command, party_keys, run_party
     from vfl.obs.logs import RunLog
 
     cfg = config
@@ -67,11 +67,7 @@ def predict_in_process(config, predict, rows: Any, run: str | None, checkpoint: 
         if failed:
             raise failed[0]
     finally:
-        if "channel" in state:
-            state["channel"].close()
-        if "rows" in state:
-            state["rows"].close()
-        log.close()
+        close_command(state, log)
     if cfg.role == "leader":
         import pandas as pd
 

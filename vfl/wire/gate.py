@@ -170,7 +170,7 @@ class ConnectionGate:
             victims.append(victim)
             over -= 1
         for f in victims:
-            if _shut_down(f, self._pending[f][0]):
+            if shut_down_if_peer(f, self._pending[f][0]):
                 self.refused += 1
             self._cut.add(f)
 
@@ -197,7 +197,7 @@ class ConnectionGate:
         for fd, peer in due:
             if fd in self._refresh_admitted():
                 continue  # the number now belongs to a party's connection
-            if _shut_down(fd, peer):  # only if it still leads to the refused connection's peer
+            if shut_down_if_peer(fd, peer):  # only if it still leads to the refused connection's peer
                 self.refused += 1
             self._cut.add(fd)
 
@@ -238,7 +238,7 @@ def peer_address(fd: int):
         s.detach()  # the descriptor stays libzmq's
 
 
-def _shut_down(fd: int, peer) -> bool:
+def shut_down_if_peer(fd: int, peer) -> bool:
     """shutdown(2) the connection on `fd` if it still leads to `peer`; libzmq sees the peer hang up."""
     if peer is None:
         return False

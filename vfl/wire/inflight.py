@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from vfl.wire.frames import MAX_WIRE_FRAME
-from vfl.wire.gate import peer_address
+from vfl.wire.gate import peer_address, shut_down_if_peer
 
 WATCH_S = 0.005  # between two reads of the counters while a watched connection's count moves
 IDLE_WATCH_S = 0.025  # while none moved since the last read
@@ -145,27 +145,13 @@ class InflightGuard:
                 arrived = now - w.taken_at
                 if arrived <= allowance(limit, self._queued, time.monotonic() - w.taken_time):
                     continue
-                if peer_address(fd) != w.peer or not _shut_down(fd):
+                if not shut_down_if_peer(fd, w.peer):
                     with self._lock:
                         self._watched.pop(fd, None)
                     continue
                 with self._lock:
                     self._watched.pop(fd, None)
                     self._cuts.append(Cut(w.label, w.party, arrived))
-
-
-def _shut_down(fd: int) -> bool:
-    try:
-        s = socket.socket(fileno=fd)
-    except OSError:
-        return False
-    try:
-        s.shutdown(socket.SHUT_RDWR)
-        return True
-    except OSError:
-        return False
-    finally:
-        s.detach()
 
 
 def _address(peer) -> str:

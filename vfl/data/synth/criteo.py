@@ -28,6 +28,7 @@ and reveals nothing of the label seed.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import secrets
@@ -219,38 +220,38 @@ def file_ids(base: int, start: int, n: int) -> np.ndarray:
     return splitmix64(rows).view(np.int64)
 
 
-def write_synthetic(
-    out_path: str, rows: int, seed: int = 0, max_vocab: int = 20_000, label_seed: int | None = None
-) -> dict:
-    """Write OUT.tsv, OUT.truth.npy and OUT.meta.json atomically; return the meta document.
-    label_seed None (the default) draws a secret one that is not recorded."""
+def check_file_size(rows: int, max_vocab: int) -> None:
+    """DataError unless a generated file has at least one row and each categorical at least two values."""
     if rows < 1:
         raise DataError(f"--rows must be >= 1, got {rows}")
     if max_vocab < 2:
         raise DataError(f"--max-vocab must be >= 2, got {max_vocab}")
-    t0 = time.perf_counter()
-    world = SyntheticCriteo(seed, max_vocab, label_seed)
-    rng = np.random.default_rng([seed, 0xDA7A])
-    label_rng = np.random.default_rng([world.label_seed, 0x1ABE1])
-    id_base = file_id_base(seed, label_seed)
+
+
+def write_rows_and_truth(
+    out_path: str, rows: int, id_base: int, sample, truth_row_shape: tuple[int, ...] = (), tally=None, show=False
+) -> None:
+    """Write OUT.tsv (the ids of `id_base` first) and OUT.truth.npy (float32 P per row) in blocks of BLOCK_ROWS, each
+    fsynced and renamed into place only when complete. sample(n): a block's (frame, P); tally(frame, P) sees every
+    block; show: a progress bar."""
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     pending = [PendingFile(out_path), PendingFile(out_path + ".truth.npy")]  # fsynced and renamed when complete
     tmp_tsv, tmp_truth = pending[0].tmp, pending[1].tmp
-    positives, psum = 0, 0.0
-    truth = NpyAppender(tmp_truth, np.float32)
+    truth = NpyAppender(tmp_truth, np.float32, truth_row_shape)
     try:
-        with open(tmp_tsv, "w", newline="\n") as f, bar(total=rows, desc="synth", unit="rows") as progress:
+        with open(tmp_tsv, "w", newline="\n") as f, _progress_bar(rows, show) as progress:
             done = 0
             while done < rows:
                 n = min(BLOCK_ROWS, rows - done)
-                df, p = world.sample(rng, n, label_rng)
+                df, p = sample(n)
                 df.insert(0, "id", file_ids(id_base, done, n))
                 df.to_csv(f, sep="\t", header=False, index=False, lineterminator="\n")
                 truth.append(p)
-                positives += int(df["label"].sum())
-                psum += float(p.sum())
+                if tally is not None:
+                    tally(df, p)
                 done += n
-                progress.update(n)
+                if progress is not None:
+                    progress.update(n)
         truth.close()
         for file in pending:
             file.commit()
@@ -259,14 +260,38 @@ def write_synthetic(
         for file in pending:
             file.discard()
         raise
+
+
+def _progress_bar(rows: int, show: bool):
+    return bar(total=rows, desc="synth", unit="rows") if show else contextlib.nullcontext()
+
+
+def write_synthetic(
+    out_path: str, rows: int, seed: int = 0, max_vocab: int = 20_000, label_seed: int | None = None
+) -> dict:
+    """Write OUT.tsv, OUT.truth.npy and OUT.meta.json atomically; return the meta document.
+    label_seed None (the default) draws a secret one that is not recorded."""
+    check_file_size(rows, max_vocab)
+    t0 = time.perf_counter()
+    world = SyntheticCriteo(seed, max_vocab, label_seed)
+    rng = np.random.default_rng([seed, 0xDA7A])
+    label_rng = np.random.default_rng([world.label_seed, 0x1ABE1])
+    id_base = file_id_base(seed, label_seed)
+    totals = {"positives": 0, "psum": 0.0}
+
+    def tally(df: pd.DataFrame, p: np.ndarray) -> None:
+        totals["positives"] += int(df["label"].sum())
+        totals["psum"] += float(p.sum())
+
+    write_rows_and_truth(out_path, rows, id_base, lambda n: world.sample(rng, n, label_rng), (), tally, show=True)
     meta = {
         "rows": rows,
         "seed": seed,
         "max_vocab": max_vocab,
         "label_seed": "secret: drawn from the OS, not recorded" if label_seed is None else label_seed,
         "sample_ids": "leading id column, splitmix64(base + row), a fresh base per file",
-        "positive_rate": positives / rows,
-        "mean_true_probability": psum / rows,
+        "positive_rate": totals["positives"] / rows,
+        "mean_true_probability": totals["psum"] / rows,
         "bias": world.bias,
         "truth": out_path + ".truth.npy",
         "seconds": round(time.perf_counter() - t0, 3),

@@ -14,16 +14,14 @@ the Bayes classifier argmax_c P(y = c | x) on any split is known; meta.json give
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 
-from privacy.durable_files import PendingFile, write_json
+from privacy.durable_files import write_json
 from vfl.data.errors import DataError
-from vfl.data.npy_stream import NpyAppender
 from vfl.data.readers.tokenizer import MAX_CLASSES
-from vfl.data.synth.criteo import BLOCK_ROWS, SyntheticCriteo, file_id_base, file_ids
+from vfl.data.synth.criteo import SyntheticCriteo, check_file_size, file_id_base, write_rows_and_truth
 
 INFORMATIVE_CATEGORICALS = (0, 1, 3, 5, 6, 8, 9, 10, 12, 13, 14, 15, 16, 18, 20, 23, 24, 25)
 CAT_SCALE = 0.45
@@ -75,41 +73,20 @@ def write_synthetic_multiclass(
     out_path: str, rows: int, classes: int, seed: int = 0, max_vocab: int = 20_000, label_seed: int | None = None
 ) -> dict:
     """Write OUT.tsv (label = class id), OUT.truth.npy (rows, K) and OUT.meta.json atomically; return the meta."""
-    if rows < 1:
-        raise DataError(f"--rows must be >= 1, got {rows}")
-    if max_vocab < 2:
-        raise DataError(f"--max-vocab must be >= 2, got {max_vocab}")
+    check_file_size(rows, max_vocab)
     t0 = time.perf_counter()
     world = SyntheticMulticlass(classes, seed, max_vocab, label_seed)
     rng = np.random.default_rng([seed, 0xDA7A])
     label_rng = np.random.default_rng([world.world.label_seed, 0x1ABE1, classes])
     id_base = file_id_base(seed, label_seed)  # each generated file its own ids (see synth/criteo.py)
-    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-    pending = [PendingFile(out_path), PendingFile(out_path + ".truth.npy")]  # fsynced and renamed when complete
-    tmp_tsv, tmp_truth = pending[0].tmp, pending[1].tmp
     counts = np.zeros(classes, np.int64)
-    bayes_sum = 0.0
-    truth = NpyAppender(tmp_truth, np.float32, (classes,))
-    try:
-        with open(tmp_tsv, "w", newline="\n") as f:
-            done = 0
-            while done < rows:
-                n = min(BLOCK_ROWS, rows - done)
-                df, p = world.sample(rng, n, label_rng)
-                df.insert(0, "id", file_ids(id_base, done, n))
-                df.to_csv(f, sep="\t", header=False, index=False, lineterminator="\n")
-                truth.append(p)
-                counts += np.bincount(df["label"].to_numpy(), minlength=classes)
-                bayes_sum += float(p.max(axis=1).sum())
-                done += n
-        truth.close()
-        for file in pending:
-            file.commit()
-    except BaseException:
-        truth.close()
-        for file in pending:
-            file.discard()
-        raise
+    bayes = {"sum": 0.0}
+
+    def tally(df, p: np.ndarray) -> None:
+        counts[:] += np.bincount(df["label"].to_numpy(), minlength=classes)
+        bayes["sum"] += float(p.max(axis=1).sum())
+
+    write_rows_and_truth(out_path, rows, id_base, lambda n: world.sample(rng, n, label_rng), (classes,), tally)
     meta = {
         "rows": rows,
         "classes": classes,
@@ -117,7 +94,7 @@ def write_synthetic_multiclass(
         "max_vocab": max_vocab,
         "label_seed": "secret: drawn from the OS, not recorded" if label_seed is None else label_seed,
         "class_frequencies": (counts / rows).tolist(),
-        "bayes_accuracy": bayes_sum / rows,  # E_x max_c P(y = c | x): the Bayes classifier's expected accuracy
+        "bayes_accuracy": bayes["sum"] / rows,  # E_x max_c P(y = c | x): the Bayes classifier's expected accuracy
         "truth": out_path + ".truth.npy",
         "truth_shape": [rows, classes],
         "seconds": round(time.perf_counter() - t0, 3),

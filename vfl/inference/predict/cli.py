@@ -49,7 +49,7 @@ def _arguments(role: str) -> argparse.ArgumentParser:
 def predict_main(argv: list[str], role: str, predict) -> int:
     """Parse, load the config, run the role's predict(cfg, args, log, state) under run_party (one-line errors, ABORT
     to the peers)."""
-    from vfl.cli import abort_peers, config_or_exit, fail, run_party
+    from vfl.cli import abort_peers, close_command, config_or_exit, fail, run_party
     from vfl.config.schema import ConfigError
     from vfl.data.errors import DataError
     from vfl.obs.logs import RunLog, set_verbosity
@@ -85,11 +85,7 @@ def predict_main(argv: list[str], role: str, predict) -> int:
     try:
         return run_party(cfg, log, lambda: predict(cfg, args, log, state), lambda reason: abort_peers(state, reason))
     finally:
-        if "channel" in state:
-            state["channel"].close()
-        if "rows" in state:
-            state["rows"].close()
-        log.close()
+        close_command(state, log)
 
 
 def _out_dir(args, cfg) -> str:
