@@ -156,6 +156,30 @@ def config_or_exit(args, endpoint_key: str) -> PartyConfig | int:
     return cfg
 
 
+def trained_party_config(args, role: str, command: str) -> tuple[PartyConfig, list[str]] | int:
+    """The config of a command on a trained party (`predict`, `serve`): --run's shard and keys filled in, the role and
+    the shard directory checked; (config, the flags --run filled) or the exit code after a one-line error."""
+    from vfl.config.schema import ConfigError
+    from vfl.data.errors import DataError
+    from vfl.runs.layout import apply_run, check_shard_path
+
+    try:
+        found = apply_run(args)  # --run RUN: its shard and keys unless --data / --keys say otherwise
+    except ConfigError as e:
+        return fail(str(e), 2)
+    args.out, args.epochs, args.resume, args.set_pairs = args.run, None, None, []
+    cfg = config_or_exit(args, "bind" if role == "leader" else "connect")
+    if isinstance(cfg, int):
+        return cfg
+    if cfg.role != role:
+        return fail(f"{args.config} has role {cfg.role!r}; python -m {role} {command} needs role: {role}", 2)
+    try:
+        check_shard_path(cfg, f"python -m {role} {command}")
+    except DataError as e:
+        return fail(str(e), 2)
+    return cfg, found
+
+
 def run_party(cfg: PartyConfig, log, body, abort) -> int:
     """Run body(); on a fatal error call abort(reason) (tell the peers), log one line, return the exit code.
 
@@ -348,3 +372,29 @@ def party_main(argv: list[str] | None, role: str, endpoint_flag: str, train) -> 
         return run_once(cfg)
     finally:
         close_command(state, log)
+
+
+def role_main(argv: list[str] | None, role: str, endpoint_flag: str, train, predict, serve) -> int:
+    """`python -m leader|follower [predict|serve|export] ...`: the command's arguments and guarded run around the
+    role's entry function for it (train, predict or serve; export runs the trained model alone).
+
+        python -m ROLE --config ROLE.yaml                train (party_main)
+        python -m ROLE predict --config ... --rows ...   score new rows (vfl/inference/predict/cli.py)
+        python -m ROLE serve --config ...                score ids online (vfl/inference/serve/cli.py)
+        python -m ROLE export --config ... --out DIR     the trained model as ONNX (vfl/inference/export/cli.py)
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    command = argv[0] if argv else None
+    if command == "predict":
+        from vfl.inference.predict.cli import predict_main
+
+        return predict_main(argv[1:], role, predict)
+    if command == "serve":
+        from vfl.inference.serve.cli import serve_main
+
+        return serve_main(argv[1:], role, serve)
+    if command == "export":
+        from vfl.inference.export.cli import export_main
+
+        return export_main(argv[1:], role)
+    return party_main(argv, role, endpoint_flag, train)

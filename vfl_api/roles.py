@@ -14,6 +14,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from follower.train import train as follower_train
+from leader.train import train as leader_train
 from vfl.config.schema import ConfigError, PartyConfig, load_config
 
 ConfigLike = Union[str, os.PathLike, dict, PartyConfig]
@@ -140,11 +142,7 @@ class Leader(_Party):
 
     role = "leader"
 
-    @staticmethod
-    def _train(cfg, log, state: dict) -> None:
-        from leader.train import train
-
-        train(cfg, log, state)
+    _train = staticmethod(leader_train)
 
     def fit(self) -> History:
         self._run()
@@ -167,11 +165,7 @@ class Follower(_Party):
 
     role = "follower"
 
-    @staticmethod
-    def _train(cfg, log, state: dict) -> None:
-        from follower.train import train
-
-        train(cfg, log, state)
+    _train = staticmethod(follower_train)
 
     def fit(self) -> int:
         return int(self._run().get("steps", 0))

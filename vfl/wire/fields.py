@@ -241,4 +241,28 @@ class WireMessage:
     __hash__ = None  # type: ignore[assignment]
 
 
+class RowCounted(WireMessage):
+    """A message whose field `rows` on the wire is the length of its tensor COUNTED (an attribute, not a field, of
+    the typed message); _rows_problem words what the tensor must hold besides that count."""
+
+    COUNTED: ClassVar[str] = ""
+
+    @property
+    def rows(self) -> int:
+        return int(getattr(self, self.COUNTED).size)
+
+    @classmethod
+    def _rows_problem(cls, counted: np.ndarray, rows: int) -> str | None:
+        """The error text when `counted` is not what a message with field rows=`rows` carries (None: it is)."""
+        raise NotImplementedError
+
+    @classmethod
+    def _make(cls, values: dict[str, Any], msg: Message):
+        rows = values.pop("rows")
+        problem = cls._rows_problem(values[cls.COUNTED], rows)
+        if problem is not None:
+            raise fail(msg, problem)
+        return cls(**values)
+
+
 wire_message = dataclass(frozen=True, eq=False)  # equality compares tensors by value (WireMessage.__eq__)

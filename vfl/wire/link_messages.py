@@ -24,14 +24,20 @@ NONCE_PATTERN = re.compile(r"^[0-9a-f]{32}$")
 _NONCE = Text("nonce", 32, pattern=NONCE_PATTERN, domain="32 hex digits (the probe's fresh nonce)")
 
 
-def _pad_fits(cls: type[WireMessage], values: dict[str, Any], msg: Message):
-    if values["pad"].size > MAX_PROBE_BYTES:
-        raise fail(msg, f"tensor 'pad' must hold at most {MAX_PROBE_BYTES} bytes, got {values['pad'].size}")
-    return cls(**values)
+class PaddedProbe(WireMessage):
+    """A probe or its echo: a pad of zeros (uint8, at most MAX_PROBE_BYTES) whose travel times one direction."""
+
+    TENSORS = (Tensor("pad", "uint8", 1),)
+
+    @classmethod
+    def _make(cls, values: dict[str, Any], msg: Message):
+        if values["pad"].size > MAX_PROBE_BYTES:
+            raise fail(msg, f"tensor 'pad' must hold at most {MAX_PROBE_BYTES} bytes, got {values['pad'].size}")
+        return cls(**values)
 
 
 @wire_message
-class LinkProbe(WireMessage):
+class LinkProbe(PaddedProbe):
     """LINK_PROBE (leader -> follower): probe number `probe`, a fresh nonce the echo returns (no echo can be sent
     before its probe arrives), a pad of zeros, and the bytes the echo must carry."""
 
@@ -41,15 +47,10 @@ class LinkProbe(WireMessage):
     echo_bytes: int
     pad: np.ndarray
     FIELDS = (Int("probe", 0, MAX_PROBES - 1), _NONCE, Int("echo_bytes", 0, MAX_PROBE_BYTES))
-    TENSORS = (Tensor("pad", "uint8", 1),)
-
-    @classmethod
-    def _make(cls, values: dict[str, Any], msg: Message) -> LinkProbe:
-        return _pad_fits(cls, values, msg)
 
 
 @wire_message
-class LinkEcho(WireMessage):
+class LinkEcho(PaddedProbe):
     """LINK_ECHO (follower -> leader): probe `probe` answered with its nonce and the pad of `echo_bytes` zeros it
     asked for."""
 
@@ -58,11 +59,6 @@ class LinkEcho(WireMessage):
     nonce: str
     pad: np.ndarray
     FIELDS = (Int("probe", 0, MAX_PROBES - 1), _NONCE)
-    TENSORS = (Tensor("pad", "uint8", 1),)
-
-    @classmethod
-    def _make(cls, values: dict[str, Any], msg: Message) -> LinkEcho:
-        return _pad_fits(cls, values, msg)
 
 
 @wire_message

@@ -29,6 +29,7 @@ from vfl.wire.fields import (
     Int,
     PerSplit,
     Real,
+    RowCounted,
     Tensor,
     Text,
     WireMessage,
@@ -54,11 +55,20 @@ CODEC_PATTERN = re.compile(r"^(fp16|bf16|int8:[2-8]|topk:[0-9.e-]{1,24})$")  # v
 HEX32_PATTERN = re.compile(r"^[0-9a-f]{32}$")  # a range digest (EVAL)
 
 
-def _ranks_together(msg: Message, rank: int | None, ranks: int | None) -> None:
-    if (rank is None) != (ranks is None):
-        raise fail(msg, "fields 'rank' and 'ranks' come together (both, or neither for one rank)")
-    if rank is not None and rank >= ranks:
-        raise fail(msg, f"field 'rank' must be below 'ranks', got rank {rank} of {ranks}")
+class RankedHandshake(WireMessage):
+    """A handshake message (HELLO, WELCOME) that names its sender's rank of `ranks` under N ranks per party: both
+    fields, or neither for one rank."""
+
+    RANK_FIELDS = (Int("rank", 0, MAX_RANKS - 1, optional=True), Int("ranks", 1, MAX_RANKS, optional=True))
+
+    @classmethod
+    def _make(cls, values: dict[str, Any], msg: Message):
+        rank, ranks = values["rank"], values["ranks"]
+        if (rank is None) != (ranks is None):
+            raise fail(msg, "fields 'rank' and 'ranks' come together (both, or neither for one rank)")
+        if rank is not None and rank >= ranks:
+            raise fail(msg, f"field 'rank' must be below 'ranks', got rank {rank} of {ranks}")
+        return cls(**values)
 
 
 def _below_one(field: Field) -> Field:
@@ -73,23 +83,43 @@ def _below_one(field: Field) -> Field:
 _CODEC_DOMAIN = "a codec: fp16, bf16, int8:BITS (2..8) or topk:FRACTION (absent: none)"
 
 
-def _coded(msg: Message, tensor: str, values: dict[str, Any]) -> None:
-    """A coded cut or gradient payload fits its `codec` field; the receiver decodes it against the agreed codec and
-    the expected shape (vfl/wire/codecs.decode). Uncoded (none), TENSORS' first entry alone was checked."""
-    if values["codec"] is None:
-        return
-    wrong = layout(values["codec"], values[tensor], values["aux"])
-    if wrong:
-        raise fail(msg, f"tensor {tensor!r}: {wrong}")
+class CodedPayload(WireMessage):
+    """A message whose first tensor (a cut or a gradient) travels coded under network.compression: `codec` names the
+    codec and the tensor (with `aux`) is its payload; the receiver decodes it against the agreed codec and the
+    expected shape (vfl/wire/codecs.decode)."""
 
+    CODEC = Choice("codec", WIRE_NAMES, optional=True)  # absent: none
 
-def _payload(values: dict[str, Any], tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-    """Uncoded: the one float32 (rows, cols) tensor, as always; coded: the payload's one or two tensors, any dtype."""
-    return tensors[:1] if values["codec"] is None else (Tensor(tensors[0].name, None, 2), tensors[1])
+    @staticmethod
+    def payload(tensor: str) -> tuple[Tensor, ...]:
+        """TENSORS of a message whose `tensor` is a float32 (rows, cols) payload, uncoded; coded, with `aux`."""
+        return (Tensor(tensor, "float32", 2), Tensor("aux", optional=True))
+
+    @classmethod
+    def _tensors_of(cls, values: dict[str, Any]) -> tuple[Tensor, ...]:
+        """Uncoded: the one float32 (rows, cols) tensor, as always; coded: the payload's one or two tensors, any
+        dtype."""
+        first = cls.TENSORS[0]
+        return cls.TENSORS[:1] if values["codec"] is None else (Tensor(first.name, None, 2), cls.TENSORS[1])
+
+    @classmethod
+    def _check_coded(cls, values: dict[str, Any], msg: Message) -> None:
+        """A coded payload fits its `codec` field. Uncoded (none), TENSORS' first entry alone was checked."""
+        if values["codec"] is None:
+            return
+        tensor = cls.TENSORS[0].name
+        wrong = layout(values["codec"], values[tensor], values["aux"])
+        if wrong:
+            raise fail(msg, f"tensor {tensor!r}: {wrong}")
+
+    @classmethod
+    def _make(cls, values: dict[str, Any], msg: Message):
+        cls._check_coded(values, msg)
+        return cls(**values)
 
 
 @wire_message
-class Hello(WireMessage):
+class Hello(RankedHandshake):
     """HELLO (follower -> leader): what a follower announces about itself, compared with the leader's own view
     (vfl/session/handshake.hello_problems); rank and ranks only under N ranks per party, ema_decay only when
     train.ema_decay is on (absent: off, so a follower that predates the field reads as off)."""
@@ -124,22 +154,16 @@ class Hello(WireMessage):
         Int("microbatches", 1),
         Int("resume_step"),
         Real("timeout_s", 0, 86400),
-        Int("rank", 0, MAX_RANKS - 1, optional=True),
-        Int("ranks", 1, MAX_RANKS, optional=True),
+        *RankedHandshake.RANK_FIELDS,
         _below_one(Real("ema_decay", 0, 1, optional=True)),
         Int("staleness", 1, MAX_STALENESS, optional=True),
         Text("embedding_codec", 32, optional=True, pattern=CODEC_PATTERN, domain=_CODEC_DOMAIN),
         Text("gradient_codec", 32, optional=True, pattern=CODEC_PATTERN, domain=_CODEC_DOMAIN),
     )
 
-    @classmethod
-    def _make(cls, values: dict[str, Any], msg: Message) -> Hello:
-        _ranks_together(msg, values["rank"], values["ranks"])
-        return cls(**values)
-
 
 @wire_message
-class Welcome(WireMessage):
+class Welcome(RankedHandshake):
     """WELCOME (leader -> follower): the run id, the follower's nonce echoed, the schedule and the sends per row of each
     split it makes; rank fields as HELLO's."""
 
@@ -161,14 +185,8 @@ class Welcome(WireMessage):
         Int("sends_train"),
         Int("sends_valid"),
         Int("sends_test"),
-        Int("rank", 0, MAX_RANKS - 1, optional=True),
-        Int("ranks", 1, MAX_RANKS, optional=True),
+        *RankedHandshake.RANK_FIELDS,
     )
-
-    @classmethod
-    def _make(cls, values: dict[str, Any], msg: Message) -> Welcome:
-        _ranks_together(msg, values["rank"], values["ranks"])
-        return cls(**values)
 
 
 @wire_message
@@ -192,7 +210,7 @@ class Forward(WireMessage):
 
 
 @wire_message
-class Embedding(WireMessage):
+class Embedding(CodedPayload):
     """EMBEDDING (follower -> leader): a float32 (rows, cut_dim) cut, of training batch (epoch, step) and
     micro-batch `micro` (none in stage one), or of the EVAL range `eval` = (split, start, stop). Under
     network.compression the cut travels coded: `codec` names it and `cut` (with `aux`) is its payload."""
@@ -210,17 +228,13 @@ class Embedding(WireMessage):
         Int("step", optional=True),
         Int("micro", optional=True),
         EvalRange("eval", optional=True),
-        Choice("codec", WIRE_NAMES, optional=True),
+        CodedPayload.CODEC,
     )
-    TENSORS = (Tensor("cut", "float32", 2), Tensor("aux", optional=True))
-
-    @classmethod
-    def _tensors_of(cls, values: dict[str, Any]) -> tuple[Tensor, ...]:
-        return _payload(values, cls.TENSORS)
+    TENSORS = CodedPayload.payload("cut")
 
     @classmethod
     def _make(cls, values: dict[str, Any], msg: Message) -> Embedding:
-        _coded(msg, "cut", values)
+        cls._check_coded(values, msg)
         training = values["step"] is not None
         if training == (values["eval"] is not None):
             raise fail(
@@ -238,7 +252,7 @@ class Embedding(WireMessage):
 
 
 @wire_message
-class Gradient(WireMessage):
+class Gradient(CodedPayload):
     """GRADIENT (leader -> follower): d loss / d cut, float32 (rows, cut_dim), for (epoch, step, micro); phase
     "prior" in stage one. No loss: without label DP it is a function of the true labels, and no follower needs it.
     Under network.compression the gradient travels coded: `codec` names it and `grad` (with `aux`) is its payload."""
@@ -256,18 +270,9 @@ class Gradient(WireMessage):
         Int("epoch"),
         Int("step"),
         Int("micro", optional=True),
-        Choice("codec", WIRE_NAMES, optional=True),
+        CodedPayload.CODEC,
     )
-    TENSORS = (Tensor("grad", "float32", 2), Tensor("aux", optional=True))
-
-    @classmethod
-    def _tensors_of(cls, values: dict[str, Any]) -> tuple[Tensor, ...]:
-        return _payload(values, cls.TENSORS)
-
-    @classmethod
-    def _make(cls, values: dict[str, Any], msg: Message) -> Gradient:
-        _coded(msg, "grad", values)
-        return cls(**values)
+    TENSORS = CodedPayload.payload("grad")
 
 
 @wire_message
@@ -365,7 +370,7 @@ class Abort(WireMessage):
 
 
 @wire_message
-class Prior(WireMessage):
+class Prior(RowCounted):
     """PRIOR (leader -> follower): K-class LP-2ST's stage one, on the training rows `indices` (strictly increasing
     int64; a draw of the leader's PRF independent of the labels), for `epochs` epochs. On the wire `rows` is
     their count."""
@@ -375,21 +380,16 @@ class Prior(WireMessage):
     epochs: int
     FIELDS = (Int("rows", 1), Int("epochs", 1, MAX_PRIOR_EPOCHS))
     TENSORS = (Tensor("indices", "int64", 1),)
-
-    @property
-    def rows(self) -> int:
-        return int(self.indices.size)
+    COUNTED = "indices"
 
     @classmethod
-    def _make(cls, values: dict[str, Any], msg: Message) -> Prior:
-        rows, idx = values.pop("rows"), values["indices"]
-        if idx.size != rows or idx[0] < 0 or (idx.size > 1 and np.any(np.diff(idx) <= 0)):
-            raise fail(
-                msg,
+    def _rows_problem(cls, counted: np.ndarray, rows: int) -> str | None:
+        if counted.size != rows or counted[0] < 0 or (counted.size > 1 and np.any(np.diff(counted) <= 0)):
+            return (
                 f"tensor 'indices' must hold the {rows} stage-one rows as strictly increasing indices >= 0, "
-                f"got {idx.size} values",
+                f"got {counted.size} values"
             )
-        return cls(**values)
+        return None
 
 
 MESSAGE_CLASSES: dict[str, type[WireMessage]] = {

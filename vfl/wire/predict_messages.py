@@ -77,14 +77,22 @@ class PredictHello(TrainedHello):
 
 
 @wire_message
-class PredictWelcome(WireMessage):
+class TrainedWelcome(WireMessage):
+    """The fields that open a trained leader's welcome (PREDICT_WELCOME here, SERVE_WELCOME in serve_messages.py):
+    the session's run id and the follower's nonce echoed."""
+
+    run: str
+    nonce: str
+    FIELDS = (Text("run", 64), Text("nonce", 64))
+
+
+@wire_message
+class PredictWelcome(TrainedWelcome):
     """PREDICT_WELCOME (leader -> follower): the session's run id, the follower's nonce, the largest request."""
 
     TYPE = "PREDICT_WELCOME"
-    run: str
-    nonce: str
     batch_rows: int
-    FIELDS = (Text("run", 64), Text("nonce", 64), Int("batch_rows", 1, MAX_DIM))
+    FIELDS = (*TrainedWelcome.FIELDS, Int("batch_rows", 1, MAX_DIM))
 
 
 @wire_message

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from vfl.wire.fields import Int, Real, Tensor, Text, WireMessage, fail, wire_message
+from vfl.wire.fields import Int, Real, RowCounted, Tensor, Text, WireMessage, fail, wire_message
 from vfl.wire.frames import MAGIC, MAX_HEADER_BYTES, Message
-from vfl.wire.predict_messages import TrainedHello
+from vfl.wire.predict_messages import TrainedHello, TrainedWelcome
 
 MAX_SERVE_ROWS = 8192  # ids in one request: a SERVE_IDS is 64 KiB at most
 MAX_DEADLINE_MS = 600_000
@@ -44,17 +44,14 @@ class ServeHello(TrainedHello):
 
 
 @wire_message
-class ServeWelcome(WireMessage):
+class ServeWelcome(TrainedWelcome):
     """SERVE_WELCOME (leader -> follower): the serving session's run id and the follower's nonce echoed."""
 
     TYPE = "SERVE_WELCOME"
-    run: str
-    nonce: str
-    FIELDS = (Text("run", 64), Text("nonce", 64))
 
 
 @wire_message
-class ServeIds(WireMessage):
+class ServeIds(RowCounted):
     """SERVE_IDS (leader -> follower): request `request`'s sample ids (int64, 1..MAX_SERVE_ROWS of them); the
     leader stops waiting `deadline_ms` after sending it."""
 
@@ -64,17 +61,13 @@ class ServeIds(WireMessage):
     deadline_ms: int
     FIELDS = (Int("request"), Int("rows", 1, MAX_SERVE_ROWS), Int("deadline_ms", 1, MAX_DEADLINE_MS))
     TENSORS = (Tensor("ids", "int64", 1),)
-
-    @property
-    def rows(self) -> int:
-        return int(self.ids.size)
+    COUNTED = "ids"
 
     @classmethod
-    def _make(cls, values: dict[str, Any], msg: Message) -> ServeIds:
-        rows = values.pop("rows")
-        if values["ids"].size != rows:
-            raise fail(msg, f"tensor 'ids' must hold the {rows} ids of field 'rows', got {values['ids'].size}")
-        return cls(**values)
+    def _rows_problem(cls, counted: np.ndarray, rows: int) -> str | None:
+        if counted.size != rows:
+            return f"tensor 'ids' must hold the {rows} ids of field 'rows', got {counted.size}"
+        return None
 
 
 @wire_message

@@ -32,7 +32,7 @@ import hashlib
 import hmac
 import json
 import os
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 from privacy.durable_files import fsync_directory, write_bytes
 from privacy.label.ledger.secret_files import SEALED_WORD, LabelDPStoreError, check_private, read_secret_record
@@ -58,13 +58,8 @@ class Seal:
     coins: str | None = None
 
     def fields(self) -> dict:
-        return {
-            "format": SEAL_FORMAT,
-            "generation": self.generation,
-            "ledger_sha256": self.ledger_sha256,
-            "next_sha256": self.next_sha256,
-            "coins": self.coins,
-        }
+        """The seal file's document: its format, then these fields in their order."""
+        return {"format": SEAL_FORMAT, **asdict(self)}
 
 
 @dataclass(frozen=True)

@@ -49,11 +49,8 @@ def _arguments(role: str) -> argparse.ArgumentParser:
 def predict_main(argv: list[str], role: str, predict) -> int:
     """Parse, load the config, run the role's predict(cfg, args, log, state) under run_party (one-line errors, ABORT
     to the peers)."""
-    from vfl.cli import abort_peers, close_command, config_or_exit, fail, run_party
-    from vfl.config.schema import ConfigError
-    from vfl.data.errors import DataError
+    from vfl.cli import abort_peers, close_command, fail, run_party, trained_party_config
     from vfl.obs.logs import RunLog, set_verbosity
-    from vfl.runs.layout import apply_run, check_shard_path
 
     args = _arguments(role).parse_intermixed_args(argv)
     set_verbosity(args.quiet, False)
@@ -62,20 +59,10 @@ def predict_main(argv: list[str], role: str, predict) -> int:
             return fail(f"--batch-rows must be >= 1, got {args.batch_rows}", 2)
         args.overrides.append(f"train.eval_batch_size={args.batch_rows}")
     args.predictions_out = args.out  # --out names the predictions' directory; output.dir is the run's (--run)
-    try:
-        found = apply_run(args)  # --run RUN: its shard and keys unless --data / --keys say otherwise
-    except ConfigError as e:
-        return fail(str(e), 2)
-    args.out, args.epochs, args.resume, args.set_pairs = args.run, None, None, []
-    cfg = config_or_exit(args, "bind" if role == "leader" else "connect")
-    if isinstance(cfg, int):
-        return cfg
-    if cfg.role != role:
-        return fail(f"{args.config} has role {cfg.role!r}; python -m {role} predict needs role: {role}", 2)
-    try:
-        check_shard_path(cfg, f"python -m {role} predict")
-    except DataError as e:
-        return fail(str(e), 2)
+    loaded = trained_party_config(args, role, "predict")
+    if isinstance(loaded, int):
+        return loaded
+    cfg, found = loaded
     out_dir = _out_dir(args, cfg)
     os.makedirs(out_dir, exist_ok=True)
     log = RunLog(os.path.join(out_dir, f"{cfg.party}_predict.log"), cfg.party)

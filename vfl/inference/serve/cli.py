@@ -81,28 +81,15 @@ def _arguments(role: str):
 def serve_main(argv: list[str] | None, role: str, serve) -> int:
     """Parse, load the config, run the role's serve(cfg, args, log, state) under run_party (one-line errors, ABORT to
     the peers), and close what it started."""
-    from vfl.cli import abort_peers, config_or_exit, fail, run_party
-    from vfl.config.schema import ConfigError
-    from vfl.data.errors import DataError
+    from vfl.cli import abort_peers, run_party, trained_party_config
     from vfl.obs.logs import RunLog
-    from vfl.runs.layout import apply_run, check_shard_path
 
     args = _arguments(role).parse_intermixed_args(argv)
-    try:
-        found = apply_run(args)  # --run RUN: its shard and keys unless --data / --keys say otherwise
-    except ConfigError as e:
-        return fail(str(e), 2)
-    args.out, args.epochs, args.resume, args.set_pairs = args.run, None, None, []
     args.endpoint = args.bind if role == "leader" else args.connect
-    cfg = config_or_exit(args, "bind" if role == "leader" else "connect")
-    if isinstance(cfg, int):
-        return cfg
-    if cfg.role != role:
-        return fail(f"{args.config} has role {cfg.role!r}; python -m {role} serve needs role: {role}", 2)
-    try:
-        check_shard_path(cfg, f"python -m {role} serve")
-    except DataError as e:
-        return fail(str(e), 2)
+    loaded = trained_party_config(args, role, "serve")
+    if isinstance(loaded, int):
+        return loaded
+    cfg, found = loaded
     log = RunLog(os.path.join(cfg.output.dir, f"{cfg.party}_serve.log"), cfg.party)
     if found:
         log(f"{cfg.party}: from --run {args.run}: {', '.join(found)}")

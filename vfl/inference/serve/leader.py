@@ -59,6 +59,24 @@ class Scored:
     missing: dict  # position in the request -> reason
 
 
+class _OfLinks:
+    """An attribute of the worker's FollowerLinks, read (and, when settable, set) as the worker's own."""
+
+    def __init__(self, doc: str, settable: bool = True):
+        self.__doc__, self.settable = doc, settable
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, worker, owner=None):
+        return self if worker is None else getattr(worker.links, self.name)
+
+    def __set__(self, worker, value) -> None:
+        if not self.settable:
+            raise AttributeError(f"{self.name} is read-only")
+        setattr(worker.links, self.name, value)
+
+
 class ScoringWorker:
     """The worker: batches queued requests, fetches the followers' cuts, scores with the leader's model."""
 
@@ -83,42 +101,13 @@ class ScoringWorker:
         self.failed: BaseException | None = None
 
     # -- the followers' state (vfl/inference/serve/follower_links.py), set and read as the worker's own ------------
-    @property
-    def down(self) -> dict[str, str]:
-        """follower -> why it is down"""
-        return self.links.down
-
-    @property
-    def late(self) -> dict[str, int]:
-        """follower -> request number of an answer still on its way"""
-        return self.links.late
-
-    @property
-    def keepalive_every(self) -> float:
-        """Seconds of silence after which an idle worker sends every follower that is up WAIT."""
-        return self.links.keepalive_every
-
-    @keepalive_every.setter
-    def keepalive_every(self, seconds: float) -> None:
-        self.links.keepalive_every = seconds
-
-    @property
-    def check_hello(self):
-        """(f, hello) -> problems, for a follower that connects again (sent to it: no path); None: none."""
-        return self.links.check_hello
-
-    @check_hello.setter
-    def check_hello(self, check) -> None:
-        self.links.check_hello = check
-
-    @property
-    def log(self):
-        """The serving log (RunLog), or None."""
-        return self.links.log
-
-    @log.setter
-    def log(self, log) -> None:
-        self.links.log = log
+    down = _OfLinks("follower -> why it is down", settable=False)
+    late = _OfLinks("follower -> request number of an answer still on its way", settable=False)
+    keepalive_every = _OfLinks("Seconds of silence after which an idle worker sends every follower that is up WAIT.")
+    check_hello = _OfLinks(
+        "(f, hello) -> problems, for a follower that connects again (sent to it: no path); None: none."
+    )
+    log = _OfLinks("The serving log (RunLog), or None.")
 
     # -- the client side (HTTP threads) --------------------------------------------------------------
     def start(self) -> None:
