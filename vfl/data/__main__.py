@@ -30,18 +30,13 @@ def _synth(args) -> int:
         from vfl.data.synth.multiclass import write_synthetic_multiclass
 
         meta = write_synthetic_multiclass(args.out, args.rows, args.classes, args.seed, args.max_vocab, args.label_seed)
-        print(
-            f"wrote {args.out}: {meta['rows']} rows, {meta['classes']} classes, Bayes-optimal accuracy "
-            f"{meta['bayes_accuracy']:.4f}, {meta['rows'] / meta['seconds']:.0f} rows/s"
-        )
-        return 0
-    from vfl.data.synth.criteo import write_synthetic
+        label = f"{meta['classes']} classes, Bayes-optimal accuracy {meta['bayes_accuracy']:.4f}"
+    else:
+        from vfl.data.synth.criteo import write_synthetic
 
-    meta = write_synthetic(args.out, args.rows, args.seed, args.max_vocab, args.label_seed)
-    print(
-        f"wrote {args.out}: {meta['rows']} rows, positive rate {meta['positive_rate']:.4f}, "
-        f"{meta['rows'] / meta['seconds']:.0f} rows/s"
-    )
+        meta = write_synthetic(args.out, args.rows, args.seed, args.max_vocab, args.label_seed)
+        label = f"positive rate {meta['positive_rate']:.4f}"
+    print(f"wrote {args.out}: {meta['rows']} rows, {label}, {meta['rows'] / meta['seconds']:.0f} rows/s")
     return 0
 
 
@@ -92,20 +87,14 @@ def _split(args) -> int:
 
 
 def _prepare_options(args):
-    """The prepare flags as PrepareOptions (both prepare modes take the same ones)."""
+    """The prepare flags as PrepareOptions (both prepare modes take the same ones): each field is the flag of its name,
+    truth_path is --truth."""
+    from dataclasses import fields
+
     from vfl.data.prepare import PrepareOptions
 
-    return PrepareOptions(
-        test_fraction=args.test_fraction,
-        valid_fraction=args.valid_fraction,
-        seed=args.seed,
-        strict=args.strict,
-        hash_buckets=args.hash_buckets,
-        vocab_min_count=args.vocab_min_count,
-        truth_path=args.truth,
-        force=args.force,
-        num_classes=args.num_classes,
-    )
+    flag = {"truth_path": "truth"}
+    return PrepareOptions(**{f.name: getattr(args, flag.get(f.name, f.name)) for f in fields(PrepareOptions)})
 
 
 def _prepare(args) -> int:
