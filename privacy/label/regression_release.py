@@ -75,6 +75,29 @@ def _design(mechanism: str, prior: np.ndarray, values: np.ndarray, eps: float) -
     return np.vstack(unbiased_design(prior, values, eps))
 
 
+def _sampler(mechanism: str, spec: RegressionSpec, design, prior, values, eps_rand: float, key: bytes, rel: str, extra):
+    """(draw(labels, ids), the noise variance or None when biased, the outputs) of the randomizer's release `rel`
+    under its design; what the mechanism is goes into `extra`."""
+    lo, hi = spec.clip
+    outputs = None
+    if mechanism == "laplace":
+        draw = lambda y, i: laplace_once(y, i, lo, hi, eps_rand, key, rel)
+        variance = laplace_noise_variance(lo, hi, eps_rand)
+        extra["paper"] = "discrete Laplace on the clipped label (the papers' baseline)"
+    elif mechanism == "rr_on_bins":
+        group = design[:, 0].astype(np.int64)
+        outputs = design[np.unique(group, return_index=True)[1], 1]
+        draw = lambda y, i: rr_on_bins_once(y, i, lo, hi, group, outputs, eps_rand, key, rel)
+        variance = None  # biased: no debiased RMSE
+        extra.update(bin_values=[round(float(v), 6) for v in outputs], paper="Ghazi et al. 2023, Algorithm 1")
+    else:
+        outputs, channel = design[0], design[1:]
+        draw = lambda y, i: unbiased_once(y, i, lo, hi, outputs, channel, key, rel)
+        variance = channel_noise_variance(prior, values, outputs, channel)
+        extra.update(outputs=int(outputs.size), paper="Badanidiyuru et al. 2023, Algorithm 1")
+    return draw, variance, outputs
+
+
 def draw_regression(
     spec: RegressionSpec,
     mechanism: str,
@@ -130,21 +153,7 @@ def draw_regression(
     if fresh is not None:
         design = _kept_first(kept, keep, rel, fresh)
     ledger_name, params = plan[0]
-    if mechanism == "laplace":
-        draw = lambda y, i: laplace_once(y, i, lo, hi, eps_rand, key, rel)
-        variance = laplace_noise_variance(lo, hi, eps_rand)
-        extra["paper"] = "discrete Laplace on the clipped label (the papers' baseline)"
-    elif mechanism == "rr_on_bins":
-        group = design[:, 0].astype(np.int64)
-        outputs = design[np.unique(group, return_index=True)[1], 1]
-        draw = lambda y, i: rr_on_bins_once(y, i, lo, hi, group, outputs, eps_rand, key, rel)
-        variance = None  # biased: no debiased RMSE
-        extra.update(bin_values=[round(float(v), 6) for v in outputs], paper="Ghazi et al. 2023, Algorithm 1")
-    else:
-        outputs, channel = design[0], design[1:]
-        draw = lambda y, i: unbiased_once(y, i, lo, hi, outputs, channel, key, rel)
-        variance = channel_noise_variance(prior, values, outputs, channel)
-        extra.update(outputs=int(outputs.size), paper="Badanidiyuru et al. 2023, Algorithm 1")
+    draw, variance, outputs = _sampler(mechanism, spec, design, prior, values, eps_rand, key, rel, extra)
     # the delta of sampling from 53-bit uniforms (regression_mechanisms.py: Granularity), the prior's included
     extra["sampling_delta"] = spec.sampling_delta(mechanism, eps, None if mechanism == "laplace" else outputs.size)
     noisy, valid_noisy = draw(labels, ids), draw(valid_labels, valid_ids)
