@@ -372,29 +372,3 @@ def party_main(argv: list[str] | None, role: str, endpoint_flag: str, train) -> 
         return run_once(cfg)
     finally:
         close_command(state, log)
-
-
-def role_main(argv: list[str] | None, role: str, endpoint_flag: str, train, predict, serve) -> int:
-    """`python -m leader|follower [predict|serve|export] ...`: the command's arguments and guarded run around the
-    role's entry function for it (train, predict or serve; export runs the trained model alone).
-
-        python -m ROLE --config ROLE.yaml                train (party_main)
-        python -m ROLE predict --config ... --rows ...   score new rows (vfl/inference/predict/cli.py)
-        python -m ROLE serve --config ...                score ids online (vfl/inference/serve/cli.py)
-        python -m ROLE export --config ... --out DIR     the trained model as ONNX (vfl/inference/export/cli.py)
-    """
-    argv = sys.argv[1:] if argv is None else argv
-    command = argv[0] if argv else None
-    if command == "predict":
-        from vfl.inference.predict.cli import predict_main
-
-        return predict_main(argv[1:], role, predict)
-    if command == "serve":
-        from vfl.inference.serve.cli import serve_main
-
-        return serve_main(argv[1:], role, serve)
-    if command == "export":
-        from vfl.inference.export.cli import export_main
-
-        return export_main(argv[1:], role)
-    return party_main(argv, role, endpoint_flag, train)
