@@ -98,6 +98,8 @@ def role_problems(doc: dict, party_pattern: str, default_batch_size: int, defaul
             )
         if _has(doc, "train", "loss"):
             errors.append("train.loss is set on the leader only (it holds the labels)")
+        if _has(doc, "train", "staleness_leader_bottom"):
+            errors.append("train.staleness_leader_bottom is set on the leader only (it schedules its own bottom)")
     mb, bs = _get(doc, "train", "microbatches"), _get(doc, "train", "batch_size")
     bs = default_batch_size if bs is None else bs
     if (
@@ -112,7 +114,8 @@ def role_problems(doc: dict, party_pattern: str, default_batch_size: int, defaul
             f"(allowed: an integer in [1, {bs}])"
         )
     k = _get(doc, "train", "staleness")
-    if isinstance(mb, int) and isinstance(k, int) and not isinstance(k, bool) and k > 0 and mb > 1:
+    pipelined = k == "auto" or (isinstance(k, int) and not isinstance(k, bool) and k > 0)
+    if isinstance(mb, int) and not isinstance(mb, bool) and pipelined and mb > 1:
         errors.append(
             f"train.staleness={k} needs train.microbatches 1, got train.microbatches={mb}: pipeline across batches "
             "or within one, not both"

@@ -110,6 +110,7 @@ class Hello(WireMessage):
     ranks: int | None = None
     ema_decay: float | None = None  # train.ema_decay; None (absent, as from a follower before it was sent) = off
     staleness: int | None = None  # train.staleness K; None (absent) = 0, the synchronous schedule
+    staleness_auto: int | None = None  # 1: train.staleness auto (the leader chooses K, WELCOME names it)
     embedding_codec: str | None = None  # network.compression per direction (Codec.agreement); None (absent) = none
     gradient_codec: str | None = None
     FIELDS = (
@@ -128,6 +129,7 @@ class Hello(WireMessage):
         Int("ranks", 1, MAX_RANKS, optional=True),
         _below_one(Real("ema_decay", 0, 1, optional=True)),
         Int("staleness", 1, MAX_STALENESS, optional=True),
+        Int("staleness_auto", 1, 1, optional=True),
         Text("embedding_codec", 32, optional=True, pattern=CODEC_PATTERN, domain=_CODEC_DOMAIN),
         Text("gradient_codec", 32, optional=True, pattern=CODEC_PATTERN, domain=_CODEC_DOMAIN),
     )
@@ -153,6 +155,7 @@ class Welcome(WireMessage):
     sends_test: int = 0
     rank: int | None = None
     ranks: int | None = None
+    staleness: int | None = None  # the run's train.staleness K (the leader's choice under auto); None (absent) = 0
     FIELDS = (
         Text("run", 64),
         Text("nonce", 64),
@@ -163,6 +166,7 @@ class Welcome(WireMessage):
         Int("sends_test"),
         Int("rank", 0, MAX_RANKS - 1, optional=True),
         Int("ranks", 1, MAX_RANKS, optional=True),
+        Int("staleness", 1, MAX_STALENESS, optional=True),
     )
 
     @classmethod
