@@ -154,7 +154,7 @@ class LeaderTrainer:
         run's length (vfl/training/staleness_auto.py), logged with its reasons and cost; the welcome names it."""
         tr = self.cfg.train
         rows = batch_order(len(self.party.train_split), tr.batch_size, tr.seed, 0)[0]
-        step_s = time_bottom_step(self.party, tr, rows) * STEP_FACTOR
+        step_s = time_bottom_step(self.party, tr, rows, keepalive=self.session.keepalive) * STEP_FACTOR
         slowest = max(self.session.links.values(), key=lambda link: link.rtt_s)
         known = [x for link in self.session.links.values() for x in (link.down, link.up) if x is not None]
         cut = 4.0 * max(self.cut_dims.values())  # float32 bytes a sample each way

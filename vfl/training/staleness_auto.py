@@ -137,9 +137,10 @@ STEP_FACTOR = 1.5  # a step without the wire ~ the leader's bottom (forward, bac
 # loss and the messages' coding; the followers' bottoms run meanwhile
 
 
-def time_bottom_step(party, train, rows, repeats: int = 3) -> float:
+def time_bottom_step(party, train, rows, repeats: int = 2, keepalive=None) -> float:
     """Seconds of one training step of `party`'s bottom (forward, backward, optimizer update) on `rows`, the least of
-    `repeats` after one warm-up (`train`: the party's TrainConfig, for its optimizer), timed on a copy of the model and its optimizer under a forked random state: the
+    `repeats` after one warm-up (`train`: the party's TrainConfig, for its optimizer; keepalive(): called after each,
+    so that waiting peers hear from this party), timed on a copy of the model and its optimizer under a forked random state: the
     party's weights, optimizer state and random draws are left exactly as they were."""
     import copy
     import time
@@ -162,4 +163,6 @@ def time_bottom_step(party, train, rows, repeats: int = 3) -> float:
             optimizer.zero_grad()
             if i:
                 best = min(best, time.perf_counter() - t0)
+            if keepalive is not None:
+                keepalive()
     return best
