@@ -35,7 +35,9 @@ def memory_run(tmp_path, shards, before_train=None, **config) -> dict:
     queues = _Queues(("follower0",))
     leader_ch, follower_ch = MemoryLeaderChannel("leader", queues), MemoryFollowerChannel("follower0", queues)
     out = str(tmp_path / "out")
-    leader = LeaderTrainer(cfgs["leader"], leader_ch, parties["leader"], RunLog(str(tmp_path / "leader.log"), "leader"), out)
+    leader = LeaderTrainer(
+        cfgs["leader"], leader_ch, parties["leader"], RunLog(str(tmp_path / "leader.log"), "leader"), out
+    )
     follower = FollowerTrainer(
         cfgs["follower0"], follower_ch, parties["follower0"], RunLog(str(tmp_path / "follower0.log"), "follower0"), out
     )

@@ -40,7 +40,9 @@ def _recording_steps(party) -> list[dict]:
     step = party.optimizer.optimizer.step
 
     def record() -> None:
-        grads = {n: p.grad.clone() for n, p in party.model.named_parameters() if p.grad is not None and not p.grad.is_sparse}
+        grads = {
+            n: p.grad.clone() for n, p in party.model.named_parameters() if p.grad is not None and not p.grad.is_sparse
+        }
         lrs = [g["lr"] for o in party.optimizer.optimizer.optimizers for g in o.param_groups]
         seen.append({"grads": grads, "lrs": lrs})
         step()

@@ -42,6 +42,7 @@ from vfl.config.role_rules import role_problems
 from vfl.config.table_schema import SchemaConfig, load_schema_file
 from vfl.config.yamlfile import read_yaml
 
+
 def Staleness():
     """train.staleness: an integer in [0, MAX_STALENESS], or auto (the leader chooses K from the measured link)."""
     from typing import Annotated, Literal, Union
@@ -57,9 +58,7 @@ def Staleness():
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_STALENESS:
-            raise field_error(
-                f"{info.field_name} must be an integer in [0, {MAX_STALENESS}] or 'auto', got {value!r}"
-            )
+            raise field_error(f"{info.field_name} must be an integer in [0, {MAX_STALENESS}] or 'auto', got {value!r}")
         return value
 
     return Annotated[

@@ -111,7 +111,9 @@ def choose_staleness(
     if not any(r >= reach for r in rates.values()):
         reach = AUTO_TARGET * max(rates.values())
     k = next(k for k in choices if rates[k] >= reach)
-    return AutoChoice(k, step_s, compute, rates[0], rates[k], rtt_s, steps, segment, measured_cost(k, steps) if k else 0.0)
+    return AutoChoice(
+        k, step_s, compute, rates[0], rates[k], rtt_s, steps, segment, measured_cost(k, steps) if k else 0.0
+    )
 
 
 def measured_cost(k: int, steps: int) -> float | None:
