@@ -1,5 +1,6 @@
-"""The follower-view label attack under every train.staleness_correction: delay compensation, the staleness-aware
-learning rate and the local updates change what each party does with a gradient, never which gradients the leader
+"""The follower-view label attack under every train.staleness_correction.
+
+Delay compensation, the staleness-aware learning rate and the local updates change what each party does with a gradient, never which gradients the leader
 computes from what (the randomized labels, once per release) nor what a follower receives, so a follower with its
 full view (its config and seed, the ids, this code's public seeds and generators, every gradient it received,
 which under local_updates is also every gradient its local steps reuse) recovers no more of the true labels than

@@ -1,5 +1,6 @@
-"""A whole training run in memory: the leader's and one follower's trainers joined by the in-memory channel pair
-(the follower in a thread, as its process would be), for tests that need a run's outcome without processes."""
+"""A whole training run in memory: the leader's and one follower's trainers on the in-memory channel pair.
+
+The follower runs in a thread, as its process would; for tests that need a run's outcome without processes."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""train.staleness: auto: the choice from a link's round trip, the step time and the run's length (in memory), the
-synchronous schedule bit for bit on a fast link, and one real two-process run through the shipped relay that picks
+"""train.staleness: auto, chosen from a link's round trip, the step time and the run's length.
+
+The choice in memory, the synchronous schedule bit for bit on a fast link, and one real two-process run through the shipped relay that picks
 K > 0 and converges."""
 
 from __future__ import annotations
@@ -88,9 +89,9 @@ def test_a_two_process_run_through_a_40ms_relay_with_auto_picks_k_above_zero_and
     from vfl.netlink.relay import LinkSpec, Relay
     from vfl.ports import free_port
 
-    # Prepare: 2 epochs of batch 256
+    # Prepare: 3 epochs of batch 256 (114 steps: auto's K is at most sqrt(114) / 2, so 4)
     port = free_port()
-    train = {"epochs": 2, "batch_size": 256, "staleness": "auto", "staleness_correction": "none"}
+    train = {"epochs": 3, "batch_size": 256, "staleness": "auto", "staleness_correction": "none"}
     cfgs = party_configs(str(tmp_path), str(shards_small), port=port, train=train)
     # Execute
     with Relay(("127.0.0.1", port), LinkSpec(rtt_ms=40), seed=1) as relay:

@@ -1,5 +1,6 @@
-"""train.staleness_correction: each correction's update equals its paper's formula on a two-step in-memory case
-(DC-ASGD's compensated gradient, Zhang et al.'s lr / tau, CELU-VFL's cosine-weighted local step from a cached cut and
+"""train.staleness_correction: each correction's update equals its paper's formula on a two-step case.
+
+In memory (DC-ASGD's compensated gradient, Zhang et al.'s lr / tau, CELU-VFL's cosine-weighted local step from a cached cut and
 gradient), computed beside it on an identically seeded bottom; and staleness 0 leaves every correction unused."""
 
 from __future__ import annotations

@@ -8,8 +8,12 @@ max(batch / C, bytes time, (batch / C + RTT + bytes time) / (K + 1))), and the p
 loop (every evaluation, checkpoint and epoch end costs about one round trip more under K > 0), it takes the smallest
 K of AUTO_CHOICES whose expected rate is at least AUTO_TARGET x C over the slowest link; where no K reaches it, the
 smallest K within AUTO_TARGET of the best any K reaches. K never exceeds the steps between two pauses (a deeper
-pipeline would never fill). On loopback (a round trip of well under a tenth of a step) that is K = 0: exactly the
-synchronous schedule.
+pipeline would never fill), nor sqrt(T) / 2 for a run of T steps: delayed SGD keeps the synchronous rate
+O(1 / sqrt(T)) only while the delay is O(sqrt(T)) (Lian, Huang, Li, Liu, "Asynchronous Parallel Stochastic Gradient
+for Nonconvex Optimization", NeurIPS 2015, Theorem 1 and Corollary 2: T >= O(K^2)), and the front door's short runs
+lose most AUC beyond it (docs/deploy-wan.md); the factor 1/2 is this project's choice
+(synth_small's 76 steps at K = 8 lost about 0.1 of test AUC against the synchronous run). On
+loopback (a round trip of well under a tenth of a step) that is K = 0: exactly the synchronous schedule.
 
 The expected cost in test AUC is read from the measurements of docs/deploy-wan.md (MEASURED_AUC_COST: the front
 door's data, delayed SGD without a correction), by the run's length; a figure, not a promise.
@@ -24,10 +28,17 @@ from vfl.netlink.bounds import Link, bounds
 
 AUTO_CHOICES = (0, 1, 2, 4, 8, 16)
 AUTO_TARGET = 0.9  # of the compute bound
-# (staleness K, training steps) -> mean test AUC lost against the synchronous schedule, measured with
-# scripts/bench_wan.sh --grid accuracy (docs/deploy-wan.md names the machine, the load and the seeds); filled by
-# measurement, interpolated by steps on a log scale, and K between two measured values takes the larger's cost
-MEASURED_AUC_COST: dict[tuple[int, int], float] = {}
+# (staleness K, training steps) -> mean test AUC lost against the synchronous schedule on the front door's data with
+# no correction, measured with scripts/bench_wan.sh (docs/deploy-wan.md, "Staleness and accuracy", names the machine,
+# the load and the seeds); interpolated by steps on a log scale; a K not measured takes the next measured K's cost
+MEASURED_AUC_COST: dict[tuple[int, int], float] = {
+    (2, 312): 0.0124,  # 200k rows, 2 epochs, one seed
+    (4, 312): 0.0238,
+    (2, 782): 0.0044,  # 1M rows, 1 epoch, 3 seeds
+    (4, 782): 0.0090,
+    (2, 1600): 0.0006,  # 1M rows, 3 epochs with early stopping (1,600 of 2,200 steps), 3 seeds
+    (4, 1600): 0.0004,
+}
 
 
 @dataclass(frozen=True)
@@ -97,7 +108,7 @@ def choose_staleness(
     up: float = 0.0,
     down: float = 0.0,
 ) -> AutoChoice:
-    """The smallest K (AUTO_CHOICES, at most segment - 1) reaching AUTO_TARGET of the compute bound batch / step_s
+    """The smallest K (AUTO_CHOICES, at most segment - 1 and sqrt(steps) / 2) reaching AUTO_TARGET of the compute bound batch / step_s
     over a link of `rtt_s` (the slowest follower's), `bandwidth` bytes/s each way and `up` / `down` bytes a sample;
     `steps` the run's training steps, `segment` the most steps between two pauses of the loop."""
     for name, v in (("rtt_s", rtt_s), ("step_s", step_s)):
@@ -105,7 +116,8 @@ def choose_staleness(
             raise ValueError(f"{name} must be a number {'> 0' if name == 'step_s' else '>= 0'}, got {name}={v!r}")
     segment = max(int(segment), 1)
     compute = batch / step_s
-    choices = [k for k in AUTO_CHOICES if k == 0 or k < segment]
+    deepest = min(segment - 1, max(1, int(math.sqrt(max(steps, 1)) / 2)))
+    choices = [k for k in AUTO_CHOICES if k == 0 or k <= deepest]
     rates = {k: expected_rate(rtt_s, step_s, batch, k, segment, bandwidth, up, down) for k in choices}
     reach = AUTO_TARGET * compute
     if not any(r >= reach for r in rates.values()):
