@@ -54,6 +54,7 @@ class AutoChoice:
     steps: int
     segment: int
     auc_cost: float | None
+    deepest: int = 16  # the deepest K this run allowed (the steps between pauses, sqrt(steps) / 2)
 
     def describe(self) -> str:
         """The console's line: what it chose, why, and its expected cost."""
@@ -65,14 +66,24 @@ class AutoChoice:
         )
         if self.staleness == 0:
             return f"train.staleness auto chose 0 (the synchronous schedule): {why}, at least {AUTO_TARGET:.0%}"
+        exact = any(k == self.staleness for k, _ in MEASURED_AUC_COST)
         cost = (
-            f"expected test AUC cost about {self.auc_cost:.4f} at {self.steps} steps (docs/deploy-wan.md)"
+            f"expected test AUC cost {'about' if exact else 'at most about'} {self.auc_cost:.4f} at {self.steps} "
+            "steps without a correction (docs/deploy-wan.md)"
             if self.auc_cost is not None
             else "its AUC cost at this run's length is not measured (docs/deploy-wan.md)"
         )
+        if share >= AUTO_TARGET:
+            how = f"staleness {self.staleness} is the smallest that reaches {share:.0%}"
+        else:
+            how = (
+                f"no staleness up to {self.deepest} (the deepest a run of {self.steps} steps with a pause every "
+                f"{self.segment} allows) reaches {AUTO_TARGET:.0%}; {self.staleness} is the smallest within "
+                f"{AUTO_TARGET:.0%} of the best of them, {share:.0%}"
+            )
         return (
-            f"train.staleness auto chose {self.staleness}: {why}; staleness {self.staleness} is the smallest that "
-            f"reaches {share:.0%} (expected {self.expected_sps:,.0f} samples/s); {cost}"
+            f"train.staleness auto chose {self.staleness}: {why}; {how} (expected {self.expected_sps:,.0f} "
+            f"samples/s); {cost}"
         )
 
     def as_dict(self) -> dict:
@@ -86,6 +97,7 @@ class AutoChoice:
             "steps": self.steps,
             "segment": self.segment,
             "auc_cost": self.auc_cost,
+            "deepest": self.deepest,
         }
 
 
@@ -123,9 +135,8 @@ def choose_staleness(
     if not any(r >= reach for r in rates.values()):
         reach = AUTO_TARGET * max(rates.values())
     k = next(k for k in choices if rates[k] >= reach)
-    return AutoChoice(
-        k, step_s, compute, rates[0], rates[k], rtt_s, steps, segment, measured_cost(k, steps) if k else 0.0
-    )
+    cost = measured_cost(k, steps) if k else 0.0
+    return AutoChoice(k, step_s, compute, rates[0], rates[k], rtt_s, steps, segment, cost, deepest)
 
 
 def measured_cost(k: int, steps: int) -> float | None:
