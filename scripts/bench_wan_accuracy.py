@@ -5,7 +5,7 @@ sized so that 2 epochs of batch 1024 take S steps (criteo: the front door's synt
 of that many flights' worth); for each link (loopback: no relay; else the shipped relay, vfl/netlink/relay.py) every
 variant: sync (staleness 0), K (train.staleness K, plain delayed SGD), K+dc / K+lr / K+local (with
 train.staleness_correction delay_compensation / staleness_lr / local_updates), K+fresh (the leader's own bottom
-synchronous, train.staleness_leader_bottom fresh) and auto (train.staleness auto: what it chose is recorded). Each
+synchronous, train.staleness_leader_bottom fresh), K+local+fresh (both) and auto (train.staleness auto: what it chose is recorded). Each
 cell runs with train.seed 0..N-1 and reports the mean +- sd of test AUC and samples/s, the AUC against the loopback
 synchronous cell of its run length (the reference every variant is judged by) and samples/s as a share of it.
 
@@ -29,6 +29,7 @@ VARIANTS = {  # name -> config overrides beyond train.staleness (K: --k)
     "K+lr": {"train.staleness_correction": "staleness_lr"},
     "K+local": {"train.staleness_correction": "local_updates"},
     "K+fresh": {"train.staleness_leader_bottom": "fresh"},
+    "K+local+fresh": {"train.staleness_correction": "local_updates", "train.staleness_leader_bottom": "fresh"},
     "auto": {},
 }
 EPOCHS = 2

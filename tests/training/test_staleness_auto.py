@@ -45,12 +45,13 @@ def test_auto_never_chooses_a_pipeline_deeper_than_the_steps_between_pauses():
 
 def test_auto_on_a_fast_link_is_the_synchronous_run_bit_for_bit(tmp_path, shards_small):
     """In memory the link's round trip is a thread's hand-over, far below a step: auto chooses 0 and the run is the
-    staleness 0 run exactly (the step-time probe runs on a copy of the bottom, under a forked random state)."""
+    staleness 0 run exactly (the step-time probe runs on a copy of the bottom, under a forked random state), its
+    correction (local_updates here) unused, as every correction is at staleness 0."""
     # Prepare: a step of several ms (batch 1024) against a round trip of well under a millisecond
     train = {"epochs": 1, "batch_size": 1024, "staleness_correction": "local_updates"}
     # Execute: the same run with staleness auto and with staleness 0
     auto = memory_run(tmp_path / "auto", shards_small, train={**train, "staleness": "auto"})
-    sync = memory_run(tmp_path / "sync", shards_small, train=train)
+    sync = memory_run(tmp_path / "sync", shards_small, train={**train, "staleness_correction": "none"})
     # Assert: auto chose 0, and every loss and every weight of every party is the same
     choice = auto["leader"].staleness_choice
     assert choice is not None and choice.staleness == 0, choice

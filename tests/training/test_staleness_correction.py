@@ -178,3 +178,17 @@ def test_a_bad_staleness_setting_is_one_line_naming_value_and_domain(tmp_path, s
     with pytest.raises(ConfigError) as err:
         load_config(cfgs["leader"])
     assert [line for line in str(err.value).splitlines() if needle in line]
+
+
+def test_a_fresh_leader_bottom_trains_synchronously_while_the_followers_stay_k_behind(tmp_path, shards_small):
+    """train.staleness_leader_bottom fresh: the leader keeps no stash (its cut of a batch is computed, and its
+    gradient applied, at the batch's own step), while the follower still runs K + 1 batches in flight."""
+    from tests.support.memory_session import memory_run
+
+    # Prepare / Execute: staleness 2, 2 epochs of batch 512
+    train = {"epochs": 2, "staleness": 2}
+    run = memory_run(tmp_path, shards_small, train=train, leader_train={"staleness_leader_bottom": "fresh"})
+    # Assert
+    assert run["leader"].stash is None and run["leader"].cfg.train.staleness_leader_bottom == "fresh"
+    assert run["follower"].in_flight.max_in_flight == 3
+    assert len(run["leader"].loop.step_losses) == run["leader"].loop.global_step > 0
