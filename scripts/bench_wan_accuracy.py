@@ -3,9 +3,9 @@
 Run lengths x links x variants x seeds, side by side in one run: for each run length S (training steps), a data set
 sized so that 2 epochs of batch 1024 take S steps (criteo: the front door's synthetic rows; flights: a public sample
 of that many flights' worth); for each link (loopback: no relay; else the shipped relay, vfl/netlink/relay.py) every
-variant: sync (staleness 0), K (train.staleness K, plain delayed SGD), K+dc / K+lr / K+local (with
-train.staleness_correction delay_compensation / staleness_lr / local_updates), K+fresh (the leader's own bottom
-synchronous, train.staleness_leader_bottom fresh), K+local+fresh (both) and auto (train.staleness auto: what it chose is recorded). Each
+variant: sync (staleness 0), K (train.staleness K, plain delayed SGD, every bottom stale), K+dc / K+lr / K+local
+(with train.staleness_correction delay_compensation / staleness_lr / local_updates, every bottom stale), K+fresh (the
+leader's own bottom synchronous, train.staleness_leader_bottom fresh), K+local+fresh (both) and auto (the defaults) (train.staleness auto: what it chose is recorded). Each
 cell runs with train.seed 0..N-1 and reports the mean +- sd of test AUC and samples/s, the AUC against the loopback
 synchronous cell of its run length (the reference every variant is judged by) and samples/s as a share of it.
 
@@ -22,13 +22,14 @@ import shlex
 import shutil
 import statistics
 
-VARIANTS = {  # name -> config overrides beyond train.staleness (K: --k)
+STALE_BOTTOM = {"train.staleness_leader_bottom": "stale"}
+VARIANTS = {  # name -> config overrides beyond train.staleness (K: --k); auto runs the defaults
     "sync": {},
-    "K": {},
-    "K+dc": {"train.staleness_correction": "delay_compensation"},
-    "K+lr": {"train.staleness_correction": "staleness_lr"},
-    "K+local": {"train.staleness_correction": "local_updates"},
-    "K+fresh": {"train.staleness_leader_bottom": "fresh"},
+    "K": {"train.staleness_correction": "none", **STALE_BOTTOM},
+    "K+dc": {"train.staleness_correction": "delay_compensation", **STALE_BOTTOM},
+    "K+lr": {"train.staleness_correction": "staleness_lr", **STALE_BOTTOM},
+    "K+local": {"train.staleness_correction": "local_updates", **STALE_BOTTOM},
+    "K+fresh": {"train.staleness_correction": "none", "train.staleness_leader_bottom": "fresh"},
     "K+local+fresh": {"train.staleness_correction": "local_updates", "train.staleness_leader_bottom": "fresh"},
     "auto": {},
 }

@@ -306,9 +306,10 @@ class TrainConfig(_Section):
     # delay_compensation (DC-ASGD), staleness_lr (lr / tau), local_updates (CELU-VFL's cached cut/gradient pairs).
     # Each party applies its own to its own bottom; nothing runs under staleness 0
     staleness_correction: Choice("none", "delay_compensation", "staleness_lr", "local_updates") = "none"
-    # leader, under staleness K > 0: its own bottom on the stale schedule (stale: its cut of a batch from weights as
-    # old as the followers') or synchronous (fresh: its cut computed and its gradient applied at the batch's own step)
-    staleness_leader_bottom: Choice("stale", "fresh") = "stale"
+    # leader, under staleness K > 0: its own bottom synchronous (fresh: its cut computed and its gradient applied at
+    # the batch's own step; measured to cost a third of stale's AUC, docs/deploy-wan.md) or on the stale schedule
+    # (stale: its cut of a batch from weights as old as the followers')
+    staleness_leader_bottom: Choice("stale", "fresh") = "fresh"
     # > 0: evaluate, select and save an exponential moving average of the weights (avg <- d avg + (1 - d) param
     # after every step, vfl/training/weight_average.py); 0 = off. Set the same value on every party.
     ema_decay: Number(0.0, 1.0, hi_open=True) = 0.0
