@@ -296,8 +296,9 @@ class LeaderTrainer:
         )
 
     def _stale_schedule(self) -> StalenessSchedule:
-        """train.staleness K > 0: the schedule (which batches to start when; drained at every pause of the loop) and
-        the stash of the leader's own in-flight cuts, so that they come from weights as old as the followers'."""
+        """train.staleness K > 0: the schedule (which batches to start when; drained at every pause of the loop) and,
+        under train.staleness_leader_bottom stale, the stash of the leader's own in-flight cuts (weights as old as the
+        followers'); fresh (the default) keeps the leader's own bottom synchronous."""
         tr = self.cfg.train
         spe = steps_per_epoch(len(self.party.train_split), tr.batch_size)
         correction = correction_for(tr, self.party)
@@ -317,8 +318,9 @@ class LeaderTrainer:
         self, stale: StalenessSchedule, epoch: int, i: int, rows: np.ndarray, labels: torch.Tensor
     ) -> float:
         """Step i of `epoch` under train.staleness K: start every batch up to K ahead that is not in flight yet
-        (FORWARD to each follower, the leader's own cut from its weights of now), train the top on batch i's cuts as
-        they arrive, return their gradients, then apply the leader's own to its current weights (delayed SGD)."""
+        (FORWARD to each follower; the leader's own cut from its weights of now when its bottom is stale), train the top
+        on batch i's cuts as they arrive, return their gradients, then apply the leader's own: a fresh bottom's
+        computed now (synchronous), a stale one's through its stash (delayed SGD, with its correction)."""
         tr = self.cfg.train
         if epoch not in self._orders:
             self._orders = {epoch: batch_order(len(self.party.train_split), tr.batch_size, tr.seed, epoch)}

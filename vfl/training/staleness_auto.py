@@ -28,16 +28,16 @@ from vfl.netlink.bounds import Link, bounds
 
 AUTO_CHOICES = (0, 1, 2, 4, 8, 16)
 AUTO_TARGET = 0.9  # of the compute bound
-# (staleness K, training steps) -> mean test AUC lost against the synchronous schedule on the front door's data with
-# no correction, measured with scripts/bench_wan.sh (docs/deploy-wan.md, "Staleness and accuracy", names the machine,
-# the load and the seeds); interpolated by steps on a log scale; a K not measured takes the next measured K's cost
+# (staleness K, training steps) -> mean test AUC lost against the synchronous schedule on the front door's data, no
+# correction, measured with scripts/bench_wan.sh (docs/deploy-wan.md names the machine, the load and the seeds);
+# interpolated by steps on a log scale; a K not measured takes the next measured K's cost (a bound)
 MEASURED_AUC_COST: dict[tuple[int, int], float] = {
-    (2, 312): 0.0124,  # 200k rows, 2 epochs, one seed
-    (4, 312): 0.0238,
-    (2, 782): 0.0044,  # 1M rows, 1 epoch, 3 seeds
-    (4, 782): 0.0090,
-    (2, 1600): 0.0006,  # 1M rows, 3 epochs with early stopping (1,600 of 2,200 steps), 3 seeds
-    (4, 1600): 0.0004,
+    (2, 312): 0.0124,  # the leader's bottom stale (a bound for fresh): 200k rows, 2 epochs, one seed
+    (2, 782): 0.0044,  # stale: 1M rows, 1 epoch, 3 seeds
+    (2, 1600): 0.0006,  # stale: 1M rows, 3 epochs with early stopping (1,600 of 2,200 steps), 3 seeds
+    (4, 300): 0.0080,  # the leader's bottom fresh (the default): --grid accuracy, 2 seeds
+    (4, 802): 0.0025,  # fresh: --grid accuracy, 2 seeds
+    (4, 1600): 0.0004,  # stale: 1M rows, 3 epochs with early stopping, 3 seeds
 }
 
 
