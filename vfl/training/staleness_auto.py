@@ -32,9 +32,9 @@ AUTO_TARGET = 0.9  # of the compute bound
 # correction, measured with scripts/bench_wan.sh (docs/deploy-wan.md names the machine, the load and the seeds);
 # interpolated by steps on a log scale; a K not measured takes the next measured K's cost (a bound)
 MEASURED_AUC_COST: dict[tuple[int, int], float] = {
-    (2, 312): 0.0124,  # the leader's bottom stale (a bound for fresh): 200k rows, 2 epochs, one seed
-    (2, 782): 0.0044,  # stale: 1M rows, 1 epoch, 3 seeds
-    (2, 1600): 0.0006,  # stale: 1M rows, 3 epochs with early stopping (1,600 of 2,200 steps), 3 seeds
+    (2, 300): 0.0047,  # the leader's bottom fresh (the default): --grid accuracy (auto chose 2), 2 seeds
+    (2, 802): 0.0010,  # fresh: --grid accuracy (auto chose 2), 2 seeds
+    (2, 1600): 0.0006,  # stale (a bound): 1M rows, 3 epochs with early stopping (1,600 of 2,200 steps), 3 seeds
     (4, 300): 0.0080,  # the leader's bottom fresh (the default): --grid accuracy, 2 seeds
     (4, 802): 0.0025,  # fresh: --grid accuracy, 2 seeds
     (4, 1600): 0.0004,  # stale: 1M rows, 3 epochs with early stopping, 3 seeds
