@@ -13,6 +13,9 @@ and the load; --json writes every cell.
     bash scripts/bench_wan.sh [--quick] [--rows N] [--epochs N] [--links loopback,40ms] [--schedules sync,1,2,4,8]
         [--compression none,fp16,int8,int8+topk] [--seeds N] [--jitter-ms J] [--set KEY=VALUE ...]
         [--dataset criteo|flights] [--json OUT.json]
+    bash scripts/bench_wan.sh --grid accuracy [--steps 300,500,800,2300] [--links loopback,40ms,100ms]
+        [--variants sync,K,K+dc,K+lr,K+local,K+fresh,auto] [--k 4] [--seeds 3] [--dataset criteo|flights]
+        [--json OUT.json]   (benchmarks/wan_accuracy.py: what a stale schedule costs in test AUC)
 """
 
 from __future__ import annotations
@@ -239,6 +242,19 @@ def main(argv=None) -> int:
         help="a config key for every cell (repeatable; to the parties whose role takes it), e.g. the wide cut: --set "
         "model.bottom.cut_dim=32 --set model.top.name=mlp --set 'model.top.hidden=[64,32]'",
     )
+    ap.add_argument(
+        "--grid",
+        choices=("links", "accuracy"),
+        default="links",
+        help="links: links x schedules x compression (throughput and bounds); accuracy: run lengths x links x "
+        "{sync, K, K + each train.staleness_correction, K + the leader's bottom fresh, auto} (test AUC, mean +- sd "
+        "over --seeds; benchmarks/wan_accuracy.py)",
+    )
+    ap.add_argument("--steps", default="300,500,800,2300", help="accuracy grid: run lengths in training steps")
+    ap.add_argument(
+        "--variants", default="sync,K,K+dc,K+lr,K+local,K+fresh,auto", help="accuracy grid: the schedules compared"
+    )
+    ap.add_argument("--k", type=int, default=4, help="accuracy grid: the staleness K of the K variants")
     args = ap.parse_args(argv)
     extra = {}
     for pair in args.sets:
@@ -247,6 +263,11 @@ def main(argv=None) -> int:
             print(f"error: --set {pair!r}: expected KEY=VALUE", file=sys.stderr)
             return 2
         extra[key] = value
+    if args.grid == "accuracy":
+        from benchmarks import wan_accuracy
+
+        args.extra, args.argv = extra, list(argv if argv is not None else sys.argv[1:])
+        return wan_accuracy.run_grid(args, sys.modules[__name__])
     base = QUICK if args.quick else FULL
     rows = args.rows or base["rows"]
     picks = {}

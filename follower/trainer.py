@@ -28,6 +28,7 @@ from vfl.training.checkpoint import checkpoint_tag, load_resume_checkpoint, save
 from vfl.training.microbatch import micro_slices
 from vfl.training.party import BottomParty
 from vfl.training.staleness import InFlight, StalenessError
+from vfl.training.staleness_correction import correction_for
 from vfl.training.step_timer import TIMER
 from vfl.training.weight_stash import WeightStash
 from vfl.wire import FollowerChannel, WireError
@@ -115,8 +116,11 @@ class FollowerTrainer:
         self.recorder = GradientRecorder(cfg.debug.record_gradients) if cfg.debug.record_gradients else None
         # train.staleness K > 0: the batches in flight (cut sent, gradient not yet applied; at most K + 1, counted in
         # max_in_flight), each with its stashed weights and ids (vfl/training/staleness.py, weight_stash.py)
-        self.in_flight = InFlight(cfg.train.staleness) if cfg.train.staleness else None
-        self.stash = WeightStash(party) if self.in_flight is not None else None
+        # (auto: built at the welcome, which names the K the leader chose)
+        self.in_flight: InFlight | None = None
+        self.stash: WeightStash | None = None
+        if cfg.train.staleness != "auto":
+            self._pipeline(cfg.train.staleness)
         self._ahead_ids: deque[np.ndarray] = deque()
         self._step_clock = 0.0  # under staleness: when the last gradient was applied (a step ends there)
         self.steps = 0
@@ -142,6 +146,7 @@ class FollowerTrainer:
         problems = rank_problems("the leader", welcome, self.ctx.env, f"follower {self.cfg.party}")
         if problems:
             raise WireError("handshake failed: " + "; ".join(problems))
+        self._agree_on_staleness(welcome)
         self.session.join(welcome.run)
         # network.reconnect_s: from here a lost leader is waited for and resynchronised (vfl/wire/resync.py)
         self.exchange.steps_per_epoch = welcome.steps_per_epoch
@@ -154,6 +159,22 @@ class FollowerTrainer:
         sends = {"train": welcome.sends_train, "valid": welcome.sends_valid, "test": welcome.sends_test}
         self.cut_release.plan_training(sends, self.lineage)  # what the leader's schedule sends, before any send
         return welcome
+
+    def _pipeline(self, k: int) -> None:
+        """train.staleness K: the in-flight window and the weight stash with this party's correction (K > 0)."""
+        if k:
+            self.in_flight = InFlight(k)
+            self.stash = WeightStash(self.party, correction_for(self.cfg.train, self.party))
+
+    def _agree_on_staleness(self, welcome: Welcome) -> None:
+        """The welcome's K: the leader's choice under train.staleness auto, else this party's own value."""
+        k, ours = welcome.staleness or 0, self.cfg.train.staleness
+        if ours == "auto":
+            self.cfg = self.cfg.model_copy(update={"train": self.cfg.train.model_copy(update={"staleness": k})})
+            self.log(f"train.staleness auto: the leader chose {k}")
+            self._pipeline(k)
+        elif k != ours:
+            raise WireError(f"WELCOME names train.staleness={k}, but this party has train.staleness={ours}")
 
     def _resume_hint(self) -> str:
         """What a run that cannot go on resumes from (the line this party prints when the leader does not come back)."""
@@ -230,8 +251,8 @@ class FollowerTrainer:
         ids = self._ahead_ids.popleft()
         if self.recorder:
             self.recorder.add(epoch, step, ids, grad)
-        self.stash.backward(self.exchange.cut_gradient(self.stash.oldest_cut, grad))
-        self.party.step_optimizer()
+        # backpropagated through the stashed weights, corrected (train.staleness_correction) and applied
+        self.stash.apply(self.exchange.cut_gradient(self.stash.oldest_cut, grad))
         self.in_flight.applied(due)
         self.steps += 1
         now = time.perf_counter()  # a step: from the last applied gradient (the first FORWARD) to this one

@@ -33,6 +33,8 @@ from vfl.training.microbatch import embedding_bytes_bound, micro_slices, pipelin
 from vfl.training.party import BottomParty
 from vfl.training.sends_per_row import sends_per_row
 from vfl.training.staleness import StalenessSchedule, pauses_after
+from vfl.training.staleness_auto import STEP_FACTOR, choose_staleness, time_bottom_step
+from vfl.training.staleness_correction import correction_for
 from vfl.training.step_timer import TIMER
 from vfl.training.top import TopTrainer
 from vfl.training.weight_stash import WeightStash
@@ -74,6 +76,7 @@ class LeaderTrainer:
         self.session.embedding_codec = self.codecs.embedding
         self.exchange = LeaderSteps(self.session, self.codecs)  # every FORWARD, cut, GRADIENT and EVAL of the run
         self.labels = None
+        self.staleness_choice = None  # train.staleness auto: what it chose and why (staleness_auto.AutoChoice)
         self.top: TopTrainer | None = None
         self.loop: TrainingLoop | None = None  # built in prepare(), once the validation labels are randomized
         self.follower_snapshot_bytes: dict[str, int] = {}
@@ -118,13 +121,16 @@ class LeaderTrainer:
         if self.rejoin_auto:
             self._agree_on_start({f: h.resume_step for f, h in hellos.items()})
         tr = self.cfg.train
+        fixed = 0 if tr.staleness == "auto" else tr.staleness  # auto: the warning speaks of the synchronous step
         if self.ctx.env.is_main:
-            announce(self.session.links, tr.batch_size, tr.staleness, self.log)
+            announce(self.session.links, tr.batch_size, fixed, self.log)
         if check_link:
             for f, link in self.session.check_links().items():
-                self.log(check_report(f, link, self.session.cut_dims[f], tr.batch_size, tr.staleness))
+                self.log(check_report(f, link, self.session.cut_dims[f], tr.batch_size, fixed))
             raise LinkCheckDone("link check only (--check-link): the followers were told, nothing was trained")
         steps = steps_per_epoch(len(self.party.train_split), self.cfg.train.batch_size)
+        if tr.staleness == "auto":
+            self._choose_staleness(steps)
         self.session.start_run(
             {f: h.nonce for f, h in hellos.items()},
             lambda f: Welcome(
@@ -134,6 +140,7 @@ class LeaderTrainer:
                 steps_per_epoch=steps,
                 **self._sends_per_row(steps),
                 **rank_meta(self.ctx.env),
+                staleness=self.cfg.train.staleness or None,
             ),
         )
         # network.reconnect_s: from here a lost follower is waited for and resynchronised (vfl/wire/resync.py)
@@ -141,6 +148,26 @@ class LeaderTrainer:
         self.ch.resync.reconnect_s = self.cfg.network.reconnect_s
         self.ch.resync.resume_hint = self._resume_hint
         self.ch.while_waiting = self.session.keepalive  # the other followers' deadlines while one is waited for
+
+    def _choose_staleness(self, steps: int) -> None:
+        """train.staleness auto: K from the slowest follower's measured round trip, this party's step time and the
+        run's length (vfl/training/staleness_auto.py), logged with its reasons and cost; the welcome names it."""
+        tr = self.cfg.train
+        rows = batch_order(len(self.party.train_split), tr.batch_size, tr.seed, 0)[0]
+        step_s = time_bottom_step(self.party, tr, rows, keepalive=self.session.keepalive) * STEP_FACTOR
+        slowest = max(self.session.links.values(), key=lambda link: link.rtt_s)
+        known = [x for link in self.session.links.values() for x in (link.down, link.up) if x is not None]
+        cut = 4.0 * max(self.cut_dims.values())  # float32 bytes a sample each way
+        total = tr.epochs * steps
+        segment = min(steps, tr.eval_every_steps or steps, tr.checkpoint_every or steps)
+        self.staleness_choice = choose_staleness(
+            slowest.rtt_s, step_s, tr.batch_size, total - self.start_step, segment, min(known, default=math.inf),
+            cut, cut,
+        )  # fmt: skip
+        self.log(self.staleness_choice.describe())
+        self.cfg = self.cfg.model_copy(
+            update={"train": tr.model_copy(update={"staleness": self.staleness_choice.staleness})}
+        )
 
     def _agree_on_start(self, theirs: dict[str, int]) -> None:
         """--resume auto: every party resumes from the same step, or all start again from the smallest (REJOIN)."""
@@ -269,14 +296,19 @@ class LeaderTrainer:
         )
 
     def _stale_schedule(self) -> StalenessSchedule:
-        """train.staleness K > 0: the schedule (which batches to start when; drained at every pause of the loop) and
-        the stash of the leader's own in-flight cuts, so that they come from weights as old as the followers'."""
+        """train.staleness K > 0: the schedule (which batches to start when; drained at every pause of the loop) and,
+        under train.staleness_leader_bottom stale, the stash of the leader's own in-flight cuts (weights as old as the
+        followers'); fresh (the default) keeps the leader's own bottom synchronous."""
         tr = self.cfg.train
         spe = steps_per_epoch(len(self.party.train_split), tr.batch_size)
-        self.stash, self._orders = WeightStash(self.party), {}
+        correction = correction_for(tr, self.party)
+        # staleness_leader_bottom fresh: the leader's own bottom runs synchronously at each batch's step, unstashed
+        self.stash = WeightStash(self.party, correction) if tr.staleness_leader_bottom == "stale" else None
+        self._orders = {}
         self.log(
             f"train.staleness {tr.staleness}: up to {tr.staleness} batches start before the gradient of the oldest "
-            f"returns ({tr.staleness + 1} in flight), drained at every evaluation, checkpoint and epoch end"
+            f"returns ({tr.staleness + 1} in flight), drained at every evaluation, checkpoint and epoch end; "
+            f"correction {tr.staleness_correction}; the leader's own bottom {tr.staleness_leader_bottom}"
         )
         return StalenessSchedule(
             tr.staleness, spe, lambda epoch, i: pauses_after(tr, spe, tr.epochs * spe, epoch * spe + i + 1, i)
@@ -286,17 +318,20 @@ class LeaderTrainer:
         self, stale: StalenessSchedule, epoch: int, i: int, rows: np.ndarray, labels: torch.Tensor
     ) -> float:
         """Step i of `epoch` under train.staleness K: start every batch up to K ahead that is not in flight yet
-        (FORWARD to each follower, the leader's own cut from its weights of now), train the top on batch i's cuts as
-        they arrive, return their gradients, then apply the leader's own to its current weights (delayed SGD)."""
+        (FORWARD to each follower; the leader's own cut from its weights of now when its bottom is stale), train the top
+        on batch i's cuts as they arrive, return their gradients, then apply the leader's own: a fresh bottom's
+        computed now (synchronous), a stale one's through its stash (delayed SGD, with its correction)."""
         tr = self.cfg.train
         if epoch not in self._orders:
             self._orders = {epoch: batch_order(len(self.party.train_split), tr.batch_size, tr.seed, epoch)}
         for e, s in stale.to_forward(epoch, i):
             ahead = self._orders[e][s]
             self.exchange.forward_all(e, s, self.party.train_split.ids[ahead])
-            self.stash.forward(ahead)
+            if self.stash is not None:
+                self.stash.forward(ahead)
             stale.window.forwarded((e, s))
-        own_leaf = self.stash.oldest_cut.detach().requires_grad_(True)
+        own = self.stash.oldest_cut if self.stash is not None else self.party.forward_train(rows)
+        own_leaf = own.detach().requires_grad_(True)
         # while the leader awaits one follower's cut of batch i, another's cuts of i .. i + K may arrive
         bound = embedding_bytes_bound(rows.size, [self.cut_dims[f] for f in self.followers])
         with pipelined(self.ch, stale.window.depth, bound):
@@ -308,10 +343,12 @@ class LeaderTrainer:
                 raise FloatingPointError(f"training loss became {value} at epoch {epoch} step {i + 1}; lower train.lr")
             loss.backward()
         self.exchange.gradients(epoch, i, remote, rows, micro=0)
-        self.stash.backward(own_leaf.grad)
         stale.window.applied((epoch, i))
         self.top.step()
-        self.party.step_optimizer()
+        if self.stash is not None:  # backward through the stashed weights, corrected, applied (weight_stash.apply)
+            self.stash.apply(own_leaf.grad)
+        else:
+            self.party.apply_gradient(own_leaf.grad)
         self.local_samples += rows.size
         return value
 
@@ -451,6 +488,9 @@ class LeaderTrainer:
             "precision": self.cfg.train.precision,
             "microbatches": self.cfg.train.microbatches,
             "staleness": self.cfg.train.staleness,
+            "staleness_auto": self.staleness_choice.as_dict() if self.staleness_choice is not None else None,
+            "staleness_correction": self.cfg.train.staleness_correction,
+            "staleness_leader_bottom": self.cfg.train.staleness_leader_bottom,
             "step_breakdown": TIMER.report(),
             **self.rank_metrics(),
         }

@@ -7,6 +7,9 @@
 # Usage: bash scripts/bench_wan.sh [--quick] [--rows N] [--epochs N] [--links loopback,10ms,40ms,100ms]
 #        [--schedules sync,1,2,4,8] [--compression none,fp16,int8,int8+topk] [--seeds N] [--jitter-ms J]
 #        [--json OUT.json]
+#        bash scripts/bench_wan.sh --grid accuracy [--steps 300,500,800,2300] [--links loopback,40ms,100ms]
+#        [--variants sync,K,K+dc,K+lr,K+local,K+fresh,auto] [--k 4] [--seeds 3] [--dataset criteo|flights]: test AUC
+#        (mean +- sd) and samples/s of each stale schedule and correction against loopback synchronous
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh >/dev/null

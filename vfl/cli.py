@@ -123,7 +123,7 @@ def check_rank_options(cfg: PartyConfig, distributed: bool) -> None:
         raise ConfigError(
             f"train.microbatches={cfg.train.microbatches} needs --ranks 1; with N ranks use microbatches: 1"
         )
-    if distributed and cfg.train.staleness > 0:  # every rank's DDP all-reduce assumes one synchronous step
+    if distributed and cfg.train.staleness != 0:  # every rank's DDP all-reduce assumes one synchronous step
         raise ConfigError(f"train.staleness={cfg.train.staleness} needs --ranks 1; with N ranks use staleness: 0")
 
 

@@ -15,7 +15,12 @@ import pytest
 from tests.support.paths import REPO
 
 MODULES = sorted(p.stem for p in (REPO / "benchmarks").glob("*.py") if p.stem != "__init__")
-SHARED = ("common", "datasets", "runs")  # the benches' shared modules: no command of their own
+SHARED = (
+    "common",
+    "datasets",
+    "runs",
+    "wan_accuracy",
+)  # shared modules and wan.py's accuracy grid: no command of their own
 
 
 def sys_path_edits(source: str) -> list[int]:

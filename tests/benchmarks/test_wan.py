@@ -57,3 +57,31 @@ def test_a_cell_gets_the_bounds_of_its_link_and_schedule():
     # Assert: bandwidth 12.5 MB/s / 10 B; latency 1024 x 5 / 0.04 s
     assert cell["bounds"]["bandwidth_sps"] == pytest.approx(1_250_000)
     assert cell["bounds"]["latency_sps"] == pytest.approx(128_000) and cell["bounds"]["compute_sps"] == 10_000
+
+
+def test_the_accuracy_grid_sizes_each_run_length_and_every_variant_is_a_config_both_parties_take():
+    """--grid accuracy: S steps are 2 epochs of batch 1024 over the rows it prepares, and every variant's overrides
+    (with its staleness) pass both parties' configs, so no cell of the grid is skipped for a key."""
+    from benchmarks import wan_accuracy as grid
+
+    # Execute / Assert
+    from vfl.data.shards import steps_per_epoch
+
+    for steps in (300, 500, 800, 2300):
+        train_rows = int(grid.rows_for(steps) * grid.TRAIN_SHARE)
+        assert grid.EPOCHS * steps_per_epoch(train_rows, grid.BATCH) in (steps, steps + 1, steps + 2)
+    for name, overrides in grid.VARIANTS.items():
+        cell = {"train.staleness": grid.staleness_of(name, 4), **overrides}
+        assert bench.unknown_keys(cell) is None, name
+    assert grid.staleness_of("sync", 4) == "0" and grid.staleness_of("auto", 4) == "auto"
+
+
+def test_an_unknown_variant_of_the_accuracy_grid_is_refused_in_one_line():
+    r = subprocess.run(
+        [sys.executable, "-m", "benchmarks.wan", "--grid", "accuracy", "--variants", "K,K+magic", "--steps", "300"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2 and "--variants 'K+magic': allowed: sync, K, K+dc" in r.stdout + r.stderr

@@ -20,6 +20,7 @@ LEADER_ONLY = (  # the leader holds the labels, the validation metrics and the t
     "train.early_stopping",
     "train.task",
     "train.loss",
+    "train.staleness_leader_bottom",
     "privacy.label_dp",
 )
 FOLLOWER_ONLY = ("network.connect", "network.rank_endpoints", "network.leader_key_file", "debug.record_gradients")

@@ -113,6 +113,8 @@ def _follower_only_problems(doc: dict) -> list[str]:
         )
     if _has(doc, "train", "loss"):
         errors.append("train.loss is set on the leader only (it holds the labels)")
+    if _has(doc, "train", "staleness_leader_bottom"):
+        errors.append("train.staleness_leader_bottom is set on the leader only (it schedules its own bottom)")
     return errors
 
 
@@ -127,7 +129,8 @@ def _schedule_problems(doc: dict, default_batch_size: int) -> list[str]:
             f"(allowed: an integer in [1, {bs}])"
         )
     k = _get(doc, "train", "staleness")
-    if isinstance(mb, int) and _whole(k) and k > 0 and mb > 1:
+    pipelined = k == "auto" or (_whole(k) and k > 0)
+    if _whole(mb) and pipelined and mb > 1:
         errors.append(
             f"train.staleness={k} needs train.microbatches 1, got train.microbatches={mb}: pipeline across batches "
             "or within one, not both"

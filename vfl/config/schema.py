@@ -16,7 +16,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 
 from privacy.domains import DEFAULT_LABEL_DP_BUDGET, PRIOR_EPS_FRACTION, LabelEps
-from privacy.field_types import DOMAIN_ERROR, Choice, Flag, IntList, Number, Text, domain_error
+from privacy.field_types import (
+    DOMAIN_ERROR,
+    Choice,
+    Flag,
+    IntList,
+    Number,
+    Text,
+    domain_error,
+    field_error,
+    yaml12_number,
+)
 from vfl.config.label_dp_rules import CLASS_LABEL_DP, REGRESSION_LABEL_DP, regression_label_dp_default
 from vfl.config.model_options import (
     BOTTOM_OPTIONS,
@@ -31,6 +41,32 @@ from vfl.config.report import apply_overrides, fill_empty_sections, off_switch, 
 from vfl.config.role_rules import role_problems
 from vfl.config.table_schema import SchemaConfig, load_schema_file
 from vfl.config.yamlfile import read_yaml
+
+
+def Staleness():
+    """train.staleness: an integer in [0, MAX_STALENESS], or auto (the leader chooses K from the measured link)."""
+    from typing import Annotated, Literal, Union
+
+    from pydantic import BeforeValidator
+
+    from vfl.wire.messages import MAX_STALENESS
+
+    def check(value: Any, info) -> Any:
+        if value == "auto":
+            return value
+        value = yaml12_number(value)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_STALENESS:
+            raise field_error(f"{info.field_name} must be an integer in [0, {MAX_STALENESS}] or 'auto', got {value!r}")
+        return value
+
+    return Annotated[
+        Union[int, Literal["auto"]],
+        BeforeValidator(check),
+        Field(json_schema_extra={"minimum": 0, "maximum": MAX_STALENESS}),
+    ]
+
 
 PARTY_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
 ENDPOINT_PATTERN = r"^tcp://[^:/\s]+:\d{1,5}$"
@@ -262,8 +298,18 @@ class TrainConfig(_Section):
     )
     # K > 0: each party runs the bottoms of up to K batches beyond the one whose gradient it awaits and applies every
     # gradient on arrival, to weights at most K updates newer (bounded-staleness pipelining across batches,
-    # vfl/training/staleness.py); 0 = the synchronous step. Every party the same; needs microbatches 1 and one rank
-    staleness: Number(0, 16, integer=True) = 0
+    # vfl/training/staleness.py); 0 = the synchronous step; auto: the leader chooses K from each link's measured
+    # round trip, its measured step time and the run's length (vfl/training/staleness_auto.py; 0 on loopback).
+    # Every party the same; needs microbatches 1 and one rank
+    staleness: Staleness() = 0
+    # what a bottom does with a gradient K updates late (vfl/training/staleness_correction.py): none (delayed SGD),
+    # delay_compensation (DC-ASGD), staleness_lr (lr / tau), local_updates (CELU-VFL's cached cut/gradient pairs).
+    # Each party applies its own to its own bottom; nothing runs under staleness 0
+    staleness_correction: Choice("none", "delay_compensation", "staleness_lr", "local_updates") = "none"
+    # leader, under staleness K > 0: its own bottom synchronous (fresh: its cut computed and its gradient applied at
+    # the batch's own step; measured to cost a third of stale's AUC, docs/deploy-wan.md) or on the stale schedule
+    # (stale: its cut of a batch from weights as old as the followers')
+    staleness_leader_bottom: Choice("stale", "fresh") = "fresh"
     # > 0: evaluate, select and save an exponential moving average of the weights (avg <- d avg + (1 - d) param
     # after every step, vfl/training/weight_average.py); 0 = off. Set the same value on every party.
     ema_decay: Number(0.0, 1.0, hi_open=True) = 0.0

@@ -52,7 +52,9 @@ def hello_message(
         resume_step=resume_step,
         timeout_s=cfg.network.timeout_s,  # the leader keeps long preparation shorter than this
         ema_decay=cfg.train.ema_decay or None,  # every party averages its weights alike; 0 (off) is left out
-        staleness=cfg.train.staleness or None,  # every party runs the same pipeline; 0 (synchronous) is left out
+        # every party runs the same pipeline; 0 (synchronous) is left out; auto: the leader chooses (WELCOME names K)
+        staleness=None if cfg.train.staleness == "auto" else cfg.train.staleness or None,
+        staleness_auto=1 if cfg.train.staleness == "auto" else None,
         **_codec_fields(cfg),  # network.compression per direction; none is left out
         **(rank_fields or {}),
     )
@@ -89,10 +91,10 @@ def hello_problems(peer: str, theirs: Hello, ours: Hello) -> list[str]:
         {"embedding": theirs.embedding_codec, "gradient": theirs.gradient_codec},
         {"embedding": ours.embedding_codec, "gradient": ours.gradient_codec},
     )
-    if (theirs.staleness or 0) != (ours.staleness or 0):  # the leader's value decides the schedule
-        problems.append(
-            f"{peer} has train.staleness={theirs.staleness or 0} but the leader has train.staleness="
-            f"{ours.staleness or 0}: set the same train.staleness on every party"
+    if (theirs.staleness or 0, theirs.staleness_auto) != (ours.staleness or 0, ours.staleness_auto):
+        problems.append(  # the leader's value decides the schedule
+            f"{peer} has train.staleness={_staleness(theirs)} but the leader has train.staleness="
+            f"{_staleness(ours)}: set the same train.staleness on every party"
         )
     if theirs.ema_decay != ours.ema_decay:
         problems.append(
@@ -100,6 +102,10 @@ def hello_problems(peer: str, theirs: Hello, ours: Hello) -> list[str]:
             f"train.ema_decay={_decay(ours.ema_decay)}: set the same train.ema_decay on every party"
         )
     return problems
+
+
+def _staleness(hello: Hello) -> str:
+    return "auto" if hello.staleness_auto else str(hello.staleness or 0)
 
 
 def _codec_fields(cfg: PartyConfig) -> dict:

@@ -78,18 +78,19 @@ class ScheduledOptimizer:
         self.updates = start_step
         self.average = None  # a WeightAverage (train.ema_decay) its holder attaches, updated after every step
 
-    def step(self) -> None:
+    def step(self, scale: float = 1.0, count: bool = True) -> None:
+        """One update at `scale` x the scheduled learning rate (train.staleness_correction's lr / tau); count=False:
+        a local update (CELU-VFL's), which does not advance the schedule's step count."""
         from vfl.training.schedule import lr_factor
 
-        self.optimizer.set_lr_factor(
-            lr_factor(self.updates, self.total_steps, self.schedule.name, self.schedule.warmup_steps)
-        )
+        factor = lr_factor(self.updates, self.total_steps, self.schedule.name, self.schedule.warmup_steps)
+        self.optimizer.set_lr_factor(factor if scale == 1.0 else factor * scale)
         if self.average is not None:
             self.average.before_step()
         self.optimizer.step()
         if self.average is not None:
             self.average.after_step()
-        self.updates += 1
+        self.updates += int(count)
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad()

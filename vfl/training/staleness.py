@@ -10,7 +10,10 @@ the cut of batch s after applying gradients 0 .. s - K - 1 (weights w_{s-K}; w_{
 after a pause) and applies its gradient to w_s: delayed SGD with a delay of at most K updates,
 w_{s+1} = w_s - lr * g(w_{s-k}), k <= K (asynchronous SGD with bounded delay: Agarwal & Duchi, NeurIPS 2011; Lian et
 al., NeurIPS 2015). The gradient is taken at the weights that computed the cut (weight stashing,
-vfl/training/weight_stash.py), so every cut of one batch, the leader's own included, comes from weights of one age.
+vfl/training/weight_stash.py). The leader's own bottom is not on the wire: by default (train.staleness_leader_bottom
+fresh) it computes its cut of batch s at s's own step and applies its gradient at once, a synchronous bottom beside
+stale ones, measured to cost a third to a half of the AUC that a stale leader bottom costs (docs/deploy-wan.md);
+`stale` stashes it too, so that every cut of one batch comes from weights of one age.
 
 A pause is a step after which the loop evaluates, saves a checkpoint, ends an epoch or ends the run: the pipeline is
 empty there, so evaluation, early stopping's snapshot and restore, checkpoints and resume see every party at the

@@ -13,6 +13,10 @@ Embedding tables are not copied: an embedding's backward reads only the looked-u
 copy of a table of millions of rows per batch is what a CTR bottom could not afford. A bottom whose backward does
 read a table's values (a user's module using `embedding.weight` in a product) is refused at its backward with one
 line naming train.staleness.
+
+`apply` is backward, the correction of a stale gradient (train.staleness_correction: delay compensation, a
+staleness-aware learning rate or local updates from cached cut/gradient pairs, vfl/training/staleness_correction.py)
+and the optimizer step; without a correction it is backward then the party's plain step.
 """
 
 from __future__ import annotations
@@ -30,13 +34,17 @@ from vfl.training.step_timer import TIMER
 class WeightStash:
     """The in-flight training batches of one party's bottom (a BottomParty), oldest first: cut and weight copies."""
 
-    def __init__(self, party):
+    def __init__(self, party, correction=None):
+        """correction: a StaleCorrection (vfl/training/staleness_correction.py); None: plain delayed SGD."""
         self.party = party
+        self.correction = correction
         self.live = dict(party.model.named_parameters())
         tables = {id(m.weight) for m in party.model.modules() if isinstance(m, nn.Embedding) and m.max_norm is None}
         # the parameters copied per batch: every trainable one but the embedding tables
         self.copied = [n for n, p in self.live.items() if p.requires_grad and id(p) not in tables]
-        self._batches: deque[tuple[torch.Tensor, dict[str, torch.Tensor]]] = deque()
+        # per batch in flight: its cut, its weight copies, its rows and its delay (the batches ahead of it, whose
+        # updates land between its forward and its own)
+        self._batches: deque[tuple[torch.Tensor, dict[str, torch.Tensor], np.ndarray, int]] = deque()
 
     def __len__(self) -> int:
         return len(self._batches)
@@ -53,7 +61,7 @@ class WeightStash:
             with autocast(party.precision, party.device):
                 out = torch.func.functional_call(party.model, copies, tuple(features))
         out = out.float()  # the cut stays fp32 (on the wire too)
-        self._batches.append((out, copies))
+        self._batches.append((out, copies, rows, len(self._batches)))
         return out
 
     @property
@@ -66,7 +74,7 @@ class WeightStash:
     def backward(self, grad: torch.Tensor) -> None:
         """Backpropagate d loss / d cut of the oldest batch through the weights that computed it, into the live
         parameters' .grad (the caller steps the optimizer)."""
-        out, copies = self._batches[0]
+        out, copies = self._batches[0][:2]
         if tuple(grad.shape) != tuple(out.shape):
             raise ValueError(f"{self.party.name}: gradient shape {tuple(grad.shape)} != cut shape {tuple(out.shape)}")
         self._batches.popleft()
@@ -84,3 +92,16 @@ class WeightStash:
                 live = self.live[name]
                 if copy.grad is not None:
                     live.grad = copy.grad if live.grad is None else live.grad + copy.grad
+        if self.correction is not None:
+            self.correction.correct(copies, self.live)
+
+    def apply(self, grad: torch.Tensor) -> None:
+        """The oldest batch's gradient, backpropagated (backward), corrected and applied: one optimizer step of the
+        party, then a correction's local steps."""
+        out, _, rows, delay = self._batches[0]
+        self.backward(grad)
+        if self.correction is None:
+            self.party.step_optimizer()
+            return
+        self.correction.step(delay)
+        self.correction.after_step(rows, out, grad)

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-PROTOCOL_VERSION = 8  # v2: CurveZMQ transport, no frame HMAC, nonce-bound run ids; valid split (EVAL names
+PROTOCOL_VERSION = 9  # v2: CurveZMQ transport, no frame HMAC, nonce-bound run ids; valid split (EVAL names
 # its split), SNAPSHOT and RESTORE; v3: PSI messages (private set intersection of the ids) before HELLO;
 # v4: tensor buffers travel in frames of at most WIRE_FRAME_BYTES (a small per-frame cap for strangers);
 # v5: batch prediction's PREDICT_* (predict_messages.py) and online scoring's SERVE_* messages (serve_messages.py)
@@ -37,6 +37,7 @@ PROTOCOL_VERSION = 8  # v2: CurveZMQ transport, no frame HMAC, nonce-bound run i
 # embedding DP's plan)
 # v8: REJOIN (resync_messages.py): the leader tells a follower under --resume auto to start again from its latest
 # checkpoint at or below a step (vfl/session/rejoin.py)
+# v9: HELLO's staleness_auto (train.staleness auto) and WELCOME's staleness (the K the leader chose, or the agreed one)
 MAGIC_PREFIX = b"VFLW"
 MAGIC = MAGIC_PREFIX + bytes([PROTOCOL_VERSION])
 MAX_HEADER_BYTES = 1 << 16

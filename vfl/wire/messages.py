@@ -140,6 +140,7 @@ class Hello(RankedHandshake):
     ranks: int | None = None
     ema_decay: float | None = None  # train.ema_decay; None (absent, as from a follower before it was sent) = off
     staleness: int | None = None  # train.staleness K; None (absent) = 0, the synchronous schedule
+    staleness_auto: int | None = None  # 1: train.staleness auto (the leader chooses K, WELCOME names it)
     embedding_codec: str | None = None  # network.compression per direction (Codec.agreement); None (absent) = none
     gradient_codec: str | None = None
     FIELDS = (
@@ -157,6 +158,7 @@ class Hello(RankedHandshake):
         *RankedHandshake.RANK_FIELDS,
         _below_one(Real("ema_decay", 0, 1, optional=True)),
         Int("staleness", 1, MAX_STALENESS, optional=True),
+        Int("staleness_auto", 1, 1, optional=True),
         Text("embedding_codec", 32, optional=True, pattern=CODEC_PATTERN, domain=_CODEC_DOMAIN),
         Text("gradient_codec", 32, optional=True, pattern=CODEC_PATTERN, domain=_CODEC_DOMAIN),
     )
@@ -177,6 +179,7 @@ class Welcome(RankedHandshake):
     sends_test: int = 0
     rank: int | None = None
     ranks: int | None = None
+    staleness: int | None = None  # the run's train.staleness K (the leader's choice under auto); None (absent) = 0
     FIELDS = (
         Text("run", 64),
         Text("nonce", 64),
@@ -186,6 +189,7 @@ class Welcome(RankedHandshake):
         Int("sends_valid"),
         Int("sends_test"),
         *RankedHandshake.RANK_FIELDS,
+        Int("staleness", 1, MAX_STALENESS, optional=True),
     )
 
 
