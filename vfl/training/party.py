@@ -15,7 +15,7 @@ from vfl.training.optim import ScheduledOptimizer, build_optimizer
 from vfl.training.precision import autocast, keep_narrow_layers_fp32
 from vfl.training.snapshot import Snapshot, SnapshotTrainable
 from vfl.training.step_timer import TIMER
-from vfl.training.table_defaults import shard_rows, sized_bottom
+from vfl.training.table_defaults import recipe_dim, shard_rows, sized_bottom
 
 
 def resolve_device(name: str) -> torch.device:
@@ -38,9 +38,11 @@ class BottomParty(SnapshotTrainable):
         self.train_split = shard.split("train")
         self.valid_split = shard.split("valid")
         self.test_split = shard.split("test")
-        schema = InputSchema.of_shard(shard, cfg.model.bottom.numeric_scaling)  # with its numeric stats when on
-        # a table party's unset model sizes from its shard's rows: training, prediction and export build alike
-        bottom, _ = sized_bottom(cfg, shard_rows(shard.manifest))
+        # a table party's unset model from its shard's rows: training, prediction and export build alike
+        rows = shard_rows(shard.manifest)
+        bottom, _ = sized_bottom(cfg, rows)
+        # with its numeric stats when on, and the table recipe's numeric embeddings
+        schema = InputSchema.of_shard(shard, cfg.model.bottom.numeric_scaling, recipe_dim(cfg, rows))
         self.model = build_bottom(bottom, schema, cfg.train.seed, cfg.party).to(device)
         self.model_spec = model_spec(bottom)  # kept in checkpoints: resume refuses another model
         self.train_model = self.model  # with N ranks, the DistributedDataParallel wrapper of self.model

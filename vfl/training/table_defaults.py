@@ -9,8 +9,16 @@ value always wins):
 |---|---|
 | train.batch_size | ~1% of the intersection's training rows, within [64, 4096] (and at least train.microbatches) |
 | train.epochs | enough for >= 300 optimizer steps |
-| train.early_stopping | on: the validation metric of the task (auc, rmse), patience 3 (leader) |
-| model.bottom.embedding_dim, hidden | 16 and [256, 128] (the examples' sizes) when the shard holds under 1M rows |
+| train.early_stopping | on: the validation metric of the task (auc, rmse), patience RECIPE_PATIENCE (leader) |
+| model.bottom (under 1M rows) | the tuned recipe, TUNED_BOTTOM: mlp, embedding 16, hidden [256, 256], dropout 0.1 |
+| train.lr_schedule, weight_decay | cosine with 5% warmup, 1e-5 (with the tuned bottom) |
+| numeric columns of no declared transform | piecewise-linear embeddings (8 values per column) over the 32 quantile bins of its standardized training values that `prepare` saved with the shard (vfl/models/numeric_embeddings.py) |
+
+The recipe was chosen by the small search of docs/own-table.md (scripts/bench_tabular.sh --search, on the project's
+own examples only): RealMLP-TD's pieces (Holzmueller et al., NeurIPS 2024: standardized inputs, embeddings of numeric
+columns, an MLP with dropout and weight decay, a cosine schedule) and Gorishniy, Rubachev, Babenko (NeurIPS 2022,
+sec. 3.2) piecewise-linear embeddings. A bottom whose `name` is set keeps today's sizing only (embedding 16, hidden
+[256, 128] where unset), so a YAML that names its model keeps its figures.
 
 Every party sizes the schedule from the same number, the training rows of the private set intersection, so the
 batch size the leader's HELLO check compares is the same on both sides; the leader's epochs decide the run, as
@@ -26,14 +34,20 @@ from __future__ import annotations
 
 import math
 
-from vfl.config.schema import BottomConfig, ConfigError, EarlyStoppingConfig, PartyConfig
+from vfl.config.schema import BottomConfig, ConfigError, EarlyStoppingConfig, LRScheduleConfig, PartyConfig
 from vfl.training.run_size import MIN_STEPS, run_size_warnings
 
 TARGET_STEPS = 300
 BATCH_SHARE = 0.01
 BATCH_RANGE = (64, 4096)
 SMALL_TABLE_ROWS = 1_000_000  # below: the examples' model sizes
-SMALL_MODEL = {"embedding_dim": 16, "hidden": (256, 128)}
+SMALL_MODEL = {"embedding_dim": 16, "hidden": (256, 128)}  # a named bottom's unset sizes
+TUNED_BOTTOM = {"name": "mlp", "embedding_dim": 16, "hidden": (256, 256), "dropout": 0.1}
+TUNED_TRAIN = {"weight_decay": 1e-5}
+WARMUP_SHARE = 0.05  # of the run's steps, under the cosine schedule
+RECIPE_DIM = 8  # values per numeric column of no declared transform (piecewise-linear, vfl/models/numeric_embeddings.py)
+RECIPE_NUMERIC_TRANSFORM = {"embedding": "piecewise_linear", "bins": 32, "dim": RECIPE_DIM}  # the same, declared
+RECIPE_PATIENCE = 3
 
 
 def is_table_party(cfg: PartyConfig) -> bool:
@@ -46,12 +60,26 @@ def shard_rows(manifest: dict) -> int:
     return int(sum(int(v) for v in rows.values())) if isinstance(rows, dict) else 0
 
 
+def tuned(cfg: PartyConfig, rows: int) -> bool:
+    """Whether the tuned recipe builds this table party's bottom: its name (and import) unset, under 1M rows."""
+    bottom = cfg.model.bottom
+    if not is_table_party(cfg) or bottom.import_ is not None or rows >= SMALL_TABLE_ROWS:
+        return False
+    return "name" not in bottom.model_fields_set
+
+
+def recipe_dim(cfg: PartyConfig, rows: int) -> int:
+    """Values per embedded numeric column of no declared transform: RECIPE_DIM under the tuned recipe, else 0."""
+    return RECIPE_DIM if tuned(cfg, rows) else 0
+
+
 def sized_bottom(cfg: PartyConfig, rows: int) -> tuple[BottomConfig, dict]:
     """A table party's bottom with the unset sizes filled for a shard of `rows` rows, and what was filled."""
     bottom = cfg.model.bottom
     if not is_table_party(cfg) or bottom.import_ is not None or rows >= SMALL_TABLE_ROWS:
         return bottom, {}
-    fill = {k: v for k, v in SMALL_MODEL.items() if k not in bottom.model_fields_set}
+    model = TUNED_BOTTOM if tuned(cfg, rows) else SMALL_MODEL
+    fill = {k: v for k, v in model.items() if k not in bottom.model_fields_set}
     if not fill:
         return bottom, {}
     return bottom.model_copy(update=fill), {
@@ -59,14 +87,16 @@ def sized_bottom(cfg: PartyConfig, rows: int) -> tuple[BottomConfig, dict]:
     }
 
 
-def sized_schedule(cfg: PartyConfig, train_rows: int) -> tuple[PartyConfig, dict]:
+def sized_schedule(cfg: PartyConfig, train_rows: int, rows: int | None = None) -> tuple[PartyConfig, dict]:
     """The config with train.batch_size, train.epochs and (leader) train.early_stopping sized for `train_rows` where
-    unset, and what was filled ({} for a Criteo-format party or where everything was set)."""
+    unset (with the tuned recipe, `rows` being the shard's: its schedule, weight decay and top too), and what was
+    filled ({} for a Criteo-format party or where everything was set)."""
     train = cfg.train
     if not is_table_party(cfg) or train_rows <= 0:
         return cfg, {}
     given = train.model_fields_set
     fill: dict = {}
+    recipe = rows is not None and tuned(cfg, rows)
     batch = train.batch_size
     if "batch_size" not in given:
         batch = min(max(round(train_rows * BATCH_SHARE), BATCH_RANGE[0]), BATCH_RANGE[1])
@@ -75,11 +105,19 @@ def sized_schedule(cfg: PartyConfig, train_rows: int) -> tuple[PartyConfig, dict
         steps_per_epoch = math.ceil(train_rows / batch)
         fill["epochs"] = min(max(1, math.ceil(TARGET_STEPS / steps_per_epoch)), 10_000)
     if cfg.is_leader and "early_stopping" not in given:
-        fill["early_stopping"] = EarlyStoppingConfig(metric="rmse" if train.task == "regression" else "auc")
+        fill["early_stopping"] = EarlyStoppingConfig(
+            metric="rmse" if train.task == "regression" else "auc", patience=RECIPE_PATIENCE
+        )
+    if recipe:
+        fill.update({k: v for k, v in TUNED_TRAIN.items() if k not in given})
+        if "lr_schedule" not in given:
+            steps = math.ceil(train_rows / batch) * fill.get("epochs", train.epochs)
+            fill["lr_schedule"] = LRScheduleConfig(name="cosine", warmup_steps=math.ceil(WARMUP_SHARE * steps))
     if not fill:
         return cfg, {}
     sized = cfg.model_copy(update={"train": train.model_copy(update=fill)})
-    shown = {f"train.{k}": (v.model_dump() if k == "early_stopping" else v) for k, v in fill.items()}
+    dumped = ("early_stopping", "lr_schedule")
+    shown = {f"train.{k}": (v.model_dump() if k in dumped else v) for k, v in fill.items()}
     return sized, shown
 
 
@@ -89,6 +127,8 @@ def describe(filled: dict, train_rows: int) -> str:
     for key, value in filled.items():
         if key == "train.early_stopping":
             value = f"on ({value['metric']}, patience {value['patience']})"
+        elif key == "train.lr_schedule":
+            value = f"{value['name']} (warmup {value['warmup_steps']} steps)"
         parts.append(f"{key}={value}")
     return f"defaults: sized from the table ({train_rows} training rows), unset in the config: {', '.join(parts)}"
 
@@ -113,8 +153,11 @@ def size_table_run(cfg: PartyConfig, shard, log) -> tuple[PartyConfig, dict]:
     its model from its shard (BottomParty builds it with `sized_bottom`), the choice said on the console, and a short
     run refused. Returns the config to train with and what was sized ({} if nothing): metrics.json's `defaults`."""
     train_rows = len(shard.split("train"))
-    cfg, filled = sized_schedule(cfg, train_rows)
-    filled.update(sized_bottom(cfg, shard_rows(shard.manifest))[1])
+    rows = shard_rows(shard.manifest)
+    cfg, filled = sized_schedule(cfg, train_rows, rows)
+    filled.update(sized_bottom(cfg, rows)[1])
+    if recipe_dim(cfg, rows):
+        filled["numeric columns of no declared transform"] = f"piecewise_linear embeddings ({RECIPE_DIM} values)"
     if filled:
         log(f"{'leader' if cfg.is_leader else 'follower'} {cfg.party}: {describe(filled, train_rows)}")
     if cfg.is_leader:
