@@ -96,7 +96,7 @@ def prepare_parties(work: pathlib.Path, files: dict, schemas: dict, task: str) -
     shards = {}
     for i, (party, schema) in enumerate(schemas.items()):
         shard = str(work / party)
-        prepare_table(files[party], shard, party, SchemaConfig.model_validate(schema), task if i == 0 else None,
+        prepare_table(str(files[party]), shard, party, SchemaConfig.model_validate(schema), task if i == 0 else None,
                       PrepareOptions(force=True), log=lambda _: None)  # fmt: skip
         shards[party] = shard
     return shards
@@ -114,7 +114,9 @@ def party_configs(shards: dict, schemas: dict, task: str, seed: int, variant: di
                "data": {"path": shards[party], "schema": schemas[party]},
                "train": {**({"task": task} if i == 0 else {}), "seed": seed, "threads": 1},
                "output": {"dir": str(work / "out")}}  # fmt: skip
-        doc["network"] = {"bind": "tcp://127.0.0.1:1", "followers": parties[1:]} if i == 0 else {"connect": "tcp://127.0.0.1:1"}
+        doc["network"] = (
+            {"bind": "tcp://127.0.0.1:1", "followers": parties[1:]} if i == 0 else {"connect": "tcp://127.0.0.1:1"}
+        )
         if "model" in variant:
             doc["model"] = copy.deepcopy(variant["model"]) if i == 0 else {"bottom": variant["model"]["bottom"]}
         if i == 0 and eps is not None:

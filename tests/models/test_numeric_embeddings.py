@@ -41,12 +41,17 @@ def _prepare(tmp_path, rows: int = 1500) -> dict[str, tuple[str, str]]:
 
     frames = own_table(rows, seed=5)
     out = {}
-    for party, frame, schema in (("leader", frames["leader"], LEADER_SCHEMA), ("follower0", frames["shop"], SHOP_SCHEMA)):
+    for party, frame, schema in (
+        ("leader", frames["leader"], LEADER_SCHEMA),
+        ("follower0", frames["shop"], SHOP_SCHEMA),
+    ):
         path = str(tmp_path / f"{party}.csv")
         frame.to_csv(path, index=False)
         shard = str(tmp_path / "shards" / party)
         task = "binary" if party == "leader" else None
-        prepare_table(path, shard, party, SchemaConfig.model_validate(schema), task, PrepareOptions(), log=lambda _: None)
+        prepare_table(
+            path, shard, party, SchemaConfig.model_validate(schema), task, PrepareOptions(), log=lambda _: None
+        )
         out[party] = (path, shard)
     return out
 
@@ -89,8 +94,14 @@ def test_the_bins_and_statistics_are_fitted_on_training_rows_only_and_restored_b
 @pytest.mark.parametrize(
     "transform, needle",
     [
-        ({"embedding": "fourier"}, r"transform.embedding must be one of \['piecewise_linear', 'periodic'\], got 'fourier'"),
-        ({"embedding": "piecewise_linear", "bins": 1}, r"piecewise_linear.bins must be an integer in \[2, 1024\], got 1"),
+        (
+            {"embedding": "fourier"},
+            r"transform.embedding must be one of \['piecewise_linear', 'periodic'\], got 'fourier'",
+        ),
+        (
+            {"embedding": "piecewise_linear", "bins": 1},
+            r"piecewise_linear.bins must be an integer in \[2, 1024\], got 1",
+        ),
         ({"embedding": "periodic", "sigma": 0}, r"periodic.sigma must be a number in \[0.0001, 100.0\], got 0"),
         ({"embedding": "periodic", "bins": 8}, r"periodic has unknown option 'bins'.*allowed: \['dim', 'frequencies'"),
         ({"embedding": "piecewise_linear", "bins_from": "tree"}, r"bins_from must be 'quantile' .* got 'tree'"),

@@ -1,5 +1,6 @@
 """Defaults that fit the table: a table party whose YAML leaves the schedule and model unset gets them sized from its
-rows (batch ~1% of the training rows within [64, 4096], >= 300 steps, early stopping, the examples' model sizes),
+rows (batch ~1% of the training rows within [64, 4096], >= 300 steps, early stopping; an unnamed bottom the tuned
+recipe: mlp, a cosine schedule, weight decay, piecewise-linear embeddings of undeclared numeric columns),
 said on the console and recorded in metrics.json; explicit values win (every example YAML is left as it is); a
 table run under ~50 steps is refused with the numbers unless train.allow_short_run."""
 
@@ -43,8 +44,30 @@ def test_an_unset_schedule_and_model_are_sized_from_a_census_sized_table():
     assert sized.train.batch_size == 391 and sized.train.epochs == 3 and 3 * -(-39_073 // 391) >= 300
     assert sized.train.early_stopping.metric == "auc" and sized.train.early_stopping.patience == 3
     assert filled["train.batch_size"] == 391 and filled["train.epochs"] == 3
-    assert bottom.embedding_dim == 16 and bottom.hidden == (256, 128)
-    assert model_filled == {"model.bottom.embedding_dim": 16, "model.bottom.hidden": [256, 128]}
+    assert bottom.name == "mlp" and bottom.embedding_dim == 16 and bottom.hidden == (256, 256)
+    assert bottom.dropout == 0.1 and bottom.cut_dim == 2
+    assert model_filled == {
+        "model.bottom.name": "mlp", "model.bottom.embedding_dim": 16, "model.bottom.hidden": [256, 256],
+        "model.bottom.dropout": 0.1,
+    }  # fmt: skip
+
+
+def test_the_tuned_recipe_adds_a_cosine_schedule_weight_decay_and_embeds_undeclared_numeric_columns():
+    # Prepare: the census case, nothing set; and a bottom whose name is set
+    from vfl.training.table_defaults import RECIPE_DIM, recipe_dim
+
+    cfg, named = _leader(), _leader(model={"bottom": {"name": "wide_deep"}})
+    # Execute
+    sized, filled = sized_schedule(cfg, 39_073, 48_842)
+    named_sized, named_filled = sized_schedule(named, 39_073, 48_842)
+    # Assert: cosine with 5% of the 300 steps as warmup, weight decay 1e-5; embeddings of 8 values per column
+    assert sized.train.lr_schedule.name == "cosine" and sized.train.lr_schedule.warmup_steps == 15
+    assert sized.train.weight_decay == 1e-5 and filled["train.lr_schedule"]["name"] == "cosine"
+    assert recipe_dim(cfg, 48_842) == RECIPE_DIM == 8
+    # a named bottom keeps today's sizing: no schedule, no embeddings, the examples' sizes
+    assert "train.lr_schedule" not in named_filled and named_sized.train.lr_schedule.name == "constant"
+    assert recipe_dim(named, 48_842) == 0 and recipe_dim(cfg, 2_000_000) == 0
+    assert sized_bottom(named, 48_842)[0].hidden == (256, 128) and sized_bottom(named, 48_842)[0].name == "wide_deep"
 
 
 @pytest.mark.parametrize("rows, batch, epochs", [(2_000, 64, 10), (3_000_000, 4096, 1), (640_000, 4096, 2)])

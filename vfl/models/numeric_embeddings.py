@@ -68,7 +68,9 @@ def shard_embeddings(
         elif kind == "piecewise_linear":
             out.append(NumericEmbedding(kind, int(params["dim"]), tuple(float(e) for e in state["edges"])))
         else:
-            out.append(NumericEmbedding(kind, int(params["dim"]), (), int(params["frequencies"]), float(params["sigma"])))
+            out.append(
+                NumericEmbedding(kind, int(params["dim"]), (), int(params["frequencies"]), float(params["sigma"]))
+            )
     return tuple(out) if any(e is not None for e in out) else None
 
 

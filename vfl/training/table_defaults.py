@@ -18,7 +18,7 @@ The recipe was chosen by the small search of docs/own-table.md (scripts/bench_ta
 own examples only): RealMLP-TD's pieces (Holzmueller et al., NeurIPS 2024: standardized inputs, embeddings of numeric
 columns, an MLP with dropout and weight decay, a cosine schedule) and Gorishniy, Rubachev, Babenko (NeurIPS 2022,
 sec. 3.2) piecewise-linear embeddings. A bottom whose `name` is set keeps today's sizing only (embedding 16, hidden
-[256, 128] where unset), so a YAML that names its model keeps its figures.
+[256, 128] where unset), and so does a bottom with any key set: a YAML that sets its model keeps its figures.
 
 Every party sizes the schedule from the same number, the training rows of the private set intersection, so the
 batch size the leader's HELLO check compares is the same on both sides; the leader's epochs decide the run, as
@@ -45,7 +45,9 @@ SMALL_MODEL = {"embedding_dim": 16, "hidden": (256, 128)}  # a named bottom's un
 TUNED_BOTTOM = {"name": "mlp", "embedding_dim": 16, "hidden": (256, 256), "dropout": 0.1}
 TUNED_TRAIN = {"weight_decay": 1e-5}
 WARMUP_SHARE = 0.05  # of the run's steps, under the cosine schedule
-RECIPE_DIM = 8  # values per numeric column of no declared transform (piecewise-linear, vfl/models/numeric_embeddings.py)
+RECIPE_DIM = (
+    8  # values per numeric column of no declared transform (piecewise-linear, vfl/models/numeric_embeddings.py)
+)
 RECIPE_NUMERIC_TRANSFORM = {"embedding": "piecewise_linear", "bins": 32, "dim": RECIPE_DIM}  # the same, declared
 RECIPE_PATIENCE = 3
 
@@ -61,11 +63,11 @@ def shard_rows(manifest: dict) -> int:
 
 
 def tuned(cfg: PartyConfig, rows: int) -> bool:
-    """Whether the tuned recipe builds this table party's bottom: its name (and import) unset, under 1M rows."""
+    """Whether the tuned recipe builds this table party's bottom: no model.bottom key set, under 1M rows."""
     bottom = cfg.model.bottom
     if not is_table_party(cfg) or bottom.import_ is not None or rows >= SMALL_TABLE_ROWS:
         return False
-    return "name" not in bottom.model_fields_set
+    return not bottom.model_fields_set  # a bottom with any key set keeps today's sizing
 
 
 def recipe_dim(cfg: PartyConfig, rows: int) -> int:
