@@ -28,6 +28,7 @@ out of vocabulary (a value unseen at fit time, or rarer than min_count), as in v
 from __future__ import annotations
 
 import os
+import warnings
 
 import numpy as np
 
@@ -182,7 +183,9 @@ def quantile_edges(values: np.ndarray, bins: int) -> list[float]:
     if x.shape[0] < 2 or bool((x == x[0]).all()):
         v = float(x[0, 0]) if x.shape[0] else 0.0
         return [float(np.float32(v)), float(np.float32(v + 1.0))]
-    edges = compute_bins(x, n_bins=min(bins, x.shape[0] - 1))[0]
+    with warnings.catch_warnings():  # a two-valued column gets one bin (min-max scaling): said in the docs, not here
+        warnings.simplefilter("ignore", UserWarning)
+        edges = compute_bins(x, n_bins=min(bins, x.shape[0] - 1))[0]
     return [float(e) for e in edges.to(torch.float32)]
 
 
