@@ -45,10 +45,10 @@ def test_an_unset_schedule_and_model_are_sized_from_a_census_sized_table():
     assert sized.train.early_stopping.metric == "auc" and sized.train.early_stopping.patience == 3
     assert filled["train.batch_size"] == 391 and filled["train.epochs"] == 3
     assert bottom.name == "mlp" and bottom.embedding_dim == 16 and bottom.hidden == (256, 256)
-    assert bottom.dropout == 0.1 and bottom.cut_dim == 2
+    assert bottom.dropout == 0.1 and bottom.cut_dim == 16
     assert model_filled == {
         "model.bottom.name": "mlp", "model.bottom.embedding_dim": 16, "model.bottom.hidden": [256, 256],
-        "model.bottom.dropout": 0.1,
+        "model.bottom.dropout": 0.1, "model.bottom.cut_dim": 16,
     }  # fmt: skip
 
 
@@ -68,6 +68,40 @@ def test_the_tuned_recipe_adds_a_cosine_schedule_weight_decay_and_embeds_undecla
     assert "train.lr_schedule" not in named_filled and named_sized.train.lr_schedule.name == "constant"
     assert recipe_dim(named, 48_842) == 0 and recipe_dim(cfg, 2_000_000) == 0
     assert sized_bottom(named, 48_842)[0].hidden == (256, 128) and sized_bottom(named, 48_842)[0].name == "wide_deep"
+
+
+def test_table_model_writes_the_recipes_cut_and_top_into_the_config_once_and_leaves_other_configs_as_they_are(
+    tmp_path,
+):
+    # Prepare: the census leader and a follower with nothing set; a named bottom, a set top, a Criteo party, a big
+    # table; a shard directory whose manifest says 48,842 rows
+    from vfl.inference.fingerprint import model_digest
+    from vfl.training.table_defaults import TUNED_TOP, recipe_dim, table_model, table_model_of_shard
+
+    leader = _leader()
+    follower = parse_config(
+        {"role": "follower", "party": "shop", "network": {"connect": "tcp://127.0.0.1:5999"},
+         "data": {"path": str(tmp_path), "schema": {"id": "cust", "columns": {"x": "numeric"}}}}
+    )  # fmt: skip
+    kept = [_leader(model={"bottom": {"name": "wide_deep"}}), _leader(schema=None)]
+    own_top = _leader(model={"top": {"name": "linear"}})
+    (tmp_path / "manifest.json").write_text(json.dumps({"rows": {"train": 39_073, "valid": 4_884, "test": 4_885}}))
+    # Execute
+    resolved, again = table_model(leader, 48_842), table_model(table_model(leader, 48_842), 48_842)
+    # Assert: the leader's bottom 16 wide and an mlp top written in; the recipe still recognises the config (its
+    # embeddings, its sizing) and a second pass changes nothing, so every reader sees one model and one digest
+    assert resolved.model.bottom.cut_dim == 16 and resolved.model.bottom.name == "mlp"
+    assert resolved.model.top.name == TUNED_TOP["name"] == "mlp" and resolved.model.top.hidden == (128,)
+    assert again == resolved and model_digest(again) == model_digest(resolved) != model_digest(leader)
+    assert recipe_dim(resolved, 48_842) == 8 and sized_bottom(resolved, 48_842)[0] == resolved.model.bottom
+    # a follower: its bottom, no top; read from its shard's manifest as predict, serve and export read it
+    assert table_model_of_shard(follower).model.bottom.cut_dim == 16 and table_model_of_shard(follower).model.top is None
+    # a set top stays; configs the recipe does not build are the same objects (their bytes and digests stay)
+    assert table_model(own_top, 48_842).model.top.name == "linear"
+    assert table_model(own_top, 48_842).model.bottom.cut_dim == 16
+    for cfg in kept:
+        assert table_model(cfg, 48_842) is cfg
+    assert table_model(leader, 2_000_000) is leader
 
 
 @pytest.mark.parametrize("rows, batch, epochs", [(2_000, 64, 10), (3_000_000, 4096, 1), (640_000, 4096, 2)])

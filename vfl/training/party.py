@@ -48,7 +48,7 @@ class BottomParty(SnapshotTrainable):
         self.train_model = self.model  # with N ranks, the DistributedDataParallel wrapper of self.model
         total = cfg.train.epochs * steps_per_epoch(len(self.train_split), cfg.train.batch_size)
         self.optimizer = ScheduledOptimizer(build_optimizer(self.model, cfg.train, bottom=True), cfg.train, total)
-        self.cut_dim = cfg.model.bottom.cut_dim
+        self.cut_dim = bottom.cut_dim
         self.precision = cfg.train.precision
         keep_narrow_layers_fp32(self.model, self.precision)
         self._pending: list[torch.Tensor | None] = []  # one cut per micro-batch forwarded since the last step

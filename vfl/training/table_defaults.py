@@ -34,7 +34,10 @@ from __future__ import annotations
 
 import math
 
-from vfl.config.schema import BottomConfig, ConfigError, EarlyStoppingConfig, LRScheduleConfig, PartyConfig
+import json
+import os
+
+from vfl.config.schema import BottomConfig, ConfigError, EarlyStoppingConfig, LRScheduleConfig, PartyConfig, TopConfig
 from vfl.training.run_size import MIN_STEPS, run_size_warnings
 
 TARGET_STEPS = 300
@@ -42,7 +45,8 @@ BATCH_SHARE = 0.01
 BATCH_RANGE = (64, 4096)
 SMALL_TABLE_ROWS = 1_000_000  # below: the examples' model sizes
 SMALL_MODEL = {"embedding_dim": 16, "hidden": (256, 128)}  # a named bottom's unset sizes
-TUNED_BOTTOM = {"name": "mlp", "embedding_dim": 16, "hidden": (256, 256), "dropout": 0.1}
+TUNED_BOTTOM = {"name": "mlp", "embedding_dim": 16, "hidden": (256, 256), "dropout": 0.1, "cut_dim": 16}
+TUNED_TOP = {"name": "mlp", "hidden": (128,)}  # the leader's, where model.top is unset
 TUNED_TRAIN = {"weight_decay": 1e-5}
 WARMUP_SHARE = 0.05  # of the run's steps, under the cosine schedule
 RECIPE_DIM = (
@@ -87,6 +91,47 @@ def sized_bottom(cfg: PartyConfig, rows: int) -> tuple[BottomConfig, dict]:
     return bottom.model_copy(update=fill), {
         f"model.bottom.{k}": list(v) if isinstance(v, tuple) else v for k, v in fill.items()
     }
+
+
+def _keys_unset(model, unset_from):
+    """`model` with pydantic's set keys those of `unset_from`: keys the recipe wrote stay unset, so the recipe still
+    recognises the config it resolved (table_model is idempotent)."""
+    object.__setattr__(model, "__pydantic_fields_set__", set(unset_from.model_fields_set))
+    return model
+
+
+def top_unset(cfg: PartyConfig) -> bool:
+    """Whether this is a leader whose model.top has no key set (the recipe's top goes there)."""
+    return cfg.is_leader and (cfg.model.top is None or not cfg.model.top.model_fields_set)
+
+
+def table_model(cfg: PartyConfig, rows: int) -> PartyConfig:
+    """The config with the tuned recipe's model written into `model` where the recipe builds it (its bottom, cut
+    width included, and the leader's top where model.top is unset), from a shard of `rows` rows: the one model
+    config that training, prediction, serving and export read (the cut widths of the handshakes, the top, the model
+    digest of checkpoints). A config the recipe does not build is returned as it is, so its bytes and digest stay."""
+    if not tuned(cfg, rows):
+        return cfg
+    bottom = cfg.model.bottom
+    fill = {k: v for k, v in TUNED_BOTTOM.items() if k not in bottom.model_fields_set}
+    resolved = _keys_unset(bottom.model_copy(update=fill), bottom)
+    update = {"bottom": resolved}
+    if top_unset(cfg):
+        update["top"] = _keys_unset(TopConfig.model_validate(dict(TUNED_TOP)), TopConfig())
+    if all(getattr(cfg.model, k) == v for k, v in update.items()):
+        return cfg
+    return cfg.model_copy(update={"model": cfg.model.model_copy(update=update)})
+
+
+def table_model_of_shard(cfg: PartyConfig) -> PartyConfig:
+    """table_model for the shard at data.path (its manifest's rows): what predict, serve and export call, so they
+    read the model the training run resolved from the same shard. A path without a manifest: the config as it is."""
+    path = os.path.join(str(cfg.data.path), "manifest.json")
+    if not is_table_party(cfg) or not os.path.exists(path):
+        return cfg
+    with open(path) as f:
+        manifest = json.load(f)
+    return table_model(cfg, shard_rows(manifest if isinstance(manifest, dict) else {}))
 
 
 def sized_schedule(cfg: PartyConfig, train_rows: int, rows: int | None = None) -> tuple[PartyConfig, dict]:
@@ -156,8 +201,11 @@ def size_table_run(cfg: PartyConfig, shard, log) -> tuple[PartyConfig, dict]:
     run refused. Returns the config to train with and what was sized ({} if nothing): metrics.json's `defaults`."""
     train_rows = len(shard.split("train"))
     rows = shard_rows(shard.manifest)
-    cfg, filled = sized_schedule(cfg, train_rows, rows)
+    top_was_unset = top_unset(cfg)
+    cfg, filled = sized_schedule(table_model(cfg, rows), train_rows, rows)
     filled.update(sized_bottom(cfg, rows)[1])
+    if top_was_unset and tuned(cfg, rows):
+        filled["model.top"] = {k: list(v) if isinstance(v, tuple) else v for k, v in TUNED_TOP.items()}
     if recipe_dim(cfg, rows):
         filled["numeric columns of no declared transform"] = f"piecewise_linear embeddings ({RECIPE_DIM} values)"
     if filled:

@@ -52,6 +52,7 @@ def predict_main(argv: list[str], role: str, body, abort) -> int:
     from vfl.config.schema import ConfigError
     from vfl.data.errors import DataError
     from vfl.inference.run_layout import apply_run, check_shard_path
+    from vfl.training.table_defaults import table_model_of_shard
     from vfl.obs.logs import RunLog, set_verbosity
 
     args = _arguments(role).parse_intermixed_args(argv)
@@ -75,6 +76,7 @@ def predict_main(argv: list[str], role: str, body, abort) -> int:
         check_shard_path(cfg, f"python -m {role} predict")
     except DataError as e:
         return fail(str(e), 2)
+    cfg = table_model_of_shard(cfg)  # the model the training run resolved from this shard (the table recipe's)
     out_dir = _out_dir(args, cfg)
     os.makedirs(out_dir, exist_ok=True)
     log = RunLog(os.path.join(out_dir, f"{cfg.party}_predict.log"), cfg.party)

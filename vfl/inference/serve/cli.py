@@ -84,6 +84,7 @@ def serve_main(argv: list[str] | None, role: str) -> int:
     from vfl.config.schema import ConfigError
     from vfl.data.errors import DataError
     from vfl.inference.run_layout import apply_run, check_shard_path
+    from vfl.training.table_defaults import table_model_of_shard
     from vfl.obs.logs import RunLog
 
     args = _arguments(role).parse_intermixed_args(argv)
@@ -102,6 +103,7 @@ def serve_main(argv: list[str] | None, role: str) -> int:
         check_shard_path(cfg, f"python -m {role} serve")
     except DataError as e:
         return fail(str(e), 2)
+    cfg = table_model_of_shard(cfg)  # the model the training run resolved from this shard (the table recipe's)
     log = RunLog(os.path.join(cfg.output.dir, f"{cfg.party}_serve.log"), cfg.party)
     if found:
         log(f"{cfg.party}: from --run {args.run}: {', '.join(found)}")
