@@ -17,7 +17,7 @@ from tests.support.own_table import SCHEMAS, own_table
 from tests.support.party_processes import party_configs, run_split
 from tests.support.paths import REPO
 from vfl.config.schema import ConfigError, load_config, parse_config
-from vfl.training.table_defaults import check_short_run, sized_bottom, sized_schedule
+from vfl.training.table_defaults import RECIPE_STEPS, check_short_run, sized_bottom, sized_schedule
 
 TABLE = {"id": "cust", "columns": {"age": "numeric"}, "label": {"column": "y"}}
 
@@ -95,7 +95,9 @@ def test_table_model_writes_the_recipes_cut_and_top_into_the_config_once_and_lea
     assert again == resolved and model_digest(again) == model_digest(resolved) != model_digest(leader)
     assert recipe_dim(resolved, 48_842) == 8 and sized_bottom(resolved, 48_842)[0] == resolved.model.bottom
     # a follower: its bottom, no top; read from its shard's manifest as predict, serve and export read it
-    assert table_model_of_shard(follower).model.bottom.cut_dim == 16 and table_model_of_shard(follower).model.top is None
+    assert (
+        table_model_of_shard(follower).model.bottom.cut_dim == 16 and table_model_of_shard(follower).model.top is None
+    )
     # a set top stays; configs the recipe does not build are the same objects (their bytes and digests stay)
     assert table_model(own_top, 48_842).model.top.name == "linear"
     assert table_model(own_top, 48_842).model.bottom.cut_dim == 16
@@ -158,8 +160,8 @@ def test_a_table_run_under_50_steps_is_refused_with_its_numbers_unless_allowed()
     check_short_run(_leader({"batch_size": 16000, "epochs": 1}, schema=None), 39_073)  # a Criteo shard: a warning
 
 
-def test_a_small_table_with_nothing_set_trains_to_a_sane_auc_and_records_the_choice(tmp_path, procs):
-    # Prepare: two parties' tables and YAMLs with no batch size, epochs, early stopping or model sizes
+def test_a_small_table_with_nothing_set_trains_the_recipe_to_a_sane_auc_records_it_and_exports_it(tmp_path, procs):
+    # Prepare: two parties' tables and YAMLs with no batch size, epochs, early stopping or model key set
     frames = own_table(4000, seed=5)
     cfgs = party_configs(str(tmp_path), str(tmp_path / "shards"), followers=("shop",))
     for name in ("leader", "shop"):
@@ -167,7 +169,7 @@ def test_a_small_table_with_nothing_set_trains_to_a_sane_auc_and_records_the_cho
         for key in ("batch_size", "epochs", "allow_short_run"):
             doc["train"].pop(key)
         doc["train"]["lr"] = 0.003
-        doc["model"]["bottom"] = {"cut_dim": 2}
+        doc.pop("model", None)
         doc["data"]["schema"] = SCHEMAS[name]
         yaml.safe_dump(doc, open(cfgs[name], "w"))
         frames[name].to_csv(tmp_path / f"{name}.csv", index=False)
@@ -176,13 +178,24 @@ def test_a_small_table_with_nothing_set_trains_to_a_sane_auc_and_records_the_cho
         assert data_main(["prepare", "--config", cfgs[name], "--input", str(tmp_path / f"{name}.csv")]) == 0
     # Execute
     metrics = run_split(procs, cfgs)
-    # Assert: sized (batch 64 on ~3200 rows, >= 300 steps), recorded, said on the console, and it learned
+    # Assert: sized (batch 64 on ~3200 rows, the recipe's steps), recorded, said on the console, and it learned
     sized = metrics["defaults"]
-    assert sized["train.batch_size"] == 64 and sized["train.epochs"] * -(-sized["train_rows"] // 64) >= 300, sized
-    assert sized["model.bottom.hidden"] == [256, 128] and sized["train.early_stopping"]["metric"] == "auc"
+    steps = sized["train.epochs"] * -(-sized["train_rows"] // 64)
+    assert sized["train.batch_size"] == 64 and steps >= RECIPE_STEPS, sized
+    assert sized["model.bottom.hidden"] == [256, 256] and sized["train.early_stopping"]["metric"] == "auc"
+    assert sized["model.bottom.cut_dim"] == 16 and sized["model.top"] == {"name": "mlp", "hidden": [128]}
     assert metrics["selection"]["metric"] == "auc", metrics.get("selection")
     log = open(tmp_path / "out" / "leader.log").read()
     assert "defaults: sized from the table" in log and "train.batch_size=64" in log
     assert "follower shop: defaults: sized from the table" in open(tmp_path / "out" / "shop.log").read()
     assert metrics["test_auc"] > 0.75, metrics["test_auc"]
     assert json.loads(json.dumps(metrics["defaults"])) == sized
+    # export reads the model the run resolved from the same shards (16-wide cuts, the mlp top): the checkpoint's
+    # model digest matches and the ONNX graph scores as torch does
+    from vfl.inference.export.cli import export_main
+
+    for name, role in (("leader", "leader"), ("shop", "follower")):
+        assert export_main(["--config", cfgs[name], "--out", str(tmp_path / "export")], role) == 0, name
+    leader = json.loads(open(tmp_path / "export" / "leader" / "export.json").read())
+    shop = json.loads(open(tmp_path / "export" / "shop" / "export.json").read())
+    assert leader["inputs"]["follower_cuts"]["width"] == 16 and shop["output"]["shape"] == ["n", 16]

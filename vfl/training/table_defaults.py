@@ -41,6 +41,7 @@ from vfl.config.schema import BottomConfig, ConfigError, EarlyStoppingConfig, LR
 from vfl.training.run_size import MIN_STEPS, run_size_warnings
 
 TARGET_STEPS = 300
+RECIPE_STEPS = 1200  # with the tuned recipe: its early stopping ends the run where the validation metric stops
 BATCH_SHARE = 0.01
 BATCH_RANGE = (64, 4096)
 SMALL_TABLE_ROWS = 1_000_000  # below: the examples' model sizes
@@ -150,7 +151,8 @@ def sized_schedule(cfg: PartyConfig, train_rows: int, rows: int | None = None) -
         batch = fill["batch_size"] = max(batch, train.microbatches)
     if "epochs" not in given:
         steps_per_epoch = math.ceil(train_rows / batch)
-        fill["epochs"] = min(max(1, math.ceil(TARGET_STEPS / steps_per_epoch)), 10_000)
+        target = RECIPE_STEPS if recipe else TARGET_STEPS
+        fill["epochs"] = min(max(1, math.ceil(target / steps_per_epoch)), 10_000)
     if cfg.is_leader and "early_stopping" not in given:
         fill["early_stopping"] = EarlyStoppingConfig(
             metric="rmse" if train.task == "regression" else "auc", patience=RECIPE_PATIENCE
