@@ -20,8 +20,8 @@ from vfl.config.model_options import BOTTOM_OPTIONS, TOP_OPTIONS, Options
 from vfl.config.schema import BottomConfig, TopConfig
 from vfl.models.dcn_v2 import DCNv2Bottom
 from vfl.models.deepfm import DeepFMBottom
-from vfl.models.inputs import InputSchema
 from vfl.models.ensemble_top import EnsembleTop
+from vfl.models.inputs import InputSchema
 from vfl.models.interaction import InteractionTop
 from vfl.models.mlp import LinearTop, MLPTop
 from vfl.models.mlp_bottom import MLPBottom

@@ -32,9 +32,8 @@ A table run shorter than MIN_STEPS optimizer steps is refused with the numbers (
 
 from __future__ import annotations
 
-import math
-
 import json
+import math
 import os
 
 from vfl.config.schema import BottomConfig, ConfigError, EarlyStoppingConfig, LRScheduleConfig, PartyConfig, TopConfig

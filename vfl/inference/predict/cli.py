@@ -52,8 +52,8 @@ def predict_main(argv: list[str], role: str, body, abort) -> int:
     from vfl.config.schema import ConfigError
     from vfl.data.errors import DataError
     from vfl.inference.run_layout import apply_run, check_shard_path
-    from vfl.training.table_defaults import table_model_of_shard
     from vfl.obs.logs import RunLog, set_verbosity
+    from vfl.training.table_defaults import table_model_of_shard
 
     args = _arguments(role).parse_intermixed_args(argv)
     set_verbosity(args.quiet, False)
