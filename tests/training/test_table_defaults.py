@@ -1,6 +1,6 @@
 """Defaults that fit the table: a table party whose YAML leaves the schedule and model unset gets them sized from its
 rows (batch ~1% of the training rows within [64, 4096], >= 300 steps, early stopping; an unnamed bottom the tuned
-recipe: mlp, a cosine schedule, weight decay, piecewise-linear embeddings of undeclared numeric columns),
+recipe: wide_deep with a 16-wide cut, an mlp top, 1200 steps; written into the config once for every reader),
 said on the console and recorded in metrics.json; explicit values win (every example YAML is left as it is); a
 table run under ~50 steps is refused with the numbers unless train.allow_short_run."""
 
@@ -39,35 +39,32 @@ def test_an_unset_schedule_and_model_are_sized_from_a_census_sized_table():
     cfg = _leader()
     # Execute
     sized, filled = sized_schedule(cfg, 39_073)
+    recipe, _ = sized_schedule(cfg, 39_073, 48_842)
     bottom, model_filled = sized_bottom(cfg, 48_842)
-    # Assert: batch ~1% of the rows, >= 300 steps, early stopping on auc, the examples' sizes
+    # Assert: batch ~1% of the rows, >= 300 steps (the recipe's 1200 when it builds the model), early stopping on
+    # auc, the recipe's bottom with its 16-wide cut
     assert sized.train.batch_size == 391 and sized.train.epochs == 3 and 3 * -(-39_073 // 391) >= 300
+    assert recipe.train.epochs == 12 and 12 * -(-39_073 // 391) >= RECIPE_STEPS == 1200
     assert sized.train.early_stopping.metric == "auc" and sized.train.early_stopping.patience == 3
     assert filled["train.batch_size"] == 391 and filled["train.epochs"] == 3
-    assert bottom.name == "mlp" and bottom.embedding_dim == 16 and bottom.hidden == (256, 256)
-    assert bottom.dropout == 0.1 and bottom.cut_dim == 16
+    assert bottom.name == "wide_deep" and bottom.embedding_dim == 16 and bottom.hidden == (256, 128)
+    assert bottom.dropout == 0.0 and bottom.cut_dim == 16
     assert model_filled == {
-        "model.bottom.name": "mlp", "model.bottom.embedding_dim": 16, "model.bottom.hidden": [256, 256],
-        "model.bottom.dropout": 0.1, "model.bottom.cut_dim": 16,
+        "model.bottom.name": "wide_deep", "model.bottom.embedding_dim": 16, "model.bottom.hidden": [256, 128],
+        "model.bottom.cut_dim": 16,
     }  # fmt: skip
 
 
-def test_the_tuned_recipe_adds_a_cosine_schedule_weight_decay_and_embeds_undeclared_numeric_columns():
-    # Prepare: the census case, nothing set; and a bottom whose name is set
-    from vfl.training.table_defaults import RECIPE_DIM, recipe_dim
-
-    cfg, named = _leader(), _leader(model={"bottom": {"name": "wide_deep"}})
+def test_a_named_bottom_keeps_todays_sizing_schedule_and_cut():
+    # Prepare: the census case with the bottom's name set
+    named = _leader(model={"bottom": {"name": "wide_deep"}})
     # Execute
-    sized, filled = sized_schedule(cfg, 39_073, 48_842)
     named_sized, named_filled = sized_schedule(named, 39_073, 48_842)
-    # Assert: cosine with 5% of the 300 steps as warmup, weight decay 1e-5; embeddings of 8 values per column
-    assert sized.train.lr_schedule.name == "cosine" and sized.train.lr_schedule.warmup_steps == 15
-    assert sized.train.weight_decay == 1e-5 and filled["train.lr_schedule"]["name"] == "cosine"
-    assert recipe_dim(cfg, 48_842) == RECIPE_DIM == 8
-    # a named bottom keeps today's sizing: no schedule, no embeddings, the examples' sizes
-    assert "train.lr_schedule" not in named_filled and named_sized.train.lr_schedule.name == "constant"
-    assert recipe_dim(named, 48_842) == 0 and recipe_dim(cfg, 2_000_000) == 0
-    assert sized_bottom(named, 48_842)[0].hidden == (256, 128) and sized_bottom(named, 48_842)[0].name == "wide_deep"
+    bottom, _ = sized_bottom(named, 48_842)
+    # Assert: 300 steps, no schedule, the examples' sizes and the 2-wide cut
+    assert named_sized.train.epochs == 3 and named_sized.train.lr_schedule.name == "constant"
+    assert "train.lr_schedule" not in named_filled
+    assert (bottom.name, bottom.hidden, bottom.cut_dim) == ("wide_deep", (256, 128), 2)
 
 
 def test_table_model_writes_the_recipes_cut_and_top_into_the_config_once_and_leaves_other_configs_as_they_are(
@@ -76,7 +73,7 @@ def test_table_model_writes_the_recipes_cut_and_top_into_the_config_once_and_lea
     # Prepare: the census leader and a follower with nothing set; a named bottom, a set top, a Criteo party, a big
     # table; a shard directory whose manifest says 48,842 rows
     from vfl.inference.fingerprint import model_digest
-    from vfl.training.table_defaults import TUNED_TOP, recipe_dim, table_model, table_model_of_shard
+    from vfl.training.table_defaults import TUNED_TOP, table_model, table_model_of_shard, tuned
 
     leader = _leader()
     follower = parse_config(
@@ -90,10 +87,10 @@ def test_table_model_writes_the_recipes_cut_and_top_into_the_config_once_and_lea
     resolved, again = table_model(leader, 48_842), table_model(table_model(leader, 48_842), 48_842)
     # Assert: the leader's bottom 16 wide and an mlp top written in; the recipe still recognises the config (its
     # embeddings, its sizing) and a second pass changes nothing, so every reader sees one model and one digest
-    assert resolved.model.bottom.cut_dim == 16 and resolved.model.bottom.name == "mlp"
+    assert resolved.model.bottom.cut_dim == 16 and resolved.model.bottom.name == "wide_deep"
     assert resolved.model.top.name == TUNED_TOP["name"] == "mlp" and resolved.model.top.hidden == (128,)
     assert again == resolved and model_digest(again) == model_digest(resolved) != model_digest(leader)
-    assert recipe_dim(resolved, 48_842) == 8 and sized_bottom(resolved, 48_842)[0] == resolved.model.bottom
+    assert tuned(resolved, 48_842) and sized_bottom(resolved, 48_842)[0] == resolved.model.bottom
     # a follower: its bottom, no top; read from its shard's manifest as predict, serve and export read it
     assert (
         table_model_of_shard(follower).model.bottom.cut_dim == 16 and table_model_of_shard(follower).model.top is None
@@ -182,7 +179,7 @@ def test_a_small_table_with_nothing_set_trains_the_recipe_to_a_sane_auc_records_
     sized = metrics["defaults"]
     steps = sized["train.epochs"] * -(-sized["train_rows"] // 64)
     assert sized["train.batch_size"] == 64 and steps >= RECIPE_STEPS, sized
-    assert sized["model.bottom.hidden"] == [256, 256] and sized["train.early_stopping"]["metric"] == "auc"
+    assert sized["model.bottom.hidden"] == [256, 128] and sized["train.early_stopping"]["metric"] == "auc"
     assert sized["model.bottom.cut_dim"] == 16 and sized["model.top"] == {"name": "mlp", "hidden": [128]}
     assert metrics["selection"]["metric"] == "auc", metrics.get("selection")
     log = open(tmp_path / "out" / "leader.log").read()

@@ -120,7 +120,6 @@ class ColumnSpec(_Spec):
 
     kind: Choice(*KINDS)
     transform: Optional[dict[str, dict[str, int | float]]] = None
-    declared: bool = True  # False: the kind's default transform (a numeric one then also fits the recipe's bins)
 
     @classmethod
     def parse(cls, name: str, value: Any) -> ColumnSpec:
@@ -138,7 +137,7 @@ class ColumnSpec(_Spec):
         if kind not in KINDS:
             raise field_error(f"{where}.kind must be one of {list(KINDS)}, got {kind!r}{suggest(kind, KINDS)}")
         t_name, t_params = normalize_transform(kind, value.get("transform"), f"{where}.transform")
-        return cls(kind=kind, transform={t_name: t_params}, declared=value.get("transform") is not None)
+        return cls(kind=kind, transform={t_name: t_params})
 
     @property
     def transform_name(self) -> str:

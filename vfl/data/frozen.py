@@ -89,7 +89,7 @@ class FrozenTransforms:
         )
         schema = SchemaConfig(
             id=doc["id"],
-            columns={c["name"]: ColumnSpec(kind=c["kind"], transform=c["transform"], declared=c.get("declared", True)) for c in doc["columns"]},
+            columns={c["name"]: ColumnSpec(kind=c["kind"], transform=c["transform"]) for c in doc["columns"]},
             label=label,
             keys=doc.get("keys", "text"),
         )

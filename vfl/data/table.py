@@ -46,7 +46,6 @@ from vfl.data.transforms import (
 
 SCHEMA_FORMAT = 1
 SCHEMA_FILE = "schema.json"  # a table shard's declarations and fitted state, beside its manifest.json
-RECIPE_BINS = 32  # the table recipe's piecewise-linear bins of a numeric column left to its default transform
 QUANTILE_SAMPLE = 1 << 20  # values kept (reservoir) per column to place the quantile bins
 
 
@@ -56,9 +55,6 @@ class FittedColumn:
     def __init__(self, name: str, spec: ColumnSpec):
         self.name, self.kind = name, spec.kind
         self.transform, self.params = spec.transform_name, dict(spec.transform_params)
-        # a numeric column left to its default transform also fits the table recipe's piecewise-linear bins
-        # (vfl/training/table_defaults.py embeds it when the bottom is left to the recipe)
-        self.recipe_bins = RECIPE_BINS if spec.kind == "numeric" and not spec.declared else 0
         self.state: dict = {}
         self.vocab: np.ndarray | None = None
         self.seen = 0  # non-missing training values
@@ -79,7 +75,7 @@ class FittedColumn:
             v = values[present].astype(np.float64)
             self._sum += float(v.sum())
             self._sumsq += float((v * v).sum())
-        if self.transform in ("quantile_bins", "piecewise_linear") or self.recipe_bins:
+        if self.transform in ("quantile_bins", "piecewise_linear"):
             self._sample.append(values[present].astype(np.float64))
             if sum(a.size for a in self._sample) > 2 * QUANTILE_SAMPLE:  # a uniform subsample bounds memory
                 pool = np.concatenate(self._sample)
@@ -110,10 +106,10 @@ class FittedColumn:
             var = max(self._sumsq / self.seen - mean * mean, 0.0)
             std = float(np.sqrt(var))
             self.state = {"mean": mean, "std": std if std > 0 else 1.0}
-        if self.transform == "piecewise_linear" or self.recipe_bins:
+        if self.transform == "piecewise_linear":
             pool = np.concatenate(self._sample)
             scaled = self._standardized(pool, np.zeros(pool.shape, bool))
-            self.state["edges"] = quantile_edges(scaled, self.params.get("bins", self.recipe_bins))
+            self.state["edges"] = quantile_edges(scaled, self.params["bins"])
             self._sample = []
         elif self.transform == "quantile_bins":
             pool = np.concatenate(self._sample)
@@ -168,8 +164,7 @@ class FittedColumn:
         return out
 
     def to_doc(self) -> dict:
-        doc = {"name": self.name, "kind": self.kind, "transform": {self.transform: self.params}, "state": self.state}
-        return doc if not self.recipe_bins else {**doc, "declared": False}
+        return {"name": self.name, "kind": self.kind, "transform": {self.transform: self.params}, "state": self.state}
 
 
 def quantile_edges(values: np.ndarray, bins: int) -> list[float]:

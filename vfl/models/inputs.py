@@ -34,10 +34,10 @@ class InputSchema:
     numeric_embeddings: tuple | None = None
 
     @classmethod
-    def of_shard(cls, shard, numeric_scaling: str = "none", recipe_dim: int = 0) -> InputSchema:
+    def of_shard(cls, shard, numeric_scaling: str = "none") -> InputSchema:
         """The columns of a prepared party shard (vfl/data/shards.py PartyShard), in the shard's order; with
         numeric_scaling "standard", the numeric statistics of its training split too; the numeric embeddings its
-        schema.json declares (and, recipe_dim > 0, the table recipe's: vfl/models/numeric_embeddings.py)."""
+        schema.json declares (vfl/models/numeric_embeddings.py)."""
         stats = (None, None)
         if numeric_scaling == "standard":
             stats = split_numeric_stats(shard.split("train"))
@@ -47,7 +47,7 @@ class InputSchema:
             tuple(shard.categorical_columns),
             tuple(int(v) for v in shard.field_sizes),
             *stats,
-            shard_embeddings(path, list(shard.dense_columns), recipe_dim) if path else None,
+            shard_embeddings(path, list(shard.dense_columns)) if path else None,
         )
 
     @property

@@ -44,13 +44,9 @@ class NumericEmbedding:
         return (self.kind, self.dim, self.frequencies, self.sigma)
 
 
-def shard_embeddings(
-    shard_dir: str, dense_columns: list[str], recipe_dim: int = 0
-) -> tuple[NumericEmbedding | None, ...] | None:
+def shard_embeddings(shard_dir: str, dense_columns: list[str]) -> tuple[NumericEmbedding | None, ...] | None:
     """Each dense column's embedding as the shard's `schema.json` saved it (None: a plain value), or None when no
-    column is embedded (or the shard has no schema.json). recipe_dim > 0: a numeric column left to its default
-    transform is embedded too, piecewise-linear over the recipe's bins that prepare saved with it, `recipe_dim`
-    wide (the table recipe, vfl/training/table_defaults.py)."""
+    column is embedded (or the shard has no schema.json)."""
     path = os.path.join(shard_dir, "schema.json")
     if not os.path.exists(path):
         return None
@@ -61,9 +57,7 @@ def shard_embeddings(
     for name in dense_columns:
         col = by_name.get(name) or {}
         (kind, params), state = next(iter((col.get("transform") or {"none": {}}).items())), col.get("state") or {}
-        if recipe_dim and col.get("declared") is False and "edges" in state:
-            out.append(NumericEmbedding("piecewise_linear", recipe_dim, tuple(float(e) for e in state["edges"])))
-        elif kind not in EMBEDDINGS:
+        if kind not in EMBEDDINGS:
             out.append(None)
         elif kind == "piecewise_linear":
             out.append(NumericEmbedding(kind, int(params["dim"]), tuple(float(e) for e in state["edges"])))

@@ -15,7 +15,7 @@ from vfl.training.optim import ScheduledOptimizer, build_optimizer
 from vfl.training.precision import autocast, keep_narrow_layers_fp32
 from vfl.training.snapshot import Snapshot, SnapshotTrainable
 from vfl.training.step_timer import TIMER
-from vfl.training.table_defaults import recipe_dim, shard_rows, sized_bottom
+from vfl.training.table_defaults import shard_rows, sized_bottom
 
 
 def resolve_device(name: str) -> torch.device:
@@ -41,8 +41,8 @@ class BottomParty(SnapshotTrainable):
         # a table party's unset model from its shard's rows: training, prediction and export build alike
         rows = shard_rows(shard.manifest)
         bottom, _ = sized_bottom(cfg, rows)
-        # with its numeric stats when on, and the table recipe's numeric embeddings
-        schema = InputSchema.of_shard(shard, cfg.model.bottom.numeric_scaling, recipe_dim(cfg, rows))
+        # with its numeric stats when on, and the numeric embeddings its schema declares
+        schema = InputSchema.of_shard(shard, cfg.model.bottom.numeric_scaling)
         self.model = build_bottom(bottom, schema, cfg.train.seed, cfg.party).to(device)
         self.model_spec = model_spec(bottom)  # kept in checkpoints: resume refuses another model
         self.train_model = self.model  # with N ranks, the DistributedDataParallel wrapper of self.model
