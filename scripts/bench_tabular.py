@@ -13,8 +13,9 @@ Rows are the ids every party holds; the train / valid / test split is prepare's 
 - pooled HistGradientBoosting (early stopped on the valid split), pooled logistic / linear regression, and
   HistGradientBoosting on the leader's columns alone (scripts/bench_examples.py's baselines, same features);
 - the split model with today's defaults (TODAY: what vfl/training/table_defaults.py chose before the tuned recipe,
-  written out) and with the table defaults of this checkout (every model and schedule key left unset: the tuned
-  recipe, numeric columns of no declared transform embedded piecewise-linear), each trained by vfl/centralized.py's in-process reference on the parties' prepared shards: split training equals it
+  written out: wide_deep, embedding 16, hidden [256, 128], a 2-wide cut, a linear top, >= 300 steps) and with the
+  table defaults of this checkout (every model and schedule key left unset: the tuned recipe), each trained by
+  vfl/centralized.py's in-process reference on the parties' prepared shards: split training equals it
   (tests/models/test_numeric_embeddings.py, tests/models/test_models_split.py), so no socket is opened;
 - with `--label-dp`, both split models again at label DP eps 1 and 4 (RR, the leader's default mechanism).
 
