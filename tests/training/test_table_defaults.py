@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import sys
 
 import pytest
 import yaml
@@ -193,6 +194,16 @@ def test_a_small_table_with_nothing_set_trains_the_recipe_to_a_sane_auc_records_
 
     for name, role in (("leader", "leader"), ("shop", "follower")):
         assert export_main(["--config", cfgs[name], "--out", str(tmp_path / "export")], role) == 0, name
+    # batch prediction of the training files (a handshake that says each party's cut) scores every row
+    for name, role in (("shop", "follower"), ("leader", "leader")):
+        csv = str(tmp_path / f"{name}.csv")
+        procs.start_argv(f"predict-{name}", [sys.executable, "-m", role, "predict", "--config", cfgs[name], "--rows",
+                                             csv, "--out", str(tmp_path / "pred"), "-q"])  # fmt: skip
+    for name in ("leader", "shop"):
+        code, _, err = procs.wait(f"predict-{name}", timeout=180)
+        assert code == 0, (name, err)
+    report = json.loads((tmp_path / "pred" / "predict.json").read_text())
+    assert report["rows_scored"] == len(frames["leader"]) and report["metrics"]["auc"] > 0.75, report
     leader = json.loads(open(tmp_path / "export" / "leader" / "export.json").read())
     shop = json.loads(open(tmp_path / "export" / "shop" / "export.json").read())
     assert leader["inputs"]["follower_cuts"]["width"] == 16 and shop["output"]["shape"] == ["n", 16]
