@@ -203,12 +203,8 @@ def _split_run(tmp_path, cfgs) -> dict:
     return leader.metrics()
 
 
-@pytest.mark.parametrize(
-    "top", [{"name": "mlp", "hidden": [8]}, {"name": "ensemble", "hidden": [8], "options": {"members": 4}}]
-)
-def test_split_training_with_embedded_columns_equals_centralized(tmp_path, top):
-    # Prepare: both parties with embedded columns, an MLP top or an ensemble top (TabM-mini: the mean of 4 members'
-    # losses), three epochs with early stopping's evaluations
+def test_split_training_with_embedded_columns_equals_centralized(tmp_path):
+    # Prepare: both parties with embedded columns, an MLP top, three epochs with early stopping's evaluations
     from tests.support.party_processes import party_configs
     from vfl.centralized import train_centralized
     from vfl.config.schema import load_config
@@ -218,7 +214,7 @@ def test_split_training_with_embedded_columns_equals_centralized(tmp_path, top):
     paths = party_configs(
         str(tmp_path), str(tmp_path / "shards"), train={"epochs": 3, "batch_size": 128, "eval_every_steps": 4},
         model={"bottom": {"name": "mlp", "embedding_dim": 4, "hidden": [16], "cut_dim": 4}},
-        top=top,
+        top={"name": "mlp", "hidden": [8]},
     )  # fmt: skip
     cfgs = {n: load_config(p) for n, p in paths.items()}
     # Execute

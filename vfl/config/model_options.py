@@ -56,12 +56,6 @@ class MLPTopOptions(Options):
     """mlp's layer sizes are model.top.hidden."""
 
 
-class EnsembleTopOptions(Options):
-    # k members of one MLP (model.top.hidden) sharing its weights, each with its own input adapter and head; trained
-    # on the mean of their losses, scored by the mean of their logits (vfl/models/ensemble_top.py, TabM-mini)
-    members: Number(2, 64, integer=True) = 8
-
-
 class InteractionTopOptions(Options):
     # each party's cut is projected to `rank` values per output; the top adds <s_p, s_q> for every pair of parties
     rank: Number(1, 256, integer=True) = 8
@@ -77,7 +71,6 @@ TOP_OPTIONS: dict[str, type[Options]] = {
     "linear": LinearTopOptions,
     "mlp": MLPTopOptions,
     "interaction": InteractionTopOptions,
-    "ensemble": EnsembleTopOptions,
 }
 
 

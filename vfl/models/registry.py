@@ -20,7 +20,6 @@ from vfl.config.model_options import BOTTOM_OPTIONS, TOP_OPTIONS, Options
 from vfl.config.schema import BottomConfig, TopConfig
 from vfl.models.dcn_v2 import DCNv2Bottom
 from vfl.models.deepfm import DeepFMBottom
-from vfl.models.ensemble_top import EnsembleTop
 from vfl.models.inputs import InputSchema
 from vfl.models.interaction import InteractionTop
 from vfl.models.mlp import LinearTop, MLPTop
@@ -76,7 +75,6 @@ register_bottom("dcn_v2", _towers(DCNv2Bottom), BOTTOM_OPTIONS["dcn_v2"])
 register_bottom("mlp", _towers(MLPBottom), BOTTOM_OPTIONS["mlp"])
 register_top("linear", lambda dims, k, c, o: LinearTop(sum(dims), k), TOP_OPTIONS["linear"])
 register_top("mlp", lambda dims, k, c, o: MLPTop(sum(dims), c.hidden, k), TOP_OPTIONS["mlp"])
-register_top("ensemble", lambda dims, k, c, o: EnsembleTop(sum(dims), c.hidden, k, o.members), TOP_OPTIONS["ensemble"])
 register_top("interaction", lambda dims, k, c, o: InteractionTop(dims, k, o.rank, c.hidden), TOP_OPTIONS["interaction"])
 
 

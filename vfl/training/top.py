@@ -15,7 +15,6 @@ import torch.nn.functional as F
 
 from vfl.config.schema import TopConfig, TrainConfig
 from vfl.data.task import Task
-from vfl.models.ensemble_top import ensemble_loss
 from vfl.models.registry import build_top, check_model_spec, model_spec
 from vfl.training.optim import ScheduledOptimizer, build_optimizer
 from vfl.training.precision import autocast, keep_narrow_layers_fp32
@@ -96,8 +95,6 @@ class TopTrainer(SnapshotTrainable):
         labels = labels.to(self.device)
         if self.target is not None:
             labels = (labels - self.target[0]) / self.target[1]
-        if getattr(self.model, "members", 0):  # an ensemble top: the mean of its members' losses
-            return ensemble_loss(self.loss_fn, logits.float(), labels)
         return self.loss_fn(logits.float(), labels)
 
     def step(self) -> None:
