@@ -46,6 +46,9 @@ ISLP_TABLES = {  # name -> (label column, task, positive class or None, dropped 
     "OJ": ("Purchase", "binary", "MM", ()),
     "Wage": ("wage", "regression", None, ("logwage",)),
 }
+# a regression label's stated range (data.schema.label.clip), which label DP needs: Wage's wages in $1000s, a round
+# bound stated from the table's documentation (yearly wages of male workers), not read from its rows
+LABEL_CLIP = {"Wage": [0.0, 350.0]}
 TABLES = EXAMPLES + tuple(ISLP_TABLES)
 # today's table defaults (vfl/training/table_defaults.py before the tuned recipe), written out
 TODAY = {"model": {"bottom": {"name": "wide_deep", "embedding_dim": 16, "hidden": [256, 128], "cut_dim": 2},
@@ -66,7 +69,7 @@ def islp_parties(name: str) -> tuple[pd.DataFrame, dict, str]:
     for c in features:
         if kinds[c] == "categorical":
             frame[c] = frame[c].astype(str)
-    lab = {"column": label}
+    lab = {"column": label, **({"clip": LABEL_CLIP[name]} if name in LABEL_CLIP else {})}
     if task == "binary":
         negative = next(str(v) for v in frame[label].astype(str).unique() if str(v) != positive)
         frame[label] = frame[label].astype(str)
