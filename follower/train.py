@@ -33,7 +33,7 @@ def train(cfg, log, state: dict) -> None:
     from vfl.session.link_probe import LinkCheckDone, follower_link_check
     from vfl.training.party import BottomParty, resolve_device, set_threads
     from vfl.training.precision import warn_if_emulated
-    from vfl.training.table_defaults import size_table_run
+    from vfl.training.table_defaults import shard_rows, size_table_run, table_model
 
     env = state.get("ranks") or rank_env()
     check_rank_options(cfg, env.distributed)
@@ -42,6 +42,7 @@ def train(cfg, log, state: dict) -> None:
     keys = party_keys(cfg)
     set_threads(cfg.train.threads, 2 * env.local_ranks)
     shard = _feature_shard(cfg)
+    cfg = table_model(cfg, shard_rows(shard.manifest))  # the table recipe's model, before the handshake says its cut
     device = resolve_device(cfg.train.device)
     ctx = state["ctx"] = start_ranks(cfg, env, device, log)
     channel = state["channel"] = connect(cfg, env, keys, len(shard.all_ids()), log)

@@ -58,7 +58,7 @@ def train(cfg, log, state: dict) -> None:
     from vfl.training.party import BottomParty, resolve_device, set_threads
     from vfl.training.precision import warn_if_emulated
     from vfl.training.run_size import run_size_warnings
-    from vfl.training.table_defaults import size_table_run
+    from vfl.training.table_defaults import shard_rows, size_table_run, table_model
 
     env = state.get("ranks") or rank_env()
     if state.get("check_link") and env.distributed:
@@ -73,6 +73,7 @@ def train(cfg, log, state: dict) -> None:
         preload_tensorboard()
     set_threads(cfg.train.threads, (1 + len(cfg.network.followers)) * env.local_ranks)
     shard = _labelled_shard(cfg)
+    cfg = table_model(cfg, shard_rows(shard.manifest))  # the table recipe's model, before the handshake says its cut
     device = resolve_device(cfg.train.device)
     ctx = state["ctx"] = start_ranks(cfg, env, device, log)
     label_key = _label_key(cfg, env, ctx, shard)

@@ -162,6 +162,7 @@ def trained_party_config(args, role: str, command: str) -> tuple[PartyConfig, li
     from vfl.config.schema import ConfigError
     from vfl.data.errors import DataError
     from vfl.runs.layout import apply_run, check_shard_path
+    from vfl.training.table_defaults import table_model_of_shard
 
     try:
         found = apply_run(args)  # --run RUN: its shard and keys unless --data / --keys say otherwise
@@ -177,7 +178,7 @@ def trained_party_config(args, role: str, command: str) -> tuple[PartyConfig, li
         check_shard_path(cfg, f"python -m {role} {command}")
     except DataError as e:
         return fail(str(e), 2)
-    return cfg, found
+    return table_model_of_shard(cfg), found  # the model the training run resolved from this shard (the table recipe's)
 
 
 def run_party(cfg: PartyConfig, log, body, abort) -> int:

@@ -110,7 +110,7 @@ def test_a_label_field_with_a_stray_delimiter_is_refused_with_strict_naming_the_
         ),
         (
             {"data__schema__columns": {"age": {"kind": "numeric", "transform": "zscore"}}},
-            "must be one of ['log1p', 'standardize', 'none', 'quantile_bins'], got 'zscore'",
+            "must be one of ['log1p', 'standardize', 'none', 'quantile_bins', 'piecewise_linear', 'periodic'], got 'zscore'",
         ),
         (
             {"data__schema__columns": {"city": {"kind": "categorical", "transform": "standardize"}}},

@@ -1,5 +1,6 @@
 """Defaults that fit the table: a table party whose YAML leaves the schedule and model unset gets them sized from its
-rows (batch ~1% of the training rows within [64, 4096], >= 300 steps, early stopping, the examples' model sizes),
+rows (batch ~1% of the training rows within [64, 4096], >= 300 steps, early stopping; an unnamed bottom the tuned
+recipe: wide_deep with a 16-wide cut, an mlp top, 1200 steps; written into the config once for every reader),
 said on the console and recorded in metrics.json; explicit values win (every example YAML is left as it is); a
 table run under ~50 steps is refused with the numbers unless train.allow_short_run."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import sys
 
 import pytest
 import yaml
@@ -16,7 +18,7 @@ from tests.support.own_table import SCHEMAS, own_table
 from tests.support.party_processes import party_configs, run_split
 from tests.support.paths import REPO
 from vfl.config.schema import ConfigError, load_config, parse_config
-from vfl.training.table_defaults import check_short_run, sized_bottom, sized_schedule
+from vfl.training.table_defaults import RECIPE_STEPS, check_short_run, sized_bottom, sized_schedule
 
 TABLE = {"id": "cust", "columns": {"age": "numeric"}, "label": {"column": "y"}}
 
@@ -38,13 +40,68 @@ def test_an_unset_schedule_and_model_are_sized_from_a_census_sized_table():
     cfg = _leader()
     # Execute
     sized, filled = sized_schedule(cfg, 39_073)
+    recipe, _ = sized_schedule(cfg, 39_073, 48_842)
     bottom, model_filled = sized_bottom(cfg, 48_842)
-    # Assert: batch ~1% of the rows, >= 300 steps, early stopping on auc, the examples' sizes
+    # Assert: batch ~1% of the rows, >= 300 steps (the recipe's 1200 when it builds the model), early stopping on
+    # auc, the recipe's bottom with its 16-wide cut
     assert sized.train.batch_size == 391 and sized.train.epochs == 3 and 3 * -(-39_073 // 391) >= 300
+    assert recipe.train.epochs == 12 and 12 * -(-39_073 // 391) >= RECIPE_STEPS == 1200
     assert sized.train.early_stopping.metric == "auc" and sized.train.early_stopping.patience == 3
     assert filled["train.batch_size"] == 391 and filled["train.epochs"] == 3
-    assert bottom.embedding_dim == 16 and bottom.hidden == (256, 128)
-    assert model_filled == {"model.bottom.embedding_dim": 16, "model.bottom.hidden": [256, 128]}
+    assert bottom.name == "wide_deep" and bottom.embedding_dim == 16 and bottom.hidden == (256, 128)
+    assert bottom.dropout == 0.0 and bottom.cut_dim == 16
+    assert model_filled == {
+        "model.bottom.name": "wide_deep", "model.bottom.embedding_dim": 16, "model.bottom.hidden": [256, 128],
+        "model.bottom.cut_dim": 16,
+    }  # fmt: skip
+
+
+def test_a_named_bottom_keeps_todays_sizing_schedule_and_cut():
+    # Prepare: the census case with the bottom's name set
+    named = _leader(model={"bottom": {"name": "wide_deep"}})
+    # Execute
+    named_sized, named_filled = sized_schedule(named, 39_073, 48_842)
+    bottom, _ = sized_bottom(named, 48_842)
+    # Assert: 300 steps, no schedule, the examples' sizes and the 2-wide cut
+    assert named_sized.train.epochs == 3 and named_sized.train.lr_schedule.name == "constant"
+    assert "train.lr_schedule" not in named_filled
+    assert (bottom.name, bottom.hidden, bottom.cut_dim) == ("wide_deep", (256, 128), 2)
+
+
+def test_table_model_writes_the_recipes_cut_and_top_into_the_config_once_and_leaves_other_configs_as_they_are(
+    tmp_path,
+):
+    # Prepare: the census leader and a follower with nothing set; a named bottom, a set top, a Criteo party, a big
+    # table; a shard directory whose manifest says 48,842 rows
+    from vfl.runs.record import model_digest
+    from vfl.training.table_defaults import TUNED_TOP, table_model, table_model_of_shard, tuned
+
+    leader = _leader()
+    follower = parse_config(
+        {"role": "follower", "party": "shop", "network": {"connect": "tcp://127.0.0.1:5999"},
+         "data": {"path": str(tmp_path), "schema": {"id": "cust", "columns": {"x": "numeric"}}}}
+    )  # fmt: skip
+    kept = [_leader(model={"bottom": {"name": "wide_deep"}}), _leader(schema=None)]
+    own_top = _leader(model={"top": {"name": "linear"}})
+    (tmp_path / "manifest.json").write_text(json.dumps({"rows": {"train": 39_073, "valid": 4_884, "test": 4_885}}))
+    # Execute
+    resolved, again = table_model(leader, 48_842), table_model(table_model(leader, 48_842), 48_842)
+    # Assert: the leader's bottom 16 wide and an mlp top written in; the recipe still recognises the config (its
+    # embeddings, its sizing) and a second pass changes nothing, so every reader sees one model and one digest
+    assert resolved.model.bottom.cut_dim == 16 and resolved.model.bottom.name == "wide_deep"
+    assert resolved.model.top.name == TUNED_TOP["name"] == "mlp" and resolved.model.top.hidden == (128,)
+    assert again == resolved and model_digest(again) == model_digest(resolved) != model_digest(leader)
+    assert tuned(resolved, 48_842) and sized_bottom(resolved, 48_842)[0] == resolved.model.bottom
+    # a follower: its bottom, no top; read from its shard's manifest as predict, serve and export read it
+    assert (
+        table_model_of_shard(follower).model.bottom.cut_dim == 16 and table_model_of_shard(follower).model.top is None
+    )
+    # a set top stays; configs the recipe does not build are the same objects (their bytes and digests stay)
+    assert table_model(own_top, 48_842).model.top.name == "linear"
+    assert table_model(own_top, 48_842).model.bottom.cut_dim == 16
+    for cfg in kept:
+        assert table_model(cfg, 48_842) is cfg
+    assert table_model(leader, 2_000_000) is leader
 
 
 @pytest.mark.parametrize("rows, batch, epochs", [(2_000, 64, 10), (3_000_000, 4096, 1), (640_000, 4096, 2)])
@@ -101,8 +158,8 @@ def test_a_table_run_under_50_steps_is_refused_with_its_numbers_unless_allowed()
     check_short_run(_leader({"batch_size": 16000, "epochs": 1}, schema=None), 39_073)  # a Criteo shard: a warning
 
 
-def test_a_small_table_with_nothing_set_trains_to_a_sane_auc_and_records_the_choice(tmp_path, procs):
-    # Prepare: two parties' tables and YAMLs with no batch size, epochs, early stopping or model sizes
+def test_a_small_table_with_nothing_set_trains_the_recipe_to_a_sane_auc_records_it_and_exports_it(tmp_path, procs):
+    # Prepare: two parties' tables and YAMLs with no batch size, epochs, early stopping or model key set
     frames = own_table(4000, seed=5)
     cfgs = party_configs(str(tmp_path), str(tmp_path / "shards"), followers=("shop",))
     for name in ("leader", "shop"):
@@ -110,7 +167,7 @@ def test_a_small_table_with_nothing_set_trains_to_a_sane_auc_and_records_the_cho
         for key in ("batch_size", "epochs", "allow_short_run"):
             doc["train"].pop(key)
         doc["train"]["lr"] = 0.003
-        doc["model"]["bottom"] = {"cut_dim": 2}
+        doc.pop("model", None)
         doc["data"]["schema"] = SCHEMAS[name]
         yaml.safe_dump(doc, open(cfgs[name], "w"))
         frames[name].to_csv(tmp_path / f"{name}.csv", index=False)
@@ -119,13 +176,34 @@ def test_a_small_table_with_nothing_set_trains_to_a_sane_auc_and_records_the_cho
         assert data_main(["prepare", "--config", cfgs[name], "--input", str(tmp_path / f"{name}.csv")]) == 0
     # Execute
     metrics = run_split(procs, cfgs)
-    # Assert: sized (batch 64 on ~3200 rows, >= 300 steps), recorded, said on the console, and it learned
+    # Assert: sized (batch 64 on ~3200 rows, the recipe's steps), recorded, said on the console, and it learned
     sized = metrics["defaults"]
-    assert sized["train.batch_size"] == 64 and sized["train.epochs"] * -(-sized["train_rows"] // 64) >= 300, sized
+    steps = sized["train.epochs"] * -(-sized["train_rows"] // 64)
+    assert sized["train.batch_size"] == 64 and steps >= RECIPE_STEPS, sized
     assert sized["model.bottom.hidden"] == [256, 128] and sized["train.early_stopping"]["metric"] == "auc"
+    assert sized["model.bottom.cut_dim"] == 16 and sized["model.top"] == {"name": "mlp", "hidden": [128]}
     assert metrics["selection"]["metric"] == "auc", metrics.get("selection")
     log = open(tmp_path / "out" / "leader.log").read()
     assert "defaults: sized from the table" in log and "train.batch_size=64" in log
     assert "follower shop: defaults: sized from the table" in open(tmp_path / "out" / "shop.log").read()
     assert metrics["test_auc"] > 0.75, metrics["test_auc"]
     assert json.loads(json.dumps(metrics["defaults"])) == sized
+    # export reads the model the run resolved from the same shards (16-wide cuts, the mlp top): the checkpoint's
+    # model digest matches and the ONNX graph scores as torch does
+    from vfl.inference.export.cli import export_main
+
+    for name, role in (("leader", "leader"), ("shop", "follower")):
+        assert export_main(["--config", cfgs[name], "--out", str(tmp_path / "export")], role) == 0, name
+    # batch prediction of the training files (a handshake that says each party's cut) scores every row
+    for name, role in (("shop", "follower"), ("leader", "leader")):
+        csv = str(tmp_path / f"{name}.csv")
+        procs.start_argv(f"predict-{name}", [sys.executable, "-m", role, "predict", "--config", cfgs[name], "--rows",
+                                             csv, "--out", str(tmp_path / "pred"), "-q"])  # fmt: skip
+    for name in ("leader", "shop"):
+        code, _, err = procs.wait(f"predict-{name}", timeout=180)
+        assert code == 0, (name, err)
+    report = json.loads((tmp_path / "pred" / "predict.json").read_text())
+    assert report["rows_scored"] == len(frames["leader"]) and report["metrics"]["auc"] > 0.75, report
+    leader = json.loads(open(tmp_path / "export" / "leader" / "export.json").read())
+    shop = json.loads(open(tmp_path / "export" / "shop" / "export.json").read())
+    assert leader["inputs"]["follower_cuts"]["width"] == 16 and shop["output"]["shape"] == ["n", 16]

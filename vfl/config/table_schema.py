@@ -7,6 +7,7 @@ data:
     columns:                        # name -> kind, or name -> {kind, transform}
       age: numeric                  # default transform: standardize
       income: {kind: numeric, transform: log1p}           # log1p | standardize | none | {quantile_bins: N}
+      tenure: {kind: numeric, transform: {embedding: piecewise_linear, bins: 32}}   # or {embedding: periodic}
       city: categorical             # default transform: {vocabulary: {min_count: 2}}
       device: {kind: categorical, transform: {hash: {buckets: 1000}}}
     label: {column: churned}        # leader only; classes: [no, yes] for named classes; clip: [lo, hi] for regression
@@ -30,11 +31,16 @@ from pydantic_core import PydanticCustomError
 from privacy.field_types import Choice, Text, field_error, suggest
 
 KINDS = ("numeric", "categorical")
-NUMERIC_TRANSFORMS = ("log1p", "standardize", "none", "quantile_bins")
+NUMERIC_TRANSFORMS = ("log1p", "standardize", "none", "quantile_bins", "piecewise_linear", "periodic")
+EMBEDDINGS = ("piecewise_linear", "periodic")  # numeric embeddings (vfl/models/numeric_embeddings.py)
 CATEGORICAL_TRANSFORMS = ("vocabulary", "hash")
 DEFAULT_TRANSFORM = {"numeric": {"standardize": {}}, "categorical": {"vocabulary": {"min_count": 2}}}
-PARAMS = {  # transform -> parameter -> (lo, hi, default); every parameter is an integer
+PARAMS = {  # transform -> parameter -> (lo, hi, default); an integer, or a float where the default is one
     "quantile_bins": {"bins": (2, 65_536, 16)},
+    # Gorishniy, Rubachev, Babenko, NeurIPS 2022: sec. 3.2 (piecewise-linear encoding over quantile bins, eq. 1) and
+    # sec. 3.3 (periodic: k frequencies, initialised from N(0, sigma^2)); dim: each column's embedding width
+    "piecewise_linear": {"bins": (2, 1024, 32), "dim": (1, 256, 8)},
+    "periodic": {"frequencies": (1, 256, 16), "dim": (1, 256, 8), "sigma": (1e-4, 100.0, 0.1)},
     "vocabulary": {"min_count": (1, 2**31 - 1, 2)},
     "hash": {"buckets": (3, 2**31 - 1, 1000)},
 }
@@ -54,7 +60,13 @@ def normalize_transform(kind: str, value: Any, where: str) -> tuple[str, dict]:
     if value is None:
         name, params = next(iter(DEFAULT_TRANSFORM[kind].items()))
         return name, _params(name, params, where)
-    if isinstance(value, str):
+    if isinstance(value, dict) and "embedding" in value and kind == "numeric":  # {embedding: NAME, bins: N, ...}
+        name, params = value["embedding"], {k: v for k, v in value.items() if k != "embedding"}
+        if name not in EMBEDDINGS:
+            raise field_error(
+                f"{where}.embedding must be one of {list(EMBEDDINGS)}, got {name!r}{suggest(str(name), EMBEDDINGS)}"
+            )
+    elif isinstance(value, str):
         name, params = value, {}
     elif isinstance(value, dict) and len(value) == 1:
         name, params = next(iter(value.items()))
@@ -79,6 +91,12 @@ def _params(name: str, params: Any, where: str) -> dict:
         params = {}
     if not isinstance(params, dict):
         raise field_error(f"{where}.{name} must be a mapping of options {sorted(spec)}, got {params!r}")
+    if name in EMBEDDINGS and params.get("bins_from", "quantile") != "quantile":
+        raise field_error(
+            f"{where}.{name}.bins_from must be 'quantile' (bins fitted on the party's own feature values, never its "
+            f"labels), got {params['bins_from']!r}: target-aware (tree) bins are not offered (docs/own-table.md)"
+        )
+    params = {k: v for k, v in params.items() if k != "bins_from"} if name in EMBEDDINGS else params
     unknown = [k for k in params if k not in spec]
     if unknown:
         raise field_error(
@@ -87,7 +105,11 @@ def _params(name: str, params: Any, where: str) -> dict:
     out = {}
     for key, (lo, hi, default) in spec.items():
         v = params.get(key, default)
-        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        if isinstance(default, float):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+                raise field_error(f"{where}.{name}.{key} must be a number in [{lo}, {hi}], got {v!r}")
+            v = float(v)
+        elif isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
             raise field_error(f"{where}.{name}.{key} must be an integer in [{lo}, {hi}], got {v!r}")
         out[key] = v
     return out
@@ -97,7 +119,7 @@ class ColumnSpec(_Spec):
     """One feature column: its kind and its transform (normalized to {name: {options}})."""
 
     kind: Choice(*KINDS)
-    transform: Optional[dict[str, dict[str, int]]] = None
+    transform: Optional[dict[str, dict[str, int | float]]] = None
 
     @classmethod
     def parse(cls, name: str, value: Any) -> ColumnSpec:
@@ -122,7 +144,7 @@ class ColumnSpec(_Spec):
         return next(iter(self.transform))
 
     @property
-    def transform_params(self) -> dict[str, int]:
+    def transform_params(self) -> dict[str, int | float]:
         return next(iter(self.transform.values()))
 
 

@@ -11,8 +11,15 @@ the shard in a versioned, non-pickle form (`schema.json`'s entries; vocabularies
 | numeric | standardize | (x - mean) / std (std 0: 1) | mean, std |
 | numeric | none | x | none |
 | numeric | quantile_bins: N | a categorical field: the bin of x among <= N quantile bins | the bin edges |
+| numeric | piecewise_linear: bins, dim | (x - mean) / std, embedded by the bottom over <= N quantile bins of it | mean, std, edges |
+| numeric | periodic: frequencies, dim, sigma | (x - mean) / std, embedded by the bottom (learned frequencies) | mean, std |
 | categorical | vocabulary: min_count | ids 2.. of values seen >= min_count times (sorted keys); 1 otherwise | the keys |
 | categorical | hash: buckets | 2 + splitmix64(key ^ salt(column)) mod (buckets - 2) | the salt |
+
+The two embeddings (vfl/models/numeric_embeddings.py) store the standardized value like `standardize`; the bottom
+turns it into a vector. Piecewise-linear bins are quantiles of the standardized float32 training values (the
+quantile bins of Gorishniy, Rubachev, Babenko, NeurIPS 2022, sec. 3.2.1, computed by their `rtdl_num_embeddings`
+`compute_bins` on a uniform sample of at most QUANTILE_SAMPLE values): features only, never the label.
 
 Numeric values are float32; a missing one is 0 with its missing flag set to 1. Categorical id 0 is missing and 1
 out of vocabulary (a value unseen at fit time, or rarer than min_count), as in vfl/data/transforms.py.
@@ -21,10 +28,11 @@ out of vocabulary (a value unseen at fit time, or rarer than min_count), as in v
 from __future__ import annotations
 
 import os
+import warnings
 
 import numpy as np
 
-from vfl.config.table_schema import ColumnSpec, SchemaConfig
+from vfl.config.table_schema import EMBEDDINGS, ColumnSpec, SchemaConfig
 from vfl.data.errors import DataError
 from vfl.data.label_encoder import LabelEncoder
 from vfl.data.transforms import (
@@ -63,11 +71,11 @@ class FittedColumn:
     def fit_block(self, values: np.ndarray, missing: np.ndarray) -> None:
         present = ~missing
         self.seen += int(present.sum())
-        if self.transform == "standardize":
+        if self.transform in ("standardize", *EMBEDDINGS):
             v = values[present].astype(np.float64)
             self._sum += float(v.sum())
             self._sumsq += float((v * v).sum())
-        elif self.transform == "quantile_bins":
+        if self.transform in ("quantile_bins", "piecewise_linear"):
             self._sample.append(values[present].astype(np.float64))
             if sum(a.size for a in self._sample) > 2 * QUANTILE_SAMPLE:  # a uniform subsample bounds memory
                 pool = np.concatenate(self._sample)
@@ -93,11 +101,16 @@ class FittedColumn:
         state of a fit-free column, set before its rows are seen; check_seen once they are)."""
         if not allow_empty:
             self.check_seen(path)
-        if self.transform == "standardize":
+        if self.transform in ("standardize", *EMBEDDINGS):
             mean = self._sum / self.seen
             var = max(self._sumsq / self.seen - mean * mean, 0.0)
             std = float(np.sqrt(var))
             self.state = {"mean": mean, "std": std if std > 0 else 1.0}
+        if self.transform == "piecewise_linear":
+            pool = np.concatenate(self._sample)
+            scaled = self._standardized(pool, np.zeros(pool.shape, bool))
+            self.state["edges"] = quantile_edges(scaled, self.params["bins"])
+            self._sample = []
         elif self.transform == "quantile_bins":
             pool = np.concatenate(self._sample)
             qs = np.quantile(pool, np.linspace(0, 1, self.params["bins"] + 1)[1:-1])
@@ -129,13 +142,8 @@ class FittedColumn:
         """float32 values (numeric output; 0 where missing) or int32 ids (categorical output)."""
         if self.transform == "log1p":
             return dense_transform(np.where(missing, 0.0, values), missing)
-        if self.transform in ("standardize", "none"):
-            v = np.where(missing, 0.0, values).astype(np.float64)
-            if self.transform == "standardize":
-                v = (v - self.state["mean"]) / self.state["std"]
-            out = v.astype(np.float32)
-            out[missing] = 0.0
-            return out
+        if self.transform in ("standardize", "none", *EMBEDDINGS):
+            return self._standardized(values, missing)
         if self.transform == "quantile_bins":
             ids = np.searchsorted(np.asarray(self.state["edges"]), np.where(missing, 0.0, values), side="right") + 2
             return np.where(missing, MISSING_ID, ids).astype(np.int32)
@@ -146,8 +154,34 @@ class FittedColumn:
             return hash_bucket(keys, miss, salt, self.params["buckets"])[:, 0]
         return vocabulary_ids(keys, miss, [self.vocab])[:, 0]
 
+    def _standardized(self, values: np.ndarray, missing: np.ndarray) -> np.ndarray:
+        """float32 (x - mean) / std (x itself for `none`), 0 where missing."""
+        v = np.where(missing, 0.0, values).astype(np.float64)
+        if self.transform != "none":
+            v = (v - self.state["mean"]) / self.state["std"]
+        out = v.astype(np.float32)
+        out[missing] = 0.0
+        return out
+
     def to_doc(self) -> dict:
         return {"name": self.name, "kind": self.kind, "transform": {self.transform: self.params}, "state": self.state}
+
+
+def quantile_edges(values: np.ndarray, bins: int) -> list[float]:
+    """The sorted, distinct edges of at most `bins` quantile bins of float32 `values` (compute_bins of
+    rtdl_num_embeddings: quantiles at 0, 1/bins, ..., 1), as float32 numbers; a column with one distinct value gets
+    the one bin [v, v + 1]. JSON keeps each float32 edge exactly (a Python float holds it without rounding)."""
+    import torch
+    from rtdl_num_embeddings import compute_bins
+
+    x = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32)).reshape(-1, 1)
+    if x.shape[0] < 2 or bool((x == x[0]).all()):
+        v = float(x[0, 0]) if x.shape[0] else 0.0
+        return [float(np.float32(v)), float(np.float32(v + 1.0))]
+    with warnings.catch_warnings():  # a two-valued column gets one bin (min-max scaling): said in the docs, not here
+        warnings.simplefilter("ignore", UserWarning)
+        edges = compute_bins(x, n_bins=min(bins, x.shape[0] - 1))[0]
+    return [float(e) for e in edges.to(torch.float32)]
 
 
 def _columns(index: list[int]) -> slice | np.ndarray:

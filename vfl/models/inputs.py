@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from vfl.models.numeric_embeddings import shard_embeddings
 from vfl.models.numeric_scaling import split_numeric_stats
 
 
@@ -28,19 +29,25 @@ class InputSchema:
     vocab_sizes: tuple[int, ...]
     numeric_mean: tuple[float, ...] | None = None
     numeric_std: tuple[float, ...] | None = None
+    # per numeric column, its embedding as the shard's schema.json saved it (vfl/models/numeric_embeddings.py);
+    # None when no column is embedded
+    numeric_embeddings: tuple | None = None
 
     @classmethod
     def of_shard(cls, shard, numeric_scaling: str = "none") -> InputSchema:
         """The columns of a prepared party shard (vfl/data/shards.py PartyShard), in the shard's order; with
-        numeric_scaling "standard", the numeric statistics of its training split too."""
+        numeric_scaling "standard", the numeric statistics of its training split too; the numeric embeddings its
+        schema.json declares (vfl/models/numeric_embeddings.py)."""
         stats = (None, None)
         if numeric_scaling == "standard":
             stats = split_numeric_stats(shard.split("train"))
+        path = getattr(shard, "path", None)
         return cls(
             tuple(shard.dense_columns),
             tuple(shard.categorical_columns),
             tuple(int(v) for v in shard.field_sizes),
             *stats,
+            shard_embeddings(path, list(shard.dense_columns)) if path else None,
         )
 
     @property

@@ -24,6 +24,7 @@ from vfl.models.inputs import InputSchema
 from vfl.models.interaction import InteractionTop
 from vfl.models.mlp import LinearTop, MLPTop
 from vfl.models.mlp_bottom import MLPBottom
+from vfl.models.numeric_embeddings import EmbeddedInputs, NumericEmbeddings, inner_schema
 from vfl.models.numeric_scaling import with_numeric_scaling
 from vfl.models.user_module import ModelError, dry_run_bottom, dry_run_top, user_bottom, user_top
 from vfl.models.wide_deep import WideDeepBottom
@@ -86,15 +87,25 @@ def build_bottom(cfg: BottomConfig, schema: InputSchema, seed: int, party: str) 
     """The bottom model of one party over its own columns, initialised from (seed, party) only; a user's module
     is dry-run on a dummy batch (ModelError when it breaks its contract). With numeric_scaling standard, the bottom
     (built-in or the user's) sees its numeric inputs standardized by the schema's statistics."""
+    embedded = schema.numeric_embeddings is not None
+    if embedded and cfg.numeric_scaling != "none":
+        raise ModelError(
+            f"model.bottom.numeric_scaling {cfg.numeric_scaling!r} cannot scale embedded numeric columns (their "
+            "transform standardizes them already): set model.bottom.numeric_scaling: none"
+        )
+    inner = inner_schema(schema) if embedded else schema
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(init_seed(seed, party))
         if cfg.import_ is not None:
-            module = user_bottom(cfg.import_, schema, cfg.cut_dim, cfg.options)
+            module = user_bottom(cfg.import_, inner, cfg.cut_dim, cfg.options)
         else:
             entry = BOTTOMS[cfg.name]
-            module = entry.build(schema, cfg, entry.options.model_validate(cfg.options))
+            module = entry.build(inner, cfg, entry.options.model_validate(cfg.options))
+        embeddings = NumericEmbeddings(schema.numeric_embeddings) if embedded else None  # drawn after the inner's
     if cfg.import_ is not None:
-        dry_run_bottom(module, schema, cfg.cut_dim)
+        dry_run_bottom(module, inner, cfg.cut_dim)
+    if embeddings is not None:
+        module = EmbeddedInputs(module, embeddings)
     return with_numeric_scaling(module, cfg.numeric_scaling, schema)
 
 

@@ -38,15 +38,17 @@ class BottomParty(SnapshotTrainable):
         self.train_split = shard.split("train")
         self.valid_split = shard.split("valid")
         self.test_split = shard.split("test")
-        schema = InputSchema.of_shard(shard, cfg.model.bottom.numeric_scaling)  # with its numeric stats when on
-        # a table party's unset model sizes from its shard's rows: training, prediction and export build alike
-        bottom, _ = sized_bottom(cfg, shard_rows(shard.manifest))
+        # a table party's unset model from its shard's rows: training, prediction and export build alike
+        rows = shard_rows(shard.manifest)
+        bottom, _ = sized_bottom(cfg, rows)
+        # with its numeric stats when on, and the numeric embeddings its schema declares
+        schema = InputSchema.of_shard(shard, cfg.model.bottom.numeric_scaling)
         self.model = build_bottom(bottom, schema, cfg.train.seed, cfg.party).to(device)
         self.model_spec = model_spec(bottom)  # kept in checkpoints: resume refuses another model
         self.train_model = self.model  # with N ranks, the DistributedDataParallel wrapper of self.model
         total = cfg.train.epochs * steps_per_epoch(len(self.train_split), cfg.train.batch_size)
         self.optimizer = ScheduledOptimizer(build_optimizer(self.model, cfg.train, bottom=True), cfg.train, total)
-        self.cut_dim = cfg.model.bottom.cut_dim
+        self.cut_dim = bottom.cut_dim
         self.precision = cfg.train.precision
         keep_narrow_layers_fp32(self.model, self.precision)
         self._pending: list[torch.Tensor | None] = []  # one cut per micro-batch forwarded since the last step

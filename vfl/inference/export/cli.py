@@ -14,6 +14,7 @@ def export_main(argv: list[str] | None, role: str) -> int:
     from vfl.config.schema import ConfigError, dotted_overrides, load_config
     from vfl.data.errors import DataError
     from vfl.runs.layout import apply_run, check_shard_path
+    from vfl.training.table_defaults import table_model_of_shard
 
     ap = run_arguments(
         f"{command_name(role)} export",
@@ -29,6 +30,7 @@ def export_main(argv: list[str] | None, role: str) -> int:
         if cfg.role != role:
             return fail(f"{args.config} has role {cfg.role!r}; python -m {role} export needs role: {role}", 2)
         check_shard_path(cfg, f"python -m {role} export")
+        cfg = table_model_of_shard(cfg)  # the model the training run resolved from this shard (the table recipe's)
         export_party(cfg, args.out, args.checkpoint)
     except (ConfigError, DataError, ExportError, ModelLoadError) as e:
         return fail(one_line(e), 2)

@@ -7,6 +7,7 @@ The transforms are those that `prepare` fitted on the party's own training rows 
 |---|---|
 | log1p | sign(x) log(1 + abs(x)) in float64, cast to float32 (numpy's float32 log1p: within one float32 ulp) |
 | standardize / none | (x - mean) / std in float64, cast to float32; 0 where missing |
+| piecewise_linear / periodic | as standardize (the bottom's graph holds the embedding and its bins) |
 | quantile_bins | 2 + the number of bin edges <= x (numpy's searchsorted, side right); 0 where missing |
 | vocabulary | ai.onnx.ml LabelEncoder: key -> 2 + its position in the sorted vocabulary, 1 if absent; 0 where missing |
 | hash | 2 + splitmix64(key ^ salt) mod (buckets - 2) in uint64 arithmetic; 0 where missing |
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from vfl.config.table_schema import EMBEDDINGS
 from vfl.data.errors import DataError
 from vfl.data.frozen import FrozenTransforms
 
@@ -43,7 +45,7 @@ class FrozenColumn:
 
     name: str
     kind: str  # numeric | categorical
-    transform: str  # log1p | standardize | none | quantile_bins | vocabulary | hash
+    transform: str  # log1p | standardize | none | quantile_bins | piecewise_linear | periodic | vocabulary | hash
     params: dict = field(default_factory=dict)
     state: dict = field(default_factory=dict)
     vocab: np.ndarray | None = None
@@ -133,11 +135,11 @@ def _numeric(g: _Graph, col: FrozenColumn, x: str, miss: str) -> str:
         mag = g.op("Cast", [g.op("Cast", [g.op("Abs", [x])], to=1)], to=11)  # abs(x) as float32, as numpy does
         log = g.op("Cast", [g.op("Log", [g.op("Add", [mag, g.const(1.0)])])], to=1)
         return g.op("Where", [g.op("Less", [x, g.const(0.0)]), g.op("Neg", [log]), log], "log1p")
-    if col.transform in ("standardize", "none"):
+    if col.transform in ("standardize", "none", *EMBEDDINGS):
         v = x
-        if col.transform == "standardize":
+        if col.transform != "none":
             v = g.op("Div", [g.op("Sub", [x, g.const(float(col.state["mean"]))]), g.const(float(col.state["std"]))])
-        return g.op("Where", [miss, g.const(np.float32(0)), g.op("Cast", [v], to=1)], col.transform)
+        return g.op("Where", [miss, g.const(np.float32(0)), g.op("Cast", [v], to=1)], "standardize")
     if col.transform == "quantile_bins":
         edges = np.asarray(col.state["edges"], np.float64)
         if edges.size:
