@@ -63,18 +63,9 @@ def prepare_table(
     """The shard of `party` at out_dir from its own table at `path`; `task` (binary | multiclass | regression) for the
     labelled party, None for a feature party. Returns the full manifest (the follower's manifest.json is the
     allow-listed part)."""
-    validate_options(opts)
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     labelled = task is not None
-    if labelled and schema.label is None:
-        raise DataError(f"{party}: train.task is {task} but data.schema declares no label column (data.schema.label)")
-    if not labelled and schema.label is not None:
-        raise DataError(f"{party}: data.schema.label is for the leader (the label party); a follower declares none")
-    if not schema.columns:
-        raise DataError(f"{party}: data.schema.columns declares no feature column")
-    out_dir = os.path.abspath(out_dir)
-    if os.path.exists(out_dir) and not opts.force:
-        raise DataError(f"output directory already exists: {out_dir} (pass --force to replace it)")
+    out_dir = _check_request(party, schema, task, out_dir, opts)
     t0 = time.perf_counter()
     regression = task == "regression"
     fitted = FittedTable(schema, task)
@@ -133,12 +124,7 @@ def prepare_table(
         if hook is not None:
             hook.annotate(manifest, splits)
         manifest["prepare_seconds"] = round(time.perf_counter() - t0, 3)
-        write_json(os.path.join(tmp, "manifest.json"), party_manifest_of(manifest, columns))
-        write_json(os.path.join(tmp, SCHEMA_FILE), fitted.to_doc())
-        if fitted.vocab_files():
-            os.makedirs(os.path.join(tmp, "vocab"))
-            for name, vocab in fitted.vocab_files():
-                np.save(os.path.join(tmp, name), vocab)
+        _write_shard_files(tmp, party_manifest_of(manifest, columns), fitted)
         commit(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -146,6 +132,34 @@ def prepare_table(
     manifest["rows_per_second"] = stats.good_rows / max(stream_seconds, 1e-9)
     manifest["seconds_total"] = time.perf_counter() - t0
     return manifest
+
+
+def _check_request(party: str, schema: SchemaConfig, task: str | None, out_dir: str, opts: PrepareOptions) -> str:
+    """The options, the schema against the party's role (a label column on the labelled party only, at least one
+    feature column) and the output directory, before any row is read; the absolute output directory."""
+    validate_options(opts)
+    labelled = task is not None
+    if labelled and schema.label is None:
+        raise DataError(f"{party}: train.task is {task} but data.schema declares no label column (data.schema.label)")
+    if not labelled and schema.label is not None:
+        raise DataError(f"{party}: data.schema.label is for the leader (the label party); a follower declares none")
+    if not schema.columns:
+        raise DataError(f"{party}: data.schema.columns declares no feature column")
+    out_dir = os.path.abspath(out_dir)
+    if os.path.exists(out_dir) and not opts.force:
+        raise DataError(f"output directory already exists: {out_dir} (pass --force to replace it)")
+    return out_dir
+
+
+def _write_shard_files(tmp: str, party_manifest: dict, fitted) -> None:
+    """The shard's manifest, its frozen schema (every fitted transform) and its vocabularies, into the temporary
+    directory that is then renamed into place."""
+    write_json(os.path.join(tmp, "manifest.json"), party_manifest)
+    write_json(os.path.join(tmp, SCHEMA_FILE), fitted.to_doc())
+    if fitted.vocab_files():
+        os.makedirs(os.path.join(tmp, "vocab"))
+        for name, vocab in fitted.vocab_files():
+            np.save(os.path.join(tmp, name), vocab)
 
 
 class _Fit:
