@@ -176,9 +176,10 @@ def trained_party_config(args, role: str, command: str) -> tuple[PartyConfig, li
         return fail(f"{args.config} has role {cfg.role!r}; python -m {role} {command} needs role: {role}", 2)
     try:
         check_shard_path(cfg, f"python -m {role} {command}")
+        cfg = table_model_of_shard(cfg)  # the model the training run resolved from this shard (the table recipe's)
     except DataError as e:
         return fail(str(e), 2)
-    return table_model_of_shard(cfg), found  # the model the training run resolved from this shard (the table recipe's)
+    return cfg, found
 
 
 def run_party(cfg: PartyConfig, log, body, abort) -> int:

@@ -240,3 +240,28 @@ def test_the_inner_bottom_sees_the_plain_columns_then_each_embedded_value():
     inner = inner_schema(schema)
     assert inner.numeric == ("b", "a#0", "a#1", "c#0") and inner.numeric_mean is None
     assert inner.numeric_embeddings is None and dataclasses.is_dataclass(inner)
+
+
+@pytest.mark.parametrize(
+    "column, needle",
+    [
+        ({"transform": {"piecewise_linear": {"bins": 4}}, "state": {"edges": [0.0, 1.0]}}, "KeyError: 'dim'"),
+        (
+            {"transform": {"piecewise_linear": {"bins": 4, "dim": 8}}, "state": {"edges": [0.0, 2.0, 1.0]}},
+            "edges must be at least 2 finite, strictly increasing numbers",
+        ),
+        ({"transform": {"periodic": {"dim": 100_000_000, "frequencies": 8, "sigma": 1.0}}}, "dim must be in [1, 1024]"),
+    ],
+    ids=["no-dim", "unsorted-edges", "huge-dim"],
+)
+def test_an_edited_schema_json_is_refused_in_one_line_naming_the_file_and_the_column(tmp_path, column, needle):
+    # Prepare: a shard's schema.json whose embedded column is not as prepare writes it
+    from vfl.models.numeric_embeddings import shard_embeddings
+
+    (tmp_path / "schema.json").write_text(json.dumps({"columns": [{"name": "x", **column}]}))
+    # Execute
+    with pytest.raises(ValueError) as e:
+        shard_embeddings(str(tmp_path), ["x"])
+    # Assert
+    text = str(e.value)
+    assert "\n" not in text and str(tmp_path / "schema.json") in text and "column 'x'" in text and needle in text

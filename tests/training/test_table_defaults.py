@@ -207,3 +207,22 @@ def test_a_small_table_with_nothing_set_trains_the_recipe_to_a_sane_auc_records_
     leader = json.loads(open(tmp_path / "export" / "leader" / "export.json").read())
     shop = json.loads(open(tmp_path / "export" / "shop" / "export.json").read())
     assert leader["inputs"]["follower_cuts"]["width"] == 16 and shop["output"]["shape"] == ["n", 16]
+
+
+@pytest.mark.parametrize("manifest", ['{"rows": {"train": "x"}}', "{not json"], ids=["rows-not-a-number", "not-json"])
+def test_a_shard_manifest_that_cannot_be_read_is_one_line_naming_it(tmp_path, manifest):
+    # Prepare: the shard a predict, serve or export command reads the recipe's model from, with its manifest edited
+    from vfl.data.errors import DataError
+    from vfl.training.table_defaults import table_model_of_shard
+
+    (tmp_path / "manifest.json").write_text(manifest)
+    follower = parse_config(
+        {"role": "follower", "party": "shop", "network": {"connect": "tcp://127.0.0.1:5999"},
+         "data": {"path": str(tmp_path), "schema": {"id": "cust", "columns": {"x": "numeric"}}}}
+    )  # fmt: skip
+    # Execute
+    with pytest.raises(DataError) as e:
+        table_model_of_shard(follower)
+    # Assert
+    text = str(e.value)
+    assert "\n" not in text and str(tmp_path / "manifest.json") in text and "prepare the shard again" in text

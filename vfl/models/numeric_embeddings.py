@@ -18,6 +18,7 @@ each embedded column's `dim` values, and as their missing flags each column's ow
 from __future__ import annotations
 
 import json
+import math
 import os
 import warnings
 from dataclasses import dataclass, replace
@@ -52,20 +53,39 @@ def shard_embeddings(shard_dir: str, dense_columns: list[str]) -> tuple[NumericE
         return None
     with open(path) as f:
         doc = json.load(f)
-    by_name = {c["name"]: c for c in doc.get("columns", [])}
+    try:
+        by_name = {c["name"]: c for c in doc.get("columns", [])}
+    except (AttributeError, KeyError, TypeError):
+        raise ValueError(f"{path}: 'columns' must be a list of columns with a name: prepare the shard again") from None
     out = []
     for name in dense_columns:
-        col = by_name.get(name) or {}
-        (kind, params), state = next(iter((col.get("transform") or {"none": {}}).items())), col.get("state") or {}
-        if kind not in EMBEDDINGS:
-            out.append(None)
-        elif kind == "piecewise_linear":
-            out.append(NumericEmbedding(kind, int(params["dim"]), tuple(float(e) for e in state["edges"])))
-        else:
-            out.append(
-                NumericEmbedding(kind, int(params["dim"]), (), int(params["frequencies"]), float(params["sigma"]))
-            )
+        try:
+            out.append(_saved_embedding(by_name.get(name) or {}))
+        except (KeyError, TypeError, ValueError, StopIteration) as e:
+            raise ValueError(
+                f"{path}: column {name!r}: its embedding is not as prepare writes it ({type(e).__name__}: {e}): "
+                "prepare the shard again"
+            ) from None
     return tuple(out) if any(e is not None for e in out) else None
+
+
+MAX_EMBEDDING_DIM = 1024  # far above any useful width: a larger one in schema.json is not prepare's
+
+
+def _saved_embedding(col: dict) -> NumericEmbedding | None:
+    """One column's embedding from schema.json (None: a plain value), its width and bin edges checked."""
+    (kind, params), state = next(iter((col.get("transform") or {"none": {}}).items())), col.get("state") or {}
+    if kind not in EMBEDDINGS:
+        return None
+    dim = int(params["dim"])
+    if not 1 <= dim <= MAX_EMBEDDING_DIM:
+        raise ValueError(f"dim must be in [1, {MAX_EMBEDDING_DIM}], got {dim}")
+    if kind == "piecewise_linear":
+        edges = tuple(float(e) for e in state["edges"])
+        if len(edges) < 2 or not all(a < b for a, b in zip(edges, edges[1:])) or not all(map(math.isfinite, edges)):
+            raise ValueError(f"edges must be at least 2 finite, strictly increasing numbers, got {list(edges)[:8]}")
+        return NumericEmbedding(kind, dim, edges)
+    return NumericEmbedding(kind, dim, (), int(params["frequencies"]), float(params["sigma"]))
 
 
 class NumericEmbeddings(nn.Module):

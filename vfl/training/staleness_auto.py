@@ -179,7 +179,8 @@ def time_bottom_step(party, train, rows, repeats: int = 2, keepalive=None) -> fl
     optimizer = build_optimizer(model, train, bottom=True)
     features = party.train_split.features(rows, party.device)
     best = math.inf
-    with torch.random.fork_rng(devices=[]):
+    cuda = [party.device] if torch.device(party.device).type == "cuda" else []  # a dropout's draws on the GPU too
+    with torch.random.fork_rng(devices=cuda):
         for i in range(repeats + 1):
             t0 = time.perf_counter()
             out = model(*features).float()

@@ -123,9 +123,17 @@ def table_model_of_shard(cfg: PartyConfig) -> PartyConfig:
     path = os.path.join(str(cfg.data.path), "manifest.json")
     if not is_table_party(cfg) or not os.path.exists(path):
         return cfg
-    with open(path) as f:
-        manifest = json.load(f)
-    return table_model(cfg, shard_rows(manifest if isinstance(manifest, dict) else {}))
+    from vfl.data.errors import DataError
+
+    try:
+        with open(path) as f:
+            manifest = json.load(f)
+        rows = shard_rows(manifest if isinstance(manifest, dict) else {})
+    except (OSError, ValueError, TypeError) as e:  # JSONDecodeError is a ValueError
+        raise DataError(
+            f"{path} cannot be read as a shard manifest ({type(e).__name__}: {e}): prepare the shard again"
+        ) from None
+    return table_model(cfg, rows)
 
 
 def sized_schedule(cfg: PartyConfig, train_rows: int, rows: int | None = None) -> tuple[PartyConfig, dict]:
