@@ -49,10 +49,10 @@ def test_auto_on_a_fast_link_is_the_synchronous_run_bit_for_bit(tmp_path, shards
     correction (local_updates here) unused, as every correction is at staleness 0."""
     # Prepare: the probe runs as always, and reports at least a second a step, so that a loaded machine's slow thread
     # hand-over cannot pass for a slow link (the decision itself is tested on its figures above)
-    import leader.trainer as leader_trainer
+    import leader.welcome as leader_welcome
 
-    probe = leader_trainer.time_bottom_step
-    monkeypatch.setattr(leader_trainer, "time_bottom_step", lambda *a, **k: max(probe(*a, **k), 1.0))
+    probe = leader_welcome.time_bottom_step
+    monkeypatch.setattr(leader_welcome, "time_bottom_step", lambda *a, **k: max(probe(*a, **k), 1.0))
     train = {"epochs": 1, "batch_size": 1024, "staleness_correction": "local_updates"}
     # Execute: the same run with staleness auto and with staleness 0
     auto = memory_run(tmp_path / "auto", shards_small, train={**train, "staleness": "auto"})

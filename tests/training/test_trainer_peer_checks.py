@@ -51,13 +51,13 @@ def test_a_leader_with_a_forged_intersection_gets_no_evaluation_cut(tmp_path, sh
     a valid range. It can name only its own ids, so the follower refuses in one line before it computes anything
     and the leader gets no EMBEDDING (before the fix: 300 rows' cut, about half of them of ids the leader does not hold)."""
     # Prepare: the parties' shards disagree; the leader's handshake check is switched off (a malicious leader)
-    import leader.trainer
+    import leader.welcome
 
     probe = Session(tmp_path / "probe", shards_small)
     every = np.sort(probe.parties["follower0"].shard.all_ids())
     (tmp_path / "run").mkdir()
     s = Session(tmp_path / "run", shards_small, holds={"leader": every[::2]}, train={"eval_batch_size": 300})
-    monkeypatch.setattr(leader.trainer, "hello_problems", lambda *args: [])
+    monkeypatch.setattr(leader.welcome, "hello_problems", lambda *args: [])
     # Execute / Assert: the follower's refusal reaches the leader as its ABORT
     with pytest.raises(PeerAbort, match=r"EVAL valid 0\.\.300: the leader's id digest \w+ does not name this party"):
         with s:

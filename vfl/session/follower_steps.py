@@ -1,10 +1,10 @@
 """A follower's side of a step's messages, written once: FORWARD's digest check, the cut sent, GRADIENT checked.
 
-Training (follower/trainer.py: the synchronous step, micro-batches, train.staleness, LP-2ST's stage one, evaluation)
-checks the leader's requests and sends its cuts only through `FollowerSteps`; every cut passes the follower's
-embedding-DP release (vfl/session/cut_release.py) here, at the one send site, and every gradient it applies passes
-`grad_for_cut`. What crosses the wire for a step is decided here alone, and the channel re-sends it after a lost
-connection (vfl/wire/resync.py) without the trainer knowing.
+Training (follower/training_steps.py: the synchronous step, micro-batches, train.staleness, LP-2ST's stage one;
+follower/trainer.py: evaluation) checks the leader's requests and sends its cuts only through `FollowerSteps`; every cut
+passes the follower's embedding-DP release (vfl/session/cut_release.py) here, at the one send site, and every gradient
+it applies passes `grad_for_cut`. What crosses the wire for a step is decided here alone, and the channel re-sends it
+after a lost connection (vfl/wire/resync.py) without the trainer knowing.
 
     steps = FollowerSteps(session, codecs, cut_release)
     steps.check_forward(msg, ids)                    # FORWARD's digest names exactly these ids, or WireError

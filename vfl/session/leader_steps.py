@@ -1,9 +1,9 @@
 """The leader's side of a step's messages, written once: FORWARD with its digest, the cuts, GRADIENT, EVAL.
 
-Training (leader/trainer.py: the synchronous step, micro-batches, train.staleness, evaluation) and LP-2ST's
-all-party stage one (leader/prior_sources.py) ask their followers for cuts and return gradients only through
-`LeaderSteps`; what crosses the wire for a step is therefore decided here alone, and the channel re-sends it after a
-lost connection (vfl/wire/resync.py) without the trainers knowing.
+Training (leader/training_steps.py: the synchronous step, micro-batches, train.staleness; leader/run_report.py:
+evaluation) and LP-2ST's all-party stage one (leader/prior_sources.py) ask their followers for cuts and return gradients
+only through `LeaderSteps`; what crosses the wire for a step is therefore decided here alone, and the channel re-sends
+it after a lost connection (vfl/wire/resync.py) without the trainers knowing.
 
     steps = LeaderSteps(session, codecs)
     steps.forward_all(epoch, step, ids)              # FORWARD{epoch, step, rows, digest} to every follower
