@@ -87,13 +87,9 @@ def prepare_table(
     bad_labels = BadLabels(path, schema.label.column, lambda r: line_of(path, r)) if labelled else None
     try:
         splits = ShardSplits(tmp, len(fitted.dense_names), len(fitted.cat_names), labelled, label_dtype)
-        last_note = time.perf_counter()
-        of = "" if one_pass else f" of {fit.stats.good_rows}"
+        progress = _Progress(say, party, stats, t0, None if one_pass else fit.stats.good_rows)
         for block in read_table_blocks(path, schema, labelled, regression, opts.strict, stats, id_cache=ids):
-            if time.perf_counter() - last_note >= PROGRESS_EVERY_S:
-                last_note = time.perf_counter()
-                rate = stats.good_rows / max(last_note - t0, 1e-9)
-                say(f"prepare {party}: {stats.good_rows}{of} rows, {rate:.0f} rows/s")
+            progress.tick()
             which = split_of(block.sample_id, opts)
             if one_pass:
                 fit.observe(block, which)
@@ -160,6 +156,21 @@ def _write_shard_files(tmp: str, party_manifest: dict, fitted) -> None:
         os.makedirs(os.path.join(tmp, "vocab"))
         for name, vocab in fitted.vocab_files():
             np.save(os.path.join(tmp, name), vocab)
+
+
+class _Progress:
+    """Every PROGRESS_EVERY_S, the rows written (of the rows the fitting pass counted) and the rate, on `say`."""
+
+    def __init__(self, say, party: str, stats: ReadStats, t0: float, total: int | None):
+        self.say, self.party, self.stats, self.t0 = say, party, stats, t0
+        self.of = "" if total is None else f" of {total}"
+        self.last = time.perf_counter()
+
+    def tick(self) -> None:
+        if time.perf_counter() - self.last >= PROGRESS_EVERY_S:
+            self.last = time.perf_counter()
+            rate = self.stats.good_rows / max(self.last - self.t0, 1e-9)
+            self.say(f"prepare {self.party}: {self.stats.good_rows}{self.of} rows, {rate:.0f} rows/s")
 
 
 class _Fit:
