@@ -324,7 +324,6 @@ def test_the_python_api_tells_the_peers_what_the_command_line_tells_them(
     tmp_path, shards_small, monkeypatch, error, told
 ):
     # Prepare: Leader.fit() whose body fails with a text that names the leader's paths or ledger
-    import leader.train
     import vfl.cli
     from privacy.label.ledger.store import LabelDPBudgetError
     from vfl_api import Leader
@@ -336,7 +335,7 @@ def test_the_python_api_tells_the_peers_what_the_command_line_tells_them(
     def train(cfg, log, state):
         raise error
 
-    monkeypatch.setattr(leader.train, "train", train)
+    monkeypatch.setattr(Leader, "_train", staticmethod(train))  # the role's entry function, as Leader holds it
     monkeypatch.setattr(vfl.cli, "abort_peers", lambda state, reason: sent.append(reason))
     cfgs = party_configs(str(tmp_path), str(shards_small))
     # Execute

@@ -35,9 +35,10 @@ def test_round_trip_keeps_type_meta_and_tensors_bit_for_bit():
 def test_protocol_version_mismatch_is_named():
     # Prepare
     frames = _frames()
-    frames[0] = MAGIC_PREFIX + bytes([9])
+    other = PROTOCOL_VERSION + 1
+    frames[0] = MAGIC_PREFIX + bytes([other])
     # Execute / Assert
-    with pytest.raises(WireError, match=f"peer speaks v9, we speak v{PROTOCOL_VERSION}"):
+    with pytest.raises(WireError, match=f"peer speaks v{other}, we speak v{PROTOCOL_VERSION}"):
         decode(frames, "follower0")
 
 
