@@ -53,7 +53,7 @@ def test_two_followers_with_overlapping_sets_agree_on_exactly_the_common_ids(tmp
     f0 = rng.permutation(universe[1000 : CHUNK_POINTS + 2500])
     f1 = rng.permutation(np.concatenate([universe[::3], [-5, 7]]))
     want = np.intersect1d(np.intersect1d(lead, f0), f1)
-    leader, follower = _channels(tmp_path, ("follower0", "follower1"))
+    leader, follower = _channels(tmp_path, ("follower0", "follower1"), timeout=60.0)  # two followers share one GIL
     chans = {n: follower(n) for n in ("follower0", "follower1")}
     # Execute
     try:

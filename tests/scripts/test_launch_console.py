@@ -27,6 +27,7 @@ VALUES = {  # a value each role-limited key takes
     "train.early_stopping": {"patience": 8},
     "train.task": "binary",
     "train.loss": "huber",
+    "train.staleness_leader_bottom": "stale",
     "privacy.label_dp": {"eps": 1.0},
     "network.connect": "tcp://127.0.0.1:5999",
     "network.rank_endpoints": ["tcp://127.0.0.1:6000"],
