@@ -29,26 +29,6 @@ def pytest_configure(config):
     LocalParties.process_factory = staticmethod(popen)
 
 
-# The files of longest wall time (each runs whole on one worker, `--dist loadfile`), scheduled first so that no
-# worker is left running one of them alone at the end (longest processing time first); the rest keep their order.
-LONGEST_FIRST = (
-    "tests/training/test_split_training.py",
-    "tests/scripts/test_scripts.py",
-    "tests/wire/test_secure_transport.py",
-    "tests/labeldp/test_label_dp_training.py",
-    "tests/commands/test_split_failures.py",
-    "tests/inference/test_table_run_use.py",
-    "tests/labeldp/test_label_dp_adversary.py",
-    "tests/privacy/test_embedding_inversion.py",
-)
-
-
-def pytest_collection_modifyitems(session, config, items):
-    """The LONGEST_FIRST files first, in that order, then every other test in its collected order."""
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(pathlib.Path(str(item.fspath)).relative_to(REPO).as_posix(), len(rank)))
-
-
 @pytest.fixture(scope="session", autouse=True)
 def label_dp_store(tmp_path_factory) -> pathlib.Path:
     """Every test (and every process it starts) keeps label-DP keys and ledgers in a private temporary
