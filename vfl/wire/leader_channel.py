@@ -138,7 +138,8 @@ class LeaderChannel(LeaderRoutes, LeaderRejoin, Endpoint):
             if self.watch_disconnect and self.resync.on_loss(peer, self.reconnecting):
                 self._lost(peer)  # the message is kept: sent again once the peer is back
                 return
-            raise PeerLost(f"{peer} is not connected (sending {type_})") from None
+            # it had a route: its connection dropped, and the send found out before the disconnect event did
+            raise PeerLost(f"connection lost: {peer} disconnected while sending {type_}") from None
         except PeerTimeout as e:
             raise PeerTimeout(f"sending {type_} to {peer}: {e}") from None
 
