@@ -342,13 +342,30 @@ def ranks(n: int, keys: dict) -> dict:
     return doc
 
 
+def id_counts(text: str) -> list[int]:
+    """Comma-separated id counts, each >= 1 (argparse's type: a bad one is one line, naming it)."""
+    counts = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        if not part.isdigit() or int(part) < 1:
+            raise argparse.ArgumentTypeError(
+                f"{part!r} is not an id count: expected whole numbers >= 1, comma-separated"
+            )
+        counts.append(int(part))
+    return counts
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="100000,1000000", help="ids per side, comma-separated (empty: stages only)")
+    ap.add_argument(
+        "--sizes", type=id_counts, default="100000,1000000", help="ids per side, comma-separated (empty: stages only)"
+    )
     ap.add_argument("--stage-ids", type=int, default=20000, help="ids for the per-stage profile (0: skip)")
     ap.add_argument("--rank-ids", type=int, default=200000, help="ids per side for 1 vs 2 ranks (0: skip)")
     ap.add_argument(
-        "--reuse-ids", default="", help="sizes to time the reuse alone at, caches written directly (e.g. 1000000)"
+        "--reuse-ids",
+        type=id_counts,
+        default="",
+        help="sizes to time the reuse alone at, caches written directly (e.g. 1000000)",
     )
     ap.add_argument("--verify-ids", type=int, default=100000, help="ids per side for verified vs unverified (0: skip)")
     ap.add_argument("--verify-rounds", type=int, default=3, help="interleaved rounds of the three variants")
@@ -391,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in ("leader", "follower0"):
             create_key_pair(p, os.path.join(tmp, "keys"))
             keys[p] = key_paths(os.path.join(tmp, "keys"), p)
-        for n in (int(x) for x in args.sizes.split(",") if x):
+        for n in args.sizes:
             r = run(n, keys, os.path.join(tmp, f"cache{n}"))
             doc["runs"].append(r)
             print(
@@ -403,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"({r['reuse_wall_seconds_with_process_start']:.1f} s with process start), {r['reuse_bytes']} B",
                 flush=True,
             )
-        for n in (int(x) for x in args.reuse_ids.split(",") if x):
+        for n in args.reuse_ids:
             r = reuse_only(n, keys, os.path.join(tmp, f"reuse{n}"))
             doc.setdefault("reuse_only", []).append(r)
             print(
