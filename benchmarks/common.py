@@ -1,4 +1,4 @@
-"""What every benchmark reports beside its figures: the machine, its load, the spread over seeds, and the JSON file.
+"""What every benchmark reports beside its figures: the machine, its load, the spread over seeds, its JSON file.
 
 The spread over seeds is the sample standard deviation (statistics.stdev: the sum of squared deviations over n - 1),
 0.0 for a single seed; `mean_sd` prints a mean and that spread as "mean ± sd".
@@ -12,6 +12,7 @@ import platform
 import re
 import statistics
 import subprocess
+import time
 from typing import Iterable
 
 
@@ -72,3 +73,22 @@ def write_json(path: str, doc, indent: int = 2) -> None:
     with open(path, "w") as f:
         json.dump(doc, f, indent=indent)
         f.write("\n")
+
+
+def report_json(path: str, doc, indent: int = 2) -> None:
+    """write_json(path, doc), then a line naming the file."""
+    write_json(path, doc, indent)
+    say(f"wrote {path}")
+
+
+class RunProgress:
+    """A benchmark's progress over `total` runs: `[done/total] WHAT  (R runs/min, ETA S s)`, timed from its start."""
+
+    def __init__(self, total: int):
+        self.total, self.done, self.t0 = total, 0, time.perf_counter()
+
+    def line(self, what: str) -> str:
+        """Count one more run done and return its progress line."""
+        self.done += 1
+        rate = self.done / (time.perf_counter() - self.t0)
+        return f"[{self.done}/{self.total}] {what}  ({rate * 60:.1f} runs/min, ETA {(self.total - self.done) / rate:.0f} s)"

@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks.common import cpu_model, load_text, say, write_json
+from benchmarks.common import cpu_model, load_text, report_json, say
 from benchmarks.runs import local_parties, prepare_data, run_central, run_split, write_configs
 
 
@@ -334,8 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in breakdown_table(name, b):
             say(line)
     if args.json:
-        write_json(args.json, result)
-        say(f"wrote {args.json}")
+        report_json(args.json, result)
     return 0
 
 

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks.common import cpu_model, load_avg, write_json
+from benchmarks.common import cpu_model, load_avg, report_json
 from benchmarks.datasets import synthetic_criteo
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -152,8 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             doc["cases"].append(bench(f"flights-{party}", [*args, "--out", shards, "--force"], a.repeat, readers))
     doc["load_average_after"] = load_avg()
     print(f"load average after: {doc['load_average_after']}; target: prepare >= {TARGET_ROWS_PER_S} rows/s per process")
-    write_json(a.json, doc)
-    print(f"wrote {a.json}")
+    report_json(a.json, doc)
     return 0
 
 

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks.common import load_avg, machine, mean_sd, spread, write_json
+from benchmarks.common import RunProgress, load_avg, machine, mean_sd, spread, write_json
 from benchmarks.datasets import prepare_flights, synthetic_criteo
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -163,7 +163,7 @@ def main(argv=None) -> int:
         }[name]()
         data.append((name, shards, docs))
         print(f"prepared {name} ({time.perf_counter() - t0:.0f} s)", flush=True)
-    total, done, cells = len(data) * len(models) * len(eps_list) * args.seeds, 0, []
+    progress, cells = RunProgress(len(data) * len(models) * len(eps_list) * args.seeds), []
     for name, shards, docs in data:
         for model in models:
             for eps in eps_list:
@@ -172,13 +172,8 @@ def main(argv=None) -> int:
                     train = {"epochs": args.epochs, "lr": args.lr, "batch_size": 64 if name == "criteo" else args.batch}
                     train["eval_every_steps"] = 0  # once per epoch: the example's interval is for its own sizes
                     runs.append(run_one(shards, docs, model, eps, seed, train, os.path.join(out, "run")))
-                    done += 1
-                    rate = done / (time.perf_counter() - t0)
-                    print(
-                        f"[{done}/{total}] {name} {model} eps={eps or 'none'} seed {seed}: test AUC "
-                        f"{runs[-1]['test_auc']:.4f}  ({rate * 60:.1f} runs/min, ETA {(total - done) / rate:.0f} s)",
-                        flush=True,
-                    )
+                    what = f"{name} {model} eps={eps or 'none'} seed {seed}: test AUC {runs[-1]['test_auc']:.4f}"
+                    print(progress.line(what), flush=True)
                 aucs = [r["test_auc"] for r in runs]
                 cells.append(
                     {

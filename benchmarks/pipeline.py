@@ -22,7 +22,7 @@ import tempfile
 
 import yaml
 
-from benchmarks.common import cpu_model, load_text, say, write_json
+from benchmarks.common import cpu_model, load_text, report_json, say
 from benchmarks.runs import prepare_data, run_split, write_configs
 
 LEADER_DENSE = ["I1", "I2", "I3"]
@@ -129,8 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{1e3 * b['parts'].get('wire_wait', 0.0) / steps:.0f} ms"
         )
     if args.json:
-        write_json(args.json, result)
-        say(f"wrote {args.json}")
+        report_json(args.json, result)
     return 0
 
 

@@ -31,7 +31,7 @@ from multiprocessing.reduction import ForkingPickler  # what the worker pool doe
 
 import numpy as np
 
-from benchmarks.common import cpu_model, load_avg, write_json
+from benchmarks.common import cpu_model, load_avg, report_json
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
@@ -458,8 +458,7 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
             print(f"  load {k['load_before']:.2f} -> {k['load_after']:.2f}")
-    write_json(args.json, doc)
-    print(f"wrote {args.json}")
+    report_json(args.json, doc)
     return 0
 
 

@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from benchmarks.common import cpu_model, load_avg, mean_sd, spread, write_json
+from benchmarks.common import RunProgress, cpu_model, load_avg, mean_sd, spread, write_json
 from benchmarks.datasets import example_parties
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -160,7 +160,7 @@ def run(args) -> dict:
     torch.set_num_threads(1)
     loaders = {"flights": flights, "bikeshare": bikeshare, "synthetic": synthetic}
     cells = [(d, m, e) for d in args.datasets for e in args.eps for m in (MECHANISMS if math.isfinite(e) else ("-",))]
-    total, done, start = len(cells) * args.seeds, 0, time.time()
+    progress = RunProgress(len(cells) * args.seeds)
     results: dict = {}
     for name in args.datasets:
         rng = np.random.default_rng(0)
@@ -180,13 +180,7 @@ def run(args) -> dict:
             for seed in range(args.seeds):
                 ytr, yva, var = noisy_labels(mech, eps, y[train], y[valid], clip, seed)
                 runs.append(train_mlp(x[train], ytr, x[valid], yva, var, x[test], y[test], args.epochs, seed))
-                done += 1
-                rate = done / (time.time() - start)
-                print(
-                    f"[{done}/{total}] {name} {mech} eps={eps}: test rmse {runs[-1]['rmse']:.3f} "
-                    f"({rate * 60:.1f} runs/min, ETA {(total - done) / rate:.0f} s)",
-                    flush=True,
-                )
+                print(progress.line(f"{name} {mech} eps={eps}: test rmse {runs[-1]['rmse']:.3f}"), flush=True)
             entry[f"{mech}@{eps}"] = {
                 k: {
                     "mean": statistics.fmean(r[k] for r in runs),

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks.common import mean_sd, spread, write_json
+from benchmarks.common import RunProgress, mean_sd, spread, write_json
 
 REAL = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data", "criteo_raw_1k.tsv"
@@ -303,14 +303,10 @@ def main(argv=None) -> int:
         * (sum(len(methods) for e in eps_list if not math.isinf(e)) + sum(1 for e in eps_list if math.isinf(e)))
         for _ in datasets
     )
-    done, t0 = [0], time.perf_counter()
+    run_progress = RunProgress(total)
 
     def progress(line: str) -> None:
-        done[0] += 1
-        rate = done[0] / (time.perf_counter() - t0)
-        print(
-            f"[{done[0]}/{total}] {line}  ({rate * 60:.1f} runs/min, ETA {(total - done[0]) / rate:.0f} s)", flush=True
-        )
+        print(run_progress.line(line), flush=True)
 
     cells = []
     for name, shards, eval_every, batch in datasets:
@@ -344,7 +340,7 @@ def main(argv=None) -> int:
             f"{c['max_gap_to_oracle']:.4f} | {mean_sd(c['test_logloss_mean'], c['test_logloss_sd'])} | {c['selected_steps']} of {c['steps_trained']} | "
             f"{c['logistic_regression_auc']:.4f} | {bayes} |"
         )
-    print(f"\nwrote {os.path.join(args.out, 'utility.json')} ({time.perf_counter() - t0:.0f} s)")
+    print(f"\nwrote {os.path.join(args.out, 'utility.json')} ({time.perf_counter() - run_progress.t0:.0f} s)")
     return 0
 
 

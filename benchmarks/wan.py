@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks.common import cpu_model, load_text, say
+from benchmarks.common import cpu_model, load_text, report_json, say
 from benchmarks.runs import prepare
 from vfl.netlink.bounds import Link, bounds
 from vfl.netlink.relay import LinkSpec, Relay
@@ -372,23 +372,20 @@ def main(argv=None) -> int:
     for s in skipped:
         say(f"skipped: {s['link']} / {s['schedule']} / {s['compression']}: {s['why']}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {
-                    "command": command,
-                    "machine": machine,
-                    "dataset": args.dataset,
-                    "rows": rows,
-                    "epochs": args.epochs,
-                    "batch_size": batch,
-                    "set": extra,
-                    "cells": cells,
-                    "skipped": skipped,
-                },
-                f,
-                indent=2,
-            )
-        say(f"wrote {args.json}")
+        report_json(
+            args.json,
+            {
+                "command": command,
+                "machine": machine,
+                "dataset": args.dataset,
+                "rows": rows,
+                "epochs": args.epochs,
+                "batch_size": batch,
+                "set": extra,
+                "cells": cells,
+                "skipped": skipped,
+            },
+        )
     return 0 if cells else 1
 
 

@@ -22,6 +22,8 @@ import shlex
 import shutil
 import statistics
 
+from benchmarks.common import report_json
+
 STALE_BOTTOM = {"train.staleness_leader_bottom": "stale"}
 VARIANTS = {  # name -> config overrides beyond train.staleness (K: --k); auto runs the defaults
     "sync": {},
@@ -172,13 +174,9 @@ def run_grid(args, bench) -> int:
     for f in failed:
         say(f"failed: {f['steps']} steps / {f['link']} / {f['variant']} / seed {f['seed']}: {f['why']}")
     if args.json:
-        import json
-
-        with open(args.json, "w") as f:
-            json.dump(
-                {"command": command, "machine": machine, "dataset": args.dataset, "k": args.k, "seeds": args.seeds,
-                 "epochs": EPOCHS, "batch_size": BATCH, "set": args.extra, "cells": cells, "failed": failed},
-                f, indent=2,
-            )  # fmt: skip
-        say(f"wrote {args.json}")
+        report_json(
+            args.json,
+            {"command": command, "machine": machine, "dataset": args.dataset, "k": args.k, "seeds": args.seeds,
+             "epochs": EPOCHS, "batch_size": BATCH, "set": args.extra, "cells": cells, "failed": failed},
+        )  # fmt: skip
     return 0 if cells else 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -171,18 +171,23 @@ class _ModelChoice(_Section):
     `options` are checked against the built-in's options model (vfl/config/model_options.py), or passed as they are to
     the user's class. vfl/models/registry.py builds it; docs/models.md states the contracts."""
 
+    KIND: ClassVar[str]  # a subclass's key under model: (bottom, top)
+    CHOICES: ClassVar[dict]  # its built-in models' options models by name (vfl/config/model_options.py)
+
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     import_: Optional[str] = Field(None, alias="import", json_schema_extra={"pattern": IMPORT_PATTERN})
 
     _import = field_validator("import_", mode="before")(classmethod(lambda cls, v: _import_path(v)))
+    _checked = field_validator("options", mode="before", check_fields=False)(
+        classmethod(lambda cls, v, info: _model_options(v, info, f"model.{cls.KIND}", cls.CHOICES))
+    )
 
-    def _one_choice(self, where: str) -> None:
+    @model_validator(mode="after")
+    def _one_choice(self) -> _ModelChoice:
         if self.import_ is not None and "name" in self.model_fields_set:
-            raise PydanticCustomError(
-                DOMAIN_ERROR,
-                "{message}",
-                {"message": f"{where}: name {self.name!r} and import {self.import_!r} both given; give one of them"},
-            )
+            both = f"{self.KIND}: name {self.name!r} and import {self.import_!r} both given; give one of them"
+            raise PydanticCustomError(DOMAIN_ERROR, "{message}", {"message": both})
+        return self
 
     @property
     def spec(self) -> dict:
@@ -193,9 +198,8 @@ class _ModelChoice(_Section):
 
 
 class BottomConfig(_ModelChoice):
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, populate_by_name=True, json_schema_extra={"allOf": options_schema(BOTTOM_OPTIONS)}
-    )
+    KIND, CHOICES = "bottom", BOTTOM_OPTIONS
+    model_config = ConfigDict(json_schema_extra={"allOf": options_schema(BOTTOM_OPTIONS)})
     name: Choice(*BOTTOM_OPTIONS) = "wide_deep"
     options: dict[str, Any] = Field(default_factory=dict)  # the model's own options (docs/models.md)
     embedding_dim: Number(1, 4096, integer=True) = 80
@@ -204,15 +208,6 @@ class BottomConfig(_ModelChoice):
     dropout: Number(0.0, 1.0, hi_open=True) = 0.0
     # standard: numeric inputs x -> (x - mean) / std, from this party's own training split (docs/models.md)
     numeric_scaling: Choice(*NUMERIC_SCALINGS) = "none"
-
-    _checked = field_validator("options", mode="before")(
-        classmethod(lambda cls, v, info: _model_options(v, info, "model.bottom", BOTTOM_OPTIONS))
-    )
-
-    @model_validator(mode="after")
-    def _one(self) -> "BottomConfig":
-        self._one_choice("bottom")
-        return self
 
     @property
     def spec(self) -> dict:
@@ -224,21 +219,11 @@ class BottomConfig(_ModelChoice):
 
 
 class TopConfig(_ModelChoice):
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, populate_by_name=True, json_schema_extra={"allOf": options_schema(TOP_OPTIONS)}
-    )
+    KIND, CHOICES = "top", TOP_OPTIONS
+    model_config = ConfigDict(json_schema_extra={"allOf": options_schema(TOP_OPTIONS)})
     name: Choice(*TOP_OPTIONS) = "linear"  # interaction: cross terms between the parties' cuts (cut_dim > 2)
     options: dict[str, Any] = Field(default_factory=dict)  # the model's own options (docs/models.md)
     hidden: IntList(1) = ()
-
-    _checked = field_validator("options", mode="before")(
-        classmethod(lambda cls, v, info: _model_options(v, info, "model.top", TOP_OPTIONS))
-    )
-
-    @model_validator(mode="after")
-    def _one(self) -> "TopConfig":
-        self._one_choice("top")
-        return self
 
 
 class ModelConfig(_Section):

@@ -18,7 +18,7 @@ class ModelLoadError(RuntimeError):
 
 def run_arguments(prog: str, description: str):
     """An argument parser with what every command on a trained party takes: --config, --run, --checkpoint, --data,
-    --keys (export, serve; key.path=value overrides are added last by the caller)."""
+    --keys (predict, export, serve; each adds its own flags, key.path=value overrides last)."""
     import argparse
 
     ap = argparse.ArgumentParser(prog=prog, description=description)

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from vfl.config.model_options import DCNv2Options
+from vfl.config.schema import BottomConfig
 from vfl.models.inputs import FieldEmbeddings, InputSchema, flat_inputs
 
 
@@ -36,27 +37,20 @@ class CrossLayer(nn.Module):
 class DCNv2Bottom(nn.Module):
     """One party's DCN-V2 bottom; forward(dense, dense_missing, cat) -> (rows, cut_dim)."""
 
-    def __init__(
-        self,
-        schema: InputSchema,
-        cut_dim: int,
-        embedding_dim: int = 16,
-        hidden: tuple[int, ...] = (128, 64),
-        dropout: float = 0.0,
-        options: DCNv2Options | None = None,
-    ):
+    def __init__(self, schema: InputSchema, cfg: BottomConfig, options: DCNv2Options | None = None):
         super().__init__()
         options = options or DCNv2Options()
+        hidden, dropout = cfg.hidden, cfg.dropout
         self.stacked = options.structure == "stacked"
-        d = schema.n_categorical * embedding_dim + 2 * schema.n_numeric
-        self.embedding = FieldEmbeddings(schema.vocab_sizes, embedding_dim)
+        d = schema.n_categorical * cfg.embedding_dim + 2 * schema.n_numeric
+        self.embedding = FieldEmbeddings(schema.vocab_sizes, cfg.embedding_dim)
         self.cross = nn.ModuleList(CrossLayer(d, options.low_rank) for _ in range(options.cross_layers))
         layers: list[nn.Module] = []
         for a, b in zip([d, *hidden[:-1]], hidden):
             layers += [nn.Linear(a, b), nn.ReLU()] + ([nn.Dropout(dropout)] if dropout > 0 else [])
         self.deep = nn.Sequential(*layers)
         deep_out = hidden[-1] if hidden else d
-        self.out = nn.Linear(deep_out if self.stacked else d + (hidden[-1] if hidden else 0), cut_dim)
+        self.out = nn.Linear(deep_out if self.stacked else d + (hidden[-1] if hidden else 0), cfg.cut_dim)
 
     def forward(self, dense: torch.Tensor, dense_missing: torch.Tensor, cat: torch.Tensor) -> torch.Tensor:
         x0 = flat_inputs(self.embedding(cat), dense, dense_missing)

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from vfl.config.model_options import DeepFMOptions
+from vfl.config.schema import BottomConfig
 from vfl.models.inputs import FieldEmbeddings, InputSchema
 from vfl.models.mlp import mlp
 
@@ -31,25 +32,17 @@ def fm_second_order(vectors: torch.Tensor) -> torch.Tensor:
 class DeepFMBottom(nn.Module):
     """One party's DeepFM bottom; forward(dense, dense_missing, cat) -> (rows, cut_dim)."""
 
-    def __init__(
-        self,
-        schema: InputSchema,
-        cut_dim: int,
-        embedding_dim: int = 16,
-        hidden: tuple[int, ...] = (128, 64),
-        dropout: float = 0.0,
-        options: DeepFMOptions | None = None,
-    ):
+    def __init__(self, schema: InputSchema, cfg: BottomConfig, options: DeepFMOptions | None = None):
         super().__init__()
-        if cut_dim < 2:
-            raise ValueError(f"cut_dim must be >= 2 (one FM value and at least one deep value), got {cut_dim}")
+        if cfg.cut_dim < 2:
+            raise ValueError(f"cut_dim must be >= 2 (one FM value and at least one deep value), got {cfg.cut_dim}")
         options = options or DeepFMOptions()
-        n_num = schema.n_numeric
+        n_num, dim = schema.n_numeric, cfg.embedding_dim
         self.first_order = FieldEmbeddings(schema.vocab_sizes, 1, std=0.0)
         self.first_order_numeric = nn.Linear(2 * n_num, 1)
-        self.embedding = FieldEmbeddings(schema.vocab_sizes, embedding_dim)
-        self.numeric_vectors = nn.Parameter(torch.randn(n_num, embedding_dim) * 0.01) if options.fm_numeric else None
-        self.deep = mlp([schema.n_categorical * embedding_dim + 2 * n_num, *hidden, cut_dim - 1], dropout)
+        self.embedding = FieldEmbeddings(schema.vocab_sizes, dim)
+        self.numeric_vectors = nn.Parameter(torch.randn(n_num, dim) * 0.01) if options.fm_numeric else None
+        self.deep = mlp([schema.n_categorical * dim + 2 * n_num, *cfg.hidden, cfg.cut_dim - 1], cfg.dropout)
 
     def linear_parameters(self) -> list[nn.Parameter]:
         """The FM's first order (Eq. 2's <w, x>: one weight per id, and the numeric values' linear layer), which

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from vfl.config.model_options import MLPOptions
+from vfl.config.schema import BottomConfig
 from vfl.models.inputs import FieldEmbeddings, InputSchema, flat_inputs
 from vfl.models.mlp import mlp
 
@@ -17,18 +18,11 @@ from vfl.models.mlp import mlp
 class MLPBottom(nn.Module):
     """One party's MLP bottom; forward(dense, dense_missing, cat) -> (rows, cut_dim)."""
 
-    def __init__(
-        self,
-        schema: InputSchema,
-        cut_dim: int,
-        embedding_dim: int = 16,
-        hidden: tuple[int, ...] = (128, 64),
-        dropout: float = 0.0,
-        options: MLPOptions | None = None,
-    ):
+    def __init__(self, schema: InputSchema, cfg: BottomConfig, options: MLPOptions | None = None):
         super().__init__()
-        self.embedding = FieldEmbeddings(schema.vocab_sizes, embedding_dim)
-        self.net = mlp([schema.n_categorical * embedding_dim + 2 * schema.n_numeric, *hidden, cut_dim], dropout)
+        self.embedding = FieldEmbeddings(schema.vocab_sizes, cfg.embedding_dim)
+        width = schema.n_categorical * cfg.embedding_dim + 2 * schema.n_numeric
+        self.net = mlp([width, *cfg.hidden, cfg.cut_dim], cfg.dropout)
 
     def forward(self, dense: torch.Tensor, dense_missing: torch.Tensor, cat: torch.Tensor) -> torch.Tensor:
         return self.net(flat_inputs(self.embedding(cat), dense, dense_missing))

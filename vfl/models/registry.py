@@ -60,19 +60,16 @@ def register_top(name: str, build: TopBuilder, options: type[Options]) -> None:
     TOPS[name] = Registered(build, options)
 
 
-def _towers(cls):
-    return lambda s, c, o: cls(s, c.cut_dim, c.embedding_dim, c.hidden, c.dropout, o)
-
-
 register_bottom(
     "wide_deep",
     lambda s, c, o: WideDeepBottom(list(s.vocab_sizes), s.n_numeric, c.embedding_dim, c.hidden, c.cut_dim, c.dropout),
     BOTTOM_OPTIONS["wide_deep"],
     linear_part=True,
 )
-register_bottom("deepfm", _towers(DeepFMBottom), BOTTOM_OPTIONS["deepfm"], linear_part=True)
-register_bottom("dcn_v2", _towers(DCNv2Bottom), BOTTOM_OPTIONS["dcn_v2"])
-register_bottom("mlp", _towers(MLPBottom), BOTTOM_OPTIONS["mlp"])
+# these bottoms' classes take the builder's arguments: DeepFMBottom(schema, cfg, options)
+register_bottom("deepfm", DeepFMBottom, BOTTOM_OPTIONS["deepfm"], linear_part=True)
+register_bottom("dcn_v2", DCNv2Bottom, BOTTOM_OPTIONS["dcn_v2"])
+register_bottom("mlp", MLPBottom, BOTTOM_OPTIONS["mlp"])
 register_top("linear", lambda dims, k, c, o: LinearTop(sum(dims), k), TOP_OPTIONS["linear"])
 register_top("mlp", lambda dims, k, c, o: MLPTop(sum(dims), c.hidden, k), TOP_OPTIONS["mlp"])
 register_top("interaction", lambda dims, k, c, o: InteractionTop(dims, k, o.rank, c.hidden), TOP_OPTIONS["interaction"])

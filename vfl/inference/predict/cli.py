@@ -16,24 +16,15 @@ import os
 
 def _arguments(role: str) -> argparse.ArgumentParser:
     from vfl.command_name import command_name
+    from vfl.inference.party_model import run_arguments
 
-    ap = argparse.ArgumentParser(
-        prog=f"{command_name(role)} predict",
-        description="Score new rows with the model a training run selected, across parties (docs/predict.md).",
-        epilog="Any config key can be set after the flags as key.path=value.",
+    ap = run_arguments(
+        f"{command_name(role)} predict",
+        "Score new rows with the model a training run selected, across parties (docs/predict.md).",
     )
-    ap.add_argument("--config", required=True, help="the party YAML of the training run")
+    ap.epilog = "Any config key can be set after the flags as key.path=value."
     ap.add_argument("--rows", required=True, help="this party's file of new rows (the training file's columns)")
-    ap.add_argument(
-        "--run",
-        default=None,
-        help="the training run's output directory (default: output.dir); its shards/<party> and keys/ are used "
-        "unless --data / --keys say otherwise",
-    )
-    ap.add_argument("--checkpoint", default=None, help="checkpoint (default: RUN/checkpoints/<party>_final.pt)")
     ap.add_argument("--out", default=None, help="where the leader writes predictions (default: RUN/predict)")
-    ap.add_argument("--data", default=None, help="this party's shard directory, for its transforms (data.path)")
-    ap.add_argument("--keys", default=None, metavar="DIR", help="CurveZMQ key directory (as for training)")
     ap.add_argument("--timeout", type=float, default=None, help="overrides network.timeout_s")
     ap.add_argument("--batch-rows", type=int, default=None, help="rows per request (train.eval_batch_size)")
     ap.add_argument("--strict", action="store_true", help="a malformed row is an error (default: skipped, counted)")
