@@ -1,11 +1,13 @@
 """The model a checkpoint records as trained (vfl/training/trained_model.py): prediction and export of a table run
 whose YAMLs leave the model unset build the recorded model whatever the rows of the shard they are given (past
 SMALL_TABLE_ROWS the shard alone would size another) and score as training did; a checkpoint written without the
-record loads as before; a record that does not validate, or a YAML key that contradicts it, is refused in one line;
-a resumed recipe run passes preflight and trains the model it recorded (the trainers over the in-memory channels)."""
+record loads (and passes preflight's resume check) as before; a record that does not validate, or a YAML key that
+contradicts it, is refused in one line; a resumed recipe run passes preflight and trains the model it recorded (the
+trainers over the in-memory channels)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -124,6 +126,7 @@ def test_predict_and_export_past_the_small_table_threshold_build_the_checkpoints
 
 def test_a_checkpoint_without_the_record_loads_as_before(recipe_run, tmp_path):
     # Prepare: each party's checkpoint written again without `model_config` (as before the record existed)
+    from vfl.preflight import check_resume
     from vfl.training.trained_model import stored_model
 
     tmp, run = recipe_run
@@ -132,8 +135,11 @@ def test_a_checkpoint_without_the_record_loads_as_before(recipe_run, tmp_path):
         n: _rewrite(path, str(tmp_path / os.path.basename(path)), lambda extra: extra.pop("model_config"))
         for n, path in _checkpoints(run).items()
     }
-    # Execute
+    # Execute: predict's load, and preflight's check of a resume from it
     resolved, models = _loaded(cfgs, old)
+    for n, p in run["configs"].items():
+        with open(os.path.join(cfgs[n].data.path, "manifest.json")) as f:
+            check_resume(load_config(p, {"train.resume_from": old[n], "train.epochs": 3}), json.load(f))
     # Assert: no record; the model resolved from the same shard, scoring as training did
     assert stored_model(old["leader"]) is None and resolved["leader"].model.bottom.cut_dim == 16
     got = _scores({n: m[0] for n, m in models.items()}, models["leader"][1], cfgs)
