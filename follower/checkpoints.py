@@ -12,7 +12,9 @@ from privacy.durable_files import replacing_file
 from vfl.preflight import resume_identity
 from vfl.runs.record import run_record
 from vfl.training.checkpoint import load_resume_checkpoint, save_checkpoint
+from vfl.training.checkpoint_format import MODEL_CONFIG_KEY
 from vfl.training.step_timer import TIMER
+from vfl.training.trained_model import model_record
 
 
 class GradientRecorder:
@@ -71,7 +73,8 @@ def resume_hint(last_checkpoint: tuple[int, str] | None) -> str:
 
 
 def save(trainer, tag: str, epoch: int, step: int) -> None:
-    """OUT/checkpoints/<party>_<tag>.pt: this party's bottom, the run's record and embedding DP's lineage."""
+    """OUT/checkpoints/<party>_<tag>.pt: this party's bottom, the run's record, the model as built and embedding DP's
+    lineage."""
     if not trainer.ctx.is_main:  # every rank holds the same weights: rank 0 writes the party's checkpoint
         return
     cfg, party = trainer.cfg, trainer.party
@@ -81,6 +84,7 @@ def save(trainer, tag: str, epoch: int, step: int) -> None:
     record = run_record(cfg, trainer.ch.run, model_step, {cfg.party: party.cut_dim}, trainer.key_fingerprints)
     state = {"bottom": party.state()}
     extra = {"run": record, "embedding_dp_lineage": trainer.lineage or trainer.ch.run}
+    extra[MODEL_CONFIG_KEY] = model_record(cfg, party.bottom_config)  # as built: what predict and resume build
     save_checkpoint(path, cfg.party, state, epoch, step, extra, resume_identity(cfg))
     trainer.last_checkpoint = (step, path)
 

@@ -33,7 +33,8 @@ def train(cfg, log, state: dict) -> None:
     from vfl.session.link_probe import LinkCheckDone, follower_link_check
     from vfl.training.party import BottomParty, resolve_device, set_threads
     from vfl.training.precision import warn_if_emulated
-    from vfl.training.table_defaults import shard_rows, size_table_run, table_model
+    from vfl.training.table_defaults import shard_rows, size_table_run
+    from vfl.training.trained_model import training_model
 
     env = state.get("ranks") or rank_env()
     check_rank_options(cfg, env.distributed)
@@ -42,13 +43,14 @@ def train(cfg, log, state: dict) -> None:
     keys = party_keys(cfg)
     set_threads(cfg.train.threads, 2 * env.local_ranks)
     shard = _feature_shard(cfg)
-    cfg = table_model(cfg, shard_rows(shard.manifest))  # the table recipe's model, before the handshake says its cut
+    # the table recipe's model (a resumed checkpoint's own), before the handshake says its cut
+    cfg, trained_bottom = training_model(cfg, shard_rows(shard.manifest))
     device = resolve_device(cfg.train.device)
     ctx = state["ctx"] = start_ranks(cfg, env, device, log)
     channel = state["channel"] = connect(cfg, env, keys, len(shard.all_ids()), log)
     intersect(cfg, env, ctx, channel, keys, shard, log)
-    cfg, _ = size_table_run(cfg, shard, log)  # the same batch size as the leader's: the intersection's rows
-    party = BottomParty(cfg, shard, device)
+    cfg, _ = size_table_run(cfg, shard, log, trained_bottom)  # the leader's batch size: the intersection's rows
+    party = BottomParty(cfg, shard, device, trained_bottom)
     warn_if_emulated(cfg.train.precision, party.device, log)
     trainer = FollowerTrainer(cfg, channel, party, log, cfg.output.dir, ctx=ctx)
     try:

@@ -8,6 +8,8 @@ from vfl.preflight import resume_identity
 from vfl.runs.record import run_record
 from vfl.session.rejoin import AUTO_CHECKPOINT_S
 from vfl.training.checkpoint import load_resume_checkpoint, save_checkpoint
+from vfl.training.checkpoint_format import MODEL_CONFIG_KEY
+from vfl.training.trained_model import model_record
 from vfl.wire.messages import Bye, Done, Save
 
 
@@ -67,6 +69,7 @@ def checkpoint(trainer, epoch: int, step: int, tag: str) -> str:
         "label_dp_key": labels.report["key_fingerprint"] if labels.report else None,
         "loop": trainer.loop.state(),
         "cut_dims": {cfg.party: party.cut_dim, **trainer.cut_dims},  # the top's inputs, leader first
+        MODEL_CONFIG_KEY: model_record(cfg, party.bottom_config),  # the model as built: what predict and resume build
         # the training run, the step whose weights these are, parties, keys: prediction's fingerprint
         "run": run_record(
             cfg,

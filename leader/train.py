@@ -58,7 +58,8 @@ def train(cfg, log, state: dict) -> None:
     from vfl.training.party import BottomParty, resolve_device, set_threads
     from vfl.training.precision import warn_if_emulated
     from vfl.training.run_size import run_size_warnings
-    from vfl.training.table_defaults import shard_rows, size_table_run, table_model
+    from vfl.training.table_defaults import shard_rows, size_table_run
+    from vfl.training.trained_model import training_model
 
     env = state.get("ranks") or rank_env()
     if state.get("check_link") and env.distributed:
@@ -73,7 +74,8 @@ def train(cfg, log, state: dict) -> None:
         preload_tensorboard()
     set_threads(cfg.train.threads, (1 + len(cfg.network.followers)) * env.local_ranks)
     shard = _labelled_shard(cfg)
-    cfg = table_model(cfg, shard_rows(shard.manifest))  # the table recipe's model, before the handshake says its cut
+    # the table recipe's model (a resumed checkpoint's own), before the handshake says its cut
+    cfg, trained_bottom = training_model(cfg, shard_rows(shard.manifest))
     device = resolve_device(cfg.train.device)
     ctx = state["ctx"] = start_ranks(cfg, env, device, log)
     label_key = _label_key(cfg, env, ctx, shard)
@@ -85,11 +87,11 @@ def train(cfg, log, state: dict) -> None:
     if state.get("auto"):  # a follower still in the run this leader continues is told where it starts again
         channel.rejoin_step = state["resume_step"]
     psi = intersect(cfg, env, ctx, channel, keys, shard, log)
-    cfg, sized = size_table_run(cfg, shard, log)  # a table's unset schedule and model, from its rows
+    cfg, sized = size_table_run(cfg, shard, log, trained_bottom)  # a table's unset schedule and model, from its rows
     if env.is_main:
         for line in run_size_warnings(cfg.train.batch_size, cfg.train.epochs, len(shard.split("train"))):
             log.warning(f"leader {cfg.party}: {line}")
-    party = BottomParty(cfg, shard, device)
+    party = BottomParty(cfg, shard, device, trained_bottom)
     warn_if_emulated(cfg.train.precision, party.device, log)
     trainer = LeaderTrainer(cfg, channel, party, log, cfg.output.dir, label_key=label_key, ctx=ctx)
     trainer.rejoin_auto = bool(state.get("auto"))  # --resume auto (vfl/session/rejoin.py)

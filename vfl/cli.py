@@ -161,8 +161,8 @@ def trained_party_config(args, role: str, command: str) -> tuple[PartyConfig, li
     the shard directory checked; (config, the flags --run filled) or the exit code after a one-line error."""
     from vfl.config.schema import ConfigError
     from vfl.data.errors import DataError
-    from vfl.runs.layout import apply_run, check_shard_path
-    from vfl.training.table_defaults import table_model_of_shard
+    from vfl.runs.layout import apply_run, check_shard_path, default_checkpoint
+    from vfl.training.trained_model import trained_config
 
     try:
         found = apply_run(args)  # --run RUN: its shard and keys unless --data / --keys say otherwise
@@ -176,8 +176,9 @@ def trained_party_config(args, role: str, command: str) -> tuple[PartyConfig, li
         return fail(f"{args.config} has role {cfg.role!r}; python -m {role} {command} needs role: {role}", 2)
     try:
         check_shard_path(cfg, f"python -m {role} {command}")
-        cfg = table_model_of_shard(cfg)  # the model the training run resolved from this shard (the table recipe's)
-    except DataError as e:
+        # the model the checkpoint records (the table recipe's, as training built it), whatever this shard's rows
+        cfg = trained_config(cfg, getattr(args, "checkpoint", None) or default_checkpoint(cfg, cfg.output.dir))
+    except (ConfigError, DataError) as e:
         return fail(str(e), 2)
     return cfg, found
 

@@ -11,7 +11,9 @@ import json
 import os
 
 from vfl.config.schema import ConfigError, PartyConfig
-from vfl.training.checkpoint_format import checkpoint_meta
+from vfl.training.checkpoint_format import MODEL_CONFIG_KEY, checkpoint_meta
+from vfl.training.table_defaults import shard_rows, table_model
+from vfl.training.trained_model import parse_model_record, with_trained_model
 
 CHECKPOINT_WARN_BYTES = 1 << 30  # warn above 1 GiB per checkpoint
 RAW_SUFFIXES = (".tsv", ".txt", ".csv", ".gz")
@@ -133,6 +135,14 @@ def check_resume(cfg: PartyConfig, manifest: dict) -> None:
         return  # an older checkpoint without a sidecar: checked when loaded
     if meta.get("party") not in (None, cfg.party):
         raise ConfigError(f"train.resume_from {path!r} belongs to party {meta.get('party')!r}, not {cfg.party!r}")
+    # the model it trained (the table recipe's where the YAML leaves it unset); an older checkpoint's, resolved from
+    # the shard's rows as its training run resolved it
+    model = parse_model_record(meta.get(MODEL_CONFIG_KEY), f"train.resume_from {path!r}")
+    cfg = (
+        with_trained_model(cfg, model, f"train.resume_from {path!r}")
+        if model
+        else table_model(cfg, shard_rows(manifest))
+    )
     if isinstance(meta.get("resume"), dict):
         _check_identity(cfg, path, meta["resume"])
     rows = (manifest.get("rows") or {}).get("train")

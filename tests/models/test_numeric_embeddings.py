@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import threading
 
 import numpy as np
 import pytest
 import torch
 
-from tests.support.own_table import own_table
+from tests.support.memory_session import memory_run
+from tests.support.own_table import own_table, prepare_own_tables
 
 LEADER_SCHEMA = {
     "id": "cust",
@@ -35,25 +35,10 @@ SHOP_SCHEMA = {
 
 def _prepare(tmp_path, rows: int = 1500) -> dict[str, tuple[str, str]]:
     """{party: (raw csv, shard dir)}: the leader and follower0 (the shop's columns) prepared from their own files."""
-    from vfl.config.table_schema import SchemaConfig
-    from vfl.data.prepare import PrepareOptions
-    from vfl.data.prepare_table import prepare_table
-
     frames = own_table(rows, seed=5)
-    out = {}
-    for party, frame, schema in (
-        ("leader", frames["leader"], LEADER_SCHEMA),
-        ("follower0", frames["shop"], SHOP_SCHEMA),
-    ):
-        path = str(tmp_path / f"{party}.csv")
-        frame.to_csv(path, index=False)
-        shard = str(tmp_path / "shards" / party)
-        task = "binary" if party == "leader" else None
-        prepare_table(
-            path, shard, party, SchemaConfig.model_validate(schema), task, PrepareOptions(), log=lambda _: None
-        )
-        out[party] = (path, shard)
-    return out
+    return prepare_own_tables(
+        tmp_path, {"leader": (frames["leader"], LEADER_SCHEMA), "follower0": (frames["shop"], SHOP_SCHEMA)}
+    )
 
 
 def test_the_bins_and_statistics_are_fitted_on_training_rows_only_and_restored_bit_identically(tmp_path):
@@ -159,66 +144,21 @@ def test_numeric_scaling_is_refused_for_a_bottom_with_embedded_columns(tmp_path)
         build_bottom(cfg, InputSchema.of_shard(shard, "standard"), 0, "follower0")
 
 
-def _split_run(tmp_path, cfgs) -> dict:
-    """The leader's and follower0's trainers joined by the in-memory channel pair (the follower in a thread);
-    the leader's metrics."""
-    from follower.trainer import FollowerTrainer
-    from leader.trainer import LeaderTrainer
-    from tests.support.memory_channels import MemoryFollowerChannel, MemoryLeaderChannel, _Queues
-    from vfl.data.shards import PartyShard
-    from vfl.obs.metrics import RunLog
-    from vfl.training.party import BottomParty
-
-    shards = {n: PartyShard(c.data.path) for n, c in cfgs.items()}
-    common = np.intersect1d(*[s.all_ids() for s in shards.values()])
-    for s in shards.values():
-        s.restrict(common)
-    parties = {n: BottomParty(cfgs[n], shards[n], torch.device("cpu")) for n in cfgs}
-    queues = _Queues(("follower0",))
-    out = str(tmp_path / "split")
-    leader = LeaderTrainer(
-        cfgs["leader"], MemoryLeaderChannel("leader", queues), parties["leader"], RunLog(f"{out}.l.log", "l"), out
-    )
-    follower = FollowerTrainer(
-        cfgs["follower0"], MemoryFollowerChannel("follower0", queues), parties["follower0"],
-        RunLog(f"{out}.f.log", "f"), out,
-    )  # fmt: skip
-    errors: list[BaseException] = []
-
-    def follow() -> None:
-        try:
-            follower.handshake()
-            follower.run()
-        except BaseException as e:  # noqa: BLE001 - handed to the test thread
-            errors.append(e)
-
-    thread = threading.Thread(target=follow, daemon=True)
-    thread.start()
-    leader.handshake()
-    leader.prepare()
-    leader.train()
-    leader.finish(leader.loop.history[-1]["epoch"], leader.loop.global_step)
-    thread.join(30)
-    assert not thread.is_alive() and not errors, errors
-    return leader.metrics()
-
-
 def test_split_training_with_embedded_columns_equals_centralized(tmp_path):
     # Prepare: both parties with embedded columns, an MLP top, three epochs with early stopping's evaluations
-    from tests.support.party_processes import party_configs
     from vfl.centralized import train_centralized
     from vfl.config.schema import load_config
     from vfl.obs.metrics import RunLog
 
     _prepare(tmp_path)
-    paths = party_configs(
-        str(tmp_path), str(tmp_path / "shards"), train={"epochs": 3, "batch_size": 128, "eval_every_steps": 4},
+    # Execute: the trainers over the in-memory channel pair, then the centralized reference on the same YAMLs
+    run = memory_run(
+        tmp_path, tmp_path / "shards", train={"epochs": 3, "batch_size": 128, "eval_every_steps": 4},
         model={"bottom": {"name": "mlp", "embedding_dim": 4, "hidden": [16], "cut_dim": 4}},
         top={"name": "mlp", "hidden": [8]},
     )  # fmt: skip
-    cfgs = {n: load_config(p) for n, p in paths.items()}
-    # Execute
-    split = _split_run(tmp_path, cfgs)
+    split = run["leader"].metrics()
+    cfgs = {n: load_config(p) for n, p in run["configs"].items()}
     central = train_centralized(
         cfgs["leader"], [cfgs["follower0"]], str(tmp_path / "central"), RunLog(str(tmp_path / "c.log"), "c")
     )

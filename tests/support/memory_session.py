@@ -8,6 +8,7 @@ import threading
 
 import numpy as np
 import torch
+import yaml
 
 from tests.support.memory_channels import TIMEOUT_S, MemoryFollowerChannel, MemoryLeaderChannel, _Queues
 from tests.support.party_processes import party_configs
@@ -15,24 +16,37 @@ from vfl.wire import PeerAbort
 from vfl.wire.messages import Abort
 
 
-def memory_run(tmp_path, shards, before_train=None, **config) -> dict:
+def memory_run(tmp_path, shards, before_train=None, edit_config=None, **config) -> dict:
     """Train one run of leader + follower0 (party_configs(**config)) in memory to its end; returns the trainers, the
-    parties and every posted message: {"leader", "follower", "parties", "posted"}. before_train(leader): called after
-    the leader's prepare()."""
+    parties, every posted message and the YAMLs: {"leader", "follower", "parties", "posted", "configs"}.
+    before_train(leader): called after the leader's prepare(). edit_config(party, doc): changes a party's YAML
+    document before it is loaded. Each party's model is resolved as training resolves it (the table recipe's, or a
+    resumed checkpoint's: vfl/training/trained_model.py)."""
     from follower.trainer import FollowerTrainer
     from leader.trainer import LeaderTrainer
     from vfl.config.schema import load_config
     from vfl.data.shards import PartyShard
     from vfl.obs.metrics import RunLog
     from vfl.training.party import BottomParty
+    from vfl.training.table_defaults import shard_rows
+    from vfl.training.trained_model import training_model
 
     paths = party_configs(str(tmp_path), str(shards), **config)
+    if edit_config is not None:
+        for name, path in paths.items():
+            with open(path) as f:
+                doc = yaml.safe_load(f)
+            edit_config(name, doc)
+            with open(path, "w") as f:
+                yaml.safe_dump(doc, f)
     cfgs = {name: load_config(path) for name, path in paths.items()}
     loaded = {n: PartyShard(c.data.path) for n, c in cfgs.items()}
+    resolved = {n: training_model(c, shard_rows(loaded[n].manifest)) for n, c in cfgs.items()}
+    cfgs = {n: cfg for n, (cfg, _) in resolved.items()}
     common = np.intersect1d(*[s.all_ids() for s in loaded.values()])
     for s in loaded.values():
         s.restrict(common)
-    parties = {n: BottomParty(cfgs[n], loaded[n], torch.device("cpu")) for n in cfgs}
+    parties = {n: BottomParty(cfgs[n], loaded[n], torch.device("cpu"), resolved[n][1]) for n in cfgs}
     queues = _Queues(("follower0",))
     leader_ch, follower_ch = MemoryLeaderChannel("leader", queues), MemoryFollowerChannel("follower0", queues)
     out = str(tmp_path / "out")
@@ -70,4 +84,4 @@ def memory_run(tmp_path, shards, before_train=None, **config) -> dict:
     assert not thread.is_alive(), "the follower thread did not end"
     if errors:
         raise errors[0]
-    return {"leader": leader, "follower": follower, "parties": parties, "posted": queues.posted}
+    return {"leader": leader, "follower": follower, "parties": parties, "posted": queues.posted, "configs": paths}

@@ -59,3 +59,23 @@ def own_table(rows: int, seed: int = 0, telco_share: float = 0.9) -> dict:
     keep = rng.random(rows) < telco_share
     telco = pd.DataFrame({"cust": ids[keep], "device": device[keep], "tenure": tenure[keep].round(2)})
     return {"leader": leader, "shop": shop, "telco": telco}
+
+
+def prepare_own_tables(tmp_path, parties: dict) -> dict[str, tuple[str, str]]:
+    """{party: (raw csv, shard dir)}: each party of `parties` ({party: (frame, schema)}) prepared from its own file
+    into tmp_path/shards/<party> (the leader's with a binary label), as `python -m vfl.data prepare` does."""
+    from vfl.config.table_schema import SchemaConfig
+    from vfl.data.prepare import PrepareOptions
+    from vfl.data.prepare_table import prepare_table
+
+    out = {}
+    for party, (frame, schema) in parties.items():
+        path = str(tmp_path / f"{party}.csv")
+        frame.to_csv(path, index=False)
+        shard = str(tmp_path / "shards" / party)
+        task = "binary" if party == "leader" else None
+        prepare_table(
+            path, shard, party, SchemaConfig.model_validate(schema), task, PrepareOptions(), log=lambda _: None
+        )
+        out[party] = (path, shard)
+    return out

@@ -20,7 +20,7 @@ import re
 import torch
 
 from privacy.durable_files import replacing_file, write_json
-from vfl.training.checkpoint_format import CHECKPOINT_MAGIC
+from vfl.training.checkpoint_format import CHECKPOINT_MAGIC, MODEL_CONFIG_KEY
 
 _TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
@@ -37,7 +37,8 @@ def save_checkpoint(
 ) -> None:
     """Write {party, epoch, step, state, torch_rng, extra} to path durably (privacy/durable_files.py), then the sidecar
     path.json {party, epoch, step, bytes, sha256, resume}: resume is vfl.preflight.resume_identity, checked before
-    torch; sha256 (the header's) tells preflight that the sidecar belongs to this very file."""
+    torch; sha256 (the header's) tells preflight that the sidecar belongs to this very file; the model the party
+    trained (extra's MODEL_CONFIG_KEY, where given) is repeated there for the readers before torch."""
     directory = os.path.dirname(os.path.abspath(path))
     buf = io.BytesIO()
     torch.save(
@@ -59,6 +60,8 @@ def save_checkpoint(
             f.write(CHECKPOINT_MAGIC + digest)
             f.write(payload)
         sidecar = {"party": party, "epoch": epoch, "step": step, "bytes": len(payload) + 40}
+        if extra and MODEL_CONFIG_KEY in extra:
+            sidecar[MODEL_CONFIG_KEY] = extra[MODEL_CONFIG_KEY]
         write_json(f"{path}.json", {**sidecar, "sha256": digest.hex(), "resume": resume}, indent=None)  # for preflight
     except OSError as e:
         if e.errno == errno.ENOSPC:

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import torch
 
-from vfl.config.schema import PartyConfig
+from vfl.config.schema import BottomConfig, PartyConfig
 from vfl.data.shards import PartyShard, steps_per_epoch
 from vfl.models.inputs import InputSchema
 from vfl.models.registry import build_bottom, check_model_spec, model_spec
@@ -30,7 +30,9 @@ def resolve_device(name: str) -> torch.device:
 class BottomParty(SnapshotTrainable):
     """Forward a training batch of this party's rows; apply the gradient that comes back."""
 
-    def __init__(self, cfg: PartyConfig, shard: PartyShard, device: torch.device):
+    def __init__(self, cfg: PartyConfig, shard: PartyShard, device: torch.device, bottom: BottomConfig | None = None):
+        """`bottom`: the bottom a checkpoint records (vfl/training/trained_model.py), built as it is; None: the
+        config's, a table party's unset sizes filled from its shard's rows."""
         shard.check_columns(cfg.data.dense, cfg.data.categorical)
         self.name = cfg.party
         self.shard = shard
@@ -38,11 +40,11 @@ class BottomParty(SnapshotTrainable):
         self.train_split = shard.split("train")
         self.valid_split = shard.split("valid")
         self.test_split = shard.split("test")
-        # a table party's unset model from its shard's rows: training, prediction and export build alike
-        rows = shard_rows(shard.manifest)
-        bottom, _ = sized_bottom(cfg, rows)
+        if bottom is None:  # a table party's unset sizes from its shard's rows (a checkpoint records the result)
+            bottom, _ = sized_bottom(cfg, shard_rows(shard.manifest))
+        self.bottom_config = bottom  # what checkpoints record: prediction, serving, export and resume build it
         # with its numeric stats when on, and the numeric embeddings its schema declares
-        schema = InputSchema.of_shard(shard, cfg.model.bottom.numeric_scaling)
+        schema = InputSchema.of_shard(shard, bottom.numeric_scaling)
         self.model = build_bottom(bottom, schema, cfg.train.seed, cfg.party).to(device)
         self.model_spec = model_spec(bottom)  # kept in checkpoints: resume refuses another model
         self.train_model = self.model  # with N ranks, the DistributedDataParallel wrapper of self.model

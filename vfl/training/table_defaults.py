@@ -22,13 +22,15 @@ numeric column, an MLP bottom with dropout, a cosine schedule with weight decay 
 et al., NeurIPS 2024) and a higher learning rate each lost on caravan and did not win on bikeshare, so the recipe
 keeps today's bottom and schedule; numeric embeddings stay a declared transform (docs/own-table.md). The model the
 recipe builds is written into the config once (`table_model`), so the cut width every handshake says, the top and
-the checkpoint's model digest are the same in training, prediction, serving and export. A bottom with any key set
-keeps today's sizing (SMALL_MODEL where unset) and its own top: a YAML that sets its model keeps its figures.
+the checkpoint's model digest are one in training. A bottom with any key set keeps today's sizing (SMALL_MODEL where
+unset) and its own top: a YAML that sets its model keeps its figures.
 
 Every party sizes the schedule from the same number, the training rows of the private set intersection, so the
 batch size the leader's HELLO check compares is the same on both sides; the leader's epochs decide the run, as
-always. The model's sizes come from the party's own prepared shard (its manifest's rows), which training,
-prediction, export and serving all read alike, so each builds the model its checkpoint holds. Criteo-format shards
+always. The model's sizes come from the party's own prepared shard (its manifest's rows). Every checkpoint records
+the model training built (vfl/training/trained_model.py), and prediction, serving, export and resume build that one,
+whatever the rows of the shard they are given or the recipe's constants then; only a checkpoint written before that
+record existed is read by resolving the model from the shard again (`table_model_of_shard`). Criteo-format shards
 (no `data.schema`) keep the schema's defaults, so the front door's figures do not move.
 
 A table run shorter than MIN_STEPS optimizer steps is refused with the numbers (vfl/training/run_size.py), unless
@@ -118,8 +120,9 @@ def table_model(cfg: PartyConfig, rows: int) -> PartyConfig:
 
 
 def table_model_of_shard(cfg: PartyConfig) -> PartyConfig:
-    """table_model for the shard at data.path (its manifest's rows): what predict, serve and export call, so they
-    read the model the training run resolved from the same shard. A path without a manifest: the config as it is."""
+    """table_model for the shard at data.path (its manifest's rows): what predict, serve and export resolve for a
+    checkpoint that does not record its model (vfl/training/trained_model.py). A path without a manifest: the config
+    as it is."""
     path = os.path.join(str(cfg.data.path), "manifest.json")
     if not is_table_party(cfg) or not os.path.exists(path):
         return cfg
@@ -166,6 +169,10 @@ def sized_schedule(cfg: PartyConfig, train_rows: int, rows: int | None = None) -
     return sized, shown
 
 
+def _shown(value):
+    return list(value) if isinstance(value, tuple) else value
+
+
 def describe(filled: dict, train_rows: int) -> str:
     """One console line: what was sized, from how many rows."""
     parts = []
@@ -191,17 +198,21 @@ def check_short_run(cfg: PartyConfig, train_rows: int) -> None:
     )
 
 
-def size_table_run(cfg: PartyConfig, shard, log) -> tuple[PartyConfig, dict]:
+def size_table_run(cfg: PartyConfig, shard, log, trained: BottomConfig | None = None) -> tuple[PartyConfig, dict]:
     """After the private set intersection: a table party's schedule sized from the intersection's training rows and
     its model from its shard (BottomParty builds it with `sized_bottom`), the choice said on the console, and a short
-    run refused. Returns the config to train with and what was sized ({} if nothing): metrics.json's `defaults`."""
+    run refused. `trained`: the bottom a resumed checkpoint records (cfg holds its model already; vfl/training/
+    trained_model.py), said as the model instead. Returns the config to train with and what was sized ({} if
+    nothing): metrics.json's `defaults`."""
     train_rows = len(shard.split("train"))
     rows = shard_rows(shard.manifest)
     top_was_unset = top_unset(cfg)
-    cfg, filled = sized_schedule(table_model(cfg, rows), train_rows, rows)
-    filled.update(sized_bottom(cfg, rows)[1])
+    cfg, filled = sized_schedule(cfg if trained is not None else table_model(cfg, rows), train_rows, rows)
+    sized, bottom_filled = sized_bottom(cfg, rows)
+    built = trained or sized
+    filled.update({k: _shown(getattr(built, k.rsplit(".", 1)[1])) for k in bottom_filled})
     if top_was_unset and tuned(cfg, rows):
-        filled["model.top"] = {k: list(v) if isinstance(v, tuple) else v for k, v in TUNED_TOP.items()}
+        filled["model.top"] = {k: _shown(getattr(cfg.model.top, k)) for k in TUNED_TOP}
     if filled:
         log(f"{'leader' if cfg.is_leader else 'follower'} {cfg.party}: {describe(filled, train_rows)}")
     if cfg.is_leader:

@@ -13,8 +13,8 @@ def export_main(argv: list[str] | None, role: str) -> int:
     from vfl.command_name import command_name
     from vfl.config.schema import ConfigError, dotted_overrides, load_config
     from vfl.data.errors import DataError
-    from vfl.runs.layout import apply_run, check_shard_path
-    from vfl.training.table_defaults import table_model_of_shard
+    from vfl.runs.layout import apply_run, check_shard_path, default_checkpoint
+    from vfl.training.trained_model import trained_config
 
     ap = run_arguments(
         f"{command_name(role)} export",
@@ -30,7 +30,8 @@ def export_main(argv: list[str] | None, role: str) -> int:
         if cfg.role != role:
             return fail(f"{args.config} has role {cfg.role!r}; python -m {role} export needs role: {role}", 2)
         check_shard_path(cfg, f"python -m {role} export")
-        cfg = table_model_of_shard(cfg)  # the model the training run resolved from this shard (the table recipe's)
+        # the model the checkpoint records (the table recipe's, as training built it), whatever this shard's rows
+        cfg = trained_config(cfg, args.checkpoint or default_checkpoint(cfg, cfg.output.dir))
         export_party(cfg, args.out, args.checkpoint)
     except (ConfigError, DataError, ExportError, ModelLoadError) as e:
         return fail(one_line(e), 2)
