@@ -73,6 +73,7 @@ FLIGHT_NUMERICS = {"weather": {c: PLE for c in ("temp", "dewp", "humid", "wind_d
                                                 "pressure", "visib")},
                    "aircraft": {c: PLE for c in ("plane_year", "seats")}, "airline": {"distance": PLE}}  # fmt: skip
 CUT32 = {"model": {"bottom": {**RECIPE["model"]["bottom"], "cut_dim": 32}, "top": {"name": "mlp", "hidden": [256]}}}
+H128 = {"model": {"bottom": {**RECIPE["model"]["bottom"], "hidden": [128, 64]}, "top": RECIPE["model"]["top"]}}
 SEARCH = {
     "lr3e-3": {**RECIPE, "steps": 1200, "train": {"lr": 3e-3}},
     "sqrt_300": {**RECIPE, "lr_sqrt": SQRT, "steps": 300},
@@ -82,6 +83,11 @@ SEARCH = {
     "sqrt_900": {**RECIPE, "lr_sqrt": SQRT, "steps": 900},
     "sqrt_1200": {**RECIPE, "lr_sqrt": SQRT, "steps": 1200},
     "sqrt_1200_lin": {**RECIPE, "lr_sqrt": SQRT, "steps": 1200, "train": WARM_LIN},
+    "sqrt_1200_h128": {**H128, "lr_sqrt": SQRT, "steps": 1200},
+    "sqrt_1200_h128_lin": {**H128, "lr_sqrt": SQRT, "steps": 1200, "train": WARM_LIN},
+    "sqrt_800_h128_lin": {**H128, "lr_sqrt": SQRT, "steps": 800, "train": WARM_LIN},
+    "sqrt_2000_h128_lin": {**H128, "lr_sqrt": SQRT, "steps": 2000, "train": WARM_LIN},
+    "b4096_sqrt_1200_lin": {**RECIPE, "batch_share": 1.0, "lr_sqrt": SQRT, "steps": 1200, "train": WARM_LIN},
     "b0.5_sqrt_6ep": {**RECIPE, "batch_share": 0.005, "lr_sqrt": SQRT, "epochs": 6},
     "b0.5_lr3e-3_6ep": {**RECIPE, "batch_share": 0.005, "train": {"lr": 3e-3}, "epochs": 6},
     "b0.25_sqrt_6ep": {**RECIPE, "batch_share": 0.0025, "lr_sqrt": SQRT, "epochs": 6},
