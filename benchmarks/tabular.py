@@ -68,7 +68,7 @@ RECIPE = {"model": {"bottom": {"name": "wide_deep", "embedding_dim": 16, "hidden
 SQRT = {"base": 1e-3, "ref": 256, "cap": 4e-3}
 WARM_LIN = {"lr_schedule": {"name": "linear", "warmup_steps": 50}}
 WARM_COS = {"lr_schedule": {"name": "cosine", "warmup_steps": 50}}
-PLE = {"embedding": "piecewise_linear", "bins": 32, "dim": 8}
+PLE = {"kind": "numeric", "transform": {"embedding": "piecewise_linear", "bins": 32, "dim": 8}}
 FLIGHT_NUMERICS = {"weather": {c: PLE for c in ("temp", "dewp", "humid", "wind_dir", "wind_speed", "wind_gust",
                                                 "pressure", "visib")},
                    "aircraft": {c: PLE for c in ("plane_year", "seats")}, "airline": {"distance": PLE}}  # fmt: skip
@@ -93,6 +93,14 @@ SEARCH = {
     "b0.25_sqrt_6ep": {**RECIPE, "batch_share": 0.0025, "lr_sqrt": SQRT, "epochs": 6},
     "sqrt_600_ple": {**RECIPE, "lr_sqrt": SQRT, "steps": 600, "schema": FLIGHT_NUMERICS},
     "sqrt_600_cut32": {**CUT32, "lr_sqrt": SQRT, "steps": 600},
+    "sqrt_1200_cut32": {**CUT32, "lr_sqrt": SQRT, "steps": 1200},
+    "sqrt_1200_ple": {**RECIPE, "lr_sqrt": SQRT, "steps": 1200, "schema": FLIGHT_NUMERICS},
+    "sqrt_1200_ple_weather": {
+        **RECIPE,
+        "lr_sqrt": SQRT,
+        "steps": 1200,
+        "schema": {"weather": FLIGHT_NUMERICS["weather"]},
+    },  # fmt: skip
 }
 
 
