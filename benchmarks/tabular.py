@@ -17,12 +17,14 @@ Rows are the ids every party holds; the train / valid / test split is prepare's 
   table defaults of this checkout (every model and schedule key left unset: the tuned recipe), each trained by
   vfl/centralized.py's in-process reference on the parties' prepared shards: split training equals it
   (tests/models/test_numeric_embeddings.py, tests/models/test_models_split.py), so no socket is opened;
-- with `--label-dp`, both split models again at label DP eps 1 and 4 (RR, the leader's default mechanism).
+- with `--label-dp`, both split models again at label DP eps 1 and 4 (RR, the leader's default mechanism);
+- `--variants` names the split models to run: split_today, split_new, or the recipe search's candidates (SEARCH).
 
 Test AUC (RMSE for regression): mean ± sd over seeds and a 95% t-interval of the mean (one seed: the test rows'
 bootstrap interval). Machine (lscpu model) and load are printed; OUT/bench_tabular.json keeps every figure.
 
     bash scripts/bench_tabular.sh [--tables flights caravan ...] [--seeds 0 1 2] [--label-dp] [--out DIR]
+        [--variants split_today split_new sqrt_1200 ...]
 """
 
 from __future__ import annotations
@@ -58,11 +60,11 @@ TODAY = {"model": {"bottom": {"name": "wide_deep", "embedding_dim": 16, "hidden"
 EPS = (1.0, 4.0)
 # the recipe search's candidates (docs/own-table.md, "How the recipe was chosen"), run with `--variants NAME ...`
 # beside or instead of split_today / split_new. Keys: `model` (the leader's model; the followers get its bottom),
-# `train` (train keys set at every party), `steps` (optimizer steps: the epochs that reach them at the sized batch), `epochs`,
-# `batch_share` (the batch as a share of the training rows, within [64, 4096]),
-# `lr_sqrt` ({base, ref, cap}: lr = base * sqrt(batch / ref), within [base, cap]: Adam's square-root scaling rule,
-# Malladi et al., NeurIPS 2022, sec. 4; Hoffer, Hubara, Soudry, NeurIPS 2017, sec. 3), `schema` ({party: {column:
-# transform}}: those columns' transforms replaced, the parties' shards prepared again under them).
+# `train` (train keys set at every party), `steps` (optimizer steps: the epochs that reach them at the sized batch),
+# `epochs`, `batch_share` (the batch as a share of the training rows, within [64, 4096]), `lr_sqrt` ({base, ref,
+# cap}: lr = base * sqrt(batch / ref) within [base, cap], Adam's square-root scaling rule as
+# vfl/training/table_defaults.py's recipe_lr applies it), `schema` (flights only: {party: {column: spec}}, those
+# columns' specs replaced and the parties' shards prepared again under them).
 RECIPE = {"model": {"bottom": {"name": "wide_deep", "embedding_dim": 16, "hidden": [256, 128], "cut_dim": 16},
                     "top": {"name": "mlp", "hidden": [128]}}}  # fmt: skip
 SQRT = {"base": 1e-3, "ref": 256, "cap": 4e-3}
