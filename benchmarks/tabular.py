@@ -17,12 +17,14 @@ Rows are the ids every party holds; the train / valid / test split is prepare's 
   table defaults of this checkout (every model and schedule key left unset: the tuned recipe), each trained by
   vfl/centralized.py's in-process reference on the parties' prepared shards: split training equals it
   (tests/models/test_numeric_embeddings.py, tests/models/test_models_split.py), so no socket is opened;
-- with `--label-dp`, both split models again at label DP eps 1 and 4 (RR, the leader's default mechanism).
+- with `--label-dp`, both split models again at label DP eps 1 and 4 (RR, the leader's default mechanism);
+- `--variants` names the split models to run: split_today, split_new, or the recipe search's candidates (SEARCH).
 
 Test AUC (RMSE for regression): mean ± sd over seeds and a 95% t-interval of the mean (one seed: the test rows'
 bootstrap interval). Machine (lscpu model) and load are printed; OUT/bench_tabular.json keeps every figure.
 
     bash scripts/bench_tabular.sh [--tables flights caravan ...] [--seeds 0 1 2] [--label-dp] [--out DIR]
+        [--variants split_today split_new sqrt_1200 ...]
 """
 
 from __future__ import annotations
@@ -56,6 +58,52 @@ TODAY = {"model": {"bottom": {"name": "wide_deep", "embedding_dim": 16, "hidden"
                    "top": {"name": "linear"}},
          "schedule": "sized"}  # fmt: skip
 EPS = (1.0, 4.0)
+# the recipe search's candidates (docs/own-table.md, "How the recipe was chosen"), run with `--variants NAME ...`
+# beside or instead of split_today / split_new. Keys: `model` (the leader's model; the followers get its bottom),
+# `train` (train keys set at every party), `steps` (optimizer steps: the epochs that reach them at the sized batch),
+# `epochs`, `batch_share` (the batch as a share of the training rows, within [64, 4096]), `lr_sqrt` ({base, ref,
+# cap}: lr = base * sqrt(batch / ref) within [base, cap], Adam's square-root scaling rule as
+# vfl/training/table_defaults.py's recipe_lr applies it), `schema` (flights only: {party: {column: spec}}, those
+# columns' specs replaced and the parties' shards prepared again under them).
+RECIPE = {"model": {"bottom": {"name": "wide_deep", "embedding_dim": 16, "hidden": [256, 128], "cut_dim": 16},
+                    "top": {"name": "mlp", "hidden": [128]}}}  # fmt: skip
+SQRT = {"base": 1e-3, "ref": 256, "cap": 4e-3}
+WARM_LIN = {"lr_schedule": {"name": "linear", "warmup_steps": 50}}
+WARM_COS = {"lr_schedule": {"name": "cosine", "warmup_steps": 50}}
+PLE = {"kind": "numeric", "transform": {"embedding": "piecewise_linear", "bins": 32, "dim": 8}}
+FLIGHT_NUMERICS = {"weather": {c: PLE for c in ("temp", "dewp", "humid", "wind_dir", "wind_speed", "wind_gust",
+                                                "pressure", "visib")},
+                   "aircraft": {c: PLE for c in ("plane_year", "seats")}, "airline": {"distance": PLE}}  # fmt: skip
+CUT32 = {"model": {"bottom": {**RECIPE["model"]["bottom"], "cut_dim": 32}, "top": {"name": "mlp", "hidden": [256]}}}
+H128 = {"model": {"bottom": {**RECIPE["model"]["bottom"], "hidden": [128, 64]}, "top": RECIPE["model"]["top"]}}
+SEARCH = {
+    "lr3e-3": {**RECIPE, "steps": 1200, "train": {"lr": 3e-3}},
+    "sqrt_300": {**RECIPE, "lr_sqrt": SQRT, "steps": 300},
+    "sqrt_600": {**RECIPE, "lr_sqrt": SQRT, "steps": 600},
+    "sqrt_600_lin": {**RECIPE, "lr_sqrt": SQRT, "steps": 600, "train": WARM_LIN},
+    "sqrt_600_cos": {**RECIPE, "lr_sqrt": SQRT, "steps": 600, "train": WARM_COS},
+    "sqrt_900": {**RECIPE, "lr_sqrt": SQRT, "steps": 900},
+    "sqrt_1200": {**RECIPE, "lr_sqrt": SQRT, "steps": 1200},
+    "sqrt_1200_lin": {**RECIPE, "lr_sqrt": SQRT, "steps": 1200, "train": WARM_LIN},
+    "sqrt_1200_h128": {**H128, "lr_sqrt": SQRT, "steps": 1200},
+    "sqrt_1200_h128_lin": {**H128, "lr_sqrt": SQRT, "steps": 1200, "train": WARM_LIN},
+    "sqrt_800_h128_lin": {**H128, "lr_sqrt": SQRT, "steps": 800, "train": WARM_LIN},
+    "sqrt_2000_h128_lin": {**H128, "lr_sqrt": SQRT, "steps": 2000, "train": WARM_LIN},
+    "b4096_sqrt_1200_lin": {**RECIPE, "batch_share": 1.0, "lr_sqrt": SQRT, "steps": 1200, "train": WARM_LIN},
+    "b0.5_sqrt_6ep": {**RECIPE, "batch_share": 0.005, "lr_sqrt": SQRT, "epochs": 6},
+    "b0.5_lr3e-3_6ep": {**RECIPE, "batch_share": 0.005, "train": {"lr": 3e-3}, "epochs": 6},
+    "b0.25_sqrt_6ep": {**RECIPE, "batch_share": 0.0025, "lr_sqrt": SQRT, "epochs": 6},
+    "sqrt_600_ple": {**RECIPE, "lr_sqrt": SQRT, "steps": 600, "schema": FLIGHT_NUMERICS},
+    "sqrt_600_cut32": {**CUT32, "lr_sqrt": SQRT, "steps": 600},
+    "sqrt_1200_cut32": {**CUT32, "lr_sqrt": SQRT, "steps": 1200},
+    "sqrt_1200_ple": {**RECIPE, "lr_sqrt": SQRT, "steps": 1200, "schema": FLIGHT_NUMERICS},
+    "sqrt_1200_ple_weather": {
+        **RECIPE,
+        "lr_sqrt": SQRT,
+        "steps": 1200,
+        "schema": {"weather": FLIGHT_NUMERICS["weather"]},
+    },  # fmt: skip
+}
 
 
 def islp_parties(name: str) -> tuple[pd.DataFrame, dict, str]:
@@ -137,8 +185,28 @@ def party_configs(shards: dict, schemas: dict, task: str, seed: int, variant: di
     for cfg, shard in zip(out, all_shards):
         shard.restrict(common)
         cfg2, _ = size_table_run(cfg, shard, lines.append)
-        sized.append(cfg2)
+        sized.append(searched(cfg2, variant, len(shard.split("train"))))
     return sized, lines
+
+
+def searched(cfg, variant: dict, train_rows: int):
+    """A sized config with a search variant's train keys, steps and learning-rate rule applied (SEARCH)."""
+    from vfl.config.schema import LRScheduleConfig
+
+    update = dict(variant.get("train", {}))
+    if "lr_schedule" in update:
+        update["lr_schedule"] = LRScheduleConfig.model_validate(update["lr_schedule"])
+    batch = cfg.train.batch_size
+    if "batch_share" in variant:
+        batch = update["batch_size"] = min(max(round(train_rows * variant["batch_share"]), 64), 4096)
+    if "epochs" in variant:
+        update["epochs"] = variant["epochs"]
+    if "steps" in variant:
+        update["epochs"] = max(1, math.ceil(variant["steps"] / math.ceil(train_rows / batch)))
+    if "lr_sqrt" in variant:
+        r = variant["lr_sqrt"]
+        update["lr"] = min(max(r["base"] * math.sqrt(batch / r["ref"]), r["base"]), r["cap"])
+    return cfg.model_copy(update={"train": cfg.train.model_copy(update=update)}) if update else cfg
 
 
 def run_split(shards, schemas, task, seed, variant, eps, work) -> dict:
@@ -151,7 +219,15 @@ def run_split(shards, schemas, task, seed, variant, eps, work) -> dict:
     t0 = time.perf_counter()
     m = train_centralized(cfgs[0], cfgs[1:], str(work / "out"), log)
     key = "test_rmse" if task == "regression" else "test_auc"
-    return {"value": float(m[key]), "seconds": time.perf_counter() - t0, "defaults": lines[:1]}
+    t = cfgs[0].train
+    said = f"batch {t.batch_size}, epochs {t.epochs}, lr {t.lr:.4g}, schedule {t.lr_schedule.name}"
+    return {
+        "value": float(m[key]),
+        "seconds": time.perf_counter() - t0,
+        "defaults": lines[:1] + [said],
+        "steps": m.get("trained_steps", m.get("steps")),
+        "said": said,
+    }
 
 
 def summary(values: list[float]) -> dict:
@@ -204,13 +280,24 @@ def bench_table(name: str, out: pathlib.Path, seeds: list[int], label_dp: bool, 
     print(f"== {name}: {len(table)} rows, {task}, parties {list(schemas)}", flush=True)
     shards = prepare_parties(out / name / "shards", files, schemas, task)
     for vname, variant in variants.items():
+        if "schema" in variant and name == "flights":
+            changed = {
+                p: {**s, "columns": {**s["columns"], **variant["schema"].get(p, {})}} for p, s in schemas.items()
+            }
+            v_shards = prepare_parties(out / name / f"shards_{vname}", files, changed, task)
+        else:
+            v_shards = shards
         for eps in (None, *(EPS if label_dp else ())):
             label = vname if eps is None else f"{vname}_eps{eps:g}"
             runs = []
             for seed in seeds:
-                r = run_split(shards, schemas, task, seed, variant, eps, out / name / label / f"seed{seed}")
+                r = run_split(v_shards, schemas, task, seed, variant, eps, out / name / label / f"seed{seed}")
                 runs.append(r)
-                print(f"  {name} {label:<14} seed {seed}: {r['value']:.4f} ({r['seconds']:.0f} s)", flush=True)
+                print(
+                    f"  {name} {label:<14} seed {seed}: {r['value']:.4f} ({r['seconds']:.0f} s; {r['said']}, "
+                    f"trained steps {r['steps']})",
+                    flush=True,
+                )
             results[label] = {"values": [r["value"] for r in runs], "seconds": [r["seconds"] for r in runs],
                               "defaults": runs[0]["defaults"]}  # fmt: skip
     for r in results.values():
@@ -243,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--label-dp", action="store_true", help="the split models at label DP eps 1 and 4 too")
     ap.add_argument("--out", default="runs/bench_tabular")
+    ap.add_argument("--variants", nargs="+", default=["split_today", "split_new"],
+                    choices=["split_today", "split_new", *SEARCH], help="the split models to run (SEARCH: the "
+                    "recipe search's candidates)")  # fmt: skip
     args = ap.parse_args(argv)
     import torch
 
@@ -251,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     set_verbosity(quiet=True)
     out = pathlib.Path(args.out)
-    variants = {"split_today": TODAY, "split_new": {}}
+    variants = {k: {"split_today": TODAY, "split_new": {}, **SEARCH}[k] for k in args.variants}
     report = {
         "command": " ".join(["bash scripts/bench_tabular.sh", *(sys.argv[1:] if argv is None else argv)]),
         "cpu": cpu_model(),

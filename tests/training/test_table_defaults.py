@@ -18,7 +18,7 @@ from tests.support.own_table import SCHEMAS, own_table
 from tests.support.party_processes import party_configs, run_split
 from tests.support.paths import REPO
 from vfl.config.schema import ConfigError, load_config, parse_config
-from vfl.training.table_defaults import RECIPE_STEPS, check_short_run, sized_bottom, sized_schedule
+from vfl.training.table_defaults import RECIPE_STEPS, check_short_run, recipe_lr, sized_bottom, sized_schedule
 
 TABLE = {"id": "cust", "columns": {"age": "numeric"}, "label": {"column": "y"}}
 
@@ -46,6 +46,7 @@ def test_an_unset_schedule_and_model_are_sized_from_a_census_sized_table():
     # auc, the recipe's bottom with its 16-wide cut
     assert sized.train.batch_size == 391 and sized.train.epochs == 3 and 3 * -(-39_073 // 391) >= 300
     assert recipe.train.epochs == 12 and 12 * -(-39_073 // 391) >= RECIPE_STEPS == 1200
+    assert sized.train.lr == 1e-3 and recipe.train.lr == 0.001236  # 1e-3 x sqrt(391 / 256)
     assert sized.train.early_stopping.metric == "auc" and sized.train.early_stopping.patience == 3
     assert filled["train.batch_size"] == 391 and filled["train.epochs"] == 3
     assert bottom.name == "wide_deep" and bottom.embedding_dim == 16 and bottom.hidden == (256, 128)
@@ -64,7 +65,7 @@ def test_a_named_bottom_keeps_todays_sizing_schedule_and_cut():
     bottom, _ = sized_bottom(named, 48_842)
     # Assert: 300 steps, no schedule, the examples' sizes and the 2-wide cut
     assert named_sized.train.epochs == 3 and named_sized.train.lr_schedule.name == "constant"
-    assert "train.lr_schedule" not in named_filled
+    assert named_sized.train.lr == 1e-3 and "train.lr_schedule" not in named_filled and "train.lr" not in named_filled
     assert (bottom.name, bottom.hidden, bottom.cut_dim) == ("wide_deep", (256, 128), 2)
 
 
@@ -111,6 +112,27 @@ def test_the_batch_stays_within_64_and_4096_and_the_epochs_reach_300_steps(rows,
     # Assert
     assert (sized.train.batch_size, sized.train.epochs) == (batch, epochs)
     assert sized.train.epochs * -(-rows // sized.train.batch_size) >= 300
+
+
+@pytest.mark.parametrize(
+    "batch, lr", [(64, 1e-3), (256, 1e-3), (1024, 2e-3), (2225, 0.0029483), (4096, 4e-3), (16_000, 4e-3)]
+)
+def test_the_recipes_learning_rate_grows_with_the_square_root_of_the_batch_from_256_rows_to_4e3(batch, lr):
+    # Execute
+    got = recipe_lr(batch)
+    # Assert: 1e-3 up to a batch of 256 rows (the small tables' rate), sqrt-scaled above, at most 4e-3
+    assert got == pytest.approx(lr, rel=1e-4)
+
+
+def test_an_explicit_learning_rate_wins_over_the_recipes_rule():
+    # Prepare: flights' size (222k training rows, batch 2225), lr set and unset
+    given, unset = _leader({"lr": 5e-4}), _leader()
+    # Execute
+    given_sized, given_filled = sized_schedule(given, 222_470, 277_690)
+    unset_sized, unset_filled = sized_schedule(unset, 222_470, 277_690)
+    # Assert
+    assert given_sized.train.lr == 5e-4 and "train.lr" not in given_filled
+    assert unset_sized.train.batch_size == 2225 and unset_filled["train.lr"] == unset_sized.train.lr == 0.002948
 
 
 def test_explicit_values_win_and_regression_stops_on_rmse():

@@ -9,6 +9,7 @@ value always wins):
 |---|---|
 | train.batch_size | ~1% of the intersection's training rows, within [64, 4096] (and at least train.microbatches) |
 | train.epochs | enough for >= 300 optimizer steps; RECIPE_STEPS (1200) with the tuned recipe |
+| train.lr (with the tuned recipe) | recipe_lr(batch): RECIPE_LR (1e-3) x sqrt(batch / LR_REFERENCE_BATCH (256)), within [1e-3, 4e-3] |
 | train.early_stopping | on: the validation metric of the task (auc, rmse), patience RECIPE_PATIENCE (leader) |
 | model.bottom (no key set, under 1M rows) | the tuned recipe, TUNED_BOTTOM: wide_deep, embedding 16, hidden [256, 128], cut 16 |
 | model.top (leader, no key set, with the tuned bottom) | TUNED_TOP: mlp, hidden [128] |
@@ -19,8 +20,11 @@ bikeshare; never on the held-out ISLP tables of scripts/bench_tabular.sh). What 
 run were too few (bikeshare's test RMSE 57 at 300 steps, 39 at 1200), and a 2-wide cut under a linear top kept the
 parties' columns from interacting (33 with a 16-wide cut and an MLP top). Piecewise-linear embeddings of every
 numeric column, an MLP bottom with dropout, a cosine schedule with weight decay (RealMLP-TD's pieces, Holzmueller
-et al., NeurIPS 2024) and a higher learning rate each lost on caravan and did not win on bikeshare, so the recipe
-keeps today's bottom and schedule; numeric embeddings stay a declared transform (docs/own-table.md). The model the
+et al., NeurIPS 2024) and lr 3e-3 each lost on caravan (batch 64) and did not win on bikeshare, so the recipe keeps
+today's bottom and a constant rate; numeric embeddings stay a declared transform (docs/own-table.md). On flights
+(batch 2225) the rate of Adam's square-root rule (2.9e-3) won 0.008 AUC at the same 1200 steps, so the rate grows
+with the batch above 256 rows (`recipe_lr`), where the small tables' batches keep 1e-3; a warmup and linear decay
+and a narrower bottom ([128, 64]) lost on caravan. The model the
 recipe builds is written into the config once (`table_model`), so the cut width every handshake says, the top and
 the checkpoint's model digest are one in training. A bottom with any key set keeps today's sizing (SMALL_MODEL where
 unset) and its own top: a YAML that sets its model keeps its figures.
@@ -55,6 +59,14 @@ SMALL_MODEL = {"embedding_dim": 16, "hidden": (256, 128)}  # a named bottom's un
 TUNED_BOTTOM = {"name": "wide_deep", "embedding_dim": 16, "hidden": (256, 128), "cut_dim": 16}
 TUNED_TOP = {"name": "mlp", "hidden": (128,)}  # the leader's, where model.top is unset
 RECIPE_PATIENCE = 3
+# Adam's square-root scaling rule: a batch kappa times larger takes a rate sqrt(kappa) times larger (Malladi, Lyu,
+# Panigrahi, Arora, "On the SDEs and Scaling Rules for Adaptive Gradient Algorithms", NeurIPS 2022; for SGD, Hoffer,
+# Hubara, Soudry, "Train longer, generalize better", NeurIPS 2017). RECIPE_LR is the rate the search tuned at the
+# small tables' batch of 64-69 (lr 3e-3 lost there); at or below LR_REFERENCE_BATCH the rate stays RECIPE_LR, so
+# only a table with a batch above 256 rows (over ~32k training rows) trains faster: flights' 2225 rows take 2.9e-3.
+RECIPE_LR = 1e-3
+LR_REFERENCE_BATCH = 256
+RECIPE_LR_CAP = 4e-3  # the rule's rate at the sized batch's ceiling of 4096; a larger batch set by hand stays here
 
 
 def is_table_party(cfg: PartyConfig) -> bool:
@@ -139,6 +151,12 @@ def table_model_of_shard(cfg: PartyConfig) -> PartyConfig:
     return table_model(cfg, rows)
 
 
+def recipe_lr(batch: int) -> float:
+    """The recipe's Adam learning rate for a batch of `batch` rows: RECIPE_LR x sqrt(batch / LR_REFERENCE_BATCH),
+    within [RECIPE_LR, RECIPE_LR_CAP]."""
+    return min(max(RECIPE_LR * math.sqrt(batch / LR_REFERENCE_BATCH), RECIPE_LR), RECIPE_LR_CAP)
+
+
 def sized_schedule(cfg: PartyConfig, train_rows: int, rows: int | None = None) -> tuple[PartyConfig, dict]:
     """The config with train.batch_size, train.epochs and (leader) train.early_stopping sized for `train_rows` where
     unset (with the tuned recipe, `rows` being the shard's: RECIPE_STEPS instead of TARGET_STEPS), and what was
@@ -157,6 +175,8 @@ def sized_schedule(cfg: PartyConfig, train_rows: int, rows: int | None = None) -
         steps_per_epoch = math.ceil(train_rows / batch)
         target = RECIPE_STEPS if recipe else TARGET_STEPS
         fill["epochs"] = min(max(1, math.ceil(target / steps_per_epoch)), 10_000)
+    if recipe and "lr" not in given:
+        fill["lr"] = round(recipe_lr(batch), 6)
     if cfg.is_leader and "early_stopping" not in given:
         fill["early_stopping"] = EarlyStoppingConfig(
             metric="rmse" if train.task == "regression" else "auc", patience=RECIPE_PATIENCE
