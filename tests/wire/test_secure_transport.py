@@ -49,7 +49,7 @@ def recorded_run(tmp_path_factory, shards_small):
     from tests.support.party_processes import Procs
 
     tmp = tmp_path_factory.mktemp("recorded")
-    cfgs = party_configs(str(tmp), str(shards_small), timeout_s=30)
+    cfgs = party_configs(str(tmp), str(shards_small), timeout_s=30, fresh_keys=True)  # the capture holds a full PSI
     proxy = Forwarder(free_port(), _leader_port(cfgs["leader"]))
     _edit(cfgs["follower0"], _connect_to(proxy._server.getsockname()[1]))
     procs = Procs()
