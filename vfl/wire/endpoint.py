@@ -253,6 +253,8 @@ class Endpoint:
             self._late_reads += 1  # input that already arrived is read before a timeout is declared (bounded)
             return True
         if remaining <= 0:
+            if self.reconnecting:
+                self.resync.ran_out(peer)  # the wait for a lost peer ran out between deadline()'s clock and this one
             raise PeerTimeout(
                 f"timed out after {self.timeout_s:g} s awaiting {awaiting} (network.timeout_s){self._why_silent()}"
             )
