@@ -22,10 +22,16 @@ REAL_1K = SHARED_DATA / "criteo_raw_1k.tsv"
 
 def pytest_configure(config):
     """Every `python -m` party process the tests start through vfl/local_parties.py (Procs, the Python API) is a fork
-    of a server that loaded torch once (tests/support/fork_server.py; VFL_TEST_FORK_SERVER=0: fresh interpreters)."""
+    of a server that loaded torch once (tests/support/fork_server.py; VFL_TEST_FORK_SERVER=0: fresh interpreters).
+    The test process computes on one torch thread, as every party process of the tests does (train.threads 1): the
+    suite runs one worker per core, and two workers' intra-op threads on two cores wait on each other (200 Adam steps
+    of a 2000-row top took 9 s on two threads under load against 0.2 s on one)."""
+    import torch
+
     from tests.support.fork_server import popen
     from vfl.local_parties import LocalParties
 
+    torch.set_num_threads(1)
     LocalParties.process_factory = staticmethod(popen)
 
 

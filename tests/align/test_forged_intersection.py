@@ -78,7 +78,9 @@ def test_a_leader_with_a_forged_intersection_gets_no_cut_of_rows_it_cannot_name(
     from vfl.wire import PeerAbort
     from vfl.wire.messages import Embedding
 
-    cfgs = party_configs(str(tmp_path), str(shards_small), timeout_s=60, train={"eval_batch_size": EVAL_ROWS})
+    cfgs = party_configs(
+        str(tmp_path), str(shards_small), timeout_s=60, train={"eval_batch_size": EVAL_ROWS}, fresh_keys=True
+    )
     cfg = load_config(cfgs["leader"])
     procs.start("follower0", "follower", cfgs["follower0"])
     # Execute

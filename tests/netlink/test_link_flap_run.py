@@ -32,7 +32,8 @@ def shards_flap(synth_tiny, tmp_path_factory):
 def _run(procs, tmp, shards, drop_at_down_bytes: int | None, schedule: dict) -> tuple[dict, Relay, dict]:
     """Both parties through a relay (a drop after `drop_at_down_bytes` bytes towards the follower, then 0.5 s without
     connections); the leader's metrics.json, the relay, and each party's final weights."""
-    cfgs = party_configs(str(tmp), str(shards), train={**TRAIN, **schedule})
+    # fresh keys: both runs carry a full PSI, so the clean run's bytes place the drop inside the flap run's training
+    cfgs = party_configs(str(tmp), str(shards), train={**TRAIN, **schedule}, fresh_keys=True)
     port = int(yaml.safe_load(open(cfgs["leader"]).read())["network"]["bind"].rsplit(":", 1)[1])
     relay = Relay(("127.0.0.1", port)).start()
     if drop_at_down_bytes is not None:

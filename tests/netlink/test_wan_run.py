@@ -32,8 +32,11 @@ def shards_tiny(synth_tiny, tmp_path_factory):
 def _run(procs, tmp, shards, relay_spec: LinkSpec | None) -> tuple[dict, Relay | None]:
     """One epoch (batches of 256 of ~2.4k rows, evaluation every 4 steps) with the follower connected directly or
     through a relay of relay_spec; the leader's metrics.json and the relay."""
-    cfgs = party_configs(
-        str(tmp), str(shards), train={"epochs": 1, "batch_size": 256, "eval_every_steps": 4, "eval_batch_size": 256}
+    cfgs = party_configs(  # fresh keys: the far run's PSI crosses the link too (no reuse of the direct run's)
+        str(tmp),
+        str(shards),
+        train={"epochs": 1, "batch_size": 256, "eval_every_steps": 4, "eval_batch_size": 256},
+        fresh_keys=True,
     )
     port = int(yaml.safe_load(open(cfgs["leader"]).read())["network"]["bind"].rsplit(":", 1)[1])
     relay = Relay(("127.0.0.1", port), relay_spec, seed=2).start() if relay_spec else None

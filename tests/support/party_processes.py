@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import yaml
 
@@ -33,6 +36,30 @@ def party_keys(tmp, parties) -> dict[str, tuple[str, str]]:
     return out
 
 
+_KEY_POOL: list[str] = []  # this test process's pool directory, made on first use
+
+
+def pooled_party_keys(tmp, parties) -> dict[str, tuple[str, str]]:
+    """As party_keys, but each party name has one key pair in this whole test process, copied into tmp/keys (each
+    test still owns its files, and an embedding-DP ledger kept beside a secret key stays the test's own): a later run
+    on the same shards reuses an earlier run's PSI (data.psi_reuse; the cache under <data.path>/psi_cache is sealed
+    by these keys and bound to the peer's), so a test whose subject is not the PSI does not pay ~3 CPU-s for it."""
+    if not _KEY_POOL:
+        pool = tempfile.mkdtemp(prefix="vfl-test-keys-")
+        atexit.register(shutil.rmtree, pool, True)
+        _KEY_POOL.append(pool)
+    pooled = party_keys(_KEY_POOL[0], parties)
+    directory = os.path.join(tmp, "keys")
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    out = {}
+    for p in parties:
+        out[p] = tuple(os.path.join(directory, os.path.basename(f)) for f in pooled[p])
+        for src, dst in zip(pooled[p], out[p]):
+            if not os.path.exists(dst):
+                shutil.copy2(src, dst)  # the secret stays 0600
+    return out
+
+
 def party_configs(
     tmp,
     shards,
@@ -46,16 +73,19 @@ def party_configs(
     follower_debug=None,
     leader_train=None,
     bottoms=None,
+    fresh_keys=False,
 ) -> dict[str, str]:
     """Write leader/follower YAMLs under tmp; return {party: path}. leader_train: train keys of the leader only (task);
-    bottoms: {party: model.bottom} for parties whose bottom differs from `model`'s."""
+    bottoms: {party: model.bottom} for parties whose bottom differs from `model`'s. The parties' keys are this test
+    process's pooled ones (pooled_party_keys: a run on shards an earlier run used reuses its PSI); fresh_keys: a key
+    pair of tmp's own, so the run's PSI runs in full (a test whose subject is the PSI, or the bytes that cross)."""
     port = port or free_port()
     endpoint = f"tcp://127.0.0.1:{port}"
     # the tests' runs are short on purpose (a table run under ~50 steps is refused without allow_short_run)
     train = {"epochs": 1, "batch_size": 512, "seed": 0, "log_every": 5, "lr": 0.01, "threads": 1,
              "allow_short_run": True, **(train or {})}  # fmt: skip
     model = {**SMALL_MODEL, **(model or {})}
-    keys = party_keys(tmp, ("leader", *followers))
+    keys = (party_keys if fresh_keys else pooled_party_keys)(tmp, ("leader", *followers))
     paths = {}
     leader = {
         "role": "leader",

@@ -73,8 +73,11 @@ class Forwarder:
                 s.close()
 
 
-def replay_server(port: int, data: bytes, hold_s: float = 30.0) -> threading.Thread:
-    """Serve one connection on 127.0.0.1:port with `data` (a recorded stream), then hold it open."""
+def replay_server(
+    port: int, data: bytes, hold_s: float = 30.0, play: threading.Event | None = None
+) -> threading.Thread:
+    """Serve one connection on 127.0.0.1:port with `data` (a recorded stream), then hold it open. play: once the
+    connection is accepted, `data` is sent only when this event is set (within hold_s)."""
     server = socket.create_server(("127.0.0.1", port))
 
     def run():
@@ -85,6 +88,8 @@ def replay_server(port: int, data: bytes, hold_s: float = 30.0) -> threading.Thr
             server.close()
             return
         try:
+            if play is not None:
+                play.wait(hold_s)
             conn.sendall(data)
             conn.settimeout(hold_s)
             while conn.recv(1 << 16):

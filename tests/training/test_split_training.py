@@ -242,7 +242,8 @@ def test_parties_with_their_own_files_train_on_exactly_the_intersection_like_cen
 
     common = np.sort(ids64(vertical_raw["common"]))
     want = {s: int((split_of(common, PrepareOptions()) == k).sum()) for k, s in enumerate(("train", "valid", "test"))}
-    cfgs = party_configs(str(tmp_path), str(vertical_shards), train={"epochs": 1})
+    # fresh keys: the PSI over unequal id sets runs in full here, never reused from another test's run
+    cfgs = party_configs(str(tmp_path), str(vertical_shards), train={"epochs": 1}, fresh_keys=True)
     # Execute
     split = run_split(procs, cfgs)
     central = run_centralized(cfgs, str(tmp_path / "central"))

@@ -1,15 +1,19 @@
 """What a newcomer's first connection gets wrong is named within seconds, on the side that sees it, over real sockets
 on 127.0.0.1: a leader host that does not resolve, nothing listening at the endpoint, a leader key that does not match
-the follower's pinned file, a follower key the leader does not admit (once per key, bounded), and a peer's public key
-file that is missing."""
+the follower's pinned file, a follower key the leader does not admit (once per key, bounded), a peer's public key
+file that is missing, and a recorded leader session replayed to a follower (a failed CURVE handshake, even when it
+fails while the follower's first send is under way)."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
+import zmq
 
 from tests.support.party_processes import free_port, party_keys
+from tests.support.tcp_tools import Forwarder, replay_server
 from vfl.wire import FollowerChannel, LeaderChannel, PeerTimeout, WireError
 from vfl.wire.curve_keys import (
     KeyFileError,
@@ -175,3 +179,60 @@ def test_a_missing_peer_public_key_says_whose_key_to_obtain_and_where_to_put_it(
     assert "obtain the leader's public key (leader.key" in str(on_follower.value)
     assert str(on_follower.value).endswith(f"put it at {want_l}")
     assert "create key pairs" not in str(on_leader.value) + str(on_follower.value)
+
+
+def _recorded_leader_stream(server_public: bytes, server_secret: bytes, keys) -> bytes:
+    """What a CURVE server holding the leader's key sent to a follower through a recording forwarder (its
+    greeting, WELCOME and READY for that follower's transient key)."""
+    ctx = zmq.Context()
+    server = ctx.socket(zmq.ROUTER)
+    server.curve_server, server.curve_publickey, server.curve_secretkey = True, server_public, server_secret
+    proxy = Forwarder(free_port(), server.bind_to_random_port("tcp://127.0.0.1"))
+    client = ctx.socket(zmq.DEALER)
+    client.curve_serverkey, client.curve_publickey, client.curve_secretkey = server_public, keys.public, keys.secret
+    client.connect(f"tcp://127.0.0.1:{proxy._server.getsockname()[1]}")
+    try:
+        client.send(b"hello")
+        assert server.poll(int(DEADLINE_S * 1000)) and server.recv_multipart()[-1] == b"hello"
+        return proxy.stream("down", 0)
+    finally:
+        client.close(0)
+        server.close(0)
+        proxy.close()
+        ctx.term()
+
+
+def test_a_replayed_leader_session_is_named_a_failed_handshake_when_it_fails_between_the_poll_and_the_send(
+    tmp_path, monkeypatch
+):
+    """The follower's first send found the socket writable, then the CURVE handshake failed (a replayed WELCOME
+    cannot be opened with this follower's fresh transient key) and the socket could take nothing: the send watches
+    the connection's events, so the refusal is named at once, never a send that waits out its deadline."""
+    # Prepare: a leader session recorded, replayed to a fresh follower once its first send is under way
+    keys = party_keys(str(tmp_path), ("leader", "follower0"))
+    follower_keys = load_follower_keys(keys["follower0"][1], keys["leader"][0])
+    leader_keys = load_leader_keys(keys["leader"][1], {"follower0": keys["follower0"][0]})
+    recorded = _recorded_leader_stream(follower_keys.leader, leader_keys.secret, follower_keys)
+    port, play = free_port(), threading.Event()
+    replay_server(port, recorded, hold_s=2 * DEADLINE_S, play=play)
+    channel = FollowerChannel(f"tcp://127.0.0.1:{port}", "follower0", follower_keys, DEADLINE_S)
+    real_send = channel._sock.send
+
+    def send_after_the_handshake_failed(*args, **kwargs):
+        if not play.is_set():  # the socket was writable at the poll; the replay is played now, and the socket's
+            play.set()  # first write finds no connection to take it (libzmq: EAGAIN, or a wait until SNDTIMEO)
+            raise zmq.Again()
+        return real_send(*args, **kwargs)
+
+    monkeypatch.setattr(channel._sock, "send", send_after_the_handshake_failed)
+    t0 = time.monotonic()
+    # Execute
+    try:
+        with pytest.raises(WireError) as e:
+            channel.send("PSI", {"op": "hello"})
+            channel.recv(("PSI",))
+    finally:
+        channel.close()
+    # Assert
+    assert "failed the CURVE handshake" in str(e.value) and "replays a recorded session" in str(e.value)
+    assert time.monotonic() - t0 < FEW_SECONDS

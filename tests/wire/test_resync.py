@@ -240,3 +240,35 @@ def test_a_peer_that_sends_without_acknowledging_is_refused_before_its_kept_mess
     side.acknowledged("follower0", 10, ACK_LAG_MAX + 1)
     with pytest.raises(PeerGone, match="acknowledged 10 before"):
         side.agreed("follower0", 5, 0, ACK_LAG_MAX + 1, 0, leader=True)
+
+
+def test_a_lost_peers_wait_that_runs_out_between_two_clock_reads_ends_in_its_own_line(tmp_path, monkeypatch):
+    """The wait for a lost follower ends as PeerGone, naming reconnect_s and the step, even when its deadline passes
+    between the clock read that computed it and the one that finds it passed (a loaded machine's scheduling: once a
+    generic 'timed out after 60 s awaiting EMBEDDING', with no checkpoint named)."""
+    import time
+
+    from vfl.wire.resync import PeerGone
+
+    # Prepare: the follower's connection is gone (closed) and the leader waits up to 0.5 s for it; each time the
+    # leader computes the wait's deadline, the clock moves past it before the receive looks at the clock again
+    leader, follower, relay = _pair(tmp_path, reconnect_s=0.5, timeout_s=60.0)
+    compute = leader.resync.deadline
+
+    def deadline_then_delayed(peer, deadline, enabled):
+        due = compute(peer, deadline, enabled)
+        if leader.resync.links.get(peer) is not None and leader.resync.links[peer].lost_since is not None:
+            time.sleep(max(0.0, due - time.monotonic()) + 0.01)
+        return due
+
+    monkeypatch.setattr(leader.resync, "deadline", deadline_then_delayed)
+    follower.close()
+    relay.close()
+    try:
+        # Execute / Assert
+        with pytest.raises(
+            PeerGone, match=r"link to follower0 lost at step .* not back within network.reconnect_s=0.5 s"
+        ):
+            leader.recv("follower0", "EMBEDDING")
+    finally:
+        leader.close()

@@ -47,14 +47,23 @@ class PeerLost(WireError):
     """The connection of an authenticated peer dropped."""
 
 
-def send_frames(sock: zmq.Socket, frames: list, prefix: list | None = None) -> None:
+def send_frames(sock: zmq.Socket, frames: list, prefix: list | None = None, wait: bool = True) -> bool:
     """Send `prefix` (a ROUTER's routing id) and a message's frames, large ones without a copy; a send past the
-    deadline is PeerTimeout, a peer not connected PeerLost."""
+    deadline is PeerTimeout, a peer not connected PeerLost. wait=False: False, and nothing sent, when the socket
+    cannot take the first frame at once (the caller watches its connection's events meanwhile); True once sent."""
     parts = (prefix or []) + frames
     copy_flags = [not (isinstance(p, memoryview) and p.nbytes >= ZERO_COPY_MIN_BYTES) for p in parts]
     try:
         for i, (part, copy) in enumerate(zip(parts, copy_flags)):
-            sock.send(part, zmq.SNDMORE if i < len(parts) - 1 else 0, copy=copy)
+            flags = zmq.SNDMORE if i < len(parts) - 1 else 0
+            if i == 0 and not wait:
+                try:
+                    sock.send(part, flags | zmq.DONTWAIT, copy=copy)
+                except zmq.Again:
+                    return False
+                continue
+            sock.send(part, flags, copy=copy)
+        return True
     except zmq.Again:
         raise PeerTimeout(
             f"send timed out after {sock.getsockopt(zmq.SNDTIMEO) / 1000:g} s (peer not connected or not reading)"
@@ -244,6 +253,8 @@ class Endpoint:
             self._late_reads += 1  # input that already arrived is read before a timeout is declared (bounded)
             return True
         if remaining <= 0:
+            if self.reconnecting:
+                self.resync.ran_out(peer)  # the wait for a lost peer ran out between deadline()'s clock and this one
             raise PeerTimeout(
                 f"timed out after {self.timeout_s:g} s awaiting {awaiting} (network.timeout_s){self._why_silent()}"
             )

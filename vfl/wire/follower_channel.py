@@ -20,6 +20,7 @@ from vfl.wire.curve_keys import FollowerKeys, fingerprint
 from vfl.wire.endpoint import (
     ABORT_SEND_MS,
     Endpoint,
+    PeerTimeout,
     send_frames,
 )
 from vfl.wire.frames import (
@@ -86,16 +87,24 @@ class FollowerChannel(Endpoint):
         if self.reconnecting and self.resync.lost(self.leader):
             self._frames(self.leader, type_, meta, tensors)  # numbered and kept: sent once the leader is back
             return
-        self._wait_writable(type_)
+        wait_s = self._sock.getsockopt(zmq.SNDTIMEO) / 1000  # timeout_s; a best-effort ABORT's ABORT_SEND_MS
+        deadline = time.monotonic() + (wait_s if wait_s >= 0 else self.timeout_s)
+        self._wait_writable(type_, deadline)
         frames = self._frames(self.leader, type_, meta, tensors)
-        if self.reconnecting and self.resync.lost(self.leader):
-            return  # lost while waiting to send: kept, sent again after the resynchronisation
-        send_frames(self._sock, frames)
+        # the socket that could take a message a moment ago may have lost its connection since (a CURVE handshake
+        # refused just after the poll): a send never blocks, so the connection's events are watched until it goes
+        while True:
+            if self.reconnecting and self.resync.lost(self.leader):
+                return  # lost while waiting to send: kept, sent again after the resynchronisation
+            if send_frames(self._sock, frames, wait=False):
+                return
+            if time.monotonic() >= deadline:
+                raise PeerTimeout(f"send timed out after {wait_s:g} s (peer not connected or not reading)")
+            self._wait_writable(type_, deadline)
 
-    def _wait_writable(self, type_: str) -> None:
-        """Until the socket can take a message, watch the connection's events, so a refused CURVE handshake
-        is reported as such at once instead of as a send that timed out."""
-        deadline = time.monotonic() + self.timeout_s
+    def _wait_writable(self, type_: str, deadline: float) -> None:
+        """Until the socket can take a message (or the deadline), watch the connection's events, so a refused CURVE
+        handshake is reported as such at once instead of as a send that timed out."""
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLOUT)
         poller.register(self._monitor, zmq.POLLIN)

@@ -210,6 +210,14 @@ class Reconnection:
             self._say(f"link to {peer} back after {time.monotonic() - link.silent_since:.1f} s; nothing to resend")
             link.silent_since = None
 
+    def ran_out(self, peer: str | None) -> None:
+        """A receive from `peer` reached its deadline: PeerGone when that deadline was `peer`'s wait for its lost (or
+        silent) link (deadline() gave it), so the wait ends in its own line naming the step and the checkpoint, never
+        as a generic timeout (the clock read here is past the one deadline() read)."""
+        link = self.links.get(peer) if peer is not None else None
+        if link is not None and (link.lost_since is not None or link.silent_since is not None):
+            self._gone(peer, link)
+
     def _gone(self, peer: str, link: PeerLink) -> None:
         hint = self.resume_hint()
         raise PeerGone(
