@@ -135,6 +135,15 @@ def test_an_explicit_learning_rate_wins_over_the_recipes_rule():
     assert unset_sized.train.batch_size == 2225 and unset_filled["train.lr"] == unset_sized.train.lr == 0.002948
 
 
+def test_the_recipes_learning_rate_rule_fills_adams_rate_only():
+    # Prepare: flights' size with another optimizer and lr unset (the square-root rule is Adam's)
+    sgd = _leader({"optimizer": "sgd"})
+    # Execute
+    sized, filled = sized_schedule(sgd, 222_470, 277_690)
+    # Assert: the schema's rate, as before the rule
+    assert "train.lr" not in filled and sized.train.lr == sgd.train.lr
+
+
 def test_explicit_values_win_and_regression_stops_on_rmse():
     # Prepare: batch 16000 set, epochs unset; early stopping off; a regression leader with sizes set
     cfg = _leader({"batch_size": 16000, "early_stopping": False})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -228,3 +229,60 @@ def test_a_resumed_recipe_run_passes_preflight_and_trains_the_model_it_recorded(
         assert party.bottom_config == stored_model(checkpoints[n]).bottom and party.cut_dim == 16
     assert again["leader"].cfg.model.top.name == "mlp"
     assert again["leader"].loop.global_step > run["leader"].loop.global_step
+
+
+PLANTED = "planted_bottom_module"
+
+
+@pytest.mark.parametrize(
+    "section, change, overrides, needle",
+    [
+        ("bottom", lambda b: (b.pop("name"), b.update({"import": f"{PLANTED}:Bottom"})), {}, "model.bottom.import"),
+        (
+            "bottom",
+            lambda b: (b.pop("name"), b.update({"import": f"{PLANTED}:Bottom"})),
+            {"model.bottom.name": "wide_deep"},  # the YAML names the built-in: still not the record's code
+            "model.bottom.import",
+        ),
+        ("bottom", lambda b: b.update(dropout=0.5), {}, "model.bottom.dropout 0.5"),
+        ("bottom", lambda b: b.update(hidden=[4097]), {}, "model.bottom.hidden [4097]"),
+        ("top", lambda t: t.update(hidden=[64] * 17), {}, "at most 16 layers"),
+    ],
+    ids=["import", "import-beside-a-named-bottom", "dropout", "width", "depth"],
+)
+def test_a_record_naming_code_or_a_model_the_config_never_trains_is_refused_before_anything_is_built(
+    recipe_run, tmp_path, monkeypatch, section, change, overrides, needle
+):
+    # Prepare: the leader's checkpoint with a record a run of this YAML could not have written (its sha256 header
+    # recomputed, as anyone who can write the run directory can); a module on sys.path that marks its import
+    from vfl.training.trained_model import trained_config, training_model
+
+    tmp, run = recipe_run
+    (tmp_path / f"{PLANTED}.py").write_text(f"open({str(tmp_path / 'imported')!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = load_config(run["configs"]["leader"], overrides)
+    path = _rewrite(
+        _checkpoints(run)["leader"], str(tmp_path / "leader_final.pt"), lambda e: change(e["model_config"][section])
+    )
+    resuming = cfg.model_copy(update={"train": cfg.train.model_copy(update={"resume_from": path})})
+    # Execute / Assert: every reader refuses it in one line naming the key, and nothing was imported
+    for read in (lambda: trained_config(cfg, path), lambda: training_model(resuming, 1500)):
+        with pytest.raises(ConfigError) as e:
+            read()
+        assert "\n" not in str(e.value) and path in str(e.value) and needle in str(e.value), str(e.value)
+    assert not (tmp_path / "imported").exists() and PLANTED not in sys.modules
+
+
+def test_the_records_a_table_run_writes_pass_the_check_for_every_party(recipe_run):
+    # Prepare: the power side of the check above: the recipe's records (a tuned bottom, the leader's mlp top), read
+    # with the YAMLs they were trained with
+    from vfl.training.trained_model import trained_config
+
+    tmp, run = recipe_run
+    checkpoints = _checkpoints(run)
+    # Execute
+    cfgs = {p: trained_config(load_config(run["configs"][p]), checkpoints[p]) for p in ("leader", "follower0")}
+    # Assert
+    for cfg in cfgs.values():
+        assert cfg.model.bottom.cut_dim == 16 and tuple(cfg.model.bottom.hidden) == (256, 128)
+    assert cfgs["leader"].model.top.name == "mlp" and tuple(cfgs["leader"].model.top.hidden) == (128,)

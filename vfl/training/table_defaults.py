@@ -9,7 +9,7 @@ value always wins):
 |---|---|
 | train.batch_size | ~1% of the intersection's training rows, within [64, 4096] (and at least train.microbatches) |
 | train.epochs | enough for >= 300 optimizer steps; RECIPE_STEPS (1200) with the tuned recipe |
-| train.lr (with the tuned recipe) | recipe_lr(batch): RECIPE_LR (1e-3) x sqrt(batch / LR_REFERENCE_BATCH (256)), within [1e-3, 4e-3] |
+| train.lr (with the tuned recipe, optimizer adam) | recipe_lr(batch): RECIPE_LR (1e-3) x sqrt(batch / LR_REFERENCE_BATCH (256)), within [1e-3, 4e-3] |
 | train.early_stopping | on: the validation metric of the task (auc, rmse), patience RECIPE_PATIENCE (leader) |
 | model.bottom (no key set, under 1M rows) | the tuned recipe, TUNED_BOTTOM: wide_deep, embedding 16, hidden [256, 128], cut 16 |
 | model.top (leader, no key set, with the tuned bottom) | TUNED_TOP: mlp, hidden [128] |
@@ -175,7 +175,7 @@ def sized_schedule(cfg: PartyConfig, train_rows: int, rows: int | None = None) -
         steps_per_epoch = math.ceil(train_rows / batch)
         target = RECIPE_STEPS if recipe else TARGET_STEPS
         fill["epochs"] = min(max(1, math.ceil(target / steps_per_epoch)), 10_000)
-    if recipe and "lr" not in given:
+    if recipe and "lr" not in given and train.optimizer == "adam":  # the rule is Adam's (recipe_lr)
         fill["lr"] = round(recipe_lr(batch), 6)
     if cfg.is_leader and "early_stopping" not in given:
         fill["early_stopping"] = EarlyStoppingConfig(

@@ -7,8 +7,9 @@ into every checkpoint (`extra[MODEL_CONFIG_KEY]`) and its sidecar (read before t
 as BottomParty built it, every key; "top": the leader's top config, None on a follower}.
 
 A reader validates it with the config's own schema (ModelConfig: the domains a YAML gets; JSON, never eval or
-pickle) and refuses, in one line, a record that does not validate or a key the party's YAML sets to another value
-(`with_trained_model`). Where the YAML leaves model.bottom or model.top unset, the record's goes there: the config
+pickle) and refuses, in one line, a record that does not validate, a key the party's YAML sets to another value, or
+a record that differs from the config outside the keys a table run sizes (SIZED_KEYS; an import path, options or
+dropout the YAML does not name are refused: a record never chooses code) or sizes out of bounds (`with_trained_model`). Where the YAML leaves model.bottom or model.top unset, the record's goes there: the config
 then hashes to the model digest of the run record (vfl/runs/record.py) and says the cut width the handshakes
 compare; BottomParty builds the recorded bottom itself, sizes included. A checkpoint written before the record
 existed is read as before: the model resolved from the shard's rows (`table_model_of_shard`).
@@ -23,7 +24,21 @@ from pydantic import ValidationError
 from vfl.config.report import problems
 from vfl.config.schema import BottomConfig, ConfigError, ModelConfig, PartyConfig, TopConfig
 from vfl.training.checkpoint_format import MODEL_CONFIG_KEY, checkpoint_meta
-from vfl.training.table_defaults import is_table_party, table_model, table_model_of_shard
+from vfl.training.table_defaults import (
+    SMALL_MODEL,
+    TUNED_BOTTOM,
+    TUNED_TOP,
+    is_table_party,
+    table_model,
+    table_model_of_shard,
+)
+
+# The keys a table run fills where its YAML leaves them unset (vfl/training/table_defaults.py): the only keys in which
+# a record may differ from the config it is read with. Everything else (an import path, options, dropout, scaling)
+# must be the config's own, so a record can never name code or a model the YAML does not.
+SIZED_KEYS = {"bottom": frozenset(TUNED_BOTTOM) | frozenset(SMALL_MODEL), "top": frozenset(TUNED_TOP)}
+MAX_RECORDED_LAYERS = 16  # a recorded `hidden` longer than this, or wider than the schema's 4096, is refused
+MAX_RECORDED_WIDTH = 4096
 
 
 def _choice_doc(choice: BottomConfig | TopConfig) -> dict:
@@ -68,6 +83,31 @@ def _contradictions(now: BottomConfig | TopConfig, stored: BottomConfig | TopCon
     return out
 
 
+def _unsized(now: BottomConfig | TopConfig, stored: BottomConfig | TopConfig, section: str) -> list[str]:
+    """Each key the YAML leaves unset in which the record differs from the config, outside the keys a table run
+    sizes (SIZED_KEYS), and each recorded size out of bounds: what no training run of this config could have built."""
+    sized = {k: getattr(stored, k) for k in SIZED_KEYS[section] if k not in now.model_fields_set}
+    # what this config trains with the record's sizes, normalised as a stored record is (options by the model's name)
+    try:
+        could = type(now).model_validate(_choice_doc(now.model_copy(update=sized)))
+    except ValidationError:  # e.g. options the YAML sets for another model than the recorded name
+        return [f"model.{section} {_choice_doc(stored)} (the config's keys do not fit it)"]
+    out = []
+    for field in sorted(type(now).model_fields):
+        was, is_ = getattr(stored, field), getattr(could, field)
+        if was != is_:
+            key = field.rstrip("_")
+            sizes = ", ".join(sorted(SIZED_KEYS[section]))
+            out.append(f"model.{section}.{key} {_shown(was)} (the config: {_shown(is_)}; a run sizes only {sizes})")
+    hidden = tuple(getattr(stored, "hidden", ()))
+    if len(hidden) > MAX_RECORDED_LAYERS or any(w > MAX_RECORDED_WIDTH for w in hidden):
+        out.append(
+            f"model.{section}.hidden {_shown(hidden)} (a table run builds at most {MAX_RECORDED_LAYERS} "
+            f"layers of at most {MAX_RECORDED_WIDTH})"
+        )
+    return out
+
+
 def _shown(value) -> str:
     return repr(list(value)) if isinstance(value, tuple) else repr(value)
 
@@ -90,6 +130,14 @@ def with_trained_model(cfg: PartyConfig, model: ModelConfig, where: str) -> Part
     if found:
         raise ConfigError(
             f"{where} was trained with {'; '.join(found)}: use the config of the training run, or train again"
+        )
+    unsized = _unsized(bottom, model.bottom, "bottom")
+    if cfg.is_leader and model.top is not None:
+        unsized += _unsized(top or TopConfig(), model.top, "top")
+    if unsized:
+        raise ConfigError(
+            f"{where} records a model this config never trains: {'; '.join(unsized)}; the checkpoint or its sidecar "
+            "was altered: use the training run's own checkpoint"
         )
     update = {}
     if not bottom.model_fields_set:
