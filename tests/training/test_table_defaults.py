@@ -257,3 +257,28 @@ def test_a_shard_manifest_that_cannot_be_read_is_one_line_naming_it(tmp_path, ma
     # Assert
     text = str(e.value)
     assert "\n" not in text and str(tmp_path / "manifest.json") in text and "prepare the shard again" in text
+
+
+class _Shard:
+    """What size_table_run reads of a prepared shard: its training split's length and its manifest's rows."""
+
+    def __init__(self, train_rows: int, rows: int):
+        self.train_rows, self.manifest = train_rows, {"rows": {"train": train_rows, "test": rows - train_rows}}
+
+    def split(self, name: str):
+        return range(self.train_rows)
+
+
+def test_a_run_resuming_a_checkpoint_written_before_the_rate_rule_keeps_the_rate_it_trained_with():
+    # Prepare: flights' size; a resume from a checkpoint that records no model (written before the rule and the
+    # record), and one from a checkpoint that records the recipe's bottom (written with the rule)
+    from vfl.training.table_defaults import size_table_run, table_model
+
+    older = _leader({"resume_from": "runs/x/checkpoints/bank_final.pt"})
+    recorded = table_model(older, 277_690)
+    # Execute
+    kept, kept_filled = size_table_run(older, _Shard(222_470, 277_690), lambda line: None)
+    ruled, ruled_filled = size_table_run(recorded, _Shard(222_470, 277_690), lambda line: None, recorded.model.bottom)
+    # Assert: the older run resumes at the schema's rate; the recorded one at the rule's, as it trained
+    assert "train.lr" not in kept_filled and kept.train.lr == older.train.lr
+    assert ruled_filled["train.lr"] == ruled.train.lr == 0.002948

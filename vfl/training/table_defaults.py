@@ -157,10 +157,12 @@ def recipe_lr(batch: int) -> float:
     return min(max(RECIPE_LR * math.sqrt(batch / LR_REFERENCE_BATCH), RECIPE_LR), RECIPE_LR_CAP)
 
 
-def sized_schedule(cfg: PartyConfig, train_rows: int, rows: int | None = None) -> tuple[PartyConfig, dict]:
+def sized_schedule(
+    cfg: PartyConfig, train_rows: int, rows: int | None = None, lr_rule: bool = True
+) -> tuple[PartyConfig, dict]:
     """The config with train.batch_size, train.epochs and (leader) train.early_stopping sized for `train_rows` where
-    unset (with the tuned recipe, `rows` being the shard's: RECIPE_STEPS instead of TARGET_STEPS), and what was
-    filled ({} for a Criteo-format party or where everything was set)."""
+    unset (with the tuned recipe, `rows` being the shard's: RECIPE_STEPS instead of TARGET_STEPS, and with lr_rule
+    Adam's rate by recipe_lr), and what was filled ({} for a Criteo-format party or where everything was set)."""
     train = cfg.train
     if not is_table_party(cfg) or train_rows <= 0:
         return cfg, {}
@@ -175,7 +177,7 @@ def sized_schedule(cfg: PartyConfig, train_rows: int, rows: int | None = None) -
         steps_per_epoch = math.ceil(train_rows / batch)
         target = RECIPE_STEPS if recipe else TARGET_STEPS
         fill["epochs"] = min(max(1, math.ceil(target / steps_per_epoch)), 10_000)
-    if recipe and "lr" not in given and train.optimizer == "adam":  # the rule is Adam's (recipe_lr)
+    if recipe and lr_rule and "lr" not in given and train.optimizer == "adam":  # the rule is Adam's (recipe_lr)
         fill["lr"] = round(recipe_lr(batch), 6)
     if cfg.is_leader and "early_stopping" not in given:
         fill["early_stopping"] = EarlyStoppingConfig(
@@ -227,7 +229,12 @@ def size_table_run(cfg: PartyConfig, shard, log, trained: BottomConfig | None = 
     train_rows = len(shard.split("train"))
     rows = shard_rows(shard.manifest)
     top_was_unset = top_unset(cfg)
-    cfg, filled = sized_schedule(cfg if trained is not None else table_model(cfg, rows), train_rows, rows)
+    # a checkpoint that records no model was written before the learning-rate rule: its run resumes at the rate it
+    # trained with (the schema's), not a rate the rule would change mid-run
+    older = bool(cfg.train.resume_from) and trained is None
+    cfg, filled = sized_schedule(
+        cfg if trained is not None else table_model(cfg, rows), train_rows, rows, lr_rule=not older
+    )
     sized, bottom_filled = sized_bottom(cfg, rows)
     built = trained or sized
     filled.update({k: _shown(getattr(built, k.rsplit(".", 1)[1])) for k in bottom_filled})
