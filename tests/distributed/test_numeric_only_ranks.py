@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.support.party_processes import free_port
-from vfl.config.schema import BottomConfig
+from vfl.config.model_sections import BottomConfig
 from vfl.models.inputs import InputSchema
 from vfl.models.registry import build_bottom
 

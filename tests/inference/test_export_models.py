@@ -25,7 +25,7 @@ def _feeds(names, inputs) -> dict:
 
 @pytest.mark.parametrize("name", ["wide_deep", "deepfm", "dcn_v2", "mlp"])
 def test_every_registered_bottom_exports_and_cuts_as_torch_does(name):
-    from vfl.config.schema import BottomConfig
+    from vfl.config.model_sections import BottomConfig
     from vfl.inference.export.onnx_engine import module_to_onnx, onnx_max_diff
     from vfl.models.registry import BOTTOMS, build_bottom
 
@@ -53,7 +53,7 @@ def test_the_registry_has_no_bottom_this_test_misses():
     "top, task", [("linear", ("binary", None)), ("mlp", ("multiclass", 4)), ("interaction", ("regression", None))]
 )
 def test_every_top_and_output_mapping_exports_and_scores_as_torch_does(top, task):
-    from vfl.config.schema import BottomConfig, TopConfig
+    from vfl.config.model_sections import BottomConfig, TopConfig
     from vfl.data.task import Task
     from vfl.inference.export.onnx_engine import module_to_onnx, onnx_max_diff
     from vfl.inference.party_model import scorer

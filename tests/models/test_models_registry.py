@@ -8,7 +8,8 @@ import itertools
 import pytest
 import torch
 
-from vfl.config.schema import BottomConfig, ConfigError, TopConfig, parse_config
+from vfl.config.model_sections import BottomConfig, TopConfig
+from vfl.config.schema import ConfigError, parse_config
 from vfl.models.dcn_v2 import CrossLayer
 from vfl.models.deepfm import fm_second_order
 from vfl.models.inputs import InputSchema

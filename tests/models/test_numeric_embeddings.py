@@ -106,7 +106,7 @@ def test_an_embedded_bottom_exports_to_onnx_scoring_as_torch_does(tmp_path):
     # Prepare: the shop's bottom (periodic and piecewise-linear columns) with every parameter drawn at random (the
     # piecewise-linear part starts at zero otherwise)
     pytest.importorskip("onnxruntime")
-    from vfl.config.schema import BottomConfig
+    from vfl.config.model_sections import BottomConfig
     from vfl.data.shards import PartyShard
     from vfl.inference.export.onnx_engine import module_to_onnx, onnx_max_diff
     from vfl.models.inputs import InputSchema
@@ -132,7 +132,7 @@ def test_an_embedded_bottom_exports_to_onnx_scoring_as_torch_does(tmp_path):
 
 
 def test_numeric_scaling_is_refused_for_a_bottom_with_embedded_columns(tmp_path):
-    from vfl.config.schema import BottomConfig
+    from vfl.config.model_sections import BottomConfig
     from vfl.data.shards import PartyShard
     from vfl.models.inputs import InputSchema
     from vfl.models.registry import build_bottom

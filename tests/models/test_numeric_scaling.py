@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from vfl.config.schema import BottomConfig, ConfigError, parse_config
+from vfl.config.model_sections import BottomConfig
+from vfl.config.schema import ConfigError, parse_config
 from vfl.models.inputs import InputSchema
 from vfl.models.numeric_scaling import NumericScaler, ScaledInputs, numeric_stats, split_numeric_stats
 from vfl.models.registry import build_bottom, model_spec

@@ -22,7 +22,7 @@ SCHEMA = InputSchema(("a", "b"), ("c", "d", "e"), (7, 5, 9), (0.5, 2.0), (1.0, 3
 
 
 def _bottom(name: str, numeric_scaling: str = "none") -> nn.Module:
-    from vfl.config.schema import BottomConfig
+    from vfl.config.model_sections import BottomConfig
 
     cfg = BottomConfig(name=name, embedding_dim=4, hidden=[8], cut_dim=2, numeric_scaling=numeric_scaling)
     return build_bottom(cfg, SCHEMA, 0, "p")

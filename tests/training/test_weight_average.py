@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from vfl.config.schema import TopConfig, TrainConfig
+from vfl.config.model_sections import TopConfig
+from vfl.config.schema import TrainConfig
 from vfl.training.optim import ScheduledOptimizer, build_optimizer
 from vfl.training.top import TopTrainer
 from vfl.training.weight_average import WeightAverage

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from vfl.config.model_options import DCNv2Options
-from vfl.config.schema import BottomConfig
+from vfl.config.model_sections import BottomConfig
 from vfl.models.inputs import FieldEmbeddings, InputSchema, flat_inputs
 
 

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from vfl.config.model_options import DeepFMOptions
-from vfl.config.schema import BottomConfig
+from vfl.config.model_sections import BottomConfig
 from vfl.models.inputs import FieldEmbeddings, InputSchema
 from vfl.models.mlp import mlp
 

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from vfl.config.model_options import MLPOptions
-from vfl.config.schema import BottomConfig
+from vfl.config.model_sections import BottomConfig
 from vfl.models.inputs import FieldEmbeddings, InputSchema, flat_inputs
 from vfl.models.mlp import mlp
 

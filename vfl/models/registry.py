@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from vfl.config.model_options import BOTTOM_OPTIONS, TOP_OPTIONS, Options
-from vfl.config.schema import BottomConfig, TopConfig
+from vfl.config.model_sections import BottomConfig, TopConfig
 from vfl.models.dcn_v2 import DCNv2Bottom
 from vfl.models.deepfm import DeepFMBottom
 from vfl.models.inputs import InputSchema

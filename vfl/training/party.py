@@ -7,7 +7,8 @@ import os
 import numpy as np
 import torch
 
-from vfl.config.schema import BottomConfig, PartyConfig
+from vfl.config.model_sections import BottomConfig
+from vfl.config.schema import PartyConfig
 from vfl.data.shards import PartyShard, steps_per_epoch
 from vfl.models.inputs import InputSchema
 from vfl.models.registry import build_bottom, check_model_spec, model_spec

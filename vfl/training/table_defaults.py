@@ -47,7 +47,8 @@ import json
 import math
 import os
 
-from vfl.config.schema import BottomConfig, ConfigError, EarlyStoppingConfig, PartyConfig, TopConfig
+from vfl.config.model_sections import BottomConfig, TopConfig
+from vfl.config.schema import ConfigError, EarlyStoppingConfig, PartyConfig
 from vfl.training.run_size import MIN_STEPS, run_size_warnings
 
 TARGET_STEPS = 300

@@ -13,7 +13,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vfl.config.schema import TopConfig, TrainConfig
+from vfl.config.model_sections import TopConfig
+from vfl.config.schema import TrainConfig
 from vfl.data.task import Task
 from vfl.models.registry import build_top, check_model_spec, model_spec
 from vfl.training.optim import ScheduledOptimizer, build_optimizer

@@ -21,8 +21,9 @@ import os
 
 from pydantic import ValidationError
 
+from vfl.config.model_sections import BottomConfig, ModelConfig, TopConfig
 from vfl.config.report import problems
-from vfl.config.schema import BottomConfig, ConfigError, ModelConfig, PartyConfig, TopConfig
+from vfl.config.schema import ConfigError, PartyConfig
 from vfl.training.checkpoint_format import MODEL_CONFIG_KEY, checkpoint_meta
 from vfl.training.table_defaults import (
     SMALL_MODEL,
