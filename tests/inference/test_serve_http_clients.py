@@ -460,3 +460,27 @@ def test_a_newcomer_takes_an_old_tricklers_slot_not_a_fresh_connection_whose_req
         for ours, theirs in pairs:
             ours.close()
             theirs.close()
+
+
+def test_attackers_reconnecting_within_a_fresh_request_s_window_take_their_own_slots_not_the_whole_request():
+    # Prepare: one address, 2 slots: an honest connection 0.2 s old whose whole request (300 B) waits unread (its
+    # handler delayed on a loaded machine), and an attacker's reconnect 0.1 s old that sent 31 header bytes
+    table = ClientTable(ClientLimits(max_connections=2, max_per_address=2, read_timeout_s=30.0))
+    pairs = [socket.socketpair() for _ in range(4)]
+    honest, trickler = (table.admit(ours, "10.0.0.3") for ours, _ in pairs[:2])
+    now = time.monotonic()
+    honest.since, trickler.since = now - 0.2, now - 0.1
+    pairs[0][1].sendall(b"x" * 300)
+    pairs[1][1].sendall(b"POST /score HTTP/1.1\r\nX-Slow: a")
+    try:
+        # Execute: two more reconnects from the address while both are fresh, the second sending nothing yet
+        table.admit(pairs[2][0], "10.0.0.3")
+        table.admit(pairs[3][0], "10.0.0.3")
+        # Assert: each took an attacker's slot (the trickler's, then the first reconnect's, which sent nothing); the
+        # request that arrived whole holds its slot though it is the oldest
+        assert set(table._clients) == {honest.sock, pairs[3][0]}
+        assert table.stats()["displaced"] == 2
+    finally:
+        for ours, theirs in pairs:
+            ours.close()
+            theirs.close()

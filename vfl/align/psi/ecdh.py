@@ -47,6 +47,7 @@ Suite ``ecdh-psi/ristretto255-sha512/v2``; each choice and why:
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import ctypes.util
 import hashlib
@@ -171,7 +172,15 @@ def _workers():
             n = min(_cores(), 8)
             _pool = mp.get_context("fork").Pool(n) if n > 1 else False
             _pool_pid = os.getpid()
+            if _pool:
+                atexit.register(_close_workers, _pool, _pool_pid)  # not left to Pool.__del__, which fails at exit
         return _pool or None
+
+
+def _close_workers(pool, pid: int) -> None:
+    """Stop the workers at exit, in the process that started them only (a forked child inherits the handler)."""
+    if os.getpid() == pid:
+        pool.terminate()
 
 
 def _cores() -> int:

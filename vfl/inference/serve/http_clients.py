@@ -16,8 +16,10 @@ When a newcomer finds its address holding `max_per_address` connections, it take
 reading or writing connections; when it finds `max_connections` in all, of one of the address holding the most. Of
 those it takes the one of lowest progress: the fewest bytes a second since its phase began (delivered while reading,
 whether read or still in the socket for a handler a loaded machine has not run yet; taken by the client while
-writing), the longest-waiting first among equals. A connection in the first `FRESH_S` of its reading, whose first
-bytes may still be on their way, is taken only after every older one, oldest first. A reading connection whose
+writing), the longest-waiting first among equals. A connection in the first `FRESH_S` of its reading or writing,
+whose first bytes or acknowledgements may still be on their way, is taken only after every older one, and of those the
+one that has moved the fewest bytes first (a request that has arrived whole outlasts connections that have sent
+nothing or a few header bytes, however its handler is delayed), the oldest first among equals. A reading connection whose
 headers are complete and whose body has kept arriving at `MIN_BODY_BYTES_PER_S` or more (after `BODY_GRACE_S`) is
 never taken, nor is a working one. With none to take the newcomer gets 503. So slow, idle and unread clients hold
 slots only until a client that sends its request promptly needs one; a client on an address of its own loses its
@@ -120,14 +122,16 @@ class Client:
         self.since, self.state = time.monotonic(), READING  # measured from accept
         self.received, self.budget, self.head_at, self.head_bytes, self.sent = 0, MAX_HEAD_BYTES, None, 0, 0
 
-    def progress(self, now: float) -> float:
-        """Bytes a second since its phase began: delivered by the client while reading (read, or waiting in the socket
-        for a busy handler), taken by the client while writing."""
+    def moved(self) -> int:
+        """Bytes since its phase began: delivered by the client while reading (read, or waiting in the socket for a
+        busy handler), taken by the client while writing."""
         if self.state == READING:
-            moved = self.received + unread_bytes(self.sock)
-        else:
-            moved = max(0, self.sent - unsent_bytes(self.sock))
-        return moved / max(now - self.since, 1e-3)
+            return self.received + unread_bytes(self.sock)
+        return max(0, self.sent - unsent_bytes(self.sock))
+
+    def progress(self, now: float) -> float:
+        """Bytes moved a second since its phase began."""
+        return self.moved() / max(now - self.since, 1e-3)
 
     def body_on_pace(self, now: float) -> bool:
         """Its headers are complete and its body has arrived at MIN_BODY_BYTES_PER_S since (after BODY_GRACE_S)."""
@@ -169,8 +173,8 @@ class ClientTable:
 
     def _least_progress(self, address: str | None) -> Client | None:
         """The displaceable client (of `address`, or of any) of the address holding the most, of lowest progress
-        (the longest-waiting among equals), a reading one in its first FRESH_S after every older one of its group and
-        oldest first; a body arriving on pace and a working client are not displaceable."""
+        (the longest-waiting among equals), one in its first FRESH_S after every older one of its group, fewest bytes
+        moved then oldest first; a body arriving on pace and a working client are not displaceable."""
         now = time.monotonic()
         open_ = [
             c
@@ -181,8 +185,8 @@ class ClientTable:
             return None
 
         def rank(c: Client) -> tuple:
-            fresh = c.state == READING and now - c.since < FRESH_S  # its first bytes may still be on their way
-            return -self._per_address[c.address], fresh, 0.0 if fresh else c.progress(now), c.since
+            fresh = now - c.since < FRESH_S  # its first bytes, or its client's acknowledgements, may be on their way
+            return -self._per_address[c.address], fresh, c.moved() if fresh else c.progress(now), c.since
 
         return min(open_, key=rank)
 
