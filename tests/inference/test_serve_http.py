@@ -65,6 +65,9 @@ def test_connections_beyond_the_bound_get_503_when_none_is_waiting_for_its_reque
     held.set()
     for t in clients:
         t.join(timeout=10)
+    deadline = time.monotonic() + 10  # their handlers have answered, seen the clients close and freed the slots
+    while server.clients.stats()["connections"] and time.monotonic() < deadline:
+        time.sleep(0.01)
     fourth = _post(port, json.dumps({"ids": [1]}).encode())
     # Assert: 503 naming the bound, then scores again
     assert third.startswith("HTTP/1.1 503 ") and "at most 2" in json.loads(third.split("\r\n\r\n")[1])["error"]

@@ -462,21 +462,25 @@ def test_a_newcomer_takes_an_old_tricklers_slot_not_a_fresh_connection_whose_req
             theirs.close()
 
 
-def test_attackers_reconnecting_within_a_fresh_request_s_window_take_their_own_slots_not_the_whole_request():
-    # Prepare: one address, 2 slots: an honest connection 0.2 s old whose whole request (300 B) waits unread (its
-    # handler delayed on a loaded machine), and an attacker's reconnect 0.1 s old that sent 31 header bytes
+def test_attackers_reconnecting_within_a_fresh_request_s_window_take_their_own_slots_not_the_arrived_request():
+    # Prepare: one address, 2 slots: an honest connection 0.2 s old whose request has arrived whole, its handler (on a
+    # loaded machine) having read only the first line, the rest waiting in the socket; an attacker's reconnect 0.1 s
+    # old that sent 31 header bytes
     table = ClientTable(ClientLimits(max_connections=2, max_per_address=2, read_timeout_s=30.0))
     pairs = [socket.socketpair() for _ in range(4)]
     honest, trickler = (table.admit(ours, "10.0.0.3") for ours, _ in pairs[:2])
     now = time.monotonic()
     honest.since, trickler.since = now - 0.2, now - 0.1
-    pairs[0][1].sendall(b"x" * 300)
+    request = b'POST /score HTTP/1.1\r\nContent-Length: 12\r\n\r\n{"ids": [1]}'
+    pairs[0][1].sendall(request)
+    honest.received = len(pairs[0][0].recv(22))  # "POST /score HTTP/1.1\r\n"
+    honest.saw(request[:22])
     pairs[1][1].sendall(b"POST /score HTTP/1.1\r\nX-Slow: a")
     try:
         # Execute: two more reconnects from the address while both are fresh, the second sending nothing yet
         table.admit(pairs[2][0], "10.0.0.3")
         table.admit(pairs[3][0], "10.0.0.3")
-        # Assert: each took an attacker's slot (the trickler's, then the first reconnect's, which sent nothing); the
+        # Assert: each took a slot whose request head had not arrived (the trickler's, then the first reconnect's); the
         # request that arrived whole holds its slot though it is the oldest
         assert set(table._clients) == {honest.sock, pairs[3][0]}
         assert table.stats()["displaced"] == 2
@@ -484,3 +488,21 @@ def test_attackers_reconnecting_within_a_fresh_request_s_window_take_their_own_s
         for ours, theirs in pairs:
             ours.close()
             theirs.close()
+
+
+def test_a_request_head_is_seen_whole_across_the_handler_s_reads_and_the_socket_only_at_its_blank_line():
+    # Prepare: a head cut at every byte between what the handler read and what waits in the socket
+    head = b"POST /score HTTP/1.1\r\nHost: a\r\n\r\n"
+    for cut in range(len(head) + 1):
+        for whole in (head, head[:-1]):
+            ours, theirs = socket.socketpair()
+            try:
+                client = ClientTable(ClientLimits(4, 4, 30.0)).admit(ours, "10.0.0.1")
+                theirs.sendall(whole)
+                client.received = len(ours.recv(cut)) if cut else 0
+                client.saw(whole[:cut])
+                # Execute / Assert: whole only with the blank line, wherever the cut
+                assert client.head_arrived() == (whole == head), (cut, whole)
+            finally:
+                ours.close()
+                theirs.close()

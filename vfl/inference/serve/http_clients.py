@@ -17,9 +17,9 @@ reading or writing connections; when it finds `max_connections` in all, of one o
 those it takes the one of lowest progress: the fewest bytes a second since its phase began (delivered while reading,
 whether read or still in the socket for a handler a loaded machine has not run yet; taken by the client while
 writing), the longest-waiting first among equals. A connection in the first `FRESH_S` of its reading or writing,
-whose first bytes or acknowledgements may still be on their way, is taken only after every older one, and of those the
-one that has moved the fewest bytes first (a request that has arrived whole outlasts connections that have sent
-nothing or a few header bytes, however its handler is delayed), the oldest first among equals. A reading connection whose
+whose first bytes or acknowledgements may still be on their way, is taken only after every older one: first those
+whose request line and headers have not arrived whole (read or waiting in the socket), then the others (a request that
+has arrived, whose handler a loaded machine has not run yet, or an answer being taken), oldest first in each. A reading connection whose
 headers are complete and whose body has kept arriving at `MIN_BODY_BYTES_PER_S` or more (after `BODY_GRACE_S`) is
 never taken, nor is a working one. With none to take the newcomer gets 503. So slow, idle and unread clients hold
 slots only until a client that sends its request promptly needs one; a client on an address of its own loses its
@@ -29,6 +29,7 @@ arriving at a steady rate is never displaced, even by clients on its own address
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import io
 import json
@@ -52,6 +53,10 @@ FRESH_S = 0.5  # a request's first half second (a round trip, a client's schedul
 UNSENT_WAIT_S, MAX_UNSENT_WAIT_S = 0.005, 0.1  # a writing connection's unacknowledged bytes are looked at again
 # after 5 ms, then twice as long each time, 0.1 s at most
 READING, WORKING, WRITING = "reading", "working", "writing"
+HEAD_END = b"\r\n\r\n"  # the blank line that ends a request's line and headers
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_LIBC.recv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_LIBC.recv.restype = ctypes.c_ssize_t
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,18 @@ def unread_bytes(sock: socket.socket) -> int:
         return 0
 
 
+def waiting_bytes(sock: socket.socket, most: int) -> bytes:
+    """Up to `most` of the bytes the peer has delivered that this endpoint has not read yet, left in the socket
+    (recv(MSG_PEEK | MSG_DONTWAIT) through libc: the socket object's own recv would wait out its timeout when its
+    handler has just read them)."""
+    n = min(unread_bytes(sock), most)
+    if n <= 0:
+        return b""
+    buffer = ctypes.create_string_buffer(n)
+    got = _LIBC.recv(sock.fileno(), buffer, n, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    return buffer.raw[: max(got, 0)]
+
+
 def unsent_bytes(sock: socket.socket) -> int:
     """Bytes of the socket's send queue its peer has not acknowledged (Linux SIOCOUTQ; 0 where unsupported)."""
     try:
@@ -115,23 +132,47 @@ def unsent_bytes(sock: socket.socket) -> int:
 class Client:
     """One admitted connection: its address, its state, when that phase began, and its bytes in it."""
 
-    __slots__ = ("sock", "address", "since", "state", "received", "budget", "head_at", "head_bytes", "sent")
+    __slots__ = (
+        "sock",
+        "address",
+        "since",
+        "state",
+        "received",
+        "budget",
+        "head_at",
+        "head_bytes",
+        "sent",
+        "head_seen",
+        "tail",
+    )
 
     def __init__(self, sock: socket.socket, address: str):
         self.sock, self.address = sock, address
         self.since, self.state = time.monotonic(), READING  # measured from accept
         self.received, self.budget, self.head_at, self.head_bytes, self.sent = 0, MAX_HEAD_BYTES, None, 0, 0
-
-    def moved(self) -> int:
-        """Bytes since its phase began: delivered by the client while reading (read, or waiting in the socket for a
-        busy handler), taken by the client while writing."""
-        if self.state == READING:
-            return self.received + unread_bytes(self.sock)
-        return max(0, self.sent - unsent_bytes(self.sock))
+        self.head_seen, self.tail = False, b""  # whether the bytes read hold a whole head; their last 3
 
     def progress(self, now: float) -> float:
-        """Bytes moved a second since its phase began."""
-        return self.moved() / max(now - self.since, 1e-3)
+        """Bytes a second since its phase began: delivered by the client while reading (read, or waiting in the socket
+        for a busy handler), taken by the client while writing."""
+        if self.state == READING:
+            moved = self.received + unread_bytes(self.sock)
+        else:
+            moved = max(0, self.sent - unsent_bytes(self.sock))
+        return moved / max(now - self.since, 1e-3)
+
+    def head_arrived(self) -> bool:
+        """Its request line and headers have arrived whole (read by its handler, or waiting in the socket), or it is
+        being answered."""
+        if self.state != READING or self.head_at is not None or self.head_seen:
+            return True
+        return HEAD_END in self.tail + waiting_bytes(self.sock, MAX_HEAD_BYTES)
+
+    def saw(self, chunk: bytes) -> None:
+        """Bytes its handler has read: note whether they complete a request head."""
+        seen = self.tail + chunk
+        self.head_seen = self.head_seen or HEAD_END in seen
+        self.tail = seen[-(len(HEAD_END) - 1) :]
 
     def body_on_pace(self, now: float) -> bool:
         """Its headers are complete and its body has arrived at MIN_BODY_BYTES_PER_S since (after BODY_GRACE_S)."""
@@ -173,8 +214,9 @@ class ClientTable:
 
     def _least_progress(self, address: str | None) -> Client | None:
         """The displaceable client (of `address`, or of any) of the address holding the most, of lowest progress
-        (the longest-waiting among equals), one in its first FRESH_S after every older one of its group, fewest bytes
-        moved then oldest first; a body arriving on pace and a working client are not displaceable."""
+        (the longest-waiting among equals), one in its first FRESH_S after every older one of its group, those without
+        a whole request head first, oldest first; a body arriving on pace and a working client are not
+        displaceable."""
         now = time.monotonic()
         open_ = [
             c
@@ -185,8 +227,9 @@ class ClientTable:
             return None
 
         def rank(c: Client) -> tuple:
-            fresh = now - c.since < FRESH_S  # its first bytes, or its client's acknowledgements, may be on their way
-            return -self._per_address[c.address], fresh, c.moved() if fresh else c.progress(now), c.since
+            if now - c.since < FRESH_S:  # its first bytes, or its client's acknowledgements, may be on their way
+                return -self._per_address[c.address], True, c.head_arrived(), c.since
+            return -self._per_address[c.address], False, c.progress(now), c.since
 
         return min(open_, key=rank)
 
@@ -225,7 +268,7 @@ class ClientTable:
         """Its answer is taken: the next request's deadline and byte budget count from now."""
         with self._lock:
             client.since, client.state, client.received, client.budget = time.monotonic(), READING, 0, MAX_HEAD_BYTES
-            client.head_at, client.head_bytes, client.sent = None, 0, 0
+            client.head_at, client.head_bytes, client.sent, client.head_seen, client.tail = None, 0, 0, False, b""
 
     def write_answer(self, client: Client, data: bytes) -> None:
         """Send a whole answer. While the client does not take it (a send that would block, or bytes it has not yet
@@ -329,4 +372,6 @@ class DeadlineReader(io.RawIOBase):
             )
         n = c.sock.recv_into(buffer, min(len(buffer), room))
         c.received += n
+        if not c.head_seen:
+            c.saw(bytes(memoryview(buffer)[:n]))
         return n
