@@ -17,7 +17,7 @@ import pytest
 
 from tests.support.serve_stand_ins import _Lines, _Scorer
 from vfl.inference.serve import http_endpoint
-from vfl.inference.serve.http_clients import MAX_HEAD_BYTES, ClientLimits, ClientTable
+from vfl.inference.serve.http_clients import MAX_HEAD_BYTES, ClientLimits, ClientTable, declared_length
 from vfl.inference.serve.http_endpoint import ScoreHTTPServer, parse_request
 from vfl.inference.serve.leader import Scored, ServeError
 
@@ -462,27 +462,28 @@ def test_a_newcomer_takes_an_old_tricklers_slot_not_a_fresh_connection_whose_req
             theirs.close()
 
 
-def test_attackers_reconnecting_within_a_fresh_request_s_window_take_their_own_slots_not_the_arrived_request():
-    # Prepare: one address, 2 slots: an honest connection 0.2 s old whose request has arrived whole, its handler (on a
-    # loaded machine) having read only the first line, the rest waiting in the socket; an attacker's reconnect 0.1 s
-    # old that sent 31 header bytes
-    table = ClientTable(ClientLimits(max_connections=2, max_per_address=2, read_timeout_s=30.0))
-    pairs = [socket.socketpair() for _ in range(4)]
-    honest, trickler = (table.admit(ours, "10.0.0.3") for ours, _ in pairs[:2])
+def test_a_request_that_arrived_whole_keeps_its_slot_while_its_handler_waits_for_a_loaded_machine():
+    # Prepare: one address, 3 slots: an honest connection 1 s old (past its fresh window) whose whole request waits in
+    # its socket, its handler not yet run; another 1 s old whose handler read the request line only, the rest waiting;
+    # an attacker's reconnect 0.1 s old (fresh) that sent 31 header bytes
+    table = ClientTable(ClientLimits(max_connections=3, max_per_address=3, read_timeout_s=30.0))
+    pairs = [socket.socketpair() for _ in range(5)]
+    unread, half_read, trickler = (table.admit(ours, "10.0.0.3") for ours, _ in pairs[:3])
     now = time.monotonic()
-    honest.since, trickler.since = now - 0.2, now - 0.1
+    unread.since = half_read.since = now - 1.0
+    trickler.since = now - 0.1
     request = b'POST /score HTTP/1.1\r\nContent-Length: 12\r\n\r\n{"ids": [1]}'
     pairs[0][1].sendall(request)
-    honest.received = len(pairs[0][0].recv(22))  # "POST /score HTTP/1.1\r\n"
-    honest.saw(request[:22])
-    pairs[1][1].sendall(b"POST /score HTTP/1.1\r\nX-Slow: a")
+    pairs[1][1].sendall(request)
+    half_read.read(pairs[1][0].recv(22))  # "POST /score HTTP/1.1\r\n"
+    pairs[2][1].sendall(b"POST /score HTTP/1.1\r\nX-Slow: a")
     try:
-        # Execute: two more reconnects from the address while both are fresh, the second sending nothing yet
-        table.admit(pairs[2][0], "10.0.0.3")
+        # Execute: two more reconnects from the address
         table.admit(pairs[3][0], "10.0.0.3")
-        # Assert: each took a slot whose request head had not arrived (the trickler's, then the first reconnect's); the
-        # request that arrived whole holds its slot though it is the oldest
-        assert set(table._clients) == {honest.sock, pairs[3][0]}
+        table.admit(pairs[4][0], "10.0.0.3")
+        # Assert: each took a slot whose request had not arrived (the trickler's, then the first reconnect's, which
+        # sent nothing); the requests that arrived whole hold theirs though they are the oldest and past their window
+        assert set(table._clients) == {unread.sock, half_read.sock, pairs[4][0]}
         assert table.stats()["displaced"] == 2
     finally:
         for ours, theirs in pairs:
@@ -490,19 +491,49 @@ def test_attackers_reconnecting_within_a_fresh_request_s_window_take_their_own_s
             theirs.close()
 
 
-def test_a_request_head_is_seen_whole_across_the_handler_s_reads_and_the_socket_only_at_its_blank_line():
-    # Prepare: a head cut at every byte between what the handler read and what waits in the socket
-    head = b"POST /score HTTP/1.1\r\nHost: a\r\n\r\n"
-    for cut in range(len(head) + 1):
-        for whole in (head, head[:-1]):
-            ours, theirs = socket.socketpair()
-            try:
-                client = ClientTable(ClientLimits(4, 4, 30.0)).admit(ours, "10.0.0.1")
-                theirs.sendall(whole)
-                client.received = len(ours.recv(cut)) if cut else 0
-                client.saw(whole[:cut])
-                # Execute / Assert: whole only with the blank line, wherever the cut
-                assert client.head_arrived() == (whole == head), (cut, whole)
-            finally:
-                ours.close()
-                theirs.close()
+def test_a_request_counts_as_arrived_only_with_its_blank_line_and_its_whole_declared_body_wherever_the_handler_stopped():
+    # Prepare: a request cut at every byte between what its handler read and what waits in the socket, whole or one
+    # byte short; then one whose handler has read its headers (and its Content-Length, 5 bytes more than the head says)
+    request = b'POST /score HTTP/1.1\r\nHost: a\r\ncontent-length: 12\r\n\r\n{"ids": [1]}'
+    cases = [(sent, cut) for sent in (request, request[:-1]) for cut in range(len(sent) + 1)]
+    for sent, cut in cases:
+        ours, theirs = socket.socketpair()
+        try:
+            client = ClientTable(ClientLimits(4, 4, 30.0)).admit(ours, "10.0.0.1")
+            theirs.sendall(sent)
+            if cut:
+                client.read(ours.recv(cut))
+            # Execute / Assert: arrived only when whole, wherever the cut
+            assert client.request_arrived() == (sent == request), (cut, sent)
+        finally:
+            ours.close()
+            theirs.close()
+    ours, theirs = socket.socketpair()
+    try:
+        table = ClientTable(ClientLimits(4, 4, 30.0))
+        client = table.admit(ours, "10.0.0.1")
+        theirs.sendall(request)
+        client.read(ours.recv(len(request)))
+        table.headers_read(client, 17)
+        assert not client.request_arrived()
+        theirs.sendall(b"12345")
+        assert client.request_arrived()
+    finally:
+        ours.close()
+        theirs.close()
+
+
+@pytest.mark.parametrize(
+    "head, length",
+    [
+        (b"GET /health HTTP/1.1\r\nHost: a", 0),
+        (b"POST /score HTTP/1.1\r\nCONTENT-LENGTH:  7 ", 7),
+        (b"POST /score HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 9", 3),
+        (b"POST /score HTTP/1.1\r\nContent-Length: -3", None),
+        (b"POST /score HTTP/1.1\r\nContent-Length: 1e3", None),
+        (b"POST /score HTTP/1.1\r\nContent-Length: 9999999999999", None),
+    ],
+)
+def test_the_declared_body_length_is_the_first_content_length_a_decimal_of_at_most_12_digits(head, length):
+    # Prepare / Execute / Assert
+    assert declared_length(head) == length

@@ -16,32 +16,30 @@ When a newcomer finds its address holding `max_per_address` connections, it take
 reading or writing connections; when it finds `max_connections` in all, of one of the address holding the most. Of
 those it takes the one of lowest progress: the fewest bytes a second since its phase began (delivered while reading,
 whether read or still in the socket for a handler a loaded machine has not run yet; taken by the client while
-writing), the longest-waiting first among equals. A connection in the first `FRESH_S` of its reading or writing,
-whose first bytes or acknowledgements may still be on their way, is taken only after every older one: first those
-whose request line and headers have not arrived whole (read or waiting in the socket), then the others (a request that
-has arrived, whose handler a loaded machine has not run yet, or an answer being taken), oldest first in each. A reading connection whose
+writing), the longest-waiting first among equals. A connection in the first `FRESH_S` of its reading, whose first
+bytes may still be on their way, is taken only after every older one, oldest first. A reading connection whose
 headers are complete and whose body has kept arriving at `MIN_BODY_BYTES_PER_S` or more (after `BODY_GRACE_S`) is
-never taken, nor is a working one. With none to take the newcomer gets 503. So slow, idle and unread clients hold
-slots only until a client that sends its request promptly needs one; a client on an address of its own loses its
-connection to them only when no address holds more connections than it does, and an honest request whose body is
-arriving at a steady rate is never displaced, even by clients on its own address.
+never taken, nor is one whose whole request (headers and declared body) has arrived, read or still waiting in the
+socket for a handler a loaded machine has not run yet, nor a working one. With none to take the newcomer gets 503. So
+slow, idle and unread clients hold slots only until a client that sends its request promptly needs one; a client on
+an address of its own loses its connection to them only when no address holds more connections than it does, and an
+honest request that has arrived, or whose body is arriving at a steady rate, is never displaced, even by clients on its
+own address.
 """
 
 from __future__ import annotations
 
-import ctypes
-import fcntl
 import io
 import json
 import math
 import select
 import socket
-import struct
-import termios
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
+
+from vfl.inference.serve.socket_queues import unread_bytes, unsent_bytes, waiting_bytes
 
 MAX_HEAD_BYTES = 16 << 10  # request line and headers of one request, at most (the stdlib alone allows 100 x 64 KiB)
 DEFAULT_MAX_CONNECTIONS = 64
@@ -54,9 +52,6 @@ UNSENT_WAIT_S, MAX_UNSENT_WAIT_S = 0.005, 0.1  # a writing connection's unacknow
 # after 5 ms, then twice as long each time, 0.1 s at most
 READING, WORKING, WRITING = "reading", "working", "writing"
 HEAD_END = b"\r\n\r\n"  # the blank line that ends a request's line and headers
-_LIBC = ctypes.CDLL(None, use_errno=True)
-_LIBC.recv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-_LIBC.recv.restype = ctypes.c_ssize_t
 
 
 @dataclass(frozen=True)
@@ -101,34 +96,6 @@ def send_once(sock: socket.socket, data: bytes) -> None:
         pass
 
 
-def unread_bytes(sock: socket.socket) -> int:
-    """Bytes the peer has delivered that this endpoint has not read yet (FIONREAD; 0 where unsupported)."""
-    try:
-        return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
-    except (OSError, ValueError):
-        return 0
-
-
-def waiting_bytes(sock: socket.socket, most: int) -> bytes:
-    """Up to `most` of the bytes the peer has delivered that this endpoint has not read yet, left in the socket
-    (recv(MSG_PEEK | MSG_DONTWAIT) through libc: the socket object's own recv would wait out its timeout when its
-    handler has just read them)."""
-    n = min(unread_bytes(sock), most)
-    if n <= 0:
-        return b""
-    buffer = ctypes.create_string_buffer(n)
-    got = _LIBC.recv(sock.fileno(), buffer, n, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-    return buffer.raw[: max(got, 0)]
-
-
-def unsent_bytes(sock: socket.socket) -> int:
-    """Bytes of the socket's send queue its peer has not acknowledged (Linux SIOCOUTQ; 0 where unsupported)."""
-    try:
-        return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]
-    except (OSError, ValueError):
-        return 0
-
-
 class Client:
     """One admitted connection: its address, its state, when that phase began, and its bytes in it."""
 
@@ -142,15 +109,17 @@ class Client:
         "head_at",
         "head_bytes",
         "sent",
-        "head_seen",
-        "tail",
+        "start",
+        "declared",
+        "head_len",
     )
 
     def __init__(self, sock: socket.socket, address: str):
         self.sock, self.address = sock, address
         self.since, self.state = time.monotonic(), READING  # measured from accept
         self.received, self.budget, self.head_at, self.head_bytes, self.sent = 0, MAX_HEAD_BYTES, None, 0, 0
-        self.head_seen, self.tail = False, b""  # whether the bytes read hold a whole head; their last 3
+        self.start = bytearray()  # its request's first bytes read, until its handler has parsed the headers
+        self.declared, self.head_len = 0, None  # then: their Content-Length, and their length with the blank line
 
     def progress(self, now: float) -> float:
         """Bytes a second since its phase began: delivered by the client while reading (read, or waiting in the socket
@@ -161,18 +130,30 @@ class Client:
             moved = max(0, self.sent - unsent_bytes(self.sock))
         return moved / max(now - self.since, 1e-3)
 
-    def head_arrived(self) -> bool:
-        """Its request line and headers have arrived whole (read by its handler, or waiting in the socket), or it is
-        being answered."""
-        if self.state != READING or self.head_at is not None or self.head_seen:
-            return True
-        return HEAD_END in self.tail + waiting_bytes(self.sock, MAX_HEAD_BYTES)
+    def read(self, chunk: memoryview | bytes) -> None:
+        """Its handler read `chunk`: counted, and kept until its headers are parsed (at most MAX_HEAD_BYTES)."""
+        self.received += len(chunk)
+        room = MAX_HEAD_BYTES - len(self.start)
+        if room > 0 and self.head_at is None:
+            self.start += chunk[:room]
 
-    def saw(self, chunk: bytes) -> None:
-        """Bytes its handler has read: note whether they complete a request head."""
-        seen = self.tail + chunk
-        self.head_seen = self.head_seen or HEAD_END in seen
-        self.tail = seen[-(len(HEAD_END) - 1) :]
+    def request_arrived(self) -> bool:
+        """Its whole request has been delivered while reading: the line and headers (read by its handler or waiting in
+        the socket) and as many bytes after them as their Content-Length (none: 0), the one its handler parsed once
+        it has."""
+        if self.state != READING:
+            return False
+        delivered = self.received + unread_bytes(self.sock)
+        if self.head_at is not None:  # its handler has parsed the headers
+            return self.head_len is not None and delivered - self.head_len >= self.declared
+        head = bytes(self.start)
+        if self.received == len(head):  # all it has read is kept: what waits in the socket follows it
+            head += waiting_bytes(self.sock, MAX_HEAD_BYTES - len(head))
+        end = head.find(HEAD_END)
+        if end < 0:
+            return False
+        declared = declared_length(head[:end])
+        return declared is not None and delivered - end - len(HEAD_END) >= declared
 
     def body_on_pace(self, now: float) -> bool:
         """Its headers are complete and its body has arrived at MIN_BODY_BYTES_PER_S since (after BODY_GRACE_S)."""
@@ -214,22 +195,23 @@ class ClientTable:
 
     def _least_progress(self, address: str | None) -> Client | None:
         """The displaceable client (of `address`, or of any) of the address holding the most, of lowest progress
-        (the longest-waiting among equals), one in its first FRESH_S after every older one of its group, those without
-        a whole request head first, oldest first; a body arriving on pace and a working client are not
-        displaceable."""
+        (the longest-waiting among equals), a reading one in its first FRESH_S after every older one of its group and
+        oldest first; a body arriving on pace, a request arrived whole and a working client are not displaceable."""
         now = time.monotonic()
         open_ = [
             c
             for c in self._clients.values()
-            if c.state != WORKING and address in (None, c.address) and not c.body_on_pace(now)
+            if c.state != WORKING
+            and address in (None, c.address)
+            and not c.body_on_pace(now)
+            and not c.request_arrived()
         ]
         if not open_:
             return None
 
         def rank(c: Client) -> tuple:
-            if now - c.since < FRESH_S:  # its first bytes, or its client's acknowledgements, may be on their way
-                return -self._per_address[c.address], True, c.head_arrived(), c.since
-            return -self._per_address[c.address], False, c.progress(now), c.since
+            fresh = c.state == READING and now - c.since < FRESH_S  # its first bytes may still be on their way
+            return -self._per_address[c.address], fresh, 0.0 if fresh else c.progress(now), c.since
 
         return min(open_, key=rank)
 
@@ -252,10 +234,13 @@ class ClientTable:
     def _holds(self, client: Client) -> bool:
         return self._clients.get(client.sock) is client
 
-    def headers_read(self, client: Client) -> None:
-        """Its request line and headers have arrived: its body's pace is measured from now."""
+    def headers_read(self, client: Client, declared: int) -> None:
+        """Its request line and headers have arrived, declaring a body of `declared` bytes: its body's pace is measured
+        from now."""
+        end = client.start.find(HEAD_END)  # -1: lines ended by a bare LF, which the standard library also reads
         with self._lock:
-            client.head_at, client.head_bytes = time.monotonic(), client.received
+            client.head_at, client.head_bytes, client.declared = time.monotonic(), client.received, declared
+            client.head_len, client.start = (end + len(HEAD_END) if end >= 0 else None), bytearray()
 
     def working(self, client: Client) -> bool:
         """Its whole request has arrived: not displaceable until its answer is ready. False: it was displaced already
@@ -268,7 +253,8 @@ class ClientTable:
         """Its answer is taken: the next request's deadline and byte budget count from now."""
         with self._lock:
             client.since, client.state, client.received, client.budget = time.monotonic(), READING, 0, MAX_HEAD_BYTES
-            client.head_at, client.head_bytes, client.sent, client.head_seen, client.tail = None, 0, 0, False, b""
+            client.head_at, client.head_bytes, client.sent, client.start = None, 0, 0, bytearray()
+            client.declared, client.head_len = 0, None
 
     def write_answer(self, client: Client, data: bytes) -> None:
         """Send a whole answer. While the client does not take it (a send that would block, or bytes it has not yet
@@ -371,7 +357,15 @@ class DeadlineReader(io.RawIOBase):
                 f"request line and headers over {MAX_HEAD_BYTES} bytes: closed",
             )
         n = c.sock.recv_into(buffer, min(len(buffer), room))
-        c.received += n
-        if not c.head_seen:
-            c.saw(bytes(memoryview(buffer)[:n]))
+        c.read(memoryview(buffer)[:n])
         return n
+
+
+def declared_length(head: bytes) -> int | None:
+    """The body length a request's line and headers declare: its first Content-Length (none: 0; not a decimal: None)."""
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            value = value.strip()
+            return int(value) if value.isdigit() and len(value) <= 12 else None
+    return 0

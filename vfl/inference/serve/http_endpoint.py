@@ -260,7 +260,7 @@ class ScoreHandler(BaseHTTPRequestHandler):
                 {"error": f"Content-Length must be in [0, {limit}] {why}, got {declared[:40]!r}"},
             )
         self.client.budget += length
-        self.server.clients.headers_read(self.client)
+        self.server.clients.headers_read(self.client, length)
         body = self.rfile.read(length)
         if len(body) < length or not self._work():  # the client went away, or was displaced, mid-body
             self.close_connection = True
