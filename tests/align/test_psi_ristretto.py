@@ -4,6 +4,8 @@ intersecting exactly over CurveZMQ, and a peer of another suite refused in one l
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -216,6 +218,31 @@ def test_a_process_forked_after_psi_starts_its_own_workers_instead_of_hanging_on
         child.kill()
     # Assert
     assert not alive and child.exitcode == 0 and queue.get(timeout=5) == (5000, 32)
+
+
+_FORK_THEN_HASH = """
+import os, sys
+import numpy as np
+from vfl.align.psi import ecdh
+if ecdh._workers() is None:
+    print("one core"); sys.exit(0)
+ecdh.hash_ids(np.arange(5000, dtype=np.int64))
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)  # exit handlers run: multiprocessing's own, and this pool's
+os.waitpid(pid, 0)
+print(ecdh.hash_ids(np.arange(5000, dtype=np.int64)).shape)
+"""
+
+
+def test_a_forked_child_that_exits_leaves_its_parents_workers_running_and_the_parent_exits():
+    # Prepare: a process with its worker pool forks a bare child (os.fork, not multiprocessing) that exits normally
+    # Execute: the parent hashes another large batch, then exits (its pool stopped by its own exit handler)
+    run = subprocess.run([sys.executable, "-c", _FORK_THEN_HASH], capture_output=True, text=True, timeout=60)
+    # Assert: the child did not terminate its parent's workers (they held a lock: the batch and the exit hung)
+    if run.stdout.strip() == "one core":
+        pytest.skip("one core: no worker pool")
+    assert run.returncode == 0 and run.stdout.strip() == "(5000, 32)", run.stdout + run.stderr
 
 
 def test_an_exponent_that_is_not_32_bytes_and_ids_that_are_not_int64_are_refused():

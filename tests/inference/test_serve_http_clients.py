@@ -17,9 +17,10 @@ import pytest
 
 from tests.support.serve_stand_ins import _Lines, _Scorer
 from vfl.inference.serve import http_endpoint
-from vfl.inference.serve.http_clients import MAX_HEAD_BYTES, ClientLimits, ClientTable, declared_length
+from vfl.inference.serve.http_clients import MAX_HEAD_BYTES, ClientLimits, ClientTable
 from vfl.inference.serve.http_endpoint import ScoreHTTPServer, parse_request
 from vfl.inference.serve.leader import Scored, ServeError
+from vfl.inference.serve.request_arrival import declared_length
 
 
 class _Unknown:
@@ -475,7 +476,7 @@ def test_a_request_that_arrived_whole_keeps_its_slot_while_its_handler_waits_for
     request = b'POST /score HTTP/1.1\r\nContent-Length: 12\r\n\r\n{"ids": [1]}'
     pairs[0][1].sendall(request)
     pairs[1][1].sendall(request)
-    half_read.read(pairs[1][0].recv(22))  # "POST /score HTTP/1.1\r\n"
+    table.receive(half_read, bytearray(22), 22)  # "POST /score HTTP/1.1\r\n"
     pairs[2][1].sendall(b"POST /score HTTP/1.1\r\nX-Slow: a")
     try:
         # Execute: two more reconnects from the address
@@ -499,10 +500,11 @@ def test_a_request_counts_as_arrived_only_with_its_blank_line_and_its_whole_decl
     for sent, cut in cases:
         ours, theirs = socket.socketpair()
         try:
-            client = ClientTable(ClientLimits(4, 4, 30.0)).admit(ours, "10.0.0.1")
+            table = ClientTable(ClientLimits(4, 4, 30.0))
+            client = table.admit(ours, "10.0.0.1")
             theirs.sendall(sent)
             if cut:
-                client.read(ours.recv(cut))
+                table.receive(client, bytearray(cut), cut)
             # Execute / Assert: arrived only when whole, wherever the cut
             assert client.request_arrived() == (sent == request), (cut, sent)
         finally:
@@ -513,7 +515,7 @@ def test_a_request_counts_as_arrived_only_with_its_blank_line_and_its_whole_decl
         table = ClientTable(ClientLimits(4, 4, 30.0))
         client = table.admit(ours, "10.0.0.1")
         theirs.sendall(request)
-        client.read(ours.recv(len(request)))
+        table.receive(client, bytearray(len(request)), len(request))
         table.headers_read(client, 17)
         assert not client.request_arrived()
         theirs.sendall(b"12345")
@@ -537,3 +539,24 @@ def test_a_request_counts_as_arrived_only_with_its_blank_line_and_its_whole_decl
 def test_the_declared_body_length_is_the_first_content_length_a_decimal_of_at_most_12_digits(head, length):
     # Prepare / Execute / Assert
     assert declared_length(head) == length
+
+
+def test_a_request_the_standard_library_cannot_parse_gets_a_short_json_answer_written_like_any_other(serve):
+    # Prepare: an unknown method of 15,000 characters that html-escape five-fold (the standard library's own error
+    # page would echo it twice: about 96 KiB, written with a blocking send while the slot counts its request arrived)
+    server = serve(ClientLimits(max_connections=4, max_per_address=4, read_timeout_s=5.0))
+    s = socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=10)
+    # Execute
+    try:
+        s.sendall(b"&" * 15_000 + b" / HTTP/1.1\r\n\r\n")
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    finally:
+        s.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    # Assert: 501 in a few hundred bytes, a JSON error that echoes nothing of the request, the slot freed
+    assert head.startswith(b"HTTP/1.1 501 ") and b"Connection: close" in head, head
+    assert len(answer) < 400 and b"&" not in answer, answer[:200]
+    assert json.loads(body)["error"].startswith("Not Implemented")
+    assert _until(lambda: server.clients.stats()["connections"] == 0)

@@ -183,6 +183,16 @@ def _close_workers(pool, pid: int) -> None:
         pool.terminate()
 
 
+def _disown_parent_workers() -> None:
+    """In a forked child: its parent's workers are not its children. Left in multiprocessing's list, the child's exit
+    would terminate them and hang its parent's next batch and exit (found by a hostile review)."""
+    if _pool:
+        mp.process._children.difference_update(_pool._pool)
+
+
+os.register_at_fork(after_in_child=_disown_parent_workers)
+
+
 def _cores() -> int:
     """The cores this process may run on (a rank pinned to one core starts no workers), else the machine's."""
     try:

@@ -39,7 +39,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from vfl.inference.serve.socket_queues import unread_bytes, unsent_bytes, waiting_bytes
+from vfl.inference.serve.request_arrival import RequestArrival
+from vfl.inference.serve.socket_queues import unread_bytes, unsent_bytes
 
 MAX_HEAD_BYTES = 16 << 10  # request line and headers of one request, at most (the stdlib alone allows 100 x 64 KiB)
 DEFAULT_MAX_CONNECTIONS = 64
@@ -51,7 +52,6 @@ FRESH_S = 0.5  # a request's first half second (a round trip, a client's schedul
 UNSENT_WAIT_S, MAX_UNSENT_WAIT_S = 0.005, 0.1  # a writing connection's unacknowledged bytes are looked at again
 # after 5 ms, then twice as long each time, 0.1 s at most
 READING, WORKING, WRITING = "reading", "working", "writing"
-HEAD_END = b"\r\n\r\n"  # the blank line that ends a request's line and headers
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class ClientCut(ConnectionAbortedError):
 
 
 def raw_answer(status: int, reason: str, error: str) -> bytes:
-    """A whole HTTP/1.1 answer `{"error": ...}` that closes the connection, for a socket with no handler."""
+    """A whole HTTP/1.1 answer `{"error": ...}` that closes the connection (a refusal, a cut, an unparseable request)."""
     body = json.dumps({"error": error})
     return (
         f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nConnection: close\r\n"
@@ -99,27 +99,13 @@ def send_once(sock: socket.socket, data: bytes) -> None:
 class Client:
     """One admitted connection: its address, its state, when that phase began, and its bytes in it."""
 
-    __slots__ = (
-        "sock",
-        "address",
-        "since",
-        "state",
-        "received",
-        "budget",
-        "head_at",
-        "head_bytes",
-        "sent",
-        "start",
-        "declared",
-        "head_len",
-    )
+    __slots__ = ("sock", "address", "since", "state", "received", "budget", "head_at", "head_bytes", "sent", "arrival")
 
     def __init__(self, sock: socket.socket, address: str):
         self.sock, self.address = sock, address
         self.since, self.state = time.monotonic(), READING  # measured from accept
         self.received, self.budget, self.head_at, self.head_bytes, self.sent = 0, MAX_HEAD_BYTES, None, 0, 0
-        self.start = bytearray()  # its request's first bytes read, until its handler has parsed the headers
-        self.declared, self.head_len = 0, None  # then: their Content-Length, and their length with the blank line
+        self.arrival = RequestArrival(MAX_HEAD_BYTES)
 
     def progress(self, now: float) -> float:
         """Bytes a second since its phase began: delivered by the client while reading (read, or waiting in the socket
@@ -130,30 +116,9 @@ class Client:
             moved = max(0, self.sent - unsent_bytes(self.sock))
         return moved / max(now - self.since, 1e-3)
 
-    def read(self, chunk: memoryview | bytes) -> None:
-        """Its handler read `chunk`: counted, and kept until its headers are parsed (at most MAX_HEAD_BYTES)."""
-        self.received += len(chunk)
-        room = MAX_HEAD_BYTES - len(self.start)
-        if room > 0 and self.head_at is None:
-            self.start += chunk[:room]
-
     def request_arrived(self) -> bool:
-        """Its whole request has been delivered while reading: the line and headers (read by its handler or waiting in
-        the socket) and as many bytes after them as their Content-Length (none: 0), the one its handler parsed once
-        it has."""
-        if self.state != READING:
-            return False
-        delivered = self.received + unread_bytes(self.sock)
-        if self.head_at is not None:  # its handler has parsed the headers
-            return self.head_len is not None and delivered - self.head_len >= self.declared
-        head = bytes(self.start)
-        if self.received == len(head):  # all it has read is kept: what waits in the socket follows it
-            head += waiting_bytes(self.sock, MAX_HEAD_BYTES - len(head))
-        end = head.find(HEAD_END)
-        if end < 0:
-            return False
-        declared = declared_length(head[:end])
-        return declared is not None and delivered - end - len(HEAD_END) >= declared
+        """Its whole request has been delivered while reading (read by its handler or waiting in the socket)."""
+        return self.state == READING and self.arrival.arrived(self.sock, self.received)
 
     def body_on_pace(self, now: float) -> bool:
         """Its headers are complete and its body has arrived at MIN_BODY_BYTES_PER_S since (after BODY_GRACE_S)."""
@@ -237,10 +202,18 @@ class ClientTable:
     def headers_read(self, client: Client, declared: int) -> None:
         """Its request line and headers have arrived, declaring a body of `declared` bytes: its body's pace is measured
         from now."""
-        end = client.start.find(HEAD_END)  # -1: lines ended by a bare LF, which the standard library also reads
         with self._lock:
-            client.head_at, client.head_bytes, client.declared = time.monotonic(), client.received, declared
-            client.head_len, client.start = (end + len(HEAD_END) if end >= 0 else None), bytearray()
+            client.head_at, client.head_bytes = time.monotonic(), client.received
+            client.arrival.parsed(declared)
+
+    def receive(self, client: Client, buffer, most: int) -> int:
+        """Read what is waiting (at most `most` bytes; the socket has been polled readable) and note it, under the lock:
+        a displacement scan sees what was read and what still waits as one contiguous stream."""
+        with self._lock:
+            n = client.sock.recv_into(buffer, most)
+            client.received += n
+            client.arrival.read(memoryview(buffer)[:n])
+        return n
 
     def working(self, client: Client) -> bool:
         """Its whole request has arrived: not displaceable until its answer is ready. False: it was displaced already
@@ -253,8 +226,8 @@ class ClientTable:
         """Its answer is taken: the next request's deadline and byte budget count from now."""
         with self._lock:
             client.since, client.state, client.received, client.budget = time.monotonic(), READING, 0, MAX_HEAD_BYTES
-            client.head_at, client.head_bytes, client.sent, client.start = None, 0, 0, bytearray()
-            client.declared, client.head_len = 0, None
+            client.head_at, client.head_bytes, client.sent = None, 0, 0
+            client.arrival.reset()
 
     def write_answer(self, client: Client, data: bytes) -> None:
         """Send a whole answer. While the client does not take it (a send that would block, or bytes it has not yet
@@ -356,16 +329,4 @@ class DeadlineReader(io.RawIOBase):
                 "Request Header Fields Too Large",
                 f"request line and headers over {MAX_HEAD_BYTES} bytes: closed",
             )
-        n = c.sock.recv_into(buffer, min(len(buffer), room))
-        c.read(memoryview(buffer)[:n])
-        return n
-
-
-def declared_length(head: bytes) -> int | None:
-    """The body length a request's line and headers declare: its first Content-Length (none: 0; not a decimal: None)."""
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            value = value.strip()
-            return int(value) if value.isdigit() and len(value) <= 12 else None
-    return 0
+        return self.table.receive(c, buffer, min(len(buffer), room))

@@ -306,5 +306,15 @@ class ScoreHandler(BaseHTTPRequestHandler):
         head, self._headers_buffer = b"".join(self._headers_buffer), []
         self.server.clients.write_answer(self.client, head + data)
 
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The standard library's own error answers (a request line or headers it cannot parse, an unknown method, a
+        line too long) as a short JSON answer that closes the connection and echoes nothing of the request (`message`
+        and `explain` hold the client's bytes), written like every other answer: while the client does not take it,
+        the connection is displaceable. (The standard library's page echoes the request line, html-escaped, into a
+        blocking send, during which the slot would count its request as arrived.)"""
+        self.close_connection = True
+        reason, meaning = self.responses.get(code, ("Error", "the request could not be read"))
+        self.server.clients.write_answer(self.client, raw_answer(code, reason, f"{reason}: {meaning}"))
+
     def log_message(self, format: str, *args) -> None:  # noqa: A002 (the base class's name)
         pass  # one line per request would cost more than the scoring; /health reports the counts
