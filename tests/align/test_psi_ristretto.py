@@ -245,6 +245,47 @@ def test_a_forked_child_that_exits_leaves_its_parents_workers_running_and_the_pa
     assert run.returncode == 0 and run.stdout.strip() == "(5000, 32)", run.stdout + run.stderr
 
 
+_FORK_WHILE_STARTING = """
+import os, signal, sys, threading, time
+import multiprocessing as mp, multiprocessing.pool
+from vfl.align.psi import ecdh
+if ecdh._cores() < 2:
+    print("one core"); sys.exit(0)
+ecdh.sodium()
+started, start = threading.Event(), mp.pool.Pool._repopulate_pool_static
+def slow_start(*a, **k):  # the window between the workers' start and the pool's assignment, widened
+    workers = start(*a, **k); started.set(); time.sleep(0.3); return workers
+mp.pool.Pool._repopulate_pool_static = staticmethod(slow_start)
+starting = threading.Thread(target=ecdh._workers); starting.start()
+started.wait(10)
+pid = os.fork()
+if pid == 0:
+    signal.alarm(20)  # a child that hangs on its parent's lock is killed, and reported
+    mp.pool.Pool._repopulate_pool_static = staticmethod(start)
+    if sys.argv[1] == "psi":
+        ecdh._workers().map(abs, [-1])
+    sys.exit(0)
+_, status = os.waitpid(pid, 0)
+starting.join(10)
+batch = ecdh._pool.map_async(abs, range(-4, 0))
+batch.wait(10)
+print("child", "hung" if os.WIFSIGNALED(status) else os.WEXITSTATUS(status), "parent", batch.ready())
+"""
+
+
+@pytest.mark.parametrize("child", ["exits", "psi"])
+def test_a_child_forked_while_the_pool_starts_neither_stops_its_parents_workers_nor_waits_on_its_lock(child):
+    # Prepare / Execute: a thread starts the worker pool; a bare child forks while the workers run and the pool is not
+    # yet assigned, then exits at once or starts its own pool
+    run = subprocess.run(
+        [sys.executable, "-c", _FORK_WHILE_STARTING, child], capture_output=True, text=True, timeout=60
+    )
+    # Assert: the child ended on its own, and the parent's next batch was answered
+    if run.stdout.strip() == "one core":
+        pytest.skip("one core: no worker pool")
+    assert run.returncode == 0 and run.stdout.strip() == "child 0 parent True", run.stdout + run.stderr[-2000:]
+
+
 def test_an_exponent_that_is_not_32_bytes_and_ids_that_are_not_int64_are_refused():
     # Prepare
     from vfl.align.psi.ecdh import hash_ids, raise_to

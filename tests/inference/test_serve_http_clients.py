@@ -560,3 +560,26 @@ def test_a_request_the_standard_library_cannot_parse_gets_a_short_json_answer_wr
     assert len(answer) < 400 and b"&" not in answer, answer[:200]
     assert json.loads(body)["error"].startswith("Not Implemented")
     assert _until(lambda: server.clients.stats()["connections"] == 0)
+
+
+def test_bodies_trickled_on_pace_on_every_slot_give_way_to_a_newcomer_slowest_first():
+    # Prepare: one address, 2 slots, both bodies past their grace and on pace (20 and 40 KiB/s against the 16 KiB/s
+    # minimum): an attacker's trickles that would otherwise hold every slot until their read deadline
+    table = ClientTable(ClientLimits(max_connections=2, max_per_address=2, read_timeout_s=30.0))
+    pairs = [socket.socketpair() for _ in range(3)]
+    slow, fast = (table.admit(ours, "10.0.0.2") for ours, _ in pairs[:2])
+    now = time.monotonic()
+    for client, rate in ((slow, 20 << 10), (fast, 40 << 10)):
+        client.since = client.head_at = now - 2.0
+        client.head_bytes, client.received = 100, 100 + 2 * rate
+        client.arrival.parsed(1 << 20)  # a 1 MiB body, far from arrived
+    # Execute: a newcomer on the address
+    newcomer = table.admit(pairs[2][0], "10.0.0.2")
+    # Assert: it took the slower body's slot (it was refused 503 when bodies on pace were never displaced)
+    try:
+        assert newcomer is not None and set(table._clients) == {fast.sock, pairs[2][0]}
+        assert table.stats()["displaced"] == 1 and table.stats()["refused"] == 0
+    finally:
+        for ours, theirs in pairs:
+            ours.close()
+            theirs.close()

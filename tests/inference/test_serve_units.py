@@ -188,6 +188,17 @@ def test_a_bad_request_is_refused_with_its_reason(body, status, words):
     assert e.value.status == status
 
 
+@pytest.mark.parametrize("key", ["deadline_ms", "\U0001f600" * 60_000])
+def test_a_refusal_echoes_at_most_80_characters_of_a_long_key_or_value(key):
+    # Prepare: a 240 KB string as the deadline, or as an unknown key (each emoji escapes to 12 characters)
+    doc = {"ids": [1], key: "\u00e9" * 60_000} if key == "deadline_ms" else {"ids": [1], key: 1}
+    # Execute
+    with pytest.raises(ServeError) as e:
+        parse_request(json.dumps(doc, ensure_ascii=False).encode(), max_rows=1024, default_deadline_ms=100)
+    # Assert: refused, its reason a line of at most 80 echoed characters (was the whole value, escaped: 3x the body)
+    assert e.value.status == 400 and len(str(e.value)) < 160, str(e.value)[:200]
+
+
 def test_ids_are_read_as_the_party_files_hold_them():
     from vfl.data.ids import ids64
 

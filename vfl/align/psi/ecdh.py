@@ -184,10 +184,13 @@ def _close_workers(pool, pid: int) -> None:
 
 
 def _disown_parent_workers() -> None:
-    """In a forked child: its parent's workers are not its children. Left in multiprocessing's list, the child's exit
-    would terminate them and hang its parent's next batch and exit (found by a hostile review)."""
-    if _pool:
-        mp.process._children.difference_update(_pool._pool)
+    """In a forked child: its parent's processes are not its children (left in multiprocessing's list, the child's
+    exit would terminate the workers and hang its parent's next batch and exit), and a pool its parent was starting
+    is not its own (the lock, held by the parent's starting thread, would never be released here). Found by hostile
+    reviews; multiprocessing's own process start clears the list the same way."""
+    global _pool_lock
+    mp.process._children.clear()
+    _pool_lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_disown_parent_workers)

@@ -19,12 +19,14 @@ whether read or still in the socket for a handler a loaded machine has not run y
 writing), the longest-waiting first among equals. A connection in the first `FRESH_S` of its reading, whose first
 bytes may still be on their way, is taken only after every older one, oldest first. A reading connection whose
 headers are complete and whose body has kept arriving at `MIN_BODY_BYTES_PER_S` or more (after `BODY_GRACE_S`) is
-never taken, nor is one whose whole request (headers and declared body) has arrived, read or still waiting in the
-socket for a handler a loaded machine has not run yet, nor a working one. With none to take the newcomer gets 503. So
-slow, idle and unread clients hold slots only until a client that sends its request promptly needs one; a client on
-an address of its own loses its connection to them only when no address holds more connections than it does, and an
-honest request that has arrived, or whose body is arriving at a steady rate, is never displaced, even by clients on its
-own address.
+taken only after every other connection of its group, the slowest first: it outlasts faster newcomers, yet bodies
+trickled just on pace on every slot cannot keep a prompt request out. One whose whole request (headers and declared
+body) has arrived, read or still waiting in the socket for a handler a loaded machine has not run yet, is never
+taken, nor is a working one. With none to take the newcomer gets 503. So slow, idle and unread clients hold slots
+only until a client that sends its request promptly needs one; a client on an address of its own loses its
+connection to them only when no address holds more connections than it does; and an honest request that has arrived
+is never displaced, even by clients on its own address, nor one whose body arrives on pace while a connection of its
+group is not on pace or is slower.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ class ClientCut(ConnectionAbortedError):
 
 
 def raw_answer(status: int, reason: str, error: str) -> bytes:
-    """A whole HTTP/1.1 answer `{"error": ...}` that closes the connection (a refusal, a cut, an unparseable request)."""
+    """A whole HTTP/1.1 answer `{"error": ...}` that closes the connection (a refusal, a cut, a request unread)."""
     body = json.dumps({"error": error})
     return (
         f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nConnection: close\r\n"
@@ -161,22 +163,21 @@ class ClientTable:
     def _least_progress(self, address: str | None) -> Client | None:
         """The displaceable client (of `address`, or of any) of the address holding the most, of lowest progress
         (the longest-waiting among equals), a reading one in its first FRESH_S after every older one of its group and
-        oldest first; a body arriving on pace, a request arrived whole and a working client are not displaceable."""
+        oldest first, a body arriving on pace after every other of its group and slowest first; a request arrived
+        whole and a working client are not displaceable."""
         now = time.monotonic()
         open_ = [
             c
             for c in self._clients.values()
-            if c.state != WORKING
-            and address in (None, c.address)
-            and not c.body_on_pace(now)
-            and not c.request_arrived()
+            if c.state != WORKING and address in (None, c.address) and not c.request_arrived()
         ]
         if not open_:
             return None
 
         def rank(c: Client) -> tuple:
-            fresh = c.state == READING and now - c.since < FRESH_S  # its first bytes may still be on their way
-            return -self._per_address[c.address], fresh, 0.0 if fresh else c.progress(now), c.since
+            on_pace = c.body_on_pace(now)
+            fresh = not on_pace and c.state == READING and now - c.since < FRESH_S  # first bytes still on their way?
+            return -self._per_address[c.address], on_pace, fresh, 0.0 if fresh else c.progress(now), c.since
 
         return min(open_, key=rank)
 

@@ -102,7 +102,7 @@ def parse_request(body: bytes, max_rows: int, default_deadline_ms: int) -> tuple
         raise ServeError(400, 'the body must be a JSON object {"ids": [...], "deadline_ms": N}')
     unknown = sorted(set(doc) - {"ids", "deadline_ms"})
     if unknown:
-        raise ServeError(400, f"unknown key {unknown[0]!r}; allowed: ids, deadline_ms")
+        raise ServeError(400, f"unknown key {repr(unknown[0])[:80]}; allowed: ids, deadline_ms")
     given = doc["ids"]
     if not isinstance(given, list) or not given:
         raise ServeError(400, f"ids must be a non-empty list of integers or strings, got {str(given)[:80]}")
@@ -110,7 +110,7 @@ def parse_request(body: bytes, max_rows: int, default_deadline_ms: int) -> tuple
         raise ServeError(413, f"{len(given)} ids in one request; at most {max_rows} (--max-rows)")
     deadline = doc.get("deadline_ms", default_deadline_ms)
     if isinstance(deadline, bool) or not isinstance(deadline, int) or not 1 <= deadline <= MAX_DEADLINE_MS:
-        raise ServeError(400, f"deadline_ms must be an integer in [1, {MAX_DEADLINE_MS}], got {deadline!r}")
+        raise ServeError(400, f"deadline_ms must be an integer in [1, {MAX_DEADLINE_MS}], got {repr(deadline)[:80]}")
     if all(type(i) is int and _INT64[0] <= i <= _INT64[1] for i in given):
         return given, np.asarray(given, np.int64), deadline
     bad = next((i for i in given if isinstance(i, bool) or not isinstance(i, (int, str)) or i == ""), None)
