@@ -246,15 +246,15 @@ def test_a_forked_child_that_exits_leaves_its_parents_workers_running_and_the_pa
 
 
 _FORK_WHILE_STARTING = """
-import os, signal, sys, threading, time
+import os, signal, sys, threading
 import multiprocessing as mp, multiprocessing.pool
 from vfl.align.psi import ecdh
 if ecdh._cores() < 2:
     print("one core"); sys.exit(0)
 ecdh.sodium()
-started, start = threading.Event(), mp.pool.Pool._repopulate_pool_static
-def slow_start(*a, **k):  # the window between the workers' start and the pool's assignment, widened
-    workers = start(*a, **k); started.set(); time.sleep(0.3); return workers
+started, forked, start = threading.Event(), threading.Event(), mp.pool.Pool._repopulate_pool_static
+def slow_start(*a, **k):  # the window between the workers' start and the pool's assignment, held open until the fork
+    workers = start(*a, **k); started.set(); forked.wait(10); return workers
 mp.pool.Pool._repopulate_pool_static = staticmethod(slow_start)
 starting = threading.Thread(target=ecdh._workers); starting.start()
 started.wait(10)
@@ -265,6 +265,7 @@ if pid == 0:
     if sys.argv[1] == "psi":
         ecdh._workers().map(abs, [-1])
     sys.exit(0)
+forked.set()
 _, status = os.waitpid(pid, 0)
 starting.join(10)
 batch = ecdh._pool.map_async(abs, range(-4, 0))

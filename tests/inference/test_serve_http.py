@@ -7,12 +7,11 @@ import http.client
 import json
 import socket
 import threading
-import time
 
 import numpy as np
 import pytest
 
-from tests.support.serve_stand_ins import _Lines, _Scorer
+from tests.support.serve_stand_ins import _Lines, _Scorer, until
 from vfl.inference.serve.http_clients import ClientLimits
 from vfl.inference.serve.http_endpoint import ScoreHTTPServer
 
@@ -56,18 +55,14 @@ def test_connections_beyond_the_bound_get_503_when_none_is_waiting_for_its_reque
     clients = [threading.Thread(target=lambda: answers.append(_post(port, b'{"ids": [1]}'))) for _ in range(2)]
     for t in clients:
         t.start()
-    deadline = time.monotonic() + 10
-    while server.worker.waiting < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert until(lambda: server.worker.waiting >= 2)
     # Execute: a third client; then the held requests are answered and a fourth comes
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:  # answered before it sends a byte
         third = s.makefile("rb").read().decode()
     held.set()
     for t in clients:
         t.join(timeout=10)
-    deadline = time.monotonic() + 10  # their handlers have answered, seen the clients close and freed the slots
-    while server.clients.stats()["connections"] and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert until(lambda: not server.clients.stats()["connections"])  # the handlers saw the clients close: slots freed
     fourth = _post(port, json.dumps({"ids": [1]}).encode())
     # Assert: 503 naming the bound, then scores again
     assert third.startswith("HTTP/1.1 503 ") and "at most 2" in json.loads(third.split("\r\n\r\n")[1])["error"]

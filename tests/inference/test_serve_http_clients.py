@@ -15,12 +15,11 @@ from concurrent.futures import Future
 
 import pytest
 
-from tests.support.serve_stand_ins import _Lines, _Scorer
+from tests.support.serve_stand_ins import _Lines, _Scorer, until
 from vfl.inference.serve import http_endpoint
-from vfl.inference.serve.http_clients import MAX_HEAD_BYTES, ClientLimits, ClientTable
+from vfl.inference.serve.http_clients import MAX_HEAD_BYTES, ClientLimits
 from vfl.inference.serve.http_endpoint import ScoreHTTPServer, parse_request
 from vfl.inference.serve.leader import Scored, ServeError
-from vfl.inference.serve.request_arrival import declared_length
 
 
 class _Unknown:
@@ -50,15 +49,6 @@ def serve():
     for srv in servers:
         srv.shutdown()
         srv.server_close()
-
-
-def _until(condition, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def _holds_any(server: ScoreHTTPServer, peers: list) -> bool:
@@ -133,13 +123,13 @@ def test_slow_and_idle_clients_on_several_addresses_cannot_keep_an_honest_reques
     for a in attackers:
         a.start()
     try:
-        assert _until(lambda: sum(a.connects for a in attackers) >= 12 and server.clients.stats()["connections"] == 6)
+        assert until(lambda: sum(a.connects for a in attackers) >= 12 and server.clients.stats()["connections"] == 6)
         # Execute: honest requests (deadline 1 s) from an address of their own and from an attacker's address, each
         # sent when the attackers hold every slot again
         answers, full, honest = [], [], []
         before = server.clients.stats()["displaced"]
         for source in ["127.0.0.1", "127.0.0.3"] * 5:
-            full.append(_until(lambda: server.clients.stats()["connections"] == 6 and not _holds_any(server, honest)))
+            full.append(until(lambda: server.clients.stats()["connections"] == 6 and not _holds_any(server, honest)))
             answers.append(_score(port, source, 1000, honest))
         during = server.clients.stats()
     finally:
@@ -179,7 +169,7 @@ def test_a_trickling_client_is_closed_at_its_whole_request_deadline_counted_from
     # Assert: closed with a 408 at about 1 s from accept (not after a second of silence, which never came)
     assert 0.9 <= closed_after < 2.5, closed_after
     assert got.startswith(b"HTTP/1.1 408 ") and b"within 1 s" in got, got
-    assert _until(lambda: server.clients.stats()["connections"] == 0)
+    assert until(lambda: server.clients.stats()["connections"] == 0)
     assert server.clients.stats()["timed_out"] == 1
 
 
@@ -199,7 +189,7 @@ def test_an_idle_keep_alive_connection_is_closed_a_read_deadline_after_its_answe
     # Assert: answered, then closed (a 408) about 1 s after the answer
     assert first.status == 200 and tail.startswith(b"HTTP/1.1 408 ")
     assert 0.8 <= idle_for < 2.5, idle_for
-    assert _until(lambda: server.clients.stats()["connections"] == 0)
+    assert until(lambda: server.clients.stats()["connections"] == 0)
 
 
 def test_a_body_declared_over_the_limit_is_refused_before_a_byte_of_it_is_sent(serve):
@@ -232,7 +222,7 @@ def test_request_headers_over_their_budget_get_431_and_the_connection_closed(ser
     s.close()
     # Assert: 431, or a reset carrying it (closing with unread bytes), counted; the slot freed
     assert answer.startswith(b"HTTP/1.1 431 ") or answer == b"(reset)", answer[:200]
-    assert _until(lambda: server.clients.stats()["connections"] == 0)
+    assert until(lambda: server.clients.stats()["connections"] == 0)
     assert server.clients.stats()["too_large"] == 1
 
 
@@ -265,7 +255,7 @@ def test_clients_that_never_read_their_answers_cannot_keep_an_honest_request_fro
     pipelined = _request(port, ["\U0001f600" * 61 + f"{i:04d}" for i in range(1024)]) * 2
     held = [_unread(port, "127.0.0.2", pipelined) for _ in range(4)]
     try:
-        assert _until(lambda: server.clients.stats()["connections"] == 4 and scorer.submits >= 4)
+        assert until(lambda: server.clients.stats()["connections"] == 4 and scorer.submits >= 4)
         time.sleep(0.5)  # each answer's write has blocked
         # Execute
         answers = [_score(port, "127.0.0.1", 1000) for _ in range(3)]
@@ -300,8 +290,8 @@ def test_an_answer_not_taken_is_closed_at_the_deadline_and_a_pipelined_request_w
     # Execute
     s = _unread(port, "127.0.0.1", _request(port, [1, 2]) * 60)
     try:
-        assert _until(lambda: scorer.submits >= 1)
-        freed = _until(lambda: server.clients.stats()["connections"] == 0, timeout_s=8.0)
+        assert until(lambda: scorer.submits >= 1)
+        freed = until(lambda: server.clients.stats()["connections"] == 0, timeout_s=8.0)
     finally:
         s.close()
     # Assert
@@ -324,7 +314,7 @@ def test_a_request_whose_body_is_arriving_is_not_displaced_by_idle_clients_on_it
     # Execute
     idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(16)]
     try:
-        assert _until(lambda: server.clients.stats()["displaced"] >= 1)
+        assert until(lambda: server.clients.stats()["displaced"] >= 1)
         time.sleep(0.3)
         honest.sendall(body[100:])
         answer = honest.makefile("rb").readline()
@@ -436,111 +426,6 @@ def test_client_limits_out_of_their_domain_are_refused_naming_the_value(limits, 
         ScoreHTTPServer(("127.0.0.1", 0), _Scorer(), 16, 1000, 7, _Lines(), limits)
 
 
-def test_a_newcomer_takes_an_old_tricklers_slot_not_a_fresh_connection_whose_request_is_unread_or_not_yet_sent():
-    # Prepare: one address, 3 slots: a trickler 2 s old with 20 bytes read; a connection 0.1 s old whose 300 request
-    # bytes wait unread in its socket (its handler has not run); a connection 0.05 s old that has sent nothing yet
-    table = ClientTable(ClientLimits(max_connections=3, max_per_address=3, read_timeout_s=30.0))
-    pairs = [socket.socketpair() for _ in range(5)]
-    trickler, unread, empty = (table.admit(ours, "10.0.0.1") for ours, _ in pairs[:3])
-    now = time.monotonic()
-    trickler.since, trickler.received = now - 2.0, 20
-    unread.since, empty.since = now - 0.1, now - 0.05
-    pairs[1][1].sendall(b"x" * 300)
-    try:
-        # Execute: a fourth connection from the address, then a fifth once the fresh ones are past FRESH_S
-        table.admit(pairs[3][0], "10.0.0.1")
-        first = {c.sock for c in (trickler, unread, empty)} - set(table._clients)
-        unread.since = empty.since = now - 5.0
-        table.admit(pairs[4][0], "10.0.0.1")
-        second = {c.sock for c in (unread, empty)} - set(table._clients)
-        # Assert: the old trickler went first; past the fresh window the one that sent nothing went, not the one whose
-        # bytes wait unread (300 B in 5 s against 0)
-        assert first == {trickler.sock} and second == {empty.sock}
-        assert table.stats()["displaced"] == 2
-    finally:
-        for ours, theirs in pairs:
-            ours.close()
-            theirs.close()
-
-
-def test_a_request_that_arrived_whole_keeps_its_slot_while_its_handler_waits_for_a_loaded_machine():
-    # Prepare: one address, 3 slots: an honest connection 1 s old (past its fresh window) whose whole request waits in
-    # its socket, its handler not yet run; another 1 s old whose handler read the request line only, the rest waiting;
-    # an attacker's reconnect 0.1 s old (fresh) that sent 31 header bytes
-    table = ClientTable(ClientLimits(max_connections=3, max_per_address=3, read_timeout_s=30.0))
-    pairs = [socket.socketpair() for _ in range(5)]
-    unread, half_read, trickler = (table.admit(ours, "10.0.0.3") for ours, _ in pairs[:3])
-    now = time.monotonic()
-    unread.since = half_read.since = now - 1.0
-    trickler.since = now - 0.1
-    request = b'POST /score HTTP/1.1\r\nContent-Length: 12\r\n\r\n{"ids": [1]}'
-    pairs[0][1].sendall(request)
-    pairs[1][1].sendall(request)
-    table.receive(half_read, bytearray(22), 22)  # "POST /score HTTP/1.1\r\n"
-    pairs[2][1].sendall(b"POST /score HTTP/1.1\r\nX-Slow: a")
-    try:
-        # Execute: two more reconnects from the address
-        table.admit(pairs[3][0], "10.0.0.3")
-        table.admit(pairs[4][0], "10.0.0.3")
-        # Assert: each took a slot whose request had not arrived (the trickler's, then the first reconnect's, which
-        # sent nothing); the requests that arrived whole hold theirs though they are the oldest and past their window
-        assert set(table._clients) == {unread.sock, half_read.sock, pairs[4][0]}
-        assert table.stats()["displaced"] == 2
-    finally:
-        for ours, theirs in pairs:
-            ours.close()
-            theirs.close()
-
-
-def test_a_request_counts_as_arrived_only_with_its_blank_line_and_its_whole_declared_body_wherever_the_handler_stopped():
-    # Prepare: a request cut at every byte between what its handler read and what waits in the socket, whole or one
-    # byte short; then one whose handler has read its headers (and its Content-Length, 5 bytes more than the head says)
-    request = b'POST /score HTTP/1.1\r\nHost: a\r\ncontent-length: 12\r\n\r\n{"ids": [1]}'
-    cases = [(sent, cut) for sent in (request, request[:-1]) for cut in range(len(sent) + 1)]
-    for sent, cut in cases:
-        ours, theirs = socket.socketpair()
-        try:
-            table = ClientTable(ClientLimits(4, 4, 30.0))
-            client = table.admit(ours, "10.0.0.1")
-            theirs.sendall(sent)
-            if cut:
-                table.receive(client, bytearray(cut), cut)
-            # Execute / Assert: arrived only when whole, wherever the cut
-            assert client.request_arrived() == (sent == request), (cut, sent)
-        finally:
-            ours.close()
-            theirs.close()
-    ours, theirs = socket.socketpair()
-    try:
-        table = ClientTable(ClientLimits(4, 4, 30.0))
-        client = table.admit(ours, "10.0.0.1")
-        theirs.sendall(request)
-        table.receive(client, bytearray(len(request)), len(request))
-        table.headers_read(client, 17)
-        assert not client.request_arrived()
-        theirs.sendall(b"12345")
-        assert client.request_arrived()
-    finally:
-        ours.close()
-        theirs.close()
-
-
-@pytest.mark.parametrize(
-    "head, length",
-    [
-        (b"GET /health HTTP/1.1\r\nHost: a", 0),
-        (b"POST /score HTTP/1.1\r\nCONTENT-LENGTH:  7 ", 7),
-        (b"POST /score HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 9", 3),
-        (b"POST /score HTTP/1.1\r\nContent-Length: -3", None),
-        (b"POST /score HTTP/1.1\r\nContent-Length: 1e3", None),
-        (b"POST /score HTTP/1.1\r\nContent-Length: 9999999999999", None),
-    ],
-)
-def test_the_declared_body_length_is_the_first_content_length_a_decimal_of_at_most_12_digits(head, length):
-    # Prepare / Execute / Assert
-    assert declared_length(head) == length
-
-
 def test_a_request_the_standard_library_cannot_parse_gets_a_short_json_answer_written_like_any_other(serve):
     # Prepare: an unknown method of 15,000 characters that html-escape five-fold (the standard library's own error
     # page would echo it twice: about 96 KiB, written with a blocking send while the slot counts its request arrived)
@@ -559,27 +444,4 @@ def test_a_request_the_standard_library_cannot_parse_gets_a_short_json_answer_wr
     assert head.startswith(b"HTTP/1.1 501 ") and b"Connection: close" in head, head
     assert len(answer) < 400 and b"&" not in answer, answer[:200]
     assert json.loads(body)["error"].startswith("Not Implemented")
-    assert _until(lambda: server.clients.stats()["connections"] == 0)
-
-
-def test_bodies_trickled_on_pace_on_every_slot_give_way_to_a_newcomer_slowest_first():
-    # Prepare: one address, 2 slots, both bodies past their grace and on pace (20 and 40 KiB/s against the 16 KiB/s
-    # minimum): an attacker's trickles that would otherwise hold every slot until their read deadline
-    table = ClientTable(ClientLimits(max_connections=2, max_per_address=2, read_timeout_s=30.0))
-    pairs = [socket.socketpair() for _ in range(3)]
-    slow, fast = (table.admit(ours, "10.0.0.2") for ours, _ in pairs[:2])
-    now = time.monotonic()
-    for client, rate in ((slow, 20 << 10), (fast, 40 << 10)):
-        client.since = client.head_at = now - 2.0
-        client.head_bytes, client.received = 100, 100 + 2 * rate
-        client.arrival.parsed(1 << 20)  # a 1 MiB body, far from arrived
-    # Execute: a newcomer on the address
-    newcomer = table.admit(pairs[2][0], "10.0.0.2")
-    # Assert: it took the slower body's slot (it was refused 503 when bodies on pace were never displaced)
-    try:
-        assert newcomer is not None and set(table._clients) == {fast.sock, pairs[2][0]}
-        assert table.stats()["displaced"] == 1 and table.stats()["refused"] == 0
-    finally:
-        for ours, theirs in pairs:
-            ours.close()
-            theirs.close()
+    assert until(lambda: server.clients.stats()["connections"] == 0)

@@ -1,7 +1,8 @@
-"""Serving test support: a stand-in scorer and a log that keeps warnings, for the leader's HTTP endpoint."""
+"""Serving test support: a stand-in scorer, a log that keeps warnings, and a bounded wait on the endpoint's counts."""
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import Future
 
 from vfl.inference.serve.leader import Scored
@@ -28,3 +29,14 @@ class _Lines:
 
     def warning(self, line):
         self.lines.append(line)
+
+
+def until(condition, timeout_s: float = 10.0) -> bool:
+    """Whether `condition()` holds within `timeout_s` (looked at every 10 ms): for the endpoint's counts, which no event
+    announces."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
